@@ -1,0 +1,84 @@
+"""A kill -9 loses nothing acknowledged; a restart rebuilds every queue from LMDB."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from trioqueue.testing import RawClient
+from trioqueue.testing.process import BrokerProcess
+
+
+async def test_kill_9_after_last_ack_loses_no_job(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        n = 500
+        frames = b"".join(
+            client.frame({"cmd": "PUSH", "queue": "k9", "name": "n", "data": {"i": i},
+                          "reqId": f"p{i}"})
+            for i in range(n)
+        )
+        await client.send_raw(frames)
+        acked: dict[int, str] = {}
+        while len(acked) < n:
+            reply = await client.receive()
+            assert reply["ok"] is True
+            acked[int(reply["reqId"][1:])] = reply["id"]
+        # the very moment the last acknowledgement is in, the broker dies
+        code = await broker.kill(signal.SIGKILL)
+        assert code == -signal.SIGKILL
+        await client.aclose()
+
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        assert (await client.ok("Count", queue="k9"))["count"] == n
+        for i, job_id in acked.items():
+            job = (await client.ok("GetJob", id=job_id))["job"]
+            assert job["data"] == {"i": i}
+        await client.aclose()
+    finally:
+        await broker.stop()
+
+
+async def test_restart_charges_active_jobs_and_keeps_finished(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        ids = (await client.ok("PUSHB", queue="rs", jobs=[
+            {"name": "n", "data": i, "backoff": 0} for i in range(3)]))["ids"]
+        await client.ok("Pause", queue="other")
+        first = await client.ok("PULL", queue="rs", owner="w")
+        await client.ok("ACK", id=first["job"]["id"], token=first["token"], result="done")
+        await client.ok("PULL", queue="rs", owner="w")  # active at the crash
+        await broker.kill(signal.SIGKILL)
+        await client.aclose()
+
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        assert (await client.ok("GetResult", id=ids[0]))["result"] == "done"
+        assert (await client.ok("GetState", id=ids[0]))["state"] == "completed"
+        charged = (await client.ok("GetJob", id=ids[1]))["job"]
+        assert charged["attempts"] == 1 and charged["stallCount"] == 1
+        assert charged["state"] == "waiting"  # backoff 0: ready again at once
+        assert (await client.ok("IsPaused", queue="other"))["paused"] is True
+        counts = (await client.ok("GetJobCounts", queue="rs"))["counts"]
+        assert counts["completed"] == 1 and counts["waiting"] == 2
+        await client.aclose()
+    finally:
+        await broker.stop()
+
+
+async def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        await client.ok("PUSH", queue="t", name="n", data=1)
+        code = await broker.kill(signal.SIGTERM)
+        assert code == 0, broker.log.decode()
+        await client.aclose()
+    finally:
+        await broker.stop()

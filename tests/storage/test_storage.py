@@ -1,0 +1,635 @@
+"""Storage adapters: the same behaviour from MemoryStorage and LmdbStorage.
+
+Most tests run against both adapters; LMDB-only tests cover map growth, a full map,
+and durability across close/reopen; a hypothesis test drives random operation sequences
+through both adapters and a naive reference model and compares every read.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import lmdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trioqueue.core.job import Job
+from trioqueue.core.writes import Writes
+from trioqueue.storage import keys as K
+from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.storage.port import Recovered, Storage, StorageFullError
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def rec(
+    job_id: str,
+    queue: str = "q",
+    state: str = "queued",
+    created: int = 0,
+    **attrs: Any,
+) -> dict[str, Any]:
+    return Job(id=job_id, queue=queue, state=state, created_at=created, **attrs).to_record()
+
+
+def writes(*calls: tuple[str, Any]) -> Writes:
+    w = Writes()
+    for name, *args in calls:
+        getattr(w, name)(*args)
+    return w
+
+
+def put(r: dict[str, Any]) -> tuple[Any, ...]:
+    return ("put_job", r)
+
+
+def finish(r: dict[str, Any], *result: Any) -> tuple[Any, ...]:
+    return ("finish_job", r, bool(result), result[0] if result else None)
+
+
+def delete(job_id: str) -> tuple[Any, ...]:
+    return ("delete_job", job_id)
+
+
+def meta(queue: str, m: dict[str, Any]) -> tuple[Any, ...]:
+    return ("put_queue_meta", queue, m)
+
+
+def apply(store: Storage, *calls: tuple[Any, ...]) -> None:
+    store.apply([writes(*calls)])
+
+
+def ids(records: list[dict[str, Any]]) -> list[str]:
+    return [r["id"] for r in records]
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
+    s: Storage
+    if request.param == "memory":
+        s = MemoryStorage()
+    else:
+        s = LmdbStorage(tmp_path / "db", map_size_bytes=1 * MIB)
+    yield s
+    s.close()
+
+
+# --- basics -------------------------------------------------------------------------
+
+
+def test_put_load_round_trip(store: Storage) -> None:
+    a = rec("a", data={"x": [1, 2.5, None, "é", b"\x00raw"], "n": -(2**40)})
+    b = rec("b", queue="other", state="active", created=-5)
+    c = rec("c", state="waiting-children", tags=["t"])
+    apply(store, put(b), put(a), put(c), meta("q", {"paused": True, "rateLimit": 10}))
+    got = store.load()
+    assert got.live_jobs == [a, b, c]  # in job-id order
+    assert got.queue_meta == {"q": {"paused": True, "rateLimit": 10}}
+    assert got.finished_counts == {}
+    assert store.get_finished("a") is None
+    assert store.get_result("a") == (False, None)
+
+
+def test_stored_records_do_not_alias_the_callers(store: Storage) -> None:
+    a = rec("a", data={"x": [1]})
+    apply(store, put(a), meta("q", {"m": [1]}))
+    a["data"]["x"].append(2)
+    a["attempts"] = 9
+    loaded = store.load()
+    assert loaded.live_jobs[0]["data"] == {"x": [1]}
+    assert loaded.live_jobs[0]["attempts"] == 0
+    loaded.live_jobs[0]["data"]["x"].append(3)
+    assert store.load().live_jobs[0]["data"] == {"x": [1]}
+
+
+def test_put_job_upserts_and_meta_overwrites(store: Storage) -> None:
+    apply(store, put(rec("a", attempts=1)), meta("q", {"v": 1}))
+    apply(store, put(rec("a", state="active", attempts=2)), meta("q", {"v": 2}))
+    got = store.load()
+    assert [(r["state"], r["attempts"]) for r in got.live_jobs] == [("active", 2)]
+    assert got.queue_meta == {"q": {"v": 2}}
+
+
+def test_empty_apply_is_a_no_op(store: Storage) -> None:
+    store.apply([])
+    store.apply([Writes(), Writes()])
+    assert store.load() == Recovered()
+
+
+def test_batches_apply_in_order(store: Storage) -> None:
+    w1 = writes(put(rec("a")), put(rec("b")))
+    w2 = writes(finish(rec("a", state="completed"), 1), delete("b"))
+    store.apply([w1, w2])
+    assert store.load().live_jobs == []
+    assert store.get_result("a") == (True, 1)
+    assert store.load().finished_counts == {("q", "completed"): 1}
+
+
+def test_finish_get_finished_result_and_counts(store: Storage) -> None:
+    apply(store, *(put(rec(i)) for i in "abcde"))
+    done_none = rec("a", state="completed", created=1)
+    done_plain = rec("b", state="completed", created=2)
+    done_value = rec("c", state="completed", created=3)
+    failed = rec("d", state="failed", created=4, stacktrace=["boom"])
+    apply(
+        store,
+        finish(done_none, None),
+        finish(done_plain),
+        finish(done_value, {"x": [1, b"b"]}),
+        finish(failed),
+    )
+    assert store.get_finished("a") == done_none
+    assert store.get_finished("d") == failed
+    assert store.get_finished("e") is None  # still live
+    assert store.get_finished("zz") is None
+    assert store.get_result("a") == (True, None)  # a stored None is a result
+    assert store.get_result("b") == (False, None)  # no result at all
+    assert store.get_result("c") == (True, {"x": [1, b"b"]})
+    assert store.get_result("d") == (False, None)
+    got = store.load()
+    assert ids(got.live_jobs) == ["e"]
+    assert got.finished_counts == {("q", "completed"): 3, ("q", "failed"): 1}
+
+
+def test_refinish_moves_index_and_count(store: Storage) -> None:
+    apply(store, finish(rec("a", state="completed", created=1), "r1"))
+    # the same id finishes again (another generation): failed, in another queue
+    apply(store, finish(rec("a", queue="q2", state="failed", created=7)))
+    assert store.load().finished_counts == {("q2", "failed"): 1}
+    assert store.list_finished("q", "completed", asc=True, offset=0, limit=10) == []
+    assert ids(store.list_finished("q2", "failed", asc=True, offset=0, limit=10)) == ["a"]
+    assert list(store.iter_finished_ids("q", "completed")) == []
+    assert store.get_result("a") == (False, None)  # the old generation's result is gone
+    apply(store, finish(rec("a", queue="q2", state="failed", created=7), "r3"))
+    assert store.get_result("a") == (True, "r3")
+    assert store.load().finished_counts == {("q2", "failed"): 1}
+
+
+def test_delete_job_from_live_and_finished(store: Storage) -> None:
+    apply(store, put(rec("live1")), put(rec("live2")))
+    apply(
+        store,
+        finish(rec("f1", state="completed", created=1), "res"),
+        finish(rec("f2", state="completed", created=2)),
+        finish(rec("f3", state="failed", created=3)),
+    )
+    apply(store, delete("live1"), delete("f1"), delete("f3"), delete("never-existed"))
+    got = store.load()
+    assert ids(got.live_jobs) == ["live2"]
+    assert got.finished_counts == {("q", "completed"): 1}  # zero counts disappear
+    assert store.get_finished("f1") is None
+    assert store.get_result("f1") == (False, None)
+    assert ids(store.list_finished("q", "completed", asc=True, offset=0, limit=9)) == ["f2"]
+    assert store.list_finished("q", "failed", asc=False, offset=0, limit=9) == []
+    assert list(store.iter_finished_ids("q", "completed")) == ["f2"]
+    assert list(store.iter_finished_ids("q", "failed")) == []
+    apply(store, delete("f1"))  # deleting twice is fine
+
+
+def test_finish_removes_the_live_record(store: Storage) -> None:
+    apply(store, put(rec("a", state="active")))
+    apply(store, finish(rec("a", state="completed")))
+    assert store.load().live_jobs == []
+
+
+def test_custom_id_reuse(store: Storage) -> None:
+    apply(store, put(rec("custom", created=1)))
+    apply(store, finish(rec("custom", state="completed", created=1), "gen1"))
+    # a new job reuses the finished custom id: the broker deletes the old generation
+    apply(store, delete("custom"), put(rec("custom", created=2, data="gen2")))
+    got = store.load()
+    assert [(r["id"], r["data"]) for r in got.live_jobs] == [("custom", "gen2")]
+    assert got.finished_counts == {}
+    assert store.get_finished("custom") is None
+    assert store.get_result("custom") == (False, None)
+    assert list(store.iter_finished_ids("q", "completed")) == []
+    apply(store, finish(rec("custom", state="completed", created=2, data="gen2"), "r2"))
+    assert store.load().live_jobs == []
+    assert store.load().finished_counts == {("q", "completed"): 1}
+    assert store.get_result("custom") == (True, "r2")
+    assert [
+        r["data"] for r in store.list_finished("q", "completed", asc=True, offset=0, limit=5)
+    ] == ["gen2"]
+
+
+# --- ordering -----------------------------------------------------------------------
+
+ORDER_CASES = [
+    ("b", 5),
+    ("a", 5),
+    ("c", 5),
+    ("neg", -3),
+    ("very-neg", -4_320_000_000_000_000),
+    ("very-pos", 4_320_000_000_000_000),
+    ("zero", 0),
+    ("é", 0),  # non-ASCII id sorts after ASCII ones at the same time
+    ("z\x00", 0),
+    ("z", 0),
+    ("min", -(2**63)),
+    ("max", 2**63 - 1),
+]
+
+
+def _expected_order() -> list[str]:
+    return [i for i, _ in sorted(ORDER_CASES, key=lambda t: (t[1], t[0]))]
+
+
+@pytest.fixture
+def ordered(store: Storage) -> Storage:
+    apply(store, *(finish(rec(i, state="completed", created=c)) for i, c in ORDER_CASES))
+    # neighbours that must not leak into ("q", "completed")
+    apply(
+        store,
+        finish(rec("other-state", state="failed", created=1)),
+        finish(rec("other-queue", queue="q2", state="completed", created=1)),
+        finish(rec("prefix-queue", queue="q-", state="completed", created=1)),
+        finish(rec("short-queue", queue="p", state="completed", created=1)),
+        put(rec("live", created=1)),
+    )
+    return store
+
+
+def test_list_finished_orders_by_created_then_id(ordered: Storage) -> None:
+    expected = _expected_order()
+    assert expected[:3] == ["min", "very-neg", "neg"]
+    assert expected[3:7] == ["z", "z\x00", "zero", "é"]
+    got = ordered.list_finished("q", "completed", asc=True, offset=0, limit=100)
+    assert ids(got) == expected
+    got = ordered.list_finished("q", "completed", asc=False, offset=0, limit=100)
+    assert ids(got) == expected[::-1]
+    assert list(ordered.iter_finished_ids("q", "completed")) == expected
+
+
+@pytest.mark.parametrize("asc", [True, False])
+def test_list_finished_offset_and_limit(ordered: Storage, asc: bool) -> None:
+    expected = _expected_order()
+    if not asc:
+        expected = expected[::-1]
+    n = len(expected)
+    for offset in range(n + 2):
+        for limit in (0, 1, 2, 5, n, n + 5):
+            got = ordered.list_finished("q", "completed", asc=asc, offset=offset, limit=limit)
+            assert ids(got) == expected[offset : offset + limit], (offset, limit)
+    assert ids(ordered.list_finished("q", "completed", asc=asc, offset=-3, limit=2)) == expected[:2]
+
+
+def test_list_finished_unknown_queue_and_bad_state(ordered: Storage) -> None:
+    assert ordered.list_finished("nope", "completed", asc=True, offset=0, limit=5) == []
+    assert ordered.list_finished("x" * 600, "failed", asc=True, offset=0, limit=5) == []
+    assert list(ordered.iter_finished_ids("nope", "failed")) == []
+    with pytest.raises(ValueError):
+        ordered.list_finished("q", "active", asc=True, offset=0, limit=5)
+    with pytest.raises(ValueError):
+        ordered.iter_finished_ids("q", "waiting")
+
+
+def test_iter_finished_ids_spans_chunks(store: Storage) -> None:
+    n = 2500
+    apply(store, *(finish(rec(f"j{i:05d}", state="failed", created=n - i)) for i in range(n)))
+    expected = [f"j{i:05d}" for i in reversed(range(n))]
+    assert list(store.iter_finished_ids("q", "failed")) == expected
+    # writes between chunks are seen by the next chunk (no long read snapshot)
+    it = store.iter_finished_ids("q", "failed")
+    first = [next(it) for _ in range(1000)]
+    apply(store, delete(expected[1500]))
+    remaining = expected[:1500] + expected[1501:]
+    assert first + list(it) == remaining
+    # offsets past the middle (walked from the other end in LMDB) and before it
+    for offset in (0, 3, 1248, 1249, 1250, 2000, 2496, 2498, 2499):
+        for asc in (True, False):
+            order = remaining if asc else remaining[::-1]
+            got = store.list_finished("q", "failed", asc=asc, offset=offset, limit=3)
+            assert ids(got) == order[offset : offset + 3], (asc, offset)
+
+
+# --- validation and atomicity -------------------------------------------------------
+
+
+def test_overlong_keys_raise_value_error_and_apply_nothing(store: Storage) -> None:
+    apply(store, put(rec("keep")))
+    too_long = "é" * 256  # 256 characters, 512 bytes: over LMDB's 511-byte keys
+    with pytest.raises(ValueError, match="511"):
+        apply(store, put(rec("new")), put(rec(too_long)))
+    # 250 three-byte characters fit as a job key but not in the finished index key
+    long_id = "\u20ac" * 167  # 501 bytes
+    with pytest.raises(ValueError, match="finished index"):
+        apply(store, delete("keep"), finish(rec(long_id, queue="qq", state="completed")))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), put(rec("")))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), finish(rec("x", state="active")))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), put(rec("x", state="completed")))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), meta("bad\x00queue", {}))
+    assert ids(store.load().live_jobs) == ["keep"]
+    apply(store, put(rec(long_id)))  # fine as a live job
+    assert store.get_finished(too_long) is None
+    assert store.get_result(too_long) == (False, None)
+
+
+def test_memory_max_bytes_is_atomic() -> None:
+    store = MemoryStorage(max_bytes=20_000)
+    apply(store, *(put(rec(f"j{i}", data="x" * 100)) for i in range(10)))
+    apply(store, finish(rec("j0", state="completed", created=1), "r"), meta("q", {"a": 1}))
+    before = store.load()
+    size = store.size_bytes
+    listing = store.list_finished("q", "completed", asc=True, offset=0, limit=10)
+    big = [put(rec(f"k{i}", data="y" * 1000)) for i in range(30)]
+    with pytest.raises(StorageFullError):
+        apply(store, delete("j1"), finish(rec("j2", state="failed"), 1), meta("q", {}), *big)
+    assert store.load() == before
+    assert store.size_bytes == size
+    assert store.list_finished("q", "completed", asc=True, offset=0, limit=10) == listing
+    assert list(store.iter_finished_ids("q", "failed")) == []
+    assert store.get_result("j2") == (False, None)
+    apply(store, *big[:5])  # a smaller batch still fits
+    apply(store, delete("j0"), *(delete(f"j{i}") for i in range(10)))
+    assert store.load().finished_counts == {}
+
+
+# --- LMDB specifics -----------------------------------------------------------------
+
+
+def _fill(store: LmdbStorage, prefix: str, per_batch: int, size: int) -> int:
+    """put_job batches until StorageFullError; returns how many batches were applied."""
+    for n in range(10_000):
+        batch = [put(rec(f"{prefix}{n:04d}-{i}", data="x" * size)) for i in range(per_batch)]
+        try:
+            apply(store, *batch)
+        except StorageFullError:
+            return n
+    raise AssertionError("never filled up")
+
+
+def test_lmdb_full_map_applies_nothing_and_deletes_still_work(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reserve_used = []
+    real = LmdbStorage._write_in_reserve
+
+    def spy(self: LmdbStorage, ops: list[tuple[Any, ...]]) -> None:
+        reserve_used.append(len(ops))
+        real(self, ops)
+
+    monkeypatch.setattr(LmdbStorage, "_write_in_reserve", spy)
+    store = LmdbStorage(tmp_path / "db", map_size_bytes=64 * KIB, max_map_size_bytes=128 * KIB)
+    apply(store, meta("q", {"keep": True}))
+    applied = _fill(store, "j", 5, 400)
+    assert applied > 0
+    assert store.map_size == 128 * KIB
+    live = store.load().live_jobs
+    assert len(live) == applied * 5
+    assert not any(r["id"].startswith(f"j{applied:04d}-") for r in live)  # failed batch
+    # a mixed batch fails as a whole too
+    with pytest.raises(StorageFullError):
+        apply(store, delete(live[0]["id"]), *(put(rec(f"z{i}", data="z" * 400)) for i in range(20)))
+    assert len(store.load().live_jobs) == applied * 5
+    # deletes-only applies may use the reserve, so a full store is never wedged
+    doomed = [r["id"] for r in live[5:]]
+    for job_id in doomed[:3]:
+        apply(store, delete(job_id))
+    apply(store, *(delete(j) for j in doomed[3:]))
+    assert reserve_used  # at least one of those deletes needed the reserve
+    assert store.map_size <= 128 * KIB + 4 * KIB
+    # once the freed pages are reusable, finishing works again
+    apply(store, finish(rec(live[0]["id"], state="completed", created=1), "done"))
+    assert store.get_result(live[0]["id"]) == (True, "done")
+    got = store.load()
+    assert ids(got.live_jobs) == [r["id"] for r in live[1:5]]
+    assert got.finished_counts == {("q", "completed"): 1}
+    assert got.queue_meta == {"q": {"keep": True}}
+    store.close()
+
+
+def test_lmdb_map_grows(tmp_path: Any) -> None:
+    store = LmdbStorage(tmp_path / "db", map_size_bytes=64 * KIB, max_map_size_bytes=64 * MIB)
+    payload = "p" * 1000
+    for b in range(5):  # 5 x 1000 x ~1.7 KB records: well over 5 MB
+        apply(store, *(put(rec(f"j{b}-{i:04d}", data=payload)) for i in range(1000)))
+    assert store.map_size > 5 * MIB
+    assert store.map_size <= 64 * MIB
+    assert len(store.load().live_jobs) == 5000
+    store.close()
+    # reopening with the small configured size keeps (and can still grow) the data
+    store = LmdbStorage(tmp_path / "db", map_size_bytes=64 * KIB, max_map_size_bytes=64 * MIB)
+    assert len(store.load().live_jobs) == 5000
+    apply(store, *(put(rec(f"k-{i:04d}", data=payload)) for i in range(1000)))
+    assert len(store.load().live_jobs) == 6000
+    store.close()
+
+
+def test_lmdb_durable_across_reopen(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    store = LmdbStorage(path)
+    apply(store, put(rec("a", data={"b": b"\x01"})), put(rec("b")), meta("q", {"paused": True}))
+    apply(
+        store,
+        finish(rec("b", state="completed", created=2), None),
+        finish(rec("c", state="failed", created=1)),
+        finish(rec("d", state="completed", created=-1), [1, 2]),
+    )
+    store.sync()
+    before = store.load()
+    listing = store.list_finished("q", "completed", asc=False, offset=0, limit=10)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(RuntimeError):
+        store.load()
+
+    again = LmdbStorage(path)
+    assert again.load() == before
+    assert before.finished_counts == {("q", "completed"): 2, ("q", "failed"): 1}
+    assert again.list_finished("q", "completed", asc=False, offset=0, limit=10) == listing
+    assert ids(listing) == ["b", "d"]
+    assert again.get_result("b") == (True, None)
+    assert again.get_result("c") == (False, None)
+    assert again.get_result("d") == (True, [1, 2])
+    again.close()
+
+
+def test_lmdb_fsync_on_commit(tmp_path: Any) -> None:
+    store = LmdbStorage(tmp_path / "db", fsync_on_commit=True)
+    apply(store, put(rec("a")))
+    store.sync()
+    assert ids(store.load().live_jobs) == ["a"]
+    store.close()
+
+
+def test_lmdb_refuses_another_schema(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    LmdbStorage(path).close()
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        db = env.open_db(K.DB_META, txn=txn)
+        txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION + 1), db=db)
+    env.close()
+    with pytest.raises(RuntimeError, match="schema"):
+        LmdbStorage(path)
+
+
+def test_keys_layout() -> None:
+    prefix = K.finished_prefix("emails", "failed")
+    assert prefix == b"emails\x00f" == K.count_key("emails", "failed")
+    key = K.finished_idx_key(prefix, -1, K.job_key("id-1"))
+    assert key == b"emails\x00f" + b"\x7f" + b"\xff" * 7 + b"id-1"
+    assert K.split_finished_idx_key(key) == ("emails", "failed", -1, "id-1")
+    assert K.decode_count_key(prefix) == ("emails", "failed")
+    assert K.encode_created(0) < K.encode_created(1) and K.encode_created(-2) < K.encode_created(-1)
+    assert K.decode_created(K.encode_created(-4_320_000_000_000_000)) == -4_320_000_000_000_000
+    with pytest.raises(ValueError):
+        K.encode_created(2**63)
+    assert K.prefix_end(prefix) == b"emails\x00g"
+    assert K.decode_result(K.encode_result(None)) is None
+
+
+# --- model equivalence --------------------------------------------------------------
+
+
+class Model:
+    """The port's semantics, written as plainly as possible."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, dict[str, Any]] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, Any] = {}
+        self.meta: dict[str, dict[str, Any]] = {}
+
+    def apply(self, calls: list[tuple[Any, ...]]) -> None:
+        for name, *args in calls:
+            if name == "put_job":
+                self.live[args[0]["id"]] = args[0]
+            elif name == "finish_job":
+                r, has_result, result = args
+                self.live.pop(r["id"], None)
+                self.finished[r["id"]] = r
+                if has_result:
+                    self.results[r["id"]] = result
+                else:
+                    self.results.pop(r["id"], None)
+            elif name == "delete_job":
+                for table in (self.live, self.finished, self.results):
+                    table.pop(args[0], None)
+            else:
+                self.meta[args[0]] = args[1]
+
+    def load(self) -> Recovered:
+        counts = Counter((r["queue"], r["state"]) for r in self.finished.values())
+        return Recovered(
+            live_jobs=[self.live[k] for k in sorted(self.live)],
+            queue_meta=dict(sorted(self.meta.items())),
+            finished_counts=dict(sorted(counts.items())),
+        )
+
+    def ordered(self, queue: str, state: str) -> list[dict[str, Any]]:
+        rs = [r for r in self.finished.values() if (r["queue"], r["state"]) == (queue, state)]
+        return sorted(rs, key=lambda r: (r["createdAt"], r["id"]))
+
+
+JOB_IDS = ["a", "b", "c", "a1", "é", "\U0001f600", "z\x00z", "0"]
+QUEUES = ["q", "q2", "q-"]
+json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+created = st.sampled_from([-(2**62), -5, -1, 0, 1, 5, 4_320_000_000_000_000])
+
+
+@st.composite
+def job_records(draw: st.DrawFn, states: list[str]) -> dict[str, Any]:
+    return rec(
+        draw(st.sampled_from(JOB_IDS)),
+        queue=draw(st.sampled_from(QUEUES)),
+        state=draw(st.sampled_from(states)),
+        created=draw(created),
+        data=draw(json_like),
+    )
+
+
+op_calls = st.one_of(
+    job_records(["queued", "active", "waiting-children"]).map(put),
+    st.tuples(job_records(["completed", "failed"]), st.booleans(), json_like).map(
+        lambda t: ("finish_job", t[0], t[1], t[2] if t[1] else None)
+    ),
+    st.sampled_from(JOB_IDS).map(delete),
+    st.tuples(st.sampled_from(QUEUES), st.dictionaries(st.text(max_size=3), json_like)).map(
+        lambda t: meta(*t)
+    ),
+)
+applies = st.lists(st.lists(st.lists(op_calls, max_size=6), min_size=1, max_size=3), max_size=8)
+
+
+def _observe(store: Storage | Model) -> Any:
+    if isinstance(store, Model):
+        lists = {
+            (q, s, asc, off, lim): (o if asc else o[::-1])[off : off + lim]
+            for q in QUEUES
+            for s in ("completed", "failed")
+            for o in [store.ordered(q, s)]
+            for asc in (True, False)
+            for off, lim in ((0, 100), (1, 2), (3, 1))
+        }
+        id_lists = {
+            (q, s): [r["id"] for r in store.ordered(q, s)]
+            for q in QUEUES
+            for s in ("completed", "failed")
+        }
+        finished = {i: store.finished.get(i) for i in JOB_IDS}
+        results = {i: (i in store.results, store.results.get(i)) for i in JOB_IDS}
+        return store.load(), lists, id_lists, finished, results
+    lists = {
+        (q, s, asc, off, lim): store.list_finished(q, s, asc=asc, offset=off, limit=lim)
+        for q in QUEUES
+        for s in ("completed", "failed")
+        for asc in (True, False)
+        for off, lim in ((0, 100), (1, 2), (3, 1))
+    }
+    id_lists = {
+        (q, s): list(store.iter_finished_ids(q, s)) for q in QUEUES for s in ("completed", "failed")
+    }
+    finished = {i: store.get_finished(i) for i in JOB_IDS}
+    results = {i: store.get_result(i) for i in JOB_IDS}
+    return store.load(), lists, id_lists, finished, results
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(applies)
+def test_adapters_match_the_model(calls_per_apply: list[list[list[tuple[Any, ...]]]]) -> None:
+    model = Model()
+    memory = MemoryStorage()
+    with tempfile.TemporaryDirectory() as tmp:
+        lmdb_store = LmdbStorage(tmp, map_size_bytes=256 * KIB)
+        try:
+            for batches in calls_per_apply:
+                ws = [writes(*calls) for calls in batches]
+                memory.apply(ws)
+                lmdb_store.apply(ws)
+                model.apply([c for calls in batches for c in calls])
+                expected = _observe(model)
+                assert _observe(memory) == expected
+                assert _observe(lmdb_store) == expected
+        finally:
+            lmdb_store.close()
+
+
+def test_count_finished_follows_finish_and_delete(store: Storage) -> None:
+    apply(store, *(finish(rec(f"j{i}", "cq", "completed")) for i in range(3)))
+    assert store.count_finished("cq", "completed") == 3
+    assert store.count_finished("cq", "failed") == 0
+    assert store.count_finished("unknown-queue", "completed") == 0
+    apply(store, delete("j1"))
+    assert store.count_finished("cq", "completed") == 2

@@ -1,0 +1,33 @@
+"""The broker's clock: wall time derived from trio's clock, so MockClock moves both."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from ..core.clock import Clock
+
+
+class TrioClock(Clock):
+    """Wall milliseconds = the wall time at start + trio time elapsed since then.
+
+    Deriving wall time from ``trio.current_time()`` keeps every timer and every
+    timestamp on one time line: under ``MockClock`` a 30 s lease expires and the job's
+    timestamps move by 30 s together. A real wall-clock step (NTP) is not followed while
+    the broker runs; timestamps stay monotonic, which is what leases and delays need.
+    """
+
+    def __init__(self, wall_offset_ms: int = 0) -> None:
+        self._wall0 = time.time() * 1000.0 + wall_offset_ms
+        self._trio0 = trio.current_time()
+
+    def now_ms(self) -> int:
+        return int(self._wall0 + (trio.current_time() - self._trio0) * 1000.0)
+
+    def deadline_for(self, wall_ms: float) -> float:
+        return self._trio0 + (wall_ms - self._wall0) / 1000.0
+
+    def jump(self, delta_ms: int) -> None:
+        """Step wall time (fault tests): leases and delays then see the jump."""
+        self._wall0 += delta_ms

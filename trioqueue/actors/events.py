@@ -1,0 +1,31 @@
+"""The event hub: job lifecycle events from queue actors, fanned out to subscribers.
+
+Queue actors publish the events of a batch in one call. A subscriber is a callable
+that must not block (sessions put events in their own bounded outbox and drop a
+subscriber that falls behind), so one slow reader never slows a queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Subscriber = Callable[[list[dict[str, Any]]], None]
+
+
+class EventHub:
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self.published = 0
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+
+    def publish(self, events: list[dict[str, Any]]) -> None:
+        self.published += len(events)
+        for subscriber in list(self._subscribers):
+            subscriber(events)

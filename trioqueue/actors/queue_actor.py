@@ -1,0 +1,194 @@
+"""A queue actor: the one task that owns a queue's state, fed through a memory channel.
+
+Nothing else touches the queue's :class:`~trioqueue.core.queue.QueueState`. The actor
+takes every batch waiting in its inbox at once, applies the commands in order at one
+``now``, submits each command's writes to the storage writer and releases the batch's
+replies to it, so a whole batch costs one commit. Timers (lock expiry, long-poll
+deadlines, delayed jobs a parked pull is waiting for) are the inbox receive's deadline.
+
+Supervision: a command that raises anything but a CommandError crashes the actor. The
+supervisor loop in :meth:`QueueActor.run` answers that command with ``Internal server
+error``, rebuilds the queue from storage (after committing what the batch had already
+applied, so acknowledged work is kept and the crashing command's partial change is
+dropped), puts the rest of the batch back in front and carries on. Too many crashes in a
+short window re-raise, taking the broker down rather than looping forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..core.errors import INTERNAL_ERROR, CommandError
+from ..core.handlers import QUEUE_HANDLERS, Ctx
+from ..core.queue import PullWaiter, QueueState
+from .request import Request
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("trioqueue.queue")
+
+RELEASE_CONNECTION = "__release_connection__"
+
+
+class StorageFinished:
+    """The core's view of finished jobs: storage, after committing pending writes."""
+
+    def __init__(self, name: str, broker: Broker) -> None:
+        self.name = name
+        self.broker = broker
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        self.broker.writer.commit_now()
+        record = self.broker.storage.get_finished(job_id)
+        if record is None or record.get("queue") != self.name:
+            return None
+        return record
+
+    def result(self, job_id: str) -> tuple[bool, Any]:
+        if self.get(job_id) is None:
+            return False, None
+        return self.broker.storage.get_result(job_id)
+
+    def list(self, state: str, *, asc: bool, offset: int, limit: int) -> list[dict[str, Any]]:
+        self.broker.writer.commit_now()
+        return self.broker.storage.list_finished(self.name, state, asc=asc, offset=offset,
+                                                 limit=limit)
+
+    def count(self, state: str) -> int:
+        self.broker.writer.commit_now()
+        return self.broker.storage.count_finished(self.name, state)
+
+
+class QueueActor:
+    def __init__(self, name: str, broker: Broker) -> None:
+        self.name = name
+        self.broker = broker
+        self.send, self._recv = trio.open_memory_channel[list[Request]](
+            broker.config.queue_inbox_batches
+        )
+        self.state = QueueState(name, broker.router, StorageFinished(name, broker))
+        self._backlog: deque[Request] = deque()
+        self._current: Request | None = None
+        self._deliveries: list[tuple[Any, dict[str, Any]]] = []
+        self.crashes: list[float] = []
+
+    # ------------------------------------------------------------------ supervision
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._loop()
+            except Exception:
+                request = self._current
+                log.exception(
+                    "queue actor %r crashed on %s", self.name,
+                    request.cmd if request is not None else "a timer",
+                )
+                now = trio.current_time()
+                self.crashes = [t for t in self.crashes
+                                if now - t < self.broker.config.actor_restart_window_s]
+                self.crashes.append(now)
+                if len(self.crashes) > self.broker.config.actor_max_restarts:
+                    raise
+                self._recover(request)
+
+    def _recover(self, crashed: Request | None) -> None:
+        """Answer the crashing command, keep what was acknowledged, reload from storage."""
+        self.state.take_writes()  # the crashing command's partial writes: dropped
+        if crashed is not None and crashed.replier is not None:
+            self._deliveries.append((crashed.replier, crashed.error_reply(INTERNAL_ERROR)))
+        self._current = None
+        writer = self.broker.writer
+        writer.release(self._deliveries)
+        self._deliveries = []
+        writer.commit_now()
+        old = self.state
+        self.state = QueueState(self.name, self.broker.router, old.finished)
+        self.broker.router.forget_queue(self.name)
+        recovered = self.broker.storage.load()
+        meta = recovered.queue_meta.get(self.name)
+        if meta:
+            self.state.load_meta(meta)
+        now = self.broker.clock.now_ms()
+        for record in recovered.live_jobs:
+            if record.get("queue") == self.name:
+                # Active jobs stay active (their workers are still alive; only the
+                # actor died), but their locks are gone, so ACKs are taken without token.
+                self.state.restore(record, now, charge_active=False)
+        # Parked pulls lived in the dead state: answer them empty so clients re-poll.
+        for waiter in old.waiters:
+            if not waiter.done and waiter.handle is not None:
+                req = waiter.handle
+                self._deliveries.append(
+                    (req.replier, req.reply(old.pull_reply([], [], batch=waiter.batch,
+                                                           owner=waiter.owner))))
+        writer.submit(self.state.take_writes())
+        writer.release(self._deliveries)
+        self._deliveries = []
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _loop(self) -> None:
+        q = self.state
+        clock = self.broker.clock
+        recv = self._recv
+        while True:
+            if not self._backlog:
+                deadline_ms = q.next_deadline()
+                if deadline_ms is None:
+                    self._backlog.extend(await recv.receive())
+                else:
+                    with trio.move_on_at(clock.deadline_for(deadline_ms)):
+                        self._backlog.extend(await recv.receive())
+                while True:
+                    try:
+                        self._backlog.extend(recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            now = clock.now_ms()
+            self._apply_backlog(now)
+            for delivery in q.tick(now):
+                req = delivery.waiter.handle
+                self._deliveries.append((req.replier, req.reply(delivery.reply)))
+            self._finish_batch()
+
+    def _apply_backlog(self, now: int) -> None:
+        q = self.state
+        writer = self.broker.writer
+        backlog = self._backlog
+        while backlog:
+            req = backlog.popleft()
+            self._current = req
+            if req.cmd == RELEASE_CONNECTION:
+                q.release_connection(req.conn, now)
+            else:
+                handler = QUEUE_HANDLERS[req.cmd]
+                try:
+                    result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes))
+                except CommandError as exc:
+                    # Handlers validate before they mutate, so a refused command has
+                    # nothing to write; whatever it did record is still submitted below.
+                    self._deliveries.append((req.replier, req.error_reply(exc.message)))
+                else:
+                    if isinstance(result, PullWaiter):
+                        result.handle = req
+                        q.park(result)
+                    else:
+                        self._deliveries.append((req.replier, req.reply(result)))
+            writer.submit(q.take_writes())
+        self._current = None
+
+    def _finish_batch(self) -> None:
+        q = self.state
+        self.broker.writer.submit(q.take_writes())
+        events = q.take_events()
+        if events:
+            self.broker.publish(events)
+        if self._deliveries:
+            self.broker.writer.release(self._deliveries)
+            self._deliveries = []

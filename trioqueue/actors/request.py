@@ -1,0 +1,57 @@
+"""A command on its way from a session to a queue and back.
+
+Sessions build :class:`Request` objects; the router and queue actors answer them through
+:meth:`Request.ok` / :meth:`Request.error`, which hand the finished reply map to the
+session's :class:`Replier`. The reply map carries ``reqId`` exactly as the client sent it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Replier(Protocol):
+    """Where replies go: a TCP or WebSocket session, or a join of split requests."""
+
+    def deliver(self, reply: dict[str, Any]) -> None: ...
+
+
+_NO_REQ_ID = object()
+
+
+class Request:
+    __slots__ = ("cmd", "msg", "replier", "req_id", "frame_bytes", "conn")
+
+    def __init__(
+        self,
+        cmd: str,
+        msg: dict[str, Any],
+        replier: Replier,
+        conn: Any = None,
+        frame_bytes: int | None = None,
+    ) -> None:
+        self.cmd = cmd
+        self.msg = msg
+        self.replier = replier
+        self.req_id = msg.get("reqId", _NO_REQ_ID)
+        self.conn = conn
+        self.frame_bytes = frame_bytes
+
+    def reply(self, payload: dict[str, Any]) -> dict[str, Any]:
+        reply = {"ok": True}
+        reply.update(payload)
+        if self.req_id is not _NO_REQ_ID:
+            reply["reqId"] = self.req_id
+        return reply
+
+    def error_reply(self, message: str) -> dict[str, Any]:
+        reply: dict[str, Any] = {"ok": False, "error": message}
+        if self.req_id is not _NO_REQ_ID:
+            reply["reqId"] = self.req_id
+        return reply
+
+    def ok(self, payload: dict[str, Any]) -> None:
+        self.replier.deliver(self.reply(payload))
+
+    def error(self, message: str) -> None:
+        self.replier.deliver(self.error_reply(message))

@@ -1,0 +1,202 @@
+"""The router: owns the broker-wide job index and fans commands into queue actors.
+
+Sessions hand it batches of requests; it resolves each to a queue (by ``queue`` name, by
+job id through the index, or by looking a finished job up in storage), groups them per
+queue and sends ONE inbox message per queue per batch. Ids that no queue knows are
+answered here, without waking any queue. Queue actors keep the index current through
+the :class:`~trioqueue.core.queue.JobIndex` methods, synchronously, as they admit and
+retire jobs; that is safe because every actor runs on the one trio thread and never
+awaits between checking and claiming an id.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..core import fields
+from ..core.errors import CommandError
+from ..core.handlers import MISSING_JOB, merge_replies, slice_message
+from .queue_actor import RELEASE_CONNECTION, QueueActor
+from .request import Request
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("trioqueue.router")
+
+# How a command names what it acts on.
+BY_QUEUE = "queue"
+BY_ID = "id"
+BY_CUSTOM_ID = "customId"
+BY_IDS = "ids"
+
+
+class _Join:
+    """Collects the sub-replies of a command split across queues, then answers once."""
+
+    def __init__(self, request: Request, ids: list[str], unknown: list[int]) -> None:
+        self.request = request
+        self.ids = ids
+        self.unknown = unknown
+        self.positions: dict[int, list[int]] = {}
+        self.parts: list[tuple[list[int], dict[str, Any]]] = []
+        self.error: str | None = None
+        self.expected = 0
+
+    def part(self, positions: list[int]) -> _JoinPart:
+        self.expected += 1
+        return _JoinPart(self, positions)
+
+    def _arrive(self, positions: list[int], reply: dict[str, Any]) -> None:
+        if not reply.get("ok"):
+            self.error = self.error or reply.get("error", "")
+        else:
+            self.parts.append((positions, reply))
+        self.expected -= 1
+        if self.expected == 0:
+            req = self.request
+            if self.error is not None:
+                req.error(self.error)
+            else:
+                req.ok(merge_replies(req.cmd, self.ids, self.parts, self.unknown))
+
+
+class _JoinPart:
+    def __init__(self, join: _Join, positions: list[int]) -> None:
+        self.join = join
+        self.positions = positions
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.join._arrive(self.positions, reply)
+
+
+class Router:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._index: dict[str, str] = {}
+        self.actors: dict[str, QueueActor] = {}
+
+    # ------------------------------------------------------------------ JobIndex
+
+    def locate(self, job_id: str) -> str | None:
+        return self._index.get(job_id)
+
+    def add(self, job_id: str, queue: str) -> None:
+        self._index[job_id] = queue
+
+    def remove(self, job_id: str) -> None:
+        self._index.pop(job_id, None)
+
+    def forget_queue(self, queue: str) -> None:
+        for job_id in [j for j, q in self._index.items() if q == queue]:
+            del self._index[job_id]
+
+    @property
+    def live_jobs(self) -> int:
+        return len(self._index)
+
+    # ------------------------------------------------------------------ queues
+
+    def actor(self, name: str) -> QueueActor:
+        """The actor of queue ``name``, started on first use."""
+        actor = self.actors.get(name)
+        if actor is None:
+            if len(self.actors) >= self.broker.config.max_queues:
+                raise CommandError(
+                    f"Too many queues (max {self.broker.config.max_queues})")
+            actor = QueueActor(name, self.broker)
+            self.actors[name] = actor
+            self.broker.start_actor(actor)
+        return actor
+
+    def _queue_of(self, job_id: str) -> str | None:
+        """A job's queue: the live index first, then storage for finished jobs."""
+        queue = self._index.get(job_id)
+        if queue is None:
+            self.broker.writer.commit_now()
+            record = self.broker.storage.get_finished(job_id)
+            if record is not None:
+                queue = record.get("queue")
+        return queue
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def dispatch(self, routed: list[tuple[str, Request]]) -> None:
+        """Send each request to its queue: one inbox message per queue for the batch."""
+        groups: dict[str, list[Request]] = {}
+        for how, req in routed:
+            try:
+                self._resolve(how, req, groups)
+            except CommandError as exc:
+                req.error(exc.message)
+        for name, reqs in groups.items():
+            await self.send(name, reqs)
+
+    async def send(self, name: str, reqs: list[Request]) -> None:
+        actor = self.actors[name]
+        try:
+            actor.send.send_nowait(reqs)
+        except trio.WouldBlock:
+            # A full inbox is backpressure: this session stops reading until it drains.
+            await actor.send.send(reqs)
+
+    def _resolve(self, how: str, req: Request, groups: dict[str, list[Request]]) -> None:
+        msg = req.msg
+        if how == BY_QUEUE:
+            name = fields.queue_name(msg.get("queue"))
+            self.actor(name)
+            groups.setdefault(name, []).append(req)
+            return
+        if how == BY_IDS:
+            self._resolve_many(req, groups)
+            return
+        job_id = fields.job_id(msg.get(how), how)
+        queue = self._queue_of(job_id)
+        if queue is None:
+            req.ok(MISSING_JOB[req.cmd](job_id))
+            return
+        self.actor(queue)
+        groups.setdefault(queue, []).append(req)
+
+    def _resolve_many(self, req: Request, groups: dict[str, list[Request]]) -> None:
+        ids = fields.str_list(req.msg.get("ids"), "ids")
+        by_queue: dict[str, list[int]] = {}
+        unknown: list[int] = []
+        for i, job_id in enumerate(ids):
+            queue = self._index.get(job_id)
+            if queue is None:
+                unknown.append(i)
+            else:
+                by_queue.setdefault(queue, []).append(i)
+        if len(by_queue) == 1 and not unknown:
+            groups.setdefault(next(iter(by_queue)), []).append(req)
+            return
+        if not by_queue:
+            # Nothing live: the answer is the same as for a queue that knows none of them.
+            req.ok(merge_replies(req.cmd, ids, [], unknown))
+            return
+        join = _Join(req, ids, unknown)
+        for queue, positions in by_queue.items():
+            part = Request(req.cmd, slice_message(req.cmd, req.msg, positions),
+                           join.part(positions), conn=req.conn)
+            groups.setdefault(queue, []).append(part)
+
+    def connection_closed(self, conn: Any, queues: set[str]) -> None:
+        """Return what a closed connection still held to its queues (see QueueState)."""
+        for name in queues:
+            actor = self.actors.get(name)
+            if actor is None:
+                continue
+            release = Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn)
+            try:
+                actor.send.send_nowait([release])
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                self.broker.spawn(self.send, name, [release])
+
+
+class _NoReply:
+    def deliver(self, reply: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,115 @@
+"""The storage writer: one place that commits, grouping every queue's writes per batch.
+
+Queue actors :meth:`submit` their writes as each command is applied and :meth:`release`
+the replies of a batch afterwards. The writer task commits everything submitted so far
+in ONE storage transaction and only then lets those replies go, so a client never sees
+an acknowledgement for a write that a kill -9 could lose. With ``fsync="always"`` (or a
+``durable`` job in the batch) replies also wait for the fsync, which runs in a worker
+thread, once per batch, so the event loop keeps serving while the disk flushes.
+
+:meth:`commit_now` commits synchronously; actors call it before reading storage so a
+query sees every write already applied in memory (read-your-writes).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from ..core.writes import Writes
+from ..storage.port import Storage
+from .request import Replier
+
+log = logging.getLogger("trioqueue.writer")
+
+Delivery = tuple[Replier, dict[str, Any]]
+
+
+class StorageWriter:
+    def __init__(self, storage: Storage, *, fsync: str = "interval",
+                 fsync_interval_s: float = 0.2) -> None:
+        self.storage = storage
+        self.fsync = fsync
+        self.fsync_interval_s = fsync_interval_s
+        self._writes: list[Writes] = []
+        self._held: list[Delivery] = []  # replies waiting for writes not yet committed
+        self._committed: list[Delivery] = []  # replies whose writes are committed
+        self._needs_sync = False
+        self._dirty = False  # committed but not yet fsynced (interval policy)
+        self._wake = trio.Event()
+        self.commits = 0
+        self.committed_ops = 0
+
+    def submit(self, writes: Writes) -> None:
+        if writes:
+            self._writes.append(writes)
+
+    def release(self, deliveries: list[Delivery]) -> None:
+        """Hold these replies until everything submitted so far is committed."""
+        if deliveries:
+            self._held.extend(deliveries)
+            self._wake.set()
+
+    def commit_now(self) -> None:
+        """Commit every submitted write in one transaction (synchronous, never awaits)."""
+        batches, self._writes = self._writes, []
+        if batches:
+            self.storage.apply(batches)
+            self.commits += 1
+            self.committed_ops += sum(len(b) for b in batches)
+            self._dirty = True
+            if self.fsync == "always" or any(b.durable for b in batches):
+                self._needs_sync = True
+        if self._held:
+            self._committed.extend(self._held)
+            self._held = []
+            self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not (self._writes or self._held or self._committed)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Commit, maybe fsync, then deliver; repeat while anything is pending.
+
+        Cancellation: the broker cancels this task only after the listeners and queue
+        actors have stopped; :meth:`flush` is then called under a shielded deadline so
+        the last batch is committed and answered.
+        """
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._cycle()
+
+    async def _cycle(self) -> None:
+        self.commit_now()
+        if self._needs_sync:
+            self._needs_sync = False
+            self._dirty = False
+            # The fsync blocks for hundreds of microseconds: do it off the event loop,
+            # once for the whole batch. abandon_on_cancel=False: the flush must finish.
+            await trio.to_thread.run_sync(self.storage.sync)
+        ready, self._committed = self._committed, []
+        for replier, reply in ready:
+            replier.deliver(reply)
+
+    async def flush(self) -> None:
+        """Commit and deliver everything pending (used at shutdown)."""
+        while not self.idle:
+            await self._cycle()
+        if self._dirty and self.fsync != "never":
+            self._dirty = False
+            await trio.to_thread.run_sync(self.storage.sync)
+
+    async def run_interval_sync(self) -> None:
+        """With the interval policy, put committed data on disk every ``fsync_interval_s``."""
+        if self.fsync != "interval":
+            return
+        while True:
+            await trio.sleep(self.fsync_interval_s)
+            if self._dirty:
+                self._dirty = False
+                await trio.to_thread.run_sync(self.storage.sync)

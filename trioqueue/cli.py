@@ -1,0 +1,129 @@
+"""``trioqueue serve``: flags, ``TRIOQUEUE_*`` variables, and bunqueue's own variable names.
+
+Precedence: flags > ``TRIOQUEUE_*`` > bunqueue's names (``TCP_PORT``, ``HTTP_PORT``,
+``HOST``, ``AUTH_TOKENS``, ``BUNQUEUE_DATA_PATH``...) > defaults, so a deployment or a
+test harness written for bunqueue starts us unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import trio
+
+from .config import FSYNC_POLICIES, Config
+
+# setting -> environment names, most specific first
+ENV_NAMES: dict[str, tuple[str, ...]] = {
+    "host": ("TRIOQUEUE_HOST", "HOST"),
+    "tcp_port": ("TRIOQUEUE_TCP_PORT", "TCP_PORT"),
+    "ws_port": ("TRIOQUEUE_WS_PORT", "HTTP_PORT"),
+    "data_dir": ("TRIOQUEUE_DATA_DIR", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH"),
+    "auth_tokens": ("TRIOQUEUE_AUTH_TOKENS", "AUTH_TOKENS"),
+    "fsync": ("TRIOQUEUE_FSYNC",),
+    "log_level": ("TRIOQUEUE_LOG_LEVEL", "LOG_LEVEL"),
+    "memory": ("TRIOQUEUE_MEMORY",),
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _env(env: Mapping[str, str], setting: str) -> str | None:
+    for name in ENV_NAMES[setting]:
+        if name in env:
+            return env[name]
+    return None
+
+
+def _port(value: str, name: str) -> int:
+    try:
+        port = int(value.strip())
+    except ValueError:
+        raise SystemExit(f"Invalid {name}: {value!r} (expected a port number)") from None
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"Invalid {name}: {value!r} (expected 0-65535)")
+    return port
+
+
+def _tokens(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
+    config = Config()
+    host = args.host or _env(env, "host")
+    if host:
+        config.host = host
+    tcp = args.tcp_port if args.tcp_port is not None else _env(env, "tcp_port")
+    if tcp is not None:
+        config.tcp_port = _port(str(tcp), "tcp port")
+    ws = args.ws_port if args.ws_port is not None else _env(env, "ws_port")
+    if ws is not None:
+        config.ws_port = _port(str(ws), "websocket port")
+    data = args.data_dir or _env(env, "data_dir")
+    if data:
+        config.data_dir = data
+    tokens = args.auth_tokens if args.auth_tokens is not None else _env(env, "auth_tokens")
+    if tokens is not None:
+        config.auth_tokens = _tokens(tokens)
+    fsync = args.fsync or _env(env, "fsync")
+    if fsync:
+        if fsync not in FSYNC_POLICIES:
+            raise SystemExit(f"Invalid fsync: {fsync!r} (expected {'|'.join(FSYNC_POLICIES)})")
+        config.fsync = fsync
+    level = args.log_level or _env(env, "log_level")
+    if level:
+        config.log_level = level.lower()
+    memory_env = _env(env, "memory")
+    if args.memory:
+        config.memory = True
+    elif memory_env is not None:
+        if memory_env.strip().lower() not in _TRUE | _FALSE:
+            raise SystemExit(f"Invalid TRIOQUEUE_MEMORY: {memory_env!r} (expected a boolean)")
+        config.memory = memory_env.strip().lower() in _TRUE
+    return config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trioqueue", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--tcp-port", type=int, help="TCP protocol port (default 6789)")
+    serve.add_argument("--ws-port", "--http-port", dest="ws_port", type=int,
+                       help="WebSocket port (default 6790)")
+    serve.add_argument("--data-dir", "--data-path", dest="data_dir",
+                       help="LMDB data directory (default ./trioqueue-data)")
+    serve.add_argument("--memory", action="store_true", help="keep everything in memory")
+    serve.add_argument("--auth-tokens", help="comma-separated tokens; enables auth")
+    serve.add_argument("--fsync", choices=FSYNC_POLICIES,
+                       help="when commits reach the disk (default interval)")
+    serve.add_argument("--log-level", help="debug, info, warning, error")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from(args, os.environ if env is None else env)
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise SystemExit(f"Invalid configuration: {exc}") from None
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from .server import serve
+
+    trio.run(serve, config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

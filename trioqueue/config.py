@@ -1,0 +1,54 @@
+"""Every setting and abuse limit of the broker, in one place, with units in the names.
+
+Limits are enforced in the I/O shell (sessions, listeners, writer); the defaults follow
+bunqueue's where it has one, so its clients meet the same bounds against us.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FSYNC_POLICIES = ("interval", "always", "never")
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    tcp_port: int = 6789
+    ws_port: int = 6790
+    data_dir: str = "./trioqueue-data"
+    memory: bool = False  # keep everything in memory (nothing survives a restart)
+    auth_tokens: list[str] = field(default_factory=list)
+    # "interval": commits survive kill -9 at once and reach the disk within
+    # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
+    # "never": the OS decides when (a power loss can take any amount of recent work).
+    fsync: str = "interval"
+    fsync_interval_s: float = 0.2
+    log_level: str = "info"
+
+    # --- wire limits
+    max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
+    max_inflight_per_connection: int = 50  # commands running at once per connection
+    partial_frame_timeout_s: float = 60.0  # slowloris guard; 0 disables
+    max_write_queue_bytes: int = 64 * 1024 * 1024  # unsent replies before we cut a client
+    max_data_bytes: int = 10_000_000  # JSON size of one job's data
+    max_connections: int = 10_000
+    ws_max_message_bytes: int = 1024 * 1024
+    ws_handshake_timeout_s: float = 10.0
+
+    # --- broker limits
+    max_queues: int = 10_000
+    queue_inbox_batches: int = 1024  # command batches buffered per queue actor
+    shutdown_grace_s: float = 10.0  # how long shutdown waits for in-flight commands
+    actor_max_restarts: int = 5  # crashes tolerated per actor within the window below
+    actor_restart_window_s: float = 10.0
+
+    def validate(self) -> None:
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
+        for name in ("tcp_port", "ws_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ValueError(f"{name} must be between 0 and 65535")
+        if self.fsync_interval_s <= 0:
+            raise ValueError("fsync_interval_s must be positive")

@@ -1,0 +1,441 @@
+"""Protocol commands applied to one queue: decode fields, call the state machine, shape replies.
+
+Each handler takes the queue's :class:`~trioqueue.core.queue.QueueState`, the decoded
+request map and a :class:`Ctx`, and returns the reply payload (the keys besides ``ok``
+and ``reqId``) exactly as bunqueue shapes it (see the reference's section 2.13), or a
+:class:`~trioqueue.core.queue.PullWaiter` when a long-poll must wait. Errors are raised
+as :class:`~trioqueue.core.errors.CommandError` with bunqueue's texts.
+
+:data:`MISSING_JOB` answers id-addressed commands for an id that no queue knows, so the
+router can reply without bothering any queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import fields
+from . import states as st
+from .errors import JOB_NOT_FOUND, CommandError
+from .options import parse_job_input
+from .queue import PullWaiter, QueueState
+
+Reply = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Ctx:
+    now: int
+    conn: Any = None  # the connection that sent the command (for ownership)
+    frame_bytes: int | None = None
+
+
+Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter"]
+
+# ------------------------------------------------------------------ producing
+
+
+def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    spec = parse_job_input(msg, custom_id_key="jobId", frame_bytes=ctx.frame_bytes)
+    return {"id": q.push([spec], ctx.now)[0]}
+
+
+def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    jobs = msg.get("jobs")
+    if not isinstance(jobs, list):
+        raise CommandError("jobs must be an array")
+    specs = []
+    for i, item in enumerate(jobs):
+        if not isinstance(item, dict):
+            raise CommandError(f"jobs[{i}]: job must be an object")
+        try:
+            specs.append(parse_job_input(item, custom_id_key="customId",
+                                         frame_bytes=ctx.frame_bytes))
+        except CommandError as exc:
+            raise CommandError(f"jobs[{i}]: {exc.message}") from None
+    return {"ids": q.push(specs, ctx.now)}
+
+
+# ------------------------------------------------------------------ consuming
+
+
+def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool) -> Reply | PullWaiter:
+    timeout = fields.pull_timeout(msg.get("timeout"))
+    count = fields.pullb_count(msg.get("count")) if batch else 1
+    owner = msg.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise CommandError("owner must be a string")
+    lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
+    detach = msg.get("detach") is True
+    jobs, tokens = q.pull(ctx.now, count=count, owner=owner, lock_ttl=lock_ttl,
+                          conn=ctx.conn, detach=detach)
+    if jobs or timeout <= 0:
+        return q.pull_reply(jobs, tokens, batch=batch, owner=owner)
+    return PullWaiter(handle=None, count=count, batch=batch, owner=owner, lock_ttl=lock_ttl,
+                      conn=ctx.conn, detach=detach, deadline_ms=int(ctx.now + timeout))
+
+
+def pull(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter:
+    return _pull(q, msg, ctx, batch=False)
+
+
+def pullb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter:
+    return _pull(q, msg, ctx, batch=True)
+
+
+def _token(msg: dict[str, Any]) -> str | None:
+    token = msg.get("token")
+    if token is not None and not isinstance(token, str):
+        raise CommandError("token must be a string")
+    return token
+
+
+def ack(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    remove = msg.get("removeOnComplete")
+    q.ack(
+        fields.job_id(msg.get("id")),
+        ctx.now,
+        token=_token(msg),
+        has_result="result" in msg,
+        result=msg.get("result"),
+        remove=True if remove is True else None,
+    )
+    return {}
+
+
+def _parallel(msg: dict[str, Any], key: str, n: int) -> list[Any] | None:
+    value = msg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise CommandError(f"{key} must be an array")
+    if len(value) != n:
+        raise CommandError(f"ACKB {key} length must match ids length")
+    return value
+
+
+def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids = fields.str_list(msg.get("ids"), "ids")
+    tokens = _parallel(msg, "tokens", len(ids))
+    results = msg.get("results")
+    if not isinstance(results, list) or len(results) != len(ids):
+        results = None  # bunqueue: a result-less batch ack unless lengths match
+    removes = msg.get("removeOnCompletes")
+    if not isinstance(removes, list) or len(removes) != len(ids):
+        removes = None
+    ignored = q.ackb(ids, ctx.now, tokens=tokens, results=results, removes=removes)
+    if ignored:
+        return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
+    return {}
+
+
+def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    error = msg.get("error")
+    if error is not None and not isinstance(error, str):
+        error = str(error)
+    stack = fields.fail_stack(msg.get("stack"))
+    q.fail(
+        fields.job_id(msg.get("id")),
+        ctx.now,
+        token=_token(msg),
+        error=error,
+        stack=stack,
+        unrecoverable=msg.get("unrecoverable") is True,
+        remove_on_fail=True if msg.get("removeOnFail") is True else None,
+    )
+    return {}
+
+
+def extend_lock(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    duration = fields.lock_duration(msg.get("duration"))
+    if duration is None:
+        raise CommandError("duration is required")
+    if not q.extend_lock(job_id, ctx.now, token=_token(msg), duration=duration):
+        raise CommandError("Lock not found or invalid token")
+    return {}
+
+
+def extend_locks(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids = fields.str_list(msg.get("ids"), "ids")
+    tokens = msg.get("tokens")
+    durations = msg.get("durations")
+    if not isinstance(tokens, list) or len(tokens) != len(ids):
+        raise CommandError("tokens length must match ids length")
+    if not isinstance(durations, list) or len(durations) != len(ids):
+        raise CommandError("durations length must match ids length")
+    checked: list[float] = []
+    for i, d in enumerate(durations):
+        try:
+            duration = fields.lock_duration(d)
+            if duration is None:
+                raise CommandError("duration is required")
+            checked.append(duration)
+        except CommandError as exc:
+            raise CommandError(f"durations[{i}]: {exc.message}") from None
+    count = 0
+    for job_id, token, duration in zip(ids, tokens, checked, strict=True):
+        tok = token if isinstance(token, str) else None
+        if q.extend_lock(job_id, ctx.now, token=tok, duration=duration):
+            count += 1
+    return {"count": count}
+
+
+def job_heartbeat(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    duration = fields.lock_duration(msg.get("duration"))
+    if not q.heartbeat(job_id, ctx.now, token=_token(msg), duration=duration):
+        raise CommandError("Job not found or not active (or invalid token)")
+    return {"data": {"ok": True}}
+
+
+def job_heartbeat_b(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids = fields.str_list(msg.get("ids"), "ids")
+    tokens = msg.get("tokens")
+    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(ids)):
+        raise CommandError("tokens length must match ids length")
+    count = 0
+    for i, job_id in enumerate(ids):
+        tok = tokens[i] if tokens is not None and isinstance(tokens[i], str) else None
+        if q.heartbeat(job_id, ctx.now, token=tok, duration=None):
+            count += 1
+    return {"data": {"ok": True, "count": count}}
+
+
+# ------------------------------------------------------------------ progress and logs
+
+
+def progress(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.set_progress(fields.job_id(msg.get("id")), ctx.now, msg.get("progress"),
+                   msg.get("message"), "message" in msg)
+    return {}
+
+
+def get_progress(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return q.get_progress(fields.job_id(msg.get("id")), ctx.now)
+
+
+LOG_LEVELS = ("info", "warn", "error")
+
+
+def add_log(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    message = msg.get("message")
+    if not isinstance(message, str):
+        raise CommandError("message must be a string")
+    level = msg.get("level", "info")
+    if level not in LOG_LEVELS:
+        raise CommandError("level must be one of info, warn, error")
+    q.add_log(job_id, ctx.now, message, level)
+    return {"data": {"added": True}}
+
+
+def _opt_int(value: Any, field: str) -> int | None:
+    number = fields.strict_number(value, field, integer=True)
+    return None if number is None else int(number)
+
+
+def get_logs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    return {"data": q.get_logs(job_id, _opt_int(msg.get("start"), "start"),
+                               _opt_int(msg.get("end"), "end"))}
+
+
+def clear_logs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    keep = fields.keep_logs_argument(msg.get("keepLogs"))
+    q.clear_logs(job_id, keep or 0)
+    return {}
+
+
+# ------------------------------------------------------------------ queries
+
+
+def get_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job = q.job_wire(fields.job_id(msg.get("id")), ctx.now)
+    if job is None:
+        raise CommandError(JOB_NOT_FOUND)
+    return {"job": job}
+
+
+def get_job_by_custom_id(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job = q.job_wire(fields.job_id(msg.get("customId"), "customId"), ctx.now)
+    if job is None:
+        raise CommandError(JOB_NOT_FOUND)
+    return {"job": job}
+
+
+def get_state(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    return {"id": job_id, "state": q.state_of(job_id, ctx.now)}
+
+
+def get_result(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    found, result = q.finished.result(job_id)
+    # No key at all when nothing is stored: a stored null must stay distinguishable.
+    return {"id": job_id, "result": result} if found else {"id": job_id}
+
+
+def get_children_values(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    fields.job_id(msg.get("id"))
+    return {"data": {"values": {}}}
+
+
+def _states(value: Any) -> list[str]:
+    if value is None:
+        return list(st.VISIBLE_STATES)
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise CommandError("state must be a string or an array of strings")
+        out.append(st.STATE_ALIASES.get(item, item))
+    return out
+
+
+def get_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    limit = _opt_int(msg.get("limit"), "limit")
+    offset = _opt_int(msg.get("offset"), "offset")
+    if limit is not None and limit < 0 or offset is not None and offset < 0:
+        raise CommandError("limit and offset must be at least 0")
+    asc = msg.get("asc", True) is not False
+    jobs = q.list_jobs(_states(msg.get("state")), ctx.now, asc=asc,
+                       offset=offset or 0, limit=100 if limit is None else limit)
+    return {"jobs": jobs}
+
+
+def get_job_counts(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"counts": q.counts(ctx.now)}
+
+
+def get_counts_per_priority(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"queue": q.name, "counts": q.counts_per_priority()}
+
+
+def count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"count": q.queued_count(ctx.now)}
+
+
+# ------------------------------------------------------------------ control
+
+
+def pause(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.set_paused(True, ctx.now)
+    return {}
+
+
+def resume(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.set_paused(False, ctx.now)
+    return {}
+
+
+def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"paused": q.paused}
+
+
+QUEUE_HANDLERS: dict[str, Handler] = {
+    "PUSH": push,
+    "PUSHB": pushb,
+    "PULL": pull,
+    "PULLB": pullb,
+    "ACK": ack,
+    "ACKB": ackb,
+    "FAIL": fail,
+    "ExtendLock": extend_lock,
+    "ExtendLocks": extend_locks,
+    "JobHeartbeat": job_heartbeat,
+    "JobHeartbeatB": job_heartbeat_b,
+    "Progress": progress,
+    "GetProgress": get_progress,
+    "AddLog": add_log,
+    "GetLogs": get_logs,
+    "ClearLogs": clear_logs,
+    "GetJob": get_job,
+    "GetJobByCustomId": get_job_by_custom_id,
+    "GetState": get_state,
+    "GetResult": get_result,
+    "GetChildrenValues": get_children_values,
+    "GetJobs": get_jobs,
+    "GetJobCounts": get_job_counts,
+    "GetCountsPerPriority": get_counts_per_priority,
+    "Count": count,
+    "Pause": pause,
+    "Resume": resume,
+    "IsPaused": is_paused,
+}
+
+
+def _missing(error: str | None = None, **reply: Any) -> Callable[[str], Reply]:
+    def answer(job_id: str) -> Reply:
+        if error is not None:
+            raise CommandError(error.format(id=job_id))
+        return {k: (job_id if v is _ID else v) for k, v in reply.items()}
+
+    return answer
+
+
+_ID = object()
+
+# Replies for an id that no queue holds (and storage does not know either).
+MISSING_JOB: dict[str, Callable[[str], Reply]] = {
+    "ACK": _missing("Job not found or not in processing state: {id}"),
+    "FAIL": _missing("Job not found or not in processing state: {id}"),
+    "ExtendLock": _missing("Lock not found or invalid token"),
+    "JobHeartbeat": _missing("Job not found or not active (or invalid token)"),
+    "Progress": _missing(JOB_NOT_FOUND),
+    "GetProgress": _missing(JOB_NOT_FOUND),
+    "AddLog": _missing(JOB_NOT_FOUND),
+    "GetLogs": lambda job_id: {"data": {"logs": [], "count": 0}},
+    "ClearLogs": _missing(),
+    "GetJob": _missing(JOB_NOT_FOUND),
+    "GetJobByCustomId": _missing(JOB_NOT_FOUND),
+    "GetState": _missing(id=_ID, state=st.UNKNOWN),
+    "GetResult": _missing(id=_ID),
+    "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
+}
+
+# Multi-id commands: the arrays that run parallel to ``ids`` (the router splits a
+# command whose ids live in several queues into one sub-command per queue).
+PARALLEL_ARRAYS: dict[str, tuple[str, ...]] = {
+    "ACKB": ("tokens", "results", "removeOnCompletes"),
+    "ExtendLocks": ("tokens", "durations"),
+    "JobHeartbeatB": ("tokens",),
+}
+
+
+def slice_message(cmd: str, msg: dict[str, Any], positions: list[int]) -> dict[str, Any]:
+    """The part of a multi-id command that concerns ``positions`` of its ``ids``.
+
+    An array of the wrong length is passed through unchanged, so the handler refuses it
+    with the same error as for an unsplit command.
+    """
+    ids = msg["ids"]
+    part: dict[str, Any] = {"ids": [ids[i] for i in positions]}
+    for key in PARALLEL_ARRAYS[cmd]:
+        value = msg.get(key)
+        if isinstance(value, list) and len(value) == len(ids):
+            part[key] = [value[i] for i in positions]
+        elif value is not None:
+            part[key] = value
+    return part
+
+
+def merge_replies(cmd: str, ids: list[str], parts: list[tuple[list[int], Reply]],
+                  unknown: list[int]) -> Reply:
+    """Combine the sub-replies of a split multi-id command into bunqueue's reply."""
+    if cmd == "ACKB":
+        ignored = list(unknown)
+        for positions, reply in parts:
+            for i in reply.get("data", {}).get("ignoredIndices", []):
+                ignored.append(positions[i])
+        ignored.sort()
+        if not ignored:
+            return {}
+        return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
+    if cmd == "ExtendLocks":
+        return {"count": sum(reply.get("count", 0) for _, reply in parts)}
+    total = sum(reply.get("data", {}).get("count", 0) for _, reply in parts)
+    return {"data": {"ok": True, "count": total}}

@@ -1,0 +1,193 @@
+"""The job record: what a queue keeps in memory, what storage persists, what the wire shows.
+
+One class serves all three so that a field is added in one place. ``to_wire`` gives
+bunqueue's Job object (camelCase keys, epoch-ms timestamps as floats so that msgpack sends
+them as float64, as bunqueue's int64 rule requires); ``to_record`` and ``from_record``
+give the storage form, which is the wire form plus the internal fields that the wire
+never shows (the stored lifecycle state, the admission sequence, the DLQ entry).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Where a job lives. The fine-grained states a client sees (waiting, prioritized,
+# delayed) are derived from a QUEUED job's runAt and priority at the time of asking;
+# see trioqueue.core.states.
+QUEUED = "queued"
+ACTIVE = "active"
+WAITING_CHILDREN = "waiting-children"
+COMPLETED = "completed"
+FAILED = "failed"
+
+LIVE_STATES = frozenset({QUEUED, ACTIVE, WAITING_CHILDREN})
+FINISHED_STATES = frozenset({COMPLETED, FAILED})
+
+TIMELINE_MAX = 20
+
+# (wire name, attribute name, default). Mutable defaults are copied per job.
+_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("id", "id", ""),
+    ("queue", "queue", ""),
+    ("name", "name", "default"),
+    ("data", "data", None),
+    ("priority", "priority", 0),
+    ("createdAt", "created_at", 0),
+    ("runAt", "run_at", 0),
+    ("startedAt", "started_at", None),
+    ("completedAt", "completed_at", None),
+    ("attempts", "attempts", 0),
+    ("maxAttempts", "max_attempts", 3),
+    ("backoff", "backoff", 1000),
+    ("backoffConfig", "backoff_config", None),
+    ("ttl", "ttl", None),
+    ("timeout", "timeout", None),
+    ("uniqueKey", "unique_key", None),
+    ("customId", "custom_id", None),
+    ("dependsOn", "depends_on", ()),
+    ("parentId", "parent_id", None),
+    ("childrenIds", "children_ids", ()),
+    ("childrenCompleted", "children_completed", 0),
+    ("tags", "tags", ()),
+    ("groupId", "group_id", None),
+    ("progress", "progress", 0),
+    ("progressMessage", "progress_message", None),
+    ("stacktrace", "stacktrace", None),
+    ("removeOnComplete", "remove_on_complete", False),
+    ("removeOnFail", "remove_on_fail", False),
+    ("repeat", "repeat", None),
+    ("lastHeartbeat", "last_heartbeat", 0),
+    ("stallTimeout", "stall_timeout", None),
+    ("stallCount", "stall_count", 0),
+    ("stackTraceLimit", "stack_trace_limit", 10),
+    ("keepLogs", "keep_logs", None),
+    ("sizeLimit", "size_limit", None),
+    ("failParentOnFailure", "fail_parent_on_failure", False),
+    ("removeDependencyOnFailure", "remove_dependency_on_failure", False),
+    ("continueParentOnFailure", "continue_parent_on_failure", False),
+    ("ignoreDependencyOnFailure", "ignore_dependency_on_failure", False),
+    ("deduplicationTtl", "deduplication_ttl", None),
+    ("deduplicationExtend", "deduplication_extend", False),
+    ("deduplicationReplace", "deduplication_replace", False),
+    ("debounceId", "debounce_id", None),
+    ("debounceTtl", "debounce_ttl", None),
+    ("durable", "durable", False),
+    ("lifo", "lifo", False),
+    ("timeline", "timeline", ()),
+)
+
+_TIMESTAMPS = frozenset({"createdAt", "runAt", "startedAt", "completedAt", "lastHeartbeat"})
+_LISTS = frozenset({"dependsOn", "childrenIds", "tags", "timeline"})
+
+# Internal fields persisted with the record but never sent as part of the Job object.
+_INTERNAL: tuple[tuple[str, Any], ...] = (
+    ("state", QUEUED),
+    ("seq", 0),
+    ("dlq", None),  # {"reason", "error", "enteredAt", "attempts": [...]} once in the DLQ
+)
+
+
+class Job:
+    """One job. Plain attributes; ``__slots__`` keeps 100k waiting jobs cheap."""
+
+    __slots__ = tuple(attr for _, attr, _ in _FIELDS) + tuple(n for n, _ in _INTERNAL)
+
+    id: str
+    queue: str
+    name: str
+    data: Any
+    priority: float
+    created_at: int
+    run_at: int
+    started_at: int | None
+    completed_at: int | None
+    attempts: int
+    max_attempts: int
+    backoff: float
+    backoff_config: dict[str, Any] | None
+    ttl: float | None
+    timeout: float | None
+    unique_key: str | None
+    custom_id: str | None
+    depends_on: list[str]
+    parent_id: str | None
+    children_ids: list[str]
+    children_completed: int
+    tags: list[str]
+    group_id: str | None
+    progress: float
+    progress_message: str | None
+    stacktrace: list[str] | None
+    remove_on_complete: bool
+    remove_on_fail: bool
+    repeat: dict[str, Any] | None
+    last_heartbeat: int
+    stall_timeout: float | None
+    stall_count: int
+    stack_trace_limit: float
+    keep_logs: float | None
+    size_limit: float | None
+    fail_parent_on_failure: bool
+    remove_dependency_on_failure: bool
+    continue_parent_on_failure: bool
+    ignore_dependency_on_failure: bool
+    deduplication_ttl: float | None
+    deduplication_extend: bool
+    deduplication_replace: bool
+    debounce_id: str | None
+    debounce_ttl: float | None
+    durable: bool
+    lifo: bool
+    timeline: list[dict[str, Any]]
+    state: str
+    seq: int
+    dlq: dict[str, Any] | None
+
+    def __init__(self, **attrs: Any) -> None:
+        for _, attr, default in _FIELDS:
+            value = attrs.pop(attr, default)
+            if isinstance(value, tuple):
+                value = list(value)
+            setattr(self, attr, value)
+        for attr, default in _INTERNAL:
+            setattr(self, attr, attrs.pop(attr, default))
+        if attrs:
+            raise TypeError(f"unknown job attributes: {sorted(attrs)}")
+
+    def add_timeline(self, state: str, timestamp: int, **extra: Any) -> None:
+        """Record a transition; like bunqueue, later transitions are dropped once full."""
+        if len(self.timeline) < TIMELINE_MAX:
+            entry: dict[str, Any] = {"state": state, "timestamp": float(timestamp)}
+            entry.update(extra)
+            self.timeline.append(entry)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Job object as bunqueue sends it (timestamps as floats: the int64 rule)."""
+        out: dict[str, Any] = {}
+        for wire, attr, _ in _FIELDS:
+            value = getattr(self, attr)
+            if wire in _TIMESTAMPS and value is not None:
+                value = float(value)
+            out[wire] = value
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        """The storage form: every wire field (timestamps kept as ints) plus internals."""
+        out = {wire: getattr(self, attr) for wire, attr, _ in _FIELDS}
+        for attr, _ in _INTERNAL:
+            out[attr] = getattr(self, attr)
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Job:
+        job = cls.__new__(cls)
+        for wire, attr, default in _FIELDS:
+            value = record.get(wire, default)
+            if wire in _LISTS:
+                value = list(value) if value is not None else []
+            elif wire in _TIMESTAMPS and isinstance(value, float):
+                value = int(value)
+            setattr(job, attr, value)
+        for attr, default in _INTERNAL:
+            setattr(job, attr, record.get(attr, default))
+        return job

@@ -1,0 +1,930 @@
+"""One queue's state machine: synchronous, knows nothing of sockets, trio or storage.
+
+A :class:`QueueState` owns the live jobs of one queue (queued, active, waiting for
+children), their ordering, locks, deduplication keys and parked pulls. Each command is a
+method that takes ``now`` (epoch ms) and returns the reply payload bunqueue sends;
+side effects are recorded, never performed:
+
+- storage mutations go into ``self.writes`` (a :class:`~trioqueue.core.writes.Writes`)
+  that the caller hands to the storage writer, so a reply is released only after its
+  writes are committed;
+- job events go into ``self.events``;
+- the broker-wide job index (job id -> queue) is updated through the
+  :class:`JobIndex` the caller passes in, synchronously, so a custom id is claimed the
+  moment a push is admitted.
+
+Finished jobs (completed, failed) live in storage, read through :class:`FinishedReader`.
+
+The transition rules themselves are in :mod:`trioqueue.core.states`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import states as st
+from .backoff import backoff_delay_ms
+from .errors import JOB_NOT_FOUND, CommandError
+from .ids import uuid7
+from .job import ACTIVE, COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job
+from .writes import Writes
+
+DEFAULT_LOCK_TTL_MS = 30_000
+DEFAULT_MAX_STALLS = 3
+MAX_LOGS_PER_JOB = 100
+# bunqueue keeps 10,000 jobs' logs; beyond that the oldest job's logs go first.
+MAX_JOBS_WITH_LOGS = 10_000
+
+
+class JobIndex(Protocol):
+    """The broker-wide index of live jobs, owned by the router."""
+
+    def locate(self, job_id: str) -> str | None: ...
+    def add(self, job_id: str, queue: str) -> None: ...
+    def remove(self, job_id: str) -> None: ...
+
+
+class FinishedReader(Protocol):
+    """Read access to finished jobs, which live in storage rather than in memory.
+
+    An implementation must see every write already recorded (the actor commits its
+    pending writes before it reads), so a query never misses a job it just finished.
+    """
+
+    def get(self, job_id: str) -> dict[str, Any] | None: ...
+    def result(self, job_id: str) -> tuple[bool, Any]: ...
+    def list(
+        self, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]: ...
+    def count(self, state: str) -> int: ...
+
+
+@dataclass(slots=True)
+class Lock:
+    token: str
+    owner: str
+    created_at: int
+    expires_at: int
+    ttl: float
+    renewals: int = 0
+
+
+@dataclass(slots=True)
+class PullWaiter:
+    """A parked PULL/PULLB: served when a job becomes ready or answered empty at its deadline."""
+
+    handle: Any  # the caller's way back to the client; opaque here
+    count: int
+    batch: bool
+    owner: str | None
+    lock_ttl: float
+    conn: Any
+    detach: bool
+    deadline_ms: int
+    done: bool = False
+
+
+@dataclass
+class Delivery:
+    """A waiter that got its answer (jobs may be empty on timeout)."""
+
+    waiter: PullWaiter
+    reply: dict[str, Any]
+
+
+@dataclass
+class DedupKey:
+    owner: str
+    expires_at: float | None  # None: held until the owner leaves
+
+
+@dataclass
+class Counters:
+    waiting: int = 0
+    prioritized: int = 0
+    delayed: int = 0
+    active: int = 0
+    waiting_children: int = 0
+    by_priority: dict[float, int] = field(default_factory=dict)
+
+
+class QueueState:
+    def __init__(self, name: str, index: JobIndex, finished: FinishedReader) -> None:
+        self.name = name
+        self.index = index
+        self.finished = finished
+        self.jobs: dict[str, Job] = {}
+        self.paused = False
+        self.writes = Writes()
+        self.events: list[dict[str, Any]] = []
+        # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
+        self._ready: list[tuple[float, int, float, int, str]] = []
+        # delayed heap: (runAt, seq, id); moved to ready when due
+        self._delayed: list[tuple[int, int, str]] = []
+        self._seq = 0
+        self.locks: dict[str, Lock] = {}
+        self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
+        self.owner_conn: dict[str, Any] = {}  # job id -> connection it was delivered to
+        self.conn_jobs: dict[Any, set[str]] = {}
+        self.dedup: dict[str, DedupKey] = {}
+        self.waiters: deque[PullWaiter] = deque()
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.max_stalls = DEFAULT_MAX_STALLS
+        self.c = Counters()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def take_writes(self) -> Writes:
+        writes, self.writes = self.writes, Writes()
+        return writes
+
+    def take_events(self) -> list[dict[str, Any]]:
+        events, self.events = self.events, []
+        return events
+
+    def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+        event: dict[str, Any] = {"eventType": event_type, "queue": self.name, "jobId": job_id}
+        event["timestamp"] = float(now)
+        event.update(extra)
+        self.events.append(event)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _count(self, job: Job, delta: int, now: int) -> None:
+        """Keep the per-state counters right; called when a job enters or leaves a place."""
+        c = self.c
+        if job.state == QUEUED:
+            if job.run_at > now:
+                c.delayed += delta
+            elif job.priority > 0:
+                c.prioritized += delta
+            else:
+                c.waiting += delta
+            n = c.by_priority.get(job.priority, 0) + delta
+            if n:
+                c.by_priority[job.priority] = n
+            else:
+                c.by_priority.pop(job.priority, None)
+        elif job.state == ACTIVE:
+            c.active += delta
+        elif job.state == WAITING_CHILDREN:
+            c.waiting_children += delta
+
+    def _enqueue(self, job: Job, now: int) -> None:
+        """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq."""
+        job.seq = self._next_seq()
+        if job.run_at > now:
+            heapq.heappush(self._delayed, (job.run_at, job.seq, job.id))
+        else:
+            self._push_ready(job)
+        self._count(job, +1, now)
+
+    def _push_ready(self, job: Job) -> None:
+        if job.lifo:
+            key = (-job.priority, 0, float(-job.seq), job.seq, job.id)
+        else:
+            key = (-job.priority, 1, float(job.run_at), job.seq, job.id)
+        heapq.heappush(self._ready, key)
+
+    def _promote_due(self, now: int) -> None:
+        """Move delayed jobs whose runAt has come into the ready heap (and the counters)."""
+        d = self._delayed
+        while d and d[0][0] <= now:
+            _, seq, job_id = heapq.heappop(d)
+            job = self.jobs.get(job_id)
+            if job is None or job.state != QUEUED or job.seq != seq:
+                continue
+            self.c.delayed -= 1
+            if job.priority > 0:
+                self.c.prioritized += 1
+            else:
+                self.c.waiting += 1
+            self._push_ready(job)
+
+    def _persist(self, job: Job) -> None:
+        self.writes.put_job(job.to_record())
+        if job.durable:
+            self.writes.durable = True
+
+    # ------------------------------------------------------------------ recovery
+
+    def restore(self, record: dict[str, Any], now: int, *, charge_active: bool = True) -> Job:
+        """Rebuild one live job from storage after a restart.
+
+        A job that was ACTIVE when the broker died is charged an interrupted attempt and
+        a stall, then retried with backoff or buried, as bunqueue's startup recovery does:
+        the worker that had it may have done part of the work, so it counts as a try.
+        With ``charge_active=False`` (only the queue actor restarted, its workers are
+        alive) an active job stays active, without a lock.
+        """
+        job = Job.from_record(record)
+        self.jobs[job.id] = job
+        self.index.add(job.id, self.name)
+        if job.unique_key is not None:
+            ttl = job.deduplication_ttl
+            self.dedup[job.unique_key] = DedupKey(
+                job.id, None if ttl is None else job.created_at + ttl
+            )
+        if job.state == ACTIVE and charge_active:
+            job.attempts += 1
+            job.stall_count += 1
+            job.started_at = None
+            if job.attempts >= job.max_attempts:
+                self._bury(
+                    job,
+                    now,
+                    "max_attempts_exceeded",
+                    f"Job reached max attempts ({job.max_attempts}) during startup recovery",
+                    counted=False,
+                )
+                return job
+            if self.max_stalls > 0 and job.stall_count >= self.max_stalls:
+                self._bury(job, now, "stalled", "Job stalled during startup recovery",
+                           counted=False)
+                return job
+            job.state = QUEUED
+            job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
+            job.add_timeline("waiting", now)
+            self._enqueue(job, now)
+            self._persist(job)
+        elif job.state == QUEUED:
+            self._enqueue(job, now)
+        else:
+            self._count(job, +1, now)
+        return job
+
+    # ------------------------------------------------------------------ producing
+
+    def push(self, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
+        """Admit validated job inputs (see core.options); returns their ids in order.
+
+        A custom id names the job broker-wide: a live job with that id makes the push
+        a no-op that answers the existing id; a finished one is retired in the same
+        commit and replaced. A ``uniqueKey`` applies the queue's dedup policy.
+        """
+        ids: list[str] = []
+        for spec in specs:
+            ids.append(self._push_one(spec, now))
+        return ids
+
+    def _push_one(self, spec: dict[str, Any], now: int) -> str:
+        spec = dict(spec)
+        delay = spec.pop("delay", 0) or 0
+        timestamp = spec.pop("timestamp", None)
+        custom_id = spec.get("custom_id")
+        if custom_id is not None:
+            existing = self.index.locate(custom_id)
+            if existing is not None:
+                return custom_id
+            if self.finished.get(custom_id) is not None:
+                self.writes.delete_job(custom_id)
+                self.logs.pop(custom_id, None)
+        unique_key = spec.get("unique_key")
+        replaced: Job | None = None
+        if unique_key is not None:
+            holder = self.dedup.get(unique_key)
+            owner = None
+            if holder is not None and (holder.expires_at is None or holder.expires_at > now):
+                owner = self.jobs.get(holder.owner)
+            if owner is not None:
+                assert holder is not None
+                if spec.get("deduplication_replace"):
+                    if owner.state in (QUEUED, WAITING_CHILDREN):
+                        replaced = owner
+                elif spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
+                    holder.expires_at = now + spec["deduplication_ttl"]
+                    self._emit("duplicated", owner.id, now)
+                    return owner.id
+                else:
+                    self._emit("duplicated", owner.id, now)
+                    return owner.id
+        created = int(timestamp) if timestamp is not None else now
+        job_id = custom_id if custom_id is not None else uuid7(now)
+        job = Job(id=job_id, queue=self.name, created_at=created, **spec)
+        job.run_at = int(created + delay)
+        job.last_heartbeat = created
+        job.state = QUEUED
+        job.add_timeline("delayed" if job.run_at > now else "waiting", now)
+        if replaced is not None:
+            self._remove_live(replaced, now)
+            self.writes.delete_job(replaced.id)
+        self.jobs[job.id] = job
+        self.index.add(job.id, self.name)
+        if unique_key is not None:
+            ttl = job.deduplication_ttl
+            self.dedup[unique_key] = DedupKey(job.id, None if ttl is None else now + ttl)
+        self._enqueue(job, now)
+        self._persist(job)
+        if job.run_at > now:
+            self._emit("delayed", job.id, now, delay=float(job.run_at - now))
+        self._emit("pushed", job.id, now)
+        return job.id
+
+    # ------------------------------------------------------------------ consuming
+
+    def _next_ready(self, now: int) -> Job | None:
+        """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
+        self._promote_due(now)
+        ready = self._ready
+        while ready:
+            *_, seq, job_id = heapq.heappop(ready)
+            job = self.jobs.get(job_id)
+            if job is None or job.state != QUEUED or job.seq != seq:
+                continue
+            if job.ttl is not None and now > job.created_at + job.ttl:
+                # ttl bounds time in the queue: an expired job is dropped silently
+                self._remove_live(job, now)
+                self.writes.delete_job(job.id)
+                continue
+            return job
+        return None
+
+    def pull(
+        self,
+        now: int,
+        *,
+        count: int,
+        owner: str | None,
+        lock_ttl: float,
+        conn: Any,
+        detach: bool = False,
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Deliver up to ``count`` ready jobs; returns (wire jobs, tokens).
+
+        Tokens are only meaningful with an ``owner`` (a lease); a pull without owner
+        leaves stall detection as the only recovery. Jobs are remembered against the
+        connection so that they go back to the queue if it closes (unless ``detach``).
+        """
+        jobs: list[dict[str, Any]] = []
+        tokens: list[str] = []
+        if self.paused:
+            return jobs, tokens
+        while len(jobs) < count:
+            job = self._next_ready(now)
+            if job is None:
+                break
+            self._count(job, -1, now)
+            job.state = st.next_state(QUEUED, st.PULL)
+            self._count(job, +1, now)
+            job.started_at = now
+            job.last_heartbeat = now
+            job.add_timeline("active", now)
+            token = ""
+            if owner is not None:
+                token = uuid7(now)
+                expires = int(now + lock_ttl)
+                self.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
+                heapq.heappush(self._lock_heap, (expires, job.id, token))
+            if conn is not None and not (detach and owner is None):
+                self.owner_conn[job.id] = conn
+                self.conn_jobs.setdefault(conn, set()).add(job.id)
+            self._persist(job)
+            self._emit("active", job.id, now)
+            jobs.append(job.to_wire())
+            tokens.append(token)
+        return jobs, tokens
+
+    def pull_reply(
+        self, jobs: list[dict[str, Any]], tokens: list[str], *, batch: bool, owner: str | None
+    ) -> dict[str, Any]:
+        if batch:
+            reply: dict[str, Any] = {"jobs": jobs}
+            if owner is not None:
+                reply["tokens"] = tokens
+            return reply
+        reply = {"job": jobs[0] if jobs else None}
+        if owner is not None:
+            reply["token"] = tokens[0] if tokens else None
+        return reply
+
+    def park(self, waiter: PullWaiter) -> None:
+        self.waiters.append(waiter)
+
+    def serve_waiters(self, now: int) -> list[Delivery]:
+        """Hand ready jobs to parked pulls in arrival order; answer those past deadline."""
+        out: list[Delivery] = []
+        while self.waiters:
+            w = self.waiters[0]
+            if w.done:
+                self.waiters.popleft()
+                continue
+            if w.deadline_ms <= now:
+                self.waiters.popleft()
+                w.done = True
+                out.append(Delivery(w, self.pull_reply([], [], batch=w.batch, owner=w.owner)))
+                continue
+            if self.paused:
+                break
+            jobs, tokens = self.pull(
+                now, count=w.count, owner=w.owner, lock_ttl=w.lock_ttl, conn=w.conn,
+                detach=w.detach,
+            )
+            if not jobs:
+                break
+            self.waiters.popleft()
+            w.done = True
+            out.append(Delivery(w, self.pull_reply(jobs, tokens, batch=w.batch, owner=w.owner)))
+        # expired waiters behind a still-waiting head are answered too
+        if self.waiters:
+            keep: deque[PullWaiter] = deque()
+            for w in self.waiters:
+                if w.done:
+                    continue
+                if w.deadline_ms <= now:
+                    w.done = True
+                    out.append(Delivery(w, self.pull_reply([], [], batch=w.batch, owner=w.owner)))
+                else:
+                    keep.append(w)
+            self.waiters = keep
+        return out
+
+    def drop_waiters(self, conn: Any) -> None:
+        """A closed connection's parked pulls claim nothing."""
+        for w in self.waiters:
+            if w.conn is conn:
+                w.done = True
+
+    def _check_token(self, job: Job, token: Any) -> None:
+        """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
+        lock = self.locks.get(job.id)
+        if lock is None:
+            return
+        if token is None:
+            raise CommandError(f"Lock token required for job {job.id}")
+        if token != lock.token:
+            raise CommandError(f"Invalid or expired lock token for job {job.id}")
+
+    def _release_resources(self, job: Job) -> None:
+        self.locks.pop(job.id, None)
+        conn = self.owner_conn.pop(job.id, None)
+        if conn is not None:
+            jobs = self.conn_jobs.get(conn)
+            if jobs is not None:
+                jobs.discard(job.id)
+                if not jobs:
+                    del self.conn_jobs[conn]
+
+    def _release_key(self, job: Job) -> None:
+        if job.unique_key is not None:
+            holder = self.dedup.get(job.unique_key)
+            if holder is not None and holder.owner == job.id:
+                del self.dedup[job.unique_key]
+
+    def _remove_live(self, job: Job, now: int) -> None:
+        """Forget a live job entirely (memory side; the caller records the storage side)."""
+        self._count(job, -1, now)
+        self._release_resources(job)
+        self._release_key(job)
+        del self.jobs[job.id]
+        self.index.remove(job.id)
+
+    def _active_job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            raise CommandError(f"Job not found or not in processing state: {job_id}")
+        return job
+
+    def ack(
+        self,
+        job_id: str,
+        now: int,
+        *,
+        token: str | None = None,
+        has_result: bool = False,
+        result: Any = None,
+        remove: bool | None = None,
+    ) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and job.state == QUEUED and job.attempts > 0:
+            # A late ACK for a job that lock expiry already put back: the work was done,
+            # so complete the queued copy instead of running it a second time.
+            self._count(job, -1, now)
+            job.state = ACTIVE
+            self._count(job, +1, now)
+        job = self._active_job(job_id)
+        self._check_token(job, token)
+        self._complete(job, now, has_result, result, remove)
+
+    def _complete(self, job: Job, now: int, has_result: bool, result: Any,
+                  remove: bool | None) -> None:
+        self._remove_live(job, now)
+        self.logs_touch_finished(job.id, removed=bool(remove or job.remove_on_complete))
+        if remove or job.remove_on_complete:
+            self.writes.delete_job(job.id)
+        else:
+            job.state = st.next_state(ACTIVE, st.ACK)
+            job.completed_at = now
+            job.add_timeline("completed", now)
+            self.writes.finish_job(job.to_record(), has_result, result)
+        if job.durable:
+            self.writes.durable = True
+        self._emit("completed", job.id, now, data=result if has_result else None)
+
+    def logs_touch_finished(self, job_id: str, *, removed: bool) -> None:
+        if removed:
+            self.logs.pop(job_id, None)
+
+    def ackb(
+        self,
+        ids: list[str],
+        now: int,
+        *,
+        tokens: list[Any] | None,
+        results: list[Any] | None,
+        removes: list[Any] | None,
+    ) -> list[int]:
+        """Acknowledge many jobs; every token is checked before anything changes.
+
+        Returns the indices that were ignored because the job was not active (a
+        duplicate ACK of a finished job is a no-op, not an error, in a batch).
+        """
+        checked: list[tuple[int, Job]] = []
+        ignored: list[int] = []
+        for i, job_id in enumerate(ids):
+            job = self.jobs.get(job_id)
+            if job is None or job.state != ACTIVE:
+                if job is not None and job.state == QUEUED and job.attempts > 0:
+                    checked.append((i, job))
+                    continue
+                ignored.append(i)
+                continue
+            self._check_token(job, tokens[i] if tokens is not None else None)
+            checked.append((i, job))
+        for i, job in checked:
+            if job.state == QUEUED:
+                self._count(job, -1, now)
+                job.state = ACTIVE
+                self._count(job, +1, now)
+            has_result = results is not None
+            result = results[i] if results is not None else None
+            remove = bool(removes[i]) if removes is not None and removes[i] is True else None
+            self._complete(job, now, has_result, result, remove)
+        return ignored
+
+    def fail(
+        self,
+        job_id: str,
+        now: int,
+        *,
+        token: str | None = None,
+        error: str | None = None,
+        stack: list[str] | None = None,
+        unrecoverable: bool = False,
+        remove_on_fail: bool | None = None,
+    ) -> None:
+        job = self._active_job(job_id)
+        self._check_token(job, token)
+        job.attempts += 1
+        if stack is not None:
+            limit = int(job.stack_trace_limit) if job.stack_trace_limit else 0
+            lines = [s.strip() for s in stack[:100] if isinstance(s, str) and s.strip()]
+            job.stacktrace = lines[:limit] if limit > 0 else None
+        job.add_timeline("failed", now, error=error, attempt=job.attempts)
+        if not unrecoverable and job.attempts < job.max_attempts:
+            self._release_resources(job)
+            self._count(job, -1, now)
+            job.state = st.next_state(ACTIVE, st.RETRY)
+            job.started_at = None
+            job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
+            job.add_timeline("waiting", now)
+            self._enqueue(job, now)
+            self._persist(job)
+            self._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
+            self._emit("retried", job.id, now, prev="failed")
+            return
+        if remove_on_fail or job.remove_on_fail:
+            self._remove_live(job, now)
+            self.logs.pop(job.id, None)
+            self.writes.delete_job(job.id)
+            self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+            return
+        self._bury(job, now, "max_attempts_exceeded", error)
+
+    def _bury(self, job: Job, now: int, reason: str, error: str | None,
+              counted: bool = True) -> None:
+        """Move a job to the dead-letter queue (state FAILED, kept in storage)."""
+        if counted:
+            self._remove_live(job, now)
+        else:
+            self.jobs.pop(job.id, None)
+            self.index.remove(job.id)
+            self._release_key(job)
+        job.state = FAILED
+        job.dlq = {
+            "reason": reason,
+            "error": error,
+            "enteredAt": float(now),
+            "retryCount": 0,
+        }
+        job.add_timeline("failed", now, error=error)
+        self.writes.finish_job(job.to_record(), False)
+        self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+
+    # ------------------------------------------------------------------ leases
+
+    def extend_lock(self, job_id: str, now: int, *, token: str | None, duration: float) -> bool:
+        lock = self.locks.get(job_id)
+        job = self.jobs.get(job_id)
+        if lock is None or job is None or job.state != ACTIVE:
+            return False
+        if token is not None and token != lock.token:
+            return False
+        if lock.expires_at <= now:
+            del self.locks[job_id]
+            return False
+        lock.expires_at = int(now + duration)
+        lock.renewals += 1
+        job.last_heartbeat = now
+        heapq.heappush(self._lock_heap, (lock.expires_at, job_id, lock.token))
+        return True
+
+    def heartbeat(self, job_id: str, now: int, *, token: str | None,
+                  duration: float | None) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            return False
+        if token is not None:
+            lock = self.locks.get(job_id)
+            if lock is None or lock.token != token:
+                return False
+            if duration is not None and duration != 0:
+                return self.extend_lock(job_id, now, token=token, duration=duration)
+            return self.extend_lock(job_id, now, token=token, duration=lock.ttl)
+        job.last_heartbeat = now
+        return True
+
+    def expire_locks(self, now: int) -> None:
+        """Requeue (or bury) jobs whose lease ran out: the worker is presumed gone."""
+        heap = self._lock_heap
+        while heap and heap[0][0] <= now:
+            _, job_id, token = heapq.heappop(heap)
+            lock = self.locks.get(job_id)
+            if lock is None or lock.token != token or lock.expires_at > now:
+                continue
+            job = self.jobs[job_id]
+            job.attempts += 1
+            job.stall_count += 1
+            self._release_resources(job)
+            self._emit("stalled", job.id, now)
+            if job.attempts >= job.max_attempts:
+                self._bury(job, now, "max_attempts_exceeded",
+                           f"Lock expired at max attempts ({job.max_attempts})")
+                continue
+            if self.max_stalls > 0 and job.stall_count >= self.max_stalls:
+                self._bury(job, now, "stalled", f"Lock expired after {lock.renewals} renewals")
+                continue
+            self._requeue(job, now)
+
+    def _requeue(self, job: Job, now: int) -> None:
+        """Active -> queued with no attempt charged and runAt unchanged (so it goes first)."""
+        self._release_resources(job)
+        self._count(job, -1, now)
+        job.state = st.next_state(ACTIVE, st.RELEASE)
+        job.started_at = None
+        job.add_timeline("waiting", now)
+        self._enqueue(job, now)
+        self._persist(job)
+
+    def release_connection(self, conn: Any, now: int) -> int:
+        """Jobs delivered over a closed connection go back, unless their lock was renewed.
+
+        A renewed lock means the worker heartbeats, possibly over another pooled
+        connection, so that job is left to lock expiry instead.
+        """
+        self.drop_waiters(conn)
+        released = 0
+        for job_id in list(self.conn_jobs.get(conn, ())):
+            job = self.jobs.get(job_id)
+            if job is None or job.state != ACTIVE:
+                continue
+            lock = self.locks.get(job_id)
+            if lock is not None and lock.renewals > 0:
+                continue
+            self._requeue(job, now)
+            released += 1
+        self.conn_jobs.pop(conn, None)
+        return released
+
+    def next_deadline(self) -> int | None:
+        """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
+
+        Stale lock-heap entries may make this early; a tick then simply finds nothing.
+        """
+        candidates: list[int] = []
+        if self._lock_heap:
+            candidates.append(self._lock_heap[0][0])
+        pending = [w.deadline_ms for w in self.waiters if not w.done]
+        if pending:
+            candidates.append(min(pending))
+            if self._delayed and not self.paused:
+                candidates.append(self._delayed[0][0])
+        return min(candidates) if candidates else None
+
+    def tick(self, now: int) -> list[Delivery]:
+        self.expire_locks(now)
+        return self.serve_waiters(now)
+
+    # ------------------------------------------------------------------ control
+
+    def set_paused(self, paused: bool, now: int) -> None:
+        if self.paused != paused:
+            self.paused = paused
+            self.writes.put_queue_meta(self.name, self.meta())
+            self._emit("paused" if paused else "resumed", "", now)
+
+    def meta(self) -> dict[str, Any]:
+        return {"paused": self.paused}
+
+    def load_meta(self, meta: dict[str, Any]) -> None:
+        self.paused = bool(meta.get("paused", False))
+
+    # ------------------------------------------------------------------ progress, logs
+
+    def _active_for_progress(self, job_id: str, now: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            if self.finished.get(job_id) is not None:
+                raise CommandError("Job is not active (current state: completed)")
+            raise CommandError(JOB_NOT_FOUND)
+        if job.state != ACTIVE:
+            state = st.visible_state(job.state, job.run_at, job.priority, now)
+            raise CommandError(f"Job is not active (current state: {state})")
+        return job
+
+    def set_progress(self, job_id: str, now: int, progress: Any, message: Any,
+                     has_message: bool) -> None:
+        job = self._active_for_progress(job_id, now)
+        value, text = normalise_progress(progress)
+        if has_message:
+            text = message if isinstance(message, str) or message is None else str(message)
+        elif text is None:
+            text = job.progress_message
+        job.progress = value
+        job.progress_message = text
+        job.last_heartbeat = now
+        self._persist(job)
+        self._emit("progress", job.id, now, progress=value,
+                   data={"progress": value, "message": text})
+
+    def get_progress(self, job_id: str, now: int) -> dict[str, Any]:
+        job = self._active_for_progress(job_id, now)
+        return {"progress": job.progress, "message": job.progress_message}
+
+    def _known(self, job_id: str) -> bool:
+        return job_id in self.jobs or self.finished.get(job_id) is not None
+
+    def add_log(self, job_id: str, now: int, message: str, level: str) -> None:
+        if not self._known(job_id):
+            raise CommandError(JOB_NOT_FOUND)
+        logs = self.logs.get(job_id)
+        if logs is None:
+            if len(self.logs) >= MAX_JOBS_WITH_LOGS:
+                self.logs.pop(next(iter(self.logs)))
+            logs = self.logs[job_id] = []
+        logs.append({"timestamp": float(now), "level": level, "message": message})
+        if len(logs) > MAX_LOGS_PER_JOB:
+            del logs[0]
+
+    def get_logs(self, job_id: str, start: int | None, end: int | None) -> dict[str, Any]:
+        logs = self.logs.get(job_id, [])
+        n = len(logs)
+        lo = 0 if start is None else start
+        hi = n - 1 if end is None or end < 0 else end
+        if lo < 0:
+            lo = max(n + lo, 0)
+        return {"logs": logs[lo : hi + 1], "count": n}
+
+    def clear_logs(self, job_id: str, keep: int) -> None:
+        logs = self.logs.get(job_id)
+        if logs is None:
+            return
+        if keep <= 0:
+            del self.logs[job_id]
+        else:
+            del logs[: max(len(logs) - keep, 0)]
+
+    # ------------------------------------------------------------------ queries
+
+    def job_wire(self, job_id: str, now: int) -> dict[str, Any] | None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            wire = job.to_wire()
+            wire["state"] = st.visible_state(job.state, job.run_at, job.priority, now)
+            return wire
+        record = self.finished.get(job_id)
+        if record is None:
+            return None
+        return finished_wire(record)
+
+    def state_of(self, job_id: str, now: int) -> str:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return st.visible_state(job.state, job.run_at, job.priority, now)
+        record = self.finished.get(job_id)
+        return record["state"] if record is not None else st.UNKNOWN
+
+    def counts(self, now: int) -> dict[str, int]:
+        self._promote_due(now)
+        c = self.c
+        waiting, prioritized, paused = c.waiting, c.prioritized, 0
+        if self.paused:
+            paused, waiting, prioritized = waiting + prioritized, 0, 0
+        return {
+            "waiting": waiting,
+            "prioritized": prioritized,
+            "delayed": c.delayed,
+            "active": c.active,
+            "completed": self.finished.count(COMPLETED),
+            "failed": self.finished.count(FAILED),
+            "waiting-children": c.waiting_children,
+            "paused": paused,
+        }
+
+    def queued_count(self, now: int) -> int:
+        self._promote_due(now)
+        return self.c.waiting + self.c.prioritized + self.c.delayed
+
+    def counts_per_priority(self) -> dict[str, int]:
+        return {_priority_key(p): n for p, n in sorted(self.c.by_priority.items())}
+
+    def list_jobs(
+        self, states: Iterable[str], now: int, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Jobs in any of ``states``, ordered by (createdAt, id) before paginating."""
+        wanted = set(states)
+        if self.paused:
+            # BullMQ semantics: on a paused queue ready jobs are listed as "paused" only.
+            listed_paused = st.PAUSED in wanted
+            wanted.discard(st.WAITING)
+            wanted.discard(st.PRIORITIZED)
+            if listed_paused:
+                wanted.update((st.WAITING, st.PRIORITIZED))
+        live: list[tuple[int, str, Job]] = []
+        for job in self.jobs.values():
+            vis = st.visible_state(job.state, job.run_at, job.priority, now)
+            if vis in wanted:
+                live.append((job.created_at, job.id, job))
+        rows: list[tuple[int, str, Any]] = [(a, b, j) for a, b, j in live]
+        need = offset + limit
+        for fin in (COMPLETED, FAILED):
+            if fin in wanted:
+                for rec in self.finished.list(fin, asc=asc, offset=0, limit=need):
+                    rows.append((int(rec["createdAt"]), rec["id"], rec))
+        rows.sort(key=lambda r: (r[0], r[1]), reverse=not asc)
+        out: list[dict[str, Any]] = []
+        for _, _, item in rows[offset : offset + limit]:
+            if isinstance(item, Job):
+                wire = item.to_wire()
+                wire["state"] = st.visible_state(item.state, item.run_at, item.priority, now)
+                if self.paused and wire["state"] in (st.WAITING, st.PRIORITIZED):
+                    wire["state"] = st.PAUSED
+            else:
+                wire = finished_wire(item)
+            out.append(wire)
+        return out
+
+
+def finished_wire(record: dict[str, Any]) -> dict[str, Any]:
+    job = Job.from_record(record)
+    wire = job.to_wire()
+    wire["state"] = record["state"]
+    return wire
+
+
+def _priority_key(priority: float) -> str:
+    if isinstance(priority, float) and priority.is_integer():
+        return str(int(priority))
+    return str(priority)
+
+
+def normalise_progress(value: Any) -> tuple[float, str | None]:
+    """bunqueue's progress normalisation: numbers clamp to 0..100; text becomes a message."""
+    if isinstance(value, bool):
+        value = 1 if value else 0
+    if value is None:
+        return 0, None
+    if isinstance(value, (int, float)):
+        if value != value:  # NaN
+            return 0, None
+        return min(max(value, 0), 100), None
+    if isinstance(value, str):
+        try:
+            number = float(value.strip()) if value.strip() else 0.0
+        except ValueError:
+            return 0, value
+        if number != number:
+            return 0, None
+        number = min(max(number, 0.0), 100.0)
+        return (int(number) if number.is_integer() else number), None
+    import json
+
+    try:
+        return 0, json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return 0, str(value)

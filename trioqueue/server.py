@@ -1,0 +1,78 @@
+"""The standalone broker: the broker core plus its TCP and WebSocket listeners.
+
+One root nursery holds everything. On SIGINT/SIGTERM (or cancellation) the listeners
+stop first, so no new command arrives; commands already accepted are drained; then the
+broker is cancelled and its own ``finally`` commits and answers the last batch under a
+shielded deadline before the store closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import trio
+
+from .actors.broker import Broker
+from .config import Config
+from .transport.tcp import serve_tcp
+from .transport.websocket import serve_ws
+
+log = logging.getLogger("trioqueue")
+
+
+class Server:
+    def __init__(self, config: Config, broker: Broker | None = None) -> None:
+        self.config = config
+        self.broker = broker or Broker(config)
+        self.tcp_port: int | None = None
+        self.ws_port: int | None = None
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        config = self.config
+        async with trio.open_nursery() as root:
+            await root.start(self.broker.run)
+            listeners = trio.CancelScope()
+
+            async def listen(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                with listeners:
+                    async with trio.open_nursery() as nursery:
+                        tcp = await nursery.start(serve_tcp, self.broker, config.host,
+                                                  config.tcp_port)
+                        self.tcp_port = tcp[0].socket.getsockname()[1]
+                        if config.ws_port >= 0:
+                            ws = await nursery.start(serve_ws, self.broker, config.host,
+                                                     config.ws_port)
+                            self.ws_port = ws.port
+                        task_status.started()
+
+            await root.start(listen)
+            log.info(
+                "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s",
+                config.host, self.tcp_port, config.host, self.ws_port,
+                "memory" if config.memory else config.data_dir, config.fsync,
+            )
+            task_status.started(self)
+            await self._stop.wait()
+            log.info("shutting down: closing listeners")
+            listeners.cancel()
+            await self.broker.drain()
+            root.cancel_scope.cancel()
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGINT or SIGTERM."""
+    server = Server(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                server.stop()
+                break
+    log.info("trioqueue stopped")

@@ -1,0 +1,289 @@
+"""Every storage key layout in one module, plus the value codecs and the op encoder.
+
+Both adapters (:mod:`.lmdb_store` and :mod:`.memory`) store exactly these bytes, so that
+ordering, validation and size limits are the same in both.
+
+LMDB named sub-databases (a fixed handful; the queue name lives inside the key):
+
+=================  ===============================================  ====================
+sub-database       key                                              value
+=================  ===============================================  ====================
+``live``           job id (utf-8)                                   CBOR(record)
+``finished``       job id (utf-8)                                   CBOR(record)
+``finished_idx``   queue + NUL + state byte + createdAt + job id    ``b""``
+``results``        job id (utf-8)                                   CBOR({"r": result})
+``queue_meta``     queue (utf-8)                                    CBOR(meta)
+``counts``         queue + NUL + state byte                         u64 big-endian
+``meta``           ``b"schema"``                                    u32 big-endian
+=================  ===============================================  ====================
+
+* ``live`` holds jobs in a live state (queued, active, waiting-children); ``finished``
+  holds completed and failed jobs.
+* The state byte is ``b"c"`` (completed) or ``b"f"`` (failed). ``createdAt`` (int epoch
+  ms) is a u64 big-endian with the sign bit flipped, so negative times sort first and
+  a bytewise cursor walk gives (createdAt, id) order; UTF-8 byte order equals code point
+  order, so ties are broken exactly as Python's ``str`` comparison would.
+* The ``finished_idx`` prefix ``queue + NUL + state byte`` is also the ``counts`` key.
+* ``results`` wraps the result in ``{"r": ...}`` so a stored ``None`` differs from "no
+  result" even to a reader that only decodes values.
+
+Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
+``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
+before anything reaches storage; but a custom job id may be arbitrary Unicode (up to
+4 bytes per character), so every encoder here checks the final key length and raises
+:class:`ValueError` with a clear message rather than letting LMDB fail. Queue names must
+be non-empty and free of NUL (NUL separates the queue from the state byte).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import cbor2
+
+from ..core.job import FINISHED_STATES, LIVE_STATES, QUEUED
+from ..core.writes import DELETE_JOB, FINISH_JOB, PUT_JOB, PUT_QUEUE_META, Writes
+
+# --- sub-database names ------------------------------------------------------------
+
+DB_LIVE = b"live"
+DB_FINISHED = b"finished"
+DB_FINISHED_IDX = b"finished_idx"
+DB_RESULTS = b"results"
+DB_QUEUE_META = b"queue_meta"
+DB_COUNTS = b"counts"
+DB_META = b"meta"
+ALL_DBS = (DB_LIVE, DB_FINISHED, DB_FINISHED_IDX, DB_RESULTS, DB_QUEUE_META, DB_COUNTS, DB_META)
+
+SCHEMA_KEY = b"schema"
+SCHEMA_VERSION = 1
+
+MAX_KEY_BYTES = 511  # LMDB's compile-time default (mdb_env_get_maxkeysize)
+
+STATE_BYTES: dict[str, bytes] = {"completed": b"c", "failed": b"f"}
+BYTE_STATES: dict[int, str] = {b"c"[0]: "completed", b"f"[0]: "failed"}
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_SIGN = 1 << 63
+_CREATED_LEN = 8
+
+
+# --- keys ---------------------------------------------------------------------------
+
+
+def _too_long(what: str, key: bytes) -> ValueError:
+    return ValueError(
+        f"{what} key is {len(key)} bytes, over LMDB's {MAX_KEY_BYTES}-byte limit "
+        f"(job ids and queue names must be validated by the broker before storage)"
+    )
+
+
+def job_key(job_id: str) -> bytes:
+    """Key of ``live``, ``finished`` and ``results``: the job id in UTF-8."""
+    key = job_id.encode("utf-8")
+    if not key or len(key) > MAX_KEY_BYTES:
+        if not key:
+            raise ValueError("job id must be a non-empty string")
+        raise _too_long("job id", key)
+    return key
+
+
+def decode_job_key(key: bytes) -> str:
+    return key.decode("utf-8")
+
+
+def queue_key(queue: str) -> bytes:
+    """Key of ``queue_meta``: the queue name in UTF-8."""
+    key = queue.encode("utf-8")
+    if not key or b"\x00" in key or len(key) > MAX_KEY_BYTES:
+        if len(key) > MAX_KEY_BYTES:
+            raise _too_long("queue name", key)
+        raise ValueError(f"queue name must be non-empty and contain no NUL: {queue!r}")
+    return key
+
+
+def decode_queue_key(key: bytes) -> str:
+    return key.decode("utf-8")
+
+
+def finished_prefix(queue: str, state: str) -> bytes:
+    """``queue + NUL + state byte``: the ``finished_idx`` prefix and the ``counts`` key."""
+    try:
+        state_byte = STATE_BYTES[state]
+    except KeyError:
+        raise ValueError(f"not a finished state: {state!r}") from None
+    key = queue_key(queue) + b"\x00" + state_byte
+    if len(key) > MAX_KEY_BYTES:
+        raise _too_long("finished prefix", key)
+    return key
+
+
+count_key = finished_prefix
+
+
+def decode_count_key(key: bytes) -> tuple[str, str]:
+    """``counts`` key -> ``(queue, "completed" | "failed")``."""
+    return key[:-2].decode("utf-8"), BYTE_STATES[key[-1]]
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``.
+
+    A finished prefix ends in ``b"c"`` or ``b"f"``, so incrementing the last byte never
+    carries.
+    """
+    return prefix[:-1] + bytes((prefix[-1] + 1,))
+
+
+def encode_created(created_at: int) -> bytes:
+    """createdAt (epoch ms, may be negative) as 8 bytes that sort like the integer."""
+    value = int(created_at) + _SIGN
+    if not 0 <= value < (1 << 64):
+        raise ValueError(f"createdAt out of the signed 64-bit range: {created_at!r}")
+    return _U64.pack(value)
+
+
+def decode_created(raw: bytes) -> int:
+    return _U64.unpack(raw)[0] - _SIGN
+
+
+def finished_idx_key(prefix: bytes, created_at: int, jkey: bytes) -> bytes:
+    """``finished_idx`` key from a :func:`finished_prefix` and a :func:`job_key`."""
+    key = prefix + encode_created(created_at) + jkey
+    if len(key) > MAX_KEY_BYTES:
+        raise _too_long("finished index", key)
+    return key
+
+
+def idx_job_id(key: bytes, prefix_len: int) -> str:
+    """The job id at the end of a ``finished_idx`` key whose prefix is ``prefix_len`` long."""
+    return key[prefix_len + _CREATED_LEN :].decode("utf-8")
+
+
+def split_finished_idx_key(key: bytes) -> tuple[str, str, int, str]:
+    """``finished_idx`` key -> ``(queue, state, createdAt, job id)``."""
+    nul = key.index(b"\x00")
+    created = key[nul + 2 : nul + 2 + _CREATED_LEN]
+    return (
+        key[:nul].decode("utf-8"),
+        BYTE_STATES[key[nul + 1]],
+        decode_created(created),
+        key[nul + 2 + _CREATED_LEN :].decode("utf-8"),
+    )
+
+
+def record_index_keys(record: dict[str, Any], jkey: bytes) -> tuple[bytes, bytes]:
+    """``(finished_idx key, counts key)`` of a finished record stored under ``jkey``."""
+    prefix = finished_prefix(record["queue"], record["state"])
+    return finished_idx_key(prefix, record.get("createdAt") or 0, jkey), prefix
+
+
+def lookup_job_key(job_id: str) -> bytes | None:
+    """The job key to read, or None when no such key can ever have been stored."""
+    try:
+        return job_key(job_id)
+    except (ValueError, AttributeError):
+        return None
+
+
+def lookup_prefix(queue: str, state: str) -> bytes | None:
+    """The finished prefix to read (None for an unstorable queue name).
+
+    An unknown ``state`` is a caller bug and raises :class:`ValueError`.
+    """
+    if state not in STATE_BYTES:
+        raise ValueError(f"not a finished state: {state!r}")
+    try:
+        return finished_prefix(queue, state)
+    except ValueError:
+        return None
+
+
+# --- values -------------------------------------------------------------------------
+
+encode_value = cbor2.dumps
+decode_value = cbor2.loads
+
+
+def encode_result(result: Any) -> bytes:
+    return cbor2.dumps({"r": result})
+
+
+def decode_result(raw: bytes) -> Any:
+    return cbor2.loads(raw)["r"]
+
+
+def encode_count(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def decode_count(raw: bytes) -> int:
+    return _U64.unpack(raw)[0]
+
+
+def encode_schema(version: int) -> bytes:
+    return _U32.pack(version)
+
+
+def decode_schema(raw: bytes) -> int:
+    return _U32.unpack(raw)[0]
+
+
+# --- operations ---------------------------------------------------------------------
+
+# Encoded operations, the same for both adapters:
+#   (OP_PUT, job key, CBOR(record))
+#   (OP_FINISH, job key, CBOR(record), finished_idx key, counts key, CBOR result | None)
+#   (OP_DELETE, job key)
+#   (OP_META, queue key, CBOR(meta))
+OP_PUT = 0
+OP_FINISH = 1
+OP_DELETE = 2
+OP_META = 3
+
+
+def encode_ops(batches: Sequence[Writes]) -> list[tuple[Any, ...]]:
+    """Validate and encode every operation of ``batches``, in order.
+
+    Everything that can fail on bad input (unknown op, bad state, overlong key, value
+    CBOR cannot encode) fails here, before a transaction exists, so an adapter applying
+    the result only meets storage errors, and a retry after growing the map needs no
+    re-encoding.
+    """
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    dumps = cbor2.dumps
+    for writes in batches:
+        for op in writes.ops:
+            name = op[0]
+            if name == PUT_JOB:
+                record = op[1]
+                if record.get("state", QUEUED) not in LIVE_STATES:
+                    raise ValueError(f"put_job of a job in state {record.get('state')!r}")
+                append((OP_PUT, job_key(record["id"]), dumps(record)))
+            elif name == FINISH_JOB:
+                record, has_result, result = op[1], op[2], op[3]
+                if record.get("state") not in FINISHED_STATES:
+                    raise ValueError(f"finish_job of a job in state {record.get('state')!r}")
+                jkey = job_key(record["id"])
+                idx_key, ckey = record_index_keys(record, jkey)
+                append(
+                    (
+                        OP_FINISH,
+                        jkey,
+                        dumps(record),
+                        idx_key,
+                        ckey,
+                        encode_result(result) if has_result else None,
+                    )
+                )
+            elif name == DELETE_JOB:
+                append((OP_DELETE, job_key(op[1])))
+            elif name == PUT_QUEUE_META:
+                append((OP_META, queue_key(op[1]), dumps(op[2])))
+            else:
+                raise ValueError(f"unknown storage operation: {name!r}")
+    return out

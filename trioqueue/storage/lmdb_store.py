@@ -1,0 +1,393 @@
+"""The durable store: LMDB, one environment, a fixed handful of named sub-databases.
+
+Key layouts are in :mod:`.keys`. Rules this adapter keeps:
+
+* A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call, on
+  one OS thread, never across an ``await``; reads use short read transactions and copy
+  values out (no ``buffers=True``).
+* ``sync=False`` by default: a commit is a few microseconds and a ``kill -9`` loses
+  nothing committed (the page cache survives the process); :meth:`LmdbStorage.sync`
+  flushes with ``env.sync(True)``. ``fsync_on_commit=True`` makes every commit durable.
+  Between syncs an OS crash or power loss can lose the latest commits and, as LMDB's
+  documentation of ``MDB_NOSYNC`` warns, can even corrupt the file.
+* Never ``writemap`` (a full disk would SIGBUS the process instead of failing a write).
+  A full disk then fails the commit with an ``lmdb.Error`` (EIO) and nothing applied.
+* When the map is full the transaction is aborted, the map doubled (up to
+  ``max_map_size_bytes``) and the whole batch retried; at the maximum, one no-op
+  commit makes the pages freed by the previous commit reusable and the batch is tried
+  once more, then :class:`~trioqueue.storage.port.StorageFullError` is raised with
+  nothing applied. Deletes-only applies may use a small reserve above the maximum, so
+  a full store can always be emptied. Resizing is allowed because the broker drives
+  storage from a single thread and no transaction of this process is open then.
+* Finished counts are kept exact in the same transaction as the writes, so
+  :meth:`LmdbStorage.load` does not scan finished jobs.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import Any
+
+import lmdb
+
+from ..core.writes import Writes
+from . import keys as K
+from .port import Recovered, Storage, StorageFullError
+
+_ID_CHUNK = 1000
+
+
+def _reserve_bytes(max_map_size: int) -> int:
+    """Map space beyond the maximum that only deletes-only applies may use."""
+    return max(1 << 20, max_map_size // 64)
+
+
+class LmdbStorage(Storage):
+    """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size_bytes: int = 1 << 30,
+        max_map_size_bytes: int = 1 << 40,
+        fsync_on_commit: bool = False,
+    ) -> None:
+        if map_size_bytes <= 0:
+            raise ValueError("map_size_bytes must be positive")
+        self.path = os.fspath(path)
+        self.max_map_size_bytes = max(max_map_size_bytes, map_size_bytes)
+        self.fsync_on_commit = fsync_on_commit
+        self._closed = False
+        self._env = lmdb.open(
+            self.path,
+            map_size=map_size_bytes,
+            max_dbs=16,
+            subdir=True,
+            create=True,
+            sync=fsync_on_commit,
+            metasync=fsync_on_commit,
+            writemap=False,  # never: a full disk would SIGBUS instead of failing a write
+            map_async=False,
+            readahead=False,
+            lock=True,
+        )
+        try:
+            self._open_dbs()
+        except BaseException:
+            self._env.close()
+            self._closed = True
+            raise
+
+    def _open_dbs(self) -> None:
+        env = self._env
+        while True:
+            try:
+                with env.begin(write=True) as txn:
+                    dbs = {name: env.open_db(name, txn=txn, create=True) for name in K.ALL_DBS}
+                    raw = txn.get(K.SCHEMA_KEY, db=dbs[K.DB_META])
+                    if raw is None:
+                        txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION), db=dbs[K.DB_META])
+                    elif K.decode_schema(raw) != K.SCHEMA_VERSION:
+                        raise RuntimeError(
+                            f"{self.path}: storage schema version {K.decode_schema(raw)}, "
+                            f"this trioqueue reads version {K.SCHEMA_VERSION}"
+                        )
+                break
+            except lmdb.MapFullError:
+                self._grow()
+        self._live = dbs[K.DB_LIVE]
+        self._finished = dbs[K.DB_FINISHED]
+        self._idx = dbs[K.DB_FINISHED_IDX]
+        self._results = dbs[K.DB_RESULTS]
+        self._queue_meta = dbs[K.DB_QUEUE_META]
+        self._counts = dbs[K.DB_COUNTS]
+        self._meta = dbs[K.DB_META]
+
+    # --- introspection (tests, metrics) ---------------------------------------------
+
+    @property
+    def map_size(self) -> int:
+        """The current map size in bytes (grows on demand)."""
+        return self._env.info()["map_size"]
+
+    # --- writes ---------------------------------------------------------------------
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        self._check_open()
+        ops = K.encode_ops(batches)  # ValueError on bad input, before any transaction
+        if not ops:
+            return
+        turned_over = False
+        while True:
+            try:
+                self._write(ops)
+                return
+            except lmdb.MapFullError:
+                pass
+            if self._env.info()["map_size"] < self.max_map_size_bytes:
+                self._grow()
+            elif all(op[0] == K.OP_DELETE for op in ops):
+                self._write_in_reserve(ops)
+                return
+            elif not turned_over:
+                turned_over = True
+                self._turn_over()
+            else:
+                self._grow()  # raises StorageFullError: nothing was applied
+
+    def _turn_over(self) -> None:
+        """Commit a no-op write so pages freed by the last commit become reusable.
+
+        LMDB keeps the previous snapshot intact, so the pages a commit frees can only be
+        reused from the commit after next. In a map full at its maximum, the space
+        that deletes just freed is therefore not yet available to the batch that
+        follows them; rewriting the schema key once makes it so.
+        """
+        try:
+            with self._env.begin(write=True) as txn:
+                txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION), db=self._meta)
+        except lmdb.MapFullError:
+            raise StorageFullError(
+                f"LMDB map at {self.path} is full at its maximum of {self.map_size} bytes"
+            ) from None
+
+    def _write_in_reserve(self, ops: list[tuple[Any, ...]]) -> None:
+        """Apply deletes-only writes in a map that is full at its maximum.
+
+        LMDB copies every page it changes, and pages freed by the last commit are not
+        reusable by the next one, so in a map full to the last page even a delete can
+        fail and the store would be wedged. Deletes alone may therefore use a reserve
+        above the maximum; the map is shrunk back right after (LMDB never shrinks below
+        the pages in use), so the pages they free serve later inserts and the reserve
+        stays free for the next deletes.
+        """
+        env = self._env
+        env.set_mapsize(self.max_map_size_bytes + _reserve_bytes(self.max_map_size_bytes))
+        try:
+            self._write(ops)
+        except lmdb.MapFullError:
+            raise StorageFullError(
+                f"LMDB map at {self.path} is full even for deletes, with the reserve"
+            ) from None
+        finally:
+            env.set_mapsize(self.max_map_size_bytes)
+
+    def _grow(self) -> None:
+        current = self._env.info()["map_size"]
+        if current >= self.max_map_size_bytes:
+            raise StorageFullError(
+                f"LMDB map at {self.path} is full at its maximum of {current} bytes"
+            ) from None
+        # No transaction of this process is open here (the one that failed is aborted
+        # and storage is single-threaded), which set_mapsize requires.
+        self._env.set_mapsize(min(current * 2, self.max_map_size_bytes))
+
+    def _write(self, ops: list[tuple[Any, ...]]) -> None:
+        live = self._live
+        finished = self._finished
+        idx = self._idx
+        results = self._results
+        deltas: dict[bytes, int] = {}
+        with self._env.begin(write=True) as txn:
+            put = txn.put
+            delete = txn.delete
+            for op in ops:
+                kind = op[0]
+                if kind == K.OP_PUT:
+                    put(op[1], op[2], db=live)
+                elif kind == K.OP_FINISH:
+                    _, jkey, value, idx_key, ckey, result = op
+                    delete(jkey, db=live)
+                    old = txn.replace(jkey, value, db=finished)
+                    if old is not None:  # re-finish: drop the previous generation's entries
+                        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
+                        delete(old_idx, db=idx)
+                        deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
+                        if result is None:
+                            delete(jkey, db=results)
+                    put(idx_key, b"", db=idx)
+                    deltas[ckey] = deltas.get(ckey, 0) + 1
+                    if result is not None:
+                        put(jkey, result, db=results)
+                elif kind == K.OP_DELETE:
+                    jkey = op[1]
+                    delete(jkey, db=live)
+                    old = txn.pop(jkey, db=finished)
+                    if old is not None:
+                        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
+                        delete(old_idx, db=idx)
+                        deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
+                        delete(jkey, db=results)
+                else:  # K.OP_META
+                    put(op[1], op[2], db=self._queue_meta)
+            counts = self._counts
+            for ckey, delta in deltas.items():
+                if delta:
+                    raw = txn.get(ckey, db=counts)
+                    n = (K.decode_count(raw) if raw is not None else 0) + delta
+                    if n > 0:
+                        put(ckey, K.encode_count(n), db=counts)
+                    else:
+                        delete(ckey, db=counts)
+
+    def sync(self) -> None:
+        self._check_open()
+        self._env.sync(True)
+
+    # --- reads ----------------------------------------------------------------------
+
+    def load(self) -> Recovered:
+        self._check_open()
+        out = Recovered()
+        loads = K.decode_value
+        # Decoding 100k records makes millions of objects that all survive: the cyclic
+        # GC would rescan them again and again (3x the decode time). None is garbage.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self._env.begin() as txn:
+                with txn.cursor(db=self._live) as cur:
+                    out.live_jobs = [loads(v) for v in cur.iternext(keys=False, values=True)]
+                with txn.cursor(db=self._queue_meta) as cur:
+                    for k, v in cur:
+                        out.queue_meta[K.decode_queue_key(k)] = loads(v)
+                with txn.cursor(db=self._counts) as cur:
+                    for k, v in cur:
+                        out.finished_counts[K.decode_count_key(k)] = K.decode_count(v)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return out
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        if jkey is None:
+            return None
+        with self._env.begin() as txn:
+            raw = txn.get(jkey, db=self._finished)
+        return None if raw is None else K.decode_value(raw)
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        if jkey is None:
+            return False, None
+        with self._env.begin() as txn:
+            raw = txn.get(jkey, db=self._results)
+        return (False, None) if raw is None else (True, K.decode_result(raw))
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        if prefix is None:
+            return 0
+        with self._env.begin() as txn:
+            raw = txn.get(prefix, db=self._counts)
+        return K.decode_count(raw) if raw is not None else 0
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        offset = max(offset, 0)
+        if prefix is None or limit <= 0:
+            return []
+        with self._env.begin() as txn:
+            raw = txn.get(prefix, db=self._counts)
+            total = K.decode_count(raw) if raw is not None else 0
+            if offset >= total:
+                return []
+            take = min(limit, total - offset)
+            # Skipping is a cursor walk, so walk from the nearer end: the window
+            # [offset, offset+take) in one order is [total-offset-take, total-offset) in
+            # the other.
+            skip = offset
+            forward = asc
+            flip = False
+            if offset > total - offset - take:
+                skip = total - offset - take
+                forward = not asc
+                flip = True
+            keys = self._walk_idx(txn, prefix, forward, skip, take)
+            if flip:
+                keys.reverse()
+            finished = self._finished
+            out = []
+            for jkey in keys:
+                value = txn.get(jkey, db=finished)
+                if value is not None:
+                    out.append(K.decode_value(value))
+        return out
+
+    def _walk_idx(
+        self, txn: lmdb.Transaction[bytes], prefix: bytes, forward: bool, skip: int, take: int
+    ) -> list[bytes]:
+        """Job keys of ``take`` index entries under ``prefix`` after skipping ``skip``.
+
+        ``skip`` and ``take`` come from the exact count, so the skipped keys are not
+        checked against the prefix (``islice`` skips them in C); a collected key outside
+        the prefix still ends the walk.
+        """
+        cut = len(prefix) + 8
+        out: list[bytes] = []
+        with txn.cursor(db=self._idx) as cur:
+            if forward:
+                if not cur.set_range(prefix):
+                    return out
+                walk = cur.iternext(keys=True, values=False)
+            else:
+                if not (cur.prev() if cur.set_range(K.prefix_end(prefix)) else cur.last()):
+                    return out
+                walk = cur.iterprev(keys=True, values=False)
+            for key in islice(walk, skip, skip + take):
+                if not key.startswith(prefix):
+                    break
+                out.append(key[cut:])
+        return out
+
+    def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        if prefix is None:
+            return iter(())
+        return self._iter_ids(prefix)
+
+    def _iter_ids(self, prefix: bytes) -> Iterator[str]:
+        # One short read transaction per chunk: a long-lived reader would pin old pages
+        # and make the file grow while the caller works through the ids.
+        start = prefix
+        cut = len(prefix) + 8
+        while True:
+            chunk: list[bytes] = []
+            with self._env.begin() as txn, txn.cursor(db=self._idx) as cur:
+                ok = cur.set_range(start)
+                while ok:
+                    key = cur.key()
+                    if not key.startswith(prefix):
+                        break
+                    chunk.append(key)
+                    if len(chunk) >= _ID_CHUNK:
+                        break
+                    ok = cur.next()
+            for key in chunk:
+                yield key[cut:].decode("utf-8")
+            if len(chunk) < _ID_CHUNK:
+                return
+            start = chunk[-1] + b"\x00"  # the smallest key after the last one seen
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._env.close()

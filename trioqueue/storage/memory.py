@@ -1,0 +1,254 @@
+"""The in-memory store: dicts holding exactly the bytes the LMDB adapter would store.
+
+Used by tests and ``--memory``. Keys come from :mod:`.keys` and values are CBOR, so the
+ordering, validation (``ValueError`` on overlong keys) and copy semantics are those of
+:mod:`.lmdb_store`: a stored record never aliases the caller's dict, and every read
+decodes a fresh copy.
+
+:meth:`MemoryStorage.apply` is atomic: operations are validated and encoded first, then
+applied while an undo log is kept; if anything fails (including the simulated
+``max_bytes`` limit) the log is played back and nothing of the call remains.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..core.writes import Writes
+from . import keys as K
+from .port import Recovered, Storage, StorageFullError
+
+_ID_CHUNK = 1000
+_MISSING: Any = object()
+
+
+class MemoryStorage(Storage):
+    """A :class:`~trioqueue.storage.port.Storage` in dicts.
+
+    ``max_bytes`` simulates a full store: when applying a call would make the total
+    size (every key plus every value, counts as 8 bytes, index entries as their key)
+    exceed it, :class:`~trioqueue.storage.port.StorageFullError` is raised and nothing
+    is applied.
+    """
+
+    def __init__(self, *, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self._live: dict[bytes, bytes] = {}
+        self._finished: dict[bytes, bytes] = {}
+        self._results: dict[bytes, bytes] = {}
+        self._queue_meta: dict[bytes, bytes] = {}
+        self._counts: dict[bytes, bytes] = {}
+        # finished prefix (queue + NUL + state byte) -> sorted finished_idx keys
+        self._idx: dict[bytes, list[bytes]] = {}
+        self._bytes = 0
+        self._closed = False
+
+    @property
+    def size_bytes(self) -> int:
+        """Total stored bytes, as counted against ``max_bytes``."""
+        return self._bytes
+
+    # --- writes ---------------------------------------------------------------------
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        self._check_open()
+        ops = K.encode_ops(batches)  # ValueError on bad input, before any change
+        if not ops:
+            return
+        undo: list[Callable[[], None]] = []
+        try:
+            for op in ops:
+                self._apply_one(op, undo)
+            if self.max_bytes is not None and self._bytes > self.max_bytes:
+                raise StorageFullError(
+                    f"memory store would hold {self._bytes} bytes, over max_bytes={self.max_bytes}"
+                )
+        except BaseException:
+            for action in reversed(undo):
+                action()
+            raise
+
+    def _apply_one(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
+        kind = op[0]
+        if kind == K.OP_PUT:
+            self._set(self._live, op[1], op[2], undo)
+        elif kind == K.OP_FINISH:
+            _, jkey, value, idx_key, ckey, result = op
+            self._set(self._live, jkey, _MISSING, undo)
+            old = self._set(self._finished, jkey, value, undo)
+            if old is not _MISSING:
+                self._unindex(jkey, old, undo)
+                if result is None:
+                    self._set(self._results, jkey, _MISSING, undo)
+            self._index_add(ckey, idx_key, undo)
+            self._count_add(ckey, 1, undo)
+            if result is not None:
+                self._set(self._results, jkey, result, undo)
+        elif kind == K.OP_DELETE:
+            jkey = op[1]
+            self._set(self._live, jkey, _MISSING, undo)
+            old = self._set(self._finished, jkey, _MISSING, undo)
+            if old is not _MISSING:
+                self._unindex(jkey, old, undo)
+                self._set(self._results, jkey, _MISSING, undo)
+        else:  # K.OP_META
+            self._set(self._queue_meta, op[1], op[2], undo)
+
+    def _set(
+        self, table: dict[bytes, bytes], key: bytes, value: Any, undo: list[Callable[[], None]]
+    ) -> Any:
+        """Put ``value`` (or delete when it is ``_MISSING``); return the old value."""
+        old = table.get(key, _MISSING)
+        if old is _MISSING and value is _MISSING:
+            return old
+        if value is _MISSING:
+            del table[key]
+        else:
+            table[key] = value
+        delta = _size(key, value) - _size(key, old)
+        self._bytes += delta
+
+        def restore() -> None:
+            if old is _MISSING:
+                table.pop(key, None)
+            else:
+                table[key] = old
+            self._bytes -= delta
+
+        undo.append(restore)
+        return old
+
+    def _unindex(self, jkey: bytes, old_value: bytes, undo: list[Callable[[], None]]) -> None:
+        old_idx, old_ckey = K.record_index_keys(K.decode_value(old_value), jkey)
+        self._index_remove(old_ckey, old_idx, undo)
+        self._count_add(old_ckey, -1, undo)
+
+    def _index_add(self, prefix: bytes, key: bytes, undo: list[Callable[[], None]]) -> None:
+        entries = self._idx.setdefault(prefix, [])
+        i = bisect_left(entries, key)
+        if i < len(entries) and entries[i] == key:
+            return
+        entries.insert(i, key)
+        self._bytes += len(key)
+
+        def restore() -> None:
+            entries.remove(key)
+            self._bytes -= len(key)
+
+        undo.append(restore)
+
+    def _index_remove(self, prefix: bytes, key: bytes, undo: list[Callable[[], None]]) -> None:
+        entries = self._idx.get(prefix)
+        if not entries:
+            return
+        i = bisect_left(entries, key)
+        if i == len(entries) or entries[i] != key:
+            return
+        del entries[i]
+        self._bytes -= len(key)
+
+        def restore() -> None:
+            insort(entries, key)
+            self._bytes += len(key)
+
+        undo.append(restore)
+
+    def _count_add(self, ckey: bytes, delta: int, undo: list[Callable[[], None]]) -> None:
+        raw = self._counts.get(ckey)
+        n = (K.decode_count(raw) if raw is not None else 0) + delta
+        self._set(self._counts, ckey, K.encode_count(n) if n > 0 else _MISSING, undo)
+
+    def sync(self) -> None:
+        self._check_open()
+
+    # --- reads ----------------------------------------------------------------------
+
+    def load(self) -> Recovered:
+        self._check_open()
+        loads = K.decode_value
+        return Recovered(
+            live_jobs=[loads(self._live[k]) for k in sorted(self._live)],
+            queue_meta={
+                K.decode_queue_key(k): loads(self._queue_meta[k]) for k in sorted(self._queue_meta)
+            },
+            finished_counts={
+                K.decode_count_key(k): K.decode_count(self._counts[k]) for k in sorted(self._counts)
+            },
+        )
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        raw = None if jkey is None else self._finished.get(jkey)
+        return None if raw is None else K.decode_value(raw)
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        raw = None if jkey is None else self._results.get(jkey)
+        return (False, None) if raw is None else (True, K.decode_result(raw))
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        raw = None if prefix is None else self._counts.get(prefix)
+        return K.decode_count(raw) if raw is not None else 0
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        offset = max(offset, 0)
+        if prefix is None or limit <= 0:
+            return []
+        entries = self._idx.get(prefix, [])
+        if asc:
+            window = entries[offset : offset + limit]
+        else:
+            end = len(entries) - offset
+            window = entries[max(end - limit, 0) : max(end, 0)][::-1]
+        cut = len(prefix) + 8
+        out = []
+        for key in window:
+            raw = self._finished.get(key[cut:])
+            if raw is not None:
+                out.append(K.decode_value(raw))
+        return out
+
+    def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        if prefix is None:
+            return iter(())
+        return self._iter_ids(prefix)
+
+    def _iter_ids(self, prefix: bytes) -> Iterator[str]:
+        # Chunked like the LMDB adapter (which re-opens a read transaction per chunk),
+        # so that writes made between chunks are seen the same way in both.
+        cut = len(prefix) + 8
+        last: bytes | None = None
+        while True:
+            entries = self._idx.get(prefix, [])
+            start = 0 if last is None else bisect_right(entries, last)
+            chunk = entries[start : start + _ID_CHUNK]
+            for key in chunk:
+                yield key[cut:].decode("utf-8")
+            if len(chunk) < _ID_CHUNK:
+                return
+            last = chunk[-1]
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _size(key: bytes, value: Any) -> int:
+    return 0 if value is _MISSING else len(key) + len(value)

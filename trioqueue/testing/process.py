@@ -1,0 +1,64 @@
+"""Run the real broker as a subprocess, on free loopback ports, and kill it at will.
+
+Used by tests that need a process to die for real (``SIGKILL``): the broker logs one
+``trioqueue ready: tcp HOST:PORT ...`` line when it listens; we read the port from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+READY = re.compile(rb"trioqueue ready: tcp [^:]+:(\d+) ws [^:]+:(\d+)")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: str | Path, *extra_args: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = str(data_dir)
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.process: trio.Process | None = None
+        self.tcp_port = 0
+        self.ws_port = 0
+        self.log = b""
+
+    async def start(self, timeout_s: float = 20.0) -> None:
+        args = [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1",
+                "--tcp-port", "0", "--ws-port", "0", "--data-dir", self.data_dir,
+                *self.extra_args]
+        env = dict(os.environ if self.env is None else self.env)
+        self.log = b""
+        self.process = await trio.lowlevel.open_process(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        assert self.process.stderr is not None
+        with trio.fail_after(timeout_s):
+            while True:
+                chunk = await self.process.stderr.receive_some(4096)
+                if not chunk:
+                    raise RuntimeError(f"broker exited before ready:\n{self.log.decode()}")
+                self.log += chunk
+                match = READY.search(self.log)
+                if match:
+                    self.tcp_port, self.ws_port = int(match[1]), int(match[2])
+                    return
+
+    async def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 20.0) -> int:
+        """Send ``sig`` and wait for the exit; returns the exit code."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        with trio.fail_after(timeout_s):
+            code = await self.process.wait()
+        if self.process.stderr is not None:
+            await self.process.stderr.aclose()
+        return code
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            await self.kill(signal.SIGKILL)

@@ -1,0 +1,92 @@
+"""A raw protocol client for tests: frames, either codec, pipelining and event frames.
+
+It speaks the wire directly (no SDK in between), so tests see exactly what a bunqueue
+client would: reply maps with ``ok``, ``error`` and ``reqId``, out-of-order replies, and
+event frames without a ``reqId``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from ..transport.codec import CBOR, MSGPACK, Codec
+from ..transport.framing import FrameDecoder, encode_frame
+
+
+class RawClient:
+    def __init__(self, stream: trio.abc.Stream, codec: Codec = MSGPACK) -> None:
+        self.stream = stream
+        self.codec = codec
+        self._decoder = FrameDecoder(1 << 30)
+        self._ids = itertools.count(1)
+        self._ready: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+
+    @classmethod
+    async def connect(cls, port: int, codec: str = "msgpack",
+                      host: str = "127.0.0.1") -> RawClient:
+        stream = await trio.open_tcp_stream(host, port)
+        return cls(stream, CBOR if codec == "cbor" else MSGPACK)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    def frame(self, msg: dict[str, Any]) -> bytes:
+        return encode_frame(self.codec.encode(msg))
+
+    async def send(self, cmd: str, **fields: Any) -> str:
+        """Send one command without waiting; returns its reqId."""
+        req_id = f"r{next(self._ids)}"
+        await self.stream.send_all(self.frame({"cmd": cmd, "reqId": req_id, **fields}))
+        return req_id
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def receive(self) -> dict[str, Any]:
+        """The next reply or event frame, in arrival order."""
+        while not self._ready:
+            data = await self.stream.receive_some(1 << 16)
+            if not data:
+                raise EOFError("connection closed by the broker")
+            for payload in self._decoder.feed(data):
+                self._ready.append(self.codec.decode(payload))
+        return self._ready.pop(0)
+
+    async def reply_to(self, req_id: str) -> dict[str, Any]:
+        """Wait for the reply carrying ``req_id``; other replies stay queued, events kept."""
+        for i, msg in enumerate(self._ready):
+            if msg.get("reqId") == req_id:
+                return self._ready.pop(i)
+        pending: list[dict[str, Any]] = []
+        try:
+            while True:
+                msg = await self.receive()
+                if msg.get("type") == "event" and "reqId" not in msg:
+                    self.events.append(msg)
+                elif msg.get("reqId") == req_id:
+                    return msg
+                else:
+                    pending.append(msg)
+        finally:
+            self._ready[:0] = pending
+
+    async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        return await self.reply_to(await self.send(cmd, **fields))
+
+    async def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """Call and insist on success (the error text is in the assertion message)."""
+        reply = await self.call(cmd, **fields)
+        assert reply.get("ok") is True, f"{cmd} failed: {reply}"
+        return reply
+
+    async def is_closed(self) -> bool:
+        """True once the broker has closed the connection (EOF or reset)."""
+        try:
+            data = await self.stream.receive_some(1 << 16)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return True
+        return not data

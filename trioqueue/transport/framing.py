@@ -1,0 +1,163 @@
+"""Length-prefixed framing of bunqueue's TCP protocol, without any I/O.
+
+Each frame is a 4-byte unsigned big-endian length followed by that many payload
+bytes. Keeping the parser free of sockets lets the connection actor own all I/O
+and timeouts while this module stays trivially testable and fast.
+
+The decoder sits on the broker's hot path (it runs once per socket read), so it
+parses every complete frame of a read in one loop with ``struct.unpack_from``,
+slicing payloads straight out of the read. Only the bytes of a frame that is
+still incomplete at the end of a read are copied into the decoder's buffer.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NoReturn
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAX_WIRE_LENGTH",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "encode_frame",
+    "frame_header",
+]
+
+_HEADER = struct.Struct(">I")
+_unpack_header = _HEADER.unpack_from
+_pack_header = _HEADER.pack
+
+HEADER_SIZE = _HEADER.size
+#: The largest length the 4-byte header can express.
+MAX_WIRE_LENGTH = 2**32 - 1
+
+
+class FrameTooLarge(Exception):
+    """A peer announced a frame longer than the configured limit.
+
+    Raised from the header alone, so a hostile "1 GiB follows" header never
+    makes us buffer or allocate the body. The connection must be closed: the
+    stream cannot be resynchronised once a frame is skipped.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class FrameDecoder:
+    """Reassembles frames from arbitrarily chunked stream reads."""
+
+    __slots__ = ("_buf", "_limit", "_error")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError("max_frame_bytes must be >= 0")
+        self._buf = bytearray()
+        self._limit = max_frame_bytes
+        # Remembered so that a caller who keeps feeding a broken stream gets the
+        # same error again instead of frames parsed from the middle of a body.
+        self._error: FrameTooLarge | None = None
+
+    @property
+    def has_partial(self) -> bool:
+        """Whether an incomplete header or body is waiting for more bytes.
+
+        The connection uses this to arm its slow-sender timer only while a
+        frame is half-received, not while the client is merely idle.
+        """
+        return bool(self._buf)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add ``data`` and return every payload it completed, in wire order.
+
+        Raises :class:`FrameTooLarge` as soon as a header over the limit is
+        seen; payloads that preceded it in the same call are discarded, since
+        the connection is going to be closed anyway. The decoder then refuses
+        all further input.
+        """
+        if self._error is not None:
+            raise FrameTooLarge(self._error.size, self._error.limit)
+        if type(data) is not bytes:
+            data = bytes(data)
+        frames: list[bytes] = []
+        start = 0
+        if self._buf:
+            start = self._complete_pending(data, frames)
+            if start < 0:
+                return frames
+        # The buffer is now empty: parse the rest of this read in place, slicing
+        # payloads straight out of it, and copy only an unfinished tail.
+        consumed = self._parse(data, start, frames)
+        if consumed < len(data):
+            self._buf += memoryview(data)[consumed:]
+        return frames
+
+    def _complete_pending(self, data: bytes, frames: list[bytes]) -> int:
+        """Feed ``data`` to the frame left unfinished by earlier reads.
+
+        Returns how much of ``data`` that frame used, or -1 if it is still
+        incomplete and all of ``data`` was buffered.
+        """
+        buf = self._buf
+        used = 0
+        if len(buf) < HEADER_SIZE:
+            used = HEADER_SIZE - len(buf)
+            buf += data[:used]
+            if len(buf) < HEADER_SIZE:
+                return -1
+            (size,) = _unpack_header(buf)
+            if size > self._limit:
+                self._fail(FrameTooLarge(size, self._limit))
+        else:
+            (size,) = _unpack_header(buf)
+        missing = HEADER_SIZE + size - len(buf)
+        if len(data) - used < missing:
+            buf += memoryview(data)[used:]
+            return -1
+        buf += memoryview(data)[used : used + missing]
+        with memoryview(buf) as view:
+            frames.append(bytes(view[HEADER_SIZE:]))
+        buf.clear()
+        return used + missing
+
+    def _parse(self, data: bytes, offset: int, frames: list[bytes]) -> int:
+        """Append the complete payloads of ``data[offset:]``; return where they end."""
+        append = frames.append
+        limit = self._limit
+        end = len(data)
+        while end - offset >= HEADER_SIZE:
+            (size,) = _unpack_header(data, offset)
+            if size > limit:
+                self._fail(FrameTooLarge(size, limit))
+            start = offset + HEADER_SIZE
+            stop = start + size
+            if stop > end:
+                break
+            append(data[start:stop])
+            offset = stop
+        return offset
+
+    def _fail(self, error: FrameTooLarge) -> NoReturn:
+        self._error = error
+        # Drop whatever was buffered: nothing in it can ever be delivered.
+        self._buf = bytearray()
+        raise error
+
+
+def frame_header(length: int) -> bytes:
+    """The 4-byte header announcing a payload of ``length`` bytes."""
+    if not 0 <= length <= MAX_WIRE_LENGTH:
+        raise ValueError(f"payload of {length} bytes cannot be framed")
+    return _pack_header(length)
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """One complete frame carrying ``payload``."""
+    return frame_header(len(payload)) + payload

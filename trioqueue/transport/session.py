@@ -1,0 +1,168 @@
+"""What every client connection does, whatever carries it (TCP frames or WebSocket).
+
+A :class:`Session` turns decoded messages into requests: it answers ``Auth``, ``Hello``
+and ``Ping`` itself, refuses bad input with bunqueue's error texts, and hands the rest
+to the router as ONE batch per read. Replies come back through :meth:`deliver` in any
+order (a parked PULL does not hold up the commands behind it) and go out coalesced:
+the sender task encodes everything waiting and writes it with one send.
+
+At most ``max_inflight_per_connection`` commands run at once; past that the session
+stops taking new frames until replies free a slot, which stops reading the socket and
+lets TCP push back on the client.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .. import __version__
+from ..actors.request import Request
+from ..core.errors import CommandError
+from .codec import Codec, DecodeError
+from .commands import CAPABILITIES, PROTOCOL_VERSION, PULLS, ROUTES, SESSION
+
+if TYPE_CHECKING:
+    from ..actors.broker import Broker
+
+log = logging.getLogger("trioqueue.session")
+
+BAD_FORMAT = "Invalid command format"
+BAD_COMMAND = "Invalid command"
+
+
+class Session:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.authenticated = not broker.config.auth_tokens
+        self._outbox: list[dict[str, Any]] = []
+        self._wake = trio.Event()
+        self.inflight = 0
+        self._slot = trio.Event()
+        self.pulled_queues: set[str] = set()
+        self.closed = False
+
+    # ------------------------------------------------------------------ replies
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        """Queue one reply for sending; called by the writer, actors and router."""
+        self.inflight -= 1
+        if self.closed:
+            return
+        self._outbox.append(reply)
+        self._wake.set()
+        self._slot.set()
+
+    def _answer(self, reply: dict[str, Any]) -> None:
+        self.inflight += 1
+        self.deliver(reply)
+
+    async def run_sender(
+        self,
+        codec_of: Callable[[], Codec],
+        send: Callable[[list[dict[str, Any]], Codec], Awaitable[None]],
+    ) -> None:
+        """Send replies as they come, all that is waiting in one go."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            out, self._outbox = self._outbox, []
+            if out:
+                await send(out, codec_of())
+
+    # ------------------------------------------------------------------ requests
+
+    async def handle(self, messages: list[tuple[Any, int]]) -> None:
+        """Process every message of one read; ``(DecodeError, n)`` marks a bad payload."""
+        routed: list[tuple[str, Request]] = []
+        limit = self.config.max_inflight_per_connection
+        for msg, size in messages:
+            if self.inflight >= limit:
+                if routed:
+                    await self.broker.router.dispatch(routed)
+                    routed = []
+                while self.inflight >= limit:
+                    self._slot = trio.Event()
+                    await self._slot.wait()
+            item = self._prepare(msg, size)
+            if item is not None:
+                self.inflight += 1
+                routed.append(item)
+        if routed:
+            await self.broker.router.dispatch(routed)
+
+    def _prepare(self, msg: Any, size: int) -> tuple[str, Request] | None:
+        if isinstance(msg, DecodeError):
+            self._answer({"ok": False, "error": BAD_FORMAT})
+            return None
+        if not isinstance(msg, dict):
+            self._answer({"ok": False, "error": BAD_COMMAND})
+            return None
+        cmd = msg.get("cmd")
+        request = Request(
+            cmd if isinstance(cmd, str) else "", msg, self, conn=self, frame_bytes=size
+        )
+        if not isinstance(cmd, str) or not cmd:
+            self._answer(request.error_reply(BAD_COMMAND))
+            return None
+        if not self.authenticated and cmd != "Auth":
+            self._answer(request.error_reply("Not authenticated"))
+            return None
+        route = ROUTES.get(cmd)
+        if route is None:
+            self._answer(request.error_reply(f"Unknown command: {cmd}"))
+            return None
+        if route == SESSION:
+            try:
+                self._answer(request.reply(self._session_command(cmd, msg)))
+            except CommandError as exc:
+                self._answer(request.error_reply(exc.message))
+            return None
+        if cmd in PULLS:
+            queue = msg.get("queue")
+            if isinstance(queue, str):
+                self.pulled_queues.add(queue)
+        return route, request
+
+    def _session_command(self, cmd: str, msg: dict[str, Any]) -> dict[str, Any]:
+        if cmd == "Ping":
+            return {"data": {"pong": True, "time": float(int(time.time() * 1000))}}
+        if cmd == "Hello":
+            return {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": list(CAPABILITIES),
+                "server": "bunqueue",
+                "version": __version__,
+                "broker": "trioqueue",
+            }
+        # Auth: with no tokens configured every connection is already in.
+        token = msg.get("token")
+        if not self.config.auth_tokens or self._token_ok(token):
+            self.authenticated = True
+            return {}
+        raise CommandError("Invalid token")
+
+    def _token_ok(self, token: Any) -> bool:
+        """Trimmed, constant-time comparison; a blank or non-string token never matches."""
+        if not isinstance(token, str) or not token.strip():
+            return False
+        given = token.strip().encode()
+        ok = False
+        for expected in self.config.auth_tokens:
+            if expected.strip() and hmac.compare_digest(given, expected.strip().encode()):
+                ok = True
+        return ok
+
+    def close(self) -> None:
+        """The connection is gone: its parked pulls claim nothing, its jobs go back."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.pulled_queues:
+            self.broker.router.connection_closed(self, self.pulled_queues)

@@ -1,0 +1,80 @@
+"""WebSocket sessions (``/ws``): the same commands as TCP, one command per message.
+
+A text message is JSON, a binary message is CBOR; each reply goes back in the kind of
+the message it answers (JSON text for text, CBOR binary for binary). Commands pass
+through the same :class:`~trioqueue.transport.session.Session` and router as TCP, so
+auth, limits and error texts are identical.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+
+from .codec import CBOR, JSON, Codec, DecodeError
+from .session import Session
+
+if TYPE_CHECKING:
+    from ..actors.broker import Broker
+
+log = logging.getLogger("trioqueue.websocket")
+
+WS_PATHS = ("/ws",)
+
+
+class WsConnection:
+    def __init__(self, broker: Broker, ws: WebSocketConnection) -> None:
+        self.broker = broker
+        self.ws = ws
+        self.session = Session(broker)
+        self.codec: Codec = JSON
+
+    async def _send(self, replies: list[dict[str, Any]], codec: Codec) -> None:
+        for reply in replies:
+            data = codec.encode(reply)
+            await self.ws.send_message(data.decode() if codec is JSON else data)
+
+    async def serve(self) -> None:
+        session = self.session
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.run_sender, lambda: self.codec, self._send)
+                try:
+                    while True:
+                        message = await self.ws.get_message()
+                        self.codec = JSON if isinstance(message, str) else CBOR
+                        raw = message.encode() if isinstance(message, str) else message
+                        try:
+                            decoded: Any = self.codec.decode(raw)
+                        except DecodeError as exc:
+                            decoded = exc
+                        await session.handle([(decoded, len(raw))])
+                finally:
+                    nursery.cancel_scope.cancel()
+        except ConnectionClosed:
+            pass
+        finally:
+            session.close()
+
+
+async def serve_ws(broker: Broker, host: str, port: int, *,
+                   task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    config = broker.config
+
+    async def handler(request: WebSocketRequest) -> None:
+        path = request.path.split("?", 1)[0].rstrip("/") or "/"
+        if path not in WS_PATHS:
+            await request.reject(404, body=b"Not found")
+            return
+        ws = await request.accept()
+        await WsConnection(broker, ws).serve()
+
+    await serve_websocket(
+        handler, host, port, ssl_context=None,
+        max_message_size=config.ws_max_message_bytes,
+        connect_timeout=config.ws_handshake_timeout_s,
+        task_status=task_status,
+    )
