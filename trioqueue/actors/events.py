@@ -25,6 +25,11 @@ class EventHub:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
 
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens (queues skip building events otherwise)."""
+        return bool(self._subscribers)
+
     def publish(self, events: list[dict[str, Any]]) -> None:
         self.published += len(events)
         for subscriber in list(self._subscribers):

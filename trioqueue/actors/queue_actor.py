@@ -151,6 +151,7 @@ class QueueActor:
                     except trio.WouldBlock:
                         break
             now = clock.now_ms()
+            q.events_enabled = self.broker.events.active
             self._apply_backlog(now)
             for delivery in q.tick(now):
                 req = delivery.waiter.handle

@@ -153,7 +153,8 @@ class Router:
         if how == BY_IDS:
             self._resolve_many(req, groups)
             return
-        job_id = fields.job_id(msg.get(how), how)
+        # No length check: an over-long id can never exist, so it reads as not found.
+        job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id)
         if queue is None:
             req.ok(MISSING_JOB[req.cmd](job_id))

@@ -87,6 +87,66 @@ _INTERNAL: tuple[tuple[str, Any], ...] = (
 )
 
 
+def _compile(name: str, source: str) -> Any:
+    """Build a method from generated source, as :mod:`dataclasses` does.
+
+    A job is created, stored and sent once per push; a generated straight-line method
+    is several times faster than a loop over the field table, and the table stays the
+    single place where a field is declared.
+    """
+    scope: dict[str, Any] = {}
+    exec(source, {"ACTIVE": ACTIVE, "QUEUED": QUEUED}, scope)  # noqa: S102
+    return scope[name]
+
+
+def _init_source() -> str:
+    params, body = [], []
+    for _, attr, default in _FIELDS + tuple((n, n, d) for n, d in _INTERNAL):
+        if isinstance(default, tuple):
+            params.append(f"{attr}=None")
+            body.append(f"    self.{attr} = [] if {attr} is None else list({attr})")
+        else:
+            params.append(f"{attr}={default!r}")
+            body.append(f"    self.{attr} = {attr}")
+    return f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+
+
+def _to_wire_source() -> str:
+    items = []
+    for wire, attr, _ in _FIELDS:
+        if wire in _TIMESTAMPS and wire in ("createdAt", "runAt", "lastHeartbeat"):
+            items.append(f"{wire!r}: float(self.{attr})")
+        elif wire in _TIMESTAMPS:
+            items.append(f"{wire!r}: None if self.{attr} is None else float(self.{attr})")
+        else:
+            items.append(f"{wire!r}: self.{attr}")
+    return "def to_wire(self):\n    return {" + ", ".join(items) + "}\n"
+
+
+# Always stored, even when equal to the default (they identify and order the job).
+_ALWAYS = frozenset({"id", "queue", "name", "data", "createdAt", "runAt"})
+
+
+def _to_record_source() -> str:
+    lines = ["def to_record(self):"]
+    always = [f"{w!r}: self.{a}" for w, a, _ in _FIELDS if w in _ALWAYS]
+    always += [f"{n!r}: self.{n}" for n, _ in _INTERNAL]
+    lines.append("    r = {" + ", ".join(always) + "}")
+    for wire, attr, default in _FIELDS:
+        if wire in _ALWAYS:
+            continue
+        if isinstance(default, tuple):
+            lines.append(f"    if self.{attr}: r[{wire!r}] = self.{attr}")
+        elif default is None:
+            lines.append(f"    if self.{attr} is not None: r[{wire!r}] = self.{attr}")
+        elif isinstance(default, bool):
+            lines.append(f"    if self.{attr} is not {default!r}: r[{wire!r}] = self.{attr}")
+        else:
+            lines.append(f"    if self.{attr} != {default!r}: r[{wire!r}] = self.{attr}")
+    lines.append("    return r")
+    return "\n".join(lines) + "\n"
+
+
 class Job:
     """One job. Plain attributes; ``__slots__`` keeps 100k waiting jobs cheap."""
 
@@ -143,16 +203,7 @@ class Job:
     seq: int
     dlq: dict[str, Any] | None
 
-    def __init__(self, **attrs: Any) -> None:
-        for _, attr, default in _FIELDS:
-            value = attrs.pop(attr, default)
-            if isinstance(value, tuple):
-                value = list(value)
-            setattr(self, attr, value)
-        for attr, default in _INTERNAL:
-            setattr(self, attr, attrs.pop(attr, default))
-        if attrs:
-            raise TypeError(f"unknown job attributes: {sorted(attrs)}")
+    __init__ = _compile("__init__", _init_source())
 
     def add_timeline(self, state: str, timestamp: int, **extra: Any) -> None:
         """Record a transition; like bunqueue, later transitions are dropped once full."""
@@ -161,22 +212,11 @@ class Job:
             entry.update(extra)
             self.timeline.append(entry)
 
-    def to_wire(self) -> dict[str, Any]:
-        """The Job object as bunqueue sends it (timestamps as floats: the int64 rule)."""
-        out: dict[str, Any] = {}
-        for wire, attr, _ in _FIELDS:
-            value = getattr(self, attr)
-            if wire in _TIMESTAMPS and value is not None:
-                value = float(value)
-            out[wire] = value
-        return out
-
-    def to_record(self) -> dict[str, Any]:
-        """The storage form: every wire field (timestamps kept as ints) plus internals."""
-        out = {wire: getattr(self, attr) for wire, attr, _ in _FIELDS}
-        for attr, _ in _INTERNAL:
-            out[attr] = getattr(self, attr)
-        return out
+    # The Job object as bunqueue sends it (timestamps as floats: the int64 rule).
+    to_wire = _compile("to_wire", _to_wire_source())
+    # The storage form: fields that differ from their default, plus the internals;
+    # from_record fills the defaults back in.
+    to_record = _compile("to_record", _to_record_source())
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Job:

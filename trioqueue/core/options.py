@@ -11,8 +11,9 @@ bunqueue's bounds, error texts and stored forms (reference §2.1, gotcha 19):
 * the data must be JSON-serialisable and at most 10 MiB of JSON text.
 
 Errors are raised as :class:`CommandError` with the field's wire name; PUSHB's
-``jobs[i]: `` prefix is the caller's job. ``None`` (nil, or msgpack ext 0 "undefined")
-means "not given" for every option except ``name``, where nil is an error.
+``jobs[i]: `` prefix is the caller's job. ``None`` (nil) means "not given" for every
+option except ``name``, where nil is an error (the codecs drop map entries holding
+JavaScript ``undefined``, so those are simply absent).
 
 This runs once per pushed job, so the common input (a name, small data, few options)
 is handled without ``json.dumps`` and without visiting options that were not sent.
@@ -155,15 +156,15 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_json_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_json_default, allow_nan=True
+)
+
+
 def _json_text(data: Any) -> str:
     try:
-        return json.dumps(
-            data,
-            ensure_ascii=False,
-            separators=(",", ":"),
-            default=_json_default,
-            allow_nan=True,
-        )
+        return _json_encoder.encode(data)
     except (TypeError, ValueError, RecursionError, OverflowError):
         # TypeError: a type JSON cannot encode; ValueError: a cycle, or an int beyond
         # Python's digit limit; RecursionError: nesting deeper than the stack (JS throws

@@ -121,6 +121,8 @@ class QueueState:
         self.paused = False
         self.writes = Writes()
         self.events: list[dict[str, Any]] = []
+        # Events cost a dict per transition; nobody pays for them until someone listens.
+        self.events_enabled = False
         # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
         self._ready: list[tuple[float, int, float, int, str]] = []
         # delayed heap: (runAt, seq, id); moved to ready when due
@@ -147,6 +149,8 @@ class QueueState:
         return events
 
     def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+        if not self.events_enabled:
+            return
         event: dict[str, Any] = {"eventType": event_type, "queue": self.name, "jobId": job_id}
         event["timestamp"] = float(now)
         event.update(extra)
