@@ -42,6 +42,7 @@ class Config:
     shutdown_grace_s: float = 10.0  # how long shutdown waits for in-flight commands
     actor_max_restarts: int = 5  # crashes tolerated per actor within the window below
     actor_restart_window_s: float = 10.0
+    gc_gen0_threshold: int = 50_000  # standalone broker only; 0 keeps Python's default
 
     def validate(self) -> None:
         if self.fsync not in FSYNC_POLICIES:

@@ -8,6 +8,7 @@ shielded deadline before the store closes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from typing import Any
@@ -65,12 +66,29 @@ class Server:
             root.cancel_scope.cancel()
 
 
+def tune_gc(config: Config) -> None:
+    """Make the cyclic garbage collector run less often (standalone broker only).
+
+    Every job is a few GC-tracked objects; with the default gen-0 threshold (700) a bulk
+    push spends about a third of its time in collections that find nothing, because
+    jobs live until they finish. The broker creates no reference cycles on its hot
+    paths, so a larger threshold only delays the rare cyclic garbage. An embedded
+    broker leaves the host program's GC settings alone.
+    """
+    if config.gc_gen0_threshold > 0:
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(config.gc_gen0_threshold, gen1, gen2)
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM."""
+    tune_gc(config)
     server = Server(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
+            # What recovery loaded lives long: keep it out of every later collection.
+            gc.freeze()
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 server.stop()

@@ -633,3 +633,11 @@ def test_count_finished_follows_finish_and_delete(store: Storage) -> None:
     assert store.count_finished("unknown-queue", "completed") == 0
     apply(store, delete("j1"))
     assert store.count_finished("cq", "completed") == 2
+
+
+def test_values_beyond_64_bit_ints_round_trip(store: Storage) -> None:
+    # msgpack cannot hold them; the value codec falls back to CBOR for that record
+    big = rec("big", data={"n": 2**70, "m": -(2**80)})
+    apply(store, put(big), finish(rec("done", state="completed"), {"r": 2**65}))
+    assert store.load().live_jobs[0]["data"] == {"n": 2**70, "m": -(2**80)}
+    assert store.get_result("done") == (True, {"r": 2**65})

@@ -16,6 +16,28 @@ class Replier(Protocol):
     def deliver(self, reply: dict[str, Any]) -> None: ...
 
 
+def deliver_all(deliveries: list[tuple[Replier, dict[str, Any]]]) -> None:
+    """Hand each replier all of its replies at once, so a session sends them together."""
+    if len(deliveries) == 1:
+        replier, reply = deliveries[0]
+        replier.deliver(reply)
+        return
+    grouped: dict[int, tuple[Replier, list[dict[str, Any]]]] = {}
+    for replier, reply in deliveries:
+        entry = grouped.get(id(replier))
+        if entry is None:
+            grouped[id(replier)] = (replier, [reply])
+        else:
+            entry[1].append(reply)
+    for replier, replies in grouped.values():
+        many = getattr(replier, "deliver_many", None)
+        if many is not None:
+            many(replies)
+        else:
+            for reply in replies:
+                replier.deliver(reply)
+
+
 _NO_REQ_ID = object()
 
 

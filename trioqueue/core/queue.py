@@ -31,7 +31,7 @@ from .backoff import backoff_delay_ms
 from .errors import JOB_NOT_FOUND, CommandError
 from .ids import uuid7
 from .job import ACTIVE, COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job
-from .writes import Writes
+from .writes import PUT_JOB, Writes
 
 DEFAULT_LOCK_TTL_MS = 30_000
 DEFAULT_MAX_STALLS = 3
@@ -278,7 +278,11 @@ class QueueState:
         return ids
 
     def _push_one(self, spec: dict[str, Any], now: int) -> str:
-        spec = dict(spec)
+        """Admit one job. Consumes ``spec`` (a fresh dict from parse_job_input).
+
+        This is the hot path of every producer: the common case (no custom id, no
+        unique key) is straight-line code with no call it can avoid.
+        """
         delay = spec.pop("delay", 0) or 0
         timestamp = spec.pop("timestamp", None)
         custom_id = spec.get("custom_id")
@@ -309,26 +313,49 @@ class QueueState:
                     self._emit("duplicated", owner.id, now)
                     return owner.id
         created = int(timestamp) if timestamp is not None else now
+        run_at = int(created + delay)
+        delayed = run_at > now
         job_id = custom_id if custom_id is not None else uuid7(now)
-        job = Job(id=job_id, queue=self.name, created_at=created, **spec)
-        job.run_at = int(created + delay)
-        job.last_heartbeat = created
-        job.state = QUEUED
-        job.add_timeline("delayed" if job.run_at > now else "waiting", now)
+        self._seq += 1
+        job = Job(
+            id=job_id, queue=self.name, created_at=created, run_at=run_at,
+            last_heartbeat=created, seq=self._seq,
+            timeline=[{"state": "delayed" if delayed else "waiting", "timestamp": float(now)}],
+            **spec,
+        )
         if replaced is not None:
             self._remove_live(replaced, now)
             self.writes.delete_job(replaced.id)
-        self.jobs[job.id] = job
-        self.index.add(job.id, self.name)
+        self.jobs[job_id] = job
+        self.index.add(job_id, self.name)
         if unique_key is not None:
             ttl = job.deduplication_ttl
-            self.dedup[unique_key] = DedupKey(job.id, None if ttl is None else now + ttl)
-        self._enqueue(job, now)
-        self._persist(job)
-        if job.run_at > now:
-            self._emit("delayed", job.id, now, delay=float(job.run_at - now))
-        self._emit("pushed", job.id, now)
-        return job.id
+            self.dedup[unique_key] = DedupKey(job_id, None if ttl is None else now + ttl)
+        # _enqueue and _count, inlined
+        c = self.c
+        priority = job.priority
+        if delayed:
+            heapq.heappush(self._delayed, (run_at, job.seq, job_id))
+            c.delayed += 1
+        else:
+            if job.lifo:
+                heapq.heappush(self._ready, (-priority, 0, float(-job.seq), job.seq, job_id))
+            else:
+                heapq.heappush(self._ready, (-priority, 1, float(run_at), job.seq, job_id))
+            if priority > 0:
+                c.prioritized += 1
+            else:
+                c.waiting += 1
+        by_priority = c.by_priority
+        by_priority[priority] = by_priority.get(priority, 0) + 1
+        self.writes.ops.append((PUT_JOB, job.to_record()))
+        if job.durable:
+            self.writes.durable = True
+        if self.events_enabled:
+            if delayed:
+                self._emit("delayed", job_id, now, delay=float(run_at - now))
+            self._emit("pushed", job_id, now)
+        return job_id
 
     # ------------------------------------------------------------------ consuming
 

@@ -24,7 +24,7 @@ import trio
 from .. import __version__
 from ..actors.request import Request
 from ..core.errors import CommandError
-from .codec import Codec, DecodeError
+from .codec import DecodeError
 from .commands import CAPABILITIES, PROTOCOL_VERSION, PULLS, ROUTES, SESSION
 
 if TYPE_CHECKING:
@@ -36,11 +36,23 @@ BAD_FORMAT = "Invalid command format"
 BAD_COMMAND = "Invalid command"
 
 
+# What a transport's immediate send did with a group of replies.
+SENT = "sent"  # all bytes are on the socket
+PARTLY_SENT = "partly"  # the transport kept the rest; the sender task must flush it
+NOT_SENT = "not-sent"  # nothing taken (earlier bytes are still waiting)
+
+SendNow = Callable[[list[dict[str, Any]]], str]
+
+
 class Session:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, send_now: SendNow | None = None) -> None:
         self.broker = broker
         self.config = broker.config
         self.authenticated = not broker.config.auth_tokens
+        # A transport that can write without blocking (TCP) answers in the same pass of
+        # the scheduler as the commit; otherwise replies wait for the sender task.
+        self._send_now = send_now
+        self._sending = False
         self._outbox: list[dict[str, Any]] = []
         self._wake = trio.Event()
         self.inflight = 0
@@ -51,30 +63,45 @@ class Session:
     # ------------------------------------------------------------------ replies
 
     def deliver(self, reply: dict[str, Any]) -> None:
-        """Queue one reply for sending; called by the writer, actors and router."""
-        self.inflight -= 1
+        """Send one reply; called by the writer, actors and router."""
+        self.deliver_many([reply])
+
+    def deliver_many(self, replies: list[dict[str, Any]]) -> None:
+        """Send replies together (one write when the transport allows it)."""
+        self.inflight -= len(replies)
+        self._slot.set()
         if self.closed:
             return
-        self._outbox.append(reply)
+        if self._send_now is not None and not self._sending and not self._outbox:
+            outcome = self._send_now(replies)
+            if outcome == SENT:
+                return
+            if outcome == PARTLY_SENT:
+                self._wake.set()
+                return
+        self._outbox.extend(replies)
         self._wake.set()
-        self._slot.set()
 
     def _answer(self, reply: dict[str, Any]) -> None:
         self.inflight += 1
         self.deliver(reply)
 
-    async def run_sender(
-        self,
-        codec_of: Callable[[], Codec],
-        send: Callable[[list[dict[str, Any]], Codec], Awaitable[None]],
-    ) -> None:
-        """Send replies as they come, all that is waiting in one go."""
+    async def run_sender(self, send: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        """Send what the immediate path could not: all that is waiting, in one go.
+
+        ``send`` gets the waiting replies (maybe none, when the transport only has
+        leftover bytes of an immediate send to flush) and may block on a slow client;
+        meanwhile new replies queue up behind it, never interleaved.
+        """
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            out, self._outbox = self._outbox, []
-            if out:
-                await send(out, codec_of())
+            self._sending = True
+            try:
+                out, self._outbox = self._outbox, []
+                await send(out)
+            finally:
+                self._sending = False
 
     # ------------------------------------------------------------------ requests
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import FrameDecoder, FrameTooLarge
-from .session import Session
+from .session import NOT_SENT, PARTLY_SENT, SENT, Session
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -33,15 +34,44 @@ class TcpConnection:
     def __init__(self, broker: Broker, stream: trio.SocketStream) -> None:
         self.broker = broker
         self.stream = stream
-        self.session = Session(broker)
+        self._fd = stream.socket.fileno()
+        self._unsent = b""
+        self.session = Session(broker, send_now=self._send_now)
         self.codec: Codec | None = None
 
     def _codec(self) -> Codec:
         # Until a valid first map arrives we answer in msgpack, bunqueue's own codec.
         return self.codec or MSGPACK
 
-    async def _send(self, replies: list[dict[str, Any]], codec: Codec) -> None:
-        await self.stream.send_all(encode_frames(codec, replies))
+    def _send_now(self, replies: list[dict[str, Any]]) -> str:
+        """Write replies straight to the non-blocking socket, keeping what does not fit.
+
+        trio's ``send_all`` costs extra scheduler passes per call; a plain write of a
+        few hundred bytes almost always completes at once, so the reply leaves in the
+        same pass as the commit that released it. The session guarantees that no other
+        send is in progress, so bytes are never reordered.
+        """
+        if self._unsent:
+            return NOT_SENT
+        data = encode_frames(self._codec(), replies)
+        try:
+            written = os.write(self._fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            # A broken connection: leave the bytes for the sender, whose send_all
+            # raises and ends the session the normal way.
+            written = 0
+        if written == len(data):
+            return SENT
+        self._unsent = data[written:]
+        return PARTLY_SENT
+
+    async def _send(self, replies: list[dict[str, Any]]) -> None:
+        data = self._unsent + encode_frames(self._codec(), replies) if replies else self._unsent
+        self._unsent = b""
+        if data:
+            await self.stream.send_all(data)
 
     async def serve(self) -> None:
         config = self.broker.config
@@ -49,12 +79,14 @@ class TcpConnection:
         session = self.session
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.run_sender, self._codec, self._send)
+                nursery.start_soon(session.run_sender, self._send)
                 try:
                     await self._read_loop(decoder, config.partial_frame_timeout_s)
                 finally:
                     nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The peer went away (reset, or closed while we wrote). The nursery wraps
+            # this in an ExceptionGroup: it must end this connection, never the broker.
             pass
         finally:
             session.close()
@@ -64,9 +96,15 @@ class TcpConnection:
     async def _read_loop(self, decoder: FrameDecoder, partial_timeout_s: float) -> None:
         stream = self.stream
         session = self.session
+        # The clock of a partial frame starts with its first bytes and stops only when a
+        # frame completes: more bytes of the same frame do not restart it (slowloris).
+        deadline = math.inf
         while True:
-            timeout = partial_timeout_s if decoder.has_partial and partial_timeout_s else math.inf
-            with trio.move_on_after(timeout) as scope:
+            if not (decoder.has_partial and partial_timeout_s):
+                deadline = math.inf
+            elif deadline == math.inf:
+                deadline = trio.current_time() + partial_timeout_s
+            with trio.move_on_at(deadline) as scope:
                 data = await stream.receive_some(RECEIVE_BYTES)
             if scope.cancelled_caught:
                 log.info("closing a connection stuck in a partial frame")
@@ -85,6 +123,7 @@ class TcpConnection:
                 return
             if not payloads:
                 continue
+            deadline = math.inf  # a frame completed: a pending tail gets its own clock
             messages: list[tuple[Any, int]] = []
             for payload in payloads:
                 if self.codec is None and payload:

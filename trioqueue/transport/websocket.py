@@ -32,21 +32,31 @@ class WsConnection:
         self.session = Session(broker)
         self.codec: Codec = JSON
 
-    async def _send(self, replies: list[dict[str, Any]], codec: Codec) -> None:
+    async def _send(self, replies: list[dict[str, Any]]) -> None:
+        codec = self.codec
         for reply in replies:
-            data = codec.encode(reply)
-            await self.ws.send_message(data.decode() if codec is JSON else data)
+            if codec is JSON:
+                await self.ws.send_message(JSON.encode_text(reply))
+            else:
+                await self.ws.send_message(codec.encode(reply))
 
     async def serve(self) -> None:
         session = self.session
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.run_sender, lambda: self.codec, self._send)
+                nursery.start_soon(session.run_sender, self._send)
                 try:
+                    limit = self.broker.config.ws_max_message_bytes
                     while True:
                         message = await self.ws.get_message()
                         self.codec = JSON if isinstance(message, str) else CBOR
                         raw = message.encode() if isinstance(message, str) else message
+                        if len(raw) > limit:
+                            # trio_websocket counts a text message in characters; the
+                            # limit is in bytes, so UTF-8 text is checked again here.
+                            await self.ws.aclose(1009, "Exceeded maximum message size: "
+                                                 f"{limit} bytes")
+                            return
                         try:
                             decoded: Any = self.codec.decode(raw)
                         except DecodeError as exc:
@@ -54,7 +64,9 @@ class WsConnection:
                         await session.handle([(decoded, len(raw))])
                 finally:
                     nursery.cancel_scope.cancel()
-        except ConnectionClosed:
+        except* ConnectionClosed:
+            # The client closed (or the limit above did): the nursery wraps it in an
+            # ExceptionGroup, which must end this connection, never the broker.
             pass
         finally:
             session.close()
