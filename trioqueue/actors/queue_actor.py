@@ -145,11 +145,9 @@ class QueueActor:
                 else:
                     with trio.move_on_at(clock.deadline_for(deadline_ms)):
                         self._backlog.extend(await recv.receive())
-                while True:
-                    try:
-                        self._backlog.extend(recv.receive_nowait())
-                    except trio.WouldBlock:
-                        break
+                # Take everything already waiting: one batch, one commit.
+                while recv.statistics().current_buffer_used:
+                    self._backlog.extend(recv.receive_nowait())
             now = clock.now_ms()
             q.events_enabled = self.broker.events.active
             self._apply_backlog(now)

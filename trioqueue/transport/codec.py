@@ -33,6 +33,8 @@ import msgpack
 
 from trioqueue.transport.framing import frame_header
 
+from ..core.job import CLIENT_VALUED, JobWire
+
 __all__ = [
     "ABSENT",
     "CBOR",
@@ -249,6 +251,8 @@ class _Rewriter:
     def _value(self, v: Any) -> Any:
         if type(v) in self._untouched:
             return v
+        if type(v) is JobWire:
+            return self._job(v)
         if isinstance(v, dict):
             return self._map(v)
         if isinstance(v, list | tuple):
@@ -259,6 +263,24 @@ class _Rewriter:
         elif self._non_finite and isinstance(v, float) and not math.isfinite(v):
             return None
         return v
+
+    def _job(self, job: JobWire) -> dict[Any, Any]:
+        """A job object: only its client-valued keys can need a rewrite."""
+        new: dict[Any, Any] | None = None
+        for key in CLIENT_VALUED:
+            if key not in job:
+                continue
+            v = job[key]
+            nv = self._value(v)
+            if nv is v and v is not ABSENT:
+                continue
+            if new is None:
+                new = dict(job)
+            if nv is ABSENT:
+                del new[key]
+            else:
+                new[key] = nv
+        return job if new is None else new
 
     def _map(self, m: dict[Any, Any]) -> dict[Any, Any]:
         untouched = self._untouched
