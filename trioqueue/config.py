@@ -31,8 +31,8 @@ class Config:
     max_inflight_per_connection: int = 50  # commands running at once per connection
     partial_frame_timeout_s: float = 60.0  # slowloris guard; 0 disables
     max_write_queue_bytes: int = 64 * 1024 * 1024  # unsent replies before we cut a client
-    max_data_bytes: int = 10_000_000  # JSON size of one job's data
-    max_connections: int = 10_000
+    max_data_bytes: int = 10 * 1024 * 1024  # JSON text of one job's data (UTF-16 units)
+    max_connections: int = 10_000  # TCP and WebSocket together
     ws_max_message_bytes: int = 1024 * 1024
     ws_handshake_timeout_s: float = 10.0
 

@@ -48,6 +48,8 @@ class Broker:
                                     fsync_interval_s=config.fsync_interval_s)
         self.router = Router(self)
         self.events = EventHub()
+        # One limit for TCP and WebSocket connections together.
+        self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
         self.recovered_jobs = 0
 
@@ -71,9 +73,9 @@ class Broker:
         recovered = self.storage.load()
         now = self.clock.now_ms()
         for name, meta in recovered.queue_meta.items():
-            self.router.actor(name).state.load_meta(meta)
+            self.router.actor(name, recovering=True).state.load_meta(meta)
         for record in recovered.live_jobs:
-            self.router.actor(record["queue"]).state.restore(record, now)
+            self.router.actor(record["queue"], recovering=True).state.restore(record, now)
         for actor in self.router.actors.values():
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()

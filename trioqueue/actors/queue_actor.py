@@ -160,6 +160,7 @@ class QueueActor:
         q = self.state
         writer = self.broker.writer
         backlog = self._backlog
+        max_data_bytes = self.broker.config.max_data_bytes
         while backlog:
             req = backlog.popleft()
             self._current = req
@@ -168,7 +169,8 @@ class QueueActor:
             else:
                 handler = QUEUE_HANDLERS[req.cmd]
                 try:
-                    result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes))
+                    result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes,
+                                                     max_data_bytes))
                 except CommandError as exc:
                     # Handlers validate before they mutate, so a refused command has
                     # nothing to write; whatever it did record is still submitted below.

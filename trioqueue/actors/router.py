@@ -100,11 +100,15 @@ class Router:
 
     # ------------------------------------------------------------------ queues
 
-    def actor(self, name: str) -> QueueActor:
-        """The actor of queue ``name``, started on first use."""
+    def actor(self, name: str, *, recovering: bool = False) -> QueueActor:
+        """The actor of queue ``name``, started on first use.
+
+        ``max_queues`` limits what clients can create; queues already in storage are
+        always brought back, even if the limit was lowered since.
+        """
         actor = self.actors.get(name)
         if actor is None:
-            if len(self.actors) >= self.broker.config.max_queues:
+            if not recovering and len(self.actors) >= self.broker.config.max_queues:
                 raise CommandError(
                     f"Too many queues (max {self.broker.config.max_queues})")
             actor = QueueActor(name, self.broker)

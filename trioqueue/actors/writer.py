@@ -99,13 +99,16 @@ class StorageWriter:
 
     async def _cycle(self) -> None:
         self.commit_now()
+        # Take the replies BEFORE the fsync: a commit made while the fsync runs (by an
+        # actor or a storage read) is not covered by it, so its replies wait for the
+        # next cycle's fsync.
+        ready, self._committed = self._committed, []
         if self._needs_sync:
             self._needs_sync = False
             self._dirty = False
             # The fsync blocks for hundreds of microseconds: do it off the event loop,
             # once for the whole batch. abandon_on_cancel=False: the flush must finish.
             await trio.to_thread.run_sync(self.storage.sync)
-        ready, self._committed = self._committed, []
         if ready:
             deliver_all(ready)
 

@@ -19,7 +19,7 @@ from typing import Any
 from . import fields
 from . import states as st
 from .errors import JOB_NOT_FOUND, CommandError
-from .options import parse_job_input
+from .options import MAX_DATA_CHARS, parse_job_input
 from .queue import PullWaiter, QueueState
 
 Reply = dict[str, Any]
@@ -30,6 +30,7 @@ class Ctx:
     now: int
     conn: Any = None  # the connection that sent the command (for ownership)
     frame_bytes: int | None = None
+    max_data_bytes: int = MAX_DATA_CHARS
 
 
 Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter"]
@@ -38,7 +39,8 @@ Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter"]
 
 
 def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    spec = parse_job_input(msg, custom_id_key="jobId", frame_bytes=ctx.frame_bytes)
+    spec = parse_job_input(msg, custom_id_key="jobId", frame_bytes=ctx.frame_bytes,
+                           max_data_bytes=ctx.max_data_bytes)
     return {"id": q.push([spec], ctx.now)[0]}
 
 
@@ -52,7 +54,8 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             raise CommandError(f"jobs[{i}]: job must be an object")
         try:
             specs.append(parse_job_input(item, custom_id_key="customId",
-                                         frame_bytes=ctx.frame_bytes))
+                                         frame_bytes=ctx.frame_bytes,
+                                         max_data_bytes=ctx.max_data_bytes))
         except CommandError as exc:
             raise CommandError(f"jobs[{i}]: {exc.message}") from None
     return {"ids": q.push(specs, ctx.now)}

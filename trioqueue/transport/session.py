@@ -38,8 +38,7 @@ BAD_COMMAND = "Invalid command"
 
 # What a transport's immediate send did with a group of replies.
 SENT = "sent"  # all bytes are on the socket
-PARTLY_SENT = "partly"  # the transport kept the rest; the sender task must flush it
-NOT_SENT = "not-sent"  # nothing taken (earlier bytes are still waiting)
+QUEUED = "queued"  # the transport kept (some of) them; the sender task must flush
 
 SendNow = Callable[[list[dict[str, Any]]], str]
 
@@ -52,7 +51,6 @@ class Session:
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
         self._send_now = send_now
-        self._sending = False
         self._outbox: list[dict[str, Any]] = []
         self._wake = trio.Event()
         self.inflight = 0
@@ -72,13 +70,10 @@ class Session:
         self._slot.set()
         if self.closed:
             return
-        if self._send_now is not None and not self._sending and not self._outbox:
-            outcome = self._send_now(replies)
-            if outcome == SENT:
-                return
-            if outcome == PARTLY_SENT:
+        if self._send_now is not None:
+            if self._send_now(replies) != SENT:
                 self._wake.set()
-                return
+            return
         self._outbox.extend(replies)
         self._wake.set()
 
@@ -96,12 +91,8 @@ class Session:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            self._sending = True
-            try:
-                out, self._outbox = self._outbox, []
-                await send(out)
-            finally:
-                self._sending = False
+            out, self._outbox = self._outbox, []
+            await send(out)
 
     # ------------------------------------------------------------------ requests
 

@@ -20,7 +20,7 @@ import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import FrameDecoder, FrameTooLarge
-from .session import NOT_SENT, PARTLY_SENT, SENT, Session
+from .session import QUEUED, SENT, Session
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -35,7 +35,9 @@ class TcpConnection:
         self.broker = broker
         self.stream = stream
         self._fd = stream.socket.fileno()
-        self._unsent = b""
+        self._pending = bytearray()  # encoded replies the socket has not taken yet
+        self._flushing = False
+        self._scope = trio.CancelScope()
         self.session = Session(broker, send_now=self._send_now)
         self.codec: Codec | None = None
 
@@ -44,16 +46,18 @@ class TcpConnection:
         return self.codec or MSGPACK
 
     def _send_now(self, replies: list[dict[str, Any]]) -> str:
-        """Write replies straight to the non-blocking socket, keeping what does not fit.
+        """Write replies straight to the non-blocking socket; queue what does not fit.
 
         trio's ``send_all`` costs extra scheduler passes per call; a plain write of a
         few hundred bytes almost always completes at once, so the reply leaves in the
-        same pass as the commit that released it. The session guarantees that no other
-        send is in progress, so bytes are never reordered.
+        same pass as the commit that released it. Bytes never overtake each other: while
+        anything is queued, new replies queue behind it for the sender task. Queued
+        bytes are bounded by ``max_write_queue_bytes``: a client that does not read its
+        replies is cut off rather than allowed to grow the broker's memory.
         """
-        if self._unsent:
-            return NOT_SENT
         data = encode_frames(self._codec(), replies)
+        if self._pending or self._flushing:
+            return self._queue(data)
         try:
             written = os.write(self._fd, data)
         except BlockingIOError:
@@ -64,26 +68,41 @@ class TcpConnection:
             written = 0
         if written == len(data):
             return SENT
-        self._unsent = data[written:]
-        return PARTLY_SENT
+        return self._queue(memoryview(data)[written:])
+
+    def _queue(self, data: bytes | memoryview) -> str:
+        self._pending += data
+        limit = self.broker.config.max_write_queue_bytes
+        if limit and len(self._pending) > limit:
+            log.info("closing a connection that does not read its replies")
+            self._pending.clear()
+            self._scope.cancel()
+        return QUEUED
 
     async def _send(self, replies: list[dict[str, Any]]) -> None:
-        data = self._unsent + encode_frames(self._codec(), replies) if replies else self._unsent
-        self._unsent = b""
-        if data:
-            await self.stream.send_all(data)
+        # TCP replies never wait in the session's outbox: _send_now took them all.
+        self._flushing = True
+        try:
+            while self._pending:
+                data = bytes(self._pending)
+                self._pending.clear()
+                await self.stream.send_all(data)
+        finally:
+            self._flushing = False
 
     async def serve(self) -> None:
         config = self.broker.config
         decoder = FrameDecoder(config.max_frame_bytes)
         session = self.session
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.run_sender, self._send)
-                try:
-                    await self._read_loop(decoder, config.partial_frame_timeout_s)
-                finally:
-                    nursery.cancel_scope.cancel()
+            # _scope is cancelled when the client stops reading its replies.
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.run_sender, self._send)
+                    try:
+                        await self._read_loop(decoder, config.partial_frame_timeout_s)
+                    finally:
+                        nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             # The peer went away (reset, or closed while we wrote). The nursery wraps
             # this in an ExceptionGroup: it must end this connection, never the broker.
@@ -104,11 +123,14 @@ class TcpConnection:
                 deadline = math.inf
             elif deadline == math.inf:
                 deadline = trio.current_time() + partial_timeout_s
-            with trio.move_on_at(deadline) as scope:
+            if deadline == math.inf:
                 data = await stream.receive_some(RECEIVE_BYTES)
-            if scope.cancelled_caught:
-                log.info("closing a connection stuck in a partial frame")
-                return
+            else:
+                with trio.move_on_at(deadline) as scope:
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                if scope.cancelled_caught:
+                    log.info("closing a connection stuck in a partial frame")
+                    return
             if not data:
                 return
             try:
@@ -141,7 +163,7 @@ async def serve_tcp(
 ) -> None:
     """Accept connections until cancelled; each runs in the listener's handler nursery."""
     listeners = await trio.open_tcp_listeners(port, host=host)
-    limit = trio.CapacityLimiter(broker.config.max_connections)
+    limit = broker.connections
 
     async def handler(stream: trio.SocketStream) -> None:
         try:

@@ -81,8 +81,16 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
         if path not in WS_PATHS:
             await request.reject(404, body=b"Not found")
             return
-        ws = await request.accept()
-        await WsConnection(broker, ws).serve()
+        try:
+            broker.connections.acquire_nowait()
+        except trio.WouldBlock:
+            await request.reject(503, body=b"Too many connections")
+            return
+        try:
+            ws = await request.accept()
+            await WsConnection(broker, ws).serve()
+        finally:
+            broker.connections.release()
 
     await serve_websocket(
         handler, host, port, ssl_context=None,

@@ -1,0 +1,218 @@
+"""Durability policies of the storage writer, seen through the replies a client gets.
+
+The broker runs on a :class:`GatedStorage`: a memory store whose ``sync()`` (the fsync,
+which the writer runs in a worker thread) blocks until the test hands out a permit, and
+which records which jobs each commit wrote and which commits each sync covered. So a
+test can hold the disk still and watch which replies are released meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.actors.broker import Broker
+from trioqueue.config import Config
+from trioqueue.core.writes import PUT_JOB, Writes
+from trioqueue.server import Server
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.testing import RawClient
+
+Connect = Callable[[], Awaitable[RawClient]]
+
+
+class GatedStorage(MemoryStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+        self.commits: list[set[str]] = []  # ids of the jobs each apply() wrote
+        self.syncs_started = 0
+        self.synced_commits = 0  # how many commits (in order) a finished sync covers
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        super().apply(batches)
+        self.commits.append({op[1]["id"] for b in batches for op in b.ops if op[0] == PUT_JOB})
+
+    def sync(self) -> None:  # runs in a worker thread
+        covered = len(self.commits)  # a sync covers the commits made before it began
+        self.syncs_started += 1
+        if not self.permits.acquire(timeout=10):
+            raise RuntimeError("the test never let this sync finish")
+        super().sync()
+        self.synced_commits = max(self.synced_commits, covered)
+
+    def allow(self, n: int = 1) -> None:
+        self.permits.release(n)
+
+    def committed(self, job_id: str) -> bool:
+        return any(job_id in ids for ids in self.commits)
+
+    def synced(self, job_id: str) -> bool:
+        """Whether a finished sync began after the commit that wrote this job."""
+        return any(job_id in ids for ids in self.commits[: self.synced_commits])
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, storage: GatedStorage, **overrides: Any
+                  ) -> AsyncIterator[Connect]:
+    """A broker on ``storage``; on exit the gate opens and the broker shuts down."""
+    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=str(tmp_path),
+                    **overrides)
+    clients: list[RawClient] = []
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(
+            Server(config, broker=Broker(config, storage=storage)).run)
+
+        async def connect() -> RawClient:
+            assert server.tcp_port is not None
+            client = await RawClient.connect(server.tcp_port)
+            clients.append(client)
+            return client
+
+        try:
+            yield connect
+        finally:
+            storage.allow(1000)  # never leave the broker's last flush stuck in a thread
+            for client in clients:
+                await client.aclose()
+            server.stop()
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 2.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+async def no_reply(client: RawClient, req_id: str, wait_s: float = 0.3) -> None:
+    """Assert that ``req_id`` is not answered within ``wait_s`` (absence is under test)."""
+    with trio.move_on_after(wait_s):
+        reply = await client.reply_to(req_id)
+        pytest.fail(f"reply released while its fsync was still running: {reply}")
+
+
+# ------------------------------------------------------------------ always
+
+
+async def test_always_releases_a_reply_only_after_its_sync(tmp_path: Path) -> None:
+    storage = GatedStorage()
+    async with running(tmp_path, storage, fsync="always") as connect:
+        client = await connect()
+        push = await client.send("PUSH", queue="q", name="n", data=1)
+        await wait_until(lambda: storage.syncs_started == 1)
+        await no_reply(client, push)
+        assert len(storage.commits) == 1  # committed, but not yet on disk
+        # The fsync runs off the event loop: the broker keeps answering meanwhile.
+        with trio.fail_after(1):
+            await client.ok("Ping")
+        storage.allow()
+        with trio.fail_after(2):
+            reply = await client.reply_to(push)
+        assert reply["ok"] is True and storage.synced(reply["id"])
+
+
+async def test_always_syncs_once_per_batch_and_every_reply_is_synced(tmp_path: Path) -> None:
+    storage = GatedStorage()
+    storage.allow(1000)
+    async with running(tmp_path, storage, fsync="always") as connect:
+        client = await connect()
+        await client.send_raw(b"".join(
+            client.frame({"cmd": "PUSH", "queue": "q", "name": "n", "data": i, "reqId": f"p{i}"})
+            for i in range(20)))
+        with trio.fail_after(2):
+            for i in range(20):
+                reply = await client.reply_to(f"p{i}")
+                assert reply["ok"] is True and storage.synced(reply["id"]), reply
+        assert 1 <= storage.syncs_started < 20  # group commit: not one fsync per command
+
+
+async def test_always_a_commit_made_during_a_sync_waits_for_the_next_sync(
+    tmp_path: Path,
+) -> None:
+    storage = GatedStorage()
+    async with running(tmp_path, storage, fsync="always") as connect:
+        first, second, probe = await connect(), await connect(), await connect()
+        a = await first.send("PUSH", queue="q", name="a", data=1)
+        await wait_until(lambda: storage.syncs_started == 1)
+        c = await second.send("PUSH", queue="q", name="c", data=2)
+        # A lookup of an unknown id commits pending writes on the spot (read-your-writes):
+        # nudge until the second push is committed while the first sync still runs.
+        with trio.fail_after(2):
+            while len(storage.commits) < 2:
+                await probe.call("GetJob", id="no-such-job")
+                await trio.sleep(0.005)
+        storage.allow()  # only the first sync finishes; it began before the 2nd commit
+        with trio.fail_after(2):
+            assert (await first.reply_to(a))["ok"] is True
+        with trio.move_on_after(0.3):
+            early = await second.reply_to(c)
+            assert storage.synced(early["id"]), f"released before any sync covered it: {early}"
+        storage.allow()
+        with trio.fail_after(2):
+            late = await second.reply_to(c)
+        assert storage.synced(late["id"])
+
+
+# ------------------------------------------------------------------ interval
+
+
+async def test_interval_plain_push_does_not_wait_but_durable_push_does(tmp_path: Path) -> None:
+    storage = GatedStorage()
+    async with running(tmp_path, storage, fsync="interval", fsync_interval_s=60.0) as connect:
+        client = await connect()
+        with trio.fail_after(1):
+            plain = await client.ok("PUSH", queue="q", name="n", data=1)
+        assert storage.committed(plain["id"]) and storage.syncs_started == 0
+
+        durable = await client.send("PUSH", queue="q", name="n", data=2, durable=True)
+        await wait_until(lambda: storage.syncs_started == 1)
+        await no_reply(client, durable)
+        storage.allow()
+        with trio.fail_after(2):
+            reply = await client.reply_to(durable)
+        assert reply["ok"] is True and storage.synced(reply["id"])
+
+        with trio.fail_after(1):
+            await client.ok("PUSH", queue="q", name="n", data=3)
+        assert storage.syncs_started == 1
+
+
+async def test_interval_commits_reach_the_disk_within_the_interval(tmp_path: Path) -> None:
+    storage = GatedStorage()
+    storage.allow(1000)
+    async with running(tmp_path, storage, fsync="interval", fsync_interval_s=0.05) as connect:
+        client = await connect()
+        pushed = await client.ok("PUSH", queue="q", name="n", data=1)
+        await wait_until(lambda: storage.synced(pushed["id"]), timeout_s=1.0)
+
+
+async def test_interval_shutdown_syncs_what_is_committed(tmp_path: Path) -> None:
+    storage = GatedStorage()
+    storage.allow(1000)
+    async with running(tmp_path, storage, fsync="interval", fsync_interval_s=60.0) as connect:
+        client = await connect()
+        pushed = await client.ok("PUSH", queue="q", name="n", data=1)
+        assert not storage.synced(pushed["id"])
+    assert storage.synced(pushed["id"])
+
+
+# ------------------------------------------------------------------ never
+
+
+async def test_never_does_not_sync_per_batch_nor_at_shutdown(tmp_path: Path) -> None:
+    storage = GatedStorage()  # closed gate: a sync would hold its reply back
+    async with running(tmp_path, storage, fsync="never") as connect:
+        client = await connect()
+        with trio.fail_after(2):
+            for i in range(5):
+                pushed = await client.ok("PUSH", queue="q", name="n", data=i)
+                assert storage.committed(pushed["id"])
+        assert len(storage.commits) >= 5
+        assert storage.syncs_started == 0
+    assert storage.syncs_started == 0
