@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+from functools import partial
 from typing import Any
 
 import trio
@@ -38,18 +39,30 @@ class Server:
         config = self.config
         async with trio.open_nursery() as root:
             await root.start(self.broker.run)
-            listeners = trio.CancelScope()
+            sessions_scope = trio.CancelScope()
+            listeners_scope = trio.CancelScope()
+
+            async def hold_sessions(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                # Connections live here, apart from the accept loops, so shutdown can
+                # stop accepting first and close connections only after draining.
+                with sessions_scope:
+                    async with trio.open_nursery() as sessions:
+                        task_status.started(sessions)
+                        await trio.sleep_forever()
+
+            sessions: trio.Nursery = await root.start(hold_sessions)
 
             async def listen(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                with listeners:
+                with listeners_scope:
                     async with trio.open_nursery() as nursery:
-                        tcp = await nursery.start(serve_tcp, self.broker, config.host,
-                                                  config.tcp_port)
+                        tcp = await nursery.start(
+                            partial(serve_tcp, handler_nursery=sessions),
+                            self.broker, config.host, config.tcp_port)
                         self.tcp_port = tcp[0].socket.getsockname()[1]
-                        if config.ws_port >= 0:
-                            ws = await nursery.start(serve_ws, self.broker, config.host,
-                                                     config.ws_port)
-                            self.ws_port = ws.port
+                        ws = await nursery.start(
+                            partial(serve_ws, handler_nursery=sessions),
+                            self.broker, config.host, config.ws_port)
+                        self.ws_port = ws.port
                         task_status.started()
 
             await root.start(listen)
@@ -60,8 +73,15 @@ class Server:
             )
             task_status.started(self)
             await self._stop.wait()
+            # 1. no new connections; 2. commands already accepted are applied and their
+            # replies sent on the still-open connections; 3. connections close, which
+            # hands their un-renewed jobs back to the queues (uncharged), and those
+            # releases are applied too; 4. the broker commits the last batch and stops.
             log.info("shutting down: closing listeners")
-            listeners.cancel()
+            listeners_scope.cancel()
+            await self.broker.drain()
+            sessions_scope.cancel()
+            await trio.lowlevel.checkpoint()
             await self.broker.drain()
             root.cancel_scope.cancel()
 

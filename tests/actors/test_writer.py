@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from trioqueue.actors.broker import Broker
+from trioqueue.actors.writer import StorageFailure
 from trioqueue.config import Config
 from trioqueue.core.writes import PUT_JOB, Writes
 from trioqueue.server import Server
@@ -216,3 +217,63 @@ async def test_never_does_not_sync_per_batch_nor_at_shutdown(tmp_path: Path) -> 
         assert len(storage.commits) >= 5
         assert storage.syncs_started == 0
     assert storage.syncs_started == 0
+
+
+class FailingStorage(MemoryStorage):
+    """Fails every commit once armed, as a disk that went away would."""
+
+    armed = False
+
+    def apply(self, batches: Any) -> None:
+        if self.armed:
+            raise OSError("injected commit failure")
+        super().apply(batches)
+
+
+async def test_a_failed_commit_stops_the_broker_and_acknowledges_nothing(
+    tmp_path: Path,
+) -> None:
+    storage = FailingStorage()
+    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=str(tmp_path / "d"),
+                    fsync="interval")
+    replies: list[dict[str, Any]] = []
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with trio.open_nursery() as nursery:
+            server: Server = await nursery.start(
+                Server(config, broker=Broker(config, storage=storage)).run)
+            assert server.tcp_port is not None
+            client = await RawClient.connect(server.tcp_port)
+            await client.ok("PUSH", queue="q", name="n", data=1)
+            storage.armed = True
+            await client.send("PUSH", queue="q", name="n", data=2)
+            with trio.fail_after(5):
+                while True:  # until the broker dies and closes the connection
+                    try:
+                        replies.append(await client.receive())
+                    except (EOFError, trio.BrokenResourceError):
+                        break
+                await trio.sleep_forever()
+    assert caught.value.subgroup(lambda e: isinstance(e, StorageFailure)) is not None
+    assert not any(r.get("ok") for r in replies), replies
+
+
+async def test_timer_transitions_are_committed_without_any_reply(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=str(tmp_path / "d"),
+                    fsync="interval")
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(
+            Server(config, broker=Broker(config, storage=storage)).run)
+        assert server.tcp_port is not None
+        client = await RawClient.connect(server.tcp_port)
+        pushed = await client.ok("PUSH", queue="q", name="n", data=1)
+        await client.ok("PULL", queue="q", owner="w", lockTtl=30)
+        # No command follows: the lock expiry alone must reach storage.
+        with trio.fail_after(5):
+            while True:
+                live = {r["id"]: r for r in storage.load().live_jobs}
+                if live[pushed["id"]]["state"] == "queued":
+                    break
+                await trio.sleep(0.01)
+        assert live[pushed["id"]].get("attempts") == 1
+        server.stop()

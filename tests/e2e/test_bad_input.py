@@ -125,3 +125,26 @@ async def test_msgpack_timestamps_follow_int64_rule(connect: Callable[..., Any])
     job = msgpack.unpackb(body)["job"]
     assert isinstance(job["createdAt"], float)
     assert job["data"]["big"] == 2**40 and isinstance(job["data"]["big"], float)
+
+
+async def test_multi_id_commands_validate_even_for_unknown_ids(client: RawClient) -> None:
+    reply = await client.call("ACKB", ids=["nope-1", "nope-2"], tokens=["t"])
+    assert reply["error"] == "ACKB tokens length must match ids length"
+    reply = await client.call("ExtendLocks", ids=["nope"], tokens=["t"], durations=["x"])
+    assert reply["ok"] is False and reply["error"].startswith("durations[0]")
+    reply = await client.ok("ACKB", ids=["nope"])
+    assert reply["data"] == {"ignoredIds": ["nope"], "ignoredIndices": [0]}
+
+
+async def test_custom_ids_must_fit_a_storage_key(client: RawClient) -> None:
+    long_queue = "q" * 256
+    too_long = "\u6f22" * 200  # 200 characters, 600 bytes of UTF-8
+    reply = await client.call("PUSH", queue=long_queue, name="n", jobId=too_long)
+    assert reply["error"] == f"Job id too long for queue {long_queue} (max 245 bytes)"
+    reply = await client.call("PUSHB", queue=long_queue, jobs=[{"customId": "j" * 246}])
+    assert reply["error"] == f"jobs[0]: Job id too long for queue {long_queue} (max 245 bytes)"
+    fits = "i" * 245
+    pushed = await client.ok("PUSH", queue=long_queue, name="n", jobId=fits)
+    await client.ok("PULL", queue=long_queue)
+    await client.ok("ACK", id=pushed["id"], result=1)
+    assert (await client.ok("GetResult", id=fits))["result"] == 1

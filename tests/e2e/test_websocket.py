@@ -49,3 +49,21 @@ async def test_websocket_unknown_path_is_rejected(server: Server) -> None:
     with pytest.raises(ConnectionRejected):
         async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/elsewhere"):
             pass
+
+
+async def test_each_websocket_reply_uses_the_kind_of_its_message(server: Server) -> None:
+    url = f"ws://127.0.0.1:{server.ws_port}/ws"
+    async with open_websocket_url(url) as ws:
+        # a JSON long-poll, answered only after a later CBOR message
+        await ws.send_message(json.dumps({"cmd": "PULL", "queue": "mix", "timeout": 5000,
+                                          "reqId": "json-pull"}))
+        await ws.send_message(cbor2.dumps({"cmd": "PUSH", "queue": "mix", "name": "n",
+                                           "reqId": "cbor-push"}))
+        replies = [await ws.get_message(), await ws.get_message()]
+        kinds = {}
+        for message in replies:
+            if isinstance(message, str):
+                kinds[json.loads(message)["reqId"]] = "json"
+            else:
+                kinds[cbor2.loads(message)["reqId"]] = "cbor"
+        assert kinds == {"json-pull": "json", "cbor-push": "cbor"}

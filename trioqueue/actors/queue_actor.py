@@ -26,6 +26,7 @@ from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import QUEUE_HANDLERS, Ctx
 from ..core.queue import PullWaiter, QueueState
 from .request import Request
+from .writer import StorageFailure
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -83,6 +84,9 @@ class QueueActor:
         while True:
             try:
                 await self._loop()
+            except StorageFailure:
+                # Not this queue's fault and not curable by a restart: stop the broker.
+                raise
             except Exception:
                 request = self._current
                 log.exception(
@@ -190,6 +194,6 @@ class QueueActor:
         events = q.take_events()
         if events:
             self.broker.publish(events)
-        if self._deliveries:
-            self.broker.writer.release(self._deliveries)
-            self._deliveries = []
+        # Always released, even with no reply: writes from timers must be committed.
+        deliveries, self._deliveries = self._deliveries, []
+        self.broker.writer.release(deliveries)

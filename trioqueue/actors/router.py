@@ -18,7 +18,7 @@ import trio
 
 from ..core import fields
 from ..core.errors import CommandError
-from ..core.handlers import MISSING_JOB, merge_replies, slice_message
+from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
 from .queue_actor import RELEASE_CONNECTION, QueueActor
 from .request import Request
 
@@ -167,7 +167,9 @@ class Router:
         groups.setdefault(queue, []).append(req)
 
     def _resolve_many(self, req: Request, groups: dict[str, list[Request]]) -> None:
-        ids = fields.str_list(req.msg.get("ids"), "ids")
+        # Refuse bad arguments up front, exactly as the queue would, so an unknown id
+        # or a split across queues never hides an invalid command.
+        ids = MULTI_ARGS[req.cmd](req.msg)[0]
         by_queue: dict[str, list[int]] = {}
         unknown: list[int] = []
         for i, job_id in enumerate(ids):

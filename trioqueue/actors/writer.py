@@ -27,6 +27,10 @@ log = logging.getLogger("trioqueue.writer")
 Delivery = tuple[Replier, dict[str, Any]]
 
 
+class StorageFailure(Exception):
+    """A commit failed: the broker must stop (see :meth:`StorageWriter.commit_now`)."""
+
+
 class StorageWriter:
     def __init__(self, storage: Storage, *, fsync: str = "interval",
                  fsync_interval_s: float = 0.2) -> None:
@@ -56,20 +60,34 @@ class StorageWriter:
         the commands a queue actor took in one go) is still one transaction. When an
         fsync is due the replies wait for the writer task, which flushes off-thread.
         """
-        if not deliveries:
+        if not deliveries and not self._writes:
             return
         if self.fsync != "always" and not any(w.durable for w in self._writes):
+            # Writes with no reply (a timer's lock expiry, a disconnect's release) are
+            # committed here too, so a crash cannot lose a transition already made.
             self.commit_now()
-            deliver_all(deliveries)
+            if deliveries:
+                deliver_all(deliveries)
             return
         self._held.extend(deliveries)
         self._wake.set()
 
     def commit_now(self) -> None:
-        """Commit every submitted write in one transaction (synchronous, never awaits)."""
+        """Commit every submitted write in one transaction (synchronous, never awaits).
+
+        A failed commit is fatal (:class:`StorageFailure`): the broker's memory is now
+        ahead of its store, so no reply may go out as if the write had happened; the
+        process stops and restarts from what is committed (the fsyncgate lesson: never
+        retry a failed flush and carry on).
+        """
         batches, self._writes = self._writes, []
         if batches:
-            self.storage.apply(batches)
+            try:
+                self.storage.apply(batches)
+            except Exception as exc:
+                self._held.clear()
+                self._committed.clear()
+                raise StorageFailure(f"storage commit failed: {exc!r}") from exc
             self.commits += 1
             self.committed_ops += sum(len(b) for b in batches)
             self._dirty = True

@@ -169,9 +169,25 @@ def job_id(value: Any, field: str = "id", *, check_length: bool = True) -> str:
     """
     if not isinstance(value, str) or not value:
         raise CommandError(f"{field} is required")
-    if check_length and js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError("Job id too long (max 256 characters)")
+    if check_length:
+        check_job_id_length(value)
     return value
+
+
+def check_job_id_length(value: str) -> None:
+    if js_length(value) > MAX_NAME_LENGTH:
+        raise CommandError("Job id too long (max 256 characters)")
+
+
+# Storage keys hold a queue name and a job id side by side (LMDB caps keys at 511 bytes,
+# of which 10 go to separators, state and time): a custom id must fit beside its queue.
+_KEY_BYTES_FOR_QUEUE_AND_ID = 501
+
+
+def check_id_fits_queue(queue: str, job_id: str) -> None:
+    room = _KEY_BYTES_FOR_QUEUE_AND_ID - len(queue)  # queue names are ASCII
+    if len(job_id) * 4 > room and len(job_id.encode()) > room:
+        raise CommandError(f"Job id too long for queue {queue} (max {room} bytes)")
 
 
 def optional_str(value: Any, field: str) -> str | None:

@@ -41,6 +41,8 @@ Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter"]
 def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     spec = parse_job_input(msg, custom_id_key="jobId", frame_bytes=ctx.frame_bytes,
                            max_data_bytes=ctx.max_data_bytes)
+    if "custom_id" in spec:
+        fields.check_id_fits_queue(q.name, spec["custom_id"])
     return {"id": q.push([spec], ctx.now)[0]}
 
 
@@ -53,9 +55,12 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         if not isinstance(item, dict):
             raise CommandError(f"jobs[{i}]: job must be an object")
         try:
-            specs.append(parse_job_input(item, custom_id_key="customId",
-                                         frame_bytes=ctx.frame_bytes,
-                                         max_data_bytes=ctx.max_data_bytes))
+            spec = parse_job_input(item, custom_id_key="customId",
+                                   frame_bytes=ctx.frame_bytes,
+                                   max_data_bytes=ctx.max_data_bytes)
+            if "custom_id" in spec:
+                fields.check_id_fits_queue(q.name, spec["custom_id"])
+            specs.append(spec)
         except CommandError as exc:
             raise CommandError(f"jobs[{i}]: {exc.message}") from None
     return {"ids": q.push(specs, ctx.now)}
@@ -119,7 +124,8 @@ def _parallel(msg: dict[str, Any], key: str, n: int) -> list[Any] | None:
     return value
 
 
-def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def ackb_args(msg: dict[str, Any]) -> tuple[list[str], list[Any] | None, list[Any] | None,
+                                          list[Any] | None]:
     ids = fields.str_list(msg.get("ids"), "ids")
     tokens = _parallel(msg, "tokens", len(ids))
     results = msg.get("results")
@@ -128,6 +134,11 @@ def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     removes = msg.get("removeOnCompletes")
     if not isinstance(removes, list) or len(removes) != len(ids):
         removes = None
+    return ids, tokens, results, removes
+
+
+def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids, tokens, results, removes = ackb_args(msg)
     ignored = q.ackb(ids, ctx.now, tokens=tokens, results=results, removes=removes)
     if ignored:
         return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
@@ -161,7 +172,7 @@ def extend_lock(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {}
 
 
-def extend_locks(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def extend_locks_args(msg: dict[str, Any]) -> tuple[list[str], list[Any], list[float]]:
     ids = fields.str_list(msg.get("ids"), "ids")
     tokens = msg.get("tokens")
     durations = msg.get("durations")
@@ -178,8 +189,13 @@ def extend_locks(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             checked.append(duration)
         except CommandError as exc:
             raise CommandError(f"durations[{i}]: {exc.message}") from None
+    return ids, tokens, checked
+
+
+def extend_locks(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids, tokens, durations = extend_locks_args(msg)
     count = 0
-    for job_id, token, duration in zip(ids, tokens, checked, strict=True):
+    for job_id, token, duration in zip(ids, tokens, durations, strict=True):
         tok = token if isinstance(token, str) else None
         if q.extend_lock(job_id, ctx.now, token=tok, duration=duration):
             count += 1
@@ -194,11 +210,16 @@ def job_heartbeat(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"data": {"ok": True}}
 
 
-def job_heartbeat_b(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def heartbeat_b_args(msg: dict[str, Any]) -> tuple[list[str], list[Any] | None]:
     ids = fields.str_list(msg.get("ids"), "ids")
     tokens = msg.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(ids)):
         raise CommandError("tokens length must match ids length")
+    return ids, tokens
+
+
+def job_heartbeat_b(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    ids, tokens = heartbeat_b_args(msg)
     count = 0
     for i, job_id in enumerate(ids):
         tok = tokens[i] if tokens is not None and isinstance(tokens[i], str) else None
@@ -400,8 +421,15 @@ MISSING_JOB: dict[str, Callable[[str], Reply]] = {
     "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
 }
 
-# Multi-id commands: the arrays that run parallel to ``ids`` (the router splits a
-# command whose ids live in several queues into one sub-command per queue).
+# Multi-id commands: their argument checks (the router runs them before it splits a
+# command across queues or answers for ids no queue knows), and the arrays that run
+# parallel to ``ids`` (split into one sub-command per queue).
+MULTI_ARGS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "ACKB": ackb_args,
+    "ExtendLocks": extend_locks_args,
+    "JobHeartbeatB": heartbeat_b_args,
+}
+
 PARALLEL_ARRAYS: dict[str, tuple[str, ...]] = {
     "ACKB": ("tokens", "results", "removeOnCompletes"),
     "ExtendLocks": ("tokens", "durations"),

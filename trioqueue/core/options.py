@@ -30,6 +30,7 @@ from trioqueue.core.errors import CommandError
 from trioqueue.core.fields import (
     MAX_DURATION_MS,
     MAX_NAME_LENGTH,
+    check_job_id_length,
     coerce_numeric_string,
     group_id,
     is_finite,
@@ -513,8 +514,7 @@ def _custom_id(value: Any, field: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise CommandError(f"{field} must be a string")
-    if js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError("Job id too long (max 256 characters)")
+    check_job_id_length(value)
     return value
 
 

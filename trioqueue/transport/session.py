@@ -51,7 +51,10 @@ class Session:
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
         self._send_now = send_now
-        self._outbox: list[dict[str, Any]] = []
+        # (tag, reply): the tag says how to encode (WebSocket answers each message in
+        # its own kind); TCP never uses the outbox, its replies go out at once.
+        self._outbox: list[tuple[Any, dict[str, Any]]] = []
+        self._tagged: dict[Any, _Tagged] = {}
         self._wake = trio.Event()
         self.inflight = 0
         self._slot = trio.Event()
@@ -64,7 +67,7 @@ class Session:
         """Send one reply; called by the writer, actors and router."""
         self.deliver_many([reply])
 
-    def deliver_many(self, replies: list[dict[str, Any]]) -> None:
+    def deliver_many(self, replies: list[dict[str, Any]], tag: Any = None) -> None:
         """Send replies together (one write when the transport allows it)."""
         self.inflight -= len(replies)
         self._slot.set()
@@ -74,14 +77,23 @@ class Session:
             if self._send_now(replies) != SENT:
                 self._wake.set()
             return
-        self._outbox.extend(replies)
+        self._outbox.extend((tag, reply) for reply in replies)
         self._wake.set()
 
-    def _answer(self, reply: dict[str, Any]) -> None:
-        self.inflight += 1
-        self.deliver(reply)
+    def replier_for(self, tag: Any) -> _Tagged:
+        """A replier whose replies carry ``tag`` to the sender (see ``_outbox``)."""
+        replier = self._tagged.get(tag)
+        if replier is None:
+            replier = self._tagged[tag] = _Tagged(self, tag)
+        return replier
 
-    async def run_sender(self, send: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+    def _answer(self, replier: Any, reply: dict[str, Any]) -> None:
+        self.inflight += 1
+        replier.deliver(reply)
+
+    async def run_sender(
+        self, send: Callable[[list[tuple[Any, dict[str, Any]]]], Awaitable[None]]
+    ) -> None:
         """Send what the immediate path could not: all that is waiting, in one go.
 
         ``send`` gets the waiting replies (maybe none, when the transport only has
@@ -96,10 +108,11 @@ class Session:
 
     # ------------------------------------------------------------------ requests
 
-    async def handle(self, messages: list[tuple[Any, int]]) -> None:
+    async def handle(self, messages: list[tuple[Any, int]], tag: Any = None) -> None:
         """Process every message of one read; ``(DecodeError, n)`` marks a bad payload."""
         routed: list[tuple[str, Request]] = []
         limit = self.config.max_inflight_per_connection
+        replier: Any = self if tag is None else self.replier_for(tag)
         for msg, size in messages:
             if self.inflight >= limit:
                 if routed:
@@ -108,39 +121,39 @@ class Session:
                 while self.inflight >= limit:
                     self._slot = trio.Event()
                     await self._slot.wait()
-            item = self._prepare(msg, size)
+            item = self._prepare(msg, size, replier)
             if item is not None:
                 self.inflight += 1
                 routed.append(item)
         if routed:
             await self.broker.router.dispatch(routed)
 
-    def _prepare(self, msg: Any, size: int) -> tuple[str, Request] | None:
+    def _prepare(self, msg: Any, size: int, replier: Any) -> tuple[str, Request] | None:
         if isinstance(msg, DecodeError):
-            self._answer({"ok": False, "error": BAD_FORMAT})
+            self._answer(replier, {"ok": False, "error": BAD_FORMAT})
             return None
         if not isinstance(msg, dict):
-            self._answer({"ok": False, "error": BAD_COMMAND})
+            self._answer(replier, {"ok": False, "error": BAD_COMMAND})
             return None
         cmd = msg.get("cmd")
         request = Request(
-            cmd if isinstance(cmd, str) else "", msg, self, conn=self, frame_bytes=size
+            cmd if isinstance(cmd, str) else "", msg, replier, conn=self, frame_bytes=size
         )
         if not isinstance(cmd, str) or not cmd:
-            self._answer(request.error_reply(BAD_COMMAND))
+            self._answer(replier, request.error_reply(BAD_COMMAND))
             return None
         if not self.authenticated and cmd != "Auth":
-            self._answer(request.error_reply("Not authenticated"))
+            self._answer(replier, request.error_reply("Not authenticated"))
             return None
         route = ROUTES.get(cmd)
         if route is None:
-            self._answer(request.error_reply(f"Unknown command: {cmd}"))
+            self._answer(replier, request.error_reply(f"Unknown command: {cmd}"))
             return None
         if route == SESSION:
             try:
-                self._answer(request.reply(self._session_command(cmd, msg)))
+                self._answer(replier, request.reply(self._session_command(cmd, msg)))
             except CommandError as exc:
-                self._answer(request.error_reply(exc.message))
+                self._answer(replier, request.error_reply(exc.message))
             return None
         if cmd in PULLS:
             queue = msg.get("queue")
@@ -184,3 +197,19 @@ class Session:
         self.closed = True
         if self.pulled_queues:
             self.broker.router.connection_closed(self, self.pulled_queues)
+
+
+class _Tagged:
+    """Replies for one kind of message of a session (see :meth:`Session.replier_for`)."""
+
+    __slots__ = ("session", "tag")
+
+    def __init__(self, session: Session, tag: Any) -> None:
+        self.session = session
+        self.tag = tag
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.session.deliver_many([reply], self.tag)
+
+    def deliver_many(self, replies: list[dict[str, Any]]) -> None:
+        self.session.deliver_many(replies, self.tag)

@@ -80,7 +80,7 @@ class TcpConnection:
             self._scope.cancel()
         return QUEUED
 
-    async def _send(self, replies: list[dict[str, Any]]) -> None:
+    async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
         # TCP replies never wait in the session's outbox: _send_now took them all.
         self._flushing = True
         try:
@@ -185,9 +185,19 @@ class TcpConnection:
 
 
 async def serve_tcp(
-    broker: Broker, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    handler_nursery: trio.Nursery | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Accept connections until cancelled; each runs in the listener's handler nursery."""
+    """Accept connections until cancelled.
+
+    Connections run in ``handler_nursery`` when given, so that cancelling the accept
+    loop (the first step of shutdown) does not cut the connections that are still
+    waiting for the replies of commands already accepted.
+    """
     listeners = await trio.open_tcp_listeners(port, host=host)
     limit = broker.connections
 
@@ -203,4 +213,4 @@ async def serve_tcp(
             limit.release()
 
     task_status.started(listeners)
-    await trio.serve_listeners(handler, listeners)
+    await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)

@@ -30,11 +30,10 @@ class WsConnection:
         self.broker = broker
         self.ws = ws
         self.session = Session(broker)
-        self.codec: Codec = JSON
 
-    async def _send(self, replies: list[dict[str, Any]]) -> None:
-        codec = self.codec
-        for reply in replies:
+    async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
+        # Each reply is tagged with the codec of the message it answers.
+        for codec, reply in replies:
             if codec is JSON:
                 await self.ws.send_message(JSON.encode_text(reply))
             else:
@@ -49,7 +48,7 @@ class WsConnection:
                     limit = self.broker.config.ws_max_message_bytes
                     while True:
                         message = await self.ws.get_message()
-                        self.codec = JSON if isinstance(message, str) else CBOR
+                        codec: Codec = JSON if isinstance(message, str) else CBOR
                         raw = message.encode() if isinstance(message, str) else message
                         if len(raw) > limit:
                             # trio_websocket counts a text message in characters; the
@@ -58,10 +57,10 @@ class WsConnection:
                                                  f"{limit} bytes")
                             return
                         try:
-                            decoded: Any = self.codec.decode(raw)
+                            decoded: Any = codec.decode(raw)
                         except DecodeError as exc:
                             decoded = exc
-                        await session.handle([(decoded, len(raw))])
+                        await session.handle([(decoded, len(raw))], tag=codec)
                 finally:
                     nursery.cancel_scope.cancel()
         except* ConnectionClosed:
@@ -73,7 +72,9 @@ class WsConnection:
 
 
 async def serve_ws(broker: Broker, host: str, port: int, *,
+                   handler_nursery: trio.Nursery | None = None,
                    task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Accept WebSocket connections until cancelled (see serve_tcp for handler_nursery)."""
     config = broker.config
 
     async def handler(request: WebSocketRequest) -> None:
@@ -96,5 +97,6 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
         handler, host, port, ssl_context=None,
         max_message_size=config.ws_max_message_bytes,
         connect_timeout=config.ws_handshake_timeout_s,
+        handler_nursery=handler_nursery,
         task_status=task_status,
     )
