@@ -17,6 +17,7 @@ import trio
 
 from ..config import Config
 from ..core.clock import Clock
+from ..core.queue import in_admission_order
 from ..storage.port import Storage
 from .clock import TrioClock
 from .events import EventHub
@@ -74,7 +75,7 @@ class Broker:
         now = self.clock.now_ms()
         for name, meta in recovered.queue_meta.items():
             self.router.actor(name, recovering=True).state.load_meta(meta)
-        for record in recovered.live_jobs:
+        for record in in_admission_order(recovered.live_jobs):
             self.router.actor(record["queue"], recovering=True).state.restore(record, now)
         for actor in self.router.actors.values():
             self.writer.submit(actor.state.take_writes())

@@ -24,7 +24,7 @@ import trio
 
 from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import QUEUE_HANDLERS, Ctx
-from ..core.queue import PullWaiter, QueueState
+from ..core.queue import PullWaiter, QueueState, in_admission_order
 from .request import Request
 from .writer import StorageFailure
 
@@ -119,7 +119,7 @@ class QueueActor:
         if meta:
             self.state.load_meta(meta)
         now = self.broker.clock.now_ms()
-        for record in recovered.live_jobs:
+        for record in in_admission_order(recovered.live_jobs):
             if record.get("queue") == self.name:
                 # Active jobs stay active (their workers are still alive; only the
                 # actor died), but their locks are gone, so ACKs are taken without token.

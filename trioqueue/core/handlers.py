@@ -150,7 +150,7 @@ def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     if error is not None and not isinstance(error, str):
         error = str(error)
     stack = fields.fail_stack(msg.get("stack"))
-    q.fail(
+    applied = q.fail(
         fields.job_id(msg.get("id")),
         ctx.now,
         token=_token(msg),
@@ -159,6 +159,8 @@ def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         unrecoverable=msg.get("unrecoverable") is True,
         remove_on_fail=True if msg.get("removeOnFail") is True else None,
     )
+    if not applied:
+        return {"data": {"applied": False, "reason": "already-finalized"}}
     return {}
 
 

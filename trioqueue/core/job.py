@@ -82,9 +82,11 @@ _LISTS = frozenset({"dependsOn", "childrenIds", "tags", "timeline"})
 # Internal fields persisted with the record but never sent as part of the Job object.
 _INTERNAL: tuple[tuple[str, Any], ...] = (
     ("state", QUEUED),
-    ("seq", 0),
-    ("dlq", None),  # {"reason", "error", "enteredAt", "attempts": [...]} once in the DLQ
+    ("seq", 0),  # admission order within the queue; restores FIFO order after a restart
+    ("dlq", None),  # {"reason", "error", "enteredAt", ...} once in the DLQ
+    ("dedup_lost", False),  # its uniqueKey was handed to a replacing job
 )
+_INTERNAL_ALWAYS = ("state", "seq")
 
 
 class JobWire(dict):  # type: ignore[type-arg]
@@ -149,8 +151,11 @@ _ALWAYS = frozenset({"id", "queue", "name", "data", "createdAt", "runAt"})
 def _to_record_source() -> str:
     lines = ["def to_record(self):"]
     always = [f"{w!r}: self.{a}" for w, a, _ in _FIELDS if w in _ALWAYS]
-    always += [f"{n!r}: self.{n}" for n, _ in _INTERNAL]
+    always += [f"{n!r}: self.{n}" for n in _INTERNAL_ALWAYS]
     lines.append("    r = {" + ", ".join(always) + "}")
+    for name, default in _INTERNAL:
+        if name not in _INTERNAL_ALWAYS:
+            lines.append(f"    if self.{name} != {default!r}: r[{name!r}] = self.{name}")
     for wire, attr, default in _FIELDS:
         if wire in _ALWAYS:
             continue
@@ -221,6 +226,7 @@ class Job:
     state: str
     seq: int
     dlq: dict[str, Any] | None
+    dedup_lost: bool
 
     __init__ = _compile("__init__", _init_source())
 

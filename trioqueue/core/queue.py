@@ -21,6 +21,8 @@ The transition rules themselves are in :mod:`trioqueue.core.states`.
 from __future__ import annotations
 
 import heapq
+import json
+import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -164,6 +166,10 @@ class QueueState:
         """Keep the per-state counters right; called when a job enters or leaves a place."""
         c = self.c
         if job.state == QUEUED:
+            if delta < 0:
+                # A due job may still sit in the delayed heap (and count): promote first,
+                # so the counter it leaves is the one it was added to.
+                self._promote_due(now)
             if job.run_at > now:
                 c.delayed += delta
             elif job.priority > 0:
@@ -230,7 +236,7 @@ class QueueState:
         job = Job.from_record(record)
         self.jobs[job.id] = job
         self.index.add(job.id, self.name)
-        if job.unique_key is not None:
+        if job.unique_key is not None and not job.dedup_lost:
             ttl = job.deduplication_ttl
             self.dedup[job.unique_key] = DedupKey(
                 job.id, None if ttl is None else job.created_at + ttl
@@ -286,13 +292,12 @@ class QueueState:
         delay = spec.pop("delay", 0) or 0
         timestamp = spec.pop("timestamp", None)
         custom_id = spec.get("custom_id")
+        retire_finished = False
         if custom_id is not None:
             existing = self.index.locate(custom_id)
             if existing is not None:
                 return custom_id
-            if self.finished.get(custom_id) is not None:
-                self.writes.delete_job(custom_id)
-                self.logs.pop(custom_id, None)
+            retire_finished = self.finished.get(custom_id) is not None
         unique_key = spec.get("unique_key")
         replaced: Job | None = None
         if unique_key is not None:
@@ -323,9 +328,21 @@ class QueueState:
             timeline=[{"state": "delayed" if delayed else "waiting", "timestamp": float(now)}],
             **spec,
         )
+        if retire_finished:
+            # The finished generation with this id is replaced in the same commit.
+            self.writes.delete_job(job_id)
+            self.logs.pop(job_id, None)
         if replaced is not None:
             self._remove_live(replaced, now)
             self.writes.delete_job(replaced.id)
+        elif unique_key is not None:
+            holder = self.dedup.get(unique_key)
+            old_owner = self.jobs.get(holder.owner) if holder is not None else None
+            if old_owner is not None and old_owner.id != job_id:
+                # replace of an active owner: it keeps running but no longer owns the
+                # key, and remembers that across a restart
+                old_owner.dedup_lost = True
+                self._persist(old_owner)
         self.jobs[job_id] = job
         self.index.add(job_id, self.name)
         if unique_key is not None:
@@ -577,7 +594,12 @@ class QueueState:
         """
         checked: list[tuple[int, Job]] = []
         ignored: list[int] = []
+        seen: set[str] = set()
         for i, job_id in enumerate(ids):
+            if job_id in seen:  # the same job twice in one batch: ACKed once
+                ignored.append(i)
+                continue
+            seen.add(job_id)
             job = self.jobs.get(job_id)
             if job is None or job.state != ACTIVE:
                 if job is not None and job.state == QUEUED and job.attempts > 0:
@@ -608,7 +630,15 @@ class QueueState:
         stack: list[str] | None = None,
         unrecoverable: bool = False,
         remove_on_fail: bool | None = None,
-    ) -> None:
+    ) -> bool:
+        """Fail one attempt; False (not applied) for a late FAIL of a requeued job.
+
+        Lock expiry already charged that attempt and put the job back, so bunqueue
+        answers such a FAIL ``already-finalized`` rather than with an error.
+        """
+        job = self.jobs.get(job_id)
+        if job is not None and job.state == QUEUED and job.attempts > 0:
+            return False
         job = self._active_job(job_id)
         self._check_token(job, token)
         job.attempts += 1
@@ -628,14 +658,15 @@ class QueueState:
             self._persist(job)
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
             self._emit("retried", job.id, now, prev="failed")
-            return
+            return True
         if remove_on_fail or job.remove_on_fail:
             self._remove_live(job, now)
             self.logs.pop(job.id, None)
             self.writes.delete_job(job.id)
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
-            return
+            return True
         self._bury(job, now, "max_attempts_exceeded", error)
+        return True
 
     def _bury(self, job: Job, now: int, reason: str, error: str | None,
               counted: bool = True) -> None:
@@ -667,7 +698,7 @@ class QueueState:
         if token is not None and token != lock.token:
             return False
         if lock.expires_at <= now:
-            del self.locks[job_id]
+            # Too late to renew; the lock stays so the expiry sweep requeues the job.
             return False
         lock.expires_at = int(now + duration)
         lock.renewals += 1
@@ -780,8 +811,9 @@ class QueueState:
     def _active_for_progress(self, job_id: str, now: int) -> Job:
         job = self.jobs.get(job_id)
         if job is None:
-            if self.finished.get(job_id) is not None:
-                raise CommandError("Job is not active (current state: completed)")
+            record = self.finished.get(job_id)
+            if record is not None:
+                raise CommandError(f"Job is not active (current state: {record['state']})")
             raise CommandError(JOB_NOT_FOUND)
         if job.state != ACTIVE:
             state = st.visible_state(job.state, job.run_at, job.priority, now)
@@ -921,6 +953,17 @@ class QueueState:
         return out
 
 
+def in_admission_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored live jobs in the order their queues admitted them.
+
+    Storage hands records back in key (job id) order, which differs from admission
+    order once custom ids are involved; restoring by ``seq`` keeps FIFO order (and
+    which job owned a key) the same across a restart. ``seq`` counts per queue, and
+    sorting all queues together keeps each queue's own order.
+    """
+    return sorted(records, key=lambda record: record.get("seq", 0))
+
+
 def finished_wire(record: dict[str, Any]) -> dict[str, Any]:
     job = Job.from_record(record)
     wire = job.to_wire()
@@ -934,8 +977,15 @@ def _priority_key(priority: float) -> str:
     return str(priority)
 
 
+_JS_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|Infinity)")
+
+
 def normalise_progress(value: Any) -> tuple[float, str | None]:
-    """bunqueue's progress normalisation: numbers clamp to 0..100; text becomes a message."""
+    """bunqueue's progress normalisation: numbers clamp to 0..100; text becomes a message.
+
+    Numeric text is read as JavaScript's ``Number()`` would (so ``"1_000"`` or ``"inf"``
+    stay text); an object's message is its compact ``JSON.stringify`` form.
+    """
     if isinstance(value, bool):
         value = 1 if value else 0
     if value is None:
@@ -945,17 +995,14 @@ def normalise_progress(value: Any) -> tuple[float, str | None]:
             return 0, None
         return min(max(value, 0), 100), None
     if isinstance(value, str):
-        try:
-            number = float(value.strip()) if value.strip() else 0.0
-        except ValueError:
-            return 0, value
-        if number != number:
+        text = value.strip()
+        if not text:
             return 0, None
-        number = min(max(number, 0.0), 100.0)
+        if not _JS_NUMBER.fullmatch(text):
+            return 0, value
+        number = min(max(float(text), 0.0), 100.0)
         return (int(number) if number.is_integer() else number), None
-    import json
-
     try:
-        return 0, json.dumps(value, default=str)
+        return 0, json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return 0, str(value)
