@@ -35,6 +35,7 @@ class Config:
     max_connections: int = 10_000  # TCP and WebSocket together
     ws_max_message_bytes: int = 1024 * 1024
     ws_handshake_timeout_s: float = 10.0
+    ws_close_timeout_s: float = 5.0  # a WebSocket not answering our close frame is dropped
 
     # --- broker limits
     max_queues: int = 10_000

@@ -42,13 +42,18 @@ class Server:
             sessions_scope = trio.CancelScope()
             listeners_scope = trio.CancelScope()
 
+            sessions_closed = trio.Event()
+
             async def hold_sessions(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 # Connections live here, apart from the accept loops, so shutdown can
                 # stop accepting first and close connections only after draining.
-                with sessions_scope:
-                    async with trio.open_nursery() as sessions:
-                        task_status.started(sessions)
-                        await trio.sleep_forever()
+                try:
+                    with sessions_scope:
+                        async with trio.open_nursery() as sessions:
+                            task_status.started(sessions)
+                            await trio.sleep_forever()
+                finally:
+                    sessions_closed.set()
 
             sessions: trio.Nursery = await root.start(hold_sessions)
 
@@ -81,7 +86,8 @@ class Server:
             listeners_scope.cancel()
             await self.broker.drain()
             sessions_scope.cancel()
-            await trio.lowlevel.checkpoint()
+            with trio.move_on_after(config.shutdown_grace_s):
+                await sessions_closed.wait()  # every connection has handed its jobs back
             await self.broker.drain()
             root.cancel_scope.cancel()
 

@@ -82,3 +82,22 @@ async def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
         await client.aclose()
     finally:
         await broker.stop()
+
+
+async def test_sigterm_hands_pulled_jobs_back_uncharged(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        worker = await RawClient.connect(broker.tcp_port)
+        pushed = await worker.ok("PUSH", queue="gs", name="n", data=1)
+        await worker.ok("PULL", queue="gs", owner="w")
+        # graceful stop with the connection still open: the job goes back, no charge
+        assert await broker.kill(signal.SIGTERM) == 0, broker.log.decode()
+        await worker.aclose()
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        job = (await client.ok("GetJob", id=pushed["id"]))["job"]
+        assert job["state"] == "waiting" and job["attempts"] == 0
+        await client.aclose()
+    finally:
+        await broker.stop()

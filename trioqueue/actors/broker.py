@@ -109,10 +109,8 @@ class Broker:
         """Wait until every accepted command is applied and committed (bounded by grace)."""
         with trio.move_on_after(self.config.shutdown_grace_s):
             while True:
-                busy = any(
-                    actor.send.statistics().current_buffer_used for actor in
-                    self.router.actors.values()
-                ) or not self.writer.idle
+                busy = any(actor.pending or actor.backlog_size
+                           for actor in self.router.actors.values()) or not self.writer.idle
                 if not busy:
                     return
                 await trio.sleep(0.01)

@@ -77,6 +77,10 @@ class QueueActor:
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
         self.crashes: list[float] = []
+        # Batches sent but not yet taken from the inbox. trio hands a batch straight to
+        # a waiting receiver, bypassing the buffer, so the buffer size alone would miss
+        # it; Broker.drain waits for this to reach zero.
+        self.pending = 0
 
     # ------------------------------------------------------------------ supervision
 
@@ -145,13 +149,13 @@ class QueueActor:
             if not self._backlog:
                 deadline_ms = q.next_deadline()
                 if deadline_ms is None:
-                    self._backlog.extend(await recv.receive())
+                    self._take(await recv.receive())
                 else:
                     with trio.move_on_at(clock.deadline_for(deadline_ms)):
-                        self._backlog.extend(await recv.receive())
+                        self._take(await recv.receive())
                 # Take everything already waiting: one batch, one commit.
                 while recv.statistics().current_buffer_used:
-                    self._backlog.extend(recv.receive_nowait())
+                    self._take(recv.receive_nowait())
             now = clock.now_ms()
             q.events_enabled = self.broker.events.active
             self._apply_backlog(now)
@@ -159,6 +163,14 @@ class QueueActor:
                 req = delivery.waiter.handle
                 self._deliveries.append((req.replier, req.reply(delivery.reply)))
             self._finish_batch()
+
+    @property
+    def backlog_size(self) -> int:
+        return len(self._backlog)
+
+    def _take(self, batch: list[Request]) -> None:
+        self.pending -= 1
+        self._backlog.extend(batch)
 
     def _apply_backlog(self, now: int) -> None:
         q = self.state

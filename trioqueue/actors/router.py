@@ -141,11 +141,16 @@ class Router:
 
     async def send(self, name: str, reqs: list[Request]) -> None:
         actor = self.actors[name]
+        actor.pending += 1  # counted until the actor takes it (see Broker.drain)
         try:
             actor.send.send_nowait(reqs)
         except trio.WouldBlock:
             # A full inbox is backpressure: this session stops reading until it drains.
-            await actor.send.send(reqs)
+            try:
+                await actor.send.send(reqs)
+            except BaseException:
+                actor.pending -= 1
+                raise
 
     def _resolve(self, how: str, req: Request, groups: dict[str, list[Request]]) -> None:
         msg = req.msg
@@ -200,6 +205,7 @@ class Router:
             release = Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn)
             try:
                 actor.send.send_nowait([release])
+                actor.pending += 1
             except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
                 self.broker.spawn(self.send, name, [release])
 

@@ -43,6 +43,8 @@ class StorageWriter:
         self._needs_sync = False
         self._dirty = False  # committed but not yet fsynced (interval policy)
         self._wake = trio.Event()
+        self._syncing = False
+        self.failed = False
         self.commits = 0
         self.committed_ops = 0
 
@@ -80,13 +82,14 @@ class StorageWriter:
         process stops and restarts from what is committed (the fsyncgate lesson: never
         retry a failed flush and carry on).
         """
+        if self.failed:
+            raise StorageFailure("storage failed earlier; nothing more is committed")
         batches, self._writes = self._writes, []
         if batches:
             try:
                 self.storage.apply(batches)
             except Exception as exc:
-                self._held.clear()
-                self._committed.clear()
+                self._fail()
                 raise StorageFailure(f"storage commit failed: {exc!r}") from exc
             self.commits += 1
             self.committed_ops += sum(len(b) for b in batches)
@@ -98,9 +101,17 @@ class StorageWriter:
             self._held = []
             self._wake.set()
 
+    def _fail(self) -> None:
+        """After a failed commit or fsync nothing is acknowledged any more, ever."""
+        self.failed = True
+        self._held.clear()
+        self._committed.clear()
+        self._writes.clear()
+
     @property
     def idle(self) -> bool:
-        return not (self._writes or self._held or self._committed)
+        return self.failed or not (
+            self._writes or self._held or self._committed or self._syncing)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Commit, maybe fsync, then deliver; repeat while anything is pending.
@@ -126,17 +137,31 @@ class StorageWriter:
             self._dirty = False
             # The fsync blocks for hundreds of microseconds: do it off the event loop,
             # once for the whole batch. abandon_on_cancel=False: the flush must finish.
-            await trio.to_thread.run_sync(self.storage.sync)
+            await self._sync()
         if ready:
             deliver_all(ready)
 
+    async def _sync(self) -> None:
+        self._syncing = True
+        try:
+            await trio.to_thread.run_sync(self.storage.sync)
+        except Exception as exc:
+            # An fsync error may have dropped the dirty pages (fsyncgate): never
+            # retry and carry on; stop and recover from what is on disk.
+            self._fail()
+            raise StorageFailure(f"storage fsync failed: {exc!r}") from exc
+        finally:
+            self._syncing = False
+
     async def flush(self) -> None:
         """Commit and deliver everything pending (used at shutdown)."""
+        if self.failed:
+            return
         while not self.idle:
             await self._cycle()
         if self._dirty and self.fsync != "never":
             self._dirty = False
-            await trio.to_thread.run_sync(self.storage.sync)
+            await self._sync()
 
     async def run_interval_sync(self) -> None:
         """With the interval policy, put committed data on disk every ``fsync_interval_s``."""
@@ -144,6 +169,6 @@ class StorageWriter:
             return
         while True:
             await trio.sleep(self.fsync_interval_s)
-            if self._dirty:
+            if self._dirty and not self.failed:
                 self._dirty = False
-                await trio.to_thread.run_sync(self.storage.sync)
+                await self._sync()

@@ -186,9 +186,16 @@ class QueueState:
         elif job.state == WAITING_CHILDREN:
             c.waiting_children += delta
 
-    def _enqueue(self, job: Job, now: int) -> None:
-        """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq."""
-        job.seq = self._next_seq()
+    def _enqueue(self, job: Job, now: int, *, keep_seq: bool = False) -> None:
+        """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq.
+
+        ``keep_seq`` (restart only) keeps the stored admission number, so the order
+        survives any number of restarts; new numbers then continue above it.
+        """
+        if keep_seq and job.seq > 0:
+            self._seq = max(self._seq, job.seq)
+        else:
+            job.seq = self._next_seq()
         if job.run_at > now:
             heapq.heappush(self._delayed, (job.run_at, job.seq, job.id))
         else:
@@ -264,8 +271,9 @@ class QueueState:
             self._enqueue(job, now)
             self._persist(job)
         elif job.state == QUEUED:
-            self._enqueue(job, now)
+            self._enqueue(job, now, keep_seq=True)
         else:
+            self._seq = max(self._seq, job.seq)
             self._count(job, +1, now)
         return job
 

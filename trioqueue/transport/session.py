@@ -44,16 +44,26 @@ SendNow = Callable[[list[dict[str, Any]]], str]
 
 
 class Session:
-    def __init__(self, broker: Broker, send_now: SendNow | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        send_now: SendNow | None = None,
+        encode: Callable[[Any, dict[str, Any]], Any] | None = None,
+        on_overflow: Callable[[], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.config = broker.config
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
         self._send_now = send_now
-        # (tag, reply): the tag says how to encode (WebSocket answers each message in
-        # its own kind); TCP never uses the outbox, its replies go out at once.
-        self._outbox: list[tuple[Any, dict[str, Any]]] = []
+        # Encoded replies waiting for the sender task (transports without send_now, i.e.
+        # WebSocket); bounded by max_write_queue_bytes like TCP's unsent bytes. The tag
+        # of a reply picks its encoding (WebSocket answers each message in its kind).
+        self._encode = encode
+        self._on_overflow = on_overflow
+        self._outbox: list[Any] = []
+        self._outbox_bytes = 0
         self._tagged: dict[Any, _Tagged] = {}
         self._wake = trio.Event()
         self.inflight = 0
@@ -77,7 +87,19 @@ class Session:
             if self._send_now(replies) != SENT:
                 self._wake.set()
             return
-        self._outbox.extend((tag, reply) for reply in replies)
+        encode = self._encode
+        assert encode is not None, "a transport without send_now must give encode"
+        for reply in replies:
+            message = encode(tag, reply)
+            self._outbox.append(message)
+            self._outbox_bytes += len(message)
+        limit = self.config.max_write_queue_bytes
+        if limit and self._outbox_bytes > limit and self._on_overflow is not None:
+            log.info("closing a connection that does not read its replies")
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            self._on_overflow()
+            return
         self._wake.set()
 
     def replier_for(self, tag: Any) -> _Tagged:
@@ -91,9 +113,7 @@ class Session:
         self.inflight += 1
         replier.deliver(reply)
 
-    async def run_sender(
-        self, send: Callable[[list[tuple[Any, dict[str, Any]]]], Awaitable[None]]
-    ) -> None:
+    async def run_sender(self, send: Callable[[list[Any]], Awaitable[None]]) -> None:
         """Send what the immediate path could not: all that is waiting, in one go.
 
         ``send`` gets the waiting replies (maybe none, when the transport only has
@@ -104,6 +124,7 @@ class Session:
             await self._wake.wait()
             self._wake = trio.Event()
             out, self._outbox = self._outbox, []
+            self._outbox_bytes = 0
             await send(out)
 
     # ------------------------------------------------------------------ requests

@@ -29,46 +29,52 @@ class WsConnection:
     def __init__(self, broker: Broker, ws: WebSocketConnection) -> None:
         self.broker = broker
         self.ws = ws
-        self.session = Session(broker)
+        self._scope = trio.CancelScope()
+        self.session = Session(broker, encode=self._encode, on_overflow=self._scope.cancel)
 
-    async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
-        # Each reply is tagged with the codec of the message it answers.
-        for codec, reply in replies:
-            if codec is JSON:
-                await self.ws.send_message(JSON.encode_text(reply))
-            else:
-                await self.ws.send_message(codec.encode(reply))
+    @staticmethod
+    def _encode(codec: Any, reply: dict[str, Any]) -> str | bytes:
+        # Each reply goes out in the kind (codec) of the message it answers.
+        return JSON.encode_text(reply) if codec is JSON else codec.encode(reply)
+
+    async def _send(self, messages: list[str | bytes]) -> None:
+        for message in messages:
+            await self.ws.send_message(message)
 
     async def serve(self) -> None:
         session = self.session
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.run_sender, self._send)
-                try:
-                    limit = self.broker.config.ws_max_message_bytes
-                    while True:
-                        message = await self.ws.get_message()
-                        codec: Codec = JSON if isinstance(message, str) else CBOR
-                        raw = message.encode() if isinstance(message, str) else message
-                        if len(raw) > limit:
-                            # trio_websocket counts a text message in characters; the
-                            # limit is in bytes, so UTF-8 text is checked again here.
-                            await self.ws.aclose(1009, "Exceeded maximum message size: "
-                                                 f"{limit} bytes")
-                            return
-                        try:
-                            decoded: Any = codec.decode(raw)
-                        except DecodeError as exc:
-                            decoded = exc
-                        await session.handle([(decoded, len(raw))], tag=codec)
-                finally:
-                    nursery.cancel_scope.cancel()
+            with self._scope:  # cancelled when the client stops reading its replies
+                await self._serve(session)
         except* ConnectionClosed:
-            # The client closed (or the limit above did): the nursery wraps it in an
+            # The client closed (or a limit did): the nursery wraps it in an
             # ExceptionGroup, which must end this connection, never the broker.
             pass
         finally:
             session.close()
+
+    async def _serve(self, session: Session) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.run_sender, self._send)
+            try:
+                limit = self.broker.config.ws_max_message_bytes
+                while True:
+                    message = await self.ws.get_message()
+                    codec: Codec = JSON if isinstance(message, str) else CBOR
+                    raw = message.encode() if isinstance(message, str) else message
+                    if len(raw) > limit:
+                        # trio_websocket counts a text message in characters; the
+                        # limit is in bytes, so UTF-8 text is checked again here.
+                        await self.ws.aclose(1009, "Exceeded maximum message size: "
+                                             f"{limit} bytes")
+                        return
+                    try:
+                        decoded: Any = codec.decode(raw)
+                    except DecodeError as exc:
+                        decoded = exc
+                    await session.handle([(decoded, len(raw))], tag=codec)
+            finally:
+                nursery.cancel_scope.cancel()
 
 
 async def serve_ws(broker: Broker, host: str, port: int, *,
@@ -97,6 +103,7 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
         handler, host, port, ssl_context=None,
         max_message_size=config.ws_max_message_bytes,
         connect_timeout=config.ws_handshake_timeout_s,
+        disconnect_timeout=config.ws_close_timeout_s,
         handler_nursery=handler_nursery,
         task_status=task_status,
     )
