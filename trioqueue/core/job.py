@@ -85,6 +85,7 @@ _INTERNAL: tuple[tuple[str, Any], ...] = (
     ("seq", 0),  # admission order within the queue; restores FIFO order after a restart
     ("dlq", None),  # {"reason", "error", "enteredAt", ...} once in the DLQ
     ("dedup_lost", False),  # its uniqueKey was handed to a replacing job
+    ("dedup_expires_at", None),  # when its uniqueKey lapses (ms), if it has a TTL
 )
 _INTERNAL_ALWAYS = ("state", "seq")
 
@@ -227,6 +228,7 @@ class Job:
     seq: int
     dlq: dict[str, Any] | None
     dedup_lost: bool
+    dedup_expires_at: float | None
 
     __init__ = _compile("__init__", _init_source())
 

@@ -244,10 +244,7 @@ class QueueState:
         self.jobs[job.id] = job
         self.index.add(job.id, self.name)
         if job.unique_key is not None and not job.dedup_lost:
-            ttl = job.deduplication_ttl
-            self.dedup[job.unique_key] = DedupKey(
-                job.id, None if ttl is None else job.created_at + ttl
-            )
+            self.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
         if job.state == ACTIVE and charge_active:
             job.attempts += 1
             job.stall_count += 1
@@ -320,6 +317,8 @@ class QueueState:
                         replaced = owner
                 elif spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
                     holder.expires_at = now + spec["deduplication_ttl"]
+                    owner.dedup_expires_at = holder.expires_at
+                    self._persist(owner)  # the extension must survive a restart
                     self._emit("duplicated", owner.id, now)
                     return owner.id
                 else:
@@ -355,7 +354,8 @@ class QueueState:
         self.index.add(job_id, self.name)
         if unique_key is not None:
             ttl = job.deduplication_ttl
-            self.dedup[unique_key] = DedupKey(job_id, None if ttl is None else now + ttl)
+            job.dedup_expires_at = None if ttl is None else now + ttl
+            self.dedup[unique_key] = DedupKey(job_id, job.dedup_expires_at)
         # _enqueue and _count, inlined
         c = self.c
         priority = job.priority
@@ -985,7 +985,11 @@ def _priority_key(priority: float) -> str:
     return str(priority)
 
 
-_JS_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|Infinity)")
+# What JavaScript's Number() accepts (ASCII digits only, like JS): decimals with an
+# optional exponent, Infinity, and unsigned 0x/0o/0b integer literals.
+_JS_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Infinity)")
+_JS_RADIX = re.compile(r"0(?:[xX][0-9a-fA-F]+|[oO][0-7]+|[bB][01]+)")
 
 
 def normalise_progress(value: Any) -> tuple[float, str | None]:
@@ -1006,9 +1010,13 @@ def normalise_progress(value: Any) -> tuple[float, str | None]:
         text = value.strip()
         if not text:
             return 0, None
-        if not _JS_NUMBER.fullmatch(text):
+        if _JS_RADIX.fullmatch(text):
+            number = float(int(text, 0))
+        elif _JS_DECIMAL.fullmatch(text):
+            number = float(text)
+        else:
             return 0, value
-        number = min(max(float(text), 0.0), 100.0)
+        number = min(max(number, 0.0), 100.0)
         return (int(number) if number.is_integer() else number), None
     try:
         return 0, json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
