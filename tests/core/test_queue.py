@@ -20,8 +20,8 @@ from trioqueue.core import handlers
 from trioqueue.core import queue as queue_mod
 from trioqueue.core.errors import CommandError
 from trioqueue.core.options import parse_job_input
-from trioqueue.core.queue import PullWaiter, QueueState, in_admission_order, normalise_progress
-from trioqueue.storage.memory import MemoryStorage
+from trioqueue.core.queue import PullWaiter, normalise_progress
+from trioqueue.testing.queue import QueueHarness
 
 NOW = 1_700_000_000_000
 ALL_STATES = ["waiting", "prioritized", "delayed", "active", "completed", "failed",
@@ -31,72 +31,8 @@ ALL_STATES = ["waiting", "prioritized", "delayed", "active", "completed", "faile
 # ----------------------------------------------------------------------------- harness
 
 
-class DictIndex(dict[str, str]):
-    """The broker-wide job index (job id -> queue), as the router keeps it."""
-
-    def locate(self, job_id: str) -> str | None:
-        return self.get(job_id)
-
-    def add(self, job_id: str, queue: str) -> None:
-        self[job_id] = queue
-
-    def remove(self, job_id: str) -> None:
-        self.pop(job_id, None)
-
-
-class StorageFinished:
-    """FinishedReader over a MemoryStorage, limited to one queue (like the actor's)."""
-
-    def __init__(self, storage: MemoryStorage, name: str) -> None:
-        self.storage = storage
-        self.name = name
-
-    def get(self, job_id: str) -> dict[str, Any] | None:
-        record = self.storage.get_finished(job_id)
-        if record is None or record.get("queue") != self.name:
-            return None
-        return record
-
-    def result(self, job_id: str) -> tuple[bool, Any]:
-        if self.get(job_id) is None:
-            return False, None
-        return self.storage.get_result(job_id)
-
-    def list(self, state: str, *, asc: bool, offset: int, limit: int) -> list[dict[str, Any]]:
-        return self.storage.list_finished(self.name, state, asc=asc, offset=offset, limit=limit)
-
-    def count(self, state: str) -> int:
-        return self.storage.count_finished(self.name, state)
-
-
-class Harness:
-    """A QueueState plus its storage, committed after every command like the actor."""
-
-    def __init__(self, name: str = "q") -> None:
-        self.name = name
-        self.storage = MemoryStorage()
-        self.index = DictIndex()
-        self.q = self._fresh()
-
-    def _fresh(self) -> QueueState:
-        return QueueState(self.name, self.index, StorageFinished(self.storage, self.name))
-
-    def commit(self) -> None:
-        writes = self.q.take_writes()
-        if writes:
-            self.storage.apply([writes])
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = getattr(self.q, method)(*args, **kwargs)
-        except CommandError:
-            self.commit()  # the actor submits whatever a refused command recorded
-            raise
-        except BaseException:
-            self.q.take_writes()  # the actor drops a crashing command's writes
-            raise
-        self.commit()
-        return result
+class Harness(QueueHarness):
+    """The shared harness plus one helper per command, with test-friendly returns."""
 
     # --- commands
 
@@ -147,19 +83,6 @@ class Harness:
     def tick(self, now: int) -> list[queue_mod.Delivery]:
         deliveries: list[queue_mod.Delivery] = self.call("tick", now)
         return deliveries
-
-    def restart(self, now: int, *, charge_active: bool = True) -> None:
-        """A fresh QueueState rebuilt from storage, as the broker does at startup."""
-        recovered = self.storage.load()
-        self.index.clear()
-        self.q = self._fresh()
-        meta = recovered.queue_meta.get(self.name)
-        if meta:
-            self.q.load_meta(meta)
-        for record in in_admission_order(recovered.live_jobs):
-            if record.get("queue") == self.name:
-                self.q.restore(record, now, charge_active=charge_active)
-        self.commit()
 
     # --- reads
 

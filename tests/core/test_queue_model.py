@@ -32,8 +32,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from trioqueue.core.errors import CommandError
 from trioqueue.core.options import parse_job_input
-from trioqueue.core.queue import DEFAULT_MAX_STALLS, QueueState, in_admission_order
-from trioqueue.storage.memory import MemoryStorage
+from trioqueue.core.queue import DEFAULT_MAX_STALLS
+from trioqueue.testing.queue import QueueHarness
 
 QUEUE = "q"
 START = 1_700_000_000_000
@@ -47,81 +47,9 @@ NOT_PROCESSING = "Job not found or not in processing state: {}"
 # ----------------------------------------------------------------------------- harness
 
 
-class DictIndex(dict[str, str]):
-    def locate(self, job_id: str) -> str | None:
-        return self.get(job_id)
-
-    def add(self, job_id: str, queue: str) -> None:
-        self[job_id] = queue
-
-    def remove(self, job_id: str) -> None:
-        self.pop(job_id, None)
-
-
-class StorageFinished:
-    """FinishedReader over a MemoryStorage, limited to one queue (like the actor's)."""
-
-    def __init__(self, storage: MemoryStorage, name: str) -> None:
-        self.storage = storage
-        self.name = name
-
-    def get(self, job_id: str) -> dict[str, Any] | None:
-        record = self.storage.get_finished(job_id)
-        if record is None or record.get("queue") != self.name:
-            return None
-        return record
-
-    def result(self, job_id: str) -> tuple[bool, Any]:
-        if self.get(job_id) is None:
-            return False, None
-        return self.storage.get_result(job_id)
-
-    def list(self, state: str, *, asc: bool, offset: int, limit: int) -> list[dict[str, Any]]:
-        return self.storage.list_finished(self.name, state, asc=asc, offset=offset, limit=limit)
-
-    def count(self, state: str) -> int:
-        return self.storage.count_finished(self.name, state)
-
-
-class Harness:
-    """A QueueState and its storage; writes are committed after every command."""
-
+class Harness(QueueHarness):
     def __init__(self) -> None:
-        self.storage = MemoryStorage()
-        self.index = DictIndex()
-        self.q = self._fresh()
-
-    def _fresh(self) -> QueueState:
-        return QueueState(QUEUE, self.index, StorageFinished(self.storage, QUEUE))
-
-    def commit(self) -> None:
-        writes = self.q.take_writes()
-        if writes:
-            self.storage.apply([writes])
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = getattr(self.q, method)(*args, **kwargs)
-        except CommandError:
-            self.commit()
-            raise
-        except BaseException:
-            self.q.take_writes()
-            raise
-        self.commit()
-        return result
-
-    def restart(self, now: int, *, charge_active: bool) -> None:
-        recovered = self.storage.load()
-        self.index.clear()
-        self.q = self._fresh()
-        meta = recovered.queue_meta.get(QUEUE)
-        if meta:
-            self.q.load_meta(meta)
-        for record in in_admission_order(recovered.live_jobs):
-            if record.get("queue") == QUEUE:
-                self.q.restore(record, now, charge_active=charge_active)
-        self.commit()
+        super().__init__(QUEUE)
 
 
 # ----------------------------------------------------------------------------- model

@@ -25,6 +25,7 @@ import trio
 from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import QUEUE_HANDLERS, Ctx
 from ..core.queue import PullWaiter, QueueState, in_admission_order
+from ..storage.finished import QueueFinished
 from .request import Request
 from .writer import StorageFailure
 
@@ -36,35 +37,6 @@ log = logging.getLogger("trioqueue.queue")
 RELEASE_CONNECTION = "__release_connection__"
 
 
-class StorageFinished:
-    """The core's view of finished jobs: storage, after committing pending writes."""
-
-    def __init__(self, name: str, broker: Broker) -> None:
-        self.name = name
-        self.broker = broker
-
-    def get(self, job_id: str) -> dict[str, Any] | None:
-        self.broker.writer.commit_now()
-        record = self.broker.storage.get_finished(job_id)
-        if record is None or record.get("queue") != self.name:
-            return None
-        return record
-
-    def result(self, job_id: str) -> tuple[bool, Any]:
-        if self.get(job_id) is None:
-            return False, None
-        return self.broker.storage.get_result(job_id)
-
-    def list(self, state: str, *, asc: bool, offset: int, limit: int) -> list[dict[str, Any]]:
-        self.broker.writer.commit_now()
-        return self.broker.storage.list_finished(self.name, state, asc=asc, offset=offset,
-                                                 limit=limit)
-
-    def count(self, state: str) -> int:
-        self.broker.writer.commit_now()
-        return self.broker.storage.count_finished(self.name, state)
-
-
 class QueueActor:
     def __init__(self, name: str, broker: Broker) -> None:
         self.name = name
@@ -72,7 +44,9 @@ class QueueActor:
         self.send, self._recv = trio.open_memory_channel[list[Request]](
             broker.config.queue_inbox_batches
         )
-        self.state = QueueState(name, broker.router, StorageFinished(name, broker))
+        self.state = QueueState(
+            name, broker.router,
+            QueueFinished(name, broker.storage, before_read=broker.writer.commit_now))
         self._backlog: deque[Request] = deque()
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []

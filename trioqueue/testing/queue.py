@@ -1,0 +1,72 @@
+"""Drive one queue's sans-IO state machine the way the broker does, without trio.
+
+:class:`QueueHarness` pairs a :class:`~trioqueue.core.queue.QueueState` with a real
+:class:`~trioqueue.storage.memory.MemoryStorage` and commits after every command, as the
+queue actor does (also after a refused command; a crashing command's writes are
+dropped), and can restart the queue from storage as the broker does after a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.errors import CommandError
+from ..core.queue import QueueState, in_admission_order
+from ..storage.finished import QueueFinished
+from ..storage.memory import MemoryStorage
+
+
+class DictIndex(dict[str, str]):
+    """The broker-wide job index (job id -> queue), as the router keeps it."""
+
+    def locate(self, job_id: str) -> str | None:
+        return self.get(job_id)
+
+    def add(self, job_id: str, queue: str) -> None:
+        self[job_id] = queue
+
+    def remove(self, job_id: str) -> None:
+        self.pop(job_id, None)
+
+
+class QueueHarness:
+    def __init__(self, name: str = "q") -> None:
+        self.name = name
+        self.storage = MemoryStorage()
+        self.index = DictIndex()
+        self.q = self._fresh()
+
+    def _fresh(self) -> QueueState:
+        return QueueState(self.name, self.index, QueueFinished(self.name, self.storage))
+
+    def commit(self) -> None:
+        writes = self.q.take_writes()
+        if writes:
+            self.storage.apply([writes])
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one QueueState method and commit its writes, as the actor would."""
+        try:
+            result = getattr(self.q, method)(*args, **kwargs)
+        except CommandError:
+            self.commit()  # the actor submits whatever a refused command recorded
+            raise
+        except BaseException:
+            self.q.take_writes()  # the actor drops a crashing command's writes
+            raise
+        self.commit()
+        return result
+
+    def restart(self, now: int, *, charge_active: bool = True) -> None:
+        """Rebuild the queue from storage: a broker restart (or, without charging
+        active jobs, a queue actor restart)."""
+        recovered = self.storage.load()
+        self.index.clear()
+        self.q = self._fresh()
+        meta = recovered.queue_meta.get(self.name)
+        if meta:
+            self.q.load_meta(meta)
+        for record in in_admission_order(recovered.live_jobs):
+            if record.get("queue") == self.name:
+                self.q.restore(record, now, charge_active=charge_active)
+        self.commit()
