@@ -418,3 +418,18 @@ async def test_pipelined_replies_match_req_ids(client: RawClient) -> None:
         seen[reply["reqId"]] = reply["id"]
     assert len(seen) == 200 and len(set(seen.values())) == 200
     assert (await client.ok("Count", queue="pipe"))["count"] == 200
+
+
+async def test_read_only_limit_and_dedup_queries(client: RawClient) -> None:
+    pushed = await client.ok("PUSH", queue="rq", name="n", data=1, uniqueKey="order-7")
+    owner = await client.ok("GetDeduplicationJobId", queue="rq", deduplicationId="order-7")
+    assert owner["data"] == {"jobId": pushed["id"]}
+    none = await client.ok("GetDeduplicationJobId", queue="rq", deduplicationId="other")
+    assert none["data"] == {"jobId": None}
+    await client.ok("PULL", queue="rq")
+    await client.ok("ACK", id=pushed["id"])
+    released = await client.ok("GetDeduplicationJobId", queue="rq", deduplicationId="order-7")
+    assert released["data"] == {"jobId": None}
+    limits = await client.ok("GetQueueLimits", queue="rq")
+    assert limits["data"]["limits"] == {"rateLimit": None, "rateLimitTtl": -2,
+                                        "concurrencyLimit": None, "maxed": False}

@@ -345,6 +345,20 @@ def count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"count": q.queued_count(ctx.now)}
 
 
+def get_deduplication_job_id(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    key = msg.get("deduplicationId")
+    if not isinstance(key, str) or not key:
+        raise CommandError("deduplicationId is required")
+    return {"data": {"jobId": q.dedup_owner(key, ctx.now)}}
+
+
+def get_queue_limits(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    # Rate limits and concurrency caps are not configurable yet, so a queue has none:
+    # bunqueue reports that as no rate limit (ttl -2), no cap, never maxed.
+    return {"data": {"limits": {"rateLimit": None, "rateLimitTtl": -2,
+                                "concurrencyLimit": None, "maxed": False}}}
+
+
 # ------------------------------------------------------------------ control
 
 
@@ -388,6 +402,8 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "GetJobCounts": get_job_counts,
     "GetCountsPerPriority": get_counts_per_priority,
     "Count": count,
+    "GetDeduplicationJobId": get_deduplication_job_id,
+    "GetQueueLimits": get_queue_limits,
     "Pause": pause,
     "Resume": resume,
     "IsPaused": is_paused,

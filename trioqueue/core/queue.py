@@ -921,6 +921,13 @@ class QueueState:
         self._promote_due(now)
         return self.c.waiting + self.c.prioritized + self.c.delayed
 
+    def dedup_owner(self, unique_key: str, now: int) -> str | None:
+        """The live job that holds ``unique_key`` (None once it expired or left)."""
+        holder = self.dedup.get(unique_key)
+        if holder is None or (holder.expires_at is not None and holder.expires_at <= now):
+            return None
+        return holder.owner if holder.owner in self.jobs else None
+
     def counts_per_priority(self) -> dict[str, int]:
         return {_priority_key(p): n for p, n in sorted(self.c.by_priority.items())}
 

@@ -44,6 +44,8 @@ ROUTES: dict[str, str] = {
     "GetJobCounts": BY_QUEUE,
     "GetCountsPerPriority": BY_QUEUE,
     "Count": BY_QUEUE,
+    "GetDeduplicationJobId": BY_QUEUE,
+    "GetQueueLimits": BY_QUEUE,
     # queue control
     "Pause": BY_QUEUE,
     "Resume": BY_QUEUE,
