@@ -1101,6 +1101,19 @@ def test_restore_keeps_dedup_key_with_replacing_job(h: Harness) -> None:
     assert h.push(NOW + 3, uniqueKey="k") == new
 
 
+def test_restore_keeps_dedup_key_after_old_owner_requeued(h: Harness) -> None:
+    old = h.push(NOW, uniqueKey="k")
+    h.pull_one(NOW, owner="w", lock_ttl=100)
+    new = h.push(NOW + 1, uniqueKey="k", dedup={"replace": True})
+    h.tick(NOW + 100)  # the old owner is queued again, after the new one
+    assert h.state(old, NOW + 100) == "waiting"
+    h.restart(NOW + 200)
+    assert h.push(NOW + 201, uniqueKey="k") == new
+    h.pull(NOW + 201, 2)
+    h.ack(old, NOW + 202)  # the old job's outcome does not release the new owner's key
+    assert h.push(NOW + 203, uniqueKey="k") == new
+
+
 def test_restore_keeps_extended_dedup_ttl(h: Harness) -> None:
     a = h.push(NOW, uniqueKey="k", dedup={"ttl": 1000, "extend": True})
     assert h.push(NOW + 900, uniqueKey="k", dedup={"ttl": 1000, "extend": True}) == a

@@ -244,13 +244,15 @@ class QueueMachine(RuleBasedStateMachine):
             self.dedup[key] = (got, None if ttl is None else now + ttl)
 
     @initialize(items=st.lists(job_inputs, min_size=1, max_size=6), taken=st.integers(0, 3),
-                owner=st.sampled_from([None, "w0"]), conn=st.sampled_from([None, *CONNS]))
+                owner=st.sampled_from([None, "w0", "w0"]),
+                conn=st.sampled_from([None, *CONNS, *CONNS]),
+                lock_ttl=st.sampled_from([1000, 30_000]), renew=st.booleans())
     def initial_jobs(self, items: list[dict[str, Any]], taken: int, owner: str | None,
-                     conn: str | None) -> None:
+                     conn: str | None, lock_ttl: int, renew: bool) -> None:
         """Some work to start from (swarm testing may switch the push or pull rule off)."""
         self.push(0, items)
         if taken:
-            self.pull(0, taken, owner, conn, False, 1000)
+            self.pull(0, taken, owner, conn, False, lock_ttl, renew)
 
     @rule(dt=DT, items=st.lists(job_inputs, min_size=1, max_size=3))
     def push(self, dt: int, items: list[dict[str, Any]]) -> None:
@@ -266,9 +268,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(dt=DT, count=st.integers(1, 3), owner=st.sampled_from([None, "w1", "w1"]),
           conn=st.sampled_from([None, *CONNS]), detach=st.booleans(),
-          lock_ttl=st.sampled_from([1000, 5000, 30_000]))
+          lock_ttl=st.sampled_from([1000, 5000, 30_000]), renew=st.booleans())
     def pull(self, dt: int, count: int, owner: str | None, conn: str | None, detach: bool,
-             lock_ttl: int) -> None:
+             lock_ttl: int, renew: bool = False) -> None:
+        """PULL/PULLB; with ``renew`` the worker heartbeats its new locks at once."""
         self._advance(dt)
         now = self.now
         ready = [j for j in self.live.values() if j.state == "queued" and j.run_at <= now]
@@ -315,6 +318,10 @@ class QueueMachine(RuleBasedStateMachine):
                 job.token, job.lock_expires, job.renewals = token, now + lock_ttl, 0
             tracked = conn is not None and not (detach and owner is None)
             job.conn = conn if tracked else None
+            if renew and owner is not None:
+                assert self.h.call("heartbeat", job_id, now, token=token, duration=None)
+                job.lock_expires = now + lock_ttl
+                job.renewals += 1
 
     def _token(self, job: MJob | None, kind: str) -> str | None:
         if kind == "missing":
@@ -322,6 +329,19 @@ class QueueMachine(RuleBasedStateMachine):
         if kind == "wrong":
             return "not-a-token"
         return job.token if job is not None else None
+
+    def _probe_lock(self, job_id: str, command: str, bad: str) -> None:
+        """A locked job refuses ``command`` without its exact token, changing nothing."""
+        job = self.live.get(job_id)
+        if job is None or job.state != "active" or job.token is None:
+            return
+        token = self._token(job, bad)
+        try:
+            self.h.call(command, job_id, self.now, token=token)
+        except CommandError as exc:
+            assert exc.message == self._token_error(job, token)
+        else:
+            raise AssertionError(f"{command} of a locked job took token {token!r}")
 
     def _token_error(self, job: MJob, token: str | None) -> str | None:
         if job.token is None:
@@ -349,11 +369,13 @@ class QueueMachine(RuleBasedStateMachine):
             return NOT_PROCESSING.format(job_id)
         return self._token_error(job, token)
 
-    @rule(dt=DT, data=st.data(), kind=TOKEN_KINDS, remove=st.sampled_from([False, False, True]))
-    def ack(self, dt: int, data: st.DataObject, kind: str, remove: bool) -> None:
+    @rule(dt=DT, data=st.data(), kind=TOKEN_KINDS, remove=st.sampled_from([False, False, True]),
+          bad=st.sampled_from(["wrong", "missing"]))
+    def ack(self, dt: int, data: st.DataObject, kind: str, remove: bool, bad: str) -> None:
         self._advance(dt)
         late = [i for i, j in self.live.items() if j.state == "queued" and j.attempts > 0]
         job_id = self._pick(data, self._processing() + late)
+        self._probe_lock(job_id, "ack", bad)
         token = self._token(self.live.get(job_id), kind)
         expected = self._expect_ack(job_id, token)
         try:
@@ -408,12 +430,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(dt=DT, data=st.data(), kind=TOKEN_KINDS,
           unrecoverable=st.sampled_from([False, False, True]),
-          remove=st.sampled_from([False, False, True]))
+          remove=st.sampled_from([False, False, True]), bad=st.sampled_from(["wrong", "missing"]))
     def fail(self, dt: int, data: st.DataObject, kind: str, unrecoverable: bool,
-             remove: bool) -> None:
+             remove: bool, bad: str) -> None:
         self._advance(dt)
         late = [i for i, j in self.live.items() if j.state == "queued" and j.attempts > 0]
         job_id = self._pick(data, self._processing() + late)
+        self._probe_lock(job_id, "fail", bad)
         job = self.live.get(job_id)
         token = self._token(job, kind)
         if job_id in late:
@@ -487,9 +510,14 @@ class QueueMachine(RuleBasedStateMachine):
                 event("lock expiry: requeued")
                 self._requeue(job)  # runAt unchanged
 
-    @rule(dt=DT, conn=st.sampled_from(CONNS))
-    def release_connection(self, dt: int, conn: str) -> None:
+    @rule(dt=DT, data=st.data())
+    def release_connection(self, dt: int, data: st.DataObject) -> None:
         self._advance(dt)
+        used = sorted({j.conn for j in self.live.values() if j.conn is not None})
+        if used and data.draw(st.integers(0, 3), label="used") > 0:
+            conn = data.draw(st.sampled_from(used), label="conn")
+        else:
+            conn = data.draw(st.sampled_from(CONNS), label="conn")
         expected = 0
         for job in self.live.values():
             if job.conn != conn:
@@ -532,19 +560,8 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 self._requeue(job, self._retry_at(job))
         # Unique keys come back with their holders (jobs that gave theirs to a newer job
-        # do not take it back) and their remaining TTL. restore() recomputes the expiry
-        # from createdAt, which loses an extension: test_restore_keeps_extended_dedup_ttl.
-        held_before = self.dedup
-        self.dedup = {}
-        for key, (owner, expires) in held_before.items():
-            if owner not in self.live:
-                continue
-            job = self.live[owner]
-            restored = self.h.q.dedup.get(key)
-            assert restored is not None and restored.owner == owner, (key, owner)
-            recomputed = None if job.dedup_ttl is None else job.created_at + job.dedup_ttl
-            assert restored.expires_at in (expires, recomputed)
-            self.dedup[key] = (owner, restored.expires_at)
+        # do not take it back) and their remaining TTL, extensions included.
+        self.dedup = {key: held for key, held in self.dedup.items() if held[0] in self.live}
 
     # --------------------------------------------------------------- invariants
 
