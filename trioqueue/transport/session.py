@@ -3,8 +3,9 @@
 A :class:`Session` turns decoded messages into requests: it answers ``Auth``, ``Hello``
 and ``Ping`` itself, refuses bad input with bunqueue's error texts, and hands the rest
 to the router as ONE batch per read. Replies come back through :meth:`deliver` in any
-order (a parked PULL does not hold up the commands behind it) and go out coalesced:
-the sender task encodes everything waiting and writes it with one send.
+order (a parked PULL does not hold up the commands behind it), a batch's replies
+together: TCP writes them at once with one write; otherwise (or when the socket is
+full) they wait, encoded and bounded in bytes, for the sender task.
 
 At most ``max_inflight_per_connection`` commands run at once; past that the session
 stops taking new frames until replies free a slot, which stops reading the socket and
