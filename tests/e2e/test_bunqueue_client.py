@@ -37,8 +37,10 @@ def _produce_and_process(port: int, n: int) -> dict[str, Any]:
                 done.set()
         return result
 
+    errors: list[Exception] = []
     worker = Worker("compat", processor, host="127.0.0.1", port=port, concurrency=4,
                     poll_timeout_ms=200)
+    worker.on("error", errors.append)
     try:
         finished = done.wait(30)
     finally:
@@ -57,7 +59,7 @@ def _produce_and_process(port: int, n: int) -> dict[str, Any]:
     return {
         "finished": finished, "ids": ids, "fetched": fetched, "processed": processed,
         "counts_before": counts_before, "counts_after": counts_after, "results": results,
-        "missing": missing,
+        "missing": missing, "worker_errors": errors,
     }
 
 
@@ -80,3 +82,5 @@ async def test_bunqueue_python_client_adds_reads_and_processes(server: Server) -
     assert out["results"][out["ids"][3]] == 4  # a = b = 2
     assert out["counts_after"]["completed"] == n
     assert out["missing"] is None
+    # its registration, heartbeats and unregistration are all answered
+    assert out["worker_errors"] == []

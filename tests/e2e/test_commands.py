@@ -433,3 +433,22 @@ async def test_read_only_limit_and_dedup_queries(client: RawClient) -> None:
     limits = await client.ok("GetQueueLimits", queue="rq")
     assert limits["data"]["limits"] == {"rateLimit": None, "rateLimitTtl": -2,
                                         "concurrencyLimit": None, "maxed": False}
+
+
+async def test_workers_registry_is_tied_to_the_connection(connect: Callable[..., Any]) -> None:
+    worker: RawClient = await connect()
+    watcher: RawClient = await connect()
+    reg = await worker.ok("RegisterWorker", name="w", queues=["emails"], concurrency=3)
+    worker_id = reg["data"]["workerId"]
+    assert reg["data"]["status"] == "active"
+    assert (await worker.ok("Heartbeat", id=worker_id, processed=5))["data"] == {"ok": True}
+    listed = (await watcher.ok("ListWorkers"))["data"]
+    assert [w["id"] for w in listed["workers"]] == [worker_id]
+    assert listed["workers"][0]["processedJobs"] == 5
+    await worker.aclose()
+
+    async def gone() -> bool:
+        return (await watcher.ok("ListWorkers"))["data"]["workers"] == []
+
+    await wait_until(gone)
+    assert (await watcher.call("Heartbeat", id=worker_id))["error"] == "Worker not found"

@@ -19,6 +19,7 @@ import trio
 from ..core import fields
 from ..core.errors import CommandError
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
+from ..core.workers import WorkerRegistry
 from .queue_actor import RELEASE_CONNECTION, QueueActor
 from .request import Request
 
@@ -32,6 +33,7 @@ BY_QUEUE = "queue"
 BY_ID = "id"
 BY_CUSTOM_ID = "customId"
 BY_IDS = "ids"
+BROKER = "broker"  # broker-wide state the router owns (the workers registry)
 
 
 class _Join:
@@ -78,6 +80,7 @@ class Router:
         self.broker = broker
         self._index: dict[str, str] = {}
         self.actors: dict[str, QueueActor] = {}
+        self.workers = WorkerRegistry()
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -162,6 +165,9 @@ class Router:
         if how == BY_IDS:
             self._resolve_many(req, groups)
             return
+        if how == BROKER:
+            req.ok(self._broker_command(req))
+            return
         # No length check: an over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id)
@@ -196,8 +202,21 @@ class Router:
                            join.part(positions), conn=req.conn)
             groups.setdefault(queue, []).append(part)
 
+    def _broker_command(self, req: Request) -> dict[str, Any]:
+        """Commands on broker-wide state: answered here, nothing to commit."""
+        now = self.broker.clock.now_ms()
+        workers = self.workers
+        if req.cmd == "RegisterWorker":
+            return workers.register(req.msg, now, req.conn)
+        if req.cmd == "UnregisterWorker":
+            return workers.unregister(req.msg)
+        if req.cmd == "Heartbeat":
+            return workers.heartbeat(req.msg, now)
+        return workers.list(now)  # ListWorkers
+
     def connection_closed(self, conn: Any, queues: set[str]) -> None:
-        """Return what a closed connection still held to its queues (see QueueState)."""
+        """Forget a closed connection's workers; return what it held to its queues."""
+        self.workers.connection_closed(conn)
         for name in queues:
             actor = self.actors.get(name)
             if actor is None:

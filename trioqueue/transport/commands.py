@@ -6,7 +6,7 @@ router, addressed by queue name, job id, custom id or a list of job ids.
 
 from __future__ import annotations
 
-from ..actors.router import BY_CUSTOM_ID, BY_ID, BY_IDS, BY_QUEUE
+from ..actors.router import BROKER, BY_CUSTOM_ID, BY_ID, BY_IDS, BY_QUEUE
 
 SESSION = "session"
 
@@ -50,6 +50,11 @@ ROUTES: dict[str, str] = {
     "Pause": BY_QUEUE,
     "Resume": BY_QUEUE,
     "IsPaused": BY_QUEUE,
+    # workers registry
+    "RegisterWorker": BROKER,
+    "UnregisterWorker": BROKER,
+    "Heartbeat": BROKER,
+    "ListWorkers": BROKER,
 }
 
 # Commands whose deliveries are tied to the connection (released when it closes).

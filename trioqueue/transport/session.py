@@ -217,8 +217,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        if self.pulled_queues:
-            self.broker.router.connection_closed(self, self.pulled_queues)
+        self.broker.router.connection_closed(self, self.pulled_queues)
 
 
 class _Tagged:

@@ -1,0 +1,137 @@
+"""The workers registry: who says it is processing which queues (bunqueue's §4.17).
+
+Registrations live in memory only, tied to the connection that made them (a closed
+connection unregisters its workers), and are reported ``active`` while their last
+heartbeat is younger than ``timeout_ms``; entries silent for three times that are
+reaped. The registry is for monitoring: it never affects which job goes where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import fields
+from .errors import CommandError
+from .ids import uuid7
+
+WORKER_TIMEOUT_MS = 30_000
+WORKER_NOT_FOUND = "Worker not found"
+
+
+@dataclass
+class Worker:
+    id: str
+    name: str
+    queues: list[str]
+    concurrency: int
+    hostname: str
+    pid: int
+    registered_at: int
+    last_seen: int
+    conn: Any
+    active_jobs: int = 0
+    processed: int = 0
+    failed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def wire(self, now: int, timeout_ms: int) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "workerId": self.id,
+            "name": self.name,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "status": "active" if now - self.last_seen < timeout_ms else "stale",
+            "registeredAt": float(self.registered_at),
+            "lastSeen": float(self.last_seen),
+            "activeJobs": self.active_jobs,
+            "processedJobs": self.processed,
+            "failedJobs": self.failed,
+            "currentJob": None,
+            "uptime": float(now - self.registered_at),
+        }
+
+
+def _count(value: Any, field_name: str, default: int) -> int:
+    number = fields.strict_number(value, field_name, minimum=0, default=default)
+    return int(number) if number is not None else default
+
+
+class WorkerRegistry:
+    def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self.workers: dict[str, Worker] = {}
+
+    def register(self, msg: dict[str, Any], now: int, conn: Any) -> dict[str, Any]:
+        name = msg.get("name")
+        if not isinstance(name, str) or not name:
+            raise CommandError("name is required")
+        queues = fields.str_list(msg.get("queues"), "queues")
+        concurrency = _count(msg.get("concurrency"), "concurrency", 1)
+        hostname = msg.get("hostname")
+        pid = _count(msg.get("pid"), "pid", 0)
+        worker_id = msg.get("workerId")
+        if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
+            raise CommandError("workerId must be a non-empty string")
+        worker = self.workers.get(worker_id) if worker_id else None
+        if worker is None:
+            worker = Worker(
+                id=worker_id or uuid7(now), name=name, queues=queues,
+                concurrency=concurrency,
+                hostname=hostname if isinstance(hostname, str) else "unknown",
+                pid=pid, registered_at=now, last_seen=now, conn=conn,
+            )
+            self.workers[worker.id] = worker
+        else:
+            # Re-registering (after a reconnect) updates in place and keeps the counters.
+            worker.name, worker.queues, worker.concurrency = name, queues, concurrency
+            if isinstance(hostname, str):
+                worker.hostname = hostname
+            worker.pid, worker.last_seen, worker.conn = pid, now, conn
+        wire = worker.wire(now, self.timeout_ms)
+        del wire["id"], wire["uptime"]
+        return {"data": wire}
+
+    def unregister(self, msg: dict[str, Any]) -> dict[str, Any]:
+        worker_id = msg.get("workerId")
+        if not isinstance(worker_id, str) or self.workers.pop(worker_id, None) is None:
+            raise CommandError(WORKER_NOT_FOUND)
+        return {"data": {"removed": True}}
+
+    def heartbeat(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
+        worker_id = msg.get("id")
+        worker = self.workers.get(worker_id) if isinstance(worker_id, str) else None
+        if worker is None:
+            raise CommandError(WORKER_NOT_FOUND)
+        # absolute values, as the worker counts them
+        worker.active_jobs = _count(msg.get("activeJobs"), "activeJobs", worker.active_jobs)
+        worker.processed = _count(msg.get("processed"), "processed", worker.processed)
+        worker.failed = _count(msg.get("failed"), "failed", worker.failed)
+        worker.last_seen = now
+        return {"data": {"ok": True}}
+
+    def list(self, now: int) -> dict[str, Any]:
+        self.reap(now)
+        workers = [w.wire(now, self.timeout_ms) for w in self.workers.values()]
+        active = [w for w in workers if w["status"] == "active"]
+        return {"data": {"workers": workers, "stats": {
+            "total": len(workers),
+            "active": len(active),
+            "totalProcessed": sum(w["processedJobs"] for w in workers),
+            "totalFailed": sum(w["failedJobs"] for w in workers),
+            "activeJobs": sum(w["activeJobs"] for w in workers),
+            "concurrencySlots": sum(w["concurrency"] for w in active),
+        }}}
+
+    def connection_closed(self, conn: Any) -> None:
+        for worker_id in [w.id for w in self.workers.values() if w.conn is conn]:
+            del self.workers[worker_id]
+
+    def reap(self, now: int) -> None:
+        """Forget workers silent for three timeouts (their connection may be half-open)."""
+        limit = 3 * self.timeout_ms
+        for worker_id in [w.id for w in self.workers.values() if now - w.last_seen >= limit]:
+            del self.workers[worker_id]
