@@ -177,9 +177,11 @@ class QueueActor:
     def _finish_batch(self) -> None:
         q = self.state
         self.broker.writer.submit(q.take_writes())
-        events = q.take_events()
-        if events:
-            self.broker.publish(events)
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
         self.broker.writer.release(deliveries)
+        # Events after the release, which committed the batch (unless an fsync is
+        # due): a subscriber never hears of a change a kill -9 could still undo.
+        events = q.take_events()
+        if events:
+            self.broker.publish(events)

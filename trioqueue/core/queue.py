@@ -441,7 +441,7 @@ class QueueState:
                 self.owner_conn[job.id] = conn
                 self.conn_jobs.setdefault(conn, set()).add(job.id)
             self._persist(job)
-            self._emit("active", job.id, now)
+            self._emit("pulled", job.id, now)
             jobs.append(job.to_wire())
             tokens.append(token)
         return jobs, tokens

@@ -83,6 +83,16 @@ class RawClient:
         assert reply.get("ok") is True, f"{cmd} failed: {reply}"
         return reply
 
+    async def is_closed_after_draining(self) -> bool:
+        """Read (and drop) whatever is buffered until the broker closes the connection."""
+        while True:
+            try:
+                data = await self.stream.receive_some(1 << 20)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return True
+            if not data:
+                return True
+
     async def is_closed(self) -> bool:
         """True once the broker has closed the connection (EOF or reset)."""
         try:

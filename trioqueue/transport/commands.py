@@ -15,6 +15,8 @@ ROUTES: dict[str, str] = {
     "Auth": SESSION,
     "Hello": SESSION,
     "Ping": SESSION,
+    "SubscribeEvents": SESSION,
+    "UnsubscribeEvents": SESSION,
     # producing
     "PUSH": BY_QUEUE,
     "PUSHB": BY_QUEUE,

@@ -24,6 +24,7 @@ import trio
 
 from .. import __version__
 from ..actors.request import Request
+from ..core import fields
 from ..core.errors import CommandError
 from .codec import DecodeError
 from .commands import CAPABILITIES, PROTOCOL_VERSION, PULLS, ROUTES, SESSION
@@ -71,6 +72,8 @@ class Session:
         self._slot = trio.Event()
         self.pulled_queues: set[str] = set()
         self.closed = False
+        # SubscribeEvents: at most one queue per connection, as in bunqueue.
+        self._subscriber: Callable[[list[dict[str, Any]]], None] | None = None
 
     # ------------------------------------------------------------------ replies
 
@@ -82,6 +85,10 @@ class Session:
         """Send replies together (one write when the transport allows it)."""
         self.inflight -= len(replies)
         self._slot.set()
+        self._send(replies, tag)
+
+    def _send(self, replies: list[dict[str, Any]], tag: Any) -> None:
+        """Frames out, in order, never interleaved: replies and event frames alike."""
         if self.closed:
             return
         if self._send_now is not None:
@@ -173,7 +180,7 @@ class Session:
             return None
         if route == SESSION:
             try:
-                self._answer(replier, request.reply(self._session_command(cmd, msg)))
+                self._answer(replier, request.reply(self._session_command(cmd, msg, replier)))
             except CommandError as exc:
                 self._answer(replier, request.error_reply(exc.message))
             return None
@@ -183,7 +190,13 @@ class Session:
                 self.pulled_queues.add(queue)
         return route, request
 
-    def _session_command(self, cmd: str, msg: dict[str, Any]) -> dict[str, Any]:
+    def _session_command(self, cmd: str, msg: dict[str, Any], replier: Any) -> dict[str, Any]:
+        if cmd == "SubscribeEvents":
+            self._subscribe(fields.queue_name(msg.get("queue")), replier)
+            return {}
+        if cmd == "UnsubscribeEvents":
+            self._unsubscribe()
+            return {}
         if cmd == "Ping":
             return {"data": {"pong": True, "time": float(int(time.time() * 1000))}}
         if cmd == "Hello":
@@ -212,11 +225,35 @@ class Session:
                 ok = True
         return ok
 
+    def _subscribe(self, queue: str, replier: Any) -> None:
+        """Push every event of ``queue`` to this connection as ``{type: "event", event}``.
+
+        Event frames share the reply path (so they never interleave with replies) and
+        its byte bound: a subscriber that does not read is cut off like any client
+        that does not read its replies; the queues never wait for it.
+        """
+        self._unsubscribe()
+        tag = getattr(replier, "tag", None)
+
+        def on_events(events: list[dict[str, Any]]) -> None:
+            frames = [{"type": "event", "event": e} for e in events if e["queue"] == queue]
+            if frames:
+                self._send(frames, tag)
+
+        self._subscriber = on_events
+        self.broker.events.subscribe(on_events)
+
+    def _unsubscribe(self) -> None:
+        if self._subscriber is not None:
+            self.broker.events.unsubscribe(self._subscriber)
+            self._subscriber = None
+
     def close(self) -> None:
         """The connection is gone: its parked pulls claim nothing, its jobs go back."""
         if self.closed:
             return
         self.closed = True
+        self._unsubscribe()
         self.broker.router.connection_closed(self, self.pulled_queues)
 
 
