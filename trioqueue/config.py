@@ -37,6 +37,11 @@ class Config:
     ws_handshake_timeout_s: float = 10.0
     ws_close_timeout_s: float = 5.0  # a WebSocket not answering our close frame is dropped
 
+    # --- waiting for results
+    removed_result_retention_s: float = 60.0  # results of removeOnComplete jobs, for WaitJob
+    max_removed_results: int = 1000
+    max_wait_holds_per_connection: int = 40  # parked WaitJobs per connection and queue
+
     # --- broker limits
     max_queues: int = 10_000
     queue_inbox_batches: int = 1024  # command batches buffered per queue actor

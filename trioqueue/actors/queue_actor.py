@@ -24,7 +24,7 @@ import trio
 
 from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import QUEUE_HANDLERS, Ctx
-from ..core.queue import PullWaiter, QueueState, in_admission_order
+from ..core.queue import JobWaiter, PullWaiter, QueueState, in_admission_order
 from ..storage.finished import QueueFinished
 from .request import Request
 from .writer import StorageFailure
@@ -135,7 +135,9 @@ class QueueActor:
             self._apply_backlog(now)
             for delivery in q.tick(now):
                 req = delivery.waiter.handle
-                self._deliveries.append((req.replier, req.reply(delivery.reply)))
+                reply = (req.error_reply(delivery.error) if delivery.error is not None
+                         else req.reply(delivery.reply))
+                self._deliveries.append((req.replier, reply))
             self._finish_batch()
 
     @property
@@ -151,6 +153,7 @@ class QueueActor:
         writer = self.broker.writer
         backlog = self._backlog
         max_data_bytes = self.broker.config.max_data_bytes
+        max_wait_holds = self.broker.config.max_wait_holds_per_connection
         while backlog:
             req = backlog.popleft()
             self._current = req
@@ -160,7 +163,7 @@ class QueueActor:
                 handler = QUEUE_HANDLERS[req.cmd]
                 try:
                     result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes,
-                                                     max_data_bytes))
+                                                     max_data_bytes, max_wait_holds))
                 except CommandError as exc:
                     # Handlers validate before they mutate, so a refused command has
                     # nothing to write; whatever it did record is still submitted below.
@@ -169,6 +172,9 @@ class QueueActor:
                     if isinstance(result, PullWaiter):
                         result.handle = req
                         q.park(result)
+                    elif isinstance(result, JobWaiter):
+                        result.handle = req
+                        q.park_job_waiter(result)
                     else:
                         self._deliveries.append((req.replier, req.reply(result)))
             writer.submit(q.take_writes())

@@ -12,6 +12,7 @@ awaits between checking and claiming an id.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -19,6 +20,7 @@ import trio
 from ..core import fields
 from ..core.errors import CommandError
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
+from ..core.queue import completed_reply
 from ..core.workers import WorkerRegistry
 from .queue_actor import RELEASE_CONNECTION, QueueActor
 from .request import Request
@@ -81,6 +83,7 @@ class Router:
         self._index: dict[str, str] = {}
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
+        self._retained: OrderedDict[str, tuple[float, bool, Any]] = OrderedDict()
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -89,9 +92,33 @@ class Router:
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
+        self._retained.pop(job_id, None)  # a new generation: the old result is gone
 
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
+
+    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+        """Keep a removed-on-complete job's result for a late WaitJob (memory only).
+
+        Bounded in time and count (``removed_result_retention_s``,
+        ``max_removed_results``); a new job with the same custom id forgets it.
+        """
+        retained = self._retained
+        retained.pop(job_id, None)
+        retained[job_id] = (now + self.broker.config.removed_result_retention_s * 1000,
+                            has_result, result)
+        while len(retained) > self.broker.config.max_removed_results:
+            retained.popitem(last=False)
+
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        entry = self._retained.get(job_id)
+        if entry is None:
+            return None
+        expires, has_result, result = entry
+        if expires <= now:
+            del self._retained[job_id]
+            return None
+        return has_result, result
 
     def forget_queue(self, queue: str) -> None:
         for job_id in [j for j, q in self._index.items() if q == queue]:
@@ -172,6 +199,11 @@ class Router:
         job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id)
         if queue is None:
+            if req.cmd == "WaitJob":
+                retained = self.retained_result(job_id, self.broker.clock.now_ms())
+                if retained is not None:
+                    req.ok(completed_reply(*retained))
+                    return
             req.ok(MISSING_JOB[req.cmd](job_id))
             return
         self.actor(queue)

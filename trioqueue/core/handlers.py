@@ -19,8 +19,9 @@ from typing import Any
 from . import fields
 from . import states as st
 from .errors import JOB_NOT_FOUND, CommandError
+from .job import COMPLETED
 from .options import MAX_DATA_CHARS, parse_job_input
-from .queue import PullWaiter, QueueState
+from .queue import JobWaiter, PullWaiter, QueueState, completed_reply, failed_reply
 
 Reply = dict[str, Any]
 
@@ -31,9 +32,10 @@ class Ctx:
     conn: Any = None  # the connection that sent the command (for ownership)
     frame_bytes: int | None = None
     max_data_bytes: int = MAX_DATA_CHARS
+    max_wait_holds: int = 40
 
 
-Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter"]
+Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter | JobWaiter"]
 
 # ------------------------------------------------------------------ producing
 
@@ -279,6 +281,29 @@ def clear_logs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 # ------------------------------------------------------------------ queries
 
 
+def wait_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | JobWaiter:
+    """Settle on the job's final outcome, or ``completed: false`` at the timeout.
+
+    A retried failure does not settle the wait; a job that failed for good answers
+    ``completed: false`` with its last error. Past ``max_wait_holds`` parked waits on
+    one connection a wait is answered ``completed: false`` at once, so holds never
+    starve the connection's other commands (the client simply asks again).
+    """
+    job_id = fields.job_id(msg.get("id"))
+    timeout = fields.wait_timeout(msg.get("timeout"))
+    if job_id not in q.jobs:
+        record = q.finished.get(job_id)
+        if record is None:
+            raise CommandError(f"Job {job_id} not found")
+        if record["state"] == COMPLETED:
+            return completed_reply(*q.finished.result(job_id))
+        return failed_reply((record.get("dlq") or {}).get("error"))
+    if timeout <= 0 or q.held_waits(ctx.conn) >= ctx.max_wait_holds:
+        return {"completed": False}
+    return JobWaiter(handle=None, job_id=job_id, conn=ctx.conn,
+                     deadline_ms=int(ctx.now + timeout))
+
+
 def get_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job = q.job_wire(fields.job_id(msg.get("id")), ctx.now)
     if job is None:
@@ -394,6 +419,7 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "GetLogs": get_logs,
     "ClearLogs": clear_logs,
     "GetJob": get_job,
+    "WaitJob": wait_job,
     "GetJobByCustomId": get_job_by_custom_id,
     "GetState": get_state,
     "GetResult": get_result,
@@ -437,6 +463,7 @@ MISSING_JOB: dict[str, Callable[[str], Reply]] = {
     "GetState": _missing(id=_ID, state=st.UNKNOWN),
     "GetResult": _missing(id=_ID),
     "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
+    "WaitJob": _missing("Job {id} not found"),
 }
 
 # Multi-id commands: their argument checks (the router runs them before it splits a

@@ -48,6 +48,8 @@ class JobIndex(Protocol):
     def locate(self, job_id: str) -> str | None: ...
     def add(self, job_id: str, queue: str) -> None: ...
     def remove(self, job_id: str) -> None: ...
+    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+        """Keep a removed-on-complete job's result a while, for a late WaitJob."""
 
 
 class FinishedReader(Protocol):
@@ -90,12 +92,26 @@ class PullWaiter:
     done: bool = False
 
 
+@dataclass(slots=True)
+class JobWaiter:
+    """A parked WaitJob: answered when its job settles, or ``completed: false`` at its
+    deadline."""
+
+    handle: Any
+    job_id: str
+    conn: Any
+    deadline_ms: int
+    done: bool = False
+
+
 @dataclass
 class Delivery:
-    """A waiter that got its answer (jobs may be empty on timeout)."""
+    """A parked pull or wait that got its answer (an error text instead, for a wait on
+    a job that disappeared)."""
 
-    waiter: PullWaiter
+    waiter: PullWaiter | JobWaiter
     reply: dict[str, Any]
+    error: str | None = None
 
 
 @dataclass
@@ -136,6 +152,8 @@ class QueueState:
         self.conn_jobs: dict[Any, set[str]] = {}
         self.dedup: dict[str, DedupKey] = {}
         self.waiters: deque[PullWaiter] = deque()
+        self.job_waiters: dict[str, list[JobWaiter]] = {}
+        self._settled: list[Delivery] = []  # waits answered by a transition, for tick()
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.max_stalls = DEFAULT_MAX_STALLS
         self.c = Counters()
@@ -342,6 +360,7 @@ class QueueState:
         if replaced is not None:
             self._remove_live(replaced, now)
             self.writes.delete_job(replaced.id)
+            self._settle_gone(replaced.id)
         elif unique_key is not None:
             holder = self.dedup.get(unique_key)
             old_owner = self.jobs.get(holder.owner) if holder is not None else None
@@ -397,6 +416,7 @@ class QueueState:
                 # ttl bounds time in the queue: an expired job is dropped silently
                 self._remove_live(job, now)
                 self.writes.delete_job(job.id)
+                self._settle_gone(job.id)
                 continue
             return job
         return None
@@ -501,10 +521,14 @@ class QueueState:
         return out
 
     def drop_waiters(self, conn: Any) -> None:
-        """A closed connection's parked pulls claim nothing."""
+        """A closed connection's parked pulls claim nothing and its waits end."""
         for w in self.waiters:
             if w.conn is conn:
                 w.done = True
+        for waits in self.job_waiters.values():
+            for jw in waits:
+                if jw.conn is conn:
+                    jw.done = True
 
     def _check_token(self, job: Job, token: Any) -> None:
         """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
@@ -580,6 +604,9 @@ class QueueState:
             self.writes.finish_job(job.to_record(), has_result, result)
         if job.durable:
             self.writes.durable = True
+        if remove or job.remove_on_complete:
+            self.index.retain_result(job.id, has_result, result, now)
+        self._settle(job.id, completed_reply(has_result, result))
         self._emit("completed", job.id, now, data=result if has_result else None)
 
     def logs_touch_finished(self, job_id: str, *, removed: bool) -> None:
@@ -671,6 +698,7 @@ class QueueState:
             self._remove_live(job, now)
             self.logs.pop(job.id, None)
             self.writes.delete_job(job.id)
+            self._settle(job.id, failed_reply(error))
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
             return True
         self._bury(job, now, "max_attempts_exceeded", error)
@@ -694,6 +722,7 @@ class QueueState:
         }
         job.add_timeline("failed", now, error=error)
         self.writes.finish_job(job.to_record(), False)
+        self._settle(job.id, failed_reply(error))
         self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
 
     # ------------------------------------------------------------------ leases
@@ -794,11 +823,52 @@ class QueueState:
             candidates.append(min(pending))
             if self._delayed and not self.paused:
                 candidates.append(self._delayed[0][0])
+        for waits in self.job_waiters.values():
+            candidates.extend(w.deadline_ms for w in waits if not w.done)
         return min(candidates) if candidates else None
 
     def tick(self, now: int) -> list[Delivery]:
         self.expire_locks(now)
-        return self.serve_waiters(now)
+        out = self.serve_waiters(now)
+        if self._settled:
+            out.extend(self._settled)
+            self._settled = []
+        if self.job_waiters:
+            for job_id in list(self.job_waiters):
+                keep = []
+                for w in self.job_waiters[job_id]:
+                    if w.done:
+                        continue
+                    if w.deadline_ms <= now:
+                        w.done = True
+                        out.append(Delivery(w, {"completed": False}))
+                    else:
+                        keep.append(w)
+                if keep:
+                    self.job_waiters[job_id] = keep
+                else:
+                    del self.job_waiters[job_id]
+        return out
+
+    # ------------------------------------------------------------------ waiting for jobs
+
+    def park_job_waiter(self, waiter: JobWaiter) -> None:
+        self.job_waiters.setdefault(waiter.job_id, []).append(waiter)
+
+    def held_waits(self, conn: Any) -> int:
+        return sum(1 for waits in self.job_waiters.values() for w in waits
+                   if w.conn is conn and not w.done)
+
+    def _settle(self, job_id: str, reply: dict[str, Any], error: str | None = None) -> None:
+        """Answer every WaitJob on a job that reached its final outcome."""
+        waits = self.job_waiters.pop(job_id, None)
+        for w in waits or ():
+            if not w.done:
+                w.done = True
+                self._settled.append(Delivery(w, reply, error))
+
+    def _settle_gone(self, job_id: str) -> None:
+        self._settle(job_id, {}, error=f"Job {job_id} not found")
 
     # ------------------------------------------------------------------ control
 
@@ -966,6 +1036,17 @@ class QueueState:
                 wire = finished_wire(item)
             out.append(wire)
         return out
+
+
+def completed_reply(has_result: bool, result: Any) -> dict[str, Any]:
+    """WaitJob's answer for a completed job (no ``result`` key when none was stored)."""
+    return {"completed": True, "result": result} if has_result else {"completed": True}
+
+
+def failed_reply(error: str | None) -> dict[str, Any]:
+    """WaitJob's answer for a job that failed for good: bunqueue's ``completed: false``,
+    plus the last error so a client need not ask again."""
+    return {"completed": False, "failed": True, "error": error}
 
 
 def in_admission_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -19,6 +19,10 @@ from ..storage.memory import MemoryStorage
 class DictIndex(dict[str, str]):
     """The broker-wide job index (job id -> queue), as the router keeps it."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.retained: dict[str, tuple[bool, Any]] = {}  # results of removed jobs
+
     def locate(self, job_id: str) -> str | None:
         return self.get(job_id)
 
@@ -27,6 +31,9 @@ class DictIndex(dict[str, str]):
 
     def remove(self, job_id: str) -> None:
         self.pop(job_id, None)
+
+    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+        self.retained[job_id] = (has_result, result)
 
 
 class QueueHarness:

@@ -42,6 +42,7 @@ ROUTES: dict[str, str] = {
     "GetState": BY_ID,
     "GetResult": BY_ID,
     "GetChildrenValues": BY_ID,
+    "WaitJob": BY_ID,
     "GetJobs": BY_QUEUE,
     "GetJobCounts": BY_QUEUE,
     "GetCountsPerPriority": BY_QUEUE,
