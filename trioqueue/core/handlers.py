@@ -20,7 +20,7 @@ from . import fields
 from . import states as st
 from .errors import JOB_NOT_FOUND, CommandError
 from .job import COMPLETED
-from .options import MAX_DATA_CHARS, parse_job_input
+from .options import MAX_DATA_CHARS, parse_job_input, validate_job_data
 from .queue import JobWaiter, PullWaiter, QueueState, completed_reply, failed_reply
 
 Reply = dict[str, Any]
@@ -384,6 +384,64 @@ def get_queue_limits(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
                                 "concurrencyLimit": None, "maxed": False}}}
 
 
+# ------------------------------------------------------------------ manual moves
+
+
+def cancel(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.cancel(fields.job_id(msg.get("id")), ctx.now)
+    return {}
+
+
+def update(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    data = msg.get("data")
+    validate_job_data(data, max_chars=None)  # JSON-serialisable; no size limit (bunqueue)
+    q.update_data(job_id, data)
+    return {}
+
+
+def change_priority(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    priority = fields.priority_change(msg.get("priority"))
+    lifo = msg.get("lifo")
+    q.change_priority(job_id, ctx.now, priority,
+                      None if lifo is None else fields.lenient_bool(lifo))
+    return {}
+
+
+def promote(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.promote(fields.job_id(msg.get("id")), ctx.now)
+    return {}
+
+
+def promote_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    count = fields.strict_number(msg.get("count"), "count", minimum=0, integer=True)
+    return {"count": q.promote_jobs(ctx.now, None if count is None else int(count))}
+
+
+def change_delay(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    q.change_delay(job_id, ctx.now, fields.delay_required(msg.get("delay")), _token(msg))
+    return {}
+
+
+def move_to_delayed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    q.change_delay(job_id, ctx.now, fields.delay_required(msg.get("delay")), _token(msg),
+                   active_only=True)
+    return {}
+
+
+def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.move_to_wait(fields.job_id(msg.get("id")), ctx.now, _token(msg))
+    return {}
+
+
+def discard(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.discard(fields.job_id(msg.get("id")), ctx.now, _token(msg))
+    return {}
+
+
 # ------------------------------------------------------------------ control
 
 
@@ -430,6 +488,15 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "Count": count,
     "GetDeduplicationJobId": get_deduplication_job_id,
     "GetQueueLimits": get_queue_limits,
+    "Cancel": cancel,
+    "Update": update,
+    "ChangePriority": change_priority,
+    "Promote": promote,
+    "PromoteJobs": promote_jobs,
+    "ChangeDelay": change_delay,
+    "MoveToDelayed": move_to_delayed,
+    "MoveToWait": move_to_wait,
+    "Discard": discard,
     "Pause": pause,
     "Resume": resume,
     "IsPaused": is_paused,
@@ -464,6 +531,14 @@ MISSING_JOB: dict[str, Callable[[str], Reply]] = {
     "GetResult": _missing(id=_ID),
     "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
     "WaitJob": _missing("Job {id} not found"),
+    "Cancel": _missing("Job not found or cannot be cancelled"),
+    "Update": _missing("Job not found or cannot be updated"),
+    "ChangePriority": _missing("Job not found or not in queue"),
+    "Promote": _missing("Job not found or not delayed"),
+    "ChangeDelay": _missing("Job not found or cannot change delay"),
+    "MoveToDelayed": _missing(JOB_NOT_FOUND),
+    "MoveToWait": _missing(JOB_NOT_FOUND),
+    "Discard": _missing(JOB_NOT_FOUND),
 }
 
 # Multi-id commands: their argument checks (the router runs them before it splits a

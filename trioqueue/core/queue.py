@@ -870,6 +870,149 @@ class QueueState:
     def _settle_gone(self, job_id: str) -> None:
         self._settle(job_id, {}, error=f"Job {job_id} not found")
 
+    # ------------------------------------------------------------------ manual moves
+
+    def _queued(self, job_id: str, error: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or job.state != QUEUED:
+            raise CommandError(error)
+        return job
+
+    def _reschedule(self, job: Job, now: int, **changes: Any) -> None:
+        """Change how a QUEUED job sorts (priority, lifo, runAt) and put it back.
+
+        Its old heap entries go stale (a new seq), exactly as after a requeue.
+        """
+        self._count(job, -1, now)
+        for attr, value in changes.items():
+            setattr(job, attr, value)
+        self._enqueue(job, now)
+        self._persist(job)
+
+    def cancel(self, job_id: str, now: int) -> None:
+        """Remove a job that has not started (queued or waiting for children)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
+            raise CommandError("Job not found or cannot be cancelled")
+        self._remove_live(job, now)
+        self.logs.pop(job_id, None)
+        self.writes.delete_job(job_id)
+        self._settle_gone(job_id)
+        self._emit("removed", job_id, now, prev="waiting")
+
+    def update_data(self, job_id: str, data: Any) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (QUEUED, ACTIVE, WAITING_CHILDREN):
+            raise CommandError("Job not found or cannot be updated")
+        job.data = data
+        self._persist(job)
+
+    def change_priority(self, job_id: str, now: int, priority: float,
+                        lifo: bool | None) -> None:
+        job = self._queued(job_id, "Job not found or not in queue")
+        self._reschedule(job, now, priority=priority,
+                         lifo=job.lifo if lifo is None else lifo)
+
+    def promote(self, job_id: str, now: int) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state != QUEUED or job.run_at <= now:
+            raise CommandError("Job not found or not delayed")
+        self._reschedule(job, now, run_at=now)
+
+    def promote_jobs(self, now: int, count: int | None) -> int:
+        delayed = sorted((j for j in self.jobs.values()
+                          if j.state == QUEUED and j.run_at > now),
+                         key=lambda j: (j.run_at, j.seq))
+        if count is not None:
+            delayed = delayed[:count]
+        for job in delayed:
+            self._reschedule(job, now, run_at=now)
+        return len(delayed)
+
+    def change_delay(self, job_id: str, now: int, delay: float, token: str | None,
+                     *, active_only: bool = False) -> None:
+        """runAt = now + delay: in place for a queued job; an active job (token rule)
+        goes back to the queue, its slot and lock released, no attempt charged."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise CommandError(JOB_NOT_FOUND if active_only
+                               else "Job not found or cannot change delay")
+        if job.state == ACTIVE:
+            self._check_token(job, token)
+            self._release_resources(job)
+            self._count(job, -1, now)
+            job.state = st.next_state(ACTIVE, st.RELEASE)
+            job.started_at = None
+            job.run_at = int(now + delay)
+            job.add_timeline("delayed", now)
+            self._enqueue(job, now)
+            self._persist(job)
+            self._emit("delayed", job_id, now, delay=float(delay))
+            return
+        if active_only:
+            state = st.visible_state(job.state, job.run_at, job.priority, now)
+            raise CommandError(f"Job is not active (current state: {state})")
+        if job.state != QUEUED:
+            raise CommandError("Job not found or cannot change delay")
+        self._reschedule(job, now, run_at=int(now + delay))
+        self._emit("delayed", job_id, now, delay=float(delay))
+
+    def move_to_wait(self, job_id: str, now: int, token: str | None) -> None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            record = self.finished.get(job_id)
+            if record is None:
+                raise CommandError(JOB_NOT_FOUND)
+            if record["state"] != FAILED:
+                raise CommandError(
+                    f"Cannot move job from state '{record['state']}' to waiting")
+            self._revive(record, now)
+            return
+        if job.state == ACTIVE:
+            self._check_token(job, token)
+            job.run_at = now
+            self._requeue(job, now)
+            self._emit("waiting", job_id, now, prev="active")
+        elif job.state == QUEUED:
+            if job.run_at > now:
+                self._reschedule(job, now, run_at=now)
+        else:
+            state = st.visible_state(job.state, job.run_at, job.priority, now)
+            raise CommandError(f"Cannot move job from state '{state}' to waiting")
+
+    def _revive(self, record: dict[str, Any], now: int) -> None:
+        """A dead-lettered job becomes a fresh waiting job with the same id (bunqueue's
+        DLQ retry): attempts, stalls and timing start over."""
+        job = Job.from_record(record)
+        if job.unique_key is not None and self.dedup_owner(job.unique_key, now) is not None:
+            raise CommandError(f"Unique key {job.unique_key} is held by another job")
+        job.state = st.next_state(FAILED, st.REVIVE)
+        job.attempts = job.stall_count = 0
+        job.run_at = job.last_heartbeat = now
+        job.started_at = job.completed_at = None
+        job.dlq = None
+        job.dedup_lost = False
+        job.add_timeline("waiting", now)
+        self.writes.delete_job(job.id)
+        self.jobs[job.id] = job
+        self.index.add(job.id, self.name)
+        if job.unique_key is not None:
+            ttl = job.deduplication_ttl
+            job.dedup_expires_at = None if ttl is None else now + ttl
+            self.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+        self._enqueue(job, now)
+        self._persist(job)
+        self._emit("waiting", job.id, now, prev="failed")
+
+    def discard(self, job_id: str, now: int, token: str | None) -> None:
+        """Queued or active -> the dead-letter queue (reason ``unknown``)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (QUEUED, ACTIVE):
+            raise CommandError(JOB_NOT_FOUND)
+        if job.state == ACTIVE:
+            self._check_token(job, token)
+        self._bury(job, now, "unknown", None)
+
     # ------------------------------------------------------------------ control
 
     def set_paused(self, paused: bool, now: int) -> None:

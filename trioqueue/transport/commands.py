@@ -49,6 +49,16 @@ ROUTES: dict[str, str] = {
     "Count": BY_QUEUE,
     "GetDeduplicationJobId": BY_QUEUE,
     "GetQueueLimits": BY_QUEUE,
+    # manual moves
+    "Cancel": BY_ID,
+    "Update": BY_ID,
+    "ChangePriority": BY_ID,
+    "Promote": BY_ID,
+    "PromoteJobs": BY_QUEUE,
+    "ChangeDelay": BY_ID,
+    "MoveToDelayed": BY_ID,
+    "MoveToWait": BY_ID,
+    "Discard": BY_ID,
     # queue control
     "Pause": BY_QUEUE,
     "Resume": BY_QUEUE,
