@@ -236,7 +236,7 @@ def test_paused_queue_pulls_nothing_and_counts_rebucket(h: Harness) -> None:
     running = h.push(NOW)
     assert h.pull_one(NOW)[0] == running
     h.call("set_paused", True, NOW)
-    assert h.storage.load().queue_meta == {"q": {"paused": True}}
+    assert h.storage.load().queue_meta["q"]["paused"] is True
     h.push(NOW)
     h.push(NOW, priority=3)
     h.push(NOW, delay=500)

@@ -48,8 +48,13 @@ NOT_PROCESSING = "Job not found or not in processing state: {}"
 
 
 class Harness(QueueHarness):
+    """The model covers lock expiry, not the heartbeat stall detector (tested in
+    test_queue.py), so the detector is switched off; the setting is stored, so it
+    stays off across the model's restarts."""
+
     def __init__(self) -> None:
         super().__init__(QUEUE)
+        self.call("set_stall_config", {"enabled": False})
 
 
 # ----------------------------------------------------------------------------- model

@@ -68,3 +68,14 @@ async def test_move_to_wait_of_a_completed_job_is_refused(client: RawClient) -> 
     await client.ok("ACK", id=job_id)
     assert (await client.call("MoveToWait", id=job_id))["error"] == (
         "Cannot move job from state 'completed' to waiting")
+
+
+async def test_stall_config_commands(client: RawClient) -> None:
+    default = await client.ok("GetStallConfig", queue="sc")
+    assert default["config"] == {"enabled": True, "stallInterval": 30000, "maxStalls": 3,
+                                 "gracePeriod": 5000}
+    await client.ok("SetStallConfig", queue="sc", config={"maxStalls": 5, "enabled": False})
+    config = (await client.ok("GetStallConfig", queue="sc"))["config"]
+    assert config["maxStalls"] == 5 and config["enabled"] is False
+    bad = await client.call("SetStallConfig", queue="sc", config={"stallInterval": "x"})
+    assert bad["error"] == "stallInterval must be a number"

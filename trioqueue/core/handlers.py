@@ -455,6 +455,29 @@ def resume(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {}
 
 
+_STALL_NUMBERS = ("stallInterval", "maxStalls", "gracePeriod")
+
+
+def set_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    config = msg.get("config")
+    if not isinstance(config, dict):
+        raise CommandError("config must be an object")
+    update: dict[str, Any] = {}
+    if config.get("enabled") is not None:
+        update["enabled"] = fields.lenient_bool(config["enabled"])
+    for key in _STALL_NUMBERS:
+        if config.get(key) is not None:
+            number = fields.lenient_number(config[key], key, minimum=0)
+            assert number is not None
+            update[key] = int(number)
+    q.set_stall_config(update)
+    return {}
+
+
+def get_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"config": dict(q.stall)}
+
+
 def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"paused": q.paused}
 
@@ -497,6 +520,8 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "MoveToDelayed": move_to_delayed,
     "MoveToWait": move_to_wait,
     "Discard": discard,
+    "SetStallConfig": set_stall_config,
+    "GetStallConfig": get_stall_config,
     "Pause": pause,
     "Resume": resume,
     "IsPaused": is_paused,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,9 @@ from .writes import PUT_JOB, Writes
 
 DEFAULT_LOCK_TTL_MS = 30_000
 DEFAULT_MAX_STALLS = 3
+DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 30_000, "maxStalls": 3,
+                        "gracePeriod": 5_000}
+STALL_CHECK_MS = 5_000
 MAX_LOGS_PER_JOB = 100
 # bunqueue keeps 10,000 jobs' logs; beyond that the oldest job's logs go first.
 MAX_JOBS_WITH_LOGS = 10_000
@@ -156,6 +160,10 @@ class QueueState:
         self._settled: list[Delivery] = []  # waits answered by a transition, for tick()
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.max_stalls = DEFAULT_MAX_STALLS
+        self.stall: dict[str, Any] = dict(DEFAULT_STALL_CONFIG)
+        self._stall_suspects: set[str] = set()
+        self._next_stall_check: int | None = None
+        self._timeouts: list[tuple[int, str, int]] = []  # (deadline, job id, startedAt)
         self.c = Counters()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -290,6 +298,8 @@ class QueueState:
         else:
             self._seq = max(self._seq, job.seq)
             self._count(job, +1, now)
+            if job.state == ACTIVE and self._next_stall_check is None:
+                self._next_stall_check = now + STALL_CHECK_MS
         return job
 
     # ------------------------------------------------------------------ producing
@@ -461,6 +471,7 @@ class QueueState:
                 self.owner_conn[job.id] = conn
                 self.conn_jobs.setdefault(conn, set()).add(job.id)
             self._persist(job)
+            self._watch(job, now)
             self._emit("pulled", job.id, now)
             jobs.append(job.to_wire())
             tokens.append(token)
@@ -683,14 +694,7 @@ class QueueState:
             job.stacktrace = lines[:limit] if limit > 0 else None
         job.add_timeline("failed", now, error=error, attempt=job.attempts)
         if not unrecoverable and job.attempts < job.max_attempts:
-            self._release_resources(job)
-            self._count(job, -1, now)
-            job.state = st.next_state(ACTIVE, st.RETRY)
-            job.started_at = None
-            job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
-            job.add_timeline("waiting", now)
-            self._enqueue(job, now)
-            self._persist(job)
+            self._retry_later(job, now)
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
             self._emit("retried", job.id, now, prev="failed")
             return True
@@ -704,8 +708,89 @@ class QueueState:
         self._bury(job, now, "max_attempts_exceeded", error)
         return True
 
+    def _retry_later(self, job: Job, now: int) -> None:
+        """Active -> queued after a charged attempt, back after the job's backoff."""
+        self._release_resources(job)
+        self._count(job, -1, now)
+        job.state = st.next_state(ACTIVE, st.RETRY)
+        job.started_at = None
+        job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
+        job.add_timeline("waiting", now)
+        self._enqueue(job, now)
+        self._persist(job)
+
+    # ------------------------------------------------------------------ stalls, timeouts
+
+    def set_stall_config(self, config: dict[str, Any]) -> None:
+        self.stall.update(config)
+        self.max_stalls = int(self.stall["maxStalls"])
+        self.writes.put_queue_meta(self.name, self.meta())
+
+    def _watch(self, job: Job, now: int) -> None:
+        """A job just became active: arm the stall sweep and its processing deadline."""
+        if self._next_stall_check is None:
+            self._next_stall_check = now + STALL_CHECK_MS
+        if job.timeout:
+            deadline = math.ceil(now + job.timeout)
+            heapq.heappush(self._timeouts, (deadline, job.id, now))
+
+    def check_stalls(self, now: int) -> None:
+        """bunqueue's heartbeat stall detector, run every STALL_CHECK_MS.
+
+        An active job whose last heartbeat (pull, progress, token-less heartbeat or lock
+        renewal) is older than its stall interval, past the grace period after it
+        started, is a suspect; a suspect on two consecutive sweeps has stalled: an
+        attempt and a stall are charged, then it is retried with backoff, or buried
+        once a bound is reached. Two sweeps, so one late heartbeat is not a stall.
+        """
+        cfg = self.stall
+        suspects: set[str] = set()
+        stalled: list[Job] = []
+        if cfg["enabled"] and self.c.active:
+            grace, interval = cfg["gracePeriod"], cfg["stallInterval"]
+            for job in self.jobs.values():
+                if job.state != ACTIVE or job.started_at is None:
+                    continue
+                limit = job.stall_timeout if job.stall_timeout is not None else interval
+                if now - job.started_at >= grace and now - job.last_heartbeat > limit:
+                    (stalled.append(job) if job.id in self._stall_suspects
+                     else suspects.add(job.id))
+        self._stall_suspects = suspects
+        max_stalls = cfg["maxStalls"]
+        for job in stalled:
+            job.attempts += 1
+            job.stall_count += 1
+            if max_stalls <= 0 or job.stall_count >= max_stalls or (
+                    job.attempts >= job.max_attempts):
+                self._emit("stalled", job.id, now,
+                           data={"stallCount": job.stall_count, "action": "failed"})
+                self._bury(job, now, "stalled", "Job stalled more than allowable limit",
+                           emit=False)
+            else:
+                self._emit("stalled", job.id, now,
+                           data={"stallCount": job.stall_count, "action": "retried"})
+                self._retry_later(job, now)
+
+    def expire_timeouts(self, now: int) -> None:
+        """Fail jobs still active past ``startedAt + timeout`` (reason ``timeout``)."""
+        heap = self._timeouts
+        while heap and heap[0][0] <= now:
+            _, job_id, started_at = heapq.heappop(heap)
+            job = self.jobs.get(job_id)
+            if job is None or job.state != ACTIVE or job.started_at != started_at:
+                continue  # finished, or a later delivery with its own deadline
+            job.attempts += 1
+            error = "Job timeout exceeded"
+            job.add_timeline("failed", now, error=error, attempt=job.attempts)
+            if job.attempts < job.max_attempts:
+                self._retry_later(job, now)
+                self._emit("failed", job_id, now, error=error, data=job.data, terminal=False)
+                self._emit("retried", job_id, now, prev="failed")
+            else:
+                self._bury(job, now, "timeout", error)
+
     def _bury(self, job: Job, now: int, reason: str, error: str | None,
-              counted: bool = True) -> None:
+              counted: bool = True, emit: bool = True) -> None:
         """Move a job to the dead-letter queue (state FAILED, kept in storage)."""
         if counted:
             self._remove_live(job, now)
@@ -723,7 +808,8 @@ class QueueState:
         job.add_timeline("failed", now, error=error)
         self.writes.finish_job(job.to_record(), False)
         self._settle(job.id, failed_reply(error))
-        self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        if emit:
+            self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
 
     # ------------------------------------------------------------------ leases
 
@@ -825,10 +911,18 @@ class QueueState:
                 candidates.append(self._delayed[0][0])
         for waits in self.job_waiters.values():
             candidates.extend(w.deadline_ms for w in waits if not w.done)
+        if self._next_stall_check is not None:
+            candidates.append(self._next_stall_check)
+        if self._timeouts:
+            candidates.append(self._timeouts[0][0])
         return min(candidates) if candidates else None
 
     def tick(self, now: int) -> list[Delivery]:
         self.expire_locks(now)
+        self.expire_timeouts(now)
+        if self._next_stall_check is not None and now >= self._next_stall_check:
+            self.check_stalls(now)
+            self._next_stall_check = now + STALL_CHECK_MS if self.c.active else None
         out = self.serve_waiters(now)
         if self._settled:
             out.extend(self._settled)
@@ -1022,10 +1116,12 @@ class QueueState:
             self._emit("paused" if paused else "resumed", "", now)
 
     def meta(self) -> dict[str, Any]:
-        return {"paused": self.paused}
+        return {"paused": self.paused, "stall": dict(self.stall)}
 
     def load_meta(self, meta: dict[str, Any]) -> None:
         self.paused = bool(meta.get("paused", False))
+        self.stall.update(meta.get("stall") or {})
+        self.max_stalls = int(self.stall["maxStalls"])
 
     # ------------------------------------------------------------------ progress, logs
 

@@ -59,6 +59,9 @@ ROUTES: dict[str, str] = {
     "MoveToDelayed": BY_ID,
     "MoveToWait": BY_ID,
     "Discard": BY_ID,
+    # stall detection
+    "SetStallConfig": BY_QUEUE,
+    "GetStallConfig": BY_QUEUE,
     # queue control
     "Pause": BY_QUEUE,
     "Resume": BY_QUEUE,

@@ -1,0 +1,102 @@
+"""The heartbeat stall detector and processing timeouts of QueueState."""
+
+from __future__ import annotations
+
+from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import STALL_CHECK_MS
+from trioqueue.testing.queue import QueueHarness
+
+NOW = 1_764_000_000_000
+
+
+def push(h: QueueHarness, now: int, **fields: object) -> str:
+    spec = parse_job_input({"data": None, **fields}, custom_id_key="jobId")
+    ids: list[str] = h.call("push", [spec], now)
+    return ids[0]
+
+
+def pull(h: QueueHarness, now: int) -> str:
+    jobs, _ = h.call("pull", now, count=1, owner=None, lock_ttl=30_000, conn=None)
+    return str(jobs[0]["id"])
+
+
+def job(h: QueueHarness, job_id: str, now: int) -> dict:
+    wire = h.q.job_wire(job_id, now)
+    assert wire is not None
+    return wire
+
+
+def test_a_silent_job_is_retried_after_two_sweeps_past_its_interval() -> None:
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 10_000, "gracePeriod": 1_000})
+    job_id = push(h, NOW, backoff=0)
+    pull(h, NOW)
+    assert h.q.next_deadline() == NOW + STALL_CHECK_MS
+    t = NOW
+    for _ in range(2):  # 10 s: not yet past the interval
+        t += STALL_CHECK_MS
+        h.call("tick", t)
+    assert job(h, job_id, t)["state"] == "active"
+    t += STALL_CHECK_MS  # 15 s: a suspect
+    h.call("tick", t)
+    assert job(h, job_id, t)["state"] == "active"
+    t += STALL_CHECK_MS  # 20 s: stalled on the second sweep
+    h.call("tick", t)
+    stalled = job(h, job_id, t)
+    assert stalled["state"] == "waiting"
+    assert stalled["attempts"] == 1 and stalled["stallCount"] == 1
+
+
+def test_heartbeats_keep_a_job_alive_and_max_stalls_buries() -> None:
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 6_000, "gracePeriod": 0, "maxStalls": 1})
+    alive = push(h, NOW)
+    silent = push(h, NOW, maxAttempts=10)
+    pull(h, NOW)
+    pull(h, NOW)
+    t = NOW
+    for _ in range(4):
+        t += STALL_CHECK_MS
+        assert h.call("heartbeat", alive, t, token=None, duration=None)
+        h.call("tick", t)
+    assert job(h, alive, t)["state"] == "active"
+    assert job(h, silent, t)["state"] == "failed"  # first stall with maxStalls 1
+    assert h.storage.get_finished(silent)["dlq"]["reason"] == "stalled"
+
+
+def test_disabled_detector_and_per_job_stall_timeout() -> None:
+    h = QueueHarness()
+    h.call("set_stall_config", {"enabled": False})
+    a = push(h, NOW)
+    pull(h, NOW)
+    for k in range(1, 20):
+        h.call("tick", NOW + k * STALL_CHECK_MS)
+    assert job(h, a, NOW + 20 * STALL_CHECK_MS)["state"] == "active"
+    h2 = QueueHarness()
+    b = push(h2, NOW, stallTimeout=100_000, backoff=0)
+    pull(h2, NOW)
+    for k in range(1, 12):  # 55 s: past the default 30 s, within the job's 100 s
+        h2.call("tick", NOW + k * STALL_CHECK_MS)
+    assert job(h2, b, NOW + 55_000)["state"] == "active"
+
+
+def test_processing_timeout_retries_then_dead_letters() -> None:
+    h = QueueHarness()
+    job_id = push(h, NOW, timeout=1_000, maxAttempts=2, backoff=0)
+    pull(h, NOW)
+    h.call("tick", NOW + 999)
+    assert job(h, job_id, NOW + 999)["state"] == "active"
+    h.call("tick", NOW + 1_000)
+    assert job(h, job_id, NOW + 1_000)["attempts"] == 1
+    pull(h, NOW + 2_000)
+    h.call("tick", NOW + 3_000)
+    record = h.storage.get_finished(job_id)
+    assert record is not None and record["dlq"]["reason"] == "timeout"
+    assert record["dlq"]["error"] == "Job timeout exceeded"
+
+
+def test_stall_config_is_stored_and_restored() -> None:
+    h = QueueHarness()
+    h.call("set_stall_config", {"maxStalls": 7, "stallInterval": 1234})
+    h.restart(NOW)
+    assert h.q.stall["maxStalls"] == 7 and h.q.stall["stallInterval"] == 1234
