@@ -52,6 +52,9 @@ async def test_tcp_connection_reset_by_the_client(server: Server) -> None:
 
 async def test_websocket_closed_normally_by_the_client(server: Server) -> None:
     async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws") as ws:
+        # a command-only client: no job events on this connection
+        await ws.send_message(json.dumps({"cmd": "Unsubscribe"}))
+        assert json.loads(await ws.get_message()) == {"ok": True, "subscribed": []}
         await ws.send_message(json.dumps({"cmd": "PUSH", "queue": "q", "name": "n",
                                           "data": 1}))
         pushed = json.loads(await ws.get_message())

@@ -85,10 +85,13 @@ class Session:
         """Send replies together (one write when the transport allows it)."""
         self.inflight -= len(replies)
         self._slot.set()
-        self._send(replies, tag)
+        self.send_frames(replies, tag)
 
-    def _send(self, replies: list[dict[str, Any]], tag: Any) -> None:
-        """Frames out, in order, never interleaved: replies and event frames alike."""
+    def send_frames(self, replies: list[dict[str, Any]], tag: Any = None) -> None:
+        """Frames out, in order, never interleaved: replies and event frames alike.
+
+        Event frames come here directly: they hold no in-flight slot.
+        """
         if self.closed:
             return
         if self._send_now is not None:
@@ -238,7 +241,7 @@ class Session:
         def on_events(events: list[dict[str, Any]]) -> None:
             frames = [{"type": "event", "event": e} for e in events if e["queue"] == queue]
             if frames:
-                self._send(frames, tag)
+                self.send_frames(frames, tag)
 
         self._subscriber = on_events
         self.broker.events.subscribe(on_events)

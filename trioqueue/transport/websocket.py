@@ -1,19 +1,29 @@
-"""WebSocket sessions (``/ws``): the same commands as TCP, one command per message.
+"""WebSocket sessions (``/ws``, ``/ws/queues/<queue>``): commands and live events.
 
 A text message is JSON, a binary message is CBOR; each reply goes back in the kind of
 the message it answers (JSON text for text, CBOR binary for binary). Commands pass
 through the same :class:`~trioqueue.transport.session.Session` and router as TCP, so
 auth, limits and error texts are identical.
+
+Events, as bunqueue's WebSocket sends them: a connection that never subscribed gets
+every job event of its path's queue (all queues on ``/ws``) as the raw event map;
+after ``{cmd: "Subscribe", events: [patterns]}`` it gets only events whose name
+(``job:completed``, ``queue:paused``...) matches a pattern (an exact name,
+``family:*`` or ``*``), as ``{event, ts, data}``. Events are JSON text unless the
+path asks ``?format=cbor``. With auth tokens set, events flow only after ``Auth``.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
+from ..core import fields
+from ..core.errors import CommandError
 from .codec import CBOR, JSON, Codec, DecodeError
 from .session import Session
 
@@ -22,15 +32,90 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioqueue.websocket")
 
-WS_PATHS = ("/ws",)
+WS_PATH = "/ws"
+QUEUE_PATH_PREFIX = "/ws/queues/"
+
+# Internal event types and the names WebSocket subscribers know them by.
+EVENT_NAMES = {
+    "pushed": "job:pushed", "pulled": "job:active", "completed": "job:completed",
+    "failed": "job:failed", "progress": "job:progress", "stalled": "job:stalled",
+    "removed": "job:removed", "delayed": "job:delayed", "duplicated": "job:deduplicated",
+    "retried": "job:retried", "waiting-children": "job:waiting-children",
+    "waiting": "job:waiting", "paused": "queue:paused", "resumed": "queue:resumed",
+    "drained": "queue:drained",
+}
+EVENT_FAMILIES = frozenset({
+    "job", "queue", "dlq", "flow", "cron", "worker", "ratelimit", "concurrency", "webhook",
+    "batch", "client", "auth", "health", "stats", "storage", "server", "config",
+})
+
+
+def valid_pattern(pattern: Any) -> bool:
+    if not isinstance(pattern, str):
+        return False
+    if pattern == "*":
+        return True
+    family, _, name = pattern.partition(":")
+    return family in EVENT_FAMILIES and bool(name)
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    family = name.partition(":")[0]
+    return any(p == "*" or p == name or p == f"{family}:*" for p in patterns)
 
 
 class WsConnection:
-    def __init__(self, broker: Broker, ws: WebSocketConnection) -> None:
+    def __init__(self, broker: Broker, ws: WebSocketConnection, queue: str | None = None,
+                 event_codec: Codec = JSON) -> None:
         self.broker = broker
         self.ws = ws
         self._scope = trio.CancelScope()
         self.session = Session(broker, encode=self._encode, on_overflow=self._scope.cancel)
+        self.queue = queue  # the path's queue filter (None: every queue)
+        self.event_codec = event_codec
+        self.patterns: list[str] | None = None  # None: legacy mode, raw events
+
+    def _on_events(self, events: list[dict[str, Any]]) -> None:
+        if not self.session.authenticated:
+            return
+        frames: list[dict[str, Any]] = []
+        for event in events:
+            if self.queue is not None and event["queue"] != self.queue:
+                continue
+            if self.patterns is None:
+                frames.append(event)
+                continue
+            name = EVENT_NAMES.get(event["eventType"], f"job:{event['eventType']}")
+            if matches(name, self.patterns):
+                data = {k: v for k, v in event.items() if k != "eventType"}
+                frames.append({"event": name, "ts": event["timestamp"], "data": data})
+        if frames:
+            self.session.send_frames(frames, self.event_codec)
+
+    def _subscription_command(self, msg: dict[str, Any], codec: Codec) -> None:
+        """``Subscribe`` / ``Unsubscribe``: WebSocket-only, answered here."""
+        reply: dict[str, Any]
+        if not self.session.authenticated:
+            reply = {"ok": False, "error": "Not authenticated"}
+        else:
+            events = msg.get("events")
+            if msg["cmd"] == "Unsubscribe" and events is None:
+                self.patterns = []
+                reply = {"ok": True, "subscribed": []}
+            elif not isinstance(events, list) or not events:
+                reply = {"ok": False, "error": "events must be a non-empty array"}
+            elif bad := [str(p) for p in events if not valid_pattern(p)]:
+                reply = {"ok": False, "error": f"Invalid: {', '.join(bad)}"}
+            elif msg["cmd"] == "Subscribe":
+                current = self.patterns or []
+                self.patterns = current + [p for p in events if p not in current]
+                reply = {"ok": True, "subscribed": list(self.patterns)}
+            else:
+                self.patterns = [p for p in (self.patterns or []) if p not in events]
+                reply = {"ok": True, "subscribed": list(self.patterns)}
+        if "reqId" in msg:
+            reply["reqId"] = msg["reqId"]
+        self.session.send_frames([reply], codec)
 
     @staticmethod
     def _encode(codec: Any, reply: dict[str, Any]) -> str | bytes:
@@ -54,6 +139,13 @@ class WsConnection:
             session.close()
 
     async def _serve(self, session: Session) -> None:
+        self.broker.events.subscribe(self._on_events)
+        try:
+            await self._serve_messages(session)
+        finally:
+            self.broker.events.unsubscribe(self._on_events)
+
+    async def _serve_messages(self, session: Session) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(session.run_sender, self._send)
             try:
@@ -72,6 +164,10 @@ class WsConnection:
                         decoded: Any = codec.decode(raw)
                     except DecodeError as exc:
                         decoded = exc
+                    if isinstance(decoded, dict) and decoded.get("cmd") in (
+                            "Subscribe", "Unsubscribe"):
+                        self._subscription_command(decoded, codec)
+                        continue
                     await session.handle([(decoded, len(raw))], tag=codec)
             finally:
                 nursery.cancel_scope.cancel()
@@ -84,10 +180,20 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
     config = broker.config
 
     async def handler(request: WebSocketRequest) -> None:
-        path = request.path.split("?", 1)[0].rstrip("/") or "/"
-        if path not in WS_PATHS:
+        path, _, query = request.path.partition("?")
+        path = path.rstrip("/") or "/"
+        queue: str | None = None
+        if path.startswith(QUEUE_PATH_PREFIX):
+            queue = unquote(path[len(QUEUE_PATH_PREFIX):])
+            try:
+                fields.queue_name(queue)
+            except CommandError:
+                await request.reject(404, body=b"Not found")
+                return
+        elif path != WS_PATH:
             await request.reject(404, body=b"Not found")
             return
+        event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
         try:
             broker.connections.acquire_nowait()
         except trio.WouldBlock:
@@ -95,7 +201,7 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
             return
         try:
             ws = await request.accept()
-            await WsConnection(broker, ws).serve()
+            await WsConnection(broker, ws, queue, event_codec).serve()
         finally:
             broker.connections.release()
 
