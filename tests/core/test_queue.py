@@ -581,7 +581,7 @@ def test_lock_expiry_buries_at_max_attempts(h: Harness) -> None:
 
 
 def test_lock_expiry_error_counts_renewals(h: Harness) -> None:
-    h.q.max_stalls = 1
+    h.call("set_stall_config", {"maxStalls": 1})
     job = h.push(NOW)
     _, token = h.pull_one(NOW, owner="w", lock_ttl=100)
     assert h.call("heartbeat", job, NOW + 50, token=token, duration=None)
@@ -591,7 +591,7 @@ def test_lock_expiry_error_counts_renewals(h: Harness) -> None:
 
 
 def test_max_stalls_zero_means_unlimited(h: Harness) -> None:
-    h.q.max_stalls = 0
+    h.call("set_stall_config", {"maxStalls": 0})
     job = h.push(NOW, maxAttempts=100)
     for i in range(5):
         h.pull_one(NOW + i * 10, owner="w", lock_ttl=10)

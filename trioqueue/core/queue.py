@@ -38,8 +38,8 @@ from .writes import PUT_JOB, Writes
 
 DEFAULT_LOCK_TTL_MS = 30_000
 DEFAULT_MAX_STALLS = 3
-DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 30_000, "maxStalls": 3,
-                        "gracePeriod": 5_000}
+DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 30_000,
+                        "maxStalls": DEFAULT_MAX_STALLS, "gracePeriod": 5_000}
 STALL_CHECK_MS = 5_000
 MAX_LOGS_PER_JOB = 100
 # bunqueue keeps 10,000 jobs' logs; beyond that the oldest job's logs go first.
@@ -159,7 +159,6 @@ class QueueState:
         self.job_waiters: dict[str, list[JobWaiter]] = {}
         self._settled: list[Delivery] = []  # waits answered by a transition, for tick()
         self.logs: dict[str, list[dict[str, Any]]] = {}
-        self.max_stalls = DEFAULT_MAX_STALLS
         self.stall: dict[str, Any] = dict(DEFAULT_STALL_CONFIG)
         self._stall_suspects: set[str] = set()
         self._next_stall_check: int | None = None
@@ -605,8 +604,8 @@ class QueueState:
     def _complete(self, job: Job, now: int, has_result: bool, result: Any,
                   remove: bool | None) -> None:
         self._remove_live(job, now)
-        self.logs_touch_finished(job.id, removed=bool(remove or job.remove_on_complete))
         if remove or job.remove_on_complete:
+            self.logs.pop(job.id, None)
             self.writes.delete_job(job.id)
         else:
             job.state = st.next_state(ACTIVE, st.ACK)
@@ -619,10 +618,6 @@ class QueueState:
             self.index.retain_result(job.id, has_result, result, now)
         self._settle(job.id, completed_reply(has_result, result))
         self._emit("completed", job.id, now, data=result if has_result else None)
-
-    def logs_touch_finished(self, job_id: str, *, removed: bool) -> None:
-        if removed:
-            self.logs.pop(job_id, None)
 
     def ackb(
         self,
@@ -721,9 +716,13 @@ class QueueState:
 
     # ------------------------------------------------------------------ stalls, timeouts
 
+    @property
+    def max_stalls(self) -> int:
+        """Stalls after which lock expiry and restart recovery bury a job (0: never)."""
+        return int(self.stall["maxStalls"])
+
     def set_stall_config(self, config: dict[str, Any]) -> None:
         self.stall.update(config)
-        self.max_stalls = int(self.stall["maxStalls"])
         self.writes.put_queue_meta(self.name, self.meta())
 
     def _watch(self, job: Job, now: int) -> None:
@@ -1121,7 +1120,6 @@ class QueueState:
     def load_meta(self, meta: dict[str, Any]) -> None:
         self.paused = bool(meta.get("paused", False))
         self.stall.update(meta.get("stall") or {})
-        self.max_stalls = int(self.stall["maxStalls"])
 
     # ------------------------------------------------------------------ progress, logs
 
