@@ -31,6 +31,7 @@ class Config:
     max_inflight_per_connection: int = 50  # commands running at once per connection
     partial_frame_timeout_s: float = 60.0  # slowloris guard; 0 disables
     max_write_queue_bytes: int = 64 * 1024 * 1024  # unsent replies before we cut a client
+    overflow_notice_s: float = 2.0  # how long a cut client gets to read the notice
     max_data_bytes: int = 10 * 1024 * 1024  # JSON text of one job's data (UTF-16 units)
     max_connections: int = 10_000  # TCP and WebSocket together
     ws_max_message_bytes: int = 1024 * 1024

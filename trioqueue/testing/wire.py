@@ -83,15 +83,18 @@ class RawClient:
         assert reply.get("ok") is True, f"{cmd} failed: {reply}"
         return reply
 
-    async def is_closed_after_draining(self) -> bool:
-        """Read (and drop) whatever is buffered until the broker closes the connection."""
+    async def drain_until_closed(self) -> list[dict[str, Any]]:
+        """Read every frame the broker still sends until it closes the connection."""
+        frames: list[dict[str, Any]] = list(self._ready)
+        self._ready.clear()
         while True:
             try:
                 data = await self.stream.receive_some(1 << 20)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return True
+                return frames
             if not data:
-                return True
+                return frames
+            frames.extend(self.codec.decode(p) for p in self._decoder.feed(data))
 
     async def is_closed(self) -> bool:
         """True once the broker has closed the connection (EOF or reset)."""

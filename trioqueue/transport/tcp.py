@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioqueue.tcp")
 
 RECEIVE_BYTES = 256 * 1024
+OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
 
 
 class TcpConnection:
@@ -38,6 +39,7 @@ class TcpConnection:
         self._pending = bytearray()  # encoded replies the socket has not taken yet
         self._flushing = False
         self._yield_before_read = False
+        self._overflowed = False
         self._scope = trio.CancelScope()
         self.session = Session(broker, send_now=self._send_now)
         self.codec: Codec | None = None
@@ -72,13 +74,29 @@ class TcpConnection:
         return self._queue(memoryview(data)[written:])
 
     def _queue(self, data: bytes | memoryview) -> str:
+        if self._overflowed:
+            return QUEUED  # closing: nothing more is queued behind the notice
         self._pending += data
         limit = self.broker.config.max_write_queue_bytes
         if limit and len(self._pending) > limit:
-            log.info("closing a connection that does not read its replies")
-            self._pending.clear()
-            self._scope.cancel()
+            self._overflow()
         return QUEUED
+
+    def _overflow(self) -> None:
+        """Drop what the client did not read, tell it why, and close.
+
+        The notice replaces the unsent frames, so a client that is slow but reading
+        finds it right after what it already had; the connection closes once it is
+        sent, or after ``overflow_notice_s`` for a client that reads nothing at all.
+        """
+        log.info("closing a connection that does not read its replies")
+        self._overflowed = True
+        self._pending.clear()
+        notice = {"type": "event", "event": {
+            "eventType": "overflow", "error": OVERFLOW_NOTICE,
+            "limitBytes": self.broker.config.max_write_queue_bytes}}
+        self._pending += encode_frames(self._codec(), [notice])
+        self._scope.deadline = trio.current_time() + self.broker.config.overflow_notice_s
 
     async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
         # TCP replies never wait in the session's outbox: _send_now took them all.
@@ -90,6 +108,8 @@ class TcpConnection:
                 await self.stream.send_all(data)
         finally:
             self._flushing = False
+        if self._overflowed:
+            self._scope.cancel()  # the notice is out: close
 
     async def serve(self) -> None:
         config = self.broker.config
