@@ -311,21 +311,24 @@ async def test_max_connections_counts_websocket_too(start_server: StartServer) -
 
 
 async def test_max_write_queue_bytes_bounds_websocket_replies(start_server: StartServer) -> None:
-    server = await start_server(max_write_queue_bytes=256 * 1024)
+    server = await start_server(max_write_queue_bytes=256 * 1024, overflow_notice_s=30)
     client = await connect(server)
     pushed = await client.ok("PUSH", queue="wsbig", name="n", data="y" * 60_000)
     url = f"ws://127.0.0.1:{server.ws_port}/ws"
-    # A client that asks for a 60 KB job again and again and never reads: once the
-    # kernel's buffers are full, its replies pile up on the broker until the bound
-    # cuts it off (the in-flight count alone does not bound them).
+    # A client that asks for a 60 KB job again and again and reads nothing: once the
+    # kernel's buffers are full its replies pile up on the broker until the bound cuts
+    # it: the unread replies are dropped for one overflow notice, then the close.
     ask = json.dumps({"cmd": "GetJob", "id": pushed["id"]})
-    closed = False
+    received: list[Any] = []
     with trio.fail_after(20):
         async with open_websocket_url(url) as ws:
             try:
                 for _ in range(5_000):
                     await ws.send_message(ask)
+                while True:  # now read: what was sent before the cut, then the notice
+                    received.append(json.loads(await ws.get_message()))
             except ConnectionClosed:
-                closed = True
-    assert closed, "the broker kept buffering replies for a WebSocket that never reads"
+                pass
+    assert received[-1]["event"]["eventType"] == "overflow"
+    assert len(received) < 5_000  # replies past the bound were dropped, not buffered
     await client.ok("Ping")

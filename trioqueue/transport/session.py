@@ -45,6 +45,15 @@ QUEUED = "queued"  # the transport kept (some of) them; the sender task must flu
 SendNow = Callable[[list[dict[str, Any]]], str]
 
 
+OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
+
+
+def overflow_notice(limit_bytes: int) -> dict[str, Any]:
+    """The last frame a client that fell too far behind gets before it is cut."""
+    return {"type": "event", "event": {"eventType": "overflow", "error": OVERFLOW_NOTICE,
+                                       "limitBytes": limit_bytes}}
+
+
 class Session:
     def __init__(
         self,
@@ -66,6 +75,7 @@ class Session:
         self._on_overflow = on_overflow
         self._outbox: list[Any] = []
         self._outbox_bytes = 0
+        self.overflowed = False
         self._tagged: dict[Any, _Tagged] = {}
         self._wake = trio.Event()
         self.inflight = 0
@@ -98,6 +108,8 @@ class Session:
             if self._send_now(replies) != SENT:
                 self._wake.set()
             return
+        if self.overflowed:
+            return  # closing: nothing more is queued behind the notice
         encode = self._encode
         assert encode is not None, "a transport without send_now must give encode"
         for reply in replies:
@@ -106,12 +118,18 @@ class Session:
             self._outbox_bytes += len(message)
         limit = self.config.max_write_queue_bytes
         if limit and self._outbox_bytes > limit and self._on_overflow is not None:
+            # As on TCP: drop what was not read, queue one notice in its place, and let
+            # the transport close once it is out (or after overflow_notice_s).
             log.info("closing a connection that does not read its replies")
-            self._outbox.clear()
+            self.overflowed = True
+            self._outbox = [encode(tag, overflow_notice(limit))]
             self._outbox_bytes = 0
             self._on_overflow()
-            return
         self._wake.set()
+
+    @property
+    def outbox_pending(self) -> bool:
+        return bool(self._outbox)
 
     def replier_for(self, tag: Any) -> _Tagged:
         """A replier whose replies carry ``tag`` to the sender (see ``_outbox``)."""

@@ -20,7 +20,7 @@ import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import FrameDecoder, FrameTooLarge
-from .session import QUEUED, SENT, Session
+from .session import QUEUED, SENT, Session, overflow_notice
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioqueue.tcp")
 
 RECEIVE_BYTES = 256 * 1024
-OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
 
 
 class TcpConnection:
@@ -92,9 +91,7 @@ class TcpConnection:
         log.info("closing a connection that does not read its replies")
         self._overflowed = True
         self._pending.clear()
-        notice = {"type": "event", "event": {
-            "eventType": "overflow", "error": OVERFLOW_NOTICE,
-            "limitBytes": self.broker.config.max_write_queue_bytes}}
+        notice = overflow_notice(self.broker.config.max_write_queue_bytes)
         self._pending += encode_frames(self._codec(), [notice])
         self._scope.deadline = trio.current_time() + self.broker.config.overflow_notice_s
 

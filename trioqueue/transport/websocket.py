@@ -70,7 +70,7 @@ class WsConnection:
         self.broker = broker
         self.ws = ws
         self._scope = trio.CancelScope()
-        self.session = Session(broker, encode=self._encode, on_overflow=self._scope.cancel)
+        self.session = Session(broker, encode=self._encode, on_overflow=self._overflow)
         self.queue = queue  # the path's queue filter (None: every queue)
         self.event_codec = event_codec
         self.patterns: list[str] | None = None  # None: legacy mode, raw events
@@ -122,9 +122,15 @@ class WsConnection:
         # Each reply goes out in the kind (codec) of the message it answers.
         return JSON.encode_text(reply) if codec is JSON else codec.encode(reply)
 
+    def _overflow(self) -> None:
+        # The session queued the notice; close once it is sent, or after a grace.
+        self._scope.deadline = trio.current_time() + self.broker.config.overflow_notice_s
+
     async def _send(self, messages: list[str | bytes]) -> None:
         for message in messages:
             await self.ws.send_message(message)
+        if self.session.overflowed and not self.session.outbox_pending:
+            self._scope.cancel()  # the notice is out: close
 
     async def serve(self) -> None:
         session = self.session
