@@ -101,3 +101,26 @@ async def test_sigterm_hands_pulled_jobs_back_uncharged(tmp_path: Path) -> None:
         await client.aclose()
     finally:
         await broker.stop()
+
+
+async def test_kill_9_of_an_active_job_at_its_last_attempt_dead_letters_it(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        last = await client.ok("PUSH", queue="kb", name="n", data=1, maxAttempts=1)
+        await client.ok("PULL", queue="kb", owner="w")  # active when the broker dies
+        await broker.kill(signal.SIGKILL)
+        await client.aclose()
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        job = (await client.ok("GetJob", id=last["id"]))["job"]
+        assert job["state"] == "failed" and job["attempts"] == 1 and job["stallCount"] == 1
+        failed = await client.ok("WaitJob", id=last["id"], timeout=0)
+        assert failed["completed"] is False
+        assert failed["error"] == "Job reached max attempts (1) during startup recovery"
+        await client.aclose()
+    finally:
+        await broker.stop()
