@@ -1,11 +1,12 @@
 """The storage writer: one place that commits, grouping every queue's writes per batch.
 
 Queue actors :meth:`submit` their writes as each command is applied and :meth:`release`
-the replies of a batch afterwards. The writer task commits everything submitted so far
-in ONE storage transaction and only then lets those replies go, so a client never sees
-an acknowledgement for a write that a kill -9 could lose. With ``fsync="always"`` (or a
-``durable`` job in the batch) replies also wait for the fsync, which runs in a worker
-thread, once per batch, so the event loop keeps serving while the disk flushes.
+the replies of a batch afterwards. Everything submitted so far is committed in ONE
+storage transaction before those replies go, so a client never sees an acknowledgement
+for a write that a kill -9 could lose. With no fsync due that commit happens in the
+releasing actor's own scheduler pass (see :meth:`release`); with ``fsync="always"`` (or
+a ``durable`` job in the batch) the writer task commits, fsyncs in a worker thread once
+per batch (the event loop keeps serving meanwhile) and then releases the replies.
 
 :meth:`commit_now` commits synchronously; actors call it before reading storage so a
 query sees every write already applied in memory (read-your-writes).

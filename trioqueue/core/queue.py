@@ -158,6 +158,8 @@ class QueueState:
         self.waiters: deque[PullWaiter] = deque()
         self.job_waiters: dict[str, list[JobWaiter]] = {}
         self._settled: list[Delivery] = []  # waits answered by a transition, for tick()
+        self._wait_deadlines: list[tuple[int, int, PullWaiter | JobWaiter]] = []
+        self._wait_seq = 0
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.stall: dict[str, Any] = dict(DEFAULT_STALL_CONFIG)
         self._stall_suspects: set[str] = set()
@@ -491,19 +493,42 @@ class QueueState:
 
     def park(self, waiter: PullWaiter) -> None:
         self.waiters.append(waiter)
+        self._arm_deadline(waiter)
+
+    def _arm_deadline(self, waiter: PullWaiter | JobWaiter) -> None:
+        # One heap for every parked pull and wait, so finding the next deadline and the
+        # expired ones costs O(log n) per batch, not a scan of every parked request.
+        self._wait_seq += 1
+        heapq.heappush(self._wait_deadlines, (waiter.deadline_ms, self._wait_seq, waiter))
+
+    def expire_waits(self, now: int) -> list[Delivery]:
+        """Answer parked pulls (no job) and waits (``completed: false``) at their deadline."""
+        out: list[Delivery] = []
+        heap = self._wait_deadlines
+        while heap and heap[0][0] <= now:
+            waiter = heapq.heappop(heap)[2]
+            if waiter.done:
+                continue
+            waiter.done = True
+            if isinstance(waiter, PullWaiter):
+                reply = self.pull_reply([], [], batch=waiter.batch, owner=waiter.owner)
+                out.append(Delivery(waiter, reply))
+            else:
+                out.append(Delivery(waiter, {"completed": False}))
+                waits = self.job_waiters.get(waiter.job_id)
+                if waits is not None:
+                    waits.remove(waiter)
+                    if not waits:
+                        del self.job_waiters[waiter.job_id]
+        return out
 
     def serve_waiters(self, now: int) -> list[Delivery]:
-        """Hand ready jobs to parked pulls in arrival order; answer those past deadline."""
+        """Hand ready jobs to parked pulls in arrival order (expiry is expire_waits')."""
         out: list[Delivery] = []
         while self.waiters:
             w = self.waiters[0]
             if w.done:
                 self.waiters.popleft()
-                continue
-            if w.deadline_ms <= now:
-                self.waiters.popleft()
-                w.done = True
-                out.append(Delivery(w, self.pull_reply([], [], batch=w.batch, owner=w.owner)))
                 continue
             if self.paused:
                 break
@@ -516,18 +541,6 @@ class QueueState:
             self.waiters.popleft()
             w.done = True
             out.append(Delivery(w, self.pull_reply(jobs, tokens, batch=w.batch, owner=w.owner)))
-        # expired waiters behind a still-waiting head are answered too
-        if self.waiters:
-            keep: deque[PullWaiter] = deque()
-            for w in self.waiters:
-                if w.done:
-                    continue
-                if w.deadline_ms <= now:
-                    w.done = True
-                    out.append(Delivery(w, self.pull_reply([], [], batch=w.batch, owner=w.owner)))
-                else:
-                    keep.append(w)
-            self.waiters = keep
         return out
 
     def drop_waiters(self, conn: Any) -> None:
@@ -898,18 +911,18 @@ class QueueState:
     def next_deadline(self) -> int | None:
         """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
 
-        Stale lock-heap entries may make this early; a tick then simply finds nothing.
+        Stale heap entries may make this early; a tick then simply finds nothing.
         """
         candidates: list[int] = []
         if self._lock_heap:
             candidates.append(self._lock_heap[0][0])
-        pending = [w.deadline_ms for w in self.waiters if not w.done]
-        if pending:
-            candidates.append(min(pending))
-            if self._delayed and not self.paused:
-                candidates.append(self._delayed[0][0])
-        for waits in self.job_waiters.values():
-            candidates.extend(w.deadline_ms for w in waits if not w.done)
+        heap = self._wait_deadlines
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+        if heap:
+            candidates.append(heap[0][0])
+        if self.waiters and self._delayed and not self.paused:
+            candidates.append(self._delayed[0][0])  # a parked pull wants it when due
         if self._next_stall_check is not None:
             candidates.append(self._next_stall_check)
         if self._timeouts:
@@ -922,31 +935,18 @@ class QueueState:
         if self._next_stall_check is not None and now >= self._next_stall_check:
             self.check_stalls(now)
             self._next_stall_check = now + STALL_CHECK_MS if self.c.active else None
-        out = self.serve_waiters(now)
+        out = self.expire_waits(now)
+        out.extend(self.serve_waiters(now))
         if self._settled:
             out.extend(self._settled)
             self._settled = []
-        if self.job_waiters:
-            for job_id in list(self.job_waiters):
-                keep = []
-                for w in self.job_waiters[job_id]:
-                    if w.done:
-                        continue
-                    if w.deadline_ms <= now:
-                        w.done = True
-                        out.append(Delivery(w, {"completed": False}))
-                    else:
-                        keep.append(w)
-                if keep:
-                    self.job_waiters[job_id] = keep
-                else:
-                    del self.job_waiters[job_id]
         return out
 
     # ------------------------------------------------------------------ waiting for jobs
 
     def park_job_waiter(self, waiter: JobWaiter) -> None:
         self.job_waiters.setdefault(waiter.job_id, []).append(waiter)
+        self._arm_deadline(waiter)
 
     def held_waits(self, conn: Any) -> int:
         return sum(1 for waits in self.job_waiters.values() for w in waits
