@@ -33,17 +33,20 @@ async def test_subscriber_sees_the_lifecycle_of_its_queue(connect: Callable[...,
     await worker.ok("Progress", id=pushed["id"], progress=50)
     await worker.ok("ACK", id=pushed["id"], result={"n": 1})
     seen = []
-    for _ in range(7):
+    for _ in range(9):
         event = await next_event(listener)
-        assert event["queue"] == "ev" and event["jobId"] == pushed["id"]
+        # drained is about the queue (its last ready job was just taken), not a job
+        job_id = "" if event["eventType"] == "drained" else pushed["id"]
+        assert event["queue"] == "ev" and event["jobId"] == job_id
         assert "reqId" not in event and isinstance(event["timestamp"], float)
         seen.append(event)
     assert [e["eventType"] for e in seen] == [
-        "pushed", "pulled", "failed", "retried", "pulled", "progress", "completed"]
-    failed = seen[2]
+        "pushed", "pulled", "drained", "failed", "retried", "pulled", "drained",
+        "progress", "completed"]
+    failed = seen[3]
     assert failed["terminal"] is False and failed["error"] == "boom"
-    assert seen[5]["progress"] == 50
-    assert seen[6]["data"] == {"n": 1}
+    assert seen[7]["progress"] == 50
+    assert seen[8]["data"] == {"n": 1}
 
 
 async def test_unsubscribe_stops_event_frames(connect: Callable[..., Any]) -> None:

@@ -2,7 +2,8 @@
 
 Most tests run against both adapters; LMDB-only tests cover map growth, a full map,
 and durability across close/reopen; a hypothesis test drives random operation sequences
-through both adapters and a naive reference model and compares every read.
+through both adapters and a naive reference model and compares every read. Dependency
+outcome rows (a flow child's outcome, kept for its parent) have their own section.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def delete(job_id: str) -> tuple[Any, ...]:
 
 def meta(queue: str, m: dict[str, Any]) -> tuple[Any, ...]:
     return ("put_queue_meta", queue, m)
+
+
+def dep(parent_id: str, child_id: str, outcome: dict[str, Any]) -> tuple[Any, ...]:
+    return ("put_dep_outcome", parent_id, child_id, outcome)
 
 
 def apply(store: Storage, *calls: tuple[Any, ...]) -> None:
@@ -487,6 +492,228 @@ def test_keys_layout() -> None:
         K.encode_created(2**63)
     assert K.prefix_end(prefix) == b"emails\x00g"
     assert K.decode_result(K.encode_result(None)) is None
+    dkey = K.dep_key("pa\x00", "é")
+    assert dkey == b"\x00\x03pa\x00" + "é".encode() == K.dep_prefix("pa\x00") + "é".encode()
+    assert K.dep_key_prefix(dkey) == K.dep_prefix("pa\x00")
+    assert K.dep_child_id(dkey) == "é"
+    assert K.split_dep_key(dkey) == ("pa\x00", "é")
+    assert K.lookup_dep_prefix("x" * 512) is None  # not a job id at all
+    assert K.lookup_dep_prefix("x" * 509) is None  # a job id, but no room for a child
+    assert K.lookup_dep_prefix("x" * 508) == b"\x01\xfc" + b"x" * 508
+    assert K.DB_DEPS in K.ALL_DBS
+
+
+# --- dependency outcome rows --------------------------------------------------------
+
+
+def test_dep_outcomes_round_trip_and_overwrite(store: Storage) -> None:
+    parent = rec("p", state="waiting-children")
+    apply(store, put(parent), put(rec("c1", state="active")), put(rec("c2", state="active")))
+    # each child's row commits with its own finish, as the broker writes them
+    apply(
+        store,
+        finish(rec("c1", state="completed"), {"v": 1}),
+        dep("p", "c1", {"r": {"v": 1}, "n": 2**70}),  # beyond 64 bits: the CBOR fallback
+        finish(rec("c2", state="failed")),
+        dep("p", "c2", {"failed": "boom", "policy": "ignore", "b": b"\x00"}),
+    )
+    assert store.dep_outcomes("p") == {
+        "c1": {"r": {"v": 1}, "n": 2**70},
+        "c2": {"failed": "boom", "policy": "ignore", "b": b"\x00"},
+    }
+    apply(store, dep("p", "c1", {"r": "second"}))  # same (parent, child): overwritten
+    got = store.dep_outcomes("p")
+    assert got == {
+        "c1": {"r": "second"},
+        "c2": {"failed": "boom", "policy": "ignore", "b": b"\x00"},
+    }
+    got["c1"]["r"] = "mutated"  # reads are fresh copies
+    assert store.dep_outcomes("p")["c1"] == {"r": "second"}
+    # rows are keyed by parent only: the children's and parent's records are untouched
+    assert ids(store.load().live_jobs) == ["p"]
+    assert store.get_result("c1") == (True, {"v": 1})
+    # parents without rows, and ids that could never be stored, read as empty
+    for parent_id in ("c1", "nobody", "", "x" * 600, "\u20ac" * 170):
+        assert store.dep_outcomes(parent_id) == {}
+
+
+def test_dep_outcome_written_by_the_writes_method() -> None:
+    w = Writes()
+    outcome = {"r": 1}
+    w.put_dep_outcome("p", "c", outcome)
+    assert w.ops == [("put_dep_outcome", "p", "c", outcome)]
+
+
+def test_deleting_the_parent_deletes_only_its_rows(store: Storage) -> None:
+    apply(
+        store,
+        dep("p", "c1", {"r": 1}),
+        dep("p", "c2", {"r": 2}),
+        dep("q", "c1", {"r": 3}),  # c1 is a child of both p and q
+        dep("c1", "g", {"r": 4}),  # and a parent itself
+        dep("p1", "x", {"r": 5}),  # a parent whose id extends "p"
+    )
+    apply(store, delete("p"))
+    assert store.dep_outcomes("p") == {}
+    assert store.dep_outcomes("q") == {"c1": {"r": 3}}
+    assert store.dep_outcomes("p1") == {"x": {"r": 5}}
+    # deleting c1 drops its rows as a parent, never the rows where it is the child
+    apply(store, delete("c1"))
+    assert store.dep_outcomes("c1") == {}
+    assert store.dep_outcomes("q") == {"c1": {"r": 3}}
+    # in one apply, ops run in order: a row put after the delete stays, one before goes
+    apply(store, dep("q", "c0", {"r": 6}), delete("q"), dep("q", "c9", {"r": 7}))
+    assert store.dep_outcomes("q") == {"c9": {"r": 7}}
+    apply(store, delete("q"), delete("q"), delete("never-had-rows"))
+    assert store.dep_outcomes("q") == {}
+    assert store.dep_outcomes("p1") == {"x": {"r": 5}}
+
+
+def test_deleting_the_parent_record_deletes_rows_wherever_it_is(store: Storage) -> None:
+    apply(store, put(rec("live-p", state="waiting-children")), dep("live-p", "c", {"r": 1}))
+    apply(store, finish(rec("done-p", state="completed"), "res"), dep("done-p", "c", {"r": 2}))
+    apply(store, delete("live-p"), delete("done-p"))
+    assert store.dep_outcomes("live-p") == {}
+    assert store.dep_outcomes("done-p") == {}
+    assert store.load() == Recovered()
+
+
+def test_finishing_or_reputting_the_parent_keeps_its_rows(store: Storage) -> None:
+    apply(store, put(rec("p", state="waiting-children")), dep("p", "c", {"r": 1}))
+    apply(store, put(rec("p", state="queued")))  # all children done: the parent moves on
+    apply(store, put(rec("p", state="active")))
+    assert store.dep_outcomes("p") == {"c": {"r": 1}}
+    apply(store, finish(rec("p", state="completed"), "parent-result"))
+    assert store.dep_outcomes("p") == {"c": {"r": 1}}
+    apply(store, finish(rec("p", state="failed", created=3)))  # a re-finish keeps them too
+    assert store.dep_outcomes("p") == {"c": {"r": 1}}
+
+
+def test_dep_keys_keep_parents_apart(store: Storage) -> None:
+    # Without the length prefix, ("a", "1x") and ("a1", "x") would be the same key, and
+    # parent "a"'s range would hold parent "a1"'s rows.
+    apply(store, dep("a", "1x", {"who": "a"}), dep("a1", "x", {"who": "a1"}))
+    assert store.dep_outcomes("a") == {"1x": {"who": "a"}}
+    assert store.dep_outcomes("a1") == {"x": {"who": "a1"}}
+    apply(store, delete("a"))
+    assert store.dep_outcomes("a1") == {"x": {"who": "a1"}}
+    # any Unicode, NUL included, on either side; children come in code point order
+    odd = ["\x00", "a\x00", "a\x00b", "é", "\U0001f600", "z\x00\x00"]
+    apply(store, *(dep(p, c, {"p": p, "c": c}) for p in odd for c in odd))
+    for p in odd:
+        got = store.dep_outcomes(p)
+        assert list(got) == sorted(odd)
+        assert all(got[c] == {"p": p, "c": c} for c in odd)
+    apply(store, delete("a\x00"))
+    assert store.dep_outcomes("a\x00") == {}
+    assert all(len(store.dep_outcomes(p)) == len(odd) for p in odd if p != "a\x00")
+
+
+def test_dep_key_limits(store: Storage) -> None:
+    apply(store, put(rec("keep")), dep("keep", "c", {"r": 0}))
+    # 400 + 120 bytes of ids: over LMDB's 511-byte keys; nothing of the call is applied
+    with pytest.raises(ValueError, match="511"):
+        apply(store, delete("keep"), dep("p", "c", {"r": 1}), dep("é" * 200, "é" * 60, {}))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), dep("p", "", {}))
+    with pytest.raises(ValueError):
+        apply(store, delete("keep"), dep("", "c", {}))
+    with pytest.raises(ValueError, match="dict"):
+        apply(store, delete("keep"), dep("p", "c", ["not", "a", "map"]))  # type: ignore[arg-type]
+    assert ids(store.load().live_jobs) == ["keep"]
+    assert store.dep_outcomes("keep") == {"c": {"r": 0}}
+    assert store.dep_outcomes("p") == {}
+    # the ids may share exactly K.MAX_DEP_IDS_BYTES (509) bytes
+    assert K.MAX_DEP_IDS_BYTES == 509
+    apply(store, dep("p" * 300, "c" * 209, {"r": 2}), dep("q" * 508, "c", {"r": 3}))
+    with pytest.raises(ValueError):
+        apply(store, dep("p" * 300, "c" * 210, {}))
+    assert store.dep_outcomes("p" * 300) == {"c" * 209: {"r": 2}}
+    assert store.dep_outcomes("q" * 508) == {"c": {"r": 3}}
+    apply(store, delete("p" * 300), delete("q" * 508))
+    assert store.dep_outcomes("p" * 300) == {}
+    assert store.dep_outcomes("q" * 508) == {}
+    # a parent id too long to own any row is still a job that can be deleted
+    apply(store, put(rec("r" * 511)))
+    apply(store, delete("r" * 511))
+    assert store.dep_outcomes("r" * 511) == {}
+    assert ids(store.load().live_jobs) == ["keep"]
+
+
+def test_memory_max_bytes_leaves_no_dep_row() -> None:
+    store = MemoryStorage(max_bytes=4_000)
+    apply(store, dep("p", "c0", {"r": "x" * 100}))
+    empty_size = MemoryStorage().size_bytes
+    size = store.size_bytes
+    assert size > empty_size
+    big = [dep("q", f"c{i}", {"r": "y" * 500}) for i in range(10)]
+    with pytest.raises(StorageFullError):
+        apply(store, dep("p", "c0", {"r": "overwritten"}), dep("p", "c1", {}), *big)
+    assert store.size_bytes == size
+    assert store.dep_outcomes("p") == {"c0": {"r": "x" * 100}}
+    assert store.dep_outcomes("q") == {}
+    # a delete of the parent undone with the rest of the call brings its rows back
+    with pytest.raises(StorageFullError):
+        apply(store, delete("p"), dep("p", "c2", {}), *big)
+    assert store.size_bytes == size
+    assert store.dep_outcomes("p") == {"c0": {"r": "x" * 100}}
+    apply(store, *big[:5])  # a smaller batch still fits
+    apply(store, delete("p"), delete("q"))
+    assert store.dep_outcomes("q") == {}
+    assert store.size_bytes == empty_size  # rows are counted in and out exactly
+
+
+def test_lmdb_full_map_leaves_no_dep_row(tmp_path: Any) -> None:
+    store = LmdbStorage(tmp_path / "db", map_size_bytes=64 * KIB, max_map_size_bytes=64 * KIB)
+    apply(store, dep("p", "c0", {"r": 0}))
+    with pytest.raises(StorageFullError):
+        apply(store, dep("p", "c1", {}), *(dep("q", f"c{i}", {"r": "y" * 900}) for i in range(80)))
+    assert store.dep_outcomes("p") == {"c0": {"r": 0}}
+    assert store.dep_outcomes("q") == {}
+    store.close()
+
+
+def test_lmdb_dep_rows_survive_reopen(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    store = LmdbStorage(path)
+    apply(
+        store,
+        put(rec("p", state="waiting-children")),
+        finish(rec("c1", state="completed"), 1),
+        dep("p", "c1", {"r": 1}),
+        dep("p", "é\x00", {"failed": "x"}),
+    )
+    store.sync()
+    store.close()
+    again = LmdbStorage(path)
+    assert again.dep_outcomes("p") == {"c1": {"r": 1}, "é\x00": {"failed": "x"}}
+    apply(again, delete("p"))
+    again.close()
+    again = LmdbStorage(path)
+    assert again.dep_outcomes("p") == {}
+    again.close()
+
+
+def test_lmdb_opens_a_data_directory_without_deps(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    # the layout before dependency rows existed: same schema, no ``deps`` sub-database
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        dbs = {n: env.open_db(n, txn=txn) for n in K.ALL_DBS if n != K.DB_DEPS}
+        txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION), db=dbs[K.DB_META])
+        record = rec("old", data="kept")
+        txn.put(K.job_key("old"), K.encode_value(record), db=dbs[K.DB_LIVE])
+    with env.begin() as txn:
+        assert txn.get(K.DB_DEPS) is None  # named dbs are keys of the main db
+    env.close()
+    store = LmdbStorage(path)
+    assert store.load().live_jobs == [record]
+    assert store.dep_outcomes("old") == {}
+    apply(store, dep("old", "c", {"r": 1}))
+    store.close()
+    store = LmdbStorage(path)
+    assert store.dep_outcomes("old") == {"c": {"r": 1}}
+    store.close()
 
 
 # --- model equivalence --------------------------------------------------------------
@@ -500,6 +727,7 @@ class Model:
         self.finished: dict[str, dict[str, Any]] = {}
         self.results: dict[str, Any] = {}
         self.meta: dict[str, dict[str, Any]] = {}
+        self.deps: dict[tuple[str, str], dict[str, Any]] = {}
 
     def apply(self, calls: list[tuple[Any, ...]]) -> None:
         for name, *args in calls:
@@ -516,6 +744,11 @@ class Model:
             elif name == "delete_job":
                 for table in (self.live, self.finished, self.results):
                     table.pop(args[0], None)
+                for parent, child in list(self.deps):
+                    if parent == args[0]:
+                        del self.deps[parent, child]
+            elif name == "put_dep_outcome":
+                self.deps[args[0], args[1]] = args[2]
             else:
                 self.meta[args[0]] = args[1]
 
@@ -530,6 +763,10 @@ class Model:
     def ordered(self, queue: str, state: str) -> list[dict[str, Any]]:
         rs = [r for r in self.finished.values() if (r["queue"], r["state"]) == (queue, state)]
         return sorted(rs, key=lambda r: (r["createdAt"], r["id"]))
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        rows = {c: o for (p, c), o in self.deps.items() if p == parent_id}
+        return dict(sorted(rows.items()))
 
 
 JOB_IDS = ["a", "b", "c", "a1", "é", "\U0001f600", "z\x00z", "0"]
@@ -569,6 +806,11 @@ op_calls = st.one_of(
     st.tuples(st.sampled_from(QUEUES), st.dictionaries(st.text(max_size=3), json_like)).map(
         lambda t: meta(*t)
     ),
+    st.tuples(
+        st.sampled_from(JOB_IDS),
+        st.sampled_from(JOB_IDS),
+        st.dictionaries(st.text(max_size=3), json_like, max_size=3),
+    ).map(lambda t: dep(*t)),
 )
 applies = st.lists(st.lists(st.lists(op_calls, max_size=6), min_size=1, max_size=3), max_size=8)
 
@@ -590,20 +832,24 @@ def _observe(store: Storage | Model) -> Any:
         }
         finished = {i: store.finished.get(i) for i in JOB_IDS}
         results = {i: (i in store.results, store.results.get(i)) for i in JOB_IDS}
-        return store.load(), lists, id_lists, finished, results
-    lists = {
-        (q, s, asc, off, lim): store.list_finished(q, s, asc=asc, offset=off, limit=lim)
-        for q in QUEUES
-        for s in ("completed", "failed")
-        for asc in (True, False)
-        for off, lim in ((0, 100), (1, 2), (3, 1))
-    }
-    id_lists = {
-        (q, s): list(store.iter_finished_ids(q, s)) for q in QUEUES for s in ("completed", "failed")
-    }
-    finished = {i: store.get_finished(i) for i in JOB_IDS}
-    results = {i: store.get_result(i) for i in JOB_IDS}
-    return store.load(), lists, id_lists, finished, results
+    else:
+        lists = {
+            (q, s, asc, off, lim): store.list_finished(q, s, asc=asc, offset=off, limit=lim)
+            for q in QUEUES
+            for s in ("completed", "failed")
+            for asc in (True, False)
+            for off, lim in ((0, 100), (1, 2), (3, 1))
+        }
+        id_lists = {
+            (q, s): list(store.iter_finished_ids(q, s))
+            for q in QUEUES
+            for s in ("completed", "failed")
+        }
+        finished = {i: store.get_finished(i) for i in JOB_IDS}
+        results = {i: store.get_result(i) for i in JOB_IDS}
+    # as item lists, so the children's order is compared too
+    deps = {p: list(store.dep_outcomes(p).items()) for p in JOB_IDS}
+    return store.load(), lists, id_lists, finished, results, deps
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -641,3 +887,9 @@ def test_values_beyond_64_bit_ints_round_trip(store: Storage) -> None:
     apply(store, put(big), finish(rec("done", state="completed"), {"r": 2**65}))
     assert store.load().live_jobs[0]["data"] == {"n": 2**70, "m": -(2**80)}
     assert store.get_result("done") == (True, {"r": 2**65})
+
+
+def test_the_broker_refuses_dependency_pairs_storage_cannot_key() -> None:
+    from trioqueue.core import fields
+
+    assert fields.MAX_DEP_PAIR_BYTES == K.MAX_DEP_IDS_BYTES

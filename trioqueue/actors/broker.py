@@ -75,9 +75,20 @@ class Broker:
         now = self.clock.now_ms()
         for name, meta in recovered.queue_meta.items():
             self.router.actor(name, recovering=True).state.load_meta(meta)
+        self.router.register_pending(recovered.live_jobs)
         for record in in_admission_order(recovered.live_jobs):
             self.router.actor(record["queue"], recovering=True).state.restore(record, now)
-        for actor in self.router.actors.values():
+        actors = self.router.actors.values()
+        for actor in actors:
+            actor.state.replay_outcomes(now)
+        # Notices made by recovery (a buried child settling its parents, replayed
+        # outcomes releasing a parent) are applied here, before anyone connects.
+        while notices := [n for actor in actors for n in actor.state.take_notices()]:
+            for job_id, notice in notices:
+                queue = self.router.locate(job_id)
+                if queue is not None:
+                    self.router.actors[queue].state.apply_notice(notice, now)
+        for actor in actors:
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()
         self.writer.commit_now()

@@ -17,6 +17,7 @@ short window re-raise, taking the broker down rather than looping forever.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,12 @@ class QueueActor:
             name, broker.router,
             QueueFinished(name, broker.storage, before_read=broker.writer.commit_now))
         self._backlog: deque[Request] = deque()
+        # Notices from other queues (a child settled, adopt a flow's jobs, ...): an
+        # unbounded deque rather than the inbox, so that a queue never blocks on
+        # another's full inbox (two queues notifying each other could deadlock). They
+        # are few (one per dependency edge) and always applied before the inbox.
+        self._notices: deque[tuple[Any, ...]] = deque()
+        self._idle: trio.CancelScope | None = None
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
         self.crashes: list[float] = []
@@ -97,11 +104,13 @@ class QueueActor:
         if meta:
             self.state.load_meta(meta)
         now = self.broker.clock.now_ms()
-        for record in in_admission_order(recovered.live_jobs):
-            if record.get("queue") == self.name:
-                # Active jobs stay active (their workers are still alive; only the
-                # actor died), but their locks are gone, so ACKs are taken without token.
-                self.state.restore(record, now, charge_active=False)
+        mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
+        self.broker.router.register_pending(mine)
+        for record in in_admission_order(mine):
+            # Active jobs stay active (their workers are still alive; only the
+            # actor died), but their locks are gone, so ACKs are taken without token.
+            self.state.restore(record, now, charge_active=False)
+        self.state.replay_outcomes(now)
         # Parked pulls lived in the dead state: answer them empty so clients re-poll.
         for waiter in old.waiters:
             if not waiter.done and waiter.handle is not None:
@@ -110,28 +119,41 @@ class QueueActor:
                     (req.replier, req.reply(old.pull_reply([], [], batch=waiter.batch,
                                                            owner=waiter.owner))))
         writer.submit(self.state.take_writes())
+        notices = self.state.take_notices()
+        if notices:
+            self.broker.router.post_notices(notices)
         writer.release(self._deliveries)
         self._deliveries = []
 
     # ------------------------------------------------------------------ the loop
 
+    def post(self, notice: tuple[Any, ...]) -> None:
+        """Queue a notice for this actor and wake it if it is idle.
+
+        Waking is cancelling the idle receive: trio's ``receive`` is cancel-safe (no
+        batch is lost), and a cancel that lands after a batch arrived does nothing.
+        """
+        self._notices.append(notice)
+        if self._idle is not None:
+            self._idle.cancel()
+
     async def _loop(self) -> None:
-        q = self.state
         clock = self.broker.clock
         recv = self._recv
         while True:
-            if not self._backlog:
+            q = self.state
+            if not self._backlog and not self._notices:
                 deadline_ms = q.next_deadline()
-                if deadline_ms is None:
+                deadline = math.inf if deadline_ms is None else clock.deadline_for(deadline_ms)
+                with trio.CancelScope(deadline=deadline) as self._idle:
                     self._take(await recv.receive())
-                else:
-                    with trio.move_on_at(clock.deadline_for(deadline_ms)):
-                        self._take(await recv.receive())
+                self._idle = None
                 # Take everything already waiting: one batch, one commit.
                 while recv.statistics().current_buffer_used:
                     self._take(recv.receive_nowait())
             now = clock.now_ms()
             q.events_enabled = self.broker.events.active
+            self._apply_notices(now)
             self._apply_backlog(now)
             for delivery in q.tick(now):
                 req = delivery.waiter.handle
@@ -180,9 +202,21 @@ class QueueActor:
             writer.submit(q.take_writes())
         self._current = None
 
+    def _apply_notices(self, now: int) -> None:
+        q = self.state
+        notices = self._notices
+        while notices:
+            q.apply_notice(notices.popleft(), now)
+        self.broker.writer.submit(q.take_writes())
+
     def _finish_batch(self) -> None:
         q = self.state
         self.broker.writer.submit(q.take_writes())
+        # Posted before the replies go out: a client that saw this batch's reply and
+        # then asks another queue finds the notice applied there first.
+        notices = q.take_notices()
+        if notices:
+            self.broker.router.post_notices(notices)
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
         self.broker.writer.release(deliveries)

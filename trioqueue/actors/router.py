@@ -19,9 +19,13 @@ import trio
 
 from ..core import fields
 from ..core.errors import CommandError
+from ..core.flows import new_flow_job, parse_flow
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
-from ..core.queue import completed_reply
+from ..core.job import Job
+from ..core.queue import ADOPT, completed_reply
+from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
+from ..core.writes import Writes
 from .queue_actor import RELEASE_CONNECTION, QueueActor
 from .request import Request
 
@@ -36,6 +40,8 @@ BY_ID = "id"
 BY_CUSTOM_ID = "customId"
 BY_IDS = "ids"
 BROKER = "broker"  # broker-wide state the router owns (the workers registry)
+BY_PARENT_ID = "parentId"  # UpdateParent runs in the parent's queue
+FLOW = "flow"  # PUSHF: admitted by the router itself, across queues, in one commit
 
 
 class _Join:
@@ -84,6 +90,9 @@ class Router:
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
         self._retained: OrderedDict[str, tuple[float, bool, Any]] = OrderedDict()
+        # child id -> ids of the live jobs waiting for it (the reverse of their
+        # ``pending`` lists), so a child's queue finds its parents in any queue.
+        self._dependents: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -119,6 +128,38 @@ class Router:
             del self._retained[job_id]
             return None
         return has_result, result
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self._dependents.setdefault(child_id, set()).add(parent_id)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        parents = self._dependents.get(child_id)
+        if parents is not None:
+            parents.discard(parent_id)
+            if not parents:
+                del self._dependents[child_id]
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        parents = self._dependents.pop(child_id, None)
+        return sorted(parents) if parents else []
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self._dependents
+
+    def register_pending(self, records: list[dict[str, Any]]) -> None:
+        """Rebuild the reverse map from stored jobs, before they are restored (a job
+        buried during restore must find the parents waiting for it)."""
+        for record in records:
+            for child_id in record.get("pending") or ():
+                self.add_dependent(child_id, record["id"])
+
+    def post_notices(self, notices: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Hand each notice to the queue that holds its target job (dropped when the
+        job is gone: whatever it was about no longer matters)."""
+        for job_id, notice in notices:
+            queue = self._index.get(job_id)
+            if queue is not None:
+                self.actors[queue].post(notice)
 
     def forget_queue(self, queue: str) -> None:
         for job_id in [j for j, q in self._index.items() if q == queue]:
@@ -195,6 +236,9 @@ class Router:
         if how == BROKER:
             req.ok(self._broker_command(req))
             return
+        if how == FLOW:
+            self._push_flow(req)
+            return
         # No length check: an over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id)
@@ -233,6 +277,46 @@ class Router:
             part = Request(req.cmd, slice_message(req.cmd, req.msg, positions),
                            join.part(positions), conn=req.conn)
             groups.setdefault(queue, []).append(part)
+
+    def _push_flow(self, req: Request) -> None:
+        """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
+
+        Queue actors each own their jobs, so no single actor can admit a flow that
+        spans queues atomically. The router does it, synchronously (no actor can run in
+        between): it validates the whole graph, claims every id, writes every job in
+        one commit (durable, whatever the fsync policy), then hands each queue its jobs
+        as an ``adopt`` notice. Notices are applied before a queue's inbox, and the
+        reply leaves only after the commit, so any command the client sends after the
+        reply finds the jobs in place.
+        """
+        broker = self.broker
+        items = parse_flow(req.msg, max_data_bytes=broker.config.max_data_bytes)
+        now = broker.clock.now_ms()
+        for item in items:
+            if self._queue_of(item.id) is not None or (
+                    self.retained_result(item.id, now) is not None):
+                raise CommandError(f"Job {item.id} already exists")
+        new_queues = {item.queue for item in items} - self.actors.keys()
+        if len(self.actors) + len(new_queues) > broker.config.max_queues:
+            raise CommandError(f"Too many queues (max {broker.config.max_queues})")
+        writes = Writes()
+        writes.durable = True
+        per_queue: dict[str, list[Job]] = {}
+        snapshots = []
+        for item in items:
+            job = new_flow_job(item, now)
+            self.add(job.id, job.queue)
+            for child_id in job.pending or ():
+                self.add_dependent(child_id, job.id)
+            writes.put_job(job.to_record())
+            per_queue.setdefault(job.queue, []).append(job)
+            wire = job.to_wire()
+            wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
+            snapshots.append(wire)
+        broker.writer.submit(writes)
+        for name, jobs in per_queue.items():
+            self.actor(name).post((ADOPT, jobs))
+        broker.writer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])
 
     def _broker_command(self, req: Request) -> dict[str, Any]:
         """Commands on broker-wide state: answered here, nothing to commit."""

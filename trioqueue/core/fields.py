@@ -190,6 +190,19 @@ def check_id_fits_queue(queue: str, job_id: str) -> None:
         raise CommandError(f"Job id too long for queue {queue} (max {room} bytes)")
 
 
+# A dependency outcome row is keyed by both ids (storage.keys.MAX_DEP_IDS_BYTES).
+MAX_DEP_PAIR_BYTES = 509
+_GENERATED_ID_BYTES = 36  # a UUIDv7 the broker assigns when there is no custom id
+
+
+def check_dependency_pair(parent_id: str | None, child_id: str) -> None:
+    """A parent/child pair must fit one storage key (custom ids may be long Unicode)."""
+    parent_bytes = _GENERATED_ID_BYTES if parent_id is None else len(parent_id.encode())
+    if parent_bytes + len(child_id.encode()) > MAX_DEP_PAIR_BYTES:
+        raise CommandError(f"Job ids too long to link {child_id} to its dependent "
+                           f"(max {MAX_DEP_PAIR_BYTES} bytes together)")
+
+
 def optional_str(value: Any, field: str) -> str | None:
     """``None`` (absent) or a string; anything else is refused."""
     if value is None or isinstance(value, str):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import fields
+from . import fields, flows
 from . import states as st
 from .errors import JOB_NOT_FOUND, CommandError
 from .job import COMPLETED
@@ -45,6 +45,8 @@ def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
                            max_data_bytes=ctx.max_data_bytes)
     if "custom_id" in spec:
         fields.check_id_fits_queue(q.name, spec["custom_id"])
+    if "depends_on" in spec:
+        q.check_push_dependencies([spec], ctx.now, batch=False)
     return {"id": q.push([spec], ctx.now)[0]}
 
 
@@ -65,6 +67,7 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             specs.append(spec)
         except CommandError as exc:
             raise CommandError(f"jobs[{i}]: {exc.message}") from None
+    q.check_push_dependencies(specs, ctx.now, batch=True)
     return {"ids": q.push(specs, ctx.now)}
 
 
@@ -331,8 +334,73 @@ def get_result(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def get_children_values(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    fields.job_id(msg.get("id"))
-    return {"data": {"values": {}}}
+    values = q.children_outcomes(fields.job_id(msg.get("id")), flows.COMPLETED)
+    return {"data": {"values": values}}
+
+
+def get_failed_children_values(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    return {"values": q.children_outcomes(job_id, flows.FAILED, flows.CONTINUE_PARENT)}
+
+
+def get_ignored_children_failures(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    return {"values": q.children_outcomes(job_id, flows.FAILED, flows.IGNORE_DEPENDENCY)}
+
+
+DEPENDENCY_TYPES = ("processed", "unprocessed", "failed", "ignored")
+
+
+def get_dependencies(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    """Our command for BullMQ's ``getDependencies`` / ``getJobDependencies``.
+
+    Without ``type``: all four lists. With ``type``: that list alone, entries
+    ``start..end`` (inclusive, ``end`` -1 = to the last), plus ``count``, the total.
+    """
+    job_id = fields.job_id(msg.get("id"))
+    kind = msg.get("type")
+    if kind is not None and kind not in DEPENDENCY_TYPES:
+        raise CommandError("type must be one of processed, unprocessed, failed, ignored")
+    deps = q.dependencies(job_id)
+    if kind is None:
+        return {"data": deps}
+    start = _opt_int(msg.get("start"), "start") or 0
+    end = _opt_int(msg.get("end"), "end")
+    if start < 0:
+        raise CommandError("start must be at least 0")
+    stop = None if end is None or end < 0 else end + 1
+    chosen = deps[kind]
+    if isinstance(chosen, dict):
+        page: Any = dict(list(chosen.items())[start:stop])
+    else:
+        page = chosen[start:stop]
+    return {"data": {kind: page, "count": len(chosen)}}
+
+
+def get_dependencies_count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    deps = q.dependencies(fields.job_id(msg.get("id")))
+    return {"data": {kind: len(deps[kind]) for kind in DEPENDENCY_TYPES}}
+
+
+def remove_child_dependency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"removed": q.remove_child_dependency(fields.job_id(msg.get("id")), ctx.now)}
+
+
+def remove_unprocessed_children(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.remove_unprocessed_children(fields.job_id(msg.get("id")))
+    return {}
+
+
+def update_parent(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    child_id = fields.job_id(msg.get("childId"), "childId")
+    parent_id = fields.job_id(msg.get("parentId"), "parentId")
+    q.update_parent(child_id, parent_id, ctx.now)
+    return {}
+
+
+def move_to_waiting_children(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    moved = q.move_to_waiting_children(fields.job_id(msg.get("id")), ctx.now, _token(msg))
+    return {"data": {"moved": moved}}
 
 
 def _states(value: Any) -> list[str]:
@@ -505,6 +573,14 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "GetState": get_state,
     "GetResult": get_result,
     "GetChildrenValues": get_children_values,
+    "GetFailedChildrenValues": get_failed_children_values,
+    "GetIgnoredChildrenFailures": get_ignored_children_failures,
+    "GetDependencies": get_dependencies,
+    "GetDependenciesCount": get_dependencies_count,
+    "RemoveChildDependency": remove_child_dependency,
+    "RemoveUnprocessedChildren": remove_unprocessed_children,
+    "UpdateParent": update_parent,
+    "MoveToWaitingChildren": move_to_waiting_children,
     "GetJobs": get_jobs,
     "GetJobCounts": get_job_counts,
     "GetCountsPerPriority": get_counts_per_priority,
@@ -555,6 +631,14 @@ MISSING_JOB: dict[str, Callable[[str], Reply]] = {
     "GetState": _missing(id=_ID, state=st.UNKNOWN),
     "GetResult": _missing(id=_ID),
     "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
+    "GetFailedChildrenValues": lambda job_id: {"values": {}},
+    "GetIgnoredChildrenFailures": lambda job_id: {"values": {}},
+    "GetDependencies": _missing(JOB_NOT_FOUND),
+    "GetDependenciesCount": _missing(JOB_NOT_FOUND),
+    "RemoveChildDependency": _missing(JOB_NOT_FOUND),
+    "RemoveUnprocessedChildren": _missing(JOB_NOT_FOUND),
+    "UpdateParent": _missing("Parent job {id} not found"),
+    "MoveToWaitingChildren": _missing(JOB_NOT_FOUND),
     "WaitJob": _missing("Job {id} not found"),
     "Cancel": _missing("Job not found or cannot be cancelled"),
     "Update": _missing("Job not found or cannot be updated"),

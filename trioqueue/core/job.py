@@ -86,6 +86,8 @@ _INTERNAL: tuple[tuple[str, Any], ...] = (
     ("dlq", None),  # {"reason", "error", "enteredAt", ...} once in the DLQ
     ("dedup_lost", False),  # its uniqueKey was handed to a replacing job
     ("dedup_expires_at", None),  # when its uniqueKey lapses (ms), if it has a TTL
+    # dependencies not settled yet (ids); a job with any waits in WAITING_CHILDREN
+    ("pending", None),
 )
 _INTERNAL_ALWAYS = ("state", "seq")
 
@@ -229,6 +231,7 @@ class Job:
     dlq: dict[str, Any] | None
     dedup_lost: bool
     dedup_expires_at: float | None
+    pending: list[str] | None
 
     __init__ = _compile("__init__", _init_source())
 

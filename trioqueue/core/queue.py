@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import fields, flows
 from . import states as st
 from .backoff import backoff_delay_ms
 from .errors import JOB_NOT_FOUND, CommandError
@@ -45,6 +46,12 @@ MAX_LOGS_PER_JOB = 100
 # bunqueue keeps 10,000 jobs' logs; beyond that the oldest job's logs go first.
 MAX_JOBS_WITH_LOGS = 10_000
 
+# Notices between queues (see :meth:`QueueState.apply_notice`), as (kind, *args):
+SETTLED = "settled"  # (parent id, child id, outcome): a dependency of the parent settled
+SET_PARENT = "set_parent"  # (child id, parent id | None, parent queue): patch the marker
+REMOVE_CHILD = "remove_child"  # (child id, parent id): remove it if it has not started
+ADOPT = "adopt"  # (jobs,): jobs of an atomic flow, committed by the router
+
 
 class JobIndex(Protocol):
     """The broker-wide index of live jobs, owned by the router."""
@@ -54,6 +61,14 @@ class JobIndex(Protocol):
     def remove(self, job_id: str) -> None: ...
     def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
         """Keep a removed-on-complete job's result a while, for a late WaitJob."""
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        """A removed-on-complete job's retained result (its completion proof), if any."""
+    # The reverse of every waiting job's ``pending`` list (child -> waiting parents),
+    # broker-wide, so the queue that settles a child finds its parents in any queue.
+    def add_dependent(self, child_id: str, parent_id: str) -> None: ...
+    def drop_dependent(self, child_id: str, parent_id: str) -> None: ...
+    def take_dependents(self, child_id: str) -> list[str]: ...
+    def has_dependents(self, child_id: str) -> bool: ...
 
 
 class FinishedReader(Protocol):
@@ -69,6 +84,10 @@ class FinishedReader(Protocol):
         self, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]]: ...
     def count(self, state: str) -> int: ...
+    # Any queue's finished jobs: dependencies and children may live in other queues.
+    def get_any(self, job_id: str) -> dict[str, Any] | None: ...
+    def result_any(self, job_id: str) -> tuple[bool, Any]: ...
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]: ...
 
 
 @dataclass(slots=True)
@@ -165,6 +184,9 @@ class QueueState:
         self._stall_suspects: set[str] = set()
         self._next_stall_check: int | None = None
         self._timeouts: list[tuple[int, str, int]] = []  # (deadline, job id, startedAt)
+        # Messages for other jobs' queues (target job id, notice), posted by the caller
+        # after the batch: how a child's outcome reaches a parent in another queue.
+        self.notices: list[tuple[str, tuple[Any, ...]]] = []
         self.c = Counters()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -176,6 +198,10 @@ class QueueState:
     def take_events(self) -> list[dict[str, Any]]:
         events, self.events = self.events, []
         return events
+
+    def take_notices(self) -> list[tuple[str, tuple[Any, ...]]]:
+        notices, self.notices = self.notices, []
+        return notices
 
     def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
         if not self.events_enabled:
@@ -343,6 +369,9 @@ class QueueState:
                 assert holder is not None
                 if spec.get("deduplication_replace"):
                     if owner.state in (QUEUED, WAITING_CHILDREN):
+                        if self.index.has_dependents(owner.id):
+                            raise CommandError(f"Cannot replace deduplicated job {owner.id} "
+                                               "because live jobs depend on it")
                         replaced = owner
                 elif spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
                     holder.expires_at = now + spec["deduplication_ttl"]
@@ -369,9 +398,7 @@ class QueueState:
             self.writes.delete_job(job_id)
             self.logs.pop(job_id, None)
         if replaced is not None:
-            self._remove_live(replaced, now)
-            self.writes.delete_job(replaced.id)
-            self._settle_gone(replaced.id)
+            self._drop_queued(replaced, now)
         elif unique_key is not None:
             holder = self.dedup.get(unique_key)
             old_owner = self.jobs.get(holder.owner) if holder is not None else None
@@ -386,6 +413,11 @@ class QueueState:
             ttl = job.deduplication_ttl
             job.dedup_expires_at = None if ttl is None else now + ttl
             self.dedup[unique_key] = DedupKey(job_id, job.dedup_expires_at)
+        if job.depends_on:
+            pending = self._open_dependencies(job, job.depends_on, now)
+            if pending:
+                self._park_new(job, pending, now)
+                return job_id
         # _enqueue and _count, inlined
         c = self.c
         priority = job.priority
@@ -425,9 +457,7 @@ class QueueState:
                 continue
             if job.ttl is not None and now > job.created_at + job.ttl:
                 # ttl bounds time in the queue: an expired job is dropped silently
-                self._remove_live(job, now)
-                self.writes.delete_job(job.id)
-                self._settle_gone(job.id)
+                self._drop_queued(job, now)
                 continue
             return job
         return None
@@ -476,6 +506,8 @@ class QueueState:
             self._emit("pulled", job.id, now)
             jobs.append(job.to_wire())
             tokens.append(token)
+        if jobs and self.events_enabled and not (self.c.waiting or self.c.prioritized):
+            self._emit("drained", "", now)
         return jobs, tokens
 
     def pull_reply(
@@ -586,6 +618,10 @@ class QueueState:
         self._release_key(job)
         del self.jobs[job.id]
         self.index.remove(job.id)
+        if job.pending:
+            # It waits no longer: its children must not notify it.
+            for child_id in job.pending:
+                self.index.drop_dependent(child_id, job.id)
 
     def _active_job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -629,6 +665,7 @@ class QueueState:
             self.writes.durable = True
         if remove or job.remove_on_complete:
             self.index.retain_result(job.id, has_result, result, now)
+        self._settle_dependents(job.id, flows.completed_outcome(self.name, has_result, result))
         self._settle(job.id, completed_reply(has_result, result))
         self._emit("completed", job.id, now, data=result if has_result else None)
 
@@ -710,6 +747,7 @@ class QueueState:
             self._remove_live(job, now)
             self.logs.pop(job.id, None)
             self.writes.delete_job(job.id)
+            self._child_failed(job, error)
             self._settle(job.id, failed_reply(error))
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
             return True
@@ -810,6 +848,8 @@ class QueueState:
             self.jobs.pop(job.id, None)
             self.index.remove(job.id)
             self._release_key(job)
+            for child_id in job.pending or ():
+                self.index.drop_dependent(child_id, job.id)
         job.state = FAILED
         job.dlq = {
             "reason": reason,
@@ -818,7 +858,9 @@ class QueueState:
             "retryCount": 0,
         }
         job.add_timeline("failed", now, error=error)
+        job.pending = None
         self.writes.finish_job(job.to_record(), False)
+        self._child_failed(job, error)
         self._settle(job.id, failed_reply(error))
         if emit:
             self._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
@@ -987,10 +1029,7 @@ class QueueState:
         job = self.jobs.get(job_id)
         if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
             raise CommandError("Job not found or cannot be cancelled")
-        self._remove_live(job, now)
-        self.logs.pop(job_id, None)
-        self.writes.delete_job(job_id)
-        self._settle_gone(job_id)
+        self._drop_queued(job, now)
         self._emit("removed", job_id, now, prev="waiting")
 
     def update_data(self, job_id: str, data: Any) -> None:
@@ -1105,6 +1144,335 @@ class QueueState:
         if job.state == ACTIVE:
             self._check_token(job, token)
         self._bury(job, now, "unknown", None)
+
+    # ------------------------------------------------------------------ dependencies
+
+    def _drop_queued(self, job: Job, now: int) -> None:
+        """Remove a job that never ran to the end (cancelled, expired, replaced, removed
+        as an unprocessed child): its parents stop waiting for it, its waits end."""
+        self._remove_live(job, now)
+        self.logs.pop(job.id, None)
+        self.writes.delete_job(job.id)
+        self._settle_dependents(job.id, flows.DETACHED)
+        self._settle_gone(job.id)
+
+    def _settle_dependents(self, child_id: str, outcome: dict[str, Any]) -> None:
+        """Tell every job waiting for ``child_id`` how it ended.
+
+        The outcome row is written in this batch, with the child's own change, so a
+        crash cannot separate them; the notice reaches the parent's queue after it.
+        """
+        for parent_id in self.index.take_dependents(child_id):
+            self.writes.put_dep_outcome(parent_id, child_id, outcome)
+            self.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
+
+    def _child_failed(self, job: Job, error: str | None) -> None:
+        """A terminal failure settles the job's parents only under a failure policy;
+        without one they keep waiting (a retry from the DLQ may still complete it)."""
+        policy = flows.failure_policy(job)
+        if policy is not None:
+            self._settle_dependents(job.id, flows.failed_outcome(self.name, error, policy))
+
+    def dependency_exists(self, dep_id: str, now: int) -> bool:
+        """A job may depend on a live job, a completed one, or one removed on completion
+        whose result is still retained (bunqueue's completion proof)."""
+        if self.index.locate(dep_id) is not None:
+            return True
+        record = self.finished.get_any(dep_id)
+        if record is not None:
+            return bool(record["state"] == COMPLETED)
+        return self.index.retained_result(dep_id, now) is not None
+
+    def check_push_dependencies(self, specs: Sequence[dict[str, Any]], now: int,
+                                *, batch: bool) -> None:
+        """Refuse unknown or circular dependencies before anything is admitted.
+
+        In a PUSHB, ``dependsOn`` may name any ``customId`` of the same batch, in any
+        order; such references are not looked up (the jobs exist once admitted).
+        """
+        batch_ids = {spec["custom_id"] for spec in specs if spec.get("custom_id")}
+        edges: dict[str, list[str]] = {}
+        for i, spec in enumerate(specs):
+            deps = spec.get("depends_on")
+            if not deps:
+                continue
+            prefix = f"jobs[{i}]: " if batch else ""
+            try:
+                flows.check_dependencies(spec.get("custom_id"), deps)
+                for dep in deps:
+                    if dep not in batch_ids and not self.dependency_exists(dep, now):
+                        raise CommandError(f"Dependency job not found: {dep}")
+            except CommandError as exc:
+                raise CommandError(prefix + exc.message) from None
+            if spec.get("custom_id"):
+                edges[spec["custom_id"]] = deps
+        cycle = flows.find_cycle(edges)
+        if cycle is not None:
+            raise CommandError(f"Dependency cycle: {' -> '.join(cycle)}")
+
+    def _open_dependencies(self, job: Job, deps: Iterable[str], now: int) -> list[str]:
+        """Which of ``deps`` the job must wait for; completed ones are recorded now."""
+        pending: list[str] = []
+        for dep in dict.fromkeys(deps):
+            if self.index.locate(dep) is None:
+                record = self.finished.get_any(dep)
+                if record is not None and record["state"] == COMPLETED:
+                    has_result, result = self.finished.result_any(dep)
+                    self.writes.put_dep_outcome(
+                        job.id, dep, flows.completed_outcome(record["queue"], has_result,
+                                                             result))
+                    job.children_completed += 1
+                    continue
+                retained = self.index.retained_result(dep, now)
+                if retained is not None:
+                    self.writes.put_dep_outcome(
+                        job.id, dep, flows.completed_outcome(None, *retained))
+                    job.children_completed += 1
+                    continue
+            # Live, or a job of the same PUSHB that is admitted after this one.
+            pending.append(dep)
+        return pending
+
+    def _park_new(self, job: Job, pending: list[str], now: int) -> None:
+        job.state = st.next_state(st.NEW, st.PUSH_PARKED)
+        job.pending = pending
+        job.timeline = [{"state": WAITING_CHILDREN, "timestamp": float(now)}]
+        for dep in pending:
+            self.index.add_dependent(dep, job.id)
+        self.c.waiting_children += 1
+        self._persist(job)
+        self._emit("pushed", job.id, now)
+        self._emit("waiting-children", job.id, now)
+
+    def adopt(self, job: Job, now: int) -> None:
+        """Take in a job of an atomic flow (PUSHF), already committed by the router.
+
+        The router claimed the id and registered the dependencies; the queue gives the
+        job its admission number and its place, and stores it again with that number.
+        """
+        self.jobs[job.id] = job
+        if job.state == WAITING_CHILDREN:
+            job.seq = self._next_seq()
+            self._count(job, +1, now)
+        else:
+            self._enqueue(job, now)
+        self._persist(job)
+        self._emit("pushed", job.id, now)
+        if job.state == WAITING_CHILDREN:
+            self._emit("waiting-children", job.id, now)
+        elif job.run_at > now:
+            self._emit("delayed", job.id, now, delay=float(job.run_at - now))
+
+    def apply_notice(self, notice: tuple[Any, ...], now: int) -> None:
+        """A message from another job's queue (or the router), see :data:`SETTLED`..."""
+        kind = notice[0]
+        if kind == SETTLED:
+            self.apply_outcome(notice[1], notice[2], notice[3], now)
+        elif kind == SET_PARENT:
+            self._set_parent(notice[1], notice[2], notice[3])
+        elif kind == REMOVE_CHILD:
+            job = self.jobs.get(notice[1])
+            if job is not None and job.state in (QUEUED, WAITING_CHILDREN):
+                self._drop_queued(job, now)
+                self._emit("removed", job.id, now, prev="waiting")
+        elif kind == ADOPT:
+            for job in notice[1]:
+                self.adopt(job, now)
+        else:
+            raise ValueError(f"unknown notice {kind!r}")
+
+    def apply_outcome(self, parent_id: str, child_id: str, outcome: dict[str, Any],
+                      now: int) -> None:
+        """One dependency of ``parent_id`` settled: the rules of the four policies.
+
+        Ignored when the parent no longer waits for that child (it left, or a
+        ``continueParentOnFailure`` already released it): notices are at-least-once
+        across a restart, which replays the outcome rows.
+        """
+        job = self.jobs.get(parent_id)
+        if job is None or not job.pending or child_id not in job.pending:
+            return
+        kind = outcome.get("kind")
+        if kind == flows.FAILED:
+            policy = outcome.get("policy")
+            if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
+                self._bury(job, now, "unknown",
+                           f"Child job {child_id} failed: {outcome.get('error')}")
+                return
+            if policy == flows.CONTINUE_PARENT:
+                for other in job.pending:
+                    if other != child_id:
+                        self.index.drop_dependent(other, parent_id)
+                job.pending.clear()
+            else:
+                job.pending.remove(child_id)
+        else:
+            job.pending.remove(child_id)
+            if kind == flows.COMPLETED:
+                job.children_completed += 1
+        if not job.pending:
+            job.pending = None
+            if job.state == WAITING_CHILDREN:
+                self._count(job, -1, now)
+                job.state = st.next_state(WAITING_CHILDREN, st.RESOLVE)
+                job.add_timeline("waiting", now)
+                self._enqueue(job, now)
+                self._persist(job)
+                self._emit("waiting", job.id, now, prev="waiting-children")
+                return
+        self._persist(job)
+
+    def replay_outcomes(self, now: int) -> None:
+        """After a restart: apply the outcome rows written after a parent last changed
+        (the notice was lost with the process), exactly as the notice would have."""
+        for job in [j for j in self.jobs.values() if j.pending]:
+            rows = self.finished.dep_outcomes(job.id)
+            for child_id in list(job.pending or ()):
+                outcome = rows.get(child_id)
+                if outcome is not None:
+                    self.apply_outcome(job.id, child_id, outcome, now)
+
+    def move_to_waiting_children(self, job_id: str, now: int, token: str | None) -> bool:
+        """Active -> waiting-children while it has dependencies left (BullMQ's rule:
+        False, and the job stays active, when there is nothing to wait for)."""
+        job = self._active_for_progress(job_id, now)
+        self._check_token(job, token)
+        if not job.pending:
+            return False
+        self._release_resources(job)
+        self._count(job, -1, now)
+        job.state = st.next_state(ACTIVE, st.PARK)
+        job.started_at = None
+        job.add_timeline(WAITING_CHILDREN, now)
+        self._count(job, +1, now)
+        self._persist(job)
+        self._emit("waiting-children", job.id, now)
+        return True
+
+    def update_parent(self, child_id: str, parent_id: str, now: int) -> None:
+        """bunqueue's legacy flow linking, run in the parent's queue.
+
+        A parent that already lists the child (in any state) only has the child's
+        parent marker patched. A new edge needs a live parent that has not finished:
+        it then waits for the child unless the child already completed.
+        """
+        if child_id == parent_id:
+            raise CommandError("A job cannot be its own parent")
+        fields.check_dependency_pair(parent_id, child_id)
+        parent = self.jobs.get(parent_id)
+        if parent is None:
+            record = self.finished.get(parent_id)
+            if record is None:
+                raise CommandError(f"Parent job {parent_id} not found")
+            if child_id not in (record.get("childrenIds") or ()):
+                raise CommandError(
+                    f"Parent job {parent_id} is {record['state']} and cannot take children")
+            self.notices.append((child_id, (SET_PARENT, child_id, parent_id, self.name)))
+            return
+        if child_id not in parent.children_ids:
+            live = self.index.locate(child_id) is not None
+            failed = False
+            if not live:
+                record = self.finished.get_any(child_id)
+                failed = record is not None and record["state"] == FAILED
+                if not failed and not self.dependency_exists(child_id, now):
+                    raise CommandError(f"Child job {child_id} not found")
+            parent.children_ids.append(child_id)
+            if child_id not in parent.depends_on:
+                parent.depends_on.append(child_id)
+            if isinstance(parent.data, dict):
+                parent.data = {**parent.data, "__childrenIds": list(parent.children_ids)}
+            if live or failed:
+                parent.pending = [*(parent.pending or ()), child_id]
+                self.index.add_dependent(child_id, parent_id)
+                if parent.state == QUEUED:
+                    self._count(parent, -1, now)
+                    parent.state = st.next_state(QUEUED, st.LINK)
+                    parent.add_timeline(WAITING_CHILDREN, now)
+                    self._count(parent, +1, now)
+                    self._emit("waiting-children", parent_id, now)
+            else:
+                # Already completed: record its outcome, as admission does.
+                self._open_dependencies(parent, (child_id,), now)
+            self._persist(parent)
+        self.notices.append((child_id, (SET_PARENT, child_id, parent_id, self.name)))
+
+    def _set_parent(self, child_id: str, parent_id: str | None, parent_queue: str) -> None:
+        job = self.jobs.get(child_id)
+        if job is None or job.parent_id == parent_id:
+            return
+        job.parent_id = parent_id
+        if isinstance(job.data, dict):
+            data = {k: v for k, v in job.data.items()
+                    if k not in ("__parentId", "__parentQueue")}
+            if parent_id is not None:
+                data["__parentId"] = parent_id
+                data["__parentQueue"] = parent_queue
+            job.data = data
+        self._persist(job)
+
+    def remove_child_dependency(self, child_id: str, now: int) -> bool:
+        """Detach a job from the parents waiting for it; True when there was a link."""
+        job = self.jobs.get(child_id)
+        if job is None:
+            if self.finished.get(child_id) is None:
+                raise CommandError(JOB_NOT_FOUND)
+            return False
+        parents = self.index.take_dependents(child_id)
+        for parent_id in parents:
+            self.writes.put_dep_outcome(parent_id, child_id, flows.DETACHED)
+            self.notices.append((parent_id, (SETTLED, parent_id, child_id, flows.DETACHED)))
+        had_parent = job.parent_id is not None
+        if had_parent:
+            self._set_parent(child_id, None, self.name)
+        return bool(parents) or had_parent
+
+    def remove_unprocessed_children(self, parent_id: str) -> None:
+        """Remove the children the parent still waits for that have not started."""
+        job = self.jobs.get(parent_id)
+        if job is None:
+            if self.finished.get(parent_id) is None:
+                raise CommandError(JOB_NOT_FOUND)
+            return
+        for child_id in job.pending or ():
+            self.notices.append((child_id, (REMOVE_CHILD, child_id, parent_id)))
+
+    def _child_queue(self, child_id: str) -> str | None:
+        queue = self.index.locate(child_id)
+        if queue is None:
+            record = self.finished.get_any(child_id)
+            queue = record["queue"] if record is not None else None
+        return queue
+
+    def children_outcomes(self, parent_id: str, kind: str,
+                          policy: str | None = None) -> dict[str, Any]:
+        """Children's results (``kind`` completed) or errors (failed, by policy), keyed
+        ``<queue>:<id>`` while the child exists and by bare id once it is gone."""
+        out: dict[str, Any] = {}
+        for child_id, outcome in self.finished.dep_outcomes(parent_id).items():
+            if outcome.get("kind") != kind:
+                continue
+            key = flows.child_key(self._child_queue(child_id), child_id)
+            if kind == flows.COMPLETED:
+                out[key] = outcome.get("result")
+            elif outcome.get("policy") == policy:
+                out[key] = outcome.get("error")
+        return out
+
+    def dependencies(self, parent_id: str) -> dict[str, Any]:
+        """All four lists of BullMQ's ``getDependencies`` for a job (``Job not found``
+        for an id this queue does not know)."""
+        job = self.jobs.get(parent_id)
+        if job is None and self.finished.get(parent_id) is None:
+            raise CommandError(JOB_NOT_FOUND)
+        pending = (job.pending or []) if job is not None else []
+        return {
+            "processed": self.children_outcomes(parent_id, flows.COMPLETED),
+            "unprocessed": [flows.child_key(self._child_queue(c), c) for c in pending],
+            "failed": self.children_outcomes(parent_id, flows.FAILED, flows.CONTINUE_PARENT),
+            "ignored": self.children_outcomes(parent_id, flows.FAILED,
+                                              flows.IGNORE_DEPENDENCY),
+        }
 
     # ------------------------------------------------------------------ control
 

@@ -25,11 +25,13 @@ Events (what happens to a job) and where they lead::
     ACK        ACTIVE -> COMPLETED
     RETRY      ACTIVE -> QUEUED         (FAIL with attempts left; backoff sets runAt)
     BURY       ACTIVE/QUEUED -> FAILED  (FAIL with no attempts left, unrecoverable, Discard)
+               WAITING_CHILDREN -> FAILED (a child with failParentOnFailure failed)
     RELEASE    ACTIVE -> QUEUED         (disconnect, lock expiry, MoveToWait; no attempt)
     REMOVE     QUEUED/WAITING_CHILDREN/ACTIVE/COMPLETED/FAILED -> (gone)
     PROMOTE    QUEUED -> QUEUED         (delayed -> ready now)
     RESOLVE    WAITING_CHILDREN -> QUEUED
     PARK       ACTIVE -> WAITING_CHILDREN
+    LINK       QUEUED -> WAITING_CHILDREN (UpdateParent gave it a child to wait for)
     REVIVE     FAILED/COMPLETED -> QUEUED (retry from the DLQ, RetryCompleted)
 """
 
@@ -70,6 +72,7 @@ REMOVE = "remove"
 PROMOTE = "promote"
 RESOLVE = "resolve"
 PARK = "park"
+LINK = "link"
 REVIVE = "revive"
 
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -80,6 +83,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (ACTIVE, RETRY): QUEUED,
     (ACTIVE, BURY): FAILED,
     (QUEUED, BURY): FAILED,
+    (WAITING_CHILDREN, BURY): FAILED,
     (ACTIVE, RELEASE): QUEUED,
     (QUEUED, REMOVE): GONE,
     (WAITING_CHILDREN, REMOVE): GONE,
@@ -89,6 +93,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (QUEUED, PROMOTE): QUEUED,
     (WAITING_CHILDREN, RESOLVE): QUEUED,
     (ACTIVE, PARK): WAITING_CHILDREN,
+    (QUEUED, LINK): WAITING_CHILDREN,
     (FAILED, REVIVE): QUEUED,
     (COMPLETED, REVIVE): QUEUED,
 }

@@ -12,8 +12,13 @@ from typing import Any
 
 PUT_JOB = "put_job"  # (record,) upsert a live job (queued, active, waiting-children)
 FINISH_JOB = "finish_job"  # (record, has_result, result) live -> completed/failed
-DELETE_JOB = "delete_job"  # (job_id,) remove a job wherever it is, with its result
+# (job_id,) remove a job wherever it is, with its result and its dependency outcome rows
+# (the rows where it is the parent; rows where it is the child belong to their parent)
+DELETE_JOB = "delete_job"
 PUT_QUEUE_META = "put_queue_meta"  # (queue, meta) persisted queue control state
+# (parent_id, child_id, outcome) one child's outcome for its parent (upsert); the row lives
+# as long as the parent's record: finishing or re-putting the parent keeps it
+PUT_DEP_OUTCOME = "put_dep_outcome"
 
 
 class Writes:
@@ -42,6 +47,15 @@ class Writes:
 
     def put_queue_meta(self, queue: str, meta: dict[str, Any]) -> None:
         self.ops.append((PUT_QUEUE_META, queue, meta))
+
+    def put_dep_outcome(self, parent_id: str, child_id: str, outcome: dict[str, Any]) -> None:
+        """Record a child's outcome for its parent (upsert of the (parent, child) row).
+
+        Appended to the same Writes as the child's own state change, so the row and that
+        change commit together: a crash can never leave a finished child whose parent
+        does not know its outcome, nor the reverse.
+        """
+        self.ops.append((PUT_DEP_OUTCOME, parent_id, child_id, outcome))
 
     def extend(self, other: Writes) -> None:
         self.ops.extend(other.ops)

@@ -36,6 +36,19 @@ class QueueFinished:
             return False, None
         return self.storage.get_result(job_id)
 
+    def get_any(self, job_id: str) -> dict[str, Any] | None:
+        """A finished job of any queue (dependencies may live in other queues)."""
+        self._fresh()
+        return self.storage.get_finished(job_id)
+
+    def result_any(self, job_id: str) -> tuple[bool, Any]:
+        self._fresh()
+        return self.storage.get_result(job_id)
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._fresh()
+        return self.storage.dep_outcomes(parent_id)
+
     def list(self, state: str, *, asc: bool, offset: int, limit: int) -> list[dict[str, Any]]:
         self._fresh()
         return self.storage.list_finished(self.queue, state, asc=asc, offset=offset,

@@ -14,6 +14,7 @@ sub-database       key                                              value
 ``results``        job id (utf-8)                                   V({"r": result})
 ``queue_meta``     queue (utf-8)                                    V(meta)
 ``counts``         queue + NUL + state byte                         u64 big-endian
+``deps``           u16 len(parent id) + parent id + child id        V(outcome)
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
 
@@ -27,13 +28,25 @@ sub-database       key                                              value
 * The ``finished_idx`` prefix ``queue + NUL + state byte`` is also the ``counts`` key.
 * ``results`` wraps the result in ``{"r": ...}`` so a stored ``None`` differs from "no
   result" even to a reader that only decodes values.
+* ``deps`` holds one row per (parent, child) of a flow: the child's outcome, written in
+  the same commit as the child's own state change, read back by the parent, and deleted
+  with the parent's record. The ids are UTF-8 job keys; the parent's is preceded by its
+  byte length (u16 big-endian) because a job id may contain any character, NUL
+  included, so no separator could end it: without the length, parent ``"a"``'s range
+  would also hold the rows of parent ``"a1"``. With it, ``u16 len + parent id`` is
+  exactly one parent's prefix, and a cursor walk gives its children in code point
+  order. Adding this sub-database did not change the schema: LMDB creates it when an
+  older data directory is opened, empty, which is exactly its content there.
 
 Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
 ``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
 before anything reaches storage; but a custom job id may be arbitrary Unicode (up to
 4 bytes per character), so every encoder here checks the final key length and raises
 :class:`ValueError` with a clear message rather than letting LMDB fail. Queue names must
-be non-empty and free of NUL (NUL separates the queue from the state byte).
+be non-empty and free of NUL (NUL separates the queue from the state byte). A ``deps``
+key holds two job ids, so a pair whose UTF-8 lengths add up to more than
+:data:`MAX_DEP_IDS_BYTES` (509) cannot be stored: the broker must refuse such a parent and
+child pair when the flow is added, since at commit time the ValueError stops the broker.
 """
 
 from __future__ import annotations
@@ -46,7 +59,14 @@ import cbor2
 import msgpack
 
 from ..core.job import FINISHED_STATES, LIVE_STATES, QUEUED
-from ..core.writes import DELETE_JOB, FINISH_JOB, PUT_JOB, PUT_QUEUE_META, Writes
+from ..core.writes import (
+    DELETE_JOB,
+    FINISH_JOB,
+    PUT_DEP_OUTCOME,
+    PUT_JOB,
+    PUT_QUEUE_META,
+    Writes,
+)
 
 # --- sub-database names ------------------------------------------------------------
 
@@ -56,13 +76,27 @@ DB_FINISHED_IDX = b"finished_idx"
 DB_RESULTS = b"results"
 DB_QUEUE_META = b"queue_meta"
 DB_COUNTS = b"counts"
+DB_DEPS = b"deps"
 DB_META = b"meta"
-ALL_DBS = (DB_LIVE, DB_FINISHED, DB_FINISHED_IDX, DB_RESULTS, DB_QUEUE_META, DB_COUNTS, DB_META)
+ALL_DBS = (
+    DB_LIVE,
+    DB_FINISHED,
+    DB_FINISHED_IDX,
+    DB_RESULTS,
+    DB_QUEUE_META,
+    DB_COUNTS,
+    DB_DEPS,
+    DB_META,
+)
 
 SCHEMA_KEY = b"schema"
 SCHEMA_VERSION = 2  # 2: values in msgpack, CBOR fallback
 
 MAX_KEY_BYTES = 511  # LMDB's compile-time default (mdb_env_get_maxkeysize)
+
+_U16 = struct.Struct(">H")
+_DEP_LEN = _U16.size
+MAX_DEP_IDS_BYTES = MAX_KEY_BYTES - _DEP_LEN  # parent id + child id, UTF-8, in a deps key
 
 STATE_BYTES: dict[str, bytes] = {"completed": b"c", "failed": b"f"}
 BYTE_STATES: dict[int, str] = {b"c"[0]: "completed", b"f"[0]: "failed"}
@@ -191,6 +225,57 @@ def lookup_job_key(job_id: str) -> bytes | None:
         return None
 
 
+def dep_prefix(parent_id: str) -> bytes:
+    """``u16 len + parent job key``: the prefix of every ``deps`` row of one parent.
+
+    Not itself a stored key, so not checked against :data:`MAX_KEY_BYTES`: a parent may
+    have an id too long for any row (see :func:`dep_scan_prefix`) and still be deleted.
+    """
+    jkey = job_key(parent_id)
+    return _U16.pack(len(jkey)) + jkey
+
+
+def dep_key(parent_id: str, child_id: str) -> bytes:
+    """``deps`` key of one (parent, child) row: :func:`dep_prefix` + child job key."""
+    key = dep_prefix(parent_id) + job_key(child_id)
+    if len(key) > MAX_KEY_BYTES:
+        raise _too_long("dependency (parent id + child id)", key)
+    return key
+
+
+def dep_scan_prefix(jkey: bytes) -> bytes | None:
+    """The ``deps`` prefix of the parent stored under ``jkey``, or None if it has no rows.
+
+    A row key is the prefix plus at least one byte, so a prefix of :data:`MAX_KEY_BYTES`
+    bytes or more can own no row; returning None then spares the adapters a seek that
+    can find nothing, with a key longer than any LMDB stores.
+    """
+    prefix = _U16.pack(len(jkey)) + jkey
+    return prefix if len(prefix) < MAX_KEY_BYTES else None
+
+
+def dep_key_prefix(key: bytes) -> bytes:
+    """The :func:`dep_prefix` (the parent's part) of a ``deps`` key."""
+    return key[: _DEP_LEN + _U16.unpack_from(key)[0]]
+
+
+def dep_child_id(key: bytes) -> str:
+    """The child id of a ``deps`` key (the parent's length says where it starts)."""
+    return key[_DEP_LEN + _U16.unpack_from(key)[0] :].decode("utf-8")
+
+
+def split_dep_key(key: bytes) -> tuple[str, str]:
+    """``deps`` key -> ``(parent id, child id)``."""
+    cut = _DEP_LEN + _U16.unpack_from(key)[0]
+    return key[_DEP_LEN:cut].decode("utf-8"), key[cut:].decode("utf-8")
+
+
+def lookup_dep_prefix(parent_id: str) -> bytes | None:
+    """The ``deps`` prefix to read, or None when that parent can own no row."""
+    jkey = lookup_job_key(parent_id)
+    return None if jkey is None else dep_scan_prefix(jkey)
+
+
 def lookup_prefix(queue: str, state: str) -> bytes | None:
     """The finished prefix to read (None for an unstorable queue name).
 
@@ -258,12 +343,18 @@ def decode_schema(raw: bytes) -> int:
 # Encoded operations, the same for both adapters:
 #   (OP_PUT, job key, CBOR(record))
 #   (OP_FINISH, job key, CBOR(record), finished_idx key, counts key, CBOR result | None)
-#   (OP_DELETE, job key)
+#   (OP_DELETE, job key, deps prefix | None)
 #   (OP_META, queue key, CBOR(meta))
+#   (OP_DEP, deps key, V(outcome))
+# OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to own a row,
+# see dep_scan_prefix): the adapter deletes that whole key range, the job's rows as a
+# parent, in the same transaction. Rows where the job is the child are not in the range
+# (they belong to their parent and live as long as it does).
 OP_PUT = 0
 OP_FINISH = 1
 OP_DELETE = 2
 OP_META = 3
+OP_DEP = 4
 
 
 def encode_ops(batches: Sequence[Writes]) -> list[tuple[Any, ...]]:
@@ -302,9 +393,16 @@ def encode_ops(batches: Sequence[Writes]) -> list[tuple[Any, ...]]:
                     )
                 )
             elif name == DELETE_JOB:
-                append((OP_DELETE, job_key(op[1])))
+                jkey = job_key(op[1])
+                append((OP_DELETE, jkey, dep_scan_prefix(jkey)))
             elif name == PUT_QUEUE_META:
                 append((OP_META, queue_key(op[1]), dumps(op[2])))
+            elif name == PUT_DEP_OUTCOME:
+                outcome = op[3]
+                if not isinstance(outcome, dict):
+                    # decode_value tells msgpack from CBOR by a map's first byte only
+                    raise ValueError(f"a dependency outcome must be a dict: {outcome!r}")
+                append((OP_DEP, dep_key(op[1], op[2]), dumps(outcome)))
             else:
                 raise ValueError(f"unknown storage operation: {name!r}")
     return out

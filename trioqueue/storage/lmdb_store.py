@@ -21,6 +21,8 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   storage from a single thread and no transaction of this process is open then.
 * Finished counts are kept exact in the same transaction as the writes, so
   :meth:`LmdbStorage.load` does not scan finished jobs.
+* Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
+  parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class LmdbStorage(Storage):
         self._env = lmdb.open(
             self.path,
             map_size=map_size_bytes,
-            max_dbs=16,
+            max_dbs=16,  # len(K.ALL_DBS) is 8: room to add sub-databases without a bump
             subdir=True,
             create=True,
             sync=fsync_on_commit,
@@ -105,6 +107,7 @@ class LmdbStorage(Storage):
         self._results = dbs[K.DB_RESULTS]
         self._queue_meta = dbs[K.DB_QUEUE_META]
         self._counts = dbs[K.DB_COUNTS]
+        self._deps = dbs[K.DB_DEPS]
         self._meta = dbs[K.DB_META]
 
     # --- introspection (tests, metrics) ---------------------------------------------
@@ -214,7 +217,7 @@ class LmdbStorage(Storage):
                     if result is not None:
                         put(jkey, result, db=results)
                 elif kind == K.OP_DELETE:
-                    jkey = op[1]
+                    _, jkey, dep_prefix = op
                     delete(jkey, db=live)
                     old = txn.pop(jkey, db=finished)
                     if old is not None:
@@ -222,6 +225,10 @@ class LmdbStorage(Storage):
                         delete(old_idx, db=idx)
                         deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
                         delete(jkey, db=results)
+                    if dep_prefix is not None:
+                        self._delete_deps(txn, dep_prefix)
+                elif kind == K.OP_DEP:
+                    put(op[1], op[2], db=self._deps)
                 else:  # K.OP_META
                     put(op[1], op[2], db=self._queue_meta)
             counts = self._counts
@@ -233,6 +240,16 @@ class LmdbStorage(Storage):
                         put(ckey, K.encode_count(n), db=counts)
                     else:
                         delete(ckey, db=counts)
+
+    def _delete_deps(self, txn: lmdb.Transaction[bytes], prefix: bytes) -> None:
+        """Delete every ``deps`` row under one parent's prefix, inside ``txn``."""
+        with txn.cursor(db=self._deps) as cur:
+            if not cur.set_range(prefix):
+                return
+            # delete() moves to the next row; past the last one the cursor is unpositioned
+            # and key() is b"", which ends the walk too
+            while cur.key().startswith(prefix):
+                cur.delete()
 
     def sync(self) -> None:
         self._check_open()
@@ -350,6 +367,24 @@ class LmdbStorage(Storage):
                     break
                 out.append(key[cut:])
         return out
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_dep_prefix(parent_id)
+        if prefix is None:
+            return {}
+        rows: list[tuple[bytes, bytes]] = []
+        with self._env.begin() as txn, txn.cursor(db=self._deps) as cur:
+            ok = cur.set_range(prefix)
+            while ok:
+                key = cur.key()
+                if not key.startswith(prefix):
+                    break
+                rows.append((key, cur.value()))
+                ok = cur.next()
+        # decoded after the read transaction ends, so it stays short
+        loads = K.decode_value
+        return {K.dep_child_id(k): loads(v) for k, v in rows}
 
     def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
         self._check_open()

@@ -42,6 +42,9 @@ class MemoryStorage(Storage):
         self._counts: dict[bytes, bytes] = {}
         # finished prefix (queue + NUL + state byte) -> sorted finished_idx keys
         self._idx: dict[bytes, list[bytes]] = {}
+        # deps prefix (one parent) -> {deps key: value}: the LMDB rows grouped by parent,
+        # so deleting a parent drops one dict instead of scanning every row
+        self._deps: dict[bytes, dict[bytes, bytes]] = {}
         self._bytes = 0
         self._closed = False
 
@@ -87,12 +90,16 @@ class MemoryStorage(Storage):
             if result is not None:
                 self._set(self._results, jkey, result, undo)
         elif kind == K.OP_DELETE:
-            jkey = op[1]
+            _, jkey, dep_prefix = op
             self._set(self._live, jkey, _MISSING, undo)
             old = self._set(self._finished, jkey, _MISSING, undo)
             if old is not _MISSING:
                 self._unindex(jkey, old, undo)
                 self._set(self._results, jkey, _MISSING, undo)
+            if dep_prefix is not None:
+                self._drop_deps(dep_prefix, undo)
+        elif kind == K.OP_DEP:
+            self._put_dep(op[1], op[2], undo)
         else:  # K.OP_META
             self._set(self._queue_meta, op[1], op[2], undo)
 
@@ -119,6 +126,37 @@ class MemoryStorage(Storage):
 
         undo.append(restore)
         return old
+
+    def _put_dep(self, key: bytes, value: bytes, undo: list[Callable[[], None]]) -> None:
+        prefix = K.dep_key_prefix(key)
+        group = self._deps.get(prefix)
+        if group is None:
+            group = self._deps[prefix] = {}
+            new_group = group
+
+            def forget() -> None:
+                # runs after the row's own undo: drop the group if that left it empty
+                if not new_group and self._deps.get(prefix) is new_group:
+                    del self._deps[prefix]
+
+            undo.append(forget)
+        self._set(group, key, value, undo)
+
+    def _drop_deps(self, prefix: bytes, undo: list[Callable[[], None]]) -> None:
+        """Delete every row of one parent (undoable as a whole)."""
+        group = self._deps.pop(prefix, None)
+        if group is None:
+            return
+        size = sum(_size(k, v) for k, v in group.items())
+        self._bytes -= size
+
+        def restore() -> None:
+            # the group object comes back as it was when popped; undos recorded before
+            # the pop (rows this same call put) then run on it and revert those rows
+            self._deps[prefix] = group
+            self._bytes += size
+
+        undo.append(restore)
 
     def _unindex(self, jkey: bytes, old_value: bytes, undo: list[Callable[[], None]]) -> None:
         old_idx, old_ckey = K.record_index_keys(K.decode_value(old_value), jkey)
@@ -217,6 +255,15 @@ class MemoryStorage(Storage):
             if raw is not None:
                 out.append(K.decode_value(raw))
         return out
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_dep_prefix(parent_id)
+        group = None if prefix is None else self._deps.get(prefix)
+        if not group:
+            return {}
+        loads = K.decode_value
+        return {K.dep_child_id(k): loads(group[k]) for k in sorted(group)}
 
     def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
         self._check_open()

@@ -77,5 +77,17 @@ class Storage(abc.ABC):
         """Every job id of one queue and finished state, in (createdAt, id) order."""
 
     @abc.abstractmethod
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        """Child id -> outcome, for every dependency outcome row of ``parent_id``.
+
+        Rows are written with :meth:`~trioqueue.core.writes.Writes.put_dep_outcome` (in
+        the child's own commit) and deleted with the parent (``delete_job`` of the
+        parent id), never when the parent finishes or is put again: a parent reads them
+        for GetChildrenValues and after a restart. Children come in code point order of
+        their ids; each outcome is a fresh copy. Empty when there is no row, or when
+        ``parent_id`` could never have been stored as a parent.
+        """
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the store. Safe to call twice."""

@@ -22,6 +22,7 @@ class DictIndex(dict[str, str]):
     def __init__(self) -> None:
         super().__init__()
         self.retained: dict[str, tuple[bool, Any]] = {}  # results of removed jobs
+        self.dependents: dict[str, set[str]] = {}  # child id -> waiting parents
 
     def locate(self, job_id: str) -> str | None:
         return self.get(job_id)
@@ -34,6 +35,25 @@ class DictIndex(dict[str, str]):
 
     def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
         self.retained[job_id] = (has_result, result)
+
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        return self.retained.get(job_id)
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.setdefault(child_id, set()).add(parent_id)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        parents = self.dependents.get(child_id)
+        if parents is not None:
+            parents.discard(parent_id)
+            if not parents:
+                del self.dependents[child_id]
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        return sorted(self.dependents.pop(child_id, ()))
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self.dependents
 
 
 class QueueHarness:
@@ -50,6 +70,15 @@ class QueueHarness:
         writes = self.q.take_writes()
         if writes:
             self.storage.apply([writes])
+
+    def deliver_notices(self, now: int) -> None:
+        """Apply the notices the queue posted to its own jobs (a single queue has no
+        one else to tell), committing after each round, as the actor does."""
+        while notices := self.q.take_notices():
+            for job_id, notice in notices:
+                if self.index.locate(job_id) == self.name:
+                    self.q.apply_notice(notice, now)
+            self.commit()
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run one QueueState method and commit its writes, as the actor would."""
@@ -73,7 +102,13 @@ class QueueHarness:
         meta = recovered.queue_meta.get(self.name)
         if meta:
             self.q.load_meta(meta)
-        for record in in_admission_order(recovered.live_jobs):
-            if record.get("queue") == self.name:
-                self.q.restore(record, now, charge_active=charge_active)
+        self.index.dependents.clear()
+        mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
+        for record in mine:
+            for child_id in record.get("pending") or ():
+                self.index.add_dependent(child_id, record["id"])
+        for record in in_admission_order(mine):
+            self.q.restore(record, now, charge_active=charge_active)
+        self.q.replay_outcomes(now)
         self.commit()
+        self.deliver_notices(now)

@@ -6,7 +6,7 @@ router, addressed by queue name, job id, custom id or a list of job ids.
 
 from __future__ import annotations
 
-from ..actors.router import BROKER, BY_CUSTOM_ID, BY_ID, BY_IDS, BY_QUEUE
+from ..actors.router import BROKER, BY_CUSTOM_ID, BY_ID, BY_IDS, BY_PARENT_ID, BY_QUEUE, FLOW
 
 SESSION = "session"
 
@@ -20,6 +20,7 @@ ROUTES: dict[str, str] = {
     # producing
     "PUSH": BY_QUEUE,
     "PUSHB": BY_QUEUE,
+    "PUSHF": FLOW,
     # consuming
     "PULL": BY_QUEUE,
     "PULLB": BY_QUEUE,
@@ -59,6 +60,15 @@ ROUTES: dict[str, str] = {
     "MoveToDelayed": BY_ID,
     "MoveToWait": BY_ID,
     "Discard": BY_ID,
+    "MoveToWaitingChildren": BY_ID,
+    # dependencies and flows
+    "GetFailedChildrenValues": BY_ID,
+    "GetIgnoredChildrenFailures": BY_ID,
+    "GetDependencies": BY_ID,
+    "GetDependenciesCount": BY_ID,
+    "RemoveChildDependency": BY_ID,
+    "RemoveUnprocessedChildren": BY_ID,
+    "UpdateParent": BY_PARENT_ID,
     # stall detection
     "SetStallConfig": BY_QUEUE,
     "GetStallConfig": BY_QUEUE,

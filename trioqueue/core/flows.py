@@ -1,0 +1,241 @@
+"""Dependencies and flows: the pure parts (outcome records, PUSHF validation, keys).
+
+How dependencies work, end to end (the queue state machine and the router do the rest):
+
+- A job whose ``dependsOn`` names jobs that have not completed waits in
+  ``waiting-children``; the ids still awaited are its ``pending`` list (persisted), and
+  the router keeps the reverse map (child -> waiting parents) so that whichever queue
+  finishes a child finds the parents at once, synchronously.
+- When a child settles for its parents (completes, fails for good under a failure
+  policy, or is removed or detached), its queue writes an **outcome row** per parent
+  (:func:`completed_outcome`, :func:`failed_outcome`, :data:`DETACHED`) in the SAME
+  commit as the child's own change, and posts a notice to each parent's queue. The
+  parent's queue applies the notice (:meth:`QueueState.apply_outcome`). A crash between
+  the two loses nothing: a restart replays the rows of every waiting parent.
+- Outcome rows stay as long as the parent's record: they are where ``GetChildrenValues``
+  and the failure queries read from, also after the parent finished.
+- A child that fails for good without a policy settles nothing: its parents keep
+  waiting, as in BullMQ (a retry from the DLQ may still complete it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import fields
+from .errors import CommandError
+from .job import QUEUED, WAITING_CHILDREN, Job
+from .options import MAX_DATA_CHARS, parse_job_input
+
+# Outcome kinds, as stored in an outcome row.
+COMPLETED = "completed"
+FAILED = "failed"
+DETACHED_KIND = "detached"
+
+# Failure policies, as stored in a failed outcome (the child's option that chose it).
+FAIL_PARENT = "fail"
+CONTINUE_PARENT = "continue"
+IGNORE_DEPENDENCY = "ignore"
+REMOVE_DEPENDENCY = "remove"
+
+DETACHED: dict[str, Any] = {"kind": DETACHED_KIND}
+
+# bunqueue also caps a flow's data at 64 MB: our frame cap (max_frame_bytes, 64 MiB by
+# default) bounds the whole PUSHF already, so no second count is made here.
+MAX_FLOW_JOBS = 10_000
+
+
+def completed_outcome(queue: str | None, has_result: bool, result: Any) -> dict[str, Any]:
+    outcome: dict[str, Any] = {"kind": COMPLETED, "queue": queue}
+    if has_result:
+        outcome["result"] = result
+    return outcome
+
+
+def failed_outcome(queue: str, error: str | None, policy: str) -> dict[str, Any]:
+    return {"kind": FAILED, "queue": queue, "error": error, "policy": policy}
+
+
+def failure_policy(job: Any) -> str | None:
+    """The child-failure policy a job carries (options make them mutually exclusive)."""
+    if job.fail_parent_on_failure:
+        return FAIL_PARENT
+    if job.continue_parent_on_failure:
+        return CONTINUE_PARENT
+    if job.ignore_dependency_on_failure:
+        return IGNORE_DEPENDENCY
+    if job.remove_dependency_on_failure:
+        return REMOVE_DEPENDENCY
+    return None
+
+
+def child_key(queue: str | None, child_id: str) -> str:
+    """bunqueue's key for a child in the value maps: ``<queue>:<id>``, or the bare id
+    when the child no longer exists anywhere."""
+    return f"{queue}:{child_id}" if queue is not None else child_id
+
+
+def check_dependencies(job_id: str | None, depends_on: Sequence[str]) -> None:
+    if job_id is not None and job_id in depends_on:
+        raise CommandError(f"Job cannot depend on itself: {job_id}")
+    for dep in depends_on:
+        fields.check_dependency_pair(job_id, dep)
+
+
+def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """A dependency cycle among ``edges`` (id -> ids it depends on), or None.
+
+    Only ids that are keys of ``edges`` are followed: dependencies outside the graph
+    exist already, so they cannot close a cycle through it. Iterative (a chain of
+    10,000 jobs would overflow Python's recursion limit).
+    """
+    done: set[str] = set()
+    for root in edges:
+        if root in done:
+            continue
+        path: list[str] = [root]
+        on_path = {root}
+        stack = [iter(edges[root])]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                continue
+            if nxt not in edges or nxt in done:
+                continue
+            if nxt in on_path:
+                return path[path.index(nxt):] + [nxt]
+            path.append(nxt)
+            on_path.add(nxt)
+            stack.append(iter(edges[nxt]))
+    return None
+
+
+@dataclass(slots=True)
+class FlowItem:
+    """One validated PUSHF job: its pre-allocated id, queue and parsed input."""
+
+    id: str
+    queue: str
+    spec: dict[str, Any]
+
+
+_FLOW_REFUSED = (
+    ("repeat", "repeat is not supported inside an atomic flow"),
+    ("uniqueKey", "deduplication is not supported inside an atomic flow"),
+    ("dedup", "deduplication is not supported inside an atomic flow"),
+    ("debounceId", "debounce is not supported inside an atomic flow"),
+    ("debounceTtl", "debounce is not supported inside an atomic flow"),
+)
+_POLICY_ATTRS = ("fail_parent_on_failure", "continue_parent_on_failure",
+                 "ignore_dependency_on_failure", "remove_dependency_on_failure")
+
+
+def parse_flow(msg: Mapping[str, Any], *,
+               max_data_bytes: int = MAX_DATA_CHARS) -> list[FlowItem]:
+    """Validate a whole PUSHF graph before anything is written: all or nothing.
+
+    Checks each job like a PUSHB item (plus the flow rules: pre-allocated ids without
+    ``:``, data an object, no repeat/dedup/debounce, a failure policy only with a
+    parent), then the topology: every ``parentId``, ``childrenIds`` and ``dependsOn``
+    names a job of the same flow, parent and child agree on their link both ways, a
+    parent depends on each of its children, and there is no cycle.
+    """
+    jobs = msg.get("jobs")
+    if not isinstance(jobs, list):
+        raise CommandError("flow jobs must be an array")
+    if not jobs:
+        raise CommandError("flow jobs must not be empty")
+    if len(jobs) > MAX_FLOW_JOBS:
+        raise CommandError(f"flow exceeds the {MAX_FLOW_JOBS} job limit")
+    items: list[FlowItem] = []
+    by_id: dict[str, FlowItem] = {}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise CommandError(f"flow jobs[{i}] must be an object")
+        job_id = fields.job_id(job.get("id"), "flow job id")
+        if ":" in job_id:
+            raise CommandError(f"flow job id cannot contain a colon: {job_id}")
+        if job_id in by_id:
+            raise CommandError(f"duplicate flow job id: {job_id}")
+        queue = job.get("queue")
+        try:
+            queue = fields.queue_name(queue)
+        except CommandError as exc:
+            raise CommandError(f"invalid flow queue for {job_id}: {exc.message}") from None
+        fields.check_id_fits_queue(queue, job_id)
+        raw = job.get("input")
+        if not isinstance(raw, dict):
+            raise CommandError(f"flow job input is invalid: {job_id}")
+        custom = raw.get("customId")
+        if custom is not None and custom != job_id:
+            raise CommandError(f"custom id does not match planned id: {job_id}")
+        for key, error in _FLOW_REFUSED:
+            if raw.get(key) is not None:
+                raise CommandError(f"{job_id}: {error}")
+        if not isinstance(raw.get("data"), dict):
+            raise CommandError(f"{job_id}: flow job data must be an object")
+        try:
+            spec = parse_job_input(raw, custom_id_key="customId",
+                                   max_data_bytes=max_data_bytes)
+        except CommandError as exc:
+            raise CommandError(f"{job_id}: {exc.message}") from None
+        spec["custom_id"] = job_id
+        if any(spec.get(attr) for attr in _POLICY_ATTRS) and not spec.get("parent_id"):
+            raise CommandError(f"{job_id}: a flow failure policy requires a parent")
+        item = FlowItem(job_id, queue, spec)
+        items.append(item)
+        by_id[job_id] = item
+    _check_topology(items, by_id)
+    return items
+
+
+def _check_topology(items: list[FlowItem], by_id: dict[str, FlowItem]) -> None:
+    for item in items:
+        spec = item.spec
+        deps = spec.get("depends_on") or []
+        check_dependencies(item.id, deps)
+        for dep in deps:
+            if dep not in by_id:
+                raise CommandError(f"{item.id} depends on {dep}, which is not in the flow")
+        parent = spec.get("parent_id")
+        if parent is not None:
+            owner = by_id.get(parent)
+            if owner is None:
+                raise CommandError(f"parent {parent} of {item.id} is not in the flow")
+            if item.id not in (owner.spec.get("children_ids") or []):
+                raise CommandError(f"parent {parent} does not list {item.id} as a child")
+        for child in spec.get("children_ids") or []:
+            member = by_id.get(child)
+            if member is None:
+                raise CommandError(f"child {child} of {item.id} is not in the flow")
+            if member.spec.get("parent_id") != item.id:
+                raise CommandError(f"child {child} does not name {item.id} as its parent")
+            if child not in deps:
+                raise CommandError(f"{item.id} must depend on its child {child}")
+    cycle = find_cycle({item.id: item.spec.get("depends_on") or [] for item in items})
+    if cycle is not None:
+        raise CommandError(f"flow has a dependency cycle: {' -> '.join(cycle)}")
+
+
+def new_flow_job(item: FlowItem, now: int) -> Job:
+    """The job a validated flow item becomes: every dependency of a flow job is a job
+    of the same flow, new too, so any dependency means waiting for children."""
+    spec = dict(item.spec)
+    delay = spec.pop("delay", 0) or 0
+    timestamp = spec.pop("timestamp", None)
+    created = int(timestamp) if timestamp is not None else now
+    run_at = int(created + delay)
+    pending = list(dict.fromkeys(spec.get("depends_on") or ()))
+    if pending:
+        state, shown = WAITING_CHILDREN, WAITING_CHILDREN
+    else:
+        state, shown = QUEUED, "delayed" if run_at > now else "waiting"
+    return Job(id=item.id, queue=item.queue, created_at=created, run_at=run_at,
+               last_heartbeat=created, state=state, pending=pending or None,
+               timeline=[{"state": shown, "timestamp": float(now)}], **spec)
