@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -427,15 +427,40 @@ def test_find_cycle_long_chain_does_not_recurse() -> None:
     assert cycle is not None and len(cycle) == n + 1
 
 
-def test_find_cycle_dense_dag_finishes() -> None:
+class CountingEdges(Mapping[str, Sequence[str]]):
+    """An edge map that fails once its adjacency lists were read more than ``budget`` times."""
+
+    def __init__(self, edges: dict[str, list[str]], budget: int) -> None:
+        self.edges = edges
+        self.budget = budget
+        self.reads = 0
+
+    def __getitem__(self, key: str) -> list[str]:
+        self.reads += 1
+        assert self.reads <= self.budget, "adjacency lists read again: exponential walk"
+        return self.edges[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.edges
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.edges)
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+
+def test_find_cycle_dense_dag_visits_each_node_once() -> None:
     # 40 layers of 3, each node depending on the whole layer below: 3**40 paths, so
-    # this only returns if finished nodes are not walked again.
+    # this only finishes if finished nodes are not walked again.
     edges = {
         f"{layer}.{k}": [f"{layer - 1}.{m}" for m in range(3)] if layer else []
         for layer in range(40)
         for k in range(3)
     }
-    assert find_cycle(edges) is None
+    counting = CountingEdges(edges, budget=len(edges))
+    assert find_cycle(counting) is None
+    assert counting.reads == len(edges)
 
 
 @st.composite

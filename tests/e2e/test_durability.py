@@ -124,3 +124,41 @@ async def test_kill_9_of_an_active_job_at_its_last_attempt_dead_letters_it(
         await client.aclose()
     finally:
         await broker.stop()
+
+
+async def test_kill_9_keeps_a_flow_and_the_resolutions_it_acknowledged(
+        tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        jobs = [{"id": "root", "queue": "kf-a", "input": {
+            "name": "p", "data": {}, "childrenIds": ["c1", "c2"], "dependsOn": ["c1", "c2"]}}]
+        for child, queue in (("c1", "kf-b"), ("c2", "kf-c")):
+            jobs.append({"id": child, "queue": queue, "input": {
+                "name": "c", "data": {}, "parentId": "root",
+                "continueParentOnFailure": child == "c2", "maxAttempts": 1}})
+        await client.ok("PUSHF", jobs=jobs)
+        await client.ok("PULL", queue="kf-b")
+        await client.ok("ACK", id="c1", result="one")
+        await broker.kill(signal.SIGKILL)  # right after the child's acknowledgement
+        await client.aclose()
+
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        assert (await client.ok("GetState", id="root"))["state"] == "waiting-children"
+        deps = (await client.ok("GetDependencies", id="root"))["data"]
+        assert deps["processed"] == {"kf-b:c1": "one"} and deps["unprocessed"] == ["kf-c:c2"]
+        await client.ok("PULL", queue="kf-c")
+        await client.ok("FAIL", id="c2", error="broken")
+        await broker.kill(signal.SIGKILL)
+        await client.aclose()
+
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        assert (await client.ok("GetState", id="root"))["state"] == "waiting"
+        failed = await client.ok("GetFailedChildrenValues", id="root")
+        assert failed["values"] == {"kf-c:c2": "broken"}
+        await client.aclose()
+    finally:
+        await broker.stop()
