@@ -75,7 +75,7 @@ class Broker:
         now = self.clock.now_ms()
         for name, meta in recovered.queue_meta.items():
             self.router.actor(name, recovering=True).state.load_meta(meta)
-        self.router.register_pending(recovered.live_jobs)
+        self.router.dependents.register(recovered.live_jobs)
         for record in in_admission_order(recovered.live_jobs):
             self.router.actor(record["queue"], recovering=True).state.restore(record, now)
         actors = self.router.actors.values()

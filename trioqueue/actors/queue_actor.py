@@ -105,7 +105,7 @@ class QueueActor:
             self.state.load_meta(meta)
         now = self.broker.clock.now_ms()
         mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
-        self.broker.router.register_pending(mine)
+        self.broker.router.dependents.register(mine)
         for record in in_admission_order(mine):
             # Active jobs stay active (their workers are still alive; only the
             # actor died), but their locks are gone, so ACKs are taken without token.

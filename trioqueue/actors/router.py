@@ -19,7 +19,7 @@ import trio
 
 from ..core import fields
 from ..core.errors import CommandError
-from ..core.flows import new_flow_job, parse_flow
+from ..core.flows import Dependents, new_flow_job, parse_flow
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
 from ..core.job import Job
 from ..core.queue import ADOPT, completed_reply
@@ -90,9 +90,8 @@ class Router:
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
         self._retained: OrderedDict[str, tuple[float, bool, Any]] = OrderedDict()
-        # child id -> ids of the live jobs waiting for it (the reverse of their
-        # ``pending`` lists), so a child's queue finds its parents in any queue.
-        self._dependents: dict[str, set[str]] = {}
+        # so that a child's queue finds the jobs waiting for it in any queue
+        self.dependents = Dependents()
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -130,28 +129,16 @@ class Router:
         return has_result, result
 
     def add_dependent(self, child_id: str, parent_id: str) -> None:
-        self._dependents.setdefault(child_id, set()).add(parent_id)
+        self.dependents.add(child_id, parent_id)
 
     def drop_dependent(self, child_id: str, parent_id: str) -> None:
-        parents = self._dependents.get(child_id)
-        if parents is not None:
-            parents.discard(parent_id)
-            if not parents:
-                del self._dependents[child_id]
+        self.dependents.drop(child_id, parent_id)
 
     def take_dependents(self, child_id: str) -> list[str]:
-        parents = self._dependents.pop(child_id, None)
-        return sorted(parents) if parents else []
+        return self.dependents.take(child_id)
 
     def has_dependents(self, child_id: str) -> bool:
-        return child_id in self._dependents
-
-    def register_pending(self, records: list[dict[str, Any]]) -> None:
-        """Rebuild the reverse map from stored jobs, before they are restored (a job
-        buried during restore must find the parents waiting for it)."""
-        for record in records:
-            for child_id in record.get("pending") or ():
-                self.add_dependent(child_id, record["id"])
+        return child_id in self.dependents
 
     def post_notices(self, notices: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the

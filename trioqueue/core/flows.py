@@ -20,7 +20,7 @@ How dependencies work, end to end (the queue state machine and the router do the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,49 @@ def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
             on_path.add(nxt)
             stack.append(iter(edges[nxt]))
     return None
+
+
+class Dependents:
+    """child id -> ids of the live jobs waiting for it: the reverse of every waiting
+    job's ``pending`` list. The router keeps one for the broker (the JobIndex methods
+    of the same names delegate here), the test harness one for its queue."""
+
+    __slots__ = ("_parents",)
+
+    def __init__(self) -> None:
+        self._parents: dict[str, set[str]] = {}
+
+    def add(self, child_id: str, parent_id: str) -> None:
+        self._parents.setdefault(child_id, set()).add(parent_id)
+
+    def drop(self, child_id: str, parent_id: str) -> None:
+        parents = self._parents.get(child_id)
+        if parents is not None:
+            parents.discard(parent_id)
+            if not parents:
+                del self._parents[child_id]
+
+    def take(self, child_id: str) -> list[str]:
+        """Forget and return the parents of a child that settled (sorted: notices go
+        out in a stable order)."""
+        parents = self._parents.pop(child_id, None)
+        return sorted(parents) if parents else []
+
+    def __contains__(self, child_id: object) -> bool:
+        return child_id in self._parents
+
+    def __len__(self) -> int:
+        return len(self._parents)
+
+    def clear(self) -> None:
+        self._parents.clear()
+
+    def register(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Rebuild from stored jobs (their ``pending`` lists) before they are restored:
+        a job buried during restore must find the parents waiting for it."""
+        for record in records:
+            for child_id in record.get("pending") or ():
+                self.add(child_id, record["id"])
 
 
 @dataclass(slots=True)

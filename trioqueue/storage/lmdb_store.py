@@ -373,15 +373,8 @@ class LmdbStorage(Storage):
         prefix = K.lookup_dep_prefix(parent_id)
         if prefix is None:
             return {}
-        rows: list[tuple[bytes, bytes]] = []
-        with self._env.begin() as txn, txn.cursor(db=self._deps) as cur:
-            ok = cur.set_range(prefix)
-            while ok:
-                key = cur.key()
-                if not key.startswith(prefix):
-                    break
-                rows.append((key, cur.value()))
-                ok = cur.next()
+        with self._env.begin() as txn:
+            rows = _scan(txn, self._deps, prefix, prefix, None, values=True)
         # decoded after the read transaction ends, so it stays short
         loads = K.decode_value
         return {K.dep_child_id(k): loads(v) for k, v in rows}
@@ -399,17 +392,8 @@ class LmdbStorage(Storage):
         start = prefix
         cut = len(prefix) + 8
         while True:
-            chunk: list[bytes] = []
-            with self._env.begin() as txn, txn.cursor(db=self._idx) as cur:
-                ok = cur.set_range(start)
-                while ok:
-                    key = cur.key()
-                    if not key.startswith(prefix):
-                        break
-                    chunk.append(key)
-                    if len(chunk) >= _ID_CHUNK:
-                        break
-                    ok = cur.next()
+            with self._env.begin() as txn:
+                chunk = [k for k, _ in _scan(txn, self._idx, start, prefix, _ID_CHUNK)]
             for key in chunk:
                 yield key[cut:].decode("utf-8")
             if len(chunk) < _ID_CHUNK:
@@ -426,3 +410,21 @@ class LmdbStorage(Storage):
         if not self._closed:
             self._closed = True
             self._env.close()
+
+
+def _scan(txn: Any, db: Any, start: bytes, prefix: bytes, limit: int | None, *,
+          values: bool = False) -> list[tuple[bytes, bytes]]:
+    """Keys (and values) from ``start`` on while they begin with ``prefix``, at most
+    ``limit`` of them."""
+    out: list[tuple[bytes, bytes]] = []
+    with txn.cursor(db=db) as cur:
+        ok = cur.set_range(start)
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            out.append((key, cur.value() if values else b""))
+            if limit is not None and len(out) >= limit:
+                break
+            ok = cur.next()
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import CommandError
+from ..core.flows import Dependents
 from ..core.queue import QueueState, in_admission_order
 from ..storage.finished import QueueFinished
 from ..storage.memory import MemoryStorage
@@ -22,7 +23,7 @@ class DictIndex(dict[str, str]):
     def __init__(self) -> None:
         super().__init__()
         self.retained: dict[str, tuple[bool, Any]] = {}  # results of removed jobs
-        self.dependents: dict[str, set[str]] = {}  # child id -> waiting parents
+        self.dependents = Dependents()  # child id -> waiting parents
 
     def locate(self, job_id: str) -> str | None:
         return self.get(job_id)
@@ -40,17 +41,13 @@ class DictIndex(dict[str, str]):
         return self.retained.get(job_id)
 
     def add_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.setdefault(child_id, set()).add(parent_id)
+        self.dependents.add(child_id, parent_id)
 
     def drop_dependent(self, child_id: str, parent_id: str) -> None:
-        parents = self.dependents.get(child_id)
-        if parents is not None:
-            parents.discard(parent_id)
-            if not parents:
-                del self.dependents[child_id]
+        self.dependents.drop(child_id, parent_id)
 
     def take_dependents(self, child_id: str) -> list[str]:
-        return sorted(self.dependents.pop(child_id, ()))
+        return self.dependents.take(child_id)
 
     def has_dependents(self, child_id: str) -> bool:
         return child_id in self.dependents
@@ -104,9 +101,7 @@ class QueueHarness:
             self.q.load_meta(meta)
         self.index.dependents.clear()
         mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
-        for record in mine:
-            for child_id in record.get("pending") or ():
-                self.index.add_dependent(child_id, record["id"])
+        self.index.dependents.register(mine)
         for record in in_admission_order(mine):
             self.q.restore(record, now, charge_active=charge_active)
         self.q.replay_outcomes(now)
