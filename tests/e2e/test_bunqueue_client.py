@@ -84,3 +84,44 @@ async def test_bunqueue_python_client_adds_reads_and_processes(server: Server) -
     assert out["missing"] is None
     # its registration, heartbeats and unregistration are all answered
     assert out["worker_errors"] == []
+
+
+def _flow_with_the_client(port: int) -> dict[str, Any]:
+    """bunqueue-client 0.1.5's FlowProducer: children pushed first (with a placeholder
+    parent), then the parent with dependsOn, then one UpdateParent per child."""
+    from bunqueue import FlowProducer
+
+    flows = FlowProducer(host="127.0.0.1", port=port)
+    node = flows.add({"name": "report", "queueName": "cflow-parent", "data": {"r": 1},
+                      "children": [
+                          {"name": "part", "queueName": "cflow-kids", "data": {"n": 1}},
+                          {"name": "part", "queueName": "cflow-kids", "data": {"n": 2}}]})
+    queue = Queue("cflow-kids", host="127.0.0.1", port=port)
+    parent_queue = Queue("cflow-parent", host="127.0.0.1", port=port)
+    state_before = parent_queue.get_state(node.job.id)
+    kids = [child.job.id for child in node.children]
+    child_parent = queue.get_job(kids[0])
+    for _ in kids:
+        job = queue.connection.call({"cmd": "PULL", "queue": "cflow-kids"})["job"]
+        queue.connection.call({"cmd": "ACK", "id": job["id"],
+                               "result": job["data"]["n"] * 10})
+    state_after = parent_queue.get_state(node.job.id)
+    values = parent_queue.get_children_values(node.job.id)
+    tree = flows.get_flow(node.job.id)
+    for closable in (queue, parent_queue, flows):
+        closable.close()
+    return {"parent": node.job.id, "kids": kids, "before": state_before,
+            "after": state_after, "values": values, "child_parent": child_parent,
+            "tree_children": sorted(c.job.id for c in tree.children) if tree else None}
+
+
+async def test_bunqueue_python_flow_producer_builds_a_working_flow(server: Server) -> None:
+    assert server.tcp_port is not None
+    with trio.fail_after(60):
+        out = await trio.to_thread.run_sync(_flow_with_the_client, server.tcp_port)
+    assert out["before"] == "waiting-children" and out["after"] == "waiting"
+    kid1, kid2 = out["kids"]
+    assert out["values"] == {f"cflow-kids:{kid1}": 10, f"cflow-kids:{kid2}": 20}
+    # UpdateParent replaced the placeholder parent the client pushed the child with
+    assert out["child_parent"].data["__parentId"] == out["parent"]
+    assert out["tree_children"] == sorted(out["kids"])
