@@ -1,0 +1,103 @@
+"""Every queue command handler meets arbitrary input with a reply or a CommandError.
+
+Bad input must never crash a queue actor (a crash answers ``Internal server error`` and
+rebuilds the queue). Hypothesis sends each handler maps of mixed plausible and wrong
+values, against a queue that holds jobs in every live state and a small flow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trioqueue.core.errors import CommandError
+from trioqueue.core.flows import parse_flow
+from trioqueue.core.handlers import QUEUE_HANDLERS, Ctx
+from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import JobWaiter, PullWaiter
+from trioqueue.testing.queue import QueueHarness
+
+T0 = 1_764_000_000_000
+IDS = ["done", "active", "waiting", "parent", "child", "ghost", ""]
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+    st.sampled_from(IDS), st.binary(max_size=4))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12)
+FIELDS = ["id", "ids", "queue", "jobs", "token", "tokens", "result", "results", "error",
+          "delay", "priority", "lifo", "data", "name", "count", "timeout", "owner",
+          "lockTtl", "duration", "durations", "progress", "message", "start", "end",
+          "type", "childId", "parentId", "dependsOn", "customId", "jobId", "state",
+          "limit", "offset", "config", "keepLogs", "level", "deduplicationId"]
+# Plausible values, so that commands get past their first check and meet a wrong
+# value deeper in (a random map alone rarely names a job that exists).
+PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
+    "id": st.sampled_from(IDS), "childId": st.sampled_from(IDS),
+    "parentId": st.sampled_from(IDS), "queue": st.just("q"),
+    "ids": st.lists(st.sampled_from(IDS), max_size=3),
+    "type": st.sampled_from(["processed", "unprocessed", "failed", "ignored", "other"]),
+    "token": st.sampled_from(["", "wrong"]), "delay": st.integers(-5, 5),
+    "start": st.integers(-2, 3), "end": st.integers(-2, 3),
+    "dependsOn": st.lists(st.sampled_from(IDS), max_size=3),
+}
+messages = st.builds(
+    lambda plausible, wild: {**plausible, **wild},
+    st.fixed_dictionaries({}, optional=PLAUSIBLE),
+    st.dictionaries(st.sampled_from(FIELDS), values, max_size=4))
+
+
+def populated() -> QueueHarness:
+    h = QueueHarness()
+
+    def push(**fields: Any) -> None:
+        spec = parse_job_input({"data": {}, **fields}, custom_id_key="jobId")
+        h.call("push", [spec], T0)
+
+    push(jobId="done")
+    push(jobId="active")
+    h.call("pull", T0, count=1, owner=None, lock_ttl=30_000, conn=None)
+    h.call("ack", "done", T0, has_result=True, result=1)
+    push(jobId="active")  # a live custom id: a no-op
+    h.call("pull", T0, count=1, owner="w", lock_ttl=30_000, conn=None)
+    push(jobId="waiting")
+    push(jobId="child")
+    push(jobId="parent", dependsOn=["child"], childrenIds=["child"])
+    return h
+
+
+@pytest.mark.parametrize("cmd", sorted(QUEUE_HANDLERS))
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(msg=messages)
+def test_handlers_answer_or_refuse_any_input(cmd: str, msg: dict[str, Any]) -> None:
+    h = populated()
+    try:
+        reply = QUEUE_HANDLERS[cmd](h.q, msg, Ctx(T0))
+    except CommandError as exc:
+        assert isinstance(exc.message, str) and exc.message
+        return
+    assert isinstance(reply, (dict, PullWaiter, JobWaiter))
+    h.commit()  # whatever it recorded must also be storable
+    h.deliver_notices(T0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(jobs=st.lists(st.dictionaries(
+    st.sampled_from(["id", "queue", "input"]),
+    st.one_of(values, st.dictionaries(st.sampled_from(
+        ["name", "data", "parentId", "childrenIds", "dependsOn", "customId",
+         "failParentOnFailure", "priority", "repeat"]), values, max_size=4))),
+    max_size=4))
+def test_pushf_validation_answers_or_refuses_any_input(jobs: list[Any]) -> None:
+    try:
+        items = parse_flow({"jobs": jobs})
+    except CommandError as exc:
+        assert exc.message
+    else:
+        assert [item.id for item in items] == [job["id"] for job in jobs]
