@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from trioqueue.testing import RawClient
 
 
@@ -269,3 +271,39 @@ async def test_ids_too_long_to_link_are_refused_before_anything_is_written(
     assert reply["error"].startswith(f"Job ids too long to link {dep}")
     assert await state(client, long_id) == "unknown"
     assert (await client.ok("PUSH", queue="dl", name="n", data=1, dependsOn=[dep]))["id"]
+
+
+async def test_many_flows_resolve_under_concurrent_workers(connect: Any) -> None:
+    """Parked pulls take children the moment their flow is adopted; completions in three
+    queues race each other's notices to the parents' queue."""
+    queues = ["cw-a", "cw-b", "cw-c"]
+    n_flows = 40
+    producer: RawClient = await connect()
+    workers: list[RawClient] = [await connect() for _ in queues]
+    done = trio.Event()
+    completed = {q: 0 for q in queues}
+
+    async def work_queue(client: RawClient, queue: str) -> None:
+        while completed[queue] < n_flows:
+            reply = await client.ok("PULLB", queue=queue, count=10, timeout=1000)
+            jobs = reply["jobs"]
+            if jobs:
+                await client.ok("ACKB", ids=[j["id"] for j in jobs],
+                                results=[j["id"].upper() for j in jobs])
+                completed[queue] += len(jobs)
+        if all(n >= n_flows for n in completed.values()):
+            done.set()
+
+    async with trio.open_nursery() as nursery:
+        for client, queue in zip(workers, queues, strict=True):
+            nursery.start_soon(work_queue, client, queue)
+        for f in range(n_flows):
+            kids = {f"f{f}k{i}": q for i, q in enumerate(queues)}
+            await producer.ok("PUSHF", jobs=tree(f"f{f}p", kids, parent_queue="cw-p"))
+        with trio.fail_after(20):
+            await done.wait()
+    counts = (await producer.ok("GetJobCounts", queue="cw-p"))["counts"]
+    assert counts["waiting"] == n_flows and counts["waiting-children"] == 0
+    for f in (0, n_flows - 1):
+        values = (await producer.ok("GetChildrenValues", id=f"f{f}p"))["data"]["values"]
+        assert values == {f"{q}:f{f}k{i}": f"F{f}K{i}" for i, q in enumerate(queues)}
