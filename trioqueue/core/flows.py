@@ -142,6 +142,9 @@ class Dependents:
         parents = self._parents.pop(child_id, None)
         return sorted(parents) if parents else []
 
+    def parents_of(self, child_id: str) -> frozenset[str]:
+        return frozenset(self._parents.get(child_id, ()))
+
     def __contains__(self, child_id: object) -> bool:
         return child_id in self._parents
 

@@ -1292,6 +1292,9 @@ class QueueState:
         job = self.jobs.get(parent_id)
         if job is None or not job.pending or child_id not in job.pending:
             return
+        # The child's queue took this registration already, except when a restart
+        # replays the row: the map was rebuilt from the stored pending list then.
+        self.index.drop_dependent(child_id, parent_id)
         kind = outcome.get("kind")
         if kind == flows.FAILED:
             policy = outcome.get("policy")
