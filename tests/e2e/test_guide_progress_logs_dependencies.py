@@ -160,14 +160,18 @@ async def test_a_job_the_stall_detector_buries_ends_the_wait(
 # --- "A job that no longer exists ... rejects the wait with Job <id> not found" -------
 
 
-async def test_a_wait_on_a_removed_job_is_job_not_found(client: RawClient) -> None:
-    job_id = (await client.ok("PUSH", queue="g8", name="n", data={}))["id"]
-    wait = await client.send("WaitJob", id=job_id, timeout=30_000)
-    await client.ok("Cancel", id=job_id)
-    reply = await client.reply_to(wait)
-    assert reply == {"ok": False, "error": f"Job {job_id} not found", "reqId": wait}
-    again = await client.call("WaitJob", id=job_id)
-    assert again["error"] == f"Job {job_id} not found"
+async def test_a_wait_on_a_removed_drained_or_obliterated_job_is_job_not_found(
+        client: RawClient) -> None:
+    removals = [("Cancel", "id"), ("Drain", "queue"), ("Obliterate", "queue")]
+    for i, (cmd, key) in enumerate(removals):
+        queue = f"g8-{i}"
+        job_id = (await client.ok("PUSH", queue=queue, name="n", data={}))["id"]
+        wait = await client.send("WaitJob", id=job_id, timeout=30_000)
+        await client.ok(cmd, **{key: job_id if key == "id" else queue})
+        reply = await client.reply_to(wait)
+        assert reply == {"ok": False, "error": f"Job {job_id} not found", "reqId": wait}
+        again = await client.call("WaitJob", id=job_id)
+        assert again["error"] == f"Job {job_id} not found", cmd
 
 
 # --- "Request/reply with removeOnComplete: true works ..." ----------------------------
@@ -188,6 +192,17 @@ async def test_removed_on_complete_results_are_kept_for_waits_for_60_seconds(
     await trio.sleep(61)
     assert (await client.call("WaitJob", id=job_id))["error"] == f"Job {job_id} not found"
     await client.aclose()
+
+
+async def test_obliterating_the_queue_forgets_its_retained_results(client: RawClient
+                                                                   ) -> None:
+    job_id = (await client.ok("PUSH", queue="g9b", name="n", data={},
+                              removeOnComplete=True))["id"]
+    await client.ok("PULL", queue="g9b")
+    await client.ok("ACK", id=job_id, result="kept")
+    assert (await client.ok("WaitJob", id=job_id))["result"] == "kept"
+    await client.ok("Obliterate", queue="g9b")
+    assert (await client.call("WaitJob", id=job_id))["error"] == f"Job {job_id} not found"
 
 
 async def test_reusing_the_custom_id_forgets_the_retained_result(client: RawClient) -> None:

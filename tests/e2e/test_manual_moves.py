@@ -79,3 +79,53 @@ async def test_stall_config_commands(client: RawClient) -> None:
     assert config["maxStalls"] == 5 and config["enabled"] is False
     bad = await client.call("SetStallConfig", queue="sc", config={"stallInterval": "x"})
     assert bad["error"] == "stallInterval must be a number"
+
+
+async def test_drain_removes_queued_jobs_only(client: RawClient) -> None:
+    waiting = (await client.ok("PUSH", queue="dr", name="n", data=1))["id"]
+    delayed = (await client.ok("PUSH", queue="dr", name="n", data=2, delay=60_000))["id"]
+    active = (await client.ok("PUSH", queue="dr", name="n", data=3, priority=9))["id"]
+    assert (await client.ok("PULL", queue="dr"))["job"]["id"] == active
+    parent = (await client.ok("PUSH", queue="dr", name="n", data=4,
+                              dependsOn=[active]))["id"]
+    assert (await client.ok("Drain", queue="dr"))["count"] == 2
+    for job_id in (waiting, delayed):
+        assert (await client.ok("GetState", id=job_id))["state"] == "unknown"
+    assert (await client.ok("GetState", id=active))["state"] == "active"
+    assert (await client.ok("GetState", id=parent))["state"] == "waiting-children"
+    assert (await client.ok("Drain", queue="dr"))["count"] == 0
+
+
+async def test_obliterate_removes_everything_of_the_queue(client: RawClient) -> None:
+    ids = (await client.ok("PUSHB", queue="ob", jobs=[
+        {"name": "n", "data": i, "maxAttempts": 1} for i in range(4)]))["ids"]
+    await client.ok("PUSH", queue="ob-other", name="n", data=0, jobId="elsewhere")
+    pulled = (await client.ok("PULLB", queue="ob", count=3, owner="w"))
+    await client.ok("ACK", id=ids[0], token=pulled["tokens"][0], result="r")
+    await client.ok("FAIL", id=ids[1], token=pulled["tokens"][1], error="e")
+    await client.ok("AddLog", id=ids[3], message="hello")
+    await client.ok("Pause", queue="ob")
+    await client.ok("Obliterate", queue="ob")
+    for job_id in ids:  # completed, failed, active and waiting: all gone
+        assert (await client.ok("GetState", id=job_id))["state"] == "unknown"
+    counts = (await client.ok("GetJobCounts", queue="ob"))["counts"]
+    assert set(counts.values()) == {0}
+    assert (await client.ok("IsPaused", queue="ob"))["paused"] is False
+    assert (await client.ok("GetLogs", id=ids[3]))["data"]["count"] == 0
+    late = await client.call("ACK", id=ids[2], token=pulled["tokens"][2])
+    assert late["error"] == f"Job not found or not in processing state: {ids[2]}"
+    assert (await client.ok("GetState", id="elsewhere"))["state"] == "waiting"
+    # the custom ids are free again
+    assert (await client.ok("PUSH", queue="ob", name="n", data=9, jobId=ids[0]))["id"] == (
+        ids[0])
+
+
+async def test_update_keeps_the_flow_keys_of_the_data(client: RawClient) -> None:
+    parent = (await client.ok("PUSH", queue="uf", name="p", data={"v": 1}))["id"]
+    child = (await client.ok("PUSH", queue="uf", name="c", data={"v": 1}))["id"]
+    await client.ok("UpdateParent", childId=child, parentId=parent)
+    await client.ok("Update", id=child, data={"v": 2, "__parentId": "forged"})
+    data = (await client.ok("GetJob", id=child))["job"]["data"]
+    assert data == {"v": 2, "__parentId": parent, "__parentQueue": "uf"}
+    await client.ok("Update", id=child, data=[1, 2])  # not a map: taken as it is
+    assert (await client.ok("GetJob", id=child))["job"]["data"] == [1, 2]

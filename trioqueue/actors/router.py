@@ -89,7 +89,8 @@ class Router:
         self._index: dict[str, str] = {}
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
-        self._retained: OrderedDict[str, tuple[float, bool, Any]] = OrderedDict()
+        # job id -> (expires at, queue, has result, result)
+        self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
 
@@ -105,7 +106,8 @@ class Router:
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
 
-    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
+                      now: int) -> None:
         """Keep a removed-on-complete job's result for a late WaitJob (memory only).
 
         Bounded in time and count (``removed_result_retention_s``,
@@ -114,7 +116,7 @@ class Router:
         retained = self._retained
         retained.pop(job_id, None)
         retained[job_id] = (now + self.broker.config.removed_result_retention_s * 1000,
-                            has_result, result)
+                            queue, has_result, result)
         while len(retained) > self.broker.config.max_removed_results:
             retained.popitem(last=False)
 
@@ -122,11 +124,15 @@ class Router:
         entry = self._retained.get(job_id)
         if entry is None:
             return None
-        expires, has_result, result = entry
+        expires, _, has_result, result = entry
         if expires <= now:
             del self._retained[job_id]
             return None
         return has_result, result
+
+    def forget_retained(self, queue: str) -> None:
+        for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:
+            del self._retained[job_id]
 
     def add_dependent(self, child_id: str, parent_id: str) -> None:
         self.dependents.add(child_id, parent_id)

@@ -42,6 +42,10 @@ REMOVE_DEPENDENCY = "remove"
 
 DETACHED: dict[str, Any] = {"kind": DETACHED_KIND}
 
+# Keys of job data that flow producers (and UpdateParent) own; Update keeps them.
+FLOW_DATA_KEYS = ("__parentId", "__parentQueue", "__childrenIds", "__flowParentId",
+                  "__flowParentIds")
+
 # bunqueue also caps a flow's data at 64 MB: our frame cap (max_frame_bytes, 64 MiB by
 # default) bounds the whole PUSHF already, so no second count is made here.
 MAX_FLOW_JOBS = 10_000

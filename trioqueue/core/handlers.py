@@ -546,6 +546,15 @@ def get_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"config": dict(q.stall)}
 
 
+def drain(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"count": q.drain(ctx.now)}
+
+
+def obliterate(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    q.obliterate(ctx.now)
+    return {}
+
+
 def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"paused": q.paused}
 
@@ -601,6 +610,8 @@ QUEUE_HANDLERS: dict[str, Handler] = {
     "Pause": pause,
     "Resume": resume,
     "IsPaused": is_paused,
+    "Drain": drain,
+    "Obliterate": obliterate,
 }
 
 

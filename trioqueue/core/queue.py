@@ -59,8 +59,11 @@ class JobIndex(Protocol):
     def locate(self, job_id: str) -> str | None: ...
     def add(self, job_id: str, queue: str) -> None: ...
     def remove(self, job_id: str) -> None: ...
-    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
+                      now: int) -> None:
         """Keep a removed-on-complete job's result a while, for a late WaitJob."""
+    def forget_retained(self, queue: str) -> None:
+        """Drop the retained results of a queue's jobs (Obliterate)."""
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
         """A removed-on-complete job's retained result (its completion proof), if any."""
     # The reverse of every waiting job's ``pending`` list (child -> waiting parents),
@@ -84,6 +87,7 @@ class FinishedReader(Protocol):
         self, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]]: ...
     def count(self, state: str) -> int: ...
+    def ids(self, state: str) -> Iterable[str]: ...
     # Any queue's finished jobs: dependencies and children may live in other queues.
     def get_any(self, job_id: str) -> dict[str, Any] | None: ...
     def result_any(self, job_id: str) -> tuple[bool, Any]: ...
@@ -664,7 +668,7 @@ class QueueState:
         if job.durable:
             self.writes.durable = True
         if remove or job.remove_on_complete:
-            self.index.retain_result(job.id, has_result, result, now)
+            self.index.retain_result(job.id, self.name, has_result, result, now)
         self._settle_dependents(job.id, flows.completed_outcome(self.name, has_result, result))
         self._settle(job.id, completed_reply(has_result, result))
         self._emit("completed", job.id, now, data=result if has_result else None)
@@ -1033,9 +1037,16 @@ class QueueState:
         self._emit("removed", job_id, now, prev="waiting")
 
     def update_data(self, job_id: str, data: Any) -> None:
+        """New data for a live job; the flow keys the broker and the flow producers
+        wrote (``__parentId``, ...) survive, and new data cannot forge them."""
         job = self.jobs.get(job_id)
         if job is None or job.state not in (QUEUED, ACTIVE, WAITING_CHILDREN):
             raise CommandError("Job not found or cannot be updated")
+        if isinstance(job.data, dict) and isinstance(data, dict):
+            kept = {k: job.data[k] for k in flows.FLOW_DATA_KEYS if k in job.data}
+            if kept or any(k in data for k in flows.FLOW_DATA_KEYS):
+                data = {k: v for k, v in data.items() if k not in flows.FLOW_DATA_KEYS}
+                data.update(kept)
         job.data = data
         self._persist(job)
 
@@ -1478,6 +1489,36 @@ class QueueState:
         }
 
     # ------------------------------------------------------------------ control
+
+    def drain(self, now: int) -> int:
+        """Remove every queued job (waiting, prioritized, delayed); active jobs and jobs
+        waiting for children stay. No per-job event, as in bunqueue."""
+        queued = [job for job in self.jobs.values() if job.state == QUEUED]
+        for job in queued:
+            self._drop_queued(job, now)
+        self._ready.clear()
+        self._delayed.clear()
+        return len(queued)
+
+    def obliterate(self, now: int) -> None:
+        """Remove everything of the queue: live jobs in every state (an active job's
+        worker then finds it gone), finished jobs with their results, logs, retained
+        results, the stored pause and stall settings. Parked pulls keep waiting."""
+        for job in list(self.jobs.values()):
+            self._drop_queued(job, now)
+        for state in (COMPLETED, FAILED):
+            for job_id in list(self.finished.ids(state)):
+                self.writes.delete_job(job_id)
+        self._ready.clear()
+        self._delayed.clear()
+        self._lock_heap.clear()
+        self._timeouts.clear()
+        self._stall_suspects.clear()
+        self.logs.clear()
+        self.index.forget_retained(self.name)
+        self.paused = False
+        self.stall = dict(DEFAULT_STALL_CONFIG)
+        self.writes.put_queue_meta(self.name, self.meta())
 
     def set_paused(self, paused: bool, now: int) -> None:
         if self.paused != paused:

@@ -7,7 +7,7 @@ so a query never misses a job the same batch just finished (read-your-writes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .port import Storage
@@ -35,6 +35,10 @@ class QueueFinished:
         if self.get(job_id) is None:
             return False, None
         return self.storage.get_result(job_id)
+
+    def ids(self, state: str) -> Iterator[str]:
+        self._fresh()
+        return self.storage.iter_finished_ids(self.queue, state)
 
     def get_any(self, job_id: str) -> dict[str, Any] | None:
         """A finished job of any queue (dependencies may live in other queues)."""

@@ -34,8 +34,12 @@ class DictIndex(dict[str, str]):
     def remove(self, job_id: str) -> None:
         self.pop(job_id, None)
 
-    def retain_result(self, job_id: str, has_result: bool, result: Any, now: int) -> None:
+    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
+                      now: int) -> None:
         self.retained[job_id] = (has_result, result)
+
+    def forget_retained(self, queue: str) -> None:
+        self.retained.clear()  # one queue: everything retained is that queue's
 
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
         return self.retained.get(job_id)

@@ -76,6 +76,8 @@ ROUTES: dict[str, str] = {
     "Pause": BY_QUEUE,
     "Resume": BY_QUEUE,
     "IsPaused": BY_QUEUE,
+    "Drain": BY_QUEUE,
+    "Obliterate": BY_QUEUE,
     # workers registry
     "RegisterWorker": BROKER,
     "UnregisterWorker": BROKER,
