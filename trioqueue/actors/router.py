@@ -283,6 +283,8 @@ class Router:
         reply finds the jobs in place.
         """
         broker = self.broker
+        # (Reading a queue's admission counter here is the one place the router touches
+        # a queue's state: synchronous, on the one trio thread, so no actor is midway.)
         items = parse_flow(req.msg, max_data_bytes=broker.config.max_data_bytes)
         now = broker.clock.now_ms()
         for item in items:
@@ -298,6 +300,7 @@ class Router:
         snapshots = []
         for item in items:
             job = new_flow_job(item, now)
+            job.seq = self.actor(job.queue).state.reserve_seq()
             self.add(job.id, job.queue)
             for child_id in job.pending or ():
                 self.add_dependent(child_id, job.id)
@@ -308,7 +311,7 @@ class Router:
             snapshots.append(wire)
         broker.writer.submit(writes)
         for name, jobs in per_queue.items():
-            self.actor(name).post((ADOPT, jobs))
+            self.actors[name].post((ADOPT, jobs))
         broker.writer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])
 
     def _broker_command(self, req: Request) -> dict[str, Any]:

@@ -219,6 +219,11 @@ class QueueState:
         self._seq += 1
         return self._seq
 
+    def reserve_seq(self) -> int:
+        """An admission number for a job another party writes (a PUSHF, admitted by the
+        router): it is stored with the job, so the queue need not write it again."""
+        return self._next_seq()
+
     def _count(self, job: Job, delta: int, now: int) -> None:
         """Keep the per-state counters right; called when a job enters or leaves a place."""
         c = self.c
@@ -1258,16 +1263,14 @@ class QueueState:
     def adopt(self, job: Job, now: int) -> None:
         """Take in a job of an atomic flow (PUSHF), already committed by the router.
 
-        The router claimed the id and registered the dependencies; the queue gives the
-        job its admission number and its place, and stores it again with that number.
+        The router claimed the id, registered the dependencies and stored the job with
+        an admission number from :meth:`reserve_seq`; the queue gives it its place.
         """
         self.jobs[job.id] = job
         if job.state == WAITING_CHILDREN:
-            job.seq = self._next_seq()
             self._count(job, +1, now)
         else:
-            self._enqueue(job, now)
-        self._persist(job)
+            self._enqueue(job, now, keep_seq=True)
         self._emit("pushed", job.id, now)
         if job.state == WAITING_CHILDREN:
             self._emit("waiting-children", job.id, now)
