@@ -1,0 +1,42 @@
+"""trioqueue's Python client: Queue, Worker, QueueEvents, FlowProducer and Job.
+
+Trio-native and async; ``trioqueue.sync`` wraps the producer and query side for code
+without an event loop. One switch picks the mode::
+
+    async with open_connection("127.0.0.1", 6789) as conn:       # a broker over TCP
+    async with open_connection(embedded=True) as conn:           # a broker in process
+
+and the rest of the code is the same.
+"""
+
+from .connection import Connection, EventStream, open_connection
+from .errors import (
+    AuthenticationError,
+    CommandError,
+    ConnectionLost,
+    JobFailed,
+    JobNotFound,
+    LockError,
+    TrioqueueError,
+    ValidationError,
+    WaitTimeout,
+)
+from .job import Job
+from .queue import Queue
+
+__all__ = [
+    "AuthenticationError",
+    "CommandError",
+    "Connection",
+    "ConnectionLost",
+    "EventStream",
+    "Job",
+    "JobFailed",
+    "JobNotFound",
+    "LockError",
+    "Queue",
+    "TrioqueueError",
+    "ValidationError",
+    "WaitTimeout",
+    "open_connection",
+]

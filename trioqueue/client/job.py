@@ -1,0 +1,172 @@
+"""A job as the client sees it: the broker's Job object as Python attributes, plus the
+operations BullMQ users call on a job (progress, logs, moves, waiting for its outcome).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .events import QueueEvents
+    from .queue import Queue
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class Job:
+    """One job. ``raw`` is the Job map as the broker sent it.
+
+    ``token`` is the lock token of the delivery that handed the job to a worker (None
+    outside a worker, or for a pull without a lock); the move methods use it unless
+    another is given.
+    """
+
+    def __init__(self, queue: Queue, raw: dict[str, Any], token: str | None = None) -> None:
+        self.queue = queue
+        self.raw = raw
+        self.token = token or None
+        self.id: str = raw["id"]
+        self.name: str = raw.get("name", "default")
+        self.data: Any = raw.get("data")
+        self.queue_name: str = raw.get("queue", queue.name)
+        self.priority: float = raw.get("priority", 0)
+        self.attempts_made: int = int(raw.get("attempts", 0))
+        self.max_attempts: int = int(raw.get("maxAttempts", 3))
+        self.timestamp: int | None = _int(raw.get("createdAt"))
+        self.run_at: int | None = _int(raw.get("runAt"))
+        self.processed_on: int | None = _int(raw.get("startedAt"))
+        self.finished_on: int | None = _int(raw.get("completedAt"))
+        self.progress: float = raw.get("progress", 0)
+        self.progress_message: str | None = raw.get("progressMessage")
+        self.stacktrace: list[str] | None = raw.get("stacktrace")
+        self.stalled_counter: int = int(raw.get("stallCount", 0))
+        self.custom_id: str | None = raw.get("customId")
+        self.parent_id: str | None = raw.get("parentId")
+        self.children_ids: list[str] = list(raw.get("childrenIds") or ())
+        self.depends_on: list[str] = list(raw.get("dependsOn") or ())
+        self.tags: list[str] = list(raw.get("tags") or ())
+        self.group_id: str | None = raw.get("groupId")
+        self.unique_key: str | None = raw.get("uniqueKey")
+        self.timeline: list[dict[str, Any]] = list(raw.get("timeline") or ())
+        self.state: str | None = raw.get("state")  # only when the broker says
+
+    @property
+    def delay(self) -> int:
+        if self.run_at is None or self.timestamp is None:
+            return 0
+        return max(self.run_at - self.timestamp, 0)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.name!r} in {self.queue_name}>"
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_state(self) -> str:
+        self.state = await self.queue.get_job_state(self.id)
+        return self.state
+
+    async def is_waiting(self) -> bool:
+        return await self.get_state() == "waiting"
+
+    async def is_active(self) -> bool:
+        return await self.get_state() == "active"
+
+    async def is_delayed(self) -> bool:
+        return await self.get_state() == "delayed"
+
+    async def is_completed(self) -> bool:
+        return await self.get_state() == "completed"
+
+    async def is_failed(self) -> bool:
+        return await self.get_state() == "failed"
+
+    async def is_waiting_children(self) -> bool:
+        return await self.get_state() == "waiting-children"
+
+    async def get_children_values(self) -> dict[str, Any]:
+        return await self.queue.get_children_values(self.id)
+
+    async def get_failed_children_values(self) -> dict[str, Any]:
+        return await self.queue.get_failed_children_values(self.id)
+
+    async def get_ignored_children_failures(self) -> dict[str, Any]:
+        return await self.queue.get_ignored_children_failures(self.id)
+
+    async def get_dependencies(self, type: str | None = None, start: int = 0,
+                               end: int = -1) -> dict[str, Any]:
+        return await self.queue.get_dependencies(self.id, type, start, end)
+
+    async def get_dependencies_count(self) -> dict[str, int]:
+        return await self.queue.get_dependencies_count(self.id)
+
+    async def get_logs(self, start: int = 0, end: int = -1) -> dict[str, Any]:
+        return await self.queue.get_job_logs(self.id, start, end)
+
+    # ------------------------------------------------------------------ changes
+
+    async def update_progress(self, progress: Any, message: str | None = None) -> None:
+        await self.queue.update_job_progress(self.id, progress, message)
+        if isinstance(progress, (int, float)) and not isinstance(progress, bool):
+            self.progress = min(max(progress, 0), 100)
+
+    async def log(self, message: str, level: str = "info") -> None:
+        await self.queue.add_job_log(self.id, message, level)
+
+    async def clear_logs(self, keep: int = 0) -> None:
+        await self.queue.clear_job_logs(self.id, keep)
+
+    async def update_data(self, data: Any) -> None:
+        await self.queue.update_job_data(self.id, data)
+        self.data = data
+
+    async def promote(self) -> None:
+        await self.queue.promote_job(self.id)
+
+    async def change_delay(self, delay_ms: float) -> None:
+        await self.queue.change_job_delay(self.id, delay_ms, self.token)
+
+    async def change_priority(self, priority: float = 0, lifo: bool | None = None) -> None:
+        await self.queue.change_job_priority(self.id, priority, lifo)
+
+    async def extend_lock(self, duration_ms: float, token: str | None = None) -> None:
+        await self.queue.extend_job_lock(self.id, duration_ms, token or self.token)
+
+    async def remove(self) -> None:
+        await self.queue.remove(self.id)
+
+    async def retry(self) -> None:
+        await self.queue.retry_job(self.id)
+
+    async def discard(self) -> None:
+        await self.queue.discard_job(self.id, self.token)
+
+    async def remove_child_dependency(self) -> bool:
+        return await self.queue.remove_child_dependency(self.id)
+
+    async def remove_unprocessed_children(self) -> None:
+        await self.queue.remove_unprocessed_children(self.id)
+
+    # ------------------------------------------------------------------ moves
+
+    async def move_to_completed(self, result: Any = None, token: str | None = None) -> None:
+        await self.queue.move_job_to_completed(self.id, result, token or self.token)
+
+    async def move_to_failed(self, error: BaseException | str,
+                             token: str | None = None) -> None:
+        await self.queue.move_job_to_failed(self.id, error, token or self.token)
+
+    async def move_to_wait(self, token: str | None = None) -> None:
+        await self.queue.move_job_to_wait(self.id, token or self.token)
+
+    async def move_to_delayed(self, timestamp_ms: float, token: str | None = None) -> None:
+        await self.queue.move_job_to_delayed(self.id, timestamp_ms, token or self.token)
+
+    async def move_to_waiting_children(self, token: str | None = None) -> bool:
+        return await self.queue.move_job_to_waiting_children(self.id, token or self.token)
+
+    async def wait_until_finished(self, queue_events: QueueEvents | None = None,
+                                  ttl: float | None = 30.0) -> Any:
+        """The job's result once it completes (see :meth:`Queue.wait_job_until_finished`)."""
+        return await self.queue.wait_job_until_finished(self.id, queue_events, ttl)
