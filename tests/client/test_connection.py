@@ -13,9 +13,11 @@ from trioqueue.client import (
     AuthenticationError,
     Connection,
     ConnectionLost,
+    JobNotFound,
     Queue,
     open_connection,
 )
+from trioqueue.client.errors import CommandTimeout, JobExists
 from trioqueue.config import Config
 from trioqueue.server import Server
 
@@ -135,3 +137,36 @@ async def test_a_closed_connection_refuses_commands(conn: Connection) -> None:
     await conn.aclose()
     with pytest.raises(ConnectionLost):
         await conn.call("Ping")
+
+
+async def test_the_callers_exception_comes_out_unwrapped(connect_args: dict[str, Any]
+                                                         ) -> None:
+    with pytest.raises(JobNotFound):
+        async with open_connection(**connect_args) as conn:
+            await Queue("c-raise", conn).remove("missing")
+
+
+async def test_a_broker_that_does_not_answer_times_out() -> None:
+    """A listener that accepts and never replies: the command fails, it does not hang."""
+    listener = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener[0].socket.getsockname()[1]
+    accepted: list[trio.SocketStream] = []
+
+    async def accept_and_ignore() -> None:
+        accepted.append(await listener[0].accept())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept_and_ignore)
+        async with open_connection(port=port, command_timeout_s=0.2) as conn:
+            with trio.fail_after(5), pytest.raises(CommandTimeout, match="no reply to Ping"):
+                await conn.call("Ping")
+    for stream in accepted:
+        await stream.aclose()
+    await listener[0].aclose()
+
+
+async def test_a_taken_flow_id_is_job_exists(conn: Connection) -> None:
+    await Queue("c-exists", conn).add("n", {}, job_id="taken")
+    with pytest.raises(JobExists):
+        await conn.call("PUSHF", jobs=[{"id": "taken", "queue": "c-exists",
+                                        "input": {"name": "n", "data": {}}}])

@@ -21,8 +21,11 @@ from .errors import (
     ValidationError,
     WaitTimeout,
 )
+from .events import QueueEvent, QueueEvents
+from .flow import FlowNode, FlowProducer
 from .job import Job
 from .queue import Queue
+from .worker import UnrecoverableError, Worker
 
 __all__ = [
     "AuthenticationError",
@@ -30,13 +33,19 @@ __all__ = [
     "Connection",
     "ConnectionLost",
     "EventStream",
+    "FlowNode",
+    "FlowProducer",
     "Job",
     "JobFailed",
     "JobNotFound",
     "LockError",
     "Queue",
+    "QueueEvent",
+    "QueueEvents",
     "TrioqueueError",
+    "UnrecoverableError",
     "ValidationError",
     "WaitTimeout",
+    "Worker",
     "open_connection",
 ]

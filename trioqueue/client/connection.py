@@ -37,7 +37,7 @@ import trio
 from ..config import Config
 from ..transport.codec import CBOR, MSGPACK, Codec
 from ..transport.framing import FrameDecoder, encode_frame
-from .errors import ConnectionLost, TrioqueueError, error_for
+from .errors import CommandTimeout, ConnectionLost, TrioqueueError, error_for
 
 DEFAULT_PORT = 6789
 RECONNECT_FIRST_S = 0.1
@@ -181,7 +181,7 @@ class Connection:
 
     def __init__(self, nursery: trio.Nursery, *, host: str, port: int, token: str | None,
                  pool_size: int, codec: str, connect_timeout_s: float,
-                 broker: Any = None) -> None:
+                 broker: Any = None, command_timeout_s: float | None = None) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self._nursery = nursery
@@ -191,6 +191,7 @@ class Connection:
         self.pool_size = pool_size
         self.codec = CBOR if codec == "cbor" else MSGPACK
         self.connect_timeout_s = connect_timeout_s
+        self.command_timeout_s = command_timeout_s
         self.broker = broker
         self._slots: list[_Channel | None] = [None] * pool_size
         self._slot_locks = [trio.Lock() for _ in range(pool_size)]
@@ -213,7 +214,13 @@ class Connection:
     async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one command and return its reply as the broker sent it."""
         channel = await self._channel()
-        return await channel.call(msg)
+        if self.command_timeout_s is None:
+            return await channel.call(msg)
+        limit = self.command_timeout_s + _hold_s(msg)
+        with trio.move_on_after(limit):
+            return await channel.call(msg)
+        await channel.aclose()
+        raise CommandTimeout(f"no reply to {msg.get('cmd')} within {limit:g} s")
 
     async def _channel(self) -> _Channel:
         if self.closed:
@@ -233,12 +240,16 @@ class Connection:
     async def open_channel(self, on_event: Any = None) -> _Channel:
         """A new channel (retried with backoff until ``connect_timeout_s``), owned by
         this connection and closed with it."""
+        if self.closed:
+            raise ConnectionLost("connection closed")
         channel: _Channel
         if self.broker is not None:
             channel = _EmbeddedChannel(self.broker)
         else:
             channel = await self._open_tcp()
         channel.on_event = on_event
+        # Forget channels that broke (a reconnecting subscription makes one per outage).
+        self._others = {other for other in self._others if not other.broken}
         self._others.add(channel)
         if self.token is not None:
             reply = await channel.call({"cmd": "Auth", "token": self.token})
@@ -293,6 +304,17 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await channel.aclose()
         self._others.clear()
+
+
+def _hold_s(msg: dict[str, Any]) -> float:
+    """How long a command may rightly wait at the broker before answering."""
+    if msg.get("cmd") in ("PULL", "PULLB", "WaitJob"):
+        timeout = msg.get("timeout")
+        if isinstance(timeout, (int, float)) and timeout > 0:
+            return float(timeout) / 1000.0
+        if msg.get("cmd") == "WaitJob":
+            return 30.0  # the broker's default hold
+    return 0.0
 
 
 class EventStream:
@@ -355,10 +377,17 @@ async def open_connection(
     pool_size: int = 4,
     codec: str = "cbor",
     connect_timeout_s: float = 5.0,
+    command_timeout_s: float | None = 30.0,
     embedded: bool = False,
     config: Config | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to a broker over TCP, or (``embedded=True``) run one in this program.
+
+    ``command_timeout_s`` bounds the wait for any reply (None: no bound); a command that
+    holds on purpose (a long-poll ``PULL``/``PULLB``, ``WaitJob``) gets its own
+    ``timeout`` on top. Past it the command fails with :class:`CommandTimeout` and its
+    socket is dropped (a broker that does not answer one command is not trusted with
+    the next).
 
     Embedded, the broker uses ``config`` (memory storage when none is given: pass
     ``Config(data_dir=...)`` for an LMDB store), and stops when the block ends, after
@@ -366,6 +395,7 @@ async def open_connection(
     """
     if codec not in ("cbor", "msgpack"):
         raise ValueError("codec must be 'cbor' or 'msgpack'")
+    raised: BaseException | None = None
     async with trio.open_nursery() as nursery:
         broker = None
         broker_scope = trio.CancelScope()
@@ -382,9 +412,14 @@ async def open_connection(
             if config is not None and config.auth_tokens and token is None:
                 token = config.auth_tokens[0]
         conn = Connection(nursery, host=host, port=port, token=token, pool_size=pool_size,
-                          codec=codec, connect_timeout_s=connect_timeout_s, broker=broker)
+                          codec=codec, connect_timeout_s=connect_timeout_s, broker=broker,
+                          command_timeout_s=command_timeout_s)
         try:
             yield conn
+        except BaseException as exc:
+            # Raised again below, outside the nursery: the caller's own exception must
+            # not come back wrapped in an ExceptionGroup by our background tasks' nursery.
+            raised = exc
         finally:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
@@ -392,3 +427,5 @@ async def open_connection(
                     await broker.drain()
             broker_scope.cancel()
             nursery.cancel_scope.cancel()
+    if raised is not None:
+        raise raised

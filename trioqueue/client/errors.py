@@ -20,6 +20,11 @@ class ConnectionLost(TrioqueueError):
     """
 
 
+class CommandTimeout(ConnectionLost):
+    """No reply came within the connection's ``command_timeout_s``; as with a lost
+    connection, the command may or may not have been applied."""
+
+
 class CommandError(TrioqueueError):
     """The broker refused a command; ``message`` is its error text."""
 
@@ -31,6 +36,11 @@ class CommandError(TrioqueueError):
 
 class JobNotFound(CommandError):
     """The job does not exist (any more)."""
+
+
+class JobExists(CommandError):
+    """A flow names a job id that is taken (``Job <id> already exists``): after an
+    ambiguous failure, a retry that meets this means the first attempt went through."""
 
 
 class LockError(CommandError):
@@ -73,6 +83,8 @@ def error_for(message: str, command: str = "") -> CommandError:
         return LockError(message, command)
     if message in _AUTH_TEXTS:
         return AuthenticationError(message, command)
+    if message.startswith("Job ") and message.endswith(" already exists"):
+        return JobExists(message, command)
     if message.startswith("Dependency job not found"):
         return ValidationError(message, command)
     if message == "Job not found" or (message.startswith("Job ") and

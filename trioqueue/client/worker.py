@@ -1,0 +1,839 @@
+"""Worker: lease jobs from one queue, run a processor on each, report the outcomes.
+
+A trio-native worker: it runs inside a nursery of yours and ends when you close it or
+cancel it, so its lifetime is that of a block of your program::
+
+    async with open_connection(embedded=True) as conn:
+        worker = Worker("emails", send_email, conn, concurrency=8)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)   # returns once registered and pulling
+            ...
+            await worker.close()              # graceful: finish what runs, hand back the rest
+
+``nursery.start_soon(worker.run)`` works too; ``nursery.start`` also waits until the
+worker is registered and its pull loop is running.
+
+**Processors.** ``async def processor(job)`` runs in the worker's nursery;
+a plain function runs in a thread (``trio.to_thread.run_sync``, at most
+``concurrency`` threads through a :class:`trio.CapacityLimiter`). Either gets a
+:class:`~trioqueue.client.job.Job` with ``job.token`` set to its lease. An async
+processor awaits job methods as usual (``await job.update_progress(50)``,
+``await job.log("...")``); a thread reaches them through trio:
+``trio.from_thread.run(job.update_progress, 50)``. What a processor returns is the
+job's result (it must be encodable by the connection's codec, or the job fails with
+the encoding error); raising fails the attempt, and the broker retries it with the
+job's backoff until its attempts are spent (the worker never retries by itself).
+:class:`UnrecoverableError` fails the job for good at once.
+
+**Leases.** One pull (``PULLB`` with ``owner`` = :attr:`Worker.id` and
+``lockTtl`` = ``lock_duration_ms``) asks for at most the free slots (``concurrency``
+minus the jobs being processed), so every job pulled starts at once and no more than
+``concurrency`` jobs are ever leased for processing; a job whose result waits in the
+ACK batch (at most ``ack_batch_delay_ms``) no longer holds a slot. Every lease is renewed
+every ``heartbeat_interval_s`` (``JobHeartbeatB``) until its outcome is applied.
+
+**Outcomes.** Results go out in ``ACKB`` batches: at ``batch_size`` results, after
+``ack_batch_delay_ms``, or at once when no processor is running (nothing else could
+join the batch soon, so waiting would only add latency). Failures go out one by one as
+``FAIL``. ``completed`` and ``failed`` are emitted only for outcomes the broker applied:
+an ``ACKB`` position it reports in ``ignoredIndices`` (the job was removed, discarded or
+finished meanwhile) and a ``FAIL`` it answers ``applied: false`` emit nothing.
+
+**Events.** ``worker.on(name, fn)`` for ``active(job)``, ``completed(job, result)``,
+``failed(job, exc)``, ``progress(job, progress)``, ``error(exc)``, ``drained()`` and
+``closed()``. A plain callback runs inline when the event happens; a coroutine function
+(or a callback returning an awaitable) runs as a task of the worker. Exceptions raised by
+callbacks are logged, never propagated: a listener cannot kill the worker.
+
+**Registry.** ``RegisterWorker`` before the first pull, ``Heartbeat`` (active jobs,
+processed, failed) with every lock renewal, ``UnregisterWorker`` on close. The broker
+forgets a registration when the connection that made it closes; the next heartbeat then
+answers ``Worker not found`` and the worker registers again, which is how it notices a
+reconnect without any extra traffic.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .connection import backoff_s
+from .errors import CommandError, ConnectionLost, TrioqueueError, error_for
+from .job import Job
+from .queue import Queue, error_text
+
+if TYPE_CHECKING:
+    from .connection import Connection, _Channel
+
+log = logging.getLogger(__name__)
+
+EVENTS = frozenset({"active", "completed", "failed", "progress", "error", "drained",
+                    "closed"})
+
+MAX_BATCH_SIZE = 1000          # PULLB's ``count`` limit
+MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
+DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
+_RETRY_DELAYS_S = (0.1, 0.2, 0.4)  # outcome commands retried after a lost connection
+_PULL_REPLY_GRACE_S = 10.0     # how late a long-poll reply may be before we give up on it
+_FINISH_S = 5.0                # bound on the network work of the final cleanup
+_WORKER_NOT_FOUND = "Worker not found"
+
+Processor = Callable[[Job], Any]
+Listener = Callable[..., Any]
+
+# Lease states.
+_RUNNING = "running"      # holds a slot; its processor runs
+_ACKING = "acking"        # result waits in the ACK batch or is being sent
+_FAILING = "failing"      # FAIL being sent
+_RELEASING = "releasing"  # being handed back with MoveToWait
+
+# Worker states.
+_NEW, _STARTED, _CLOSED = "new", "running", "closed"
+
+
+class UnrecoverableError(Exception):
+    """Raise it from a processor to fail the job for good: the ``FAIL`` carries
+    ``unrecoverable: true``, so the broker dead-letters the job whatever attempts are
+    left. For errors that a retry cannot fix (bad input, a refused permission)."""
+
+
+class _Lease:
+    """One delivery of a job to this worker: the job, its token and where it stands.
+
+    A job may be delivered to us again while an older delivery is still being
+    settled (its lock expired and it came back), so leases are objects, not job ids:
+    each outcome goes out with its own delivery's token.
+    """
+
+    __slots__ = ("error", "job", "scope", "state", "task", "token")
+
+    def __init__(self, job: Job, token: str) -> None:
+        self.job = job
+        self.token = token
+        self.state = _RUNNING
+        self.scope = trio.CancelScope()  # cancels this processor alone (force close)
+        self.task: trio.lowlevel.Task | None = None
+        self.error: Exception | None = None  # set once the processor failed
+
+
+class _WorkerJob(Job):
+    """The job a processor gets: a :class:`Job` whose progress updates also become the
+    worker's ``progress`` events."""
+
+    def __init__(self, worker: Worker, raw: dict[str, Any], token: str) -> None:
+        super().__init__(worker.queue, raw, token)
+        self._worker = worker
+
+    async def update_progress(self, progress: Any, message: str | None = None) -> None:
+        await super().update_progress(progress, message)
+        # After the broker accepted it, so that a listener never sees a progress that
+        # GetProgress would not show.
+        self._worker._emit("progress", self, progress)
+
+
+class Worker:
+    """Processes the jobs of one queue; see the module docstring for the model.
+
+    :param queue_name: the queue to take jobs from.
+    :param processor: ``async def f(job)`` (runs in trio) or ``def f(job)`` (runs in a
+        thread); its return value is the job's result.
+    :param connection: a :class:`~trioqueue.client.connection.Connection`. Outcomes,
+        heartbeats and progress go through its pool; long-polls get a channel of their
+        own (see :meth:`run`).
+    :param concurrency: jobs processed at once (and leased at most).
+    :param batch_size: jobs asked for by one pull, and results sent by one ``ACKB``;
+        default ``min(concurrency, 100)``: a pull never asks for more than the free
+        slots anyway, and 100 bounds the size of one reply (job data may be large).
+    :param lock_duration_ms: the lease each pull asks for; renewed every heartbeat.
+    :param heartbeat_interval_s: how often every lease is renewed and the registry
+        heartbeat sent; must be shorter than ``lock_duration_ms``.
+    :param poll_timeout_ms: how long one pull waits at the broker for a job (0: no
+        long-poll; a pause of 50 ms follows an empty pull then).
+    :param ack_batch_delay_ms: how long a result may wait for others to share its
+        ``ACKB``.
+    :param name: the name shown by ``ListWorkers`` (default ``host:pid:id``).
+    """
+
+    def __init__(
+        self,
+        queue_name: str,
+        processor: Processor,
+        connection: Connection,
+        *,
+        concurrency: int = 1,
+        batch_size: int | None = None,
+        lock_duration_ms: float = 30_000,
+        heartbeat_interval_s: float = 10.0,
+        poll_timeout_ms: float = 1_000,
+        ack_batch_delay_ms: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        _check_concurrency(concurrency)
+        if batch_size is None:
+            batch_size = min(concurrency, DEFAULT_MAX_BATCH)
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}")
+        if not (math.isfinite(lock_duration_ms) and lock_duration_ms > 0):
+            raise ValueError("lock_duration_ms must be a positive number")
+        if not (math.isfinite(heartbeat_interval_s) and heartbeat_interval_s > 0):
+            raise ValueError("heartbeat_interval_s must be a positive number")
+        if heartbeat_interval_s * 1000 >= lock_duration_ms:
+            # Every job running longer than its lock would be taken back and run again.
+            raise ValueError("heartbeat_interval_s must be shorter than lock_duration_ms")
+        if not 0 <= poll_timeout_ms <= MAX_POLL_TIMEOUT_MS:
+            raise ValueError(f"poll_timeout_ms must be from 0 to {MAX_POLL_TIMEOUT_MS}")
+        if not (math.isfinite(ack_batch_delay_ms) and ack_batch_delay_ms >= 0):
+            raise ValueError("ack_batch_delay_ms must be a number of at least 0")
+        self.queue = Queue(queue_name, connection)  # validates the name
+        self.queue_name = queue_name
+        self.processor = processor
+        self.connection = connection
+        self.batch_size = batch_size
+        self.lock_duration_ms = lock_duration_ms
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.poll_timeout_ms = poll_timeout_ms
+        self.ack_batch_delay_ms = ack_batch_delay_ms
+        #: The worker's id: its registry id and the ``owner`` of its leases.
+        self.id = uuid.uuid4().hex
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{self.id[:8]}"
+        #: Outcomes the broker applied (what the registry heartbeat reports).
+        self.processed_count = 0
+        self.failed_count = 0
+
+        self._is_async = _is_async_callable(processor)
+        self._concurrency = concurrency
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self._listeners: dict[str, list[Listener]] = {event: [] for event in EVENTS}
+        self._state = _NEW
+        self._paused = False
+        self._stopping = False
+        self._registered = False
+        self._drained = False
+        self._pull_in_flight = False
+        self._leases: set[_Lease] = set()
+        self._running = 0  # slots held: leases whose processor has not returned
+        self._tasks = 0    # processor tasks alive (they also send FAIL or release)
+        self._changed = trio.Event()  # set (and replaced) whenever slots or flags change
+        self._acks: list[tuple[_Lease, Any]] = []
+        self._ack_ready = trio.Event()  # set while results wait
+        self._ack_now = trio.Event()    # set when they should go without waiting
+        self._ack_lock = trio.Lock()    # one ACKB at a time: keeps the counters simple
+        self._pull_channel: _Channel | None = None
+        self._close_requested = trio.Event()
+        self._closed_event = trio.Event()
+        self._graceful = trio.CancelScope()  # the graceful wait of close(); its deadline
+        self._listener_nursery: trio.Nursery | None = None
+        self._work_nursery: trio.Nursery | None = None
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.name} on {self.queue_name} ({self._state})>"
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        """Takes effect at the next pull; lowering it never interrupts a running job,
+        the worker just pulls less until enough of them finished."""
+        _check_concurrency(value)
+        self._concurrency = value
+        self._limiter.total_tokens = value
+        self._registered = False  # the next heartbeat registers the new value
+        self._notify()
+
+    @property
+    def is_running(self) -> bool:
+        """True from :meth:`run` until the worker is closed."""
+        return self._state == _STARTED
+
+    @property
+    def is_paused(self) -> bool:
+        return self._paused
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state == _CLOSED
+
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`close` was called (and until the worker is closed)."""
+        return self._stopping and self._state != _CLOSED
+
+    @property
+    def active_count(self) -> int:
+        """Jobs whose processor is running."""
+        return self._running
+
+    def pause(self) -> None:
+        """Stop taking jobs; the running ones finish (and are acknowledged) as usual.
+
+        A long-poll already waiting at the broker cannot be withdrawn without closing
+        its channel (which would also hand back the running jobs), so it is left to
+        return: the jobs it brings are handed back at once (``MoveToWait``, no attempt
+        charged) rather than started. So no job starts between ``pause()`` and
+        :meth:`resume`.
+        """
+        self._paused = True
+        self._notify()
+
+    def resume(self) -> None:
+        self._paused = False
+        self._notify()
+
+    # ------------------------------------------------------------------ events
+
+    def on(self, event: str, fn: Listener) -> Listener:
+        """Call ``fn`` on ``event``; returns ``fn`` (so it can be a decorator's target)."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown worker event: {event!r} (one of {sorted(EVENTS)})")
+        self._listeners[event].append(fn)
+        return fn
+
+    def off(self, event: str, fn: Listener) -> None:
+        listeners = self._listeners.get(event, [])
+        if fn in listeners:
+            listeners.remove(fn)
+
+    def _emit(self, event: str, *args: Any) -> list[Awaitable[Any]]:
+        """Call the listeners of ``event``; returns the awaitables that had no nursery
+        to run in (only after the worker's nursery is gone)."""
+        orphans: list[Awaitable[Any]] = []
+        for fn in list(self._listeners[event]):
+            try:
+                result = fn(*args)
+            except Exception:
+                log.exception("worker %s: %r listener %r raised", self.name, event, fn)
+                continue
+            if inspect.isawaitable(result):
+                if self._listener_nursery is not None:
+                    self._listener_nursery.start_soon(self._await_listener, event, result)
+                else:
+                    orphans.append(result)
+        return orphans
+
+    async def _await_listener(self, event: str, awaitable: Awaitable[Any]) -> None:
+        try:
+            await awaitable
+        except Exception:
+            log.exception("worker %s: %r listener raised", self.name, event)
+
+    def _report(self, exc: BaseException, context: str) -> None:
+        """An ``error`` event; with no listener, a log line, so it is never silent."""
+        if self._listeners["error"]:
+            self._emit("error", exc)
+        else:
+            log.warning("worker %s: %s failed: %r", self.name, context, exc)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Process jobs until :meth:`close` (then return) or cancellation (then raise).
+
+        With ``nursery.start(worker.run)`` the start returns once the worker is
+        registered and its loops are running.
+
+        Long-polls use a channel of their own: the broker ties the jobs a pull
+        delivers to the connection that pulled them, and hands them back (uncharged)
+        when that connection closes unless their lock was renewed. That makes the
+        pull channel the one safe way to interrupt a long-poll: cancelling the
+        command alone would strand whatever jobs its reply was already carrying until
+        their lock expired (charging an attempt), whereas closing the channel hands
+        them back. So closing does not wait ``poll_timeout_ms`` for an idle pull.
+
+        Cancelled from outside (the nursery's scope, Ctrl-C), the worker still
+        cleans up in a shielded scope bounded to a few seconds: results already
+        computed are acknowledged, jobs interrupted mid-processing are handed back
+        uncharged, its pull channel is closed (handing back anything a pull in
+        flight had leased) and it unregisters. Then the cancellation goes on.
+        """
+        if self._state != _NEW:
+            raise RuntimeError("a Worker runs once; make a new one")
+        self._state = _STARTED
+        async with trio.open_nursery() as listeners:
+            # Listener tasks outlive the work so that one that awaits close() (say, on
+            # "drained") is not waited for by the very close it waits for.
+            self._listener_nursery = listeners
+            try:
+                async with trio.open_nursery() as work:
+                    self._work_nursery = work
+                    await self._register()
+                    async with trio.open_nursery() as loops:
+                        loops.start_soon(self._pull_loop)
+                        loops.start_soon(self._ack_loop)
+                        loops.start_soon(self._heartbeat_loop)
+                        task_status.started()
+                        await self._close_requested.wait()
+                        await self._drain()
+                        # Only now do the loops stop: the heartbeats kept renewing
+                        # every lease until its outcome was applied.
+                        loops.cancel_scope.cancel()
+            finally:
+                self._work_nursery = None
+                with trio.CancelScope(shield=True):
+                    await self._finish()
+                self._state = _CLOSED
+                self._closed_event.set()
+                self._emit("closed")
+        self._listener_nursery = None
+
+    async def close(self, force: bool = False, timeout: float | None = None) -> None:
+        """Stop the worker and return once it is closed.
+
+        Graceful (the default): no more pulls; jobs a pull in flight brings are handed
+        back (``MoveToWait`` with their token, no attempt charged); running processors
+        finish and their outcomes are sent; then ``UnregisterWorker``. ``timeout``
+        (seconds) bounds the wait for the processors: when it runs out, the ones
+        still running are treated as with ``force``. None waits as long as they take
+        (BullMQ's behaviour; pass a timeout when your platform kills a process that
+        takes too long to stop).
+
+        ``force=True``: running processors are cancelled at once (a thread processor
+        is abandoned: its thread runs on, and its result is dropped) and their jobs
+        handed back uncharged, as if they had never been pulled. Results already
+        computed are still acknowledged. A later ``close(force=True)`` upgrades a
+        graceful close in progress.
+
+        Called from inside a processor, close cannot wait for the worker to close
+        (it would wait for itself): it starts the close and returns.
+        """
+        if self._state == _CLOSED:
+            return
+        if self._state == _NEW:
+            # Never ran: nothing is leased or registered.
+            self._state = _CLOSED
+            self._closed_event.set()
+            for awaitable in self._emit("closed"):
+                await self._await_listener("closed", awaitable)
+            return
+        self._stopping = True
+        if timeout is not None:
+            self._graceful.deadline = min(self._graceful.deadline,
+                                          trio.current_time() + max(timeout, 0))
+        if force:
+            self._graceful.cancel()
+            self._cancel_running()
+        self._close_requested.set()
+        self._notify()
+        current = trio.lowlevel.current_task()
+        if any(lease.task is current for lease in self._leases):
+            return
+        await self._closed_event.wait()
+
+    def _cancel_running(self) -> None:
+        for lease in self._leases:
+            if lease.state == _RUNNING:
+                lease.scope.cancel()
+
+    async def _drain(self) -> None:
+        """The graceful half of close, run by :meth:`run` once close was asked for.
+
+        Pulling has stopped (``_stopping``). The processors get until the close's
+        deadline; those still running then are cancelled, which hands their jobs back
+        uncharged. Then every result still waiting is acknowledged, while the
+        heartbeat loop still renews the leases of the jobs being settled.
+        """
+        with self._graceful:
+            await self._wait_tasks_idle()
+        self._cancel_running()
+        await self._wait_tasks_idle()
+        await self._flush_acks()
+
+    async def _finish(self) -> None:
+        """The last cleanup, shielded, after the worker's tasks are gone.
+
+        After a graceful close little is left to do; after a cancellation this is
+        where outcomes are settled: results computed are acknowledged, failures whose
+        FAIL was interrupted are sent again (a duplicate is answered
+        ``applied: false`` or refused, both harmless), and jobs still leased are
+        handed back. The network part is bounded by ``_FINISH_S``; closing the pull
+        channel is not, as it is what hands back whatever is left, including jobs a
+        pull in flight had leased that we never saw.
+        """
+        with trio.move_on_after(_FINISH_S):
+            await self._flush_acks()
+            leftovers = list(self._leases)
+            async with trio.open_nursery() as nursery:
+                for lease in leftovers:
+                    if lease.error is not None:
+                        nursery.start_soon(self._send_fail, lease, lease.error)
+                nursery.start_soon(self._release,
+                                   [lease for lease in leftovers if lease.error is None])
+        await self._close_pull_channel()
+        with trio.move_on_after(_FINISH_S):
+            await self._unregister()
+
+    async def _wait_tasks_idle(self) -> None:
+        while self._tasks:
+            await self._changed.wait()
+
+    # ------------------------------------------------------------------ pulling
+
+    async def _pull_loop(self) -> None:
+        """Pull as many jobs as there are free slots, start each at once, repeat.
+
+        Errors back off exponentially (0.1 s doubling to 30 s, with jitter) and are
+        reported, except a lost connection, which is what the backoff is for: it is
+        retried without a word.
+        """
+        attempt = 0
+        drain_delay_s = 0.01 if self.poll_timeout_ms > 0 else 0.05
+        while True:
+            if self._stopping:
+                # Ended by run() once the outcomes are settled.
+                await trio.sleep_forever()
+            free = self._concurrency - self._running
+            if self._paused or free <= 0:
+                await self._changed.wait()
+                continue
+            count = min(free, self.batch_size)
+            self._pull_in_flight = True
+            try:
+                reply = await self._pull(count)
+            except ConnectionLost:
+                await trio.sleep(backoff_s(attempt))
+                attempt += 1
+                continue
+            except TrioqueueError as exc:
+                self._report(exc, "pull")
+                await trio.sleep(backoff_s(attempt))
+                attempt += 1
+                continue
+            finally:
+                self._pull_in_flight = False
+            attempt = 0
+            raws = reply.get("jobs") or []
+            tokens = reply.get("tokens") or []
+            leases = [_Lease(_WorkerJob(self, raw, token), token)
+                      for raw, token in zip(raws, tokens, strict=False)]
+            self._leases.update(leases)
+            if self._stopping or self._paused:
+                # A long-poll that returned after close() or pause(): none of its
+                # jobs may start, so they go back before anything else happens.
+                for lease in leases:
+                    lease.state = _RELEASING
+                await self._release(leases)
+                continue
+            for lease in leases:
+                self._start(lease)
+            if leases:
+                self._drained = False
+            if len(leases) < count and not self._drained:
+                # The queue had no more ready jobs than these: BullMQ's "drained"
+                # (once until a job is pulled again, not on every empty long-poll).
+                self._drained = True
+                self._emit("drained")
+            if not leases:
+                await trio.sleep(drain_delay_s)
+
+    async def _pull(self, count: int) -> dict[str, Any]:
+        if self.connection.closed:
+            raise ConnectionLost("connection closed")
+        channel = self._pull_channel
+        if channel is None or channel.broken:
+            channel = self._pull_channel = await self.connection.open_channel()
+        msg = {"cmd": "PULLB", "queue": self.queue_name, "count": count,
+               "timeout": self.poll_timeout_ms, "owner": self.id,
+               "lockTtl": self.lock_duration_ms}
+        with trio.move_on_after(self.poll_timeout_ms / 1000 + _PULL_REPLY_GRACE_S) as scope:
+            reply = await channel.call(msg)
+        if scope.cancelled_caught:
+            # The broker is not answering; its reply may yet lease jobs to us. Closing
+            # the channel hands those back (and any job of ours not yet renewed,
+            # which a broker this slow would likely take back anyway).
+            await self._close_pull_channel()
+            raise ConnectionLost("no reply to PULLB")
+        if not reply.get("ok"):
+            raise error_for(str(reply.get("error", "")), "PULLB")
+        return reply
+
+    async def _close_pull_channel(self) -> None:
+        channel, self._pull_channel = self._pull_channel, None
+        if channel is not None:
+            with trio.CancelScope(shield=True):
+                await channel.aclose()
+
+    # ------------------------------------------------------------------ processing
+
+    def _start(self, lease: _Lease) -> None:
+        # Counted here, not in the task, so that the pull loop sees the slot taken
+        # before it can ask for more.
+        self._running += 1
+        self._tasks += 1
+        assert self._work_nursery is not None
+        self._work_nursery.start_soon(self._process, lease)
+
+    async def _process(self, lease: _Lease) -> None:
+        """Run the processor on one lease and send its outcome.
+
+        The lease's own cancel scope lets a forced close cancel this processor and
+        nothing else; when it did, the job goes back uncharged. A cancellation of the
+        whole worker is not caught here: it propagates, and :meth:`_finish` hands the
+        job back. The slot is freed as soon as the processor returns, before the
+        outcome is sent, so the next pull overlaps the ACK.
+        """
+        job = lease.job
+        result: Any = None
+        error: Exception | None = None
+        try:
+            try:
+                lease.task = trio.lowlevel.current_task()
+                with lease.scope:
+                    self._emit("active", job)
+                    try:
+                        result = await self._call_processor(job)
+                    except Exception as exc:
+                        error = exc
+            finally:
+                lease.task = None
+                self._running -= 1
+                self._notify()
+            if lease.scope.cancelled_caught:
+                lease.state = _RELEASING
+                await self._release([lease])
+            elif error is None:
+                self._queue_ack(lease, result)
+            else:
+                await self._send_fail(lease, error)
+        finally:
+            self._tasks -= 1
+            self._notify()
+
+    async def _call_processor(self, job: Job) -> Any:
+        if self._is_async:
+            return await self.processor(job)
+        # abandon_on_cancel: a thread cannot be interrupted, and a forced close must not
+        # wait for it; the thread finishes on its own and its result is dropped.
+        return await trio.to_thread.run_sync(self.processor, job, limiter=self._limiter,
+                                             abandon_on_cancel=True)
+
+    async def _release(self, leases: Iterable[_Lease]) -> None:
+        """Hand jobs back to the queue: ``MoveToWait`` with the lease's token, which
+        charges no attempt. A refusal means the job is no longer ours (finished,
+        removed, taken back after its lock expired): exactly what we wanted, so it is
+        only logged. A lost connection is left to the pull channel's close."""
+
+        async def one(lease: _Lease) -> None:
+            try:
+                await self.connection.call("MoveToWait", id=lease.job.id, token=lease.token)
+            except TrioqueueError as exc:
+                log.info("worker %s: handing back %s: %r", self.name, lease.job.id, exc)
+            self._leases.discard(lease)
+
+        async with trio.open_nursery() as nursery:
+            for lease in leases:
+                nursery.start_soon(one, lease)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _queue_ack(self, lease: _Lease, result: Any) -> None:
+        lease.state = _ACKING
+        self._acks.append((lease, result))
+        self._ack_ready.set()
+        if len(self._acks) >= self.batch_size or self._running == 0:
+            self._ack_now.set()
+
+    async def _ack_loop(self) -> None:
+        delay_s = self.ack_batch_delay_ms / 1000
+        while True:
+            await self._ack_ready.wait()
+            with trio.move_on_after(delay_s):
+                await self._ack_now.wait()
+            await self._flush_acks()
+
+    async def _flush_acks(self) -> None:
+        async with self._ack_lock:
+            while self._acks:
+                batch = self._acks[:MAX_BATCH_SIZE]
+                del self._acks[:len(batch)]
+                if not self._acks:
+                    self._ack_ready = trio.Event()
+                    self._ack_now = trio.Event()
+                try:
+                    await self._send_acks(batch)
+                except trio.Cancelled:
+                    # Interrupted (the worker is being cancelled): the batch goes back
+                    # so that the final cleanup sends it. If it had reached the broker,
+                    # the resend is answered "ignored", and nothing is emitted twice.
+                    self._acks[:0] = batch
+                    self._ack_ready.set()
+                    raise
+
+    async def _send_acks(self, batch: list[tuple[_Lease, Any]]) -> None:
+        """One ``ACKB``; ``completed`` for each position the broker applied.
+
+        The broker checks every token before applying anything, so one lease that is
+        no longer ours refuses the whole batch: then each job is acknowledged alone,
+        so that the others still count and the refused one is reported by itself. A
+        result the codec cannot encode also fails the batch before anything is sent;
+        alone, that job is failed with the encoding error (its processor's bug, and
+        retrying it shows the error where the job's owner looks).
+        """
+        fields = {"ids": [lease.job.id for lease, _ in batch],
+                  "tokens": [lease.token for lease, _ in batch],
+                  "results": [result for _, result in batch]}
+        try:
+            reply = await self._call_retrying("ACKB", **fields)
+        except CommandError as exc:
+            if len(batch) > 1:
+                for item in batch:
+                    await self._send_acks([item])
+                return
+            self._leases.discard(batch[0][0])
+            self._report(exc, "ack")
+            return
+        except TrioqueueError as exc:  # the connection stayed lost through the retries
+            for lease, _ in batch:
+                self._leases.discard(lease)
+            self._report(exc, "ack")
+            return
+        except Exception as exc:  # encoding: nothing was sent
+            if len(batch) > 1:
+                for item in batch:
+                    await self._send_acks([item])
+                return
+            await self._send_fail(batch[0][0], exc)
+            return
+        data = reply.get("data") or {}
+        ignored = set(data.get("ignoredIndices") or ())
+        if "ignoredIndices" not in data and data.get("ignoredIds"):
+            # Older brokers: positions by id (the batch has each lease once).
+            ignored_ids = set(data["ignoredIds"])
+            ignored = {i for i, (lease, _) in enumerate(batch) if lease.job.id in ignored_ids}
+        for i, (lease, result) in enumerate(batch):
+            self._leases.discard(lease)
+            if i in ignored:
+                continue  # not applied: the job was removed or finished meanwhile
+            self.processed_count += 1
+            self._emit("completed", lease.job, result)
+
+    async def _send_fail(self, lease: _Lease, error: Exception) -> None:
+        lease.state = _FAILING
+        lease.error = error
+        message, stack = error_text(error)
+        fields: dict[str, Any] = {"id": lease.job.id, "token": lease.token, "error": message}
+        if stack:
+            fields["stack"] = stack
+        if isinstance(error, UnrecoverableError):
+            fields["unrecoverable"] = True
+        try:
+            reply = await self._call_retrying("FAIL", **fields)
+        except TrioqueueError as exc:
+            self._leases.discard(lease)
+            self._report(exc, "fail")
+            return
+        self._leases.discard(lease)
+        if (reply.get("data") or {}).get("applied") is False:
+            return  # the attempt was already charged (lock expiry): nothing happened
+        self.failed_count += 1
+        lease.job.attempts_made += 1
+        self._emit("failed", lease.job, error)
+
+    async def _call_retrying(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """An outcome command, retried a few times over a lost connection: the lease
+        outlives a reconnect, so a retry usually lands, and a duplicate is harmless
+        (an ACK applied twice is "ignored", a FAIL "not applied")."""
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                return await self.connection.call(cmd, **fields)
+            except ConnectionLost:
+                if delay is None:
+                    raise
+                await trio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ heartbeats
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval_s)
+            await self._renew_locks()
+            await self._registry_heartbeat()
+
+    async def _renew_locks(self) -> None:
+        """``JobHeartbeatB`` for every lease, running or being settled: a lock must
+        outlive the ACK that ends it, or the broker could hand the job to another
+        worker while our result is on its way."""
+        leases = list(self._leases)
+        for start in range(0, len(leases), MAX_BATCH_SIZE):
+            chunk = leases[start:start + MAX_BATCH_SIZE]
+            try:
+                await self.connection.call("JobHeartbeatB", ids=[lease.job.id for lease in chunk],
+                                           tokens=[lease.token for lease in chunk])
+            except ConnectionLost:
+                pass  # the next beat tries again; the lock is longer than the interval
+            except TrioqueueError as exc:
+                self._report(exc, "lock renewal")
+
+    async def _registry_heartbeat(self) -> None:
+        if not self._registered:
+            await self._register()
+            return
+        try:
+            await self.connection.call("Heartbeat", id=self.id, activeJobs=self._running,
+                                       processed=self.processed_count,
+                                       failed=self.failed_count)
+        except ConnectionLost:
+            pass
+        except CommandError as exc:
+            if exc.message == _WORKER_NOT_FOUND:
+                # The connection that registered us closed (a reconnect): again.
+                self._registered = False
+                await self._register()
+            else:
+                self._report(exc, "heartbeat")
+        except TrioqueueError as exc:
+            self._report(exc, "heartbeat")
+
+    async def _register(self) -> None:
+        """A failed registration never stops the worker (the registry is for
+        monitoring); the next heartbeat tries again."""
+        try:
+            await self.connection.call(
+                "RegisterWorker", name=self.name, queues=[self.queue_name],
+                concurrency=self._concurrency, workerId=self.id,
+                hostname=socket.gethostname(), pid=os.getpid())
+        except ConnectionLost:
+            return
+        except TrioqueueError as exc:
+            self._report(exc, "register")
+            return
+        self._registered = True
+
+    async def _unregister(self) -> None:
+        try:
+            await self.connection.call("UnregisterWorker", workerId=self.id)
+        except CommandError as exc:
+            if exc.message != _WORKER_NOT_FOUND:  # never registered, or already gone
+                self._report(exc, "unregister")
+        except TrioqueueError:
+            pass  # a closed connection already unregistered us
+        self._registered = False
+
+
+def _check_concurrency(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("concurrency must be an integer of at least 1")
+
+
+def _is_async_callable(fn: Any) -> bool:
+    """``async def`` functions, also behind ``functools.partial`` or as ``__call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an instance's async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
