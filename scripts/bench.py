@@ -21,6 +21,12 @@ limit stops and reports what it completed):
     e2e_latency         worker thread parks PULL(timeout 5000) on its own socket; producer
                         pushes one job at a time; latency = PUSH sent -> worker's ACK reply
                         received; p50/p99 ms and jobs/s.
+    client_*            through trioqueue's Python client (needs trioqueue installed):
+                        add one at a time, add_bulk 1000, a Worker at concurrency 1,
+                        10 and 100 draining no-op jobs, add-to-result latency through
+                        wait_job_until_finished; see scripts/bench_client.py.
+                        Chosen with --rows client (or everything); 'all' is the
+                        broker rows only.
 
 Wire format: 4-byte big-endian length + msgpack (or CBOR) map with "cmd" and "reqId";
 replies carry the same "reqId" and may arrive out of order; frames without a reqId
@@ -48,6 +54,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cbor2
@@ -62,6 +69,16 @@ ROWS: tuple[str, ...] = (
     "pullb_ackb_100",
     "pullb_ackb_1000",
     "e2e_latency",
+)
+
+# Rows measured through trioqueue's Python client: scripts/bench_client.py.
+CLIENT_ROWS: tuple[str, ...] = (
+    "client_add_seq",
+    "client_add_bulk_1000",
+    "client_worker_c1",
+    "client_worker_c10",
+    "client_worker_c100",
+    "client_wait_latency",
 )
 
 OWNER = "bench"
@@ -825,11 +842,21 @@ def obliterate(ctx: Ctx, q: str) -> str:
     return f"refused: {reply.get('error', reply)!r}"
 
 
+def row_function(row: str) -> Callable[[Ctx, str, RunResult], None]:
+    if row in ROW_FUNCS:
+        return ROW_FUNCS[row]
+    # The client rows need trioqueue (and trio); only they import it.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_client import CLIENT_ROW_FUNCS
+
+    return CLIENT_ROW_FUNCS[row]
+
+
 def run_row(ctx: Ctx, row: str, run: int, cleanup: bool) -> RunResult:
     q = f"bench-{row}-{secrets.token_hex(4)}"
     res = RunResult(row=row, run=run, queue=q)
     try:
-        ROW_FUNCS[row](ctx, q, res)
+        row_function(row)(ctx, q, res)
     except Exception as exc:  # noqa: BLE001 - one broken row must not stop the others
         res.fail(f"{type(exc).__name__}: {exc}")
     finally:
@@ -930,13 +957,19 @@ def parse_target(text: str) -> tuple[str, int]:
 
 
 def parse_rows(text: str) -> list[str]:
-    if text.strip() == "all":
-        return list(ROWS)
-    rows = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [r for r in rows if r not in ROW_FUNCS]
+    """``all`` (the broker rows), ``client`` (the trioqueue client rows), ``everything``,
+    or a comma list of row names."""
+    groups = {"all": list(ROWS), "client": list(CLIENT_ROWS),
+              "everything": list(ROWS) + list(CLIENT_ROWS)}
+    rows: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            rows.extend(groups.get(part, [part]))
+    unknown = [r for r in rows if r not in ROW_FUNCS and r not in CLIENT_ROWS]
     if unknown or not rows:
         raise argparse.ArgumentTypeError(
-            f"unknown row(s) {unknown}; choose from: all, {', '.join(ROWS)}"
+            f"unknown row(s) {unknown}; choose from: all, client, everything, "
+            f"{', '.join(ROWS + CLIENT_ROWS)}"
         )
     return rows
 
@@ -949,7 +982,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=parse_target, default="127.0.0.1:6789", help="HOST:PORT")
     ap.add_argument("--codec", choices=sorted(CODECS), default="msgpack")
     ap.add_argument("--n", type=int, default=20000, help="base job count per row")
-    ap.add_argument("--rows", type=parse_rows, default="all", help="'all' or comma list")
+    ap.add_argument("--rows", type=parse_rows, default="all",
+                    help="'all' (broker rows), 'client', 'everything' or a comma list")
     ap.add_argument("--json", metavar="PATH", help="write every raw run and a summary here")
     ap.add_argument("--time-limit-s", type=float, default=60.0, help="wall-clock cap per row")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row (median, min-max)")
