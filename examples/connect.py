@@ -1,0 +1,30 @@
+"""How every example connects: ``--embedded`` runs a broker in the example's own trio
+program (nothing else to start); otherwise it connects to ``--host``/``--port`` (a
+``trioqueue serve`` started beforehand, or any bunqueue broker)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from trioqueue.client import Connection, open_connection
+
+
+def run(main: Callable[[Connection], Awaitable[Any]], description: str) -> None:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--embedded", action="store_true",
+                        help="run a broker inside this program (memory store)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=6789)
+    parser.add_argument("--token", default=None)
+    args = parser.parse_args()
+
+    async def start() -> None:
+        async with open_connection(args.host, args.port, token=args.token,
+                                   embedded=args.embedded) as conn:
+            await main(conn)
+
+    trio.run(start)
