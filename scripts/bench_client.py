@@ -31,16 +31,6 @@ from trioqueue.client import Queue, QueueEvents, Worker, open_connection
 
 perf = time.perf_counter
 
-CLIENT_ROWS: tuple[str, ...] = (
-    "client_add_seq",
-    "client_add_bulk_1000",
-    "client_worker_c1",
-    "client_worker_c10",
-    "client_worker_c100",
-    "client_wait_latency",
-)
-
-
 def _run(ctx: Any, res: Any, body: Callable[[Any], Awaitable[None]]) -> None:
     async def main() -> None:
         async with open_connection(ctx.host, ctx.port, token=ctx.auth_token,
@@ -184,3 +174,5 @@ CLIENT_ROW_FUNCS: dict[str, Callable[[Any, str, Any], None]] = {
     "client_worker_c100": row_client_worker_c100,
     "client_wait_latency": row_client_wait_latency,
 }
+
+CLIENT_ROWS: tuple[str, ...] = tuple(CLIENT_ROW_FUNCS)

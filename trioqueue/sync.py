@@ -69,7 +69,7 @@ import trio
 from .client.connection import DEFAULT_PORT, Connection, open_connection
 from .client.errors import ConnectionLost, TrioqueueError
 from .client.flow import FlowNode, FlowProducer
-from .client.job import Job
+from .client.job import Job, delay_of
 from .client.queue import Queue
 from .config import Config
 
@@ -311,9 +311,7 @@ class SyncJob:
 
     @property
     def delay(self) -> int:
-        if self.run_at is None or self.timestamp is None:
-            return 0
-        return max(self.run_at - self.timestamp, 0)
+        return delay_of(self.run_at, self.timestamp)
 
     def __repr__(self) -> str:
         return f"<SyncJob {self.id} {self.name!r} in {self.queue_name}>"

@@ -11,6 +11,13 @@ if TYPE_CHECKING:
     from .queue import Queue
 
 
+def delay_of(run_at: int | None, created_at: int | None) -> int:
+    """A job's delay (ms) as BullMQ reports it: how long after its creation it may run."""
+    if run_at is None or created_at is None:
+        return 0
+    return max(run_at - created_at, 0)
+
+
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -54,9 +61,7 @@ class Job:
 
     @property
     def delay(self) -> int:
-        if self.run_at is None or self.timestamp is None:
-            return 0
-        return max(self.run_at - self.timestamp, 0)
+        return delay_of(self.run_at, self.timestamp)
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.name!r} in {self.queue_name}>"
