@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import trio
 
@@ -27,6 +28,8 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "fsync": ("TRIOQUEUE_FSYNC",),
     "log_level": ("TRIOQUEUE_LOG_LEVEL", "LOG_LEVEL"),
     "memory": ("TRIOQUEUE_MEMORY",),
+    "store_max_bytes": ("TRIOQUEUE_STORE_MAX_BYTES",),
+    "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -48,6 +51,28 @@ def _port(value: str, name: str) -> int:
     if not 0 <= port <= 65535:
         raise SystemExit(f"Invalid {name}: {value!r} (expected 0-65535)")
     return port
+
+
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+def _bytes(value: str, name: str) -> int:
+    """A byte count: a plain integer or one with a binary unit (``512KiB``, ``2M``, ``1GiB``).
+
+    Units are powers of 1024 whether or not the ``i`` is written: a store size is a
+    multiple of pages, and ``1G`` meaning 10^9 would surprise nobody only by accident.
+    """
+    text = value.strip().lower().replace("_", "")
+    digits = text.rstrip("kmgtib")
+    unit = _BYTE_UNITS.get(text[len(digits):].strip())
+    try:
+        number = int(digits.strip())
+    except ValueError:
+        number = -1
+    if unit is None or number < 0:
+        raise SystemExit(f"Invalid {name}: {value!r} (expected bytes, e.g. 1073741824 or 1GiB)")
+    return number * unit
 
 
 def _tokens(value: str) -> list[str]:
@@ -79,6 +104,12 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     level = args.log_level or _env(env, "log_level")
     if level:
         config.log_level = level.lower()
+    for setting in ("store_max_bytes", "store_reserve_bytes"):
+        raw = getattr(args, setting)
+        if raw is None:
+            raw = _env(env, setting)
+        if raw is not None:
+            setattr(config, setting, _bytes(str(raw), setting.replace("_", "-")))
     memory_env = _env(env, "memory")
     if args.memory:
         config.memory = True
@@ -104,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when commits reach the disk (default interval)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--store-max-bytes",
+                       help="most the store may hold, e.g. 10GiB (default 1TiB for LMDB, "
+                            "unlimited with --memory)")
+    serve.add_argument("--store-reserve-bytes",
+                       help="space kept for existing jobs once new ones are refused "
+                            "(default 1/32 of the maximum, at least 8MiB, at most 1/4)")
     return parser
 
 
@@ -119,9 +156,37 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    return run_serve(config)
+
+
+EXIT_STORAGE_FAILURE = 3
+
+
+def run_serve(config: Config, broker: Any = None) -> int:
+    """Serve until a signal; the exit status says how it ended.
+
+    A failed commit or fsync stops the broker (nothing after it may be acknowledged):
+    that is exit status 3 with one log line, not a traceback, so a supervisor can tell
+    a storage failure from a crash and restart on the committed state.
+    """
+    from .actors.writer import StorageFailure
     from .server import serve
 
-    trio.run(serve, config)
+    try:
+        trio.run(serve, config, broker)
+    except StorageFailure as exc:
+        logging.getLogger("trioqueue").error("stopped: %s", exc)
+        return EXIT_STORAGE_FAILURE
+    except BaseExceptionGroup as group:
+        # Nurseries wrap it; only a group of nothing but storage failures is one.
+        failures, rest = group.split(StorageFailure)
+        if failures is None or rest is not None:
+            raise
+        first: BaseException = failures
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        logging.getLogger("trioqueue").error("stopped: %s", first)
+        return EXIT_STORAGE_FAILURE
     return 0
 
 

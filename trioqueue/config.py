@@ -10,9 +10,36 @@ from dataclasses import dataclass, field
 
 FSYNC_POLICIES = ("interval", "always", "never")
 
+MIB = 1024 * 1024
+# The LMDB map's maximum when store_max_bytes is not set: in practice "no limit but the
+# disk" (the map is virtual address space; the file grows only as pages are used).
+DEFAULT_LMDB_MAX_BYTES = 1 << 40
+
+
+def default_reserve_bytes(max_bytes: int) -> int:
+    """The space kept for existing jobs when ``store_reserve_bytes`` is not set.
+
+    1/32 of the store, at least 8 MiB (room for a few thousand jobs to be pulled and
+    finished, and for LMDB's copy-on-write pages), but never more than a quarter of a
+    small store, so that tiny stores still admit jobs.
+    """
+    return min(max(8 * MIB, max_bytes // 32), max_bytes // 4)
+
 
 @dataclass
 class Config:
+    """Broker settings; ``validate`` checks them (the Broker calls it).
+
+    Storage limits (see docs/durability.md, "Full storage"): ``store_max_bytes`` is the
+    most the store may hold (LMDB: the map's maximum, default 1 TiB; ``--memory``: the
+    memory store's byte count, default unlimited). New jobs are refused with a
+    retriable ``Storage full`` error once the store uses more than ``store_max_bytes -
+    store_reserve_bytes``; the reserve is kept for what existing jobs still have to
+    write (pulls, acks, failures, moves, deletes), so a full store never stops jobs
+    already accepted from being processed. ``store_reserve_bytes`` defaults to
+    :func:`default_reserve_bytes` of the maximum.
+    """
+
     host: str = "127.0.0.1"
     tcp_port: int = 6789
     ws_port: int = 6790
@@ -51,6 +78,22 @@ class Config:
     actor_restart_window_s: float = 10.0
     gc_gen0_threshold: int = 50_000  # standalone broker only; 0 keeps Python's default
 
+    # --- storage limits (docs/durability.md, "Full storage")
+    store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
+    store_reserve_bytes: int | None = None  # None: default_reserve_bytes(max)
+
+    def store_limit_bytes(self) -> int | None:
+        """The store's maximum in bytes, or None for a memory store with no limit."""
+        if self.store_max_bytes is not None:
+            return self.store_max_bytes
+        return None if self.memory else DEFAULT_LMDB_MAX_BYTES
+
+    def reserve_bytes_for(self, max_bytes: int) -> int:
+        """The reserve kept below a store maximum of ``max_bytes``."""
+        if self.store_reserve_bytes is not None:
+            return self.store_reserve_bytes
+        return default_reserve_bytes(max_bytes)
+
     def validate(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
@@ -60,3 +103,11 @@ class Config:
                 raise ValueError(f"{name} must be between 0 and 65535")
         if self.fsync_interval_s <= 0:
             raise ValueError("fsync_interval_s must be positive")
+        if self.store_max_bytes is not None and self.store_max_bytes <= 0:
+            raise ValueError("store_max_bytes must be positive")
+        if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:
+            raise ValueError("store_reserve_bytes must be at least 0")
+        limit = self.store_limit_bytes()
+        if limit is not None and self.reserve_bytes_for(limit) >= limit:
+            # A reserve as large as the store would refuse every job forever.
+            raise ValueError("store_reserve_bytes must be less than store_max_bytes")

@@ -106,10 +106,10 @@ def tune_gc(config: Config) -> None:
         gc.set_threshold(config.gc_gen0_threshold, gen1, gen2)
 
 
-async def serve(config: Config) -> None:
-    """Run until SIGINT or SIGTERM."""
+async def serve(config: Config, broker: Broker | None = None) -> None:
+    """Run until SIGINT or SIGTERM (``broker``: a prepared one, e.g. on a faulty store)."""
     tune_gc(config)
-    server = Server(config)
+    server = Server(config, broker)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)

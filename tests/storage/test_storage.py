@@ -503,6 +503,73 @@ def test_keys_layout() -> None:
     assert K.DB_DEPS in K.ALL_DBS
 
 
+# --- space accounting (admission of new jobs) ----------------------------------------
+
+
+def test_used_bytes_grows_with_puts_and_drops_after_deletes(store: Storage) -> None:
+    empty = store.used_bytes()
+    assert empty >= 0
+    apply(store, *(put(rec(f"j{i:04d}", data="x" * 300)) for i in range(300)))
+    full = store.used_bytes()
+    assert full >= empty + 300 * 300  # at least the data itself
+    apply(store, *(finish(rec(f"j{i:04d}", state="completed", created=i), "r")
+                   for i in range(100)))
+    apply(store, *(delete(f"j{i:04d}") for i in range(300)))
+    freed = store.used_bytes()
+    # Freed at once, from the commit that deletes: no turn-over needed to count it.
+    assert freed < full
+    assert freed <= empty + 3 * 4 * KIB  # back to (about) empty: a few pages at most
+    assert store.used_bytes_bound() >= store.used_bytes()
+
+
+def test_memory_used_bytes_is_its_size_and_max_bytes_its_limit() -> None:
+    assert MemoryStorage().max_bytes is None
+    store = MemoryStorage(max_bytes=50_000)
+    assert store.max_bytes == 50_000
+    apply(store, put(rec("a", data="x" * 100)))
+    assert store.used_bytes() == store.size_bytes == store.used_bytes_bound() > 100
+
+
+def test_lmdb_max_bytes_and_initial_map(tmp_path: Any) -> None:
+    small = LmdbStorage(tmp_path / "small", max_map_size_bytes=2 * MIB)
+    assert small.max_bytes == 2 * MIB
+    assert small.map_size == 2 * MIB  # starts at the maximum when that is below 1 GiB
+    small.close()
+    default = LmdbStorage(tmp_path / "default")
+    assert default.max_bytes == 1 << 40
+    assert default.map_size == 1 << 30
+    # an empty store: the two meta pages, the main database and the schema record
+    assert default.used_bytes() <= 8 * 4 * KIB
+    default.close()
+
+
+def test_lmdb_bound_is_the_high_water_mark(tmp_path: Any) -> None:
+    store = LmdbStorage(tmp_path / "db", max_map_size_bytes=4 * MIB)
+    apply(store, *(put(rec(f"j{i:04d}", data="x" * 300)) for i in range(1000)))
+    high = store.used_bytes_bound()
+    assert high >= store.used_bytes()
+    apply(store, *(delete(f"j{i:04d}") for i in range(1000)))
+    assert store.used_bytes() < high // 4
+    assert store.used_bytes_bound() >= high  # the file's high-water mark never drops
+    store.close()
+
+
+def test_lmdb_space_freed_by_deletes_is_reused_in_a_full_map(tmp_path: Any) -> None:
+    """A map full at its maximum takes as much again once deletes freed it, and
+    used_bytes says so: what the broker relies on to take new jobs again."""
+    store = LmdbStorage(tmp_path / "db", map_size_bytes=256 * KIB,
+                        max_map_size_bytes=256 * KIB)
+    applied = _fill(store, "a", 10, 200)
+    full = store.used_bytes()
+    assert full > 128 * KIB
+    live = [r["id"] for r in store.load().live_jobs]
+    apply(store, *(delete(job_id) for job_id in live))
+    assert store.used_bytes() < full // 4
+    assert _fill(store, "b", 10, 200) >= applied * 3 // 4  # nearly all of it again
+    assert store.used_bytes() > full // 2
+    store.close()
+
+
 # --- dependency outcome rows --------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from ..core.queue import in_admission_order
 from ..storage.port import Storage
 from .clock import TrioClock
 from .events import EventHub
-from .queue_actor import QueueActor
+from .queue_actor import Admission, QueueActor
 from .router import Router
 from .writer import StorageWriter
 
@@ -29,13 +29,15 @@ log = logging.getLogger("trioqueue.broker")
 
 
 def open_storage(config: Config) -> Storage:
+    limit = config.store_limit_bytes()
     if config.memory:
         from ..storage.memory import MemoryStorage
 
-        return MemoryStorage()
+        return MemoryStorage(max_bytes=limit)
     from ..storage.lmdb_store import LmdbStorage
 
-    return LmdbStorage(config.data_dir)
+    assert limit is not None  # LMDB always has a maximum (1 TiB by default)
+    return LmdbStorage(config.data_dir, max_map_size_bytes=limit)
 
 
 class Broker:
@@ -44,6 +46,15 @@ class Broker:
         config.validate()
         self.config = config
         self.storage = storage if storage is not None else open_storage(config)
+        # New jobs are refused past this many used bytes (None: the store has no
+        # limit). Taken from the store itself, so an injected store's limit counts.
+        store_max = self.storage.max_bytes
+        self.admit_limit_bytes: int | None = None
+        if store_max is not None:
+            reserve = config.reserve_bytes_for(store_max)
+            if reserve >= store_max:
+                raise ValueError("store_reserve_bytes must be less than the store's maximum")
+            self.admit_limit_bytes = store_max - reserve
         self._clock = clock
         self.writer = StorageWriter(self.storage, fsync=config.fsync,
                                     fsync_interval_s=config.fsync_interval_s)
@@ -58,6 +69,25 @@ class Broker:
     def clock(self) -> Clock:
         assert self._clock is not None, "the clock is set when the broker runs"
         return self._clock
+
+    def admission(self) -> Admission | None:
+        """A fresh admission check for one batch, or None when the store has no limit."""
+        return None if self.admit_limit_bytes is None else Admission(self)
+
+    def storage_room(self, *, exact: bool) -> int:
+        """Bytes new jobs may still take before the reserve (negative: refuse them).
+
+        ``exact=False`` answers from the store's cheap upper bound of its use, a lower
+        bound of the room. ``exact=True`` commits what is pending first (writes held
+        for an fsync, this batch's earlier commands), so they are counted; that costs
+        an extra transaction, but only for a store that is nearly full.
+        """
+        limit = self.admit_limit_bytes
+        assert limit is not None
+        if not exact:
+            return limit - self.storage.used_bytes_bound()
+        self.writer.commit_now()
+        return limit - self.storage.used_bytes()
 
     def publish(self, events: list[dict[str, Any]]) -> None:
         self.events.publish(events)

@@ -14,8 +14,12 @@ class TrioClock(Clock):
 
     Deriving wall time from ``trio.current_time()`` keeps every timer and every
     timestamp on one time line: under ``MockClock`` a 30 s lease expires and the job's
-    timestamps move by 30 s together. A real wall-clock step (NTP) is not followed while
-    the broker runs; timestamps stay monotonic, which is what leases and delays need.
+    timestamps move by 30 s together. A wall-clock step (NTP, a VM resumed, an admin)
+    is not followed while the broker runs: leases, heartbeats, timeouts and delays are
+    all judged on the monotonic clock, so a step can neither expire a lease early nor
+    release a delayed job twice. The wall clock is read again at the next start, so
+    delays (``runAt``, an absolute time) then follow it; ``wall_offset_ms`` lets a test
+    start a broker as if the wall clock had stepped.
     """
 
     def __init__(self, wall_offset_ms: int = 0) -> None:
@@ -27,7 +31,3 @@ class TrioClock(Clock):
 
     def deadline_for(self, wall_ms: float) -> float:
         return self._trio0 + (wall_ms - self._wall0) / 1000.0
-
-    def jump(self, delta_ms: int) -> None:
-        """Step wall time (fault tests): leases and delays then see the jump."""
-        self._wall0 += delta_ms

@@ -12,6 +12,12 @@ error``, rebuilds the queue from storage (after committing what the batch had al
 applied, so acknowledged work is kept and the crashing command's partial change is
 dropped), puts the rest of the batch back in front and carries on. Too many crashes in a
 short window re-raise, taking the broker down rather than looping forever.
+
+Full storage: commands that create jobs (``ADMITTING``) are refused with ``Storage
+full`` while the store is nearly full. The actor measures the store at most once per
+batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``; the
+handlers refuse before they change anything, so a refused job leaves no trace and the
+space below the limit stays for the writes of the jobs already accepted.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core.errors import INTERNAL_ERROR, CommandError
-from ..core.handlers import QUEUE_HANDLERS, Ctx
+from ..core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
 from ..core.queue import JobWaiter, PullWaiter, QueueState, in_admission_order
 from ..storage.finished import QueueFinished
 from .request import Request
@@ -36,6 +42,53 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioqueue.queue")
 
 RELEASE_CONNECTION = "__release_connection__"
+
+# What one admitted command is taken to add to the store, before it is committed and
+# can be measured: twice its frame (a record carries its data plus the broker's fields,
+# and B-tree pages are not full) plus a fixed cost per job (key, index node, page
+# slack). An estimate, so that one batch of many pushes cannot run far into the
+# reserve; the reserve absorbs its error.
+ADMIT_FRAME_FACTOR = 2
+ADMIT_JOB_BYTES = 512
+
+
+def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
+    """The bytes a command creating ``jobs`` jobs from a ``frame_bytes`` frame may add."""
+    return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
+
+
+class Admission:
+    """Whether new jobs still fit, for one batch of commands (or one PUSHF).
+
+    The store is measured once, when the batch's first job-creating command asks, and
+    what the batch admits after that is counted with :func:`admit_estimate`, so a batch
+    costs one measurement, not one per job. The first measure is the store's cheap
+    upper bound (:meth:`~trioqueue.storage.port.Storage.used_bytes_bound`, one LMDB
+    call); only when that bound says "maybe full" is the exact figure taken, after
+    committing what is pending so the measure includes it. Refusing on the bound
+    alone would refuse jobs that fit; taking the exact figure every time would cost
+    every batch a read transaction and one stat per database.
+    """
+
+    __slots__ = ("_broker", "_room", "_exact")
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._room: int | None = None  # bytes new jobs may still take; < 0 when full
+        self._exact = False
+
+    def refuses(self, need: int) -> bool:
+        """True when ``need`` more bytes of new jobs would take the store past its
+        admission limit (``max - reserve``); otherwise ``need`` is counted as taken."""
+        if self._room is None:
+            self._room = self._broker.storage_room(exact=False)
+        if need > self._room and not self._exact:
+            self._room = self._broker.storage_room(exact=True)
+            self._exact = True
+        if need > self._room:
+            return True
+        self._room -= need
+        return False
 
 
 class QueueActor:
@@ -176,6 +229,10 @@ class QueueActor:
         backlog = self._backlog
         max_data_bytes = self.broker.config.max_data_bytes
         max_wait_holds = self.broker.config.max_wait_holds_per_connection
+        # Room for new jobs: measured at the batch's first job-creating command, then
+        # counted down (see Admission). The handlers refuse; nothing else checks.
+        admission: Admission | None = None
+        limited = self.broker.admit_limit_bytes is not None
         while backlog:
             req = backlog.popleft()
             self._current = req
@@ -183,9 +240,15 @@ class QueueActor:
                 q.release_connection(req.conn, now)
             else:
                 handler = QUEUE_HANDLERS[req.cmd]
+                full = False
+                if limited and req.cmd in ADMITTING:
+                    if admission is None:
+                        admission = self.broker.admission()
+                    assert admission is not None
+                    full = admission.refuses(_admit_estimate(req))
                 try:
                     result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes,
-                                                     max_data_bytes, max_wait_holds))
+                                                     max_data_bytes, max_wait_holds, full))
                 except CommandError as exc:
                     # Handlers validate before they mutate, so a refused command has
                     # nothing to write; whatever it did record is still submitted below.
@@ -225,3 +288,9 @@ class QueueActor:
         events = q.take_events()
         if events:
             self.broker.publish(events)
+
+
+def _admit_estimate(req: Request) -> int:
+    """What a job-creating request may add to the store (see ``admit_estimate``)."""
+    jobs = req.msg.get("jobs") if req.cmd == "PUSHB" else None
+    return admit_estimate(req.frame_bytes, len(jobs) if isinstance(jobs, list) else 1)

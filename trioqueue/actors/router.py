@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core import fields
-from ..core.errors import CommandError
+from ..core.errors import STORAGE_FULL, CommandError
 from ..core.flows import Dependents, new_flow_job, parse_flow
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
 from ..core.job import Job
@@ -26,7 +26,7 @@ from ..core.queue import ADOPT, completed_reply
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
-from .queue_actor import RELEASE_CONNECTION, QueueActor
+from .queue_actor import RELEASE_CONNECTION, QueueActor, admit_estimate
 from .request import Request
 
 if TYPE_CHECKING:
@@ -294,6 +294,11 @@ class Router:
         new_queues = {item.queue for item in items} - self.actors.keys()
         if len(self.actors) + len(new_queues) > broker.config.max_queues:
             raise CommandError(f"Too many queues (max {broker.config.max_queues})")
+        # Last of the checks, first before any change: a refused flow leaves no trace.
+        admission = broker.admission()
+        if admission is not None and admission.refuses(
+                admit_estimate(req.frame_bytes, len(items))):
+            raise CommandError(STORAGE_FULL)
         writes = Writes()
         writes.durable = True
         per_queue: dict[str, list[Job]] = {}

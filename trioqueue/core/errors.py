@@ -16,3 +16,8 @@ class CommandError(Exception):
 
 INTERNAL_ERROR = "Internal server error"
 JOB_NOT_FOUND = "Job not found"
+
+# New jobs refused while the store is nearly full (docs/durability.md, "Full storage").
+# Retriable: nothing was admitted, and the same command succeeds once space is freed.
+# Clients can match the "Storage full" prefix.
+STORAGE_FULL = "Storage full: new jobs are refused until space is freed (retry later)"

@@ -18,8 +18,8 @@ from typing import Any
 
 from . import fields, flows
 from . import states as st
-from .errors import JOB_NOT_FOUND, CommandError
-from .job import COMPLETED
+from .errors import JOB_NOT_FOUND, STORAGE_FULL, CommandError
+from .job import COMPLETED, FAILED
 from .options import MAX_DATA_CHARS, parse_job_input, validate_job_data
 from .queue import JobWaiter, PullWaiter, QueueState, completed_reply, failed_reply
 
@@ -33,6 +33,21 @@ class Ctx:
     frame_bytes: int | None = None
     max_data_bytes: int = MAX_DATA_CHARS
     max_wait_holds: int = 40
+    # The store is nearly full: commands that would create a job must refuse (before
+    # they change anything). Measured by the I/O shell, which owns the storage; only
+    # the commands in ADMITTING look at it.
+    storage_full: bool = False
+
+
+# Commands that can create a live job, the ones a nearly full store refuses.
+# MoveToWait only when it revives a dead-lettered job (see move_to_wait). PUSHF is
+# admitted by the router, which checks the store itself.
+ADMITTING = frozenset({"PUSH", "PUSHB", "MoveToWait"})
+
+
+def _refuse_if_full(ctx: Ctx) -> None:
+    if ctx.storage_full:
+        raise CommandError(STORAGE_FULL)
 
 
 Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter | JobWaiter"]
@@ -47,6 +62,9 @@ def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         fields.check_id_fits_queue(q.name, spec["custom_id"])
     if "depends_on" in spec:
         q.check_push_dependencies([spec], ctx.now, batch=False)
+    # After validation (a malformed job is refused for good, whatever the space),
+    # before the state changes (a refused job leaves no trace).
+    _refuse_if_full(ctx)
     return {"id": q.push([spec], ctx.now)[0]}
 
 
@@ -68,6 +86,7 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         except CommandError as exc:
             raise CommandError(f"jobs[{i}]: {exc.message}") from None
     q.check_push_dependencies(specs, ctx.now, batch=True)
+    _refuse_if_full(ctx)  # the whole batch: PUSHB admits all of its jobs or none
     return {"ids": q.push(specs, ctx.now)}
 
 
@@ -501,7 +520,15 @@ def move_to_delayed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.move_to_wait(fields.job_id(msg.get("id")), ctx.now, _token(msg))
+    """Back to waiting. A dead-lettered job is revived as a new live job, which a nearly
+    full store refuses like a push (it would need the reserve to be processed again);
+    moving a live job is a change of an existing job and is always allowed."""
+    job_id = fields.job_id(msg.get("id"))
+    if ctx.storage_full and job_id not in q.jobs:
+        record = q.finished.get(job_id)
+        if record is not None and record["state"] == FAILED:
+            raise CommandError(STORAGE_FULL)
+    q.move_to_wait(job_id, ctx.now, _token(msg))
     return {}
 
 

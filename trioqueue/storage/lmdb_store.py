@@ -19,6 +19,13 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   nothing applied. Deletes-only applies may use a small reserve above the maximum, so
   a full store can always be emptied. Resizing is allowed because the broker drives
   storage from a single thread and no transaction of this process is open then.
+* :meth:`LmdbStorage.used_bytes` counts the pages of every B-tree (named databases and
+  the main one) plus the two meta pages; pages a delete frees leave the trees at once,
+  so they count as free from that commit on (they become reusable by LMDB from the
+  commit after next, which the turn-over above takes care of). The free list's own
+  pages and the copy-on-write pages of the next commit are not counted: that, and the
+  pages a fragmented free list cannot offer as one contiguous run to a large value, is
+  what the broker's reserve absorbs.
 * Finished counts are kept exact in the same transaction as the writes, so
   :meth:`LmdbStorage.load` does not scan finished jobs.
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
@@ -40,6 +47,8 @@ from . import keys as K
 from .port import Recovered, Storage, StorageFullError
 
 _ID_CHUNK = 1000
+_META_PAGES = 2  # LMDB's two meta pages, in use in every environment
+_INITIAL_MAP_BYTES = 1 << 30
 
 
 def _reserve_bytes(max_map_size: int) -> int:
@@ -54,10 +63,13 @@ class LmdbStorage(Storage):
         self,
         path: str | os.PathLike[str],
         *,
-        map_size_bytes: int = 1 << 30,
+        map_size_bytes: int | None = None,
         max_map_size_bytes: int = 1 << 40,
         fsync_on_commit: bool = False,
     ) -> None:
+        if map_size_bytes is None:
+            # 1 GiB to start with (it doubles on demand), but never past the maximum.
+            map_size_bytes = min(_INITIAL_MAP_BYTES, max_map_size_bytes)
         if map_size_bytes <= 0:
             raise ValueError("map_size_bytes must be positive")
         self.path = os.fspath(path)
@@ -109,6 +121,10 @@ class LmdbStorage(Storage):
         self._counts = dbs[K.DB_COUNTS]
         self._deps = dbs[K.DB_DEPS]
         self._meta = dbs[K.DB_META]
+        # the main database holds one record per named database: a page or so, counted
+        # in used_bytes for completeness
+        self._space_dbs = (env.open_db(None), *dbs.values())
+        self._psize: int = env.stat()["psize"]
 
     # --- introspection (tests, metrics) ---------------------------------------------
 
@@ -116,6 +132,30 @@ class LmdbStorage(Storage):
     def map_size(self) -> int:
         """The current map size in bytes (grows on demand)."""
         return self._env.info()["map_size"]
+
+    @property
+    def max_bytes(self) -> int:
+        """The map's maximum: past it, writes other than deletes fail."""
+        return self.max_map_size_bytes
+
+    def used_bytes(self) -> int:
+        """Bytes of the pages in use by the B-trees of the last commit, meta pages
+        included (about 8 us: one read transaction, one stat per database)."""
+        self._check_open()
+        pages = _META_PAGES
+        with self._env.begin() as txn:
+            stat = txn.stat
+            for db in self._space_dbs:
+                s = stat(db)
+                pages += s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]
+        return pages * self._psize
+
+    def used_bytes_bound(self) -> int:
+        """The high-water mark of the file (highest page ever used), an upper bound of
+        :meth:`used_bytes` for a tenth of its cost. It never goes down, so once a store
+        has been nearly full, callers fall back to the exact figure."""
+        self._check_open()
+        return (self._env.info()["last_pgno"] + 1) * self._psize
 
     # --- writes ---------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ class MemoryStorage(Storage):
     """
 
     def __init__(self, *, max_bytes: int | None = None) -> None:
-        self.max_bytes = max_bytes
+        self._max_bytes = max_bytes
         self._live: dict[bytes, bytes] = {}
         self._finished: dict[bytes, bytes] = {}
         self._results: dict[bytes, bytes] = {}
@@ -53,6 +53,13 @@ class MemoryStorage(Storage):
         """Total stored bytes, as counted against ``max_bytes``."""
         return self._bytes
 
+    @property
+    def max_bytes(self) -> int | None:
+        return self._max_bytes
+
+    def used_bytes(self) -> int:
+        return self._bytes
+
     # --- writes ---------------------------------------------------------------------
 
     def apply(self, batches: Sequence[Writes]) -> None:
@@ -64,9 +71,10 @@ class MemoryStorage(Storage):
         try:
             for op in ops:
                 self._apply_one(op, undo)
-            if self.max_bytes is not None and self._bytes > self.max_bytes:
+            limit = self._max_bytes
+            if limit is not None and self._bytes > limit:
                 raise StorageFullError(
-                    f"memory store would hold {self._bytes} bytes, over max_bytes={self.max_bytes}"
+                    f"memory store would hold {self._bytes} bytes, over max_bytes={limit}"
                 )
         except BaseException:
             for action in reversed(undo):

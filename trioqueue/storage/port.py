@@ -91,3 +91,27 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store. Safe to call twice."""
+
+    # --- space (admission of new jobs, see docs/durability.md "Full storage") ---------
+    # Not abstract: a store that has no limit (``max_bytes`` None) is never full, so
+    # wrappers and test doubles need not implement them.
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The most this store may hold, in the unit of :meth:`used_bytes`; None: no limit."""
+        return None
+
+    def used_bytes(self) -> int:
+        """What the committed data occupies now, in bytes; cheap enough for once per batch.
+
+        Space freed by deletes counts as free again at once (a store that was full
+        takes new jobs again after jobs are removed). Writes not yet committed are not
+        included: callers commit first.
+        """
+        return 0
+
+    def used_bytes_bound(self) -> int:
+        """An upper bound of :meth:`used_bytes`, for callers that only need to know
+        that the store is far from full. Adapters override it when they have a bound
+        much cheaper than the exact figure."""
+        return self.used_bytes()

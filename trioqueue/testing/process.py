@@ -7,6 +7,7 @@ Used by tests that need a process to die for real (``SIGKILL``): the broker logs
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import subprocess
@@ -18,19 +19,33 @@ import trio
 READY = re.compile(rb"trioqueue ready: tcp [^:]+:(\d+) ws [^:]+:(\d+)")
 
 
+SERVE = ("-m", "trioqueue", "serve")
+# The same broker on a store that fails on purpose (see trioqueue.testing.faulty_broker).
+FAULTY_SERVE = ("-m", "trioqueue.testing.faulty_broker")
+
+
 class BrokerProcess:
+    """The real broker as a subprocess: start, kill (any signal, now or at a random
+    moment), start again on the same data directory.
+
+    ``entry`` picks the program (``SERVE``, or ``FAULTY_SERVE`` plus its fault flags in
+    ``extra_args``); ports are free ones the broker picks and reports.
+    """
+
     def __init__(self, data_dir: str | Path, *extra_args: str,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 entry: tuple[str, ...] = SERVE) -> None:
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
         self.env = env
+        self.entry = entry
         self.process: trio.Process | None = None
         self.tcp_port = 0
         self.ws_port = 0
         self.log = b""
 
     async def start(self, timeout_s: float = 20.0) -> None:
-        args = [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1",
+        args = [sys.executable, *self.entry, "--host", "127.0.0.1",
                 "--tcp-port", "0", "--ws-port", "0", "--data-dir", self.data_dir,
                 *self.extra_args]
         env = dict(os.environ if self.env is None else self.env)
@@ -59,6 +74,29 @@ class BrokerProcess:
             await self.process.stderr.aclose()
         return code
 
+    async def kill_at_random(self, low_s: float, high_s: float, rng: random.Random,
+                             sig: int = signal.SIGKILL) -> int:
+        """Wait a random time in [low_s, high_s), then kill with ``sig``."""
+        await trio.sleep(rng.uniform(low_s, high_s))
+        return await self.kill(sig)
+
+    async def wait_exit(self, timeout_s: float = 20.0) -> int:
+        """Wait for the broker to exit on its own (e.g. after a storage failure)."""
+        assert self.process is not None
+        with trio.fail_after(timeout_s):
+            code = await self.process.wait()
+        if self.process.stderr is not None:
+            self.log += await _drain(self.process.stderr)
+            await self.process.stderr.aclose()
+        return code
+
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
             await self.kill(signal.SIGKILL)
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> bytes:
+    out = b""
+    while chunk := await stream.receive_some(65536):
+        out += chunk
+    return out

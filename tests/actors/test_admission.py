@@ -1,0 +1,168 @@
+"""Full storage, below the wire: the handlers' ``Ctx.storage_full`` refusal and the
+per-batch :class:`~trioqueue.actors.queue_actor.Admission` measure.
+
+The handlers are driven through :class:`~trioqueue.testing.queue.QueueHarness` (a real
+QueueState over a MemoryStorage, committing after each command as the actor does), so
+"nothing changed" is checked both in memory and in what reached storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trioqueue.actors.queue_actor import Admission, admit_estimate
+from trioqueue.core.errors import STORAGE_FULL, CommandError
+from trioqueue.core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
+from trioqueue.core.options import parse_job_input
+from trioqueue.testing.queue import QueueHarness
+
+T0 = 1_764_000_000_000
+FULL = Ctx(T0, storage_full=True)
+
+
+def run(h: QueueHarness, cmd: str, msg: dict[str, Any], ctx: Ctx) -> Any:
+    """One handler call, committed like the actor does (also after a refusal)."""
+    try:
+        return QUEUE_HANDLERS[cmd](h.q, msg, ctx)
+    finally:
+        h.commit()
+
+
+def snapshot(h: QueueHarness) -> tuple[Any, ...]:
+    return (sorted(h.q.jobs), dict(h.index), h.storage.load(), h.storage.size_bytes,
+            h.q.counts(T0))
+
+
+def test_storage_full_text_is_retriable_and_prefixed() -> None:
+    assert STORAGE_FULL.startswith("Storage full")
+    assert "retry" in STORAGE_FULL
+
+
+@pytest.mark.parametrize("cmd,msg", [
+    ("PUSH", {"queue": "q", "data": {"a": 1}, "jobId": "new"}),
+    ("PUSHB", {"queue": "q", "jobs": [{"data": 1, "customId": "b1"}, {"data": 2}]}),
+])
+def test_a_full_store_refuses_new_jobs_leaving_no_trace(cmd: str, msg: dict[str, Any]) -> None:
+    h = QueueHarness()
+    run(h, "PUSH", {"data": "old", "jobId": "old"}, Ctx(T0))
+    before = snapshot(h)
+    with pytest.raises(CommandError) as refused:
+        run(h, cmd, msg, FULL)
+    assert refused.value.message == STORAGE_FULL
+    assert snapshot(h) == before  # not in memory, not in the index, not in storage
+    # the same command is accepted once there is room: the refusal was retriable
+    reply = run(h, cmd, msg, Ctx(T0))
+    assert "id" in reply or len(reply["ids"]) == 2
+
+
+def test_validation_errors_come_before_storage_full() -> None:
+    # A malformed job is refused for good, whatever the space: say so, not "retry".
+    h = QueueHarness()
+    with pytest.raises(CommandError) as bad:
+        run(h, "PUSH", {"data": {"a": 1}, "priority": "high"}, FULL)
+    assert bad.value.message == "priority must be a number"
+    with pytest.raises(CommandError) as bad_batch:
+        run(h, "PUSHB", {"jobs": [{"data": 1}, "not a job"]}, FULL)
+    assert bad_batch.value.message.startswith("jobs[1]:")
+
+
+def test_existing_jobs_are_served_while_full() -> None:
+    h = QueueHarness()
+    for i in range(4):
+        run(h, "PUSH", {"data": i, "jobId": f"j{i}"}, Ctx(T0))
+    pulled = run(h, "PULLB", {"count": 3, "timeout": 0, "owner": "w"}, FULL)
+    ids = [job["id"] for job in pulled["jobs"]]
+    assert ids == ["j0", "j1", "j2"]
+    token = dict(zip(ids, pulled["tokens"], strict=True))
+    run(h, "ACK", {"id": "j0", "token": token["j0"], "result": 1}, FULL)
+    run(h, "FAIL", {"id": "j1", "token": token["j1"], "unrecoverable": True}, FULL)
+    # an active job back to waiting is a move of an existing job: allowed
+    run(h, "MoveToWait", {"id": "j2", "token": token["j2"]}, FULL)
+    run(h, "Obliterate", {}, FULL)
+    assert h.q.jobs == {}
+
+
+def test_move_to_wait_of_a_dead_letter_is_refused_while_full() -> None:
+    h = QueueHarness()
+    run(h, "PUSH", {"data": 1, "jobId": "dead"}, Ctx(T0))
+    job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
+    run(h, "FAIL", {"id": "dead", "token": job["token"], "unrecoverable": True}, Ctx(T0))
+    before = snapshot(h)
+    with pytest.raises(CommandError) as refused:
+        run(h, "MoveToWait", {"id": "dead"}, FULL)
+    assert refused.value.message == STORAGE_FULL  # reviving creates a live job
+    assert snapshot(h) == before
+    run(h, "MoveToWait", {"id": "dead"}, Ctx(T0))
+    assert h.q.jobs["dead"].state == "queued"
+
+
+def test_move_to_wait_keeps_its_own_errors_while_full() -> None:
+    h = QueueHarness()
+    spec = parse_job_input({"data": 1}, custom_id_key="jobId")
+    job_id = h.call("push", [spec], T0)[0]
+    pulled = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
+    run(h, "ACK", {"id": job_id, "token": pulled["token"]}, Ctx(T0))
+    with pytest.raises(CommandError) as refused:
+        run(h, "MoveToWait", {"id": job_id}, FULL)
+    assert refused.value.message == "Cannot move job from state 'completed' to waiting"
+
+
+def test_only_job_creating_commands_are_admission_checked() -> None:
+    assert ADMITTING == {"PUSH", "PUSHB", "MoveToWait"}
+    assert ADMITTING <= QUEUE_HANDLERS.keys()
+
+
+# ------------------------------------------------------------------ Admission
+
+
+class FakeBroker:
+    """Answers storage_room from a scripted store: ``bound`` and ``exact`` room."""
+
+    def __init__(self, bound_room: int, exact_room: int) -> None:
+        self.bound_room = bound_room
+        self.exact_room = exact_room
+        self.measures: list[bool] = []
+
+    def storage_room(self, *, exact: bool) -> int:
+        self.measures.append(exact)
+        return self.exact_room if exact else self.bound_room
+
+
+def admission(broker: FakeBroker) -> Admission:
+    return Admission(broker)  # type: ignore[arg-type]
+
+
+def test_a_store_far_from_full_costs_one_cheap_measure_per_batch() -> None:
+    broker = FakeBroker(bound_room=10_000, exact_room=10_000)
+    batch = admission(broker)
+    assert not any(batch.refuses(1_000) for _ in range(10))
+    assert broker.measures == [False]  # the bound only, once
+    # the batch took the room the bound gave; only then is the exact figure asked for
+    assert not batch.refuses(1)
+    assert broker.measures == [False, True]
+
+
+def test_the_exact_measure_is_taken_once_when_the_bound_is_not_enough() -> None:
+    broker = FakeBroker(bound_room=-5, exact_room=2_500)  # high-water mark past the limit
+    batch = admission(broker)
+    assert not batch.refuses(1_000)
+    assert not batch.refuses(1_000)
+    assert batch.refuses(1_000)  # 500 left
+    assert not batch.refuses(500)
+    assert broker.measures == [False, True]
+
+
+def test_a_full_store_refuses_every_new_job_of_the_batch() -> None:
+    broker = FakeBroker(bound_room=-1, exact_room=-1)
+    batch = admission(broker)
+    assert batch.refuses(admit_estimate(0))
+    assert batch.refuses(admit_estimate(0))
+    assert broker.measures == [False, True]
+
+
+def test_admit_estimate_grows_with_frame_and_jobs() -> None:
+    assert admit_estimate(None) == admit_estimate(0) > 0
+    assert admit_estimate(1000) > admit_estimate(100)
+    assert admit_estimate(1000, jobs=10) > admit_estimate(1000, jobs=1)

@@ -1,0 +1,304 @@
+"""Full storage over TCP: a tiny store refuses new jobs, retriably, and keeps serving.
+
+Each test runs against LMDB with a 2 MiB map (512 KiB kept in reserve) and against the
+memory store with a 1 MiB limit (256 KiB reserve). "Full" is reached by pushing until
+the broker refuses, never by timing. What is checked (docs/durability.md, "Full
+storage"):
+
+- the refusal is an ``{ok: false, error: "Storage full..."}`` reply, for PUSH, PUSHB
+  (the whole batch), PUSHF and MoveToWait of a dead-lettered job; the broker keeps
+  serving and its writer never failed;
+- a refused job does not exist (GetJob, counts), every acknowledged one does;
+- PULL, ACK and FAIL of existing jobs work while full;
+- ACK with removeOnComplete, or Obliterate, frees space and new jobs are taken again;
+- LMDB: a broker restarted on the full store has every acknowledged change.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.cli import build_parser, config_from
+from trioqueue.config import DEFAULT_LMDB_MAX_BYTES, MIB, Config, default_reserve_bytes
+from trioqueue.core.errors import STORAGE_FULL
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+
+KIB = 1024
+StartServer = Callable[..., Any]
+
+LIMITS: dict[str, dict[str, Any]] = {
+    "lmdb": {"store_max_bytes": 2 * MIB, "store_reserve_bytes": 512 * KIB},
+    "memory": {"memory": True, "store_max_bytes": 1 * MIB, "store_reserve_bytes": 256 * KIB},
+}
+PAD = "x" * 200  # small records: no LMDB overflow pages, so no free-list fragmentation
+BATCH = 50
+
+
+@pytest.fixture(params=sorted(LIMITS))
+def limits(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return dict(LIMITS[request.param])
+
+
+def job(custom_id: str) -> dict[str, Any]:
+    return {"name": "j", "data": {"pad": PAD}, "customId": custom_id}
+
+
+def is_full(reply: dict[str, Any]) -> bool:
+    return reply.get("ok") is False and reply.get("error") == STORAGE_FULL
+
+
+async def fill_with_batches(client: RawClient, queue: str,
+                            prefix: str) -> tuple[list[str], list[str]]:
+    """PUSHB batches until one is refused: (ids acknowledged, ids of the refused batch)."""
+    accepted: list[str] = []
+    for n in range(10_000):
+        ids = [f"{prefix}{n}-{i}" for i in range(BATCH)]
+        reply = await client.call("PUSHB", queue=queue, jobs=[job(i) for i in ids])
+        if not reply["ok"]:
+            assert is_full(reply), reply
+            return accepted, ids
+        assert reply["ids"] == ids
+        accepted.extend(ids)
+    raise AssertionError("the store never filled up")
+
+
+async def fill_with_pushes(client: RawClient, queue: str,
+                           prefix: str) -> tuple[list[str], str]:
+    """Single PUSHes until one is refused: (ids acknowledged, the refused id)."""
+    accepted: list[str] = []
+    for n in range(100_000):
+        job_id = f"{prefix}{n}"
+        reply = await client.call("PUSH", queue=queue, name="j", data={"pad": PAD},
+                                  jobId=job_id)
+        if not reply["ok"]:
+            assert is_full(reply), reply
+            return accepted, job_id
+        assert reply["id"] == job_id
+        accepted.append(job_id)
+    raise AssertionError("the store never filled up")
+
+
+async def fill(client: RawClient, queue: str) -> list[str]:
+    """Fill the store to the last single job; returns every acknowledged id."""
+    accepted, refused_batch = await fill_with_batches(client, queue, "b")
+    await assert_missing(client, refused_batch)  # the whole batch, not a prefix of it
+    singles, refused = await fill_with_pushes(client, queue, "s")
+    await assert_missing(client, [refused])
+    return accepted + singles
+
+
+async def work_past_the_limit(client: RawClient, server: Server, queue: str) -> list[str]:
+    """PULL and ACK (keeping a result) one job at a time until the store uses more
+    than its admission limit, as read from the broker: jobs already accepted may
+    write into the reserve. Past the limit every new job is refused whatever its
+    size, so the checks that follow do not depend on the admission estimate."""
+    broker = server.broker
+    assert broker.admit_limit_bytes is not None
+    done: list[str] = []
+    while broker.storage.used_bytes() <= broker.admit_limit_bytes:
+        assert len(done) < 2000, "finishing jobs should grow the store"
+        pulled = await client.ok("PULL", queue=queue, timeout=0, owner="w")
+        job_id = pulled["job"]["id"]
+        await client.ok("ACK", id=job_id, token=pulled["token"], result={"n": len(done)})
+        done.append(job_id)
+    return done
+
+
+async def assert_missing(client: RawClient, ids: list[str]) -> None:
+    for job_id in ids:
+        reply = await client.call("GetJob", id=job_id)
+        assert reply == {"ok": False, "error": "Job not found", "reqId": reply["reqId"]}
+
+
+async def queued_ids(client: RawClient, queue: str) -> set[str]:
+    jobs = (await client.ok("GetJobs", queue=queue, state=["waiting", "delayed"],
+                            limit=100_000))["jobs"]
+    return {j["id"] for j in jobs}
+
+
+async def counts(client: RawClient, queue: str) -> dict[str, int]:
+    result: dict[str, int] = (await client.ok("GetJobCounts", queue=queue))["counts"]
+    return result
+
+
+async def connect(server: Server) -> RawClient:
+    assert server.tcp_port is not None
+    return await RawClient.connect(server.tcp_port)
+
+
+async def test_a_full_store_refuses_new_jobs_and_serves_existing_ones(
+    start_server: StartServer, limits: dict[str, Any]
+) -> None:
+    server = await start_server(**limits)
+    client = await connect(server)
+    # a dead-lettered job, to revive later
+    await client.ok("PUSH", queue="q", name="j", data={}, jobId="dead", maxAttempts=1)
+    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == "dead"
+    await client.ok("FAIL", id="dead", error="boom")
+
+    accepted = await fill(client, "q")
+    assert len(accepted) > 1000
+    assert await queued_ids(client, "q") == set(accepted)  # every acknowledged job
+    assert (await counts(client, "q"))["waiting"] == len(accepted)
+
+    # The broker keeps serving existing jobs while full: PULL, ACK, FAIL, even once
+    # their writes take the store past the limit, into the reserve.
+    await client.ok("Ping")
+    acked = await work_past_the_limit(client, server, "q")
+    assert (await client.ok("GetResult", id=acked[0]))["result"] == {"n": 0}
+    failing = await client.ok("PULL", queue="q", timeout=0, owner="w")
+    await client.ok("FAIL", id=failing["job"]["id"], token=failing["token"], error="no")
+    assert (await client.ok("GetState", id=failing["job"]["id"]))["state"] == "delayed"
+    assert not server.broker.writer.failed
+
+    # Past the limit, new jobs of every kind are refused, however small, and leave
+    # no trace.
+    assert is_full(await client.call("PUSH", queue="q", name="j", data={}, jobId="late"))
+    assert is_full(await client.call("PUSHB", queue="other", jobs=[job("o1")]))
+    assert is_full(await client.call("MoveToWait", id="dead"))
+    assert (await client.ok("GetState", id="dead"))["state"] == "failed"
+    flow = [{"id": "fp", "queue": "f", "input": {"name": "p", "data": {}}}]
+    assert is_full(await client.call("PUSHF", jobs=flow))
+    await assert_missing(client, ["late", "o1", "fp"])
+    now = await counts(client, "q")
+    assert (now["waiting"], now["delayed"]) == (len(accepted) - len(acked) - 1, 1)
+    assert now["completed"] == len(acked)
+
+    # Space returns: completing jobs with removeOnComplete deletes them...
+    pulled = (await client.ok("PULLB", queue="q", count=300, timeout=0))["jobs"]
+    done = [j["id"] for j in pulled]
+    reply = await client.ok("ACKB", ids=done, removeOnCompletes=[True] * len(done))
+    assert "data" not in reply  # none ignored
+    await assert_missing(client, done[:5])
+    # ...and new jobs are taken again, the dead letter can be revived.
+    await client.ok("PUSH", queue="q", name="j", data={}, jobId="late")
+    await client.ok("MoveToWait", id="dead")
+    assert (await client.ok("GetState", id="dead"))["state"] == "waiting"
+
+    left = set(accepted) - {*acked, *done}
+    assert await queued_ids(client, "q") == left | {"late", "dead"}  # nothing lost
+
+    # Obliterate frees everything: the store takes as much again.
+    await client.ok("Obliterate", queue="q")
+    again, _ = await fill_with_batches(client, "q", "again")
+    assert len(again) >= len(accepted) // 2
+    assert not server.broker.writer.failed
+
+
+async def test_a_pipelined_burst_is_cut_cleanly(
+    start_server: StartServer, limits: dict[str, Any]
+) -> None:
+    """Many pushes in one read form one actor batch, measured once: every reply says
+    exactly what happened to its job, and the broker never overruns its store."""
+    server = await start_server(**limits)
+    client = await connect(server)
+    await fill_with_batches(client, "q", "b")
+    ids = [f"burst{i}" for i in range(400)]
+    await client.send_raw(b"".join(
+        client.frame({"cmd": "PUSH", "reqId": job_id, "queue": "q", "name": "j",
+                      "data": {"pad": PAD}, "jobId": job_id}) for job_id in ids))
+    replies: dict[str, dict[str, Any]] = {}
+    while len(replies) < len(ids):
+        reply = await client.receive()
+        replies[reply["reqId"]] = reply
+    taken = [job_id for job_id in ids if replies[job_id]["ok"]]
+    refused = [job_id for job_id in ids if not replies[job_id]["ok"]]
+    assert refused, "the burst should not all fit"
+    assert all(is_full(replies[job_id]) for job_id in refused)
+    assert await queued_ids(client, "q") >= set(taken)
+    await assert_missing(client, refused)
+    assert not server.broker.writer.failed
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, **overrides: Any) -> AsyncIterator[Server]:
+    """A broker that is fully stopped (store closed) when the block ends, so another
+    can open the same LMDB directory (LMDB forbids two opens in one process)."""
+    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0,
+                    data_dir=str(tmp_path / "restart"), fsync="never")
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+async def test_a_restart_on_a_full_lmdb_store_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    limits = LIMITS["lmdb"]
+    async with running(tmp_path, **limits) as server:
+        client = await connect(server)
+        accepted = await fill(client, "q")
+        done = await work_past_the_limit(client, server, "q")
+        await client.aclose()
+    async with running(tmp_path, **limits) as server:
+        client = await connect(server)
+        assert await queued_ids(client, "q") == set(accepted) - set(done)
+        for n, job_id in enumerate(done):
+            assert (await client.ok("GetResult", id=job_id))["result"] == {"n": n}
+        # still full after the restart, and still retriable
+        assert is_full(await client.call("PUSH", queue="q", name="j", data={}))
+        await client.ok("Obliterate", queue="q")
+        await client.ok("PUSH", queue="q", name="j", data={}, jobId="after")
+        await client.aclose()
+    async with running(tmp_path, **limits) as server:
+        client = await connect(server)
+        assert await queued_ids(client, "q") == {"after"}
+        await client.aclose()
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def test_default_reserve() -> None:
+    assert default_reserve_bytes(DEFAULT_LMDB_MAX_BYTES) == DEFAULT_LMDB_MAX_BYTES // 32
+    assert default_reserve_bytes(64 * MIB) == 8 * MIB
+    assert default_reserve_bytes(2 * MIB) == 512 * KIB  # a quarter of a tiny store
+    config = Config()
+    assert config.store_limit_bytes() == DEFAULT_LMDB_MAX_BYTES
+    assert Config(memory=True).store_limit_bytes() is None
+
+
+@pytest.mark.parametrize("overrides", [
+    {"store_max_bytes": 0},
+    {"store_reserve_bytes": -1},
+    {"store_max_bytes": 2 * MIB, "store_reserve_bytes": 2 * MIB},
+    {"memory": True, "store_max_bytes": MIB, "store_reserve_bytes": 2 * MIB},
+])
+def test_invalid_limits_are_refused(overrides: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Config(**overrides).validate()
+
+
+def test_a_reserve_without_a_memory_limit_is_ignored() -> None:
+    Config(memory=True, store_reserve_bytes=10 * MIB).validate()
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None) -> Config:
+    args: argparse.Namespace = build_parser().parse_args(["serve", *argv])
+    return config_from(args, env or {})
+
+
+def test_flags_and_environment() -> None:
+    config = parse(["--store-max-bytes", "2GiB", "--store-reserve-bytes", "65536"])
+    assert (config.store_max_bytes, config.store_reserve_bytes) == (2 << 30, 65536)
+    env = {"TRIOQUEUE_STORE_MAX_BYTES": "512M", "TRIOQUEUE_STORE_RESERVE_BYTES": "1k"}
+    config = parse([], env)
+    assert (config.store_max_bytes, config.store_reserve_bytes) == (512 * MIB, KIB)
+    assert parse(["--store-max-bytes", "3MiB"], env).store_max_bytes == 3 * MIB  # flag wins
+    assert parse([]).store_max_bytes is None
+    for bad in ("lots", "-1", "1.5GiB", "2PB", ""):
+        with pytest.raises(SystemExit):
+            parse(["--store-max-bytes", bad])
