@@ -1,0 +1,76 @@
+"""Count the live trio tasks of a run, to prove that nothing a test did leaked a task.
+
+Every trio task is reachable from the run's root task through the nurseries it opened
+(``Task.child_nurseries``) and the tasks those nurseries hold (``Nursery.child_tasks``).
+A connection the broker served and closed must leave no task behind: tests take
+:func:`count_tasks` before some abuse and wait, with a deadline, until the count comes
+back to that baseline (:func:`wait_for_task_count`), reporting which task names are
+left over (:func:`task_names`) when it does not.
+
+These functions must be called from inside a trio run; they walk the tree without
+yielding, so the count is one consistent snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import trio
+
+__all__ = ["count_tasks", "iter_tasks", "task_names", "wait_for_task_count"]
+
+
+def iter_tasks(root: trio.lowlevel.Task | None = None) -> Iterator[trio.lowlevel.Task]:
+    """Every live task under ``root`` (the run's root task by default), ``root`` excluded.
+
+    Walks depth-first through each task's child nurseries; iterative, so a deep tree of
+    nested nurseries cannot hit the recursion limit.
+    """
+    if root is None:
+        root = trio.lowlevel.current_root_task()
+    assert root is not None, "iter_tasks must be called inside a trio run"
+    stack = [root]
+    while stack:
+        task = stack.pop()
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                yield child
+                stack.append(child)
+
+
+def count_tasks(root: trio.lowlevel.Task | None = None) -> int:
+    """How many tasks live under ``root`` (the run's root task by default)."""
+    return sum(1 for _ in iter_tasks(root))
+
+
+def task_names(root: trio.lowlevel.Task | None = None) -> Counter[str]:
+    """How many live tasks carry each name: what to print when a count does not add up."""
+    return Counter(task.name for task in iter_tasks(root))
+
+
+async def wait_for_task_count(
+    target: int,
+    *,
+    timeout_s: float = 5.0,
+    root: trio.lowlevel.Task | None = None,
+    poll_s: float = 0.01,
+) -> int:
+    """Wait until at most ``target`` tasks live under ``root``; return the final count.
+
+    Closing connections unwind over a few scheduler passes (a cancelled nursery, a
+    shielded close), so the count is polled until it comes down, within ``timeout_s``.
+    Raises ``AssertionError`` naming the extra tasks if it never does.
+    """
+    deadline = trio.current_time() + timeout_s
+    while True:
+        count = count_tasks(root)
+        if count <= target:
+            return count
+        if trio.current_time() >= deadline:
+            names = task_names(root)
+            raise AssertionError(
+                f"{count} live tasks, expected at most {target} after {timeout_s} s; "
+                f"by name: {dict(names.most_common())}"
+            )
+        await trio.sleep(poll_s)
