@@ -12,12 +12,17 @@
   does).
 
 Counters (``commits``, ``syncs``) say how far a run got.
+
+:func:`step_wall_clock` steps the wall clock (``time.time``) of this process, as NTP or
+an administrator would; :class:`~trioqueue.actors.clock.TrioClock` with
+``wall_offset_ms`` starts a broker as if the wall clock had stepped before it started.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..core.writes import Writes
@@ -97,3 +102,14 @@ class FaultyStorage(Storage):
     def __getattr__(self, name: str) -> Any:
         # Port methods added later (and adapter extras) reach the wrapped store.
         return getattr(self.inner, name)
+
+
+@contextmanager
+def step_wall_clock(offset_ms: float) -> Iterator[None]:
+    """Within the block, ``time.time()`` is ``offset_ms`` away from the real wall clock."""
+    real = time.time
+    time.time = lambda: real() + offset_ms / 1000.0
+    try:
+        yield
+    finally:
+        time.time = real
