@@ -2,11 +2,12 @@
 # Run scripts/bench.py against the real bunqueue (SQLite) and trioqueue (LMDB) in one go,
 # on loopback, and print both with the ratio. Installs bun + bunqueue from the npm
 # registry into a cache outside the repository; stops everything it starts.
-#   scripts/bench-vs-bunqueue.sh [N] [REPEAT]
+#   scripts/bench-vs-bunqueue.sh [N] [REPEAT]      (ROWS=..., PLOT=path.png to override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 REPEAT=${2:-3}
+ROWS=${ROWS:-everything}  # the broker rows and the client rows (scripts/bench.py --rows)
 CACHE=${TRIOQUEUE_BENCH_CACHE:-$HOME/.cache/trioqueue-bench}
 PY=${PYTHON:-python3}
 OUT=${OUT:-$(mktemp -d)}
@@ -27,15 +28,17 @@ HOST=127.0.0.1 RATE_LIMIT_MAX_REQUESTS=1000000000 \
   --host 127.0.0.1 --tcp-port $BQ_PORT --http-port $((BQ_PORT + 1)) \
   --data-path "$OUT/bq/bunqueue.db" > "$OUT/bunqueue.log" 2>&1 &
 pids+=($!); wait_port $BQ_PORT
-$PY scripts/bench.py --target 127.0.0.1:$BQ_PORT --n "$N" --repeat "$REPEAT" --json "$OUT/bunqueue.json" | tail -n 12
+$PY scripts/bench.py --target 127.0.0.1:$BQ_PORT --n "$N" --repeat "$REPEAT" --rows "$ROWS" \
+  --broker-pid "${pids[0]}" --json "$OUT/bunqueue.json" | tail -n 20
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 
 $PY -m trioqueue serve --host 127.0.0.1 --tcp-port $TQ_PORT --ws-port $((TQ_PORT + 1)) \
   --data-dir "$OUT/tq" > "$OUT/trioqueue.log" 2>&1 &
 pids+=($!); wait_port $TQ_PORT
-$PY scripts/bench.py --target 127.0.0.1:$TQ_PORT --n "$N" --repeat "$REPEAT" --json "$OUT/trioqueue.json" | tail -n 12
+$PY scripts/bench.py --target 127.0.0.1:$TQ_PORT --n "$N" --repeat "$REPEAT" --rows "$ROWS" \
+  --broker-pid "${pids[0]}" --json "$OUT/trioqueue.json" | tail -n 20
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 
 echo
-$PY scripts/compare.py "$OUT/trioqueue.json" "$OUT/bunqueue.json"
+$PY scripts/compare.py "$OUT/trioqueue.json" "$OUT/bunqueue.json" --plot "${PLOT:-docs/bench-vs-bunqueue.png}"
 echo "(raw runs in $OUT)"

@@ -21,6 +21,13 @@ limit stops and reports what it completed):
     e2e_latency         worker thread parks PULL(timeout 5000) on its own socket; producer
                         pushes one job at a time; latency = PUSH sent -> worker's ACK reply
                         received; p50/p99 ms and jobs/s.
+    delayed_lateness    --e2e-jobs/4 jobs pushed with delays spread over 100-1100 ms while a
+                        worker thread long-polls PULL; lateness = PULL reply received -
+                        (PUSH sent + delay); p50/p99 ms. Timers of the broker, not
+                        throughput: jobs/s is the worker's rate.
+    rss_100k            preload 100,000 jobs (PUSHB 1000), then the broker's resident
+                        memory (VmRSS of --broker-pid, this machine only) in MB; shown in
+                        the p50 column as MB; skipped without --broker-pid.
     client_*            through trioqueue's Python client (needs trioqueue installed):
                         add one at a time, add_bulk 1000, a Worker at concurrency 1,
                         10 and 100 draining no-op jobs, add-to-result latency through
@@ -69,6 +76,8 @@ ROWS: tuple[str, ...] = (
     "pullb_ackb_100",
     "pullb_ackb_1000",
     "e2e_latency",
+    "delayed_lateness",
+    "rss_100k",
 )
 
 # Rows measured through trioqueue's Python client: scripts/bench_client.py.
@@ -309,6 +318,7 @@ class Ctx:
     e2e_jobs: int
     data_pad: str
     auth_token: str | None
+    broker_pid: int | None = None
     conns: list[Conn] = field(default_factory=list)
 
     def connect(self) -> Conn:
@@ -810,6 +820,79 @@ def row_e2e_latency(ctx: Ctx, q: str, res: RunResult) -> None:
     res.events_ignored = producer.events + worker.events
 
 
+def row_delayed_lateness(ctx: Ctx, q: str, res: RunResult) -> None:
+    total = max(1, ctx.e2e_jobs // 4)
+    res.expected_jobs = total
+    producer = ctx.connect()
+    worker = ctx.connect()
+    scheduled: dict[Any, float] = {}
+    started: dict[Any, float] = {}
+    failures: list[str] = []
+
+    def work() -> None:
+        while len(started) < total:
+            reply = worker.call("PULL", queue=q, timeout=E2E_PULL_TIMEOUT_MS, owner=OWNER,
+                                lockTtl=LOCK_TTL_MS)
+            now = perf()
+            if reply.get("ok") is not True:
+                failures.append(f"PULL: {reply.get('error', reply)!r}")
+                return
+            job = reply.get("job")
+            if is_nil(job):
+                if perf() > deadline:
+                    return
+                continue
+            started[job_id(job)] = now
+            worker.call("ACK", id=job_id(job), token=reply.get("token"))
+
+    deadline = ctx.deadline()
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    t0 = perf()
+    for i in range(total):
+        delay_ms = 100 + (i * 1000) // total
+        sent = perf()
+        reply = producer.call("PUSH", queue=q, name=JOB_NAME, data=ctx.data(i),
+                              delay=delay_ms)
+        if res.check(reply, "PUSH"):
+            scheduled[reply.get("id")] = sent + delay_ms / 1000.0
+    thread.join(timeout=max(deadline - perf(), 1.0))
+    for text in failures:
+        res.fail(text)
+    late = sorted((started[j] - scheduled[j]) * 1000.0 for j in started if j in scheduled)
+    res.finish(len(late), perf() - t0)
+    res.stopped_by_time = len(late) < total
+    if late:
+        res.p50_ms = percentile(late, 50)
+        res.p99_ms = percentile(late, 99)
+        if late[0] < -5.0:
+            res.insane(f"a delayed job started {-late[0]:.1f} ms early")
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def row_rss_100k(ctx: Ctx, q: str, res: RunResult) -> None:
+    if ctx.broker_pid is None:
+        res.notes.append("skipped: needs --broker-pid (the broker runs on this machine)")
+        return
+    count = 100_000
+    res.expected_jobs = count
+    conn = ctx.connect()
+    before = _rss_mb(ctx.broker_pid)
+    preload(ctx, conn, q, count, res)
+    conn.call("Ping")
+    after = _rss_mb(ctx.broker_pid)
+    res.finish(res.preloaded or 0, res.preload_seconds or 0.0)
+    res.p50_ms = after  # shown in the p50 column; it is MB, not ms
+    res.notes.append(f"RSS {before:.0f} MB before, {after:.0f} MB with {count:,} jobs waiting")
+
+
 ROW_FUNCS: dict[str, Callable[[Ctx, str, RunResult], None]] = {
     "push_seq": row_push_seq,
     "push_pipelined_256": row_push_pipelined_256,
@@ -819,6 +902,8 @@ ROW_FUNCS: dict[str, Callable[[Ctx, str, RunResult], None]] = {
     "pullb_ackb_100": row_pullb_ackb_100,
     "pullb_ackb_1000": row_pullb_ackb_1000,
     "e2e_latency": row_e2e_latency,
+    "delayed_lateness": row_delayed_lateness,
+    "rss_100k": row_rss_100k,
 }
 
 
@@ -992,6 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--auth-token", default=None, help="send Auth{token} on every connection")
     ap.add_argument("--io-timeout-s", type=float, default=30.0, help="socket timeout")
     ap.add_argument("--no-cleanup", action="store_true", help="skip Obliterate after each row")
+    ap.add_argument("--broker-pid", type=int, default=None,
+                    help="the broker's pid, for the rss_100k row (same machine only)")
     args = ap.parse_args(argv)
     if args.n < 1 or args.repeat < 1 or args.time_limit_s <= 0:
         ap.error("--n and --repeat must be >= 1 and --time-limit-s > 0")
@@ -1010,6 +1097,7 @@ def main(argv: list[str] | None = None) -> int:
         e2e_jobs=args.e2e_jobs,
         data_pad="x" * max(0, args.data_bytes),
         auth_token=args.auth_token,
+        broker_pid=args.broker_pid,
     )
     try:
         rtt = ping(ctx)
