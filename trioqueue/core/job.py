@@ -127,8 +127,10 @@ def _init_source() -> str:
     params, body = [], []
     for _, attr, default in _FIELDS + tuple((n, n, d) for n, d in _INTERNAL):
         if isinstance(default, tuple):
+            # Most jobs have no tags, dependencies or children: they share one empty
+            # tuple (a list is made when one is set), which saves three lists a job.
             params.append(f"{attr}=None")
-            body.append(f"    self.{attr} = [] if {attr} is None else list({attr})")
+            body.append(f"    self.{attr} = () if not {attr} else list({attr})")
         else:
             params.append(f"{attr}={default!r}")
             body.append(f"    self.{attr} = {attr}")
@@ -240,6 +242,8 @@ class Job:
         if len(self.timeline) < TIMELINE_MAX:
             entry: dict[str, Any] = {"state": state, "timestamp": float(timestamp)}
             entry.update(extra)
+            if type(self.timeline) is tuple:  # the shared empty one
+                self.timeline = []
             self.timeline.append(entry)
 
     # The Job object as bunqueue sends it (timestamps as floats: the int64 rule).
@@ -254,7 +258,7 @@ class Job:
         for wire, attr, default in _FIELDS:
             value = record.get(wire, default)
             if wire in _LISTS:
-                value = list(value) if value is not None else []
+                value = list(value) if value else ()
             elif wire in _TIMESTAMPS and isinstance(value, float):
                 value = int(value)
             setattr(job, attr, value)

@@ -1394,9 +1394,9 @@ class QueueState:
                 failed = record is not None and record["state"] == FAILED
                 if not failed and not self.dependency_exists(child_id, now):
                     raise CommandError(f"Child job {child_id} not found")
-            parent.children_ids.append(child_id)
+            parent.children_ids = [*parent.children_ids, child_id]
             if child_id not in parent.depends_on:
-                parent.depends_on.append(child_id)
+                parent.depends_on = [*parent.depends_on, child_id]
             if isinstance(parent.data, dict):
                 parent.data = {**parent.data, "__childrenIds": list(parent.children_ids)}
             if live or failed:
