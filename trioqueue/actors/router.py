@@ -19,7 +19,7 @@ import trio
 
 from ..core import fields
 from ..core.errors import STORAGE_FULL, CommandError
-from ..core.flows import Dependents, new_flow_job, parse_flow
+from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
 from ..core.job import Job
 from ..core.queue import ADOPT, completed_reply
@@ -83,7 +83,7 @@ class _JoinPart:
         self.join._arrive(self.positions, reply)
 
 
-class Router:
+class Router(DependentsIndex):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._index: dict[str, str] = {}
@@ -133,18 +133,6 @@ class Router:
     def forget_retained(self, queue: str) -> None:
         for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:
             del self._retained[job_id]
-
-    def add_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.add(child_id, parent_id)
-
-    def drop_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.drop(child_id, parent_id)
-
-    def take_dependents(self, child_id: str) -> list[str]:
-        return self.dependents.take(child_id)
-
-    def has_dependents(self, child_id: str) -> bool:
-        return child_id in self.dependents
 
     def post_notices(self, notices: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the
@@ -283,8 +271,6 @@ class Router:
         reply finds the jobs in place.
         """
         broker = self.broker
-        # (Reading a queue's admission counter here is the one place the router touches
-        # a queue's state: synchronous, on the one trio thread, so no actor is midway.)
         items = parse_flow(req.msg, max_data_bytes=broker.config.max_data_bytes)
         now = broker.clock.now_ms()
         for item in items:
@@ -305,6 +291,8 @@ class Router:
         snapshots = []
         for item in items:
             job = new_flow_job(item, now)
+            # The one place the router touches a queue's state (its admission
+            # counter): synchronous, on the one trio thread, so no actor is midway.
             job.seq = self.actor(job.queue).state.reserve_seq()
             self.add(job.id, job.queue)
             for child_id in job.pending or ():

@@ -166,6 +166,25 @@ class Dependents:
                 self.add(child_id, record["id"])
 
 
+class DependentsIndex:
+    """The dependency half of :class:`~trioqueue.core.queue.JobIndex`, over a
+    :class:`Dependents` map in ``self.dependents`` (the router's, or a test index's)."""
+
+    dependents: Dependents
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.add(child_id, parent_id)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.drop(child_id, parent_id)
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        return self.dependents.take(child_id)
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self.dependents
+
+
 @dataclass(slots=True)
 class FlowItem:
     """One validated PUSHF job: its pre-allocated id, queue and parsed input."""

@@ -1172,15 +1172,17 @@ class QueueState:
         self._settle_dependents(job.id, flows.DETACHED)
         self._settle_gone(job.id)
 
-    def _settle_dependents(self, child_id: str, outcome: dict[str, Any]) -> None:
-        """Tell every job waiting for ``child_id`` how it ended.
+    def _settle_dependents(self, child_id: str, outcome: dict[str, Any]) -> list[str]:
+        """Tell every job waiting for ``child_id`` how it ended; returns their ids.
 
         The outcome row is written in this batch, with the child's own change, so a
         crash cannot separate them; the notice reaches the parent's queue after it.
         """
-        for parent_id in self.index.take_dependents(child_id):
+        parents = self.index.take_dependents(child_id)
+        for parent_id in parents:
             self.writes.put_dep_outcome(parent_id, child_id, outcome)
             self.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
+        return parents
 
     def _child_failed(self, job: Job, error: str | None) -> None:
         """A terminal failure settles the job's parents only under a failure policy;
@@ -1435,10 +1437,7 @@ class QueueState:
             if self.finished.get(child_id) is None:
                 raise CommandError(JOB_NOT_FOUND)
             return False
-        parents = self.index.take_dependents(child_id)
-        for parent_id in parents:
-            self.writes.put_dep_outcome(parent_id, child_id, flows.DETACHED)
-            self.notices.append((parent_id, (SETTLED, parent_id, child_id, flows.DETACHED)))
+        parents = self._settle_dependents(child_id, flows.DETACHED)
         had_parent = job.parent_id is not None
         if had_parent:
             self._set_parent(child_id, None, self.name)

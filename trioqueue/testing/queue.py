@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import CommandError
-from ..core.flows import Dependents
+from ..core.flows import Dependents, DependentsIndex
 from ..core.queue import QueueState, in_admission_order
 from ..storage.finished import QueueFinished
 from ..storage.memory import MemoryStorage
 
 
-class DictIndex(dict[str, str]):
+class DictIndex(dict[str, str], DependentsIndex):
     """The broker-wide job index (job id -> queue), as the router keeps it."""
 
     def __init__(self) -> None:
@@ -44,17 +44,6 @@ class DictIndex(dict[str, str]):
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
         return self.retained.get(job_id)
 
-    def add_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.add(child_id, parent_id)
-
-    def drop_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.drop(child_id, parent_id)
-
-    def take_dependents(self, child_id: str) -> list[str]:
-        return self.dependents.take(child_id)
-
-    def has_dependents(self, child_id: str) -> bool:
-        return child_id in self.dependents
 
 
 class QueueHarness:

@@ -41,26 +41,26 @@ def _items(txn: Any, db: Any) -> list[tuple[bytes, bytes]]:
         return [(bytes(k), bytes(v)) for k, v in cur]
 
 
+def _records(txn: Any, db: Any, kind: str, states: frozenset[str],
+             problems: list[str]) -> dict[bytes, dict[str, Any]]:
+    """The records of one table, each checked to sit under its own id, in a state of
+    that table."""
+    out: dict[bytes, dict[str, Any]] = {}
+    for key, raw in _items(txn, db):
+        record = out[key] = K.decode_value(raw)
+        if K.job_key(record.get("id", "")) != key:
+            problems.append(f"{kind} record under {key!r} says id {record.get('id')!r}")
+        if record.get("state") not in states:
+            problems.append(f"{kind} record {key!r} in state {record.get('state')!r}")
+    return out
+
+
 def _check(txn: Any, dbs: dict[bytes, Any]) -> list[str]:
     problems: list[str] = []
-    live: dict[bytes, dict[str, Any]] = {}
-    for key, raw in _items(txn, dbs[K.DB_LIVE]):
-        record = K.decode_value(raw)
-        live[key] = record
-        if K.job_key(record.get("id", "")) != key:
-            problems.append(f"live record under {key!r} says id {record.get('id')!r}")
-        if record.get("state") not in LIVE_STATES:
-            problems.append(f"live record {key!r} in state {record.get('state')!r}")
-    finished: dict[bytes, dict[str, Any]] = {}
-    for key, raw in _items(txn, dbs[K.DB_FINISHED]):
-        record = K.decode_value(raw)
-        finished[key] = record
-        if K.job_key(record.get("id", "")) != key:
-            problems.append(f"finished record under {key!r} says id {record.get('id')!r}")
-        if record.get("state") not in FINISHED_STATES:
-            problems.append(f"finished record {key!r} in state {record.get('state')!r}")
-        if key in live:
-            problems.append(f"{key!r} is both live and finished")
+    live = _records(txn, dbs[K.DB_LIVE], "live", LIVE_STATES, problems)
+    finished = _records(txn, dbs[K.DB_FINISHED], "finished", FINISHED_STATES, problems)
+    for key in sorted(live.keys() & finished.keys()):
+        problems.append(f"{key!r} is both live and finished")
     expected_idx: dict[bytes, bytes] = {}
     for key, record in finished.items():
         if record.get("state") in FINISHED_STATES:
@@ -81,8 +81,8 @@ def _check(txn: Any, dbs: dict[bytes, Any]) -> list[str]:
             problems.append(f"count of {prefix!r} is {counts.get(prefix, 0)} but "
                             f"{per_prefix.get(prefix, 0)} jobs are indexed")
     for key, _ in _items(txn, dbs[K.DB_RESULTS]):
-        record = finished.get(key)
-        if record is None or record.get("state") != "completed":
+        owner = finished.get(key)
+        if owner is None or owner.get("state") != "completed":
             problems.append(f"result stored for {key!r}, which is not a completed job")
     for key, _ in _items(txn, dbs[K.DB_DEPS]):
         parent, child = K.split_dep_key(key)
