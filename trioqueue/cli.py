@@ -11,7 +11,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -182,12 +182,20 @@ def run_serve(config: Config, broker: Any = None) -> int:
         failures, rest = group.split(StorageFailure)
         if failures is None or rest is not None:
             raise
-        first: BaseException = failures
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
+        leaves = list(_leaves(failures))
+        first = next((f for f in leaves if not getattr(f, "repeated", False)), leaves[0])
         logging.getLogger("trioqueue").error("stopped: %s", first)
         return EXIT_STORAGE_FAILURE
     return 0
+
+
+def _leaves(group: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside (nested) groups, in order."""
+    if isinstance(group, BaseExceptionGroup):
+        for exc in group.exceptions:
+            yield from _leaves(exc)
+    else:
+        yield group
 
 
 if __name__ == "__main__":

@@ -1542,12 +1542,15 @@ class Pipeliner:
                         for i in range(start, start + count))
 
     async def send(self) -> None:
+        # Every frame encoded up front: a producer that encodes as it goes is slower
+        # than the broker that answers it, and would never get far ahead.
+        frames = [self._frames(i, 1) for i in range(self.total)]
         while self.sent < self.total:
             while self.sent - len(self.acked) >= self.window:
                 self._progress = trio.Event()
                 await self._progress.wait()
-            count = min(64, self.total - self.sent, self.window - (self.sent - len(self.acked)))
-            data = self._frames(self.sent, count)
+            count = min(1024, self.total - self.sent, self.window - (self.sent - len(self.acked)))
+            data = b"".join(frames[self.sent:self.sent + count])
             started = time.perf_counter()
             await self.client.send_raw(data)
             self.blocked_s += time.perf_counter() - started

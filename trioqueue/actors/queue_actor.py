@@ -111,6 +111,7 @@ class QueueActor:
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
         self.crashes: list[float] = []
+        self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
         # a waiting receiver, bypassing the buffer, so the buffer size alone would miss
         # it; Broker.drain waits for this to reach zero.
@@ -125,19 +126,31 @@ class QueueActor:
             except StorageFailure:
                 # Not this queue's fault and not curable by a restart: stop the broker.
                 raise
-            except Exception:
-                request = self._current
-                log.exception(
-                    "queue actor %r crashed on %s", self.name,
-                    request.cmd if request is not None else "a timer",
-                )
-                now = trio.current_time()
-                self.crashes = [t for t in self.crashes
-                                if now - t < self.broker.config.actor_restart_window_s]
-                self.crashes.append(now)
-                if len(self.crashes) > self.broker.config.actor_max_restarts:
-                    raise
-                self._recover(request)
+            except Exception as exc:
+                if exc is self._fatal:
+                    raise  # already counted and logged by the inline step that crashed
+                self._crashed()
+
+    def _crashed(self) -> None:
+        """After a command (or a timer) raised: count the crash, answer, recover.
+
+        Called inside the ``except`` of the failed step, by the actor's own loop or by
+        :meth:`run_inline`. Too many crashes in a short window re-raise; from an inline
+        step that would only end the caller's connection, so the exception is kept and
+        the actor woken to raise it in its own task, taking the broker down.
+        """
+        request = self._current
+        log.exception(
+            "queue actor %r crashed on %s", self.name,
+            request.cmd if request is not None else "a timer",
+        )
+        now = trio.current_time()
+        self.crashes = [t for t in self.crashes
+                        if now - t < self.broker.config.actor_restart_window_s]
+        self.crashes.append(now)
+        if len(self.crashes) > self.broker.config.actor_max_restarts:
+            raise
+        self._recover(request)
 
     def _recover(self, crashed: Request | None) -> None:
         """Answer the crashing command, keep what was acknowledged, reload from storage."""
@@ -190,30 +203,78 @@ class QueueActor:
         if self._idle is not None:
             self._idle.cancel()
 
+    def run_inline(self, batch: list[Request]) -> bool:
+        """Apply ``batch`` now, in the caller's task, if the actor is idle; else False.
+
+        The actor stays the only owner of its state: this runs the actor's own step
+        while the actor task is parked on an empty inbox with nothing pending, at a
+        point where trio guarantees it cannot run (the step never awaits). What it
+        saves is the hop into the actor's task, a whole scheduler pass that costs a
+        one-request-at-a-time client about a fifth of its round trip. The actor's
+        timer is then moved to the state's new next deadline (a parked pull, a fresh
+        lock), which is all the actor would have recomputed before parking again.
+        A crash is handled as in the actor's loop (see :meth:`_crashed`).
+        """
+        idle = self._idle
+        if idle is None or self.pending or self._backlog or self._fatal is not None:
+            return False
+        self._backlog.extend(batch)
+        while True:
+            try:
+                self._step()
+                break
+            except StorageFailure:
+                raise
+            except Exception as exc:
+                try:
+                    self._crashed()
+                except Exception:
+                    self._fatal = exc
+                    idle.cancel()
+                    return True
+                # As the actor's loop would: the rest of the batch is served next.
+                if not (self._backlog or self._notices):
+                    break
+        deadline_ms = self.state.next_deadline()
+        idle.deadline = (math.inf if deadline_ms is None
+                         else self.broker.clock.deadline_for(deadline_ms))
+        return True
+
     async def _loop(self) -> None:
         clock = self.broker.clock
         recv = self._recv
         while True:
-            q = self.state
             if not self._backlog and not self._notices:
-                deadline_ms = q.next_deadline()
+                deadline_ms = self.state.next_deadline()
                 deadline = math.inf if deadline_ms is None else clock.deadline_for(deadline_ms)
-                with trio.CancelScope(deadline=deadline) as self._idle:
-                    self._take(await recv.receive())
-                self._idle = None
+                with trio.CancelScope(deadline=deadline) as idle:
+                    # Set only while parked on the receive: run_inline's sign that the
+                    # actor cannot be in the middle of a step (reset however it ends).
+                    self._idle = idle
+                    try:
+                        self._take(await recv.receive())
+                    finally:
+                        self._idle = None
+                if self._fatal is not None:
+                    raise self._fatal  # an inline step crashed too often: see _crashed
                 # Take everything already waiting: one batch, one commit.
                 while recv.statistics().current_buffer_used:
                     self._take(recv.receive_nowait())
-            now = clock.now_ms()
-            q.events_enabled = self.broker.events.active
-            self._apply_notices(now)
-            self._apply_backlog(now)
-            for delivery in q.tick(now):
-                req = delivery.waiter.handle
-                reply = (req.error_reply(delivery.error) if delivery.error is not None
-                         else req.reply(delivery.reply))
-                self._deliveries.append((req.replier, reply))
-            self._finish_batch()
+            self._step()
+
+    def _step(self) -> None:
+        """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
+        q = self.state
+        now = self.broker.clock.now_ms()
+        q.events_enabled = self.broker.events.active
+        self._apply_notices(now)
+        self._apply_backlog(now)
+        for delivery in q.tick(now):
+            req = delivery.waiter.handle
+            reply = (req.error_reply(delivery.error) if delivery.error is not None
+                     else req.reply(delivery.reply))
+            self._deliveries.append((req.replier, reply))
+        self._finish_batch()
 
     @property
     def backlog_size(self) -> int:

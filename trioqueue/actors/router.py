@@ -193,6 +193,8 @@ class Router(DependentsIndex):
 
     async def send(self, name: str, reqs: list[Request]) -> None:
         actor = self.actors[name]
+        if actor.run_inline(reqs):
+            return
         actor.pending += 1  # counted until the actor takes it (see Broker.drain)
         try:
             actor.send.send_nowait(reqs)

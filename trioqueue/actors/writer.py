@@ -29,7 +29,15 @@ Delivery = tuple[Replier, dict[str, Any]]
 
 
 class StorageFailure(Exception):
-    """A commit failed: the broker must stop (see :meth:`StorageWriter.commit_now`)."""
+    """A commit failed: the broker must stop (see :meth:`StorageWriter.commit_now`).
+
+    ``repeated`` marks the refusals that follow the first failure: several tasks may
+    each raise one while the broker stops, and the first failure is the one to report.
+    """
+
+    def __init__(self, message: str, *, repeated: bool = False) -> None:
+        super().__init__(message)
+        self.repeated = repeated
 
 
 class StorageWriter:
@@ -46,6 +54,7 @@ class StorageWriter:
         self._wake = trio.Event()
         self._syncing = False
         self.failed = False
+        self.failure: StorageFailure | None = None
         self.commits = 0
         self.committed_ops = 0
 
@@ -84,14 +93,16 @@ class StorageWriter:
         retry a failed flush and carry on).
         """
         if self.failed:
-            raise StorageFailure("storage failed earlier; nothing more is committed")
+            raise StorageFailure("storage failed earlier; nothing more is committed",
+                                 repeated=True)
         batches, self._writes = self._writes, []
         if batches:
             try:
                 self.storage.apply(batches)
             except Exception as exc:
-                self._fail()
-                raise StorageFailure(f"storage commit failed: {exc!r}") from exc
+                failure = StorageFailure(f"storage commit failed: {exc!r}")
+                self._fail(failure)
+                raise failure from exc
             self.commits += 1
             self.committed_ops += sum(len(b) for b in batches)
             self._dirty = True
@@ -102,9 +113,17 @@ class StorageWriter:
             self._held = []
             self._wake.set()
 
-    def _fail(self) -> None:
-        """After a failed commit or fsync nothing is acknowledged any more, ever."""
+    def _fail(self, failure: StorageFailure) -> None:
+        """After a failed commit or fsync nothing is acknowledged any more, ever.
+
+        The writer task is woken to raise the failure in the broker's nursery, which
+        stops the broker whichever task's commit failed: a session's task (an inline
+        queue step, a read's commit) may have its exception replaced by the
+        cancellation of its own cleanup while the broker goes down.
+        """
         self.failed = True
+        self.failure = failure
+        self._wake.set()
         self._held.clear()
         self._committed.clear()
         self._writes.clear()
@@ -125,6 +144,8 @@ class StorageWriter:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
+            if self.failure is not None:
+                raise StorageFailure(str(self.failure)) from self.failure.__cause__
             await self._cycle()
 
     async def _cycle(self) -> None:
@@ -149,8 +170,9 @@ class StorageWriter:
         except Exception as exc:
             # An fsync error may have dropped the dirty pages (fsyncgate): never
             # retry and carry on; stop and recover from what is on disk.
-            self._fail()
-            raise StorageFailure(f"storage fsync failed: {exc!r}") from exc
+            failure = StorageFailure(f"storage fsync failed: {exc!r}")
+            self._fail(failure)
+            raise failure from exc
         finally:
             self._syncing = False
 
