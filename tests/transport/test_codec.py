@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trioqueue.core.job import Job
 from trioqueue.transport.codec import (
     ABSENT,
     CBOR,
@@ -516,3 +517,22 @@ def test_encode_frames_produces_one_decodable_frame_per_reply(codec: Codec) -> N
 
 def test_encode_frames_of_nothing_is_empty() -> None:
     assert encode_frames(MSGPACK, []) == b""
+
+
+@pytest.mark.parametrize("jobs", [1, 3], ids=["one job", "several jobs"])
+def test_msgpack_int_rule_applies_to_job_objects_in_replies(jobs: int) -> None:
+    """PULL and PULLB replies: broker timestamps go out as floats, a client's wide ints
+    (in data, options, progress) too, its narrow ints stay ints; the job is not changed."""
+    job = Job(id="j", queue="q", name="n", data={"big": 2**40, "small": 7, "list": [2**33]},
+              created_at=1764412345123, run_at=1764412345123, last_heartbeat=1764412345123,
+              priority=2**35, progress=50, ttl=UINT32_MAX + 1)
+    wire = job.to_wire()
+    reply = ({"ok": True, "job": wire} if jobs == 1
+             else {"ok": True, "jobs": [wire] * jobs, "tokens": ["t"] * jobs})
+    decoded = msgpack.unpackb(MSGPACK.encode(reply))
+    for got in [decoded["job"]] if jobs == 1 else decoded["jobs"]:
+        assert got["data"] == {"big": float(2**40), "small": 7, "list": [float(2**33)]}
+        assert type(got["data"]["small"]) is int and type(got["progress"]) is int
+        assert type(got["priority"]) is float and type(got["ttl"]) is float
+        assert type(got["createdAt"]) is float and got["createdAt"] == 1764412345123.0
+    assert wire["data"]["big"] == 2**40 and wire["priority"] == 2**35  # untouched
