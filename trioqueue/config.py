@@ -76,7 +76,7 @@ class Config:
     shutdown_grace_s: float = 10.0  # how long shutdown waits for in-flight commands
     actor_max_restarts: int = 5  # crashes tolerated per actor within the window below
     actor_restart_window_s: float = 10.0
-    gc_gen0_threshold: int = 50_000  # standalone broker only; 0 keeps Python's default
+    gc_gen0_threshold: int = 200_000  # standalone broker only; 0 keeps Python's default
 
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory

@@ -7,6 +7,7 @@ import time
 _random = random.Random(os.urandom(16))
 _last_ms = 0
 _counter = 0
+_prefix = ""  # the first 15 characters, "tttttttt-tttt-7": the same for a whole millisecond
 
 
 def uuid7(now_ms: int | None = None) -> str:
@@ -15,7 +16,7 @@ def uuid7(now_ms: int | None = None) -> str:
     Within one millisecond a 12-bit counter (seeded randomly each new millisecond) keeps
     ids strictly increasing, so ids sort in creation order as bunqueue's do.
     """
-    global _last_ms, _counter
+    global _last_ms, _counter, _prefix
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     if ms <= _last_ms:
         ms = _last_ms
@@ -25,11 +26,13 @@ def uuid7(now_ms: int | None = None) -> str:
             _counter = 0
     else:
         _counter = _random.getrandbits(10)
+    if ms != _last_ms or not _prefix:
+        stamp = ms & 0xFFFFFFFFFFFF
+        _prefix = f"{stamp >> 16:08x}-{stamp & 0xFFFF:04x}-7"
     _last_ms = ms
     # Ids and lock tokens only need to be unique and unguessable by accident, not
     # secret (auth guards against hostile clients): a seeded PRNG is 4x cheaper than
     # reading the OS entropy pool on every push.
     rand = _random.getrandbits(62)
-    value = (ms & 0xFFFFFFFFFFFF) << 80 | 0x7 << 76 | _counter << 64 | 0b10 << 62 | rand
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    # counter (12 bits), then variant 0b10 and 62 random bits, in the 8-4-4-4-12 layout
+    return f"{_prefix}{_counter:03x}-{0x8000 | rand >> 48:04x}-{rand & 0xFFFFFFFFFFFF:012x}"
