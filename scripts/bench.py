@@ -81,6 +81,9 @@ ROWS: tuple[str, ...] = (
 )
 
 # Rows measured through trioqueue's Python client: scripts/bench_client.py.
+# Untimed before the rows (--warmup): one job per round trip, bulk pushes, bulk pulls.
+WARMUP_ROWS: tuple[str, ...] = ("push_seq", "pushb_1000", "pullb_ackb_1000")
+
 CLIENT_ROWS: tuple[str, ...] = (
     "client_add_seq",
     "client_add_bulk_1000",
@@ -1077,11 +1080,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--auth-token", default=None, help="send Auth{token} on every connection")
     ap.add_argument("--io-timeout-s", type=float, default=30.0, help="socket timeout")
     ap.add_argument("--no-cleanup", action="store_true", help="skip Obliterate after each row")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed rounds of " + ", ".join(WARMUP_ROWS) + " first")
     ap.add_argument("--broker-pid", type=int, default=None,
                     help="the broker's pid, for the rss_100k row (same machine only)")
     args = ap.parse_args(argv)
-    if args.n < 1 or args.repeat < 1 or args.time_limit_s <= 0:
-        ap.error("--n and --repeat must be >= 1 and --time-limit-s > 0")
+    if args.n < 1 or args.repeat < 1 or args.time_limit_s <= 0 or args.warmup < 0:
+        ap.error("--n and --repeat must be >= 1, --warmup >= 0 and --time-limit-s > 0")
     if args.io_timeout_s <= E2E_PULL_TIMEOUT_MS / 1000:
         ap.error(f"--io-timeout-s must exceed the {E2E_PULL_TIMEOUT_MS} ms long poll")
 
@@ -1109,6 +1114,17 @@ def main(argv: list[str] | None = None) -> int:
         f"time limit {args.time_limit_s:g}s/row  ping {rtt}",
         flush=True,
     )
+
+    for _ in range(args.warmup):
+        # A fresh broker is slower at first: a JIT (Bun) has not compiled its hot
+        # paths, a store file (LMDB, SQLite) still grows with every commit. Both
+        # brokers of a comparison get the same untimed rounds.
+        for row in WARMUP_ROWS:
+            warm = run_row(ctx, row, -1, cleanup=True)
+            if warm.errors:
+                print(f"  warm-up {row}: {warm.errors} errors ({warm.first_error})", flush=True)
+    if args.warmup:
+        print(f"  warmed up ({args.warmup} x {', '.join(WARMUP_ROWS)})", flush=True)
 
     started_unix = time.time()
     runs: list[RunResult] = []
