@@ -110,6 +110,17 @@ def test_result_builds_a_job() -> None:
     assert job.custom_id == "custom" and job.parent_id == "p"
     assert job.deduplication_ttl == 5 and job.deduplication_extend is True
     assert spec["delay"] == 10.0 and spec["timestamp"] == 1_700_000_000_000
+    # The push path's constructor builds the same job, lists as fresh lists.
+    timeline = [{"state": "waiting", "timestamp": 1.0}]
+    admitted = Job.admit("custom", "q", 7, 9, 3, timeline, dict(attrs))
+    built = Job(id="custom", queue="q", created_at=7, run_at=9, last_heartbeat=7, seq=3,
+                timeline=timeline, **attrs)
+    for attr in Job.__slots__:
+        assert getattr(admitted, attr) == getattr(built, attr), attr
+        assert type(getattr(admitted, attr)) is type(getattr(built, attr)), attr
+    assert admitted.tags is not attrs["tags"] and admitted.timeline is timeline
+    plain = Job.admit("p", "q", 7, 7, 1, timeline, {"name": "n", "data": None})
+    assert plain.tags == () and plain.depends_on == () and plain.max_attempts == 3
 
 
 # ----------------------------------------------------------------------------- name

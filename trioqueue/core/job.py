@@ -9,7 +9,7 @@ never shows (the stored lifecycle state, the admission sequence, the DLQ entry).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 # Where a job lives. The fine-grained states a client sees (waiting, prioritized,
 # delayed) are derived from a QUEUED job's runAt and priority at the time of asking;
@@ -111,7 +111,7 @@ CLIENT_VALUED = frozenset({
 })
 
 
-def _compile(name: str, source: str) -> Any:
+def _compile(name: str, source: str, **names: Any) -> Any:
     """Build a method from generated source, as :mod:`dataclasses` does.
 
     A job is created, stored and sent once per push; a generated straight-line method
@@ -119,7 +119,7 @@ def _compile(name: str, source: str) -> Any:
     single place where a field is declared.
     """
     scope: dict[str, Any] = {}
-    exec(source, {"JobWire": JobWire}, scope)  # noqa: S102
+    exec(source, {"JobWire": JobWire, **names}, scope)  # noqa: S102
     return scope[name]
 
 
@@ -135,6 +135,31 @@ def _init_source() -> str:
             params.append(f"{attr}={default!r}")
             body.append(f"    self.{attr} = {attr}")
     return f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+
+
+# Set by admit() from its arguments; every other field starts at its default.
+_ADMIT_ARGS = ("id", "queue", "created_at", "run_at", "seq", "timeline")
+
+
+def _admit_source() -> str:
+    lines = ["def admit(id, queue, created_at, run_at, seq, timeline, options):",
+             "    self = _new(Job)"]
+    for _, attr, default in _FIELDS + tuple((n, n, d) for n, d in _INTERNAL):
+        if attr in _ADMIT_ARGS:
+            lines.append(f"    self.{attr} = {attr}")
+        elif attr == "last_heartbeat":
+            lines.append("    self.last_heartbeat = created_at")
+        else:
+            # defaults are immutable (the list fields share the empty tuple)
+            lines.append(f"    self.{attr} = {default!r}")
+    lines += [
+        "    for attr, value in options.items():",
+        "        if attr in _LIST_ATTRS:",
+        "            value = () if not value else list(value)",
+        "        setattr(self, attr, value)",
+        "    return self",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _to_wire_source() -> str:
@@ -237,6 +262,18 @@ class Job:
 
     __init__ = _compile("__init__", _init_source())
 
+    @staticmethod
+    def admit(id: str, queue: str, created_at: int, run_at: int, seq: int,
+              timeline: list[dict[str, Any]], options: dict[str, Any]) -> Job:
+        """A new job from a push: ``options`` are attribute values (parse_job_input's
+        output: name, data and whatever the client set); the rest take their defaults.
+
+        The same job as ``Job(...)`` builds, in a third of the time: the push path
+        makes one per job, and binding ~50 keyword arguments was its largest cost.
+        ``timeline`` is kept, not copied.
+        """
+        return _admit(id, queue, created_at, run_at, seq, timeline, options)
+
     def add_timeline(self, state: str, timestamp: int, **extra: Any) -> None:
         """Record a transition; like bunqueue, later transitions are dropped once full."""
         if len(self.timeline) < TIMELINE_MAX:
@@ -265,3 +302,8 @@ class Job:
         for attr, default in _INTERNAL:
             setattr(job, attr, record.get(attr, default))
         return job
+
+
+_LIST_ATTRS: Final = frozenset(attr for wire, attr, _ in _FIELDS if wire in _LISTS)
+_admit = _compile("admit", _admit_source(), Job=Job, _new=object.__new__,
+                  _LIST_ATTRS=_LIST_ATTRS)

@@ -396,12 +396,9 @@ class QueueState:
         delayed = run_at > now
         job_id = custom_id if custom_id is not None else uuid7(now)
         self._seq += 1
-        job = Job(
-            id=job_id, queue=self.name, created_at=created, run_at=run_at,
-            last_heartbeat=created, seq=self._seq,
-            timeline=[{"state": "delayed" if delayed else "waiting", "timestamp": float(now)}],
-            **spec,
-        )
+        job = Job.admit(
+            job_id, self.name, created, run_at, self._seq,
+            [{"state": "delayed" if delayed else "waiting", "timestamp": float(now)}], spec)
         if retire_finished:
             # The finished generation with this id is replaced in the same commit.
             self.writes.delete_job(job_id)
