@@ -182,7 +182,8 @@ class Conn:
         self.sock = socket.create_connection((host, port), timeout=io_timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.codec = CODECS[codec]()
-        self._buf = bytearray()
+        self._buf = bytearray()  # the unfinished frame of the last recv, if any
+        self._rview = memoryview(bytearray(RECV_CHUNK))
         self._seq = 0
         self._stash: dict[Any, dict[str, Any]] = {}
         self.events = 0  # server-pushed frames without a reqId (ignored)
@@ -203,14 +204,20 @@ class Conn:
         self.sock.sendall(data)
 
     def recv_msgs(self) -> list[dict[str, Any]]:
-        """One recv() (up to 1 MiB); returns every complete reply frame it finished."""
-        data = self.sock.recv(RECV_CHUNK)
-        if not data:
+        """One recv (up to 1 MiB); returns every complete reply frame it finished.
+
+        Into a buffer kept for the connection: ``recv(1 MiB)`` allocates (and, past
+        malloc's mmap threshold, maps and unmaps) a fresh megabyte per call, which
+        cost ~12 us per round trip, a tenth of one PUSH per round trip.
+        """
+        got = self.sock.recv_into(self._rview)
+        if not got:
             raise ConnectionError("connection closed by the broker")
+        data = self._rview[:got]
         buf = self._buf
         if buf:
             buf += data
-            src: bytes | bytearray = buf
+            src: bytearray | memoryview = buf
         else:
             src = data
         out: list[dict[str, Any]] = []

@@ -236,8 +236,9 @@ class QueueActor:
                 if not (self._backlog or self._notices):
                     break
         deadline_ms = self.state.next_deadline()
-        idle.deadline = (math.inf if deadline_ms is None
-                         else self.broker.clock.deadline_for(deadline_ms))
+        deadline = math.inf if deadline_ms is None else self.broker.clock.deadline_for(deadline_ms)
+        if deadline != idle.deadline:  # setting it costs trio a deadline-heap update
+            idle.deadline = deadline
         return True
 
     async def _loop(self) -> None:
