@@ -35,6 +35,27 @@ async def test_many_commands_in_flight_at_once(conn: Connection) -> None:
     assert len(set(ids)) == 300 and await queue.count() == 300
 
 
+async def test_frames_larger_than_the_socket_buffer_are_never_interleaved(
+        conn: Connection) -> None:
+    """Big adds (each several MB, more than a socket takes at once) and small ones, all
+    in flight together on one pooled socket: a frame the socket took only in part is
+    finished before any other starts, so every job arrives whole."""
+    queue = Queue("c-big", conn)
+    big = {i: "x" * (3_000_000 + i) for i in range(4)}
+    ids: dict[int, str] = {}
+
+    async def add(i: int) -> None:
+        ids[i] = (await queue.add("n", big.get(i, i))).id
+
+    async with trio.open_nursery() as nursery:
+        for i in range(40):
+            nursery.start_soon(add, i)
+    for i, job_id in ids.items():
+        job = await queue.get_job(job_id)
+        assert job is not None and job.data == big.get(i, i)
+    assert len(ids) == 40
+
+
 async def test_data_is_never_shared_with_the_broker(conn: Connection) -> None:
     queue = Queue("c-copy", conn)
     data = {"items": [1, 2]}

@@ -38,6 +38,7 @@ import trio
 from ..config import Config
 from ..transport.codec import CBOR, MSGPACK, Codec
 from ..transport.framing import FrameDecoder, encode_frame
+from ..transport.sockio import DirectReader, write_now
 from .errors import CommandTimeout, ConnectionLost, TrioqueueError, error_for
 
 DEFAULT_PORT = 6789
@@ -120,6 +121,10 @@ class _TcpChannel(_Channel):
         self.stream = stream
         self.codec = codec
         self._send_lock = trio.Lock()
+        # The socket's descriptor, for direct reads and writes (see transport.sockio);
+        # -1 for a stream that is not a socket (tests may hand in others).
+        socket = getattr(stream, "socket", None)
+        self._fd = socket.fileno() if socket is not None else -1
         # Replies come from the broker the caller chose to trust: CBOR is decoded as
         # is, without the validating walk the broker runs over client input (a fifth
         # of a worker's time). msgpack keeps the codec, which also maps bunqueue's
@@ -128,18 +133,36 @@ class _TcpChannel(_Channel):
 
     async def _send(self, msg: dict[str, Any]) -> None:
         frame = encode_frame(self.codec.encode(msg))
+        lock = self._send_lock
         try:
-            async with self._send_lock:
-                await self.stream.send_all(frame)
+            if lock.locked():
+                async with lock:
+                    await self.stream.send_all(frame)
+                return
+            # Nobody is sending: write at once, in this scheduler pass (most frames
+            # fit in the socket buffer). The lock is held over the fallback, so a
+            # partly written frame is finished before any other frame starts.
+            lock.acquire_nowait()
+            try:
+                written = write_now(self._fd, frame) if self._fd >= 0 else 0
+                if written < len(frame):
+                    await self.stream.send_all(memoryview(frame)[written:])
+            finally:
+                lock.release()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._break()
             raise ConnectionLost(f"connection lost: {exc}") from exc
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder(_MAX_FRAME_BYTES)
+        reader = DirectReader(self._fd, 1 << 16) if self._fd >= 0 else None
         try:
             while True:
-                data = await self.stream.receive_some(1 << 16)
+                data: bytes | bytearray
+                if reader is not None:
+                    data = await reader.receive()
+                else:
+                    data = await self.stream.receive_some(1 << 16)
                 if not data:
                     break
                 for payload in decoder.feed(data):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -21,6 +20,7 @@ import trio
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import FrameDecoder, FrameTooLarge
 from .session import QUEUED, SENT, Session, overflow_notice
+from .sockio import DirectReader, write_now
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -37,7 +37,7 @@ class TcpConnection:
         self._fd = stream.socket.fileno()
         self._pending = bytearray()  # encoded replies the socket has not taken yet
         self._flushing = False
-        self._yield_before_read = False
+        self._reader = DirectReader(self._fd, RECEIVE_BYTES)
         self._overflowed = False
         self._scope = trio.CancelScope()
         self.session = Session(broker, send_now=self._send_now)
@@ -60,14 +60,7 @@ class TcpConnection:
         data = encode_frames(self._codec(), replies)
         if self._pending or self._flushing:
             return self._queue(data)
-        try:
-            written = os.write(self._fd, data)
-        except BlockingIOError:
-            written = 0
-        except OSError:
-            # A broken connection: leave the bytes for the sender, whose send_all
-            # raises and ends the session the normal way.
-            written = 0
+        written = write_now(self._fd, data)
         if written == len(data):
             return SENT
         return self._queue(memoryview(data)[written:])
@@ -130,31 +123,6 @@ class TcpConnection:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await self.stream.aclose()
 
-    async def _receive(self) -> bytes:
-        """Read what the socket has, waiting for it only when there is nothing yet.
-
-        trio's ``receive_some`` yields to the scheduler after every successful read, on
-        top of the wait itself, which costs a one-request-at-a-time client a whole
-        scheduler pass per request. Reading the non-blocking socket directly and
-        waiting for readability only when it is empty saves that pass; fairness is
-        kept by yielding before the next read whenever the last one did not wait, so a
-        client that floods us cannot monopolise the event loop.
-        """
-        if self._yield_before_read:
-            await trio.lowlevel.checkpoint()
-        waited = False
-        while True:
-            try:
-                data = os.read(self._fd, RECEIVE_BYTES)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self._fd)
-                waited = True
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError(str(exc)) from exc
-            self._yield_before_read = not waited
-            return data
-
     async def _read_loop(self, decoder: FrameDecoder, partial_timeout_s: float) -> None:
         stream = self.stream
         session = self.session
@@ -167,10 +135,10 @@ class TcpConnection:
             elif deadline == math.inf:
                 deadline = trio.current_time() + partial_timeout_s
             if deadline == math.inf:
-                data = await self._receive()
+                data = await self._reader.receive()
             else:
                 with trio.move_on_at(deadline) as scope:
-                    data = await self._receive()
+                    data = await self._reader.receive()
                 if scope.cancelled_caught:
                     log.info("closing a connection stuck in a partial frame")
                     return
