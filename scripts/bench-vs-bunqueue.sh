@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Run scripts/bench.py against the real bunqueue (SQLite) and trioqueue (LMDB) in one go,
-# on loopback, and print both with the ratio. Installs bun + bunqueue from the npm
-# registry into a cache outside the repository; stops everything it starts.
-#   scripts/bench-vs-bunqueue.sh [N] [REPEAT]      (ROWS=..., PLOT=path.png to override)
+# on loopback, and print both with the ratio; then (unless PYQ=0)
+# scripts/bench_python_queues.py: trioqueue beside RQ, arq and saq with the same N and
+# REPEAT. Installs bun + bunqueue from the npm registry into a cache outside the
+# repository; the Python step installs redis-server (apt-get) and rq/arq/saq (pip, into
+# $PYTHON) when they are missing. Stops everything it starts.
+#   scripts/bench-vs-bunqueue.sh [N] [REPEAT]
+#   overrides: ROWS=..., PLOT=path.png (bunqueue comparison), PYQ=0 (skip the Python
+#   queues), PYQ_PLOT=path.png, PYTHON=..., OUT=dir (raw JSON of every run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -41,4 +46,10 @@ kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 
 echo
 $PY scripts/compare.py "$OUT/trioqueue.json" "$OUT/bunqueue.json" --plot "${PLOT:-docs/bench-vs-bunqueue.png}"
+
+if [[ "${PYQ:-1}" != 0 ]]; then
+  echo
+  $PY scripts/bench_python_queues.py --n "$N" --concurrency 10 --repeat "$REPEAT" \
+    --json "$OUT/python-queues.json" --plot "${PYQ_PLOT:-docs/bench-python-queues.png}"
+fi
 echo "(raw runs in $OUT)"

@@ -1,0 +1,209 @@
+"""Smoke tests for the benchmark scripts, so they cannot rot unnoticed between the
+(long) benchmark sessions: each runs once, tiny, against a real broker subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.testing.process import BrokerProcess
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """A script as a module, without running its main()."""
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_script("bench")
+pyq = load_script("bench_python_queues")
+
+
+async def run_script(name: str, *args: str, env: dict[str, str] | None = None,
+                     timeout_s: float = 60.0) -> subprocess.CompletedProcess[bytes]:
+    # fail_after cancels run_process, which kills the script: a hang fails, not blocks.
+    with trio.fail_after(timeout_s):
+        return await trio.run_process(
+            [sys.executable, str(SCRIPTS / name), *args], capture_stdout=True,
+            capture_stderr=True, check=False, env=env)
+
+
+def output(result: subprocess.CompletedProcess[bytes]) -> str:
+    return result.stdout.decode() + result.stderr.decode()
+
+
+def table_rows(stdout: str) -> list[str]:
+    """First column of bench.py's summary table (the lines under its dashed rule)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.split()[:2] == ["row", "runs"]) + 2
+    names = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        names.append(line.split()[0])
+    return names
+
+
+# The memory row needs the broker's pid and preloads 100,000 jobs: not a smoke test.
+BROKER_ROWS = [row for row in bench.ROWS if row != "rss_100k"]
+
+
+@pytest.mark.parametrize(("rows_arg", "expected"), [
+    (",".join(BROKER_ROWS), BROKER_ROWS),
+    ("client", list(bench.CLIENT_ROWS)),
+], ids=["broker_rows", "client_rows"])
+async def test_bench_runs_every_row_against_a_real_broker(
+        tmp_path: Path, rows_arg: str, expected: list[str]) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    out = tmp_path / "bench.json"
+    try:
+        result = await run_script(
+            "bench.py", "--target", f"127.0.0.1:{broker.tcp_port}", "--n", "200",
+            "--repeat", "1", "--warmup", "0", "--e2e-jobs", "50", "--rows", rows_arg,
+            "--json", str(out))
+    finally:
+        await broker.stop()
+    assert result.returncode == 0, output(result)
+    assert table_rows(result.stdout.decode()) == expected
+    runs = json.loads(out.read_text())["runs"]
+    assert [run["row"] for run in runs] == expected
+    for run in runs:
+        assert run["jobs"] > 0 and run["errors"] == 0, run
+
+
+async def test_bench_python_queues_runs_trioqueue_repeatedly(tmp_path: Path) -> None:
+    out = tmp_path / "pyq.json"
+    result = await run_script(
+        "bench_python_queues.py", "--libraries", "trioqueue", "--n", "100", "--repeat", "2",
+        "--concurrency", "4", "--json", str(out), "--no-install")
+    assert result.returncode == 0, output(result)
+    doc: dict[str, Any] = json.loads(out.read_text())
+    runs = [run for run in doc["runs"] if run["library"] == "trioqueue"]
+    assert [run["run"] for run in runs] == [0, 1]
+    assert all(run["jobs"] == 100 and run["processed"] == 100 for run in runs), runs
+    summary = doc["summary"]["trioqueue"]
+    assert summary["runs"] == 2 and summary["failed_runs"] == 0
+    assert summary["process_per_s_min"] <= summary["process_per_s_median"] \
+        <= summary["process_per_s_max"]
+    table = [line.split() for line in result.stdout.decode().splitlines()]
+    assert ["trioqueue", "2/2", "100"] in [cells[:3] for cells in table]
+
+
+async def test_bench_python_queues_no_install_exits_2_when_redis_is_missing(
+        tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = await run_script("bench_python_queues.py", "--libraries", "rq", "--n", "10",
+                              "--no-install", env={"PATH": str(empty)})
+    assert result.returncode == 2, output(result)
+    assert "--no-install forbids installing" in result.stderr.decode()
+
+
+# --------------------------------------------------------------------------- installation
+
+
+class Commands:
+    """Stands in for the install runner: records each command, fails the first ``fail``."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.seen: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, cmd: list[str]) -> bool:
+        self.seen.append(cmd)
+        return len(self.seen) > self.fail
+
+
+def fake_which(monkeypatch: pytest.MonkeyPatch, present: set[str],
+               installed_by: Commands | None = None) -> None:
+    """Only ``present`` is on PATH, plus redis-server once ``installed_by`` succeeded."""
+
+    def which(name: str) -> str | None:
+        if name in present:
+            return f"/usr/bin/{name}"
+        if name == "redis-server" and installed_by and len(installed_by.seen) > installed_by.fail:
+            return "/usr/bin/redis-server"
+        return None
+
+    monkeypatch.setattr(pyq.shutil, "which", which)
+
+
+def test_redis_install_through_sudo_retries_after_apt_update(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Commands(fail=1)
+    fake_which(monkeypatch, {"apt-get", "sudo"}, installed_by=run)
+    monkeypatch.setattr(pyq.os, "geteuid", lambda: 1000)
+    assert pyq.ensure_redis_server(no_install=False, run=run) == "/usr/bin/redis-server"
+    install = ["/usr/bin/sudo", "env", "DEBIAN_FRONTEND=noninteractive",
+               "apt-get", "install", "-y", "redis-server"]
+    assert run.seen == [install, ["/usr/bin/sudo", "apt-get", "update"], install]
+
+
+def test_redis_install_as_root_needs_no_sudo(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Commands()
+    fake_which(monkeypatch, {"apt-get"}, installed_by=run)
+    monkeypatch.setattr(pyq.os, "geteuid", lambda: 0)
+    pyq.ensure_redis_server(no_install=False, run=run)
+    assert run.seen == [["env", "DEBIAN_FRONTEND=noninteractive",
+                         "apt-get", "install", "-y", "redis-server"]]
+
+
+@pytest.mark.parametrize(("present", "no_install", "message"), [
+    (set(), True, "--no-install"),
+    (set(), False, "no apt-get"),
+    ({"apt-get"}, False, "needs root"),
+])
+def test_redis_missing_and_not_installable_is_a_setup_error(
+        monkeypatch: pytest.MonkeyPatch, present: set[str], no_install: bool,
+        message: str) -> None:
+    run = Commands()
+    fake_which(monkeypatch, present)
+    monkeypatch.setattr(pyq.os, "geteuid", lambda: 1000)
+    with pytest.raises(pyq.SetupError, match=message):
+        pyq.ensure_redis_server(no_install=no_install, run=run)
+    assert run.seen == []
+
+
+def test_redis_install_failing_twice_is_a_setup_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Commands(fail=99)
+    fake_which(monkeypatch, {"apt-get"})
+    monkeypatch.setattr(pyq.os, "geteuid", lambda: 0)
+    with pytest.raises(pyq.SetupError, match="could not install"):
+        pyq.ensure_redis_server(no_install=False, run=run)
+    assert [cmd[-1] for cmd in run.seen] == ["redis-server", "update"]
+
+
+def test_missing_python_library_is_pip_installed_pinned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Commands()
+    # saq "appears" once pip ran; rq and arq import all along.
+    monkeypatch.setattr(pyq, "_import_error",
+                        lambda lib: "ModuleNotFoundError" if lib == "saq" and not run.seen
+                        else None)
+    pyq.ensure_python_libraries(["rq", "saq", "trioqueue"], no_install=False, run=run)
+    assert run.seen == [[sys.executable, "-m", "pip", "install", "saq==0.26.4"]]
+
+
+def test_missing_python_library_with_no_install_is_a_setup_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Commands()
+    monkeypatch.setattr(pyq, "_import_error", lambda lib: "ModuleNotFoundError")
+    with pytest.raises(pyq.SetupError, match="rq==3.0.0 arq==0.28.0"):
+        pyq.ensure_python_libraries(["rq", "arq"], no_install=True, run=run)
+    assert run.seen == []
