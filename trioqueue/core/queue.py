@@ -671,9 +671,15 @@ class QueueState:
             self.writes.durable = True
         if remove or job.remove_on_complete:
             self.index.retain_result(job.id, self.name, has_result, result, now)
-        self._settle_dependents(job.id, flows.completed_outcome(self.name, has_result, result))
-        self._settle(job.id, completed_reply(has_result, result))
-        self._emit("completed", job.id, now, data=result if has_result else None)
+        # The outcome and the waiters' reply are built only for jobs that have them:
+        # this runs once per acknowledged job.
+        if self.index.has_dependents(job.id):
+            self._settle_dependents(job.id, flows.completed_outcome(self.name, has_result,
+                                                                    result))
+        if job.id in self.job_waiters:
+            self._settle(job.id, completed_reply(has_result, result))
+        if self.events_enabled:
+            self._emit("completed", job.id, now, data=result if has_result else None)
 
     def ackb(
         self,
