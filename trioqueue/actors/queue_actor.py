@@ -268,7 +268,8 @@ class QueueActor:
         q = self.state
         now = self.broker.clock.now_ms()
         q.events_enabled = self.broker.events.active
-        self._apply_notices(now)
+        if self._notices:
+            self._apply_notices(now)
         self._apply_backlog(now)
         for delivery in q.tick(now):
             req = delivery.waiter.handle

@@ -47,6 +47,7 @@ class StorageWriter:
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self._writes: list[Writes] = []
+        self._durable = False  # a durable job's writes are among _writes: fsync them
         self._held: list[Delivery] = []  # replies waiting for writes not yet committed
         self._committed: list[Delivery] = []  # replies whose writes are committed
         self._needs_sync = False
@@ -61,6 +62,8 @@ class StorageWriter:
     def submit(self, writes: Writes) -> None:
         if writes:
             self._writes.append(writes)
+            if writes.durable:
+                self._durable = True
 
     def release(self, deliveries: list[Delivery]) -> None:
         """Send these replies once everything submitted so far is committed.
@@ -74,7 +77,7 @@ class StorageWriter:
         """
         if not deliveries and not self._writes:
             return
-        if self.fsync != "always" and not any(w.durable for w in self._writes):
+        if self.fsync != "always" and not self._durable:
             # Writes with no reply (a timer's lock expiry, a disconnect's release) are
             # committed here too, so a crash cannot lose a transition already made.
             self.commit_now()
@@ -96,6 +99,7 @@ class StorageWriter:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
         batches, self._writes = self._writes, []
+        durable, self._durable = self._durable, False
         if batches:
             try:
                 self.storage.apply(batches)
@@ -104,9 +108,9 @@ class StorageWriter:
                 self._fail(failure)
                 raise failure from exc
             self.commits += 1
-            self.committed_ops += sum(len(b) for b in batches)
+            self.committed_ops += sum(map(len, batches))
             self._dirty = True
-            if self.fsync == "always" or any(b.durable for b in batches):
+            if self.fsync == "always" or durable:
                 self._needs_sync = True
         if self._held:
             self._committed.extend(self._held)
@@ -127,6 +131,7 @@ class StorageWriter:
         self._held.clear()
         self._committed.clear()
         self._writes.clear()
+        self._durable = False
 
     @property
     def idle(self) -> bool:
