@@ -207,3 +207,35 @@ def test_missing_python_library_with_no_install_is_a_setup_error(
     with pytest.raises(pyq.SetupError, match="rq==3.0.0 arq==0.28.0"):
         pyq.ensure_python_libraries(["rq", "arq"], no_install=True, run=run)
     assert run.seen == []
+
+
+def test_compare_prints_each_rows_advantage_against_its_target(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    """compare.py: throughput as ours / theirs, latency as their p99 / ours, memory as
+    theirs / ours; each against issue 6's target for its kind."""
+    compare = load_script("compare")
+
+    def summary(rows: dict[str, dict[str, Any]]) -> Path:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"summary": [{"row": name, **vals}
+                                                for name, vals in rows.items()]}))
+        return path
+
+    ours = summary({"push_seq": {"jobs_per_s_median": 140.0},
+                    "pushb_1000": {"jobs_per_s_median": 300.0},
+                    "e2e_latency": {"jobs_per_s_median": 1.0, "p50_ms_median": 0.5,
+                                    "p99_ms_median": 1.0},
+                    "rss_100k": {"jobs_per_s_median": 1.0, "p50_ms_median": 100.0}})
+    theirs = summary({"push_seq": {"jobs_per_s_median": 100.0},
+                      "pushb_1000": {"jobs_per_s_median": 100.0},
+                      "e2e_latency": {"jobs_per_s_median": 9.0, "p50_ms_median": 0.5,
+                                      "p99_ms_median": 4.0},
+                      "rss_100k": {"jobs_per_s_median": 1.0, "p50_ms_median": 300.0}})
+    compare.main(str(ours), str(theirs))
+    out = capsys.readouterr().out.splitlines()
+    lines = {line.split(" | ")[0].strip("| "): line for line in out}
+    assert "1.40x jobs/s | 1.5x | no" in lines["push_seq"]
+    assert "3.00x jobs/s | 2x | yes" in lines["pushb_1000"]
+    assert "4.00x p99 | 1x | yes" in lines["e2e_latency"]
+    assert "3.00x memory | 2x | yes" in lines["rss_100k"]

@@ -406,10 +406,12 @@ class MsgpackCodec(Codec):
         Integers beyond float64's range become infinities, as in JavaScript.
         """
         pack = _packers.pack
-        if type(obj) is dict and type(jobs := obj.get("jobs")) is list and len(jobs) > 1:
+        if (type(obj) is dict and type(jobs := obj.get("jobs")) is list and len(jobs) > 1
+                and type(jobs[0]) is JobWire):
             # A reply with several job objects (PULLB, GetJobs): rewrite first, pack
             # once. The marker test below would match anyway, as the marker bytes
-            # also occur inside the float64 timestamps of every job.
+            # also occur inside the float64 timestamps of every job. (A client's PUSHB
+            # also has "jobs", plain maps of small values: the test below suits it.)
             return pack(_msgpack_rewrite(obj))
         try:
             out: bytes = pack(obj)
