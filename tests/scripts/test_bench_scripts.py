@@ -239,3 +239,13 @@ def test_compare_prints_each_rows_advantage_against_its_target(tmp_path: Path,
     assert "3.00x jobs/s | 2x | yes" in lines["pushb_1000"]
     assert "4.00x p99 | 1x | yes" in lines["e2e_latency"]
     assert "3.00x memory | 2x | yes" in lines["rss_100k"]
+
+
+def test_stages_times_each_stage_of_a_request() -> None:
+    """scripts/stages.py drives an in-process broker and prints a time per stage."""
+    for what, stage in (("push", "handler PUSH"), ("pull-ack", "handler ACK")):
+        done = subprocess.run(
+            [sys.executable, str(SCRIPTS / "stages.py"), "--n", "50", "--what", what],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "lmdb: write transaction" in done.stdout and stage in done.stdout
