@@ -28,6 +28,12 @@ def config(tmp_path: Path) -> Config:
 
 
 @pytest.fixture
+def configure(tmp_path: Path) -> Callable[..., Config]:
+    """``make_config`` for this test's directory, for tests that start brokers themselves."""
+    return lambda **overrides: make_config(tmp_path, **overrides)
+
+
+@pytest.fixture
 def start_server(nursery: trio.Nursery, tmp_path: Path) -> Callable[..., Any]:
     """Start another in-process broker with config overrides; stopped with the test."""
 

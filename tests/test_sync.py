@@ -10,7 +10,7 @@ import inspect
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +78,9 @@ class ThreadedBroker:
         assert not self._thread.is_alive(), "the broker thread did not stop"
 
 
-def broker_config(tmp_path: Path, **overrides: Any) -> Config:
-    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0,
-                    data_dir=str(tmp_path / "data"), fsync="never")
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return config
-
-
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[ThreadedBroker]:
-    running = ThreadedBroker(broker_config(tmp_path)).start()
+def broker(configure: Callable[..., Config]) -> Iterator[ThreadedBroker]:
+    running = ThreadedBroker(configure()).start()
     yield running
     running.stop()
 
@@ -357,8 +349,8 @@ def test_connect_fails_fast_and_leaves_nothing() -> None:
     assert threads() == before
 
 
-def test_a_token_is_checked_at_connect(tmp_path: Path) -> None:
-    broker = ThreadedBroker(broker_config(tmp_path, auth_tokens=["s3cret"])).start()
+def test_a_token_is_checked_at_connect(configure: Callable[..., Config]) -> None:
+    broker = ThreadedBroker(configure(auth_tokens=["s3cret"])).start()
     try:
         with pytest.raises(AuthenticationError):
             trioqueue.sync.connect(port=broker.port)

@@ -45,6 +45,32 @@ class Recorder:
         return [args for name, args in self.events if name == event]
 
 
+class Gate:
+    """A processor that holds every job it is given until :meth:`open`, then returns
+    ``result(job)``; :meth:`holding` waits until it holds ``n`` jobs."""
+
+    def __init__(self, result: Callable[[Job], Any]) -> None:
+        self.held: dict[str, Job] = {}
+        self._result = result
+        self._open = trio.Event()
+        self._arrived = trio.Event()
+
+    async def __call__(self, job: Job) -> Any:
+        self.held[job.id] = job
+        self._arrived.set()
+        await self._open.wait()
+        return self._result(job)
+
+    async def holding(self, n: int) -> None:
+        with trio.fail_after(5):
+            while len(self.held) < n:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+
+    def open(self) -> None:
+        self._open.set()
+
+
 @asynccontextmanager
 async def started(worker: Worker) -> AsyncIterator[Worker]:
     """The worker running in a nursery; force-closed on the way out if still running."""
@@ -476,20 +502,12 @@ async def test_locks_are_renewed_past_the_lock_duration(conn: Connection) -> Non
     kept_queue, control_queue = Queue("w-renew", conn), Queue("w-norenew", conn)
     kept = await kept_queue.add("long", {})
     control = await control_queue.add("long", {})
-    entered = trio.Event()
-    gate = trio.Event()
-
-    async def processor(job: Job) -> str:
-        entered.set()
-        await gate.wait()
-        return "kept"
-
-    worker = Worker("w-renew", processor, conn, lock_duration_ms=lock_ms,
+    gate = Gate(lambda job: "kept")
+    worker = Worker("w-renew", gate, conn, lock_duration_ms=lock_ms,
                     heartbeat_interval_s=0.05)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
-            await entered.wait()
+        await gate.holding(1)
         # The control: the same lease taken by hand and never renewed.
         pulled = await conn.call("PULLB", queue="w-norenew", count=1, owner="nobody",
                                  lockTtl=lock_ms)
@@ -500,7 +518,7 @@ async def test_locks_are_renewed_past_the_lock_duration(conn: Connection) -> Non
         renewed = await kept_queue.get_job(kept.id)
         assert renewed is not None and renewed.state == "active"
         assert renewed.attempts_made == 0 and renewed.stalled_counter == 0
-        gate.set()
+        gate.open()
         assert (await wait_job(conn, kept.id))["result"] == "kept"
         await worker.close()
     done = await kept_queue.get_job(kept.id)
@@ -546,29 +564,18 @@ async def test_stale_lease_ack_is_an_error_and_batch_mates_still_complete(
         conn: Connection) -> None:
     queue = Queue("w-stale", conn)
     first, second = await queue.add_bulk([{"name": "a"}, {"name": "b"}])
-    got: dict[str, Job] = {}
-    both = trio.Event()
-    gate = trio.Event()
-
-    async def processor(job: Job) -> str:
-        got[job.id] = job
-        if len(got) == 2:
-            both.set()
-        await gate.wait()
-        return f"done {job.id}"
-
-    worker = Worker("w-stale", processor, conn, concurrency=2)
+    gate = Gate(lambda job: f"done {job.id}")
+    worker = Worker("w-stale", gate, conn, concurrency=2)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
-            await both.wait()
+        await gate.holding(2)
         # Take the first job away from the worker and lease it elsewhere, as a lock
         # expiry followed by another worker's pull would.
-        await got[first.id].move_to_wait()
+        await gate.held[first.id].move_to_wait()
         thief = await conn.call("PULLB", queue="w-stale", count=1, owner="thief",
                                 lockTtl=30_000)
         assert [j["id"] for j in thief["jobs"]] == [first.id]
-        gate.set()
+        gate.open()
         assert (await wait_job(conn, second.id))["result"] == f"done {second.id}"
         await worker.close()
     assert [job.id for job, _ in events.of("completed")] == [second.id]
@@ -580,24 +587,13 @@ async def test_stale_lease_ack_is_an_error_and_batch_mates_still_complete(
 async def test_ignored_acks_emit_nothing(conn: Connection) -> None:
     queue = Queue("w-ignored", conn)
     first, second = await queue.add_bulk([{"name": "a"}, {"name": "b"}])
-    got: dict[str, Job] = {}
-    both = trio.Event()
-    gate = trio.Event()
-
-    async def processor(job: Job) -> str:
-        got[job.id] = job
-        if len(got) == 2:
-            both.set()
-        await gate.wait()
-        return "done"
-
-    worker = Worker("w-ignored", processor, conn, concurrency=2)
+    gate = Gate(lambda job: "done")
+    worker = Worker("w-ignored", gate, conn, concurrency=2)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
-            await both.wait()
-        await got[first.id].discard()  # dead-lettered while its processor runs
-        gate.set()
+        await gate.holding(2)
+        await gate.held[first.id].discard()  # dead-lettered while its processor runs
+        gate.open()
         assert (await wait_job(conn, second.id))["result"] == "done"
         await worker.close()
     assert [job.id for job, _ in events.of("completed")] == [second.id]
@@ -609,21 +605,13 @@ async def test_ignored_acks_emit_nothing(conn: Connection) -> None:
 async def test_obliterated_while_processing_emits_nothing(conn: Connection) -> None:
     queue = Queue("w-oblit", conn)
     job = await queue.add("gone", {})
-    entered = trio.Event()
-    gate = trio.Event()
-
-    async def processor(job: Job) -> str:
-        entered.set()
-        await gate.wait()
-        return "too late"
-
-    worker = Worker("w-oblit", processor, conn)
+    gate = Gate(lambda job: "too late")
+    worker = Worker("w-oblit", gate, conn)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
-            await entered.wait()
+        await gate.holding(1)
         await queue.obliterate()
-        gate.set()
+        gate.open()
         await worker.close()  # flushes the ACK
     assert events.of("completed") == [] and events.of("error") == []
     assert await queue.get_job_state(job.id) == "unknown"
