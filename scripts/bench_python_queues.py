@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 perf = time.perf_counter
@@ -90,6 +90,19 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.0)
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+async def enqueue_one_at_a_time(add: Callable[[int], Awaitable[Any]], n: int,
+                                limit_s: float) -> tuple[int, float]:
+    """Await ``add(i)`` for i < n, stopping at the time limit: (jobs added, jobs/s)."""
+    t0 = perf()
+    count = n
+    for i in range(n):
+        await add(i)
+        if perf() - t0 > limit_s:
+            count = i + 1
+            break
+    return count, count / (perf() - t0)
 
 
 # --------------------------------------------------------------------------- installation
@@ -255,14 +268,8 @@ def run_arq(url: str, n: int, concurrency: int, limit_s: float) -> Run:
     async def main() -> Run:
         pool = await create_pool(settings)
         await pool.flushall()
-        t0 = perf()
-        count = n
-        for i in range(n):
-            await pool.enqueue_job("anoop", i)
-            if perf() - t0 > limit_s:
-                count = i + 1
-                break
-        enqueue = count / (perf() - t0)
+        count, enqueue = await enqueue_one_at_a_time(
+            lambda i: pool.enqueue_job("anoop", i), n, limit_s)
         worker = Worker(functions=[anoop], redis_settings=settings, burst=True,
                         max_jobs=concurrency, poll_delay=0.01, keep_result=0,
                         handle_signals=False)
@@ -291,14 +298,8 @@ def run_saq(url: str, n: int, concurrency: int, limit_s: float) -> Run:
         queue = Queue.from_url(url)
         await queue.connect()
         await queue.redis.flushall()
-        t0 = perf()
-        count = n
-        for i in range(n):
-            await queue.enqueue("anoop", i=i)
-            if perf() - t0 > limit_s:
-                count = i + 1
-                break
-        enqueue = count / (perf() - t0)
+        count, enqueue = await enqueue_one_at_a_time(
+            lambda i: queue.enqueue("anoop", i=i), n, limit_s)
         done = 0
         finished = asyncio.Event()
 
@@ -340,14 +341,8 @@ def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
     async def main() -> Run:
         async with open_connection(port=port) as conn:
             queue = Queue(queue_name, conn)
-            t0 = perf()
-            count = n
-            for i in range(n):
-                await queue.add("noop", i)
-                if perf() - t0 > limit_s:
-                    count = i + 1
-                    break
-            enqueue = count / (perf() - t0)
+            count, enqueue = await enqueue_one_at_a_time(
+                lambda i: queue.add("noop", i), n, limit_s)
             done = 0
             finished = trio.Event()
 
