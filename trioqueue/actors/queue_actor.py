@@ -235,20 +235,21 @@ class QueueActor:
                 # As the actor's loop would: the rest of the batch is served next.
                 if not (self._backlog or self._notices):
                     break
-        deadline_ms = self.state.next_deadline()
-        deadline = math.inf if deadline_ms is None else self.broker.clock.deadline_for(deadline_ms)
+        deadline = self._next_deadline()
         if deadline != idle.deadline:  # setting it costs trio a deadline-heap update
             idle.deadline = deadline
         return True
 
+    def _next_deadline(self) -> float:
+        """When the parked actor must wake for its timers (trio time; inf: never)."""
+        deadline_ms = self.state.next_deadline()
+        return math.inf if deadline_ms is None else self.broker.clock.deadline_for(deadline_ms)
+
     async def _loop(self) -> None:
-        clock = self.broker.clock
         recv = self._recv
         while True:
             if not self._backlog and not self._notices:
-                deadline_ms = self.state.next_deadline()
-                deadline = math.inf if deadline_ms is None else clock.deadline_for(deadline_ms)
-                with trio.CancelScope(deadline=deadline) as idle:
+                with trio.CancelScope(deadline=self._next_deadline()) as idle:
                     # Set only while parked on the receive: run_inline's sign that the
                     # actor cannot be in the middle of a step (reset however it ends).
                     self._idle = idle

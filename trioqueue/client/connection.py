@@ -116,15 +116,12 @@ class _Channel:
 
 
 class _TcpChannel(_Channel):
-    def __init__(self, stream: trio.abc.Stream, codec: Codec) -> None:
+    def __init__(self, stream: trio.SocketStream, codec: Codec) -> None:
         super().__init__()
         self.stream = stream
         self.codec = codec
         self._send_lock = trio.Lock()
-        # The socket's descriptor, for direct reads and writes (see transport.sockio);
-        # -1 for a stream that is not a socket (tests may hand in others).
-        socket = getattr(stream, "socket", None)
-        self._fd = socket.fileno() if socket is not None else -1
+        self._fd = stream.socket.fileno()  # for direct reads and writes (transport.sockio)
         # Replies come from the broker the caller chose to trust: CBOR is decoded as
         # is, without the validating walk the broker runs over client input (a fifth
         # of a worker's time). msgpack keeps the codec, which also maps bunqueue's
@@ -136,15 +133,15 @@ class _TcpChannel(_Channel):
         lock = self._send_lock
         try:
             if lock.locked():
-                async with lock:
-                    await self.stream.send_all(frame)
-                return
-            # Nobody is sending: write at once, in this scheduler pass (most frames
-            # fit in the socket buffer). The lock is held over the fallback, so a
-            # partly written frame is finished before any other frame starts.
-            lock.acquire_nowait()
+                await lock.acquire()
+                written = 0
+            else:
+                # Nobody is sending: write at once, in this scheduler pass (most frames
+                # fit in the socket buffer). The lock is held until the frame is
+                # whole, so a partly written one is finished before any other starts.
+                lock.acquire_nowait()
+                written = write_now(self._fd, frame)
             try:
-                written = write_now(self._fd, frame) if self._fd >= 0 else 0
                 if written < len(frame):
                     await self.stream.send_all(memoryview(frame)[written:])
             finally:
@@ -155,14 +152,10 @@ class _TcpChannel(_Channel):
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder(_MAX_FRAME_BYTES)
-        reader = DirectReader(self._fd, 1 << 16) if self._fd >= 0 else None
+        reader = DirectReader(self._fd, 1 << 16)
         try:
             while True:
-                data: bytes | bytearray
-                if reader is not None:
-                    data = await reader.receive()
-                else:
-                    data = await self.stream.receive_some(1 << 16)
+                data = await reader.receive()
                 if not data:
                     break
                 for payload in decoder.feed(data):
