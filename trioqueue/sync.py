@@ -60,7 +60,6 @@ import inspect
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -485,20 +484,10 @@ class SyncQueue:
 # ---------------------------------------------------------------------------- flows
 
 
-@dataclass(slots=True)
-class SyncFlowNode:
+class SyncFlowNode(FlowNode[SyncJob]):
     """A :class:`~trioqueue.client.flow.FlowNode` whose jobs are :class:`SyncJob`."""
 
-    job: SyncJob
-    children: list[SyncFlowNode] = field(default_factory=list)
-
-    def walk(self) -> Iterable[SyncFlowNode]:
-        """This node and every node below it, parents before their children."""
-        stack = [self]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(reversed(node.children))
+    __slots__ = ()
 
 
 class SyncFlowProducer:
@@ -512,7 +501,7 @@ class SyncFlowProducer:
     def _job(self, job: Job) -> SyncJob:
         return SyncJob(self.connection.queue(job.queue_name), job)
 
-    def _node(self, node: FlowNode) -> SyncFlowNode:
+    def _node(self, node: FlowNode[Job]) -> SyncFlowNode:
         return SyncFlowNode(self._job(node.job), [self._node(c) for c in node.children])
 
     def add(self, tree: Mapping[str, Any]) -> SyncFlowNode:

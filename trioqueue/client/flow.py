@@ -40,7 +40,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
@@ -91,14 +91,17 @@ def new_job_id() -> str:
 # ---------------------------------------------------------------------------- results
 
 
+J = TypeVar("J")  # the job type: Job here, trioqueue.sync's SyncJob there
+
+
 @dataclass(slots=True)
-class FlowNode:
+class FlowNode(Generic[J]):
     """One job of a flow and its children, as admitted (``job.state`` is set)."""
 
-    job: Job
-    children: list[FlowNode] = field(default_factory=list)
+    job: J
+    children: list[FlowNode[J]] = field(default_factory=list)
 
-    def walk(self) -> Iterable[FlowNode]:
+    def walk(self) -> Iterable[FlowNode[J]]:
         """This node and every node below it, parents before their children."""
         stack = [self]
         while stack:
@@ -346,14 +349,14 @@ class FlowProducer:
             queue = self._queues[name] = Queue(name, self.connection)
         return queue
 
-    async def add(self, tree: Mapping[str, Any]) -> FlowNode:
+    async def add(self, tree: Mapping[str, Any]) -> FlowNode[Job]:
         """Add one tree ``{"name", "queue_name", "data", "opts", "children"}`` (options
         in Python names, as :meth:`Queue.add` takes them); its :class:`FlowNode`s as
         admitted. Leaves are ready at once; every parent waits for its children."""
         plan = plan_flow(tree)
         return (await self._push(plan))[0]
 
-    async def add_bulk(self, trees: Iterable[Mapping[str, Any]]) -> list[FlowNode]:
+    async def add_bulk(self, trees: Iterable[Mapping[str, Any]]) -> list[FlowNode[Job]]:
         """Add several trees in ONE ``PUSHF``: all of them, or none."""
         plan = plan_flows(trees)
         if not plan.jobs:
@@ -376,7 +379,7 @@ class FlowProducer:
         nodes = await self._push(plan_bulk_then(parallel, final))
         return [node.job for node in nodes[:-1]], nodes[-1].job
 
-    async def _push(self, plan: FlowPlan) -> list[FlowNode]:
+    async def _push(self, plan: FlowPlan) -> list[FlowNode[Job]]:
         reply = await self.connection.call("PUSHF", jobs=plan.wire())
         snapshots = reply.get("data", {}).get("jobs")
         # The broker answers in input order; anything else means the reply and the plan
@@ -387,7 +390,7 @@ class FlowProducer:
         by_id = {s["id"]: s for s in snapshots}
         return [self._build(root, by_id) for root in plan.roots]
 
-    def _build(self, planned: PlanNode, by_id: Mapping[str, dict[str, Any]]) -> FlowNode:
+    def _build(self, planned: PlanNode, by_id: Mapping[str, dict[str, Any]]) -> FlowNode[Job]:
         raw = by_id[planned.id]
         return FlowNode(self._job(raw), [self._build(c, by_id) for c in planned.children])
 
@@ -397,7 +400,7 @@ class FlowProducer:
     # ------------------------------------------------------------------ reading back
 
     async def get_flow(self, job_id: str, depth: int | None = None,
-                       max_children: int | None = None) -> FlowNode | None:
+                       max_children: int | None = None) -> FlowNode[Job] | None:
         """The tree under ``job_id`` as it is now (each job with its current state);
         None when that job does not exist.
 
@@ -418,7 +421,7 @@ class FlowProducer:
         level = [root]
         remaining = depth
         while level and (remaining is None or remaining > 0):
-            wanted: list[tuple[FlowNode, list[str]]] = []
+            wanted: list[tuple[FlowNode[Job], list[str]]] = []
             for node in level:
                 ids = node.job.children_ids
                 if max_children is not None:
