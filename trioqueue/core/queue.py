@@ -248,6 +248,12 @@ class QueueState:
         elif job.state == WAITING_CHILDREN:
             c.waiting_children += delta
 
+    def _set_state(self, job: Job, state: str, now: int) -> None:
+        """Move ``job`` to ``state``, leaving one counter and entering the other."""
+        self._count(job, -1, now)
+        job.state = state
+        self._count(job, +1, now)
+
     def _enqueue(self, job: Job, now: int, *, keep_seq: bool = False) -> None:
         """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq.
 
@@ -492,9 +498,7 @@ class QueueState:
             job = self._next_ready(now)
             if job is None:
                 break
-            self._count(job, -1, now)
-            job.state = st.next_state(QUEUED, st.PULL)
-            self._count(job, +1, now)
+            self._set_state(job, st.next_state(QUEUED, st.PULL), now)
             job.started_at = now
             job.last_heartbeat = now
             job.add_timeline("active", now)
@@ -649,9 +653,7 @@ class QueueState:
         if job is not None and job.state == QUEUED and job.attempts > 0:
             # A late ACK for a job that lock expiry already put back: the work was done,
             # so complete the queued copy instead of running it a second time.
-            self._count(job, -1, now)
-            job.state = ACTIVE
-            self._count(job, +1, now)
+            self._set_state(job, ACTIVE, now)
         job = self._active_job(job_id)
         self._check_token(job, token)
         self._complete(job, now, has_result, result, remove)
@@ -714,9 +716,7 @@ class QueueState:
             checked.append((i, job))
         for i, job in checked:
             if job.state == QUEUED:
-                self._count(job, -1, now)
-                job.state = ACTIVE
-                self._count(job, +1, now)
+                self._set_state(job, ACTIVE, now)
             has_result = results is not None
             result = results[i] if results is not None else None
             remove = bool(removes[i]) if removes is not None and removes[i] is True else None
@@ -1408,10 +1408,8 @@ class QueueState:
                 parent.pending = [*(parent.pending or ()), child_id]
                 self.index.add_dependent(child_id, parent_id)
                 if parent.state == QUEUED:
-                    self._count(parent, -1, now)
-                    parent.state = st.next_state(QUEUED, st.LINK)
+                    self._set_state(parent, st.next_state(QUEUED, st.LINK), now)
                     parent.add_timeline(WAITING_CHILDREN, now)
-                    self._count(parent, +1, now)
                     self._emit("waiting-children", parent_id, now)
             else:
                 # Already completed: record its outcome, as admission does.
