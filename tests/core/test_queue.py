@@ -21,6 +21,7 @@ from trioqueue.core import queue as queue_mod
 from trioqueue.core.errors import CommandError
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import PullWaiter, normalise_progress
+from trioqueue.core.queue import progress as progress_mod
 from trioqueue.testing.queue import QueueHarness
 
 NOW = 1_700_000_000_000
@@ -1003,7 +1004,7 @@ def test_logs_need_a_known_job(h: Harness) -> None:
 
 
 def test_logs_bounded_number_of_jobs(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(queue_mod, "MAX_JOBS_WITH_LOGS", 3)
+    monkeypatch.setattr(progress_mod, "MAX_JOBS_WITH_LOGS", 3)
     jobs = [h.push(NOW) for _ in range(4)]
     for job in jobs:
         h.call("add_log", job, NOW, "x", "info")

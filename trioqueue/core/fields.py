@@ -17,6 +17,7 @@ numeric check refuses booleans explicitly.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -396,3 +397,42 @@ def fail_stack(value: Any) -> list[str] | None:
         return None
     lines = [line for line in value if isinstance(line, str)][:MAX_FAIL_STACK_LINES]
     return lines or None
+
+
+# What JavaScript's Number() accepts (ASCII digits only, like JS): decimals with an
+# optional exponent, Infinity, and unsigned 0x/0o/0b integer literals.
+_JS_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Infinity)")
+_JS_RADIX = re.compile(r"0(?:[xX][0-9a-fA-F]+|[oO][0-7]+|[bB][01]+)")
+
+
+def normalise_progress(value: Any) -> tuple[float, str | None]:
+    """bunqueue's progress normalisation: numbers clamp to 0..100; text becomes a message.
+
+    Numeric text is read as JavaScript's ``Number()`` would (so ``"1_000"`` or ``"inf"``
+    stay text); an object's message is its compact ``JSON.stringify`` form.
+    """
+    if isinstance(value, bool):
+        value = 1 if value else 0
+    if value is None:
+        return 0, None
+    if isinstance(value, (int, float)):
+        if value != value:  # NaN
+            return 0, None
+        return min(max(value, 0), 100), None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return 0, None
+        if _JS_RADIX.fullmatch(text):
+            number = float(int(text, 0))
+        elif _JS_DECIMAL.fullmatch(text):
+            number = float(text)
+        else:
+            return 0, value
+        number = min(max(number, 0.0), 100.0)
+        return (int(number) if number.is_integer() else number), None
+    try:
+        return 0, json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return 0, str(value)

@@ -20,8 +20,10 @@ not change any job's state; only the counts and listings re-bucket ready jobs as
 
 Events (what happens to a job) and where they lead::
 
-    PUSH       (new) -> QUEUED          PUSH_PARKED (new) -> WAITING_CHILDREN
+    PUSH       (new) -> QUEUED          (a job is made in this state: ``Job.admit``)
     PULL       QUEUED -> ACTIVE
+    RECLAIM    QUEUED -> ACTIVE         (a late ACK of a job lock expiry put back: the
+                                         work was done, so the queued copy completes)
     ACK        ACTIVE -> COMPLETED
     RETRY      ACTIVE -> QUEUED         (FAIL with attempts left; backoff sets runAt)
     BURY       ACTIVE/QUEUED -> FAILED  (FAIL with no attempts left, unrecoverable, Discard)
@@ -31,7 +33,8 @@ Events (what happens to a job) and where they lead::
     PROMOTE    QUEUED -> QUEUED         (delayed -> ready now)
     RESOLVE    WAITING_CHILDREN -> QUEUED
     PARK       ACTIVE -> WAITING_CHILDREN
-    LINK       QUEUED -> WAITING_CHILDREN (UpdateParent gave it a child to wait for)
+    LINK       QUEUED -> WAITING_CHILDREN (UpdateParent gave it a child to wait for, or
+                                         it was pushed with dependencies still open)
     REVIVE     FAILED/COMPLETED -> QUEUED (retry from the DLQ, RetryCompleted)
 """
 
@@ -62,12 +65,12 @@ VISIBLE_STATES = (
 )
 
 PUSH = "push"
-PUSH_PARKED = "push_parked"
 PULL = "pull"
 ACK = "ack"
 RETRY = "retry"
 BURY = "bury"
 RELEASE = "release"
+RECLAIM = "reclaim"
 REMOVE = "remove"
 PROMOTE = "promote"
 RESOLVE = "resolve"
@@ -77,8 +80,8 @@ REVIVE = "revive"
 
 TRANSITIONS: dict[tuple[str, str], str] = {
     (NEW, PUSH): QUEUED,
-    (NEW, PUSH_PARKED): WAITING_CHILDREN,
     (QUEUED, PULL): ACTIVE,
+    (QUEUED, RECLAIM): ACTIVE,
     (ACTIVE, ACK): COMPLETED,
     (ACTIVE, RETRY): QUEUED,
     (ACTIVE, BURY): FAILED,

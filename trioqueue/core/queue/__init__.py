@@ -1,0 +1,24 @@
+"""One queue's state machine, one module per concern (see ``docs/architecture.md``).
+
+:class:`QueueState` is assembled in :mod:`.state` from the rule groups of the other
+modules; this package re-exports what the rest of the broker imports, so
+``from trioqueue.core.queue import QueueState`` keeps working.
+"""
+
+from ..fields import normalise_progress
+from .dependencies import ADOPT, REMOVE_CHILD, SET_PARENT, SETTLED
+from .leases import Lock
+from .ports import FinishedReader, JobIndex
+from .recovery import in_admission_order
+from .settings import DEFAULT_MAX_STALLS, DEFAULT_STALL_CONFIG, QueueSettings
+from .stalls import STALL_CHECK_MS
+from .state import QueueState
+from .views import completed_reply, failed_reply, finished_wire
+from .waiters import Delivery, JobWaiter, PullWaiter
+
+__all__ = [
+    "ADOPT", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
+    "SET_PARENT", "STALL_CHECK_MS", "Delivery", "FinishedReader", "JobIndex", "JobWaiter",
+    "Lock", "PullWaiter", "QueueSettings", "QueueState", "completed_reply", "failed_reply",
+    "finished_wire", "in_admission_order", "normalise_progress",
+]

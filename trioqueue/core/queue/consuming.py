@@ -1,0 +1,277 @@
+"""Delivering jobs to workers and taking their outcomes: PULL, ACK, ACKB, FAIL, and
+the way into the dead-letter queue."""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+from .. import attempts as at
+from .. import flows
+from .. import states as st
+from ..backoff import backoff_delay_ms
+from ..errors import CommandError
+from ..ids import uuid7
+from ..job import ACTIVE, QUEUED, Job
+from .leases import Lock
+from .views import completed_reply, failed_reply
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+def _next_ready(q: QueueState, now: int) -> Job | None:
+    """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
+    q._promote_due(now)
+    ready = q._ready
+    while ready:
+        *_, seq, job_id = heapq.heappop(ready)
+        job = q.jobs.get(job_id)
+        if job is None or job.state != QUEUED or job.seq != seq:
+            continue
+        if job.ttl is not None and now > job.created_at + job.ttl:
+            # ttl bounds time in the queue: an expired job is dropped silently
+            q._drop_queued(job, now)
+            continue
+        return job
+    return None
+
+
+def pull(
+    q: QueueState,
+    now: int,
+    *,
+    count: int,
+    owner: str | None,
+    lock_ttl: float,
+    conn: Any,
+    detach: bool = False,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Deliver up to ``count`` ready jobs; returns (wire jobs, tokens).
+
+    Tokens are only meaningful with an ``owner`` (a lease); a pull without owner
+    leaves stall detection as the only recovery. Jobs are remembered against the
+    connection so that they go back to the queue if it closes (unless ``detach``).
+    """
+    jobs: list[dict[str, Any]] = []
+    tokens: list[str] = []
+    if q.settings.paused:
+        return jobs, tokens
+    while len(jobs) < count:
+        job = q._next_ready(now)
+        if job is None:
+            break
+        q._transition(job, st.PULL, now)
+        job.started_at = now
+        job.last_heartbeat = now
+        job.add_timeline("active", now)
+        token = ""
+        if owner is not None:
+            token = uuid7(now)
+            expires = int(now + lock_ttl)
+            q.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
+            heapq.heappush(q._lock_heap, (expires, job.id, token))
+        if conn is not None and not (detach and owner is None):
+            q.owner_conn[job.id] = conn
+            q.conn_jobs.setdefault(conn, set()).add(job.id)
+        q._persist(job)
+        q._watch(job, now)
+        q._emit("pulled", job.id, now)
+        jobs.append(job.to_wire())
+        tokens.append(token)
+    if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
+        q._emit("drained", "", now)
+    return jobs, tokens
+
+
+def pull_reply(
+    q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], *, batch: bool, owner: str | None
+) -> dict[str, Any]:
+    if batch:
+        reply: dict[str, Any] = {"jobs": jobs}
+        if owner is not None:
+            reply["tokens"] = tokens
+        return reply
+    reply = {"job": jobs[0] if jobs else None}
+    if owner is not None:
+        reply["token"] = tokens[0] if tokens else None
+    return reply
+
+
+def _active_job(q: QueueState, job_id: str) -> Job:
+    job = q.jobs.get(job_id)
+    if job is None or job.state != ACTIVE:
+        raise CommandError(f"Job not found or not in processing state: {job_id}")
+    return job
+
+
+def ack(
+    q: QueueState,
+    job_id: str,
+    now: int,
+    *,
+    token: str | None = None,
+    has_result: bool = False,
+    result: Any = None,
+    remove: bool | None = None,
+) -> None:
+    job = q.jobs.get(job_id)
+    if job is not None and job.state == QUEUED and job.attempts > 0:
+        # A late ACK for a job that lock expiry already put back: the work was done,
+        # so complete the queued copy instead of running it a second time.
+        q._transition(job, st.RECLAIM, now)
+    job = q._active_job(job_id)
+    q._check_token(job, token)
+    q._complete(job, now, has_result, result, remove)
+
+
+def _complete(q: QueueState, job: Job, now: int, has_result: bool, result: Any,
+              remove: bool | None) -> None:
+    q._remove_live(job, now)
+    if remove or job.remove_on_complete:
+        q.logs.pop(job.id, None)
+        q.writes.delete_job(job.id)
+    else:
+        q._move(job, st.ACK)
+        job.completed_at = now
+        job.add_timeline("completed", now)
+        q.writes.finish_job(job.to_record(), has_result, result)
+    if job.durable:
+        q.writes.durable = True
+    if remove or job.remove_on_complete:
+        q.index.retain_result(job.id, q.name, has_result, result, now)
+    # The outcome and the waiters' reply are built only for jobs that have them:
+    # this runs once per acknowledged job.
+    if q.index.has_dependents(job.id):
+        q._settle_dependents(job.id, flows.completed_outcome(q.name, has_result,
+                                                                result))
+    if job.id in q.parked.by_job:
+        q._settle(job.id, completed_reply(has_result, result))
+    if q.events_enabled:
+        q._emit("completed", job.id, now, data=result if has_result else None)
+
+
+def ackb(
+    q: QueueState,
+    ids: list[str],
+    now: int,
+    *,
+    tokens: list[Any] | None,
+    results: list[Any] | None,
+    removes: list[Any] | None,
+) -> list[int]:
+    """Acknowledge many jobs; every token is checked before anything changes.
+
+    Returns the indices that were ignored because the job was not active (a
+    duplicate ACK of a finished job is a no-op, not an error, in a batch).
+    """
+    checked: list[tuple[int, Job]] = []
+    ignored: list[int] = []
+    seen: set[str] = set()
+    for i, job_id in enumerate(ids):
+        if job_id in seen:  # the same job twice in one batch: ACKed once
+            ignored.append(i)
+            continue
+        seen.add(job_id)
+        job = q.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            if job is not None and job.state == QUEUED and job.attempts > 0:
+                checked.append((i, job))
+                continue
+            ignored.append(i)
+            continue
+        q._check_token(job, tokens[i] if tokens is not None else None)
+        checked.append((i, job))
+    for i, job in checked:
+        if job.state == QUEUED:
+            q._transition(job, st.RECLAIM, now)
+        has_result = results is not None
+        result = results[i] if results is not None else None
+        remove = bool(removes[i]) if removes is not None and removes[i] is True else None
+        q._complete(job, now, has_result, result, remove)
+    return ignored
+
+
+def fail(
+    q: QueueState,
+    job_id: str,
+    now: int,
+    *,
+    token: str | None = None,
+    error: str | None = None,
+    stack: list[str] | None = None,
+    unrecoverable: bool = False,
+    remove_on_fail: bool | None = None,
+) -> bool:
+    """Fail one attempt; False (not applied) for a late FAIL of a requeued job.
+
+    Lock expiry already charged that attempt and put the job back, so bunqueue
+    answers such a FAIL ``already-finalized`` rather than with an error.
+    """
+    job = q.jobs.get(job_id)
+    if job is not None and job.state == QUEUED and job.attempts > 0:
+        return False
+    job = q._active_job(job_id)
+    q._check_token(job, token)
+    decision = at.charge(job, at.Cause.FAIL, q.max_stalls, unrecoverable=unrecoverable,
+                         error=error)
+    if stack is not None:
+        limit = int(job.stack_trace_limit) if job.stack_trace_limit else 0
+        lines = [s.strip() for s in stack[:100] if isinstance(s, str) and s.strip()]
+        job.stacktrace = lines[:limit] if limit > 0 else None
+    job.add_timeline("failed", now, error=error, attempt=job.attempts)
+    if decision.action != at.BURY:
+        q._retry_later(job, now)
+        q._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
+        q._emit("retried", job.id, now, prev="failed")
+        return True
+    if remove_on_fail or job.remove_on_fail:
+        q._remove_live(job, now)
+        q.logs.pop(job.id, None)
+        q.writes.delete_job(job.id)
+        q._child_failed(job, error)
+        q._settle(job.id, failed_reply(error))
+        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        return True
+    q._bury(job, now, decision.reason or "", decision.error)
+    return True
+
+
+def _retry_later(q: QueueState, job: Job, now: int) -> None:
+    """Active -> queued after a charged attempt, back after the job's backoff."""
+    q._release_resources(job)
+    q._count(job, -1, now)
+    q._move(job, st.RETRY)
+    job.started_at = None
+    job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
+    job.add_timeline("waiting", now)
+    q._enqueue(job, now)
+    q._persist(job)
+
+
+def _bury(q: QueueState, job: Job, now: int, reason: str, error: str | None,
+          counted: bool = True, emit: bool = True) -> None:
+    """Move a job to the dead-letter queue (state FAILED, kept in storage)."""
+    if counted:
+        q._remove_live(job, now)
+    else:
+        q.jobs.pop(job.id, None)
+        q.index.remove(job.id)
+        q._release_key(job)
+        for child_id in job.pending or ():
+            q.index.drop_dependent(child_id, job.id)
+    q._move(job, st.BURY)
+    job.dlq = {
+        "reason": reason,
+        "error": error,
+        "enteredAt": float(now),
+        "retryCount": 0,
+    }
+    job.add_timeline("failed", now, error=error)
+    job.pending = None
+    q.writes.finish_job(job.to_record(), False)
+    q._child_failed(job, error)
+    q._settle(job.id, failed_reply(error))
+    if emit:
+        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+

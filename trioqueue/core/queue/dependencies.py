@@ -1,0 +1,364 @@
+"""Dependencies and flows: parents waiting for children, the outcomes that settle them
+and the notices that carry those outcomes between queues."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import fields, flows
+from .. import states as st
+from ..errors import JOB_NOT_FOUND, CommandError
+from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+# Notices between queues (see :meth:`QueueState.apply_notice`), as (kind, *args):
+SETTLED = "settled"  # (parent id, child id, outcome): a dependency of the parent settled
+SET_PARENT = "set_parent"  # (child id, parent id | None, parent queue): patch the marker
+REMOVE_CHILD = "remove_child"  # (child id, parent id): remove it if it has not started
+ADOPT = "adopt"  # (jobs,): jobs of an atomic flow, committed by the router
+
+
+def _drop_queued(q: QueueState, job: Job, now: int) -> None:
+    """Remove a job that never ran to the end (cancelled, expired, replaced, removed
+    as an unprocessed child): its parents stop waiting for it, its waits end."""
+    q._remove_live(job, now)
+    q.logs.pop(job.id, None)
+    q.writes.delete_job(job.id)
+    q._settle_dependents(job.id, flows.DETACHED)
+    q._settle_gone(job.id)
+
+
+def _settle_dependents(q: QueueState, child_id: str, outcome: dict[str, Any]) -> list[str]:
+    """Tell every job waiting for ``child_id`` how it ended; returns their ids.
+
+    The outcome row is written in this batch, with the child's own change, so a
+    crash cannot separate them; the notice reaches the parent's queue after it.
+    """
+    parents = q.index.take_dependents(child_id)
+    for parent_id in parents:
+        q.writes.put_dep_outcome(parent_id, child_id, outcome)
+        q.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
+    return parents
+
+
+def _child_failed(q: QueueState, job: Job, error: str | None) -> None:
+    """A terminal failure settles the job's parents only under a failure policy;
+    without one they keep waiting (a retry from the DLQ may still complete it)."""
+    policy = flows.failure_policy(job)
+    if policy is not None:
+        q._settle_dependents(job.id, flows.failed_outcome(q.name, error, policy))
+
+
+def dependency_exists(q: QueueState, dep_id: str, now: int) -> bool:
+    """A job may depend on a live job, a completed one, or one removed on completion
+    whose result is still retained (bunqueue's completion proof)."""
+    if q.index.locate(dep_id) is not None:
+        return True
+    record = q.finished.get_any(dep_id)
+    if record is not None:
+        return bool(record["state"] == COMPLETED)
+    return q.index.retained_result(dep_id, now) is not None
+
+
+def check_push_dependencies(q: QueueState, specs: Sequence[dict[str, Any]], now: int,
+                            *, batch: bool) -> None:
+    """Refuse unknown or circular dependencies before anything is admitted.
+
+    In a PUSHB, ``dependsOn`` may name any ``customId`` of the same batch, in any
+    order; such references are not looked up (the jobs exist once admitted).
+    """
+    batch_ids = {spec["custom_id"] for spec in specs if spec.get("custom_id")}
+    edges: dict[str, list[str]] = {}
+    for i, spec in enumerate(specs):
+        deps = spec.get("depends_on")
+        if not deps:
+            continue
+        prefix = f"jobs[{i}]: " if batch else ""
+        try:
+            flows.check_dependencies(spec.get("custom_id"), deps)
+            for dep in deps:
+                if dep not in batch_ids and not q.dependency_exists(dep, now):
+                    raise CommandError(f"Dependency job not found: {dep}")
+        except CommandError as exc:
+            raise CommandError(prefix + exc.message) from None
+        if spec.get("custom_id"):
+            edges[spec["custom_id"]] = deps
+    cycle = flows.find_cycle(edges)
+    if cycle is not None:
+        raise CommandError(f"Dependency cycle: {' -> '.join(cycle)}")
+
+
+def _open_dependencies(q: QueueState, job: Job, deps: Iterable[str], now: int) -> list[str]:
+    """Which of ``deps`` the job must wait for; completed ones are recorded now."""
+    pending: list[str] = []
+    for dep in dict.fromkeys(deps):
+        if q.index.locate(dep) is None:
+            record = q.finished.get_any(dep)
+            if record is not None and record["state"] == COMPLETED:
+                has_result, result = q.finished.result_any(dep)
+                q.writes.put_dep_outcome(
+                    job.id, dep, flows.completed_outcome(record["queue"], has_result,
+                                                         result))
+                job.children_completed += 1
+                continue
+            retained = q.index.retained_result(dep, now)
+            if retained is not None:
+                q.writes.put_dep_outcome(
+                    job.id, dep, flows.completed_outcome(None, *retained))
+                job.children_completed += 1
+                continue
+        # Live, or a job of the same PUSHB that is admitted after this one.
+        pending.append(dep)
+    return pending
+
+
+def _park_new(q: QueueState, job: Job, pending: list[str], now: int) -> None:
+    q._move(job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
+    job.pending = pending
+    job.timeline = [{"state": WAITING_CHILDREN, "timestamp": float(now)}]
+    for dep in pending:
+        q.index.add_dependent(dep, job.id)
+    q.c.waiting_children += 1
+    q._persist(job)
+    q._emit("pushed", job.id, now)
+    q._emit("waiting-children", job.id, now)
+
+
+def adopt(q: QueueState, job: Job, now: int) -> None:
+    """Take in a job of an atomic flow (PUSHF), already committed by the router.
+
+    The router claimed the id, registered the dependencies and stored the job with
+    an admission number from :meth:`reserve_seq`; the queue gives it its place.
+    """
+    q.jobs[job.id] = job
+    if job.state == WAITING_CHILDREN:
+        q._count(job, +1, now)
+    else:
+        q._enqueue(job, now, keep_seq=True)
+    q._emit("pushed", job.id, now)
+    if job.state == WAITING_CHILDREN:
+        q._emit("waiting-children", job.id, now)
+    elif job.run_at > now:
+        q._emit("delayed", job.id, now, delay=float(job.run_at - now))
+
+
+def apply_notice(q: QueueState, notice: tuple[Any, ...], now: int) -> None:
+    """A message from another job's queue (or the router), see :data:`SETTLED`..."""
+    kind = notice[0]
+    if kind == SETTLED:
+        q.apply_outcome(notice[1], notice[2], notice[3], now)
+    elif kind == SET_PARENT:
+        q._set_parent(notice[1], notice[2], notice[3])
+    elif kind == REMOVE_CHILD:
+        job = q.jobs.get(notice[1])
+        if job is not None and job.state in (QUEUED, WAITING_CHILDREN):
+            q._drop_queued(job, now)
+            q._emit("removed", job.id, now, prev="waiting")
+    elif kind == ADOPT:
+        for job in notice[1]:
+            q.adopt(job, now)
+    else:
+        raise ValueError(f"unknown notice {kind!r}")
+
+
+def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[str, Any],
+                  now: int) -> None:
+    """One dependency of ``parent_id`` settled: the rules of the four policies.
+
+    Ignored when the parent no longer waits for that child (it left, or a
+    ``continueParentOnFailure`` already released it): notices are at-least-once
+    across a restart, which replays the outcome rows.
+    """
+    job = q.jobs.get(parent_id)
+    if job is None or not job.pending or child_id not in job.pending:
+        return
+    # The child's queue took this registration already, except when a restart
+    # replays the row: the map was rebuilt from the stored pending list then.
+    q.index.drop_dependent(child_id, parent_id)
+    kind = outcome.get("kind")
+    if kind == flows.FAILED:
+        policy = outcome.get("policy")
+        if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
+            q._bury(job, now, "unknown",
+                       f"Child job {child_id} failed: {outcome.get('error')}")
+            return
+        if policy == flows.CONTINUE_PARENT:
+            for other in job.pending:
+                if other != child_id:
+                    q.index.drop_dependent(other, parent_id)
+            job.pending.clear()
+        else:
+            job.pending.remove(child_id)
+    else:
+        job.pending.remove(child_id)
+        if kind == flows.COMPLETED:
+            job.children_completed += 1
+    if not job.pending:
+        job.pending = None
+        if job.state == WAITING_CHILDREN:
+            q._count(job, -1, now)
+            q._move(job, st.RESOLVE)
+            job.add_timeline("waiting", now)
+            q._enqueue(job, now)
+            q._persist(job)
+            q._emit("waiting", job.id, now, prev="waiting-children")
+            return
+    q._persist(job)
+
+
+def replay_outcomes(q: QueueState, now: int) -> None:
+    """After a restart: apply the outcome rows written after a parent last changed
+    (the notice was lost with the process), exactly as the notice would have."""
+    for job in [j for j in q.jobs.values() if j.pending]:
+        rows = q.finished.dep_outcomes(job.id)
+        for child_id in list(job.pending or ()):
+            outcome = rows.get(child_id)
+            if outcome is not None:
+                q.apply_outcome(job.id, child_id, outcome, now)
+
+
+def move_to_waiting_children(q: QueueState, job_id: str, now: int, token: str | None) -> bool:
+    """Active -> waiting-children while it has dependencies left (BullMQ's rule:
+    False, and the job stays active, when there is nothing to wait for)."""
+    job = q._active_for_progress(job_id, now)
+    q._check_token(job, token)
+    if not job.pending:
+        return False
+    q._release_resources(job)
+    q._transition(job, st.PARK, now)
+    job.started_at = None
+    job.add_timeline(WAITING_CHILDREN, now)
+    q._persist(job)
+    q._emit("waiting-children", job.id, now)
+    return True
+
+
+def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> None:
+    """bunqueue's legacy flow linking, run in the parent's queue.
+
+    A parent that already lists the child (in any state) only has the child's
+    parent marker patched. A new edge needs a live parent that has not finished:
+    it then waits for the child unless the child already completed.
+    """
+    if child_id == parent_id:
+        raise CommandError("A job cannot be its own parent")
+    fields.check_dependency_pair(parent_id, child_id)
+    parent = q.jobs.get(parent_id)
+    if parent is None:
+        record = q.finished.get(parent_id)
+        if record is None:
+            raise CommandError(f"Parent job {parent_id} not found")
+        if child_id not in (record.get("childrenIds") or ()):
+            raise CommandError(
+                f"Parent job {parent_id} is {record['state']} and cannot take children")
+        q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
+        return
+    if child_id not in parent.children_ids:
+        live = q.index.locate(child_id) is not None
+        failed = False
+        if not live:
+            record = q.finished.get_any(child_id)
+            failed = record is not None and record["state"] == FAILED
+            if not failed and not q.dependency_exists(child_id, now):
+                raise CommandError(f"Child job {child_id} not found")
+        parent.children_ids = [*parent.children_ids, child_id]
+        if child_id not in parent.depends_on:
+            parent.depends_on = [*parent.depends_on, child_id]
+        if isinstance(parent.data, dict):
+            parent.data = {**parent.data, "__childrenIds": list(parent.children_ids)}
+        if live or failed:
+            parent.pending = [*(parent.pending or ()), child_id]
+            q.index.add_dependent(child_id, parent_id)
+            if parent.state == QUEUED:
+                q._transition(parent, st.LINK, now)
+                parent.add_timeline(WAITING_CHILDREN, now)
+                q._emit("waiting-children", parent_id, now)
+        else:
+            # Already completed: record its outcome, as admission does.
+            q._open_dependencies(parent, (child_id,), now)
+        q._persist(parent)
+    q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
+
+
+def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue: str) -> None:
+    job = q.jobs.get(child_id)
+    if job is None or job.parent_id == parent_id:
+        return
+    job.parent_id = parent_id
+    if isinstance(job.data, dict):
+        data = {k: v for k, v in job.data.items()
+                if k not in ("__parentId", "__parentQueue")}
+        if parent_id is not None:
+            data["__parentId"] = parent_id
+            data["__parentQueue"] = parent_queue
+        job.data = data
+    q._persist(job)
+
+
+def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
+    """Detach a job from the parents waiting for it; True when there was a link."""
+    job = q.jobs.get(child_id)
+    if job is None:
+        if q.finished.get(child_id) is None:
+            raise CommandError(JOB_NOT_FOUND)
+        return False
+    parents = q._settle_dependents(child_id, flows.DETACHED)
+    had_parent = job.parent_id is not None
+    if had_parent:
+        q._set_parent(child_id, None, q.name)
+    return bool(parents) or had_parent
+
+
+def remove_unprocessed_children(q: QueueState, parent_id: str) -> None:
+    """Remove the children the parent still waits for that have not started."""
+    job = q.jobs.get(parent_id)
+    if job is None:
+        if q.finished.get(parent_id) is None:
+            raise CommandError(JOB_NOT_FOUND)
+        return
+    for child_id in job.pending or ():
+        q.notices.append((child_id, (REMOVE_CHILD, child_id, parent_id)))
+
+
+def _child_queue(q: QueueState, child_id: str) -> str | None:
+    queue = q.index.locate(child_id)
+    if queue is None:
+        record = q.finished.get_any(child_id)
+        queue = record["queue"] if record is not None else None
+    return queue
+
+
+def children_outcomes(q: QueueState, parent_id: str, kind: str,
+                      policy: str | None = None) -> dict[str, Any]:
+    """Children's results (``kind`` completed) or errors (failed, by policy), keyed
+    ``<queue>:<id>`` while the child exists and by bare id once it is gone."""
+    out: dict[str, Any] = {}
+    for child_id, outcome in q.finished.dep_outcomes(parent_id).items():
+        if outcome.get("kind") != kind:
+            continue
+        key = flows.child_key(q._child_queue(child_id), child_id)
+        if kind == flows.COMPLETED:
+            out[key] = outcome.get("result")
+        elif outcome.get("policy") == policy:
+            out[key] = outcome.get("error")
+    return out
+
+
+def dependencies(q: QueueState, parent_id: str) -> dict[str, Any]:
+    """All four lists of BullMQ's ``getDependencies`` for a job (``Job not found``
+    for an id this queue does not know)."""
+    job = q.jobs.get(parent_id)
+    if job is None and q.finished.get(parent_id) is None:
+        raise CommandError(JOB_NOT_FOUND)
+    pending = (job.pending or []) if job is not None else []
+    return {
+        "processed": q.children_outcomes(parent_id, flows.COMPLETED),
+        "unprocessed": [flows.child_key(q._child_queue(c), c) for c in pending],
+        "failed": q.children_outcomes(parent_id, flows.FAILED, flows.CONTINUE_PARENT),
+        "ignored": q.children_outcomes(parent_id, flows.FAILED,
+                                          flows.IGNORE_DEPENDENCY),
+    }
+

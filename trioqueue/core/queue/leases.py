@@ -1,0 +1,134 @@
+"""Leases: the lock a worker holds on an active job, its renewal and expiry, and the
+jobs a connection holds."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import attempts as at
+from .. import states as st
+from ..errors import CommandError
+from ..job import ACTIVE, Job
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+@dataclass(slots=True)
+class Lock:
+    token: str
+    owner: str
+    created_at: int
+    expires_at: int
+    ttl: float
+    renewals: int = 0
+
+
+def _check_token(q: QueueState, job: Job, token: Any) -> None:
+    """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
+    lock = q.locks.get(job.id)
+    if lock is None:
+        return
+    if token is None:
+        raise CommandError(f"Lock token required for job {job.id}")
+    if token != lock.token:
+        raise CommandError(f"Invalid or expired lock token for job {job.id}")
+
+
+def _release_resources(q: QueueState, job: Job) -> None:
+    q.locks.pop(job.id, None)
+    conn = q.owner_conn.pop(job.id, None)
+    if conn is not None:
+        jobs = q.conn_jobs.get(conn)
+        if jobs is not None:
+            jobs.discard(job.id)
+            if not jobs:
+                del q.conn_jobs[conn]
+
+
+def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
+                duration: float) -> bool:
+    lock = q.locks.get(job_id)
+    job = q.jobs.get(job_id)
+    if lock is None or job is None or job.state != ACTIVE:
+        return False
+    if token is not None and token != lock.token:
+        return False
+    if lock.expires_at <= now:
+        # Too late to renew; the lock stays so the expiry sweep requeues the job.
+        return False
+    lock.expires_at = int(now + duration)
+    lock.renewals += 1
+    job.last_heartbeat = now
+    heapq.heappush(q._lock_heap, (lock.expires_at, job_id, lock.token))
+    return True
+
+
+def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
+              duration: float | None) -> bool:
+    job = q.jobs.get(job_id)
+    if job is None or job.state != ACTIVE:
+        return False
+    if token is not None:
+        lock = q.locks.get(job_id)
+        if lock is None or lock.token != token:
+            return False
+        if duration is not None and duration != 0:
+            return q.extend_lock(job_id, now, token=token, duration=duration)
+        return q.extend_lock(job_id, now, token=token, duration=lock.ttl)
+    job.last_heartbeat = now
+    return True
+
+
+def expire_locks(q: QueueState, now: int) -> None:
+    """Requeue (or bury) jobs whose lease ran out: the worker is presumed gone."""
+    heap = q._lock_heap
+    while heap and heap[0][0] <= now:
+        _, job_id, token = heapq.heappop(heap)
+        lock = q.locks.get(job_id)
+        if lock is None or lock.token != token or lock.expires_at > now:
+            continue
+        job = q.jobs[job_id]
+        decision = at.charge(job, at.Cause.LOCK_EXPIRY, q.max_stalls,
+                             renewals=lock.renewals)
+        q._release_resources(job)
+        q._emit("stalled", job.id, now)
+        if decision.action == at.BURY:
+            q._bury(job, now, decision.reason or "", decision.error)
+        else:
+            q._requeue(job, now)
+
+
+def _requeue(q: QueueState, job: Job, now: int) -> None:
+    """Active -> queued with no attempt charged and runAt unchanged (so it goes first)."""
+    q._release_resources(job)
+    q._count(job, -1, now)
+    q._move(job, st.RELEASE)
+    job.started_at = None
+    job.add_timeline("waiting", now)
+    q._enqueue(job, now)
+    q._persist(job)
+
+
+def release_connection(q: QueueState, conn: Any, now: int) -> int:
+    """Jobs delivered over a closed connection go back, unless their lock was renewed.
+
+    A renewed lock means the worker heartbeats, possibly over another pooled
+    connection, so that job is left to lock expiry instead.
+    """
+    q.drop_waiters(conn)
+    released = 0
+    for job_id in list(q.conn_jobs.get(conn, ())):
+        job = q.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            continue
+        lock = q.locks.get(job_id)
+        if lock is not None and lock.renewals > 0:
+            continue
+        q._requeue(job, now)
+        released += 1
+    q.conn_jobs.pop(conn, None)
+    return released
+

@@ -1,0 +1,126 @@
+"""How a live job enters, leaves and moves between the places of a queue: the
+per-state counters, the ready and delayed heaps, and forgetting a job."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import states as st
+from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, Job
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+@dataclass
+class Counters:
+    waiting: int = 0
+    prioritized: int = 0
+    delayed: int = 0
+    active: int = 0
+    waiting_children: int = 0
+    by_priority: dict[float, int] = field(default_factory=dict)
+
+
+def _count(q: QueueState, job: Job, delta: int, now: int) -> None:
+    """Keep the per-state counters right; called when a job enters or leaves a place."""
+    c = q.c
+    if job.state == QUEUED:
+        if delta < 0:
+            # A due job may still sit in the delayed heap (and count): promote first,
+            # so the counter it leaves is the one it was added to.
+            q._promote_due(now)
+        if job.run_at > now:
+            c.delayed += delta
+        elif job.priority > 0:
+            c.prioritized += delta
+        else:
+            c.waiting += delta
+        n = c.by_priority.get(job.priority, 0) + delta
+        if n:
+            c.by_priority[job.priority] = n
+        else:
+            c.by_priority.pop(job.priority, None)
+    elif job.state == ACTIVE:
+        c.active += delta
+    elif job.state == WAITING_CHILDREN:
+        c.waiting_children += delta
+
+
+def _move(q: QueueState, job: Job, event: str) -> None:
+    """The one write of ``job.state`` for a move: the table is asked with the job's
+    CURRENT state, so a move the rules do not allow raises where it is attempted
+    (h11's ``_state.py`` discipline). Counters are the caller's (see :func:`_transition`).
+
+    Jobs get their first state where they are made (``Job.admit``, ``Job.from_record``,
+    a flow's jobs); every later change of state goes through here.
+    """
+    job.state = st.next_state(job.state, event)
+
+
+def _transition(q: QueueState, job: Job, event: str, now: int) -> None:
+    """A move between two live places: leave one counter, move, enter the other.
+
+    The table is asked before anything changes, so a refused move leaves the counters
+    as they were."""
+    state = st.next_state(job.state, event)
+    q._count(job, -1, now)
+    job.state = state
+    q._count(job, +1, now)
+
+
+def _enqueue(q: QueueState, job: Job, now: int, *, keep_seq: bool = False) -> None:
+    """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq.
+
+    ``keep_seq`` (restart only) keeps the stored admission number, so the order
+    survives any number of restarts; new numbers then continue above it.
+    """
+    if keep_seq and job.seq > 0:
+        q._seq = max(q._seq, job.seq)
+    else:
+        job.seq = q._next_seq()
+    if job.run_at > now:
+        heapq.heappush(q._delayed, (job.run_at, job.seq, job.id))
+    else:
+        q._push_ready(job)
+    q._count(job, +1, now)
+
+
+def _push_ready(q: QueueState, job: Job) -> None:
+    if job.lifo:
+        key = (-job.priority, 0, float(-job.seq), job.seq, job.id)
+    else:
+        key = (-job.priority, 1, float(job.run_at), job.seq, job.id)
+    heapq.heappush(q._ready, key)
+
+
+def _promote_due(q: QueueState, now: int) -> None:
+    """Move delayed jobs whose runAt has come into the ready heap (and the counters)."""
+    d = q._delayed
+    while d and d[0][0] <= now:
+        _, seq, job_id = heapq.heappop(d)
+        job = q.jobs.get(job_id)
+        if job is None or job.state != QUEUED or job.seq != seq:
+            continue
+        q.c.delayed -= 1
+        if job.priority > 0:
+            q.c.prioritized += 1
+        else:
+            q.c.waiting += 1
+        q._push_ready(job)
+
+
+def _remove_live(q: QueueState, job: Job, now: int) -> None:
+    """Forget a live job entirely (memory side; the caller records the storage side)."""
+    q._count(job, -1, now)
+    q._release_resources(job)
+    q._release_key(job)
+    del q.jobs[job.id]
+    q.index.remove(job.id)
+    if job.pending:
+        # It waits no longer: its children must not notify it.
+        for child_id in job.pending:
+            q.index.drop_dependent(child_id, job.id)
+

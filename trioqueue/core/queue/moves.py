@@ -1,0 +1,172 @@
+"""Manual moves: cancel, update, change priority or delay, promote, move to wait,
+retry from the DLQ, discard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import flows
+from .. import states as st
+from ..errors import JOB_NOT_FOUND, CommandError
+from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, Job
+from .dedup import DedupKey
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+def _queued(q: QueueState, job_id: str, error: str) -> Job:
+    job = q.jobs.get(job_id)
+    if job is None or job.state != QUEUED:
+        raise CommandError(error)
+    return job
+
+
+def _reschedule(q: QueueState, job: Job, now: int, **changes: Any) -> None:
+    """Change how a QUEUED job sorts (priority, lifo, runAt) and put it back.
+
+    Its old heap entries go stale (a new seq), exactly as after a requeue.
+    """
+    q._count(job, -1, now)
+    for attr, value in changes.items():
+        setattr(job, attr, value)
+    q._enqueue(job, now)
+    q._persist(job)
+
+
+def cancel(q: QueueState, job_id: str, now: int) -> None:
+    """Remove a job that has not started (queued or waiting for children)."""
+    job = q.jobs.get(job_id)
+    if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
+        raise CommandError("Job not found or cannot be cancelled")
+    q._drop_queued(job, now)
+    q._emit("removed", job_id, now, prev="waiting")
+
+
+def update_data(q: QueueState, job_id: str, data: Any) -> None:
+    """New data for a live job; the flow keys the broker and the flow producers
+    wrote (``__parentId``, ...) survive, and new data cannot forge them."""
+    job = q.jobs.get(job_id)
+    if job is None or job.state not in (QUEUED, ACTIVE, WAITING_CHILDREN):
+        raise CommandError("Job not found or cannot be updated")
+    if isinstance(job.data, dict) and isinstance(data, dict):
+        kept = {k: job.data[k] for k in flows.FLOW_DATA_KEYS if k in job.data}
+        if kept or any(k in data for k in flows.FLOW_DATA_KEYS):
+            data = {k: v for k, v in data.items() if k not in flows.FLOW_DATA_KEYS}
+            data.update(kept)
+    job.data = data
+    q._persist(job)
+
+
+def change_priority(q: QueueState, job_id: str, now: int, priority: float,
+                    lifo: bool | None) -> None:
+    job = q._queued(job_id, "Job not found or not in queue")
+    q._reschedule(job, now, priority=priority,
+                     lifo=job.lifo if lifo is None else lifo)
+
+
+def promote(q: QueueState, job_id: str, now: int) -> None:
+    job = q.jobs.get(job_id)
+    if job is None or job.state != QUEUED or job.run_at <= now:
+        raise CommandError("Job not found or not delayed")
+    q._reschedule(job, now, run_at=now)
+
+
+def promote_jobs(q: QueueState, now: int, count: int | None) -> int:
+    delayed = sorted((j for j in q.jobs.values()
+                      if j.state == QUEUED and j.run_at > now),
+                     key=lambda j: (j.run_at, j.seq))
+    if count is not None:
+        delayed = delayed[:count]
+    for job in delayed:
+        q._reschedule(job, now, run_at=now)
+    return len(delayed)
+
+
+def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str | None,
+                 *, active_only: bool = False) -> None:
+    """runAt = now + delay: in place for a queued job; an active job (token rule)
+    goes back to the queue, its slot and lock released, no attempt charged."""
+    job = q.jobs.get(job_id)
+    if job is None:
+        raise CommandError(JOB_NOT_FOUND if active_only
+                           else "Job not found or cannot change delay")
+    if job.state == ACTIVE:
+        q._check_token(job, token)
+        q._release_resources(job)
+        q._count(job, -1, now)
+        q._move(job, st.RELEASE)
+        job.started_at = None
+        job.run_at = int(now + delay)
+        job.add_timeline("delayed", now)
+        q._enqueue(job, now)
+        q._persist(job)
+        q._emit("delayed", job_id, now, delay=float(delay))
+        return
+    if active_only:
+        state = st.visible_state(job.state, job.run_at, job.priority, now)
+        raise CommandError(f"Job is not active (current state: {state})")
+    if job.state != QUEUED:
+        raise CommandError("Job not found or cannot change delay")
+    q._reschedule(job, now, run_at=int(now + delay))
+    q._emit("delayed", job_id, now, delay=float(delay))
+
+
+def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> None:
+    job = q.jobs.get(job_id)
+    if job is None:
+        record = q.finished.get(job_id)
+        if record is None:
+            raise CommandError(JOB_NOT_FOUND)
+        if record["state"] != FAILED:
+            raise CommandError(
+                f"Cannot move job from state '{record['state']}' to waiting")
+        q._revive(record, now)
+        return
+    if job.state == ACTIVE:
+        q._check_token(job, token)
+        job.run_at = now
+        q._requeue(job, now)
+        q._emit("waiting", job_id, now, prev="active")
+    elif job.state == QUEUED:
+        if job.run_at > now:
+            q._reschedule(job, now, run_at=now)
+    else:
+        state = st.visible_state(job.state, job.run_at, job.priority, now)
+        raise CommandError(f"Cannot move job from state '{state}' to waiting")
+
+
+def _revive(q: QueueState, record: dict[str, Any], now: int) -> None:
+    """A dead-lettered job becomes a fresh waiting job with the same id (bunqueue's
+    DLQ retry): attempts, stalls and timing start over."""
+    job = Job.from_record(record)
+    if job.unique_key is not None and q.dedup_owner(job.unique_key, now) is not None:
+        raise CommandError(f"Unique key {job.unique_key} is held by another job")
+    q._move(job, st.REVIVE)
+    job.attempts = job.stall_count = 0
+    job.run_at = job.last_heartbeat = now
+    job.started_at = job.completed_at = None
+    job.dlq = None
+    job.dedup_lost = False
+    job.add_timeline("waiting", now)
+    q.writes.delete_job(job.id)
+    q.jobs[job.id] = job
+    q.index.add(job.id, q.name)
+    if job.unique_key is not None:
+        ttl = job.deduplication_ttl
+        job.dedup_expires_at = None if ttl is None else now + ttl
+        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+    q._enqueue(job, now)
+    q._persist(job)
+    q._emit("waiting", job.id, now, prev="failed")
+
+
+def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:
+    """Queued or active -> the dead-letter queue (reason ``unknown``)."""
+    job = q.jobs.get(job_id)
+    if job is None or job.state not in (QUEUED, ACTIVE):
+        raise CommandError(JOB_NOT_FOUND)
+    if job.state == ACTIVE:
+        q._check_token(job, token)
+    q._bury(job, now, "unknown", None)
+

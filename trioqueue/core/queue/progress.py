@@ -1,0 +1,89 @@
+"""Progress and logs of a job."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import fields
+from .. import states as st
+from ..errors import JOB_NOT_FOUND, CommandError
+from ..job import ACTIVE, Job
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+MAX_LOGS_PER_JOB = 100
+# bunqueue keeps 10,000 jobs' logs; beyond that the oldest job's logs go first.
+MAX_JOBS_WITH_LOGS = 10_000
+
+
+def _active_for_progress(q: QueueState, job_id: str, now: int) -> Job:
+    job = q.jobs.get(job_id)
+    if job is None:
+        record = q.finished.get(job_id)
+        if record is not None:
+            raise CommandError(f"Job is not active (current state: {record['state']})")
+        raise CommandError(JOB_NOT_FOUND)
+    if job.state != ACTIVE:
+        state = st.visible_state(job.state, job.run_at, job.priority, now)
+        raise CommandError(f"Job is not active (current state: {state})")
+    return job
+
+
+def set_progress(q: QueueState, job_id: str, now: int, progress: Any, message: Any,
+                 has_message: bool) -> None:
+    job = q._active_for_progress(job_id, now)
+    value, text = fields.normalise_progress(progress)
+    if has_message:
+        text = message if isinstance(message, str) or message is None else str(message)
+    elif text is None:
+        text = job.progress_message
+    job.progress = value
+    job.progress_message = text
+    job.last_heartbeat = now
+    q._persist(job)
+    q._emit("progress", job.id, now, progress=value,
+               data={"progress": value, "message": text})
+
+
+def get_progress(q: QueueState, job_id: str, now: int) -> dict[str, Any]:
+    job = q._active_for_progress(job_id, now)
+    return {"progress": job.progress, "message": job.progress_message}
+
+
+def _known(q: QueueState, job_id: str) -> bool:
+    return job_id in q.jobs or q.finished.get(job_id) is not None
+
+
+def add_log(q: QueueState, job_id: str, now: int, message: str, level: str) -> None:
+    if not q._known(job_id):
+        raise CommandError(JOB_NOT_FOUND)
+    logs = q.logs.get(job_id)
+    if logs is None:
+        if len(q.logs) >= MAX_JOBS_WITH_LOGS:
+            q.logs.pop(next(iter(q.logs)))
+        logs = q.logs[job_id] = []
+    logs.append({"timestamp": float(now), "level": level, "message": message})
+    if len(logs) > MAX_LOGS_PER_JOB:
+        del logs[0]
+
+
+def get_logs(q: QueueState, job_id: str, start: int | None, end: int | None) -> dict[str, Any]:
+    logs = q.logs.get(job_id, [])
+    n = len(logs)
+    lo = 0 if start is None else start
+    hi = n - 1 if end is None or end < 0 else end
+    if lo < 0:
+        lo = max(n + lo, 0)
+    return {"logs": logs[lo : hi + 1], "count": n}
+
+
+def clear_logs(q: QueueState, job_id: str, keep: int) -> None:
+    logs = q.logs.get(job_id)
+    if logs is None:
+        return
+    if keep <= 0:
+        del q.logs[job_id]
+    else:
+        del logs[: max(len(logs) - keep, 0)]
+

@@ -1,0 +1,62 @@
+"""Rebuilding a queue from storage after a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .. import attempts as at
+from .. import states as st
+from ..backoff import backoff_delay_ms
+from ..job import ACTIVE, QUEUED, Job
+from .dedup import DedupKey
+from .stalls import STALL_CHECK_MS
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+def restore(q: QueueState, record: dict[str, Any], now: int, *, charge_active: bool = True) -> Job:
+    """Rebuild one live job from storage after a restart.
+
+    A job that was ACTIVE when the broker died is charged an interrupted attempt and
+    a stall, then retried with backoff or buried, as bunqueue's startup recovery does:
+    the worker that had it may have done part of the work, so it counts as a try.
+    With ``charge_active=False`` (only the queue actor restarted, its workers are
+    alive) an active job stays active, without a lock.
+    """
+    job = Job.from_record(record)
+    q.jobs[job.id] = job
+    q.index.add(job.id, q.name)
+    if job.unique_key is not None and not job.dedup_lost:
+        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+    if job.state == ACTIVE and charge_active:
+        decision = at.charge(job, at.Cause.RECOVERY, q.max_stalls)
+        job.started_at = None
+        if decision.action == at.BURY:
+            q._bury(job, now, decision.reason or "", decision.error, counted=False)
+            return job
+        q._move(job, st.RETRY)
+        job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
+        job.add_timeline("waiting", now)
+        q._enqueue(job, now)
+        q._persist(job)
+    elif job.state == QUEUED:
+        q._enqueue(job, now, keep_seq=True)
+    else:
+        q._seq = max(q._seq, job.seq)
+        q._count(job, +1, now)
+        if job.state == ACTIVE and q._next_stall_check is None:
+            q._next_stall_check = now + STALL_CHECK_MS
+    return job
+
+
+def in_admission_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored live jobs in the order their queues admitted them.
+
+    Storage hands records back in key (job id) order, which differs from admission
+    order once custom ids are involved; restoring by ``seq`` keeps FIFO order (and
+    which job owned a key) the same across a restart. ``seq`` counts per queue, and
+    sorting all queues together keeps each queue's own order.
+    """
+    return sorted(records, key=lambda record: record.get("seq", 0))

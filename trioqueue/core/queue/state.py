@@ -1,0 +1,282 @@
+"""One queue's state machine: synchronous, knows nothing of sockets, trio or storage.
+
+A :class:`QueueState` owns the live jobs of one queue (queued, active, waiting for
+children), their ordering, locks, deduplication keys and parked pulls. Each command is a
+method that takes ``now`` (epoch ms) and returns the reply payload bunqueue sends;
+side effects are recorded, never performed:
+
+- storage mutations go into ``self.writes`` (a :class:`~trioqueue.core.writes.Writes`)
+  that the caller hands to the storage writer, so a reply is released only after its
+  writes are committed;
+- job events go into ``self.events``;
+- the broker-wide job index (job id -> queue) is updated through the
+  :class:`JobIndex` the caller passes in, synchronously, so a custom id is claimed the
+  moment a push is admitted.
+
+Finished jobs (completed, failed) live in storage, read through :class:`FinishedReader`.
+
+The transition rules themselves are in :mod:`trioqueue.core.states`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ..job import Job
+from ..writes import Writes
+from . import (
+    consuming,
+    control,
+    dedup,
+    dependencies,
+    leases,
+    lifecycle,
+    moves,
+    producing,
+    progress,
+    recovery,
+    stalls,
+    views,
+)
+from . import waiters as waiting
+from .dedup import DedupKey
+from .leases import Lock
+from .lifecycle import Counters
+from .ports import FinishedReader, JobIndex
+from .settings import QueueSettings
+from .stalls import STALL_CHECK_MS
+from .waiters import Delivery, Parked, PullWaiter
+
+
+class QueueState:
+    def __init__(self, name: str, index: JobIndex, finished: FinishedReader) -> None:
+        self.name = name
+        self.index = index
+        self.finished = finished
+        self.jobs: dict[str, Job] = {}
+        self.settings = QueueSettings()
+        self.writes = Writes()
+        self.events: list[dict[str, Any]] = []
+        # Events cost a dict per transition; nobody pays for them until someone listens.
+        self.events_enabled = False
+        # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
+        self._ready: list[tuple[float, int, float, int, str]] = []
+        # delayed heap: (runAt, seq, id); moved to ready when due
+        self._delayed: list[tuple[int, int, str]] = []
+        self._seq = 0
+        self.locks: dict[str, Lock] = {}
+        self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
+        self.owner_conn: dict[str, Any] = {}  # job id -> connection it was delivered to
+        self.conn_jobs: dict[Any, set[str]] = {}
+        self.dedup: dict[str, DedupKey] = {}
+        self.parked = Parked()
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self._stall_suspects: set[str] = set()
+        self._next_stall_check: int | None = None
+        self._timeouts: list[tuple[int, str, int]] = []  # (deadline, job id, startedAt)
+        # Messages for other jobs' queues (target job id, notice), posted by the caller
+        # after the batch: how a child's outcome reaches a parent in another queue.
+        self.notices: list[tuple[str, tuple[Any, ...]]] = []
+        self.c = Counters()
+
+    def take_writes(self) -> Writes:
+        writes, self.writes = self.writes, Writes()
+        return writes
+
+    def take_events(self) -> list[dict[str, Any]]:
+        events, self.events = self.events, []
+        return events
+
+    def take_notices(self) -> list[tuple[str, tuple[Any, ...]]]:
+        notices, self.notices = self.notices, []
+        return notices
+
+    def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+        if not self.events_enabled:
+            return
+        event: dict[str, Any] = {"eventType": event_type, "queue": self.name, "jobId": job_id}
+        event["timestamp"] = float(now)
+        event.update(extra)
+        self.events.append(event)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def reserve_seq(self) -> int:
+        """An admission number for a job another party writes (a PUSHF, admitted by the
+        router): it is stored with the job, so the queue need not write it again."""
+        return self._next_seq()
+
+    def _persist(self, job: Job) -> None:
+        self.writes.put_job(job.to_record())
+        if job.durable:
+            self.writes.durable = True
+
+    def next_deadline(self) -> int | None:
+        """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
+
+        Stale heap entries may make this early; a tick then simply finds nothing.
+        """
+        candidates: list[int] = []
+        wakeup = self.settings.next_wakeup()
+        if wakeup is not None:
+            candidates.append(wakeup)
+        if self._lock_heap:
+            candidates.append(self._lock_heap[0][0])
+        parked = self.parked.next_deadline()
+        if parked is not None:
+            candidates.append(parked)
+        if self.parked.pulls and self._delayed and not self.settings.paused:
+            candidates.append(self._delayed[0][0])  # a parked pull wants it when due
+        if self._next_stall_check is not None:
+            candidates.append(self._next_stall_check)
+        if self._timeouts:
+            candidates.append(self._timeouts[0][0])
+        return min(candidates) if candidates else None
+
+    def tick(self, now: int) -> list[Delivery]:
+        self.expire_locks(now)
+        self.expire_timeouts(now)
+        if self._next_stall_check is not None and now >= self._next_stall_check:
+            self.check_stalls(now)
+            self._next_stall_check = now + STALL_CHECK_MS if self.c.active else None
+        out = self.expire_waits(now)
+        out.extend(self.serve_waiters(now))
+        if self.parked.settled:
+            out.extend(self.parked.take_settled())
+        return out
+
+    @property
+    def waiters(self) -> deque[PullWaiter]:
+        """The parked pulls, in arrival order (read-only view for the actor and tests)."""
+        return self.parked.pulls
+
+
+    # lifecycle: How a live job enters, leaves and moves between the places of a queue: the
+    _count = lifecycle._count
+    _move = lifecycle._move
+    _transition = lifecycle._transition
+    _enqueue = lifecycle._enqueue
+    _push_ready = lifecycle._push_ready
+    _promote_due = lifecycle._promote_due
+    _remove_live = lifecycle._remove_live
+
+    # producing: Admitting new jobs: PUSH and PUSHB (custom ids, deduplication, dependencies).
+    push = producing.push
+    _push_one = producing._push_one
+
+    # recovery: Rebuilding a queue from storage after a restart.
+    restore = recovery.restore
+
+    # consuming: Delivering jobs to workers and taking their outcomes: PULL, ACK, ACKB, FAIL, and
+    _next_ready = consuming._next_ready
+    pull = consuming.pull
+    pull_reply = consuming.pull_reply
+    _active_job = consuming._active_job
+    ack = consuming.ack
+    _complete = consuming._complete
+    ackb = consuming.ackb
+    fail = consuming.fail
+    _retry_later = consuming._retry_later
+    _bury = consuming._bury
+
+    # waiters: Parked requests: long-poll pulls and WaitJob holds, with one deadline heap.
+    park = waiting.park
+    expire_waits = waiting.expire_waits
+    serve_waiters = waiting.serve_waiters
+    drop_waiters = waiting.drop_waiters
+    park_job_waiter = waiting.park_job_waiter
+    held_waits = waiting.held_waits
+    _settle = waiting._settle
+    _settle_gone = waiting._settle_gone
+
+    # leases: Leases: the lock a worker holds on an active job, its renewal and expiry, and the
+    _check_token = leases._check_token
+    _release_resources = leases._release_resources
+    extend_lock = leases.extend_lock
+    heartbeat = leases.heartbeat
+    expire_locks = leases.expire_locks
+    _requeue = leases._requeue
+    release_connection = leases.release_connection
+
+    # stalls: The stall detector and processing timeouts.
+    @property
+    def max_stalls(self) -> int:
+        return self.settings.max_stalls
+
+    # Read-only views of the settings record, for handlers and tests.
+    @property
+    def paused(self) -> bool:
+        return self.settings.paused
+
+    @property
+    def stall(self) -> dict[str, Any]:
+        return self.settings.stall
+    set_stall_config = stalls.set_stall_config
+    _watch = stalls._watch
+    check_stalls = stalls.check_stalls
+    expire_timeouts = stalls.expire_timeouts
+
+    # moves: Manual moves: cancel, update, change priority or delay, promote, move to wait,
+    _queued = moves._queued
+    _reschedule = moves._reschedule
+    cancel = moves.cancel
+    update_data = moves.update_data
+    change_priority = moves.change_priority
+    promote = moves.promote
+    promote_jobs = moves.promote_jobs
+    change_delay = moves.change_delay
+    move_to_wait = moves.move_to_wait
+    _revive = moves._revive
+    discard = moves.discard
+
+    # dependencies: parents waiting for children, outcomes and notices between queues
+    _drop_queued = dependencies._drop_queued
+    _settle_dependents = dependencies._settle_dependents
+    _child_failed = dependencies._child_failed
+    dependency_exists = dependencies.dependency_exists
+    check_push_dependencies = dependencies.check_push_dependencies
+    _open_dependencies = dependencies._open_dependencies
+    _park_new = dependencies._park_new
+    adopt = dependencies.adopt
+    apply_notice = dependencies.apply_notice
+    apply_outcome = dependencies.apply_outcome
+    replay_outcomes = dependencies.replay_outcomes
+    move_to_waiting_children = dependencies.move_to_waiting_children
+    update_parent = dependencies.update_parent
+    _set_parent = dependencies._set_parent
+    remove_child_dependency = dependencies.remove_child_dependency
+    remove_unprocessed_children = dependencies.remove_unprocessed_children
+    _child_queue = dependencies._child_queue
+    children_outcomes = dependencies.children_outcomes
+    dependencies = dependencies.dependencies
+
+    # control: Queue-wide control: drain, obliterate, pause, and the persisted settings.
+    drain = control.drain
+    obliterate = control.obliterate
+    set_paused = control.set_paused
+    meta = control.meta
+    load_meta = control.load_meta
+
+    # progress: Progress and logs of a job.
+    _active_for_progress = progress._active_for_progress
+    set_progress = progress.set_progress
+    get_progress = progress.get_progress
+    _known = progress._known
+    add_log = progress.add_log
+    get_logs = progress.get_logs
+    clear_logs = progress.clear_logs
+
+    # dedup: Deduplication keys (``uniqueKey``): which live job holds a key.
+    _release_key = dedup._release_key
+    dedup_owner = dedup.dedup_owner
+
+    # views: Read-only queries: a job, its state, counts, listings.
+    job_wire = views.job_wire
+    state_of = views.state_of
+    counts = views.counts
+    queued_count = views.queued_count
+    counts_per_priority = views.counts_per_priority
+    list_jobs = views.list_jobs

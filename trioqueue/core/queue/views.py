@@ -1,0 +1,120 @@
+"""Read-only queries: a job, its state, counts, listings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .. import states as st
+from ..job import COMPLETED, FAILED, Job
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+def job_wire(q: QueueState, job_id: str, now: int) -> dict[str, Any] | None:
+    job = q.jobs.get(job_id)
+    if job is not None:
+        wire = job.to_wire()
+        wire["state"] = st.visible_state(job.state, job.run_at, job.priority, now)
+        return wire
+    record = q.finished.get(job_id)
+    if record is None:
+        return None
+    return finished_wire(record)
+
+
+def state_of(q: QueueState, job_id: str, now: int) -> str:
+    job = q.jobs.get(job_id)
+    if job is not None:
+        return st.visible_state(job.state, job.run_at, job.priority, now)
+    record = q.finished.get(job_id)
+    return record["state"] if record is not None else st.UNKNOWN
+
+
+def counts(q: QueueState, now: int) -> dict[str, int]:
+    q._promote_due(now)
+    c = q.c
+    waiting, prioritized, paused = c.waiting, c.prioritized, 0
+    if q.settings.paused:
+        paused, waiting, prioritized = waiting + prioritized, 0, 0
+    return {
+        "waiting": waiting,
+        "prioritized": prioritized,
+        "delayed": c.delayed,
+        "active": c.active,
+        "completed": q.finished.count(COMPLETED),
+        "failed": q.finished.count(FAILED),
+        "waiting-children": c.waiting_children,
+        "paused": paused,
+    }
+
+
+def queued_count(q: QueueState, now: int) -> int:
+    q._promote_due(now)
+    return q.c.waiting + q.c.prioritized + q.c.delayed
+
+
+def counts_per_priority(q: QueueState) -> dict[str, int]:
+    return {_priority_key(p): n for p, n in sorted(q.c.by_priority.items())}
+
+
+def list_jobs(
+    q: QueueState, states: Iterable[str], now: int, *, asc: bool, offset: int, limit: int
+) -> list[dict[str, Any]]:
+    """Jobs in any of ``states``, ordered by (createdAt, id) before paginating."""
+    wanted = set(states)
+    if q.settings.paused:
+        # BullMQ semantics: on a paused queue ready jobs are listed as "paused" only.
+        listed_paused = st.PAUSED in wanted
+        wanted.discard(st.WAITING)
+        wanted.discard(st.PRIORITIZED)
+        if listed_paused:
+            wanted.update((st.WAITING, st.PRIORITIZED))
+    live: list[tuple[int, str, Job]] = []
+    for job in q.jobs.values():
+        vis = st.visible_state(job.state, job.run_at, job.priority, now)
+        if vis in wanted:
+            live.append((job.created_at, job.id, job))
+    rows: list[tuple[int, str, Any]] = [(a, b, j) for a, b, j in live]
+    need = offset + limit
+    for fin in (COMPLETED, FAILED):
+        if fin in wanted:
+            for rec in q.finished.list(fin, asc=asc, offset=0, limit=need):
+                rows.append((int(rec["createdAt"]), rec["id"], rec))
+    rows.sort(key=lambda r: (r[0], r[1]), reverse=not asc)
+    out: list[dict[str, Any]] = []
+    for _, _, item in rows[offset : offset + limit]:
+        if isinstance(item, Job):
+            wire = item.to_wire()
+            wire["state"] = st.visible_state(item.state, item.run_at, item.priority, now)
+            if q.settings.paused and wire["state"] in (st.WAITING, st.PRIORITIZED):
+                wire["state"] = st.PAUSED
+        else:
+            wire = finished_wire(item)
+        out.append(wire)
+    return out
+
+
+def completed_reply(has_result: bool, result: Any) -> dict[str, Any]:
+    """WaitJob's answer for a completed job (no ``result`` key when none was stored)."""
+    return {"completed": True, "result": result} if has_result else {"completed": True}
+
+
+def failed_reply(error: str | None) -> dict[str, Any]:
+    """WaitJob's answer for a job that failed for good: bunqueue's ``completed: false``,
+    plus the last error so a client need not ask again."""
+    return {"completed": False, "failed": True, "error": error}
+
+
+def finished_wire(record: dict[str, Any]) -> dict[str, Any]:
+    job = Job.from_record(record)
+    wire = job.to_wire()
+    wire["state"] = record["state"]
+    return wire
+
+
+def _priority_key(priority: float) -> str:
+    if isinstance(priority, float) and priority.is_integer():
+        return str(int(priority))
+    return str(priority)

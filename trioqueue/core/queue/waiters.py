@@ -1,0 +1,234 @@
+"""Parked requests: long-poll pulls and WaitJob holds, with one deadline heap.
+
+:class:`Parked` owns every parked request of a queue and the indexes over them, so each
+operation costs O(1) or O(log n) in the number of parked requests: how many holds a
+connection has is a length, a closed connection's holds are removed (not only marked),
+and the deadline heap is compacted once most of it is stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .state import QueueState
+
+
+@dataclass(slots=True)
+class PullWaiter:
+    """A parked PULL/PULLB: served when a job becomes ready or answered empty at its deadline."""
+
+    handle: Any  # the caller's way back to the client; opaque here
+    count: int
+    batch: bool
+    owner: str | None
+    lock_ttl: float
+    conn: Any
+    detach: bool
+    deadline_ms: int
+    done: bool = False
+
+
+@dataclass(slots=True, eq=False)  # identity: a hold is kept in sets per connection
+class JobWaiter:
+    """A parked WaitJob: answered when its job settles, or ``completed: false`` at its
+    deadline."""
+
+    handle: Any
+    job_id: str
+    conn: Any
+    deadline_ms: int
+    done: bool = False
+
+
+@dataclass
+class Delivery:
+    """A parked pull or wait that got its answer (an error text instead, for a wait on
+    a job that disappeared)."""
+
+    waiter: PullWaiter | JobWaiter
+    reply: dict[str, Any]
+    error: str | None = None
+
+
+
+# Rebuild the deadline heap once it holds this many more stale entries than live ones:
+# a heap entry is only dropped when it reaches the top, so answered requests would
+# otherwise stay in memory until their (possibly distant) deadline.
+COMPACT_SLACK = 1024
+
+
+class Parked:
+    """The parked pulls and WaitJob holds of one queue."""
+
+    __slots__ = ("pulls", "by_job", "by_conn", "settled", "_deadlines", "_seq", "_stale")
+
+    def __init__(self) -> None:
+        self.pulls: deque[PullWaiter] = deque()  # served in arrival order
+        self.by_job: dict[str, list[JobWaiter]] = {}
+        self.by_conn: dict[Any, set[JobWaiter]] = {}  # live holds per connection
+        self.settled: list[Delivery] = []  # holds answered by a transition, for tick()
+        self._deadlines: list[tuple[int, int, PullWaiter | JobWaiter]] = []
+        self._seq = 0
+        self._stale = 0  # heap entries whose request is already answered
+
+    def _arm(self, waiter: PullWaiter | JobWaiter) -> None:
+        # One heap for every parked pull and hold, so the next deadline and the expired
+        # ones cost O(log n) per batch, not a scan of every parked request.
+        self._seq += 1
+        heapq.heappush(self._deadlines, (waiter.deadline_ms, self._seq, waiter))
+
+    def _answered(self, n: int = 1) -> None:
+        self._stale += n
+        heap = self._deadlines
+        if self._stale > COMPACT_SLACK and self._stale * 2 > len(heap):
+            self._deadlines = [entry for entry in heap if not entry[2].done]
+            heapq.heapify(self._deadlines)
+            self._stale = 0
+
+    def park_pull(self, waiter: PullWaiter) -> None:
+        self.pulls.append(waiter)
+        self._arm(waiter)
+
+    def park_hold(self, waiter: JobWaiter) -> None:
+        self.by_job.setdefault(waiter.job_id, []).append(waiter)
+        self.by_conn.setdefault(waiter.conn, set()).add(waiter)
+        self._arm(waiter)
+
+    def holds(self, conn: Any) -> int:
+        holds = self.by_conn.get(conn)
+        return len(holds) if holds is not None else 0
+
+    def _forget_hold(self, waiter: JobWaiter) -> None:
+        holds = self.by_conn.get(waiter.conn)
+        if holds is not None:
+            holds.discard(waiter)
+            if not holds:
+                del self.by_conn[waiter.conn]
+
+    def next_deadline(self) -> int | None:
+        heap = self._deadlines
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+            self._stale -= 1
+        return heap[0][0] if heap else None
+
+    def expired(self, now: int) -> list[PullWaiter | JobWaiter]:
+        """Requests whose deadline has come, marked answered (the caller answers them)."""
+        out: list[PullWaiter | JobWaiter] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            waiter = heapq.heappop(heap)[2]
+            if waiter.done:
+                self._stale -= 1
+                continue
+            waiter.done = True
+            out.append(waiter)
+            if isinstance(waiter, JobWaiter):
+                waits = self.by_job.get(waiter.job_id)
+                if waits is not None:
+                    waits.remove(waiter)
+                    if not waits:
+                        del self.by_job[waiter.job_id]
+                self._forget_hold(waiter)
+        return out
+
+    def settle(self, job_id: str, reply: dict[str, Any], error: str | None) -> None:
+        """Answer every hold on a job that reached its final outcome."""
+        waits = self.by_job.pop(job_id, None)
+        if waits is None:
+            return
+        for w in waits:
+            if not w.done:
+                w.done = True
+                self._forget_hold(w)
+                self.settled.append(Delivery(w, reply, error))
+        self._answered(len(waits))
+
+    def drop(self, conn: Any) -> None:
+        """A closed connection's pulls claim nothing and its holds are removed."""
+        dropped = 0
+        for w in self.pulls:
+            if w.conn is conn and not w.done:
+                w.done = True
+                dropped += 1
+        for hold in self.by_conn.pop(conn, ()):
+            hold.done = True
+            dropped += 1
+            waits = self.by_job.get(hold.job_id)
+            if waits is not None:
+                waits.remove(hold)
+                if not waits:
+                    del self.by_job[hold.job_id]
+        if dropped:
+            self._answered(dropped)
+
+    def take_settled(self) -> list[Delivery]:
+        settled, self.settled = self.settled, []
+        return settled
+
+
+def park(q: QueueState, waiter: PullWaiter) -> None:
+    q.parked.park_pull(waiter)
+
+
+def expire_waits(q: QueueState, now: int) -> list[Delivery]:
+    """Answer parked pulls (no job) and waits (``completed: false``) at their deadline."""
+    out: list[Delivery] = []
+    for waiter in q.parked.expired(now):
+        if isinstance(waiter, PullWaiter):
+            reply = q.pull_reply([], [], batch=waiter.batch, owner=waiter.owner)
+            out.append(Delivery(waiter, reply))
+        else:
+            out.append(Delivery(waiter, {"completed": False}))
+    return out
+
+
+def serve_waiters(q: QueueState, now: int) -> list[Delivery]:
+    """Hand ready jobs to parked pulls in arrival order (expiry is expire_waits')."""
+    out: list[Delivery] = []
+    pulls = q.parked.pulls
+    while pulls:
+        w = pulls[0]
+        if w.done:
+            pulls.popleft()
+            continue
+        if q.settings.paused:
+            break
+        jobs, tokens = q.pull(
+            now, count=w.count, owner=w.owner, lock_ttl=w.lock_ttl, conn=w.conn,
+            detach=w.detach,
+        )
+        if not jobs:
+            break
+        pulls.popleft()
+        w.done = True
+        q.parked._answered()
+        out.append(Delivery(w, q.pull_reply(jobs, tokens, batch=w.batch, owner=w.owner)))
+    return out
+
+
+def drop_waiters(q: QueueState, conn: Any) -> None:
+    """A closed connection's parked pulls claim nothing and its waits end."""
+    q.parked.drop(conn)
+
+
+def park_job_waiter(q: QueueState, waiter: JobWaiter) -> None:
+    q.parked.park_hold(waiter)
+
+
+def held_waits(q: QueueState, conn: Any) -> int:
+    return q.parked.holds(conn)
+
+
+def _settle(q: QueueState, job_id: str, reply: dict[str, Any],
+            error: str | None = None) -> None:
+    """Answer every WaitJob on a job that reached its final outcome."""
+    q.parked.settle(job_id, reply, error)
+
+
+def _settle_gone(q: QueueState, job_id: str) -> None:
+    q._settle(job_id, {}, error=f"Job {job_id} not found")
