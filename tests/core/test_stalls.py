@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import STALL_CHECK_MS
 from trioqueue.testing.queue import QueueHarness
@@ -100,3 +102,51 @@ def test_stall_config_is_stored_and_restored() -> None:
     h.call("set_stall_config", {"maxStalls": 7, "stallInterval": 1234})
     h.restart(NOW)
     assert h.q.stall["maxStalls"] == 7 and h.q.stall["stallInterval"] == 1234
+
+
+def test_many_stale_jobs_are_swept_in_bounded_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep handles at most STALL_SWEEP_MAX_JOBS jobs; the rest follow in the next
+    slices, each a step of its own, and every job still stalls only after two sweeps."""
+    from trioqueue.core.queue import stalls
+
+    monkeypatch.setattr(stalls, "STALL_SWEEP_MAX_JOBS", 4)
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
+    ids = [push(h, NOW, backoff=0) for _ in range(10)]
+    for _ in ids:
+        pull(h, NOW)
+    t = NOW + STALL_CHECK_MS  # all ten are stale: suspected four at a time
+    h.call("tick", t)
+    assert len(h.q.stall_watch.suspects) == 4
+    assert h.q.next_deadline() == t + 1  # the next slice comes at once
+    while h.q.next_deadline() == t + 1:
+        t += 1
+        h.call("tick", t)
+    assert len(h.q.stall_watch.suspects) == 10
+    assert all(job(h, i, t)["state"] == "active" for i in ids)  # suspects, not stalled
+    t = h.q.next_deadline()  # the second sweep: they stall, four per slice
+    assert t is not None and t >= NOW + 2 * STALL_CHECK_MS
+    h.call("tick", t)
+    assert sum(job(h, i, t)["state"] == "waiting" for i in ids) == 4
+    for _ in range(10):
+        if h.q.next_deadline() != t + 1:
+            break
+        t += 1
+        h.call("tick", t)
+    assert [job(h, i, t)["stallCount"] for i in ids] == [1] * 10
+    assert not h.q.stall_watch.suspects
+
+
+def test_a_heartbeat_clears_a_suspect() -> None:
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
+    job_id = push(h, NOW)
+    pull(h, NOW)
+    t = NOW + STALL_CHECK_MS
+    h.call("tick", t)
+    assert list(h.q.stall_watch.suspects) == [job_id]
+    assert h.call("heartbeat", job_id, t + 1, token=None, duration=None)
+    assert not h.q.stall_watch.suspects
+    # The next sweep finds it fresh since the beat: no stall.
+    h.call("tick", NOW + 2 * STALL_CHECK_MS)
+    assert job(h, job_id, NOW + 2 * STALL_CHECK_MS)["state"] == "active"

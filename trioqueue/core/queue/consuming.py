@@ -61,9 +61,9 @@ def pull(
         job = q._next_ready(now)
         if job is None:
             break
+        # Stamped before the move, so the job enters the stall watch at its fresh end.
+        job.started_at = job.last_heartbeat = now
         q._transition(job, st.PULL, now)
-        job.started_at = now
-        job.last_heartbeat = now
         job.add_timeline("active", now)
         token = ""
         if owner is not None:

@@ -35,7 +35,7 @@ def obliterate(q: QueueState, now: int) -> None:
     q._delayed.clear()
     q._lock_heap.clear()
     q._timeouts.clear()
-    q._stall_suspects.clear()
+    q.stall_watch.clear()
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.settings = QueueSettings()

@@ -61,7 +61,7 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
         return False
     lock.expires_at = int(now + duration)
     lock.renewals += 1
-    job.last_heartbeat = now
+    q.stall_watch.beat(job, now)
     heapq.heappush(q._lock_heap, (lock.expires_at, job_id, lock.token))
     return True
 
@@ -78,7 +78,7 @@ def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
         if duration is not None and duration != 0:
             return q.extend_lock(job_id, now, token=token, duration=duration)
         return q.extend_lock(job_id, now, token=token, duration=lock.ttl)
-    job.last_heartbeat = now
+    q.stall_watch.beat(job, now)
     return True
 
 

@@ -25,28 +25,46 @@ class Counters:
 
 
 def _count(q: QueueState, job: Job, delta: int, now: int) -> None:
-    """Keep the per-state counters right; called when a job enters or leaves a place."""
+    """Keep the per-state counters and listing orders right; called when a job enters
+    (``delta`` +1) or leaves (-1) a place. The choke point every live move passes."""
     c = q.c
-    if job.state == QUEUED:
+    places = q.places
+    state = job.state
+    if state == QUEUED:
         if delta < 0:
             # A due job may still sit in the delayed heap (and count): promote first,
             # so the counter it leaves is the one it was added to.
             q._promote_due(now)
         if job.run_at > now:
             c.delayed += delta
+            place = places.delayed
         elif job.priority > 0:
             c.prioritized += delta
+            place = places.prioritized
         else:
             c.waiting += delta
+            place = places.waiting
         n = c.by_priority.get(job.priority, 0) + delta
         if n:
             c.by_priority[job.priority] = n
         else:
             c.by_priority.pop(job.priority, None)
-    elif job.state == ACTIVE:
+    elif state == ACTIVE:
         c.active += delta
-    elif job.state == WAITING_CHILDREN:
+        place = places.active
+        if delta > 0:
+            q.stall_watch.enter(job)
+        else:
+            q.stall_watch.leave(job)
+    elif state == WAITING_CHILDREN:
         c.waiting_children += delta
+        place = places.waiting_children
+    else:
+        return
+    if delta > 0:
+        place.add(job.created_at, job.id)
+    else:
+        place.discard(job.created_at, job.id)
 
 
 def _move(q: QueueState, job: Job, event: str) -> None:
@@ -105,10 +123,14 @@ def _promote_due(q: QueueState, now: int) -> None:
         if job is None or job.state != QUEUED or job.seq != seq:
             continue
         q.c.delayed -= 1
+        places = q.places
+        places.delayed.discard(job.created_at, job_id)
         if job.priority > 0:
             q.c.prioritized += 1
+            places.prioritized.add(job.created_at, job_id)
         else:
             q.c.waiting += 1
+            places.waiting.add(job.created_at, job_id)
         q._push_ready(job)
 
 

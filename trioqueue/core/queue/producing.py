@@ -107,6 +107,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     if delayed:
         heapq.heappush(q._delayed, (run_at, job.seq, job_id))
         c.delayed += 1
+        q.places.delayed.add(created, job_id)
     else:
         if job.lifo:
             heapq.heappush(q._ready, (-priority, 0, float(-job.seq), job.seq, job_id))
@@ -114,8 +115,10 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
             heapq.heappush(q._ready, (-priority, 1, float(run_at), job.seq, job_id))
         if priority > 0:
             c.prioritized += 1
+            q.places.prioritized.add(created, job_id)
         else:
             c.waiting += 1
+            q.places.waiting.add(created, job_id)
     by_priority = c.by_priority
     by_priority[priority] = by_priority.get(priority, 0) + 1
     q.writes.ops.append((PUT_JOB, job.to_record()))

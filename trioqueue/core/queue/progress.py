@@ -40,7 +40,7 @@ def set_progress(q: QueueState, job_id: str, now: int, progress: Any, message: A
         text = job.progress_message
     job.progress = value
     job.progress_message = text
-    job.last_heartbeat = now
+    q.stall_watch.beat(job, now)
     q._persist(job)
     q._emit("progress", job.id, now, progress=value,
                data={"progress": value, "message": text})

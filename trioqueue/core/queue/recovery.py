@@ -45,9 +45,14 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *, charge_active: b
         q._enqueue(job, now, keep_seq=True)
     else:
         q._seq = max(q._seq, job.seq)
+        if job.state == ACTIVE:
+            # Only the queue's actor restarted; its workers live on. Their heartbeat
+            # clocks restart with it (the stall watch is ordered by arrival), so each
+            # worker has a full stall interval to show life again.
+            job.last_heartbeat = now
+            if q._next_stall_check is None:
+                q._next_stall_check = now + STALL_CHECK_MS
         q._count(job, +1, now)
-        if job.state == ACTIVE and q._next_stall_check is None:
-            q._next_stall_check = now + STALL_CHECK_MS
     return job
 
 

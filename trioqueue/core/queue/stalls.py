@@ -1,9 +1,19 @@
-"""The stall detector and processing timeouts."""
+"""The stall detector and processing timeouts.
+
+The detector never walks the queue: :class:`StallWatch` keeps the active jobs ordered by
+their last heartbeat (an ``OrderedDict`` per stall limit; a heartbeat moves a job to the
+end in O(1)), so a sweep reads only the jobs whose heartbeat is older than their limit,
+oldest first, and stops at the first fresh one. A sweep handles at most
+``STALL_SWEEP_MAX_JOBS`` jobs; when it has more, the next sweep comes at once (in a
+later step, so other queues are served in between) rather than after ``STALL_CHECK_MS``.
+"""
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
@@ -13,6 +23,9 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 STALL_CHECK_MS = 5_000
+# Jobs one sweep examines at most: a million stale jobs are handled in slices, with
+# other queues served between them.
+STALL_SWEEP_MAX_JOBS = 10_000
 
 
 def set_stall_config(q: QueueState, config: dict[str, Any]) -> None:
@@ -29,31 +42,94 @@ def _watch(q: QueueState, job: Job, now: int) -> None:
         heapq.heappush(q._timeouts, (deadline, job.id, now))
 
 
-def check_stalls(q: QueueState, now: int) -> None:
-    """bunqueue's heartbeat stall detector, run every STALL_CHECK_MS.
+class StallWatch:
+    """Active jobs by last heartbeat, and the suspects of earlier sweeps.
+
+    A job is in exactly one place while it is active: the ordered dict of its stall
+    limit (the queue's interval, or its own ``stallTimeout``) or ``suspects`` (stale at a
+    sweep; when it is still stale a sweep ``STALL_CHECK_MS`` later, it has stalled).
+    Heartbeats are stamped with the wall clock, so a clock stepped back can put a newer
+    stamp before an older one; such a job is then examined one sweep late, never lost.
+    """
+
+    __slots__ = ("by_limit", "suspects")
+
+    def __init__(self) -> None:
+        # None: the queue's stallInterval; a number: jobs with that stallTimeout.
+        self.by_limit: dict[float | None, OrderedDict[str, None]] = {None: OrderedDict()}
+        self.suspects: OrderedDict[str, int] = OrderedDict()  # id -> suspected at (ms)
+
+    def enter(self, job: Job) -> None:
+        order = self.by_limit.get(job.stall_timeout)
+        if order is None:
+            order = self.by_limit[job.stall_timeout] = OrderedDict()
+        order[job.id] = None
+
+    def leave(self, job: Job) -> None:
+        order = self.by_limit.get(job.stall_timeout)
+        if order is None or order.pop(job.id, 0) is not None:  # not there: a suspect
+            self.suspects.pop(job.id, None)
+
+    def beat(self, job: Job, now: int) -> None:
+        """The job showed life: stamp it and move it to the fresh end of its order."""
+        job.last_heartbeat = now
+        order = self.by_limit[job.stall_timeout]
+        if job.id in order:
+            order.move_to_end(job.id)
+        elif self.suspects.pop(job.id, None) is not None:
+            order[job.id] = None
+
+    def clear(self) -> None:
+        for order in self.by_limit.values():
+            order.clear()
+        self.suspects.clear()
+
+
+def check_stalls(q: QueueState, now: int) -> bool:
+    """bunqueue's heartbeat stall detector, run every STALL_CHECK_MS; True when work is
+    left for a sweep right after this one (the per-sweep bound was reached).
 
     An active job whose last heartbeat (pull, progress, token-less heartbeat or lock
     renewal) is older than its stall interval, past the grace period after it
-    started, is a suspect; a suspect on two consecutive sweeps has stalled: an
-    attempt and a stall are charged, then it is retried with backoff, or buried
+    started, is a suspect; a suspect still stale ``STALL_CHECK_MS`` later has stalled:
+    an attempt and a stall are charged, then it is retried with backoff, or buried
     once a bound is reached. Two sweeps, so one late heartbeat is not a stall.
     """
     cfg = q.settings.stall
-    suspects: set[str] = set()
+    watch = q.stall_watch
+    if not (cfg["enabled"] and q.c.active):
+        _unsuspect_all(q, watch)
+        return False
+    grace, interval = cfg["gracePeriod"], cfg["stallInterval"]
+    budget = STALL_SWEEP_MAX_JOBS
     stalled: list[Job] = []
-    if cfg["enabled"] and q.c.active:
-        grace, interval = cfg["gracePeriod"], cfg["stallInterval"]
-        for job in q.jobs.values():
-            if job.state != ACTIVE or job.started_at is None:
-                continue
-            limit = job.stall_timeout if job.stall_timeout is not None else interval
-            if now - job.started_at >= grace and now - job.last_heartbeat > limit:
-                (stalled.append(job) if job.id in q._stall_suspects
-                 else suspects.add(job.id))
-    q._stall_suspects = suspects
-    max_stalls = q.max_stalls
+    suspects = watch.suspects
+    while suspects and budget:
+        job_id, since = next(iter(suspects.items()))
+        if now - since < STALL_CHECK_MS:
+            break
+        budget -= 1
+        job = q.jobs[job_id]
+        limit = job.stall_timeout if job.stall_timeout is not None else interval
+        del suspects[job_id]
+        if now - job.last_heartbeat > limit:
+            # Back in its order until it leaves ACTIVE (leave() finds it there).
+            watch.by_limit[job.stall_timeout][job_id] = None
+            stalled.append(job)
+        else:  # the configuration changed: not stale any more, keep its age
+            watch.by_limit[job.stall_timeout][job_id] = None
+            watch.by_limit[job.stall_timeout].move_to_end(job_id, last=False)
+    for key, order in watch.by_limit.items():
+        limit = interval if key is None else key
+        for job_id in list(_stale_prefix(q, order, now, limit, budget)):
+            job = q.jobs[job_id]
+            budget -= 1
+            # Within its grace period a job is not suspected yet (it stays in place).
+            if job.started_at is not None and now - job.started_at >= grace:
+                del order[job_id]
+                suspects[job_id] = now
     for job in stalled:
-        decision = at.charge(job, at.Cause.STALL, max_stalls)
+        decision = at.charge(job, at.Cause.STALL, q.max_stalls)
         if decision.action == at.BURY:
             q._emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "failed"})
@@ -62,6 +138,28 @@ def check_stalls(q: QueueState, now: int) -> None:
             q._emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "retried"})
             q._retry_later(job, now)
+    return budget <= 0
+
+
+def _stale_prefix(q: QueueState, order: OrderedDict[str, None], now: int, limit: float,
+                  budget: int) -> Iterator[str]:
+    """The oldest ids of ``order`` whose heartbeat is older than ``limit`` (at most
+    ``budget``); the walk stops at the first fresh job."""
+    for job_id in order:
+        if budget <= 0 or now - q.jobs[job_id].last_heartbeat <= limit:
+            return
+        budget -= 1
+        yield job_id
+
+
+def _unsuspect_all(q: QueueState, watch: StallWatch) -> None:
+    """Detection is off or nothing is active: suspects go back to the front of their
+    orders (they are the oldest), so a later sweep starts clean."""
+    while watch.suspects:
+        job_id, _ = watch.suspects.popitem(last=True)
+        order = watch.by_limit[q.jobs[job_id].stall_timeout]
+        order[job_id] = None
+        order.move_to_end(job_id, last=False)
 
 
 def expire_timeouts(q: QueueState, now: int) -> None:

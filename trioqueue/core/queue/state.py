@@ -43,9 +43,10 @@ from . import waiters as waiting
 from .dedup import DedupKey
 from .leases import Lock
 from .lifecycle import Counters
+from .order import Places
 from .ports import FinishedReader, JobIndex
 from .settings import QueueSettings
-from .stalls import STALL_CHECK_MS
+from .stalls import STALL_CHECK_MS, StallWatch
 from .waiters import Delivery, Parked, PullWaiter
 
 
@@ -72,13 +73,14 @@ class QueueState:
         self.dedup: dict[str, DedupKey] = {}
         self.parked = Parked()
         self.logs: dict[str, list[dict[str, Any]]] = {}
-        self._stall_suspects: set[str] = set()
+        self.stall_watch = StallWatch()
         self._next_stall_check: int | None = None
         self._timeouts: list[tuple[int, str, int]] = []  # (deadline, job id, startedAt)
         # Messages for other jobs' queues (target job id, notice), posted by the caller
         # after the batch: how a child's outcome reaches a parent in another queue.
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
         self.c = Counters()
+        self.places = Places()  # listing orders, kept with the counters
 
     def take_writes(self) -> Writes:
         writes, self.writes = self.writes, Writes()
@@ -140,8 +142,10 @@ class QueueState:
         self.expire_locks(now)
         self.expire_timeouts(now)
         if self._next_stall_check is not None and now >= self._next_stall_check:
-            self.check_stalls(now)
-            self._next_stall_check = now + STALL_CHECK_MS if self.c.active else None
+            more = self.check_stalls(now)
+            # More stale jobs than one sweep takes: the next slice in a later step.
+            self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
+                                      if self.c.active else None)
         out = self.expire_waits(now)
         out.extend(self.serve_waiters(now))
         if self.parked.settled:

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import states as st
-from ..job import COMPLETED, FAILED, Job
+from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, Job
+from .order import page
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -59,10 +60,18 @@ def counts_per_priority(q: QueueState) -> dict[str, int]:
     return {_priority_key(p): n for p, n in sorted(q.c.by_priority.items())}
 
 
+LIVE_LISTED = (st.WAITING, st.PRIORITIZED, st.DELAYED, ACTIVE, WAITING_CHILDREN)
+
+
 def list_jobs(
     q: QueueState, states: Iterable[str], now: int, *, asc: bool, offset: int, limit: int
 ) -> list[dict[str, Any]]:
-    """Jobs in any of ``states``, ordered by (createdAt, id) before paginating."""
+    """Jobs in any of ``states``, ordered by (createdAt, id) before paginating.
+
+    Live states are paged from their :class:`~.order.CreationOrder` in O(page); one
+    finished state is paged by the store. A listing that mixes finished states with
+    each other or with live ones merges the first ``offset + limit`` of each part.
+    """
     wanted = set(states)
     if q.settings.paused:
         # BullMQ semantics: on a paused queue ready jobs are listed as "paused" only.
@@ -71,29 +80,33 @@ def list_jobs(
         wanted.discard(st.PRIORITIZED)
         if listed_paused:
             wanted.update((st.WAITING, st.PRIORITIZED))
-    live: list[tuple[int, str, Job]] = []
-    for job in q.jobs.values():
-        vis = st.visible_state(job.state, job.run_at, job.priority, now)
-        if vis in wanted:
-            live.append((job.created_at, job.id, job))
-    rows: list[tuple[int, str, Any]] = [(a, b, j) for a, b, j in live]
+    q._promote_due(now)  # the places follow time: a due delayed job lists as waiting
+    live = [q.places.of(state) for state in LIVE_LISTED if state in wanted]
+    finished = [state for state in (COMPLETED, FAILED) if state in wanted]
+    if not finished:
+        return [_live_wire(q, q.jobs[job_id], now)
+                for _, job_id in page(live, asc=asc, offset=offset, limit=limit)]
+    if not live and len(finished) == 1:
+        return [finished_wire(record) for record in
+                q.finished.list(finished[0], asc=asc, offset=offset, limit=limit)]
     need = offset + limit
-    for fin in (COMPLETED, FAILED):
-        if fin in wanted:
-            for rec in q.finished.list(fin, asc=asc, offset=0, limit=need):
-                rows.append((int(rec["createdAt"]), rec["id"], rec))
+    rows: list[tuple[int, str, Any]] = [
+        (created, job_id, q.jobs[job_id])
+        for created, job_id in page(live, asc=asc, offset=0, limit=need)]
+    for state in finished:
+        for rec in q.finished.list(state, asc=asc, offset=0, limit=need):
+            rows.append((int(rec["createdAt"]), rec["id"], rec))
     rows.sort(key=lambda r: (r[0], r[1]), reverse=not asc)
-    out: list[dict[str, Any]] = []
-    for _, _, item in rows[offset : offset + limit]:
-        if isinstance(item, Job):
-            wire = item.to_wire()
-            wire["state"] = st.visible_state(item.state, item.run_at, item.priority, now)
-            if q.settings.paused and wire["state"] in (st.WAITING, st.PRIORITIZED):
-                wire["state"] = st.PAUSED
-        else:
-            wire = finished_wire(item)
-        out.append(wire)
-    return out
+    return [_live_wire(q, item, now) if isinstance(item, Job) else finished_wire(item)
+            for _, _, item in rows[offset : offset + limit]]
+
+
+def _live_wire(q: QueueState, job: Job, now: int) -> dict[str, Any]:
+    wire = job.to_wire()
+    wire["state"] = state = st.visible_state(job.state, job.run_at, job.priority, now)
+    if q.settings.paused and state in (st.WAITING, st.PRIORITIZED):
+        wire["state"] = st.PAUSED
+    return wire
 
 
 def completed_reply(has_result: bool, result: Any) -> dict[str, Any]:

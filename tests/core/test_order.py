@@ -1,0 +1,73 @@
+"""Listing orders (trioqueue.core.queue.order) against a sorted list."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioqueue.core.queue.order import SPAN_BITS, CreationOrder, page
+
+T0 = 1_700_000_000_000
+# Creation times that share milliseconds and spans, and cross span boundaries.
+CREATED = st.one_of(
+    st.integers(T0, T0 + 3),
+    st.integers(T0, T0 + 5 * (1 << SPAN_BITS)),
+    st.integers(-(1 << 40), 1 << 42),
+)
+OPS = st.lists(st.tuples(st.booleans(), CREATED, st.integers(0, 40), st.integers(0, 2)),
+               max_size=120)
+
+
+def build(ops: list[tuple[bool, int, int, int]]) -> tuple[list[CreationOrder],
+                                                         list[set[tuple[int, str]]]]:
+    """Apply adds/removes to three disjoint orders and their reference sets."""
+    orders = [CreationOrder() for _ in range(3)]
+    refs: list[set[tuple[int, str]]] = [set(), set(), set()]
+    placed: dict[str, tuple[int, int]] = {}  # id -> (order, createdAt)
+    for add, created, n, which in ops:
+        job_id = f"j{n:03d}"
+        if add and job_id not in placed:
+            orders[which].add(created, job_id)
+            refs[which].add((created, job_id))
+            placed[job_id] = (which, created)
+        elif not add and job_id in placed:
+            where, at = placed.pop(job_id)
+            orders[where].discard(at, job_id)
+            refs[where].discard((at, job_id))
+    return orders, refs
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, offset=st.integers(0, 130), limit=st.integers(0, 50), asc=st.booleans(),
+       pick=st.sets(st.integers(0, 2), min_size=1))
+def test_page_matches_a_sorted_slice(ops: list[tuple[bool, int, int, int]], offset: int,
+                                     limit: int, asc: bool, pick: set[int]) -> None:
+    orders, refs = build(ops)
+    chosen = sorted(pick)
+    merged = sorted(set().union(*(refs[i] for i in chosen)), reverse=not asc)
+    got = page([orders[i] for i in chosen], asc=asc, offset=offset, limit=limit)
+    assert got == merged[offset:offset + limit]
+    for order, ref in zip(orders, refs, strict=True):
+        assert len(order) == len(ref)
+        assert list(order.ids()) == [job_id for _, job_id in sorted(ref)]
+
+
+def test_removing_the_last_job_of_a_millisecond_and_span_leaves_nothing_behind() -> None:
+    order = CreationOrder()
+    order.add(T0, "a")
+    order.add(T0 + (1 << SPAN_BITS), "b")
+    order.discard(T0, "a")
+    order.discard(T0 + (1 << SPAN_BITS), "b")
+    order.discard(T0, "never-added")
+    assert len(order) == 0
+    assert (order._groups, order._spans, order._span_n, order._span_ms) == ({}, [], {}, {})
+
+
+def test_a_page_far_into_a_large_order_touches_one_span() -> None:
+    order = CreationOrder()
+    for i in range(50_000):
+        order.add(T0 + i // 10, f"{i:06d}")
+    assert page([order], asc=True, offset=25_000, limit=3) == [
+        (T0 + 2500, "025000"), (T0 + 2500, "025001"), (T0 + 2500, "025002")]
+    assert page([order], asc=False, offset=0, limit=2) == [
+        (T0 + 4999, "049999"), (T0 + 4999, "049998")]
