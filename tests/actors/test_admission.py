@@ -16,6 +16,7 @@ from trioqueue.actors.queue_actor import Admission, admit_estimate
 from trioqueue.core.errors import STORAGE_FULL, CommandError
 from trioqueue.core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
 from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import Sliced
 from trioqueue.testing.queue import QueueHarness
 
 T0 = 1_764_000_000_000
@@ -25,7 +26,11 @@ FULL = Ctx(T0, storage_full=True)
 def run(h: QueueHarness, cmd: str, msg: dict[str, Any], ctx: Ctx) -> Any:
     """One handler call, committed like the actor does (also after a refusal)."""
     try:
-        return QUEUE_HANDLERS[cmd](h.q, msg, ctx)
+        reply = QUEUE_HANDLERS[cmd](h.q, msg, ctx)
+        if isinstance(reply, Sliced):  # long work, run to the end as the actor would
+            reply.run()
+            return reply.reply()
+        return reply
     finally:
         h.commit()
 

@@ -31,7 +31,7 @@ import trio
 
 from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
-from ..core.queue import JobWaiter, PullWaiter, QueueState, in_admission_order
+from ..core.queue import JobWaiter, PullWaiter, QueueState, Sliced, in_admission_order
 from ..storage.finished import QueueFinished
 from .request import Request
 from .writer import StorageFailure
@@ -324,6 +324,10 @@ class QueueActor:
                     elif isinstance(result, JobWaiter):
                         result.handle = req
                         q.park_job_waiter(result)
+                    elif isinstance(result, Sliced):
+                        # Interim: run to the end in this step (slices come next).
+                        result.run()
+                        self._deliveries.append((req.replier, req.reply(result.reply())))
                     else:
                         self._deliveries.append((req.replier, req.reply(result)))
             writer.submit(q.take_writes())

@@ -21,7 +21,7 @@ from . import states as st
 from .errors import JOB_NOT_FOUND, STORAGE_FULL, CommandError
 from .job import COMPLETED, FAILED
 from .options import MAX_DATA_CHARS, parse_job_input, validate_job_data
-from .queue import JobWaiter, PullWaiter, QueueState, completed_reply, failed_reply
+from .queue import JobWaiter, PullWaiter, QueueState, Sliced, completed_reply, failed_reply
 
 Reply = dict[str, Any]
 
@@ -50,7 +50,8 @@ def _refuse_if_full(ctx: Ctx) -> None:
         raise CommandError(STORAGE_FULL)
 
 
-Handler = Callable[[QueueState, dict[str, Any], Ctx], "Reply | PullWaiter | JobWaiter"]
+Handler = Callable[[QueueState, dict[str, Any], Ctx],
+                   "Reply | PullWaiter | JobWaiter | Sliced"]
 
 # ------------------------------------------------------------------ producing
 
@@ -501,9 +502,9 @@ def promote(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {}
 
 
-def promote_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def promote_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
     count = fields.strict_number(msg.get("count"), "count", minimum=0, integer=True)
-    return {"count": q.promote_jobs(ctx.now, None if count is None else int(count))}
+    return q.promote_jobs_work(ctx.now, None if count is None else int(count))
 
 
 def change_delay(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -573,13 +574,12 @@ def get_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"config": dict(q.stall)}
 
 
-def drain(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    return {"count": q.drain(ctx.now)}
+def drain(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
+    return q.drain_work(ctx.now)
 
 
-def obliterate(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.obliterate(ctx.now)
-    return {}
+def obliterate(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
+    return q.obliterate_work(ctx.now)
 
 
 def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:

@@ -8,6 +8,7 @@ so a query never misses a job the same batch just finished (read-your-writes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 from .port import Storage
@@ -39,6 +40,14 @@ class QueueFinished:
     def ids(self, state: str) -> Iterator[str]:
         self._fresh()
         return self.storage.iter_finished_ids(self.queue, state)
+
+    def ids_page(self, state: str, *, after: Any, limit: int) -> tuple[list[str], Any]:
+        # Interim: the cursor is the set of ids taken; the store's paged listing
+        # replaces it.
+        taken: set[str] = set(after or ())
+        page = list(islice((i for i in self.ids(state) if i not in taken), limit))
+        taken.update(page)
+        return page, (taken if len(page) == limit else None)
 
     def get_any(self, job_id: str) -> dict[str, Any] | None:
         """A finished job of any queue (dependencies may live in other queues)."""

@@ -11,6 +11,7 @@ from .leases import Lock
 from .ports import FinishedReader, JobIndex
 from .recovery import in_admission_order
 from .settings import DEFAULT_MAX_STALLS, DEFAULT_STALL_CONFIG, QueueSettings
+from .slices import Sliced
 from .stalls import STALL_CHECK_MS
 from .state import QueueState
 from .views import completed_reply, failed_reply, finished_wire
@@ -19,6 +20,6 @@ from .waiters import Delivery, JobWaiter, PullWaiter
 __all__ = [
     "ADOPT", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
     "SET_PARENT", "STALL_CHECK_MS", "Delivery", "FinishedReader", "JobIndex", "JobWaiter",
-    "Lock", "PullWaiter", "QueueSettings", "QueueState", "completed_reply", "failed_reply",
-    "finished_wire", "in_admission_order", "normalise_progress",
+    "Lock", "PullWaiter", "QueueSettings", "QueueState", "Sliced", "completed_reply",
+    "failed_reply", "finished_wire", "in_admission_order", "normalise_progress",
 ]

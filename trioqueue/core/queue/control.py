@@ -4,40 +4,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..job import COMPLETED, FAILED, QUEUED
+from . import slices
 from .settings import QueueSettings
+from .slices import Sliced
 
 if TYPE_CHECKING:
     from .state import QueueState
 
 
 def drain(q: QueueState, now: int) -> int:
-    """Remove every queued job (waiting, prioritized, delayed); active jobs and jobs
-    waiting for children stay. No per-job event, as in bunqueue."""
-    queued = [job for job in q.jobs.values() if job.state == QUEUED]
-    for job in queued:
-        q._drop_queued(job, now)
-    q._ready.clear()
-    q._delayed.clear()
-    return len(queued)
+    """Drain at once (see :func:`.slices.drain`; the actor runs it in slices)."""
+    return int(q.drain_work(now).run())
+
+
+def drain_work(q: QueueState, now: int) -> Sliced:
+    return Sliced(slices.drain(q, now), lambda removed: {"count": removed})
 
 
 def obliterate(q: QueueState, now: int) -> None:
-    """Remove everything of the queue: live jobs in every state (an active job's
-    worker then finds it gone), finished jobs with their results, logs, retained
-    results, the stored pause and stall settings. Parked pulls keep waiting."""
-    for job in list(q.jobs.values()):
-        q._drop_queued(job, now)
-    for state in (COMPLETED, FAILED):
-        for job_id in list(q.finished.ids(state)):
-            q.writes.delete_job(job_id)
-    q._ready.clear()
-    q._delayed.clear()
-    q._lock_heap.clear()
-    q._timeouts.clear()
-    q.stall_watch.clear()
-    q.logs.clear()
-    q.index.forget_retained(q.name)
+    """Obliterate at once (see :func:`.slices.obliterate`)."""
+    q.obliterate_work(now).run()
+
+
+def obliterate_work(q: QueueState, now: int) -> Sliced:
+    return Sliced(slices.obliterate(q, now), lambda _: {})
+
+
+def reset_settings(q: QueueState) -> None:
+    """Back to the defaults, stored (Obliterate)."""
     q.settings = QueueSettings()
     q.writes.put_queue_meta(q.name, q.settings.to_meta())
 

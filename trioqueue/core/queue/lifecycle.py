@@ -134,6 +134,15 @@ def _promote_due(q: QueueState, now: int) -> None:
         q._push_ready(job)
 
 
+def _pop_delayed(q: QueueState) -> Job | None:
+    """Pop the earliest entry of the delayed heap: its job, or None for a stale entry."""
+    _, seq, job_id = heapq.heappop(q._delayed)
+    job = q.jobs.get(job_id)
+    if job is None or job.state != QUEUED or job.seq != seq:
+        return None
+    return job
+
+
 def _remove_live(q: QueueState, job: Job, now: int) -> None:
     """Forget a live job entirely (memory side; the caller records the storage side)."""
     q._count(job, -1, now)

@@ -9,7 +9,9 @@ from .. import flows
 from .. import states as st
 from ..errors import JOB_NOT_FOUND, CommandError
 from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, Job
+from . import slices
 from .dedup import DedupKey
+from .slices import Sliced
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -73,14 +75,12 @@ def promote(q: QueueState, job_id: str, now: int) -> None:
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> int:
-    delayed = sorted((j for j in q.jobs.values()
-                      if j.state == QUEUED and j.run_at > now),
-                     key=lambda j: (j.run_at, j.seq))
-    if count is not None:
-        delayed = delayed[:count]
-    for job in delayed:
-        q._reschedule(job, now, run_at=now)
-    return len(delayed)
+    """Promote at once (see :func:`.slices.promote_jobs`; the actor runs it in slices)."""
+    return int(q.promote_jobs_work(now, count).run())
+
+
+def promote_jobs_work(q: QueueState, now: int, count: int | None) -> Sliced:
+    return Sliced(slices.promote_jobs(q, now, count), lambda n: {"count": n})
 
 
 def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str | None,

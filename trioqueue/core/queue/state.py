@@ -165,6 +165,7 @@ class QueueState:
     _enqueue = lifecycle._enqueue
     _push_ready = lifecycle._push_ready
     _promote_due = lifecycle._promote_due
+    _pop_delayed = lifecycle._pop_delayed
     _remove_live = lifecycle._remove_live
 
     # producing: Admitting new jobs: PUSH and PUSHB (custom ids, deduplication, dependencies).
@@ -231,6 +232,7 @@ class QueueState:
     change_priority = moves.change_priority
     promote = moves.promote
     promote_jobs = moves.promote_jobs
+    promote_jobs_work = moves.promote_jobs_work
     change_delay = moves.change_delay
     move_to_wait = moves.move_to_wait
     _revive = moves._revive
@@ -260,6 +262,9 @@ class QueueState:
     # control: Queue-wide control: drain, obliterate, pause, and the persisted settings.
     drain = control.drain
     obliterate = control.obliterate
+    drain_work = control.drain_work
+    obliterate_work = control.obliterate_work
+    reset_settings = control.reset_settings
     set_paused = control.set_paused
     meta = control.meta
     load_meta = control.load_meta
