@@ -1,11 +1,13 @@
-"""Deduplication keys (``uniqueKey``): which live job holds a key."""
+"""Deduplication keys (``uniqueKey``): which live job holds a key, and the policy a
+push with a held key follows (answer the holder, extend its TTL, or replace it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..job import Job
+from ..errors import CommandError
+from ..job import QUEUED, WAITING_CHILDREN, Job
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -31,3 +33,47 @@ def dedup_owner(q: QueueState, unique_key: str, now: int) -> str | None:
         return None
     return holder.owner if holder.owner in q.jobs else None
 
+
+
+def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
+                 now: int) -> tuple[str | None, Job | None]:
+    """A push names a held key: ``(holder id, None)`` answers the push with the holder
+    (plain dedup, or an extended TTL); ``(None, job)`` replaces that queued job;
+    ``(None, None)`` admits the push (no live holder, or one that has started)."""
+    holder = q.dedup.get(unique_key)
+    owner = None
+    if holder is not None and (holder.expires_at is None or holder.expires_at > now):
+        owner = q.jobs.get(holder.owner)
+    if owner is None or holder is None:
+        return None, None
+    if spec.get("deduplication_replace"):
+        if owner.state not in (QUEUED, WAITING_CHILDREN):
+            return None, None
+        if q.index.has_dependents(owner.id):
+            raise CommandError(f"Cannot replace deduplicated job {owner.id} "
+                               "because live jobs depend on it")
+        return None, owner
+    if spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
+        holder.expires_at = now + spec["deduplication_ttl"]
+        owner.dedup_expires_at = holder.expires_at
+        q._persist(owner)  # the extension must survive a restart
+    q._emit("duplicated", owner.id, now)
+    return owner.id, None
+
+
+def _dedup_claim(q: QueueState, job: Job, unique_key: str, replaced: Job | None,
+                 now: int) -> None:
+    """The admitted job takes the key (the replaced holder, if any, is dropped)."""
+    if replaced is not None:
+        q._drop_queued(replaced, now)
+    else:
+        holder = q.dedup.get(unique_key)
+        old_owner = q.jobs.get(holder.owner) if holder is not None else None
+        if old_owner is not None and old_owner.id != job.id:
+            # replace of an active owner: it keeps running but no longer owns the
+            # key, and remembers that across a restart
+            old_owner.dedup_lost = True
+            q._persist(old_owner)
+    ttl = job.deduplication_ttl
+    job.dedup_expires_at = None if ttl is None else now + ttl
+    q.dedup[unique_key] = DedupKey(job.id, job.dedup_expires_at)

@@ -6,11 +6,9 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CommandError
 from ..ids import uuid7
-from ..job import QUEUED, WAITING_CHILDREN, Job
+from ..job import Job
 from ..writes import PUT_JOB
-from .dedup import DedupKey
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -47,27 +45,9 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     unique_key = spec.get("unique_key")
     replaced: Job | None = None
     if unique_key is not None:
-        holder = q.dedup.get(unique_key)
-        owner = None
-        if holder is not None and (holder.expires_at is None or holder.expires_at > now):
-            owner = q.jobs.get(holder.owner)
-        if owner is not None:
-            assert holder is not None
-            if spec.get("deduplication_replace"):
-                if owner.state in (QUEUED, WAITING_CHILDREN):
-                    if q.index.has_dependents(owner.id):
-                        raise CommandError(f"Cannot replace deduplicated job {owner.id} "
-                                           "because live jobs depend on it")
-                    replaced = owner
-            elif spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
-                holder.expires_at = now + spec["deduplication_ttl"]
-                owner.dedup_expires_at = holder.expires_at
-                q._persist(owner)  # the extension must survive a restart
-                q._emit("duplicated", owner.id, now)
-                return owner.id
-            else:
-                q._emit("duplicated", owner.id, now)
-                return owner.id
+        duplicate, replaced = q._dedup_admit(spec, unique_key, now)
+        if duplicate is not None:
+            return duplicate
     created = int(timestamp) if timestamp is not None else now
     run_at = int(created + delay)
     delayed = run_at > now
@@ -80,22 +60,10 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
         q.logs.pop(job_id, None)
-    if replaced is not None:
-        q._drop_queued(replaced, now)
-    elif unique_key is not None:
-        holder = q.dedup.get(unique_key)
-        old_owner = q.jobs.get(holder.owner) if holder is not None else None
-        if old_owner is not None and old_owner.id != job_id:
-            # replace of an active owner: it keeps running but no longer owns the
-            # key, and remembers that across a restart
-            old_owner.dedup_lost = True
-            q._persist(old_owner)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
     if unique_key is not None:
-        ttl = job.deduplication_ttl
-        job.dedup_expires_at = None if ttl is None else now + ttl
-        q.dedup[unique_key] = DedupKey(job_id, job.dedup_expires_at)
+        q._dedup_claim(job, unique_key, replaced, now)
     if job.depends_on:
         pending = q._open_dependencies(job, job.depends_on, now)
         if pending:

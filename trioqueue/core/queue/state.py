@@ -281,6 +281,8 @@ class QueueState:
     # dedup: Deduplication keys (``uniqueKey``): which live job holds a key.
     _release_key = dedup._release_key
     dedup_owner = dedup.dedup_owner
+    _dedup_admit = dedup._dedup_admit
+    _dedup_claim = dedup._dedup_claim
 
     # views: Read-only queries: a job, its state, counts, listings.
     job_wire = views.job_wire
