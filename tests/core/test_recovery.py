@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from trioqueue.core.job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import SETTLED, QueueState
@@ -80,31 +82,21 @@ def test_a_job_readmitted_after_its_dependencies_is_charged_in_creation_order() 
     assert not h.q.jobs["j6"].pending
 
 
-def test_created_at_orders_before_the_id() -> None:
+@pytest.mark.parametrize(("older", "younger", "parent_ends"), [
+    (CONTINUE, FAIL, QUEUED),  # the older child releases the parent first
+    (FAIL, CONTINUE, FAILED),  # the older child buries it first
+])
+def test_created_at_orders_before_the_id(older: str, younger: str, parent_ends: str) -> None:
     """"b" is created a millisecond before "a": it is charged first, whatever its name."""
     h = QueueHarness()
-    push(h, "b", policy=CONTINUE)
-    push(h, "a", policy=FAIL, now=T0 + 1)
+    push(h, "b", policy=older)
+    push(h, "a", policy=younger, now=T0 + 1)
     push(h, "parent", ("a", "b"), now=T0 + 1)
     assert sorted(pull(h, 2, T0 + 1)) == ["a", "b"]
 
     h.restart(T0 + 2)
 
-    assert state(h, "parent") == QUEUED  # b's continue came first
-
-
-def test_the_first_created_failing_child_buries_the_parent() -> None:
-    """The mirror case: the failParentOnFailure child is the older one."""
-    h = QueueHarness()
-    push(h, "a", policy=FAIL)
-    push(h, "b", policy=CONTINUE, now=T0 + 1)
-    push(h, "parent", ("a", "b"), now=T0 + 1)
-    assert sorted(pull(h, 2, T0 + 1)) == ["a", "b"]
-
-    h.restart(T0 + 2)
-
-    assert state(h, "parent") == FAILED
-    assert h.storage.get_finished("parent") is not None
+    assert state(h, "parent") == parent_ends
 
 
 def test_outcomes_cut_off_by_the_crash_settle_before_interrupted_jobs_are_charged() -> None:
