@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from trioqueue.actors.queue_actor import Admission, admit_estimate
+from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
 from trioqueue.core.errors import STORAGE_FULL, CommandError
-from trioqueue.core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
+from trioqueue.core.handlers import Ctx
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import Sliced
 from trioqueue.testing.queue import QueueHarness
@@ -136,7 +137,7 @@ class FakeBroker:
 
 
 def admission(broker: FakeBroker) -> Admission:
-    return Admission(broker)  # type: ignore[arg-type]
+    return Admission(broker)
 
 
 def test_a_store_far_from_full_costs_one_cheap_measure_per_batch() -> None:

@@ -7,6 +7,12 @@ between a child's commit and the delivery of its notices (a crash in the window 
 outcome rows close). After every step the implementation must agree with the model on
 every job's place (waiting for children, ready, active, completed, failed, gone), on
 what each waiting job still waits for, and on the children values it has collected.
+
+Where the order of simultaneous outcomes decides (a parent with one child that fails it
+and one that releases it), the model follows the broker's documented orders: the
+parents of a settled job hear of it in id order, and recovery charges the jobs active
+at a crash in creation order, ``createdAt`` then id (``core.recovery.in_charge_order``),
+after the outcomes the crash cut off from their notices have settled.
 """
 
 from __future__ import annotations
@@ -56,11 +62,12 @@ class DependencyMachine(RuleBasedStateMachine):
         """What the model expects when jobs complete, fail for good or leave.
 
         Breadth first, as the broker's notices go: every job waiting on a settled job
-        hears of it before a parent it failed passes its own failure on.
+        hears of it before a parent it failed passes its own failure on; the parents
+        of one job in id order, as the broker sends them their notices.
         """
         while todo:
             child, kind, result = todo.pop(0)
-            for parent in self.jobs.values():
+            for parent in sorted(self.jobs.values(), key=lambda j: j.id):
                 if child.id not in parent.pending or parent.state not in (WAITING, "active"):
                     continue
                 if kind == "completed":
@@ -165,8 +172,10 @@ class DependencyMachine(RuleBasedStateMachine):
 
     def _restart(self) -> None:
         self.h.restart(T0)
-        # an active job is charged its (only) attempt by startup recovery: buried
-        buried = [job for job in self.jobs.values() if job.state == "active"]
+        # An active job is charged its (only) attempt by startup recovery: buried. In
+        # creation order, createdAt then id; every job here is created at T0.
+        buried = sorted((job for job in self.jobs.values() if job.state == "active"),
+                        key=lambda job: (T0, job.id))
         for job in buried:
             job.state = "failed"
         self._settle_all([(job, "failed", None) for job in buried])

@@ -3,6 +3,12 @@ MoveToDelayed, MoveToWait, Discard, and the token rule for active jobs."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.server import Server
 from trioqueue.testing import RawClient
 
 
@@ -129,3 +135,35 @@ async def test_update_keeps_the_flow_keys_of_the_data(client: RawClient) -> None
     assert data == {"v": 2, "__parentId": parent, "__parentQueue": "uf"}
     await client.ok("Update", id=child, data=[1, 2])  # not a map: taken as it is
     assert (await client.ok("GetJob", id=child))["job"]["data"] == [1, 2]
+
+
+async def test_a_long_drain_lets_other_queues_in_between_its_slices(
+        server: Server, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drain of a big queue runs in slices: a command on another queue, sent while the
+    Drain is under way, is answered before the Drain is; the drained queue's next
+    command sees the drain complete."""
+    from trioqueue.core.queue import slices
+
+    monkeypatch.setattr(slices, "SLICE_JOBS", 20)
+    producer, drainer, other = await connect(), await connect(), await connect()
+    for _ in range(4):
+        await producer.ok("PUSHB", queue="big",
+                          jobs=[{"name": "n", "data": i} for i in range(500)])
+    actor = server.broker.router.actors["big"]
+    order: list[str] = []
+
+    async def drain() -> None:
+        reply = await drainer.ok("Drain", queue="big")
+        order.append(f"drain {reply['count']}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drain)
+        with trio.fail_after(10):
+            while actor._long is None:  # the Drain has begun its slices
+                await trio.lowlevel.checkpoint()
+        await other.ok("PUSH", queue="small", name="n", data=1)
+        order.append("probe")
+        assert actor._long is not None  # answered between two slices of the Drain
+    assert order == ["probe", "drain 2000"]
+    counts = (await producer.ok("GetJobCounts", queue="big"))["counts"]
+    assert counts["waiting"] == 0

@@ -5,6 +5,9 @@ connect), then serves until cancelled. Shutdown is structured: whoever owns the 
 stops the listeners first, calls :meth:`drain` so commands already accepted are applied,
 then cancels :meth:`run`, whose ``finally`` flushes the last commit under a shielded,
 bounded scope and closes the store. No task outlives the broker's nursery.
+
+The broker is where the parts meet: it hands the router and each queue actor only what
+they use (the interfaces of :mod:`trioqueue.actors.ports`), never itself.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import trio
 
 from ..config import Config
 from ..core.clock import Clock
-from ..core.queue import in_admission_order
+from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .clock import TrioClock
 from .events import EventHub
+from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import Admission, QueueActor
 from .router import Router
 from .writer import StorageWriter
@@ -58,8 +62,12 @@ class Broker:
         self._clock = clock
         self.writer = StorageWriter(self.storage, fsync=config.fsync,
                                     fsync_interval_s=config.fsync_interval_s)
-        self.router = Router(self)
         self.events = EventHub()
+        self.queue_limits = limits_from(config, QueueLimits)
+        self.router = Router(
+            committer=self.writer, find_finished=self._find_finished,
+            now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
+            admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn)
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
@@ -70,9 +78,22 @@ class Broker:
         assert self._clock is not None, "the clock is set when the broker runs"
         return self._clock
 
-    def admission(self) -> Admission | None:
-        """A fresh admission check for one batch, or None when the store has no limit."""
-        return None if self.admit_limit_bytes is None else Admission(self)
+    @property
+    def admission_factory(self) -> AdmissionFactory | None:
+        """Makes a fresh admission check per batch; None when the store has no limit."""
+        return None if self.admit_limit_bytes is None else self._admission
+
+    def _admission(self) -> Admission:
+        return Admission(self)
+
+    def _now_ms(self) -> int:
+        # The router is built before the clock is known (see run): read it late.
+        return self.clock.now_ms()
+
+    def _find_finished(self, job_id: str) -> dict[str, Any] | None:
+        """A finished job's record, after committing what is pending (read-your-writes)."""
+        self.writer.commit_now()
+        return self.storage.get_finished(job_id)
 
     def storage_room(self, *, exact: bool) -> int:
         """Bytes new jobs may still take before the reserve (negative: refuse them).
@@ -89,36 +110,32 @@ class Broker:
         self.writer.commit_now()
         return limit - self.storage.used_bytes()
 
-    def publish(self, events: list[dict[str, Any]]) -> None:
-        self.events.publish(events)
-
-    def start_actor(self, actor: QueueActor) -> None:
+    def _new_actor(self, name: str) -> QueueActor:
+        """A queue's actor, given what it uses, and started in the broker's nursery."""
         assert self._nursery is not None
-        self._nursery.start_soon(actor.run, name=f"queue:{actor.name}")
+        router = self.router
+        actor = QueueActor(
+            name, committer=self.writer, index=router, clock=self.clock,
+            post_notices=router.post_notices, events=self.events,
+            admission=self.admission_factory, limits=self.queue_limits,
+            storage=self.storage)
+        self._nursery.start_soon(actor.run, name=f"queue:{name}")
+        return actor
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
     def _recover(self) -> None:
+        """Rebuild every queue from storage, before anyone connects (see core.recovery:
+        the notices recovery makes are applied within it, so queues start settled)."""
         recovered = self.storage.load()
-        now = self.clock.now_ms()
-        for name, meta in recovered.queue_meta.items():
-            self.router.actor(name, recovering=True).state.load_meta(meta)
-        self.router.dependents.register(recovered.live_jobs)
-        for record in in_admission_order(recovered.live_jobs):
-            self.router.actor(record["queue"], recovering=True).state.restore(record, now)
-        actors = self.router.actors.values()
-        for actor in actors:
-            actor.state.replay_outcomes(now)
-        # Notices made by recovery (a buried child settling its parents, replayed
-        # outcomes releasing a parent) are applied here, before anyone connects.
-        while notices := [n for actor in actors for n in actor.state.take_notices()]:
-            for job_id, notice in notices:
-                queue = self.router.locate(job_id)
-                if queue is not None:
-                    self.router.actors[queue].state.apply_notice(notice, now)
-        for actor in actors:
+        router = self.router
+        left = rebuild(recovered, self.clock.now_ms(),
+                       state_for=lambda name: router.actor(name, recovering=True).state,
+                       locate=router.locate, dependents=router.dependents)
+        router.post_notices(left)  # none: every queue was rebuilt
+        for actor in router.actors.values():
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()
         self.writer.commit_now()

@@ -13,11 +13,14 @@ applied, so acknowledged work is kept and the crashing command's partial change 
 dropped), puts the rest of the batch back in front and carries on. Too many crashes in a
 short window re-raise, taking the broker down rather than looping forever.
 
-Full storage: commands that create jobs (``ADMITTING``) are refused with ``Storage
+Full storage: commands that create jobs (``admits`` in core.commands) are refused with ``Storage
 full`` while the store is nearly full. The actor measures the store at most once per
 batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``; the
 handlers refuse before they change anything, so a refused job leaves no trace and the
 space below the limit stays for the writes of the jobs already accepted.
+
+What the actor needs of the broker is passed in as the narrow interfaces of
+:mod:`trioqueue.actors.ports`, never the broker itself.
 """
 
 from __future__ import annotations
@@ -25,23 +28,23 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
+from ..core.clock import Clock
+from ..core.commands import ADMITS, QUEUE_HANDLERS
 from ..core.errors import INTERNAL_ERROR, CommandError
-from ..core.handlers import ADMITTING, QUEUE_HANDLERS, Ctx
-from ..core.queue import JobWaiter, PullWaiter, QueueState, Sliced, in_admission_order
+from ..core.handlers import Ctx
+from ..core.queue import Delivery, JobWaiter, PullWaiter, QueueState, Sliced
+from ..core.recovery import rebuild
 from ..storage.finished import QueueFinished
+from ..storage.port import Storage
+from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .writer import StorageFailure
 
-if TYPE_CHECKING:
-    from .broker import Broker
-
 log = logging.getLogger("trioqueue.queue")
-
-RELEASE_CONNECTION = "__release_connection__"
 
 # What one admitted command is taken to add to the store, before it is committed and
 # can be measured: twice its frame (a record carries its data plus the broker's fields,
@@ -57,6 +60,11 @@ def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
     return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
 
 
+class StoreRoom(Protocol):
+    def storage_room(self, *, exact: bool) -> int:
+        """Bytes new jobs may still take (see Broker.storage_room)."""
+
+
 class Admission:
     """Whether new jobs still fit, for one batch of commands (or one PUSHF).
 
@@ -70,10 +78,10 @@ class Admission:
     every batch a read transaction and one stat per database.
     """
 
-    __slots__ = ("_broker", "_room", "_exact")
+    __slots__ = ("_store", "_room", "_exact")
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, store: StoreRoom) -> None:
+        self._store = store
         self._room: int | None = None  # bytes new jobs may still take; < 0 when full
         self._exact = False
 
@@ -81,9 +89,9 @@ class Admission:
         """True when ``need`` more bytes of new jobs would take the store past its
         admission limit (``max - reserve``); otherwise ``need`` is counted as taken."""
         if self._room is None:
-            self._room = self._broker.storage_room(exact=False)
+            self._room = self._store.storage_room(exact=False)
         if need > self._room and not self._exact:
-            self._room = self._broker.storage_room(exact=True)
+            self._room = self._store.storage_room(exact=True)
             self._exact = True
         if need > self._room:
             return True
@@ -92,15 +100,23 @@ class Admission:
 
 
 class QueueActor:
-    def __init__(self, name: str, broker: Broker) -> None:
+    def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
+                 post_notices: NoticePoster, events: EventSink,
+                 admission: AdmissionFactory | None, limits: QueueLimits,
+                 storage: Storage) -> None:
         self.name = name
-        self.broker = broker
+        self._committer, self._clock, self._events = committer, clock, events
+        # The broker-wide index, and how notices reach other queues' jobs.
+        self._index, self._post_notices = index, post_notices
+        # None when the store has no limit: then no command is measured at all.
+        self._admission = admission
+        self._limits = limits
+        self._storage = storage  # read back whole on a restart (see _recover)
         self.send, self._recv = trio.open_memory_channel[list[Request]](
-            broker.config.queue_inbox_batches
+            limits.queue_inbox_batches
         )
         self.state = QueueState(
-            name, broker.router,
-            QueueFinished(name, broker.storage, before_read=broker.writer.commit_now))
+            name, index, QueueFinished(name, storage, before_read=committer.commit_now))
         self._backlog: deque[Request] = deque()
         # Notices from other queues (a child settled, adopt a flow's jobs, ...): an
         # unbounded deque rather than the inbox, so that a queue never blocks on
@@ -110,6 +126,9 @@ class QueueActor:
         self._idle: trio.CancelScope | None = None
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
+        # A command whose work is done in slices (Drain, Obliterate, PromoteJobs of a
+        # large queue), with its request: see _slice.
+        self._long: tuple[Request, Sliced] | None = None
         self.crashes: list[float] = []
         self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
@@ -146,37 +165,33 @@ class QueueActor:
         )
         now = trio.current_time()
         self.crashes = [t for t in self.crashes
-                        if now - t < self.broker.config.actor_restart_window_s]
+                        if now - t < self._limits.actor_restart_window_s]
         self.crashes.append(now)
-        if len(self.crashes) > self.broker.config.actor_max_restarts:
+        if len(self.crashes) > self._limits.actor_max_restarts:
             raise
         self._recover(request)
 
     def _recover(self, crashed: Request | None) -> None:
         """Answer the crashing command, keep what was acknowledged, reload from storage."""
         self.state.take_writes()  # the crashing command's partial writes: dropped
+        # Long work that crashed is answered below (it is the crashed request); its
+        # committed slices stay done, as after any crash mid-way.
+        self._long = None
         if crashed is not None and crashed.replier is not None:
             self._deliveries.append((crashed.replier, crashed.error_reply(INTERNAL_ERROR)))
         self._current = None
-        writer = self.broker.writer
+        writer = self._committer
         writer.release(self._deliveries)
         self._deliveries = []
         writer.commit_now()
         old = self.state
-        self.state = QueueState(self.name, self.broker.router, old.finished)
-        self.broker.router.forget_queue(self.name)
-        recovered = self.broker.storage.load()
-        meta = recovered.queue_meta.get(self.name)
-        if meta:
-            self.state.load_meta(meta)
-        now = self.broker.clock.now_ms()
-        mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
-        self.broker.router.dependents.register(mine)
-        for record in in_admission_order(mine):
-            # Active jobs stay active (their workers are still alive; only the
-            # actor died), but their locks are gone, so ACKs are taken without token.
-            self.state.restore(record, now, charge_active=False)
-        self.state.replay_outcomes(now)
+        state = self.state = QueueState(self.name, self._index, old.finished)
+        self._index.forget_queue(self.name)
+        # Active jobs stay active (their workers are still alive; only the actor
+        # died), but their locks are gone, so ACKs are taken without token.
+        notices = rebuild(self._storage.load(), self._clock.now_ms(),
+                          state_for={self.name: state}.get, locate=self._index.locate,
+                          dependents=self._index.dependents, charge_active=False)
         # Parked pulls lived in the dead state: answer them empty so clients re-poll.
         for waiter in old.waiters:
             if not waiter.done and waiter.handle is not None:
@@ -184,10 +199,9 @@ class QueueActor:
                 self._deliveries.append(
                     (req.replier, req.reply(old.pull_reply([], [], batch=waiter.batch,
                                                            owner=waiter.owner))))
-        writer.submit(self.state.take_writes())
-        notices = self.state.take_notices()
+        writer.submit(state.take_writes())
         if notices:
-            self.broker.router.post_notices(notices)
+            self._post_notices(notices)  # for other queues' jobs
         writer.release(self._deliveries)
         self._deliveries = []
 
@@ -216,7 +230,8 @@ class QueueActor:
         A crash is handled as in the actor's loop (see :meth:`_crashed`).
         """
         idle = self._idle
-        if idle is None or self.pending or self._backlog or self._fatal is not None:
+        if (idle is None or self.pending or self._backlog or self._fatal is not None
+                or self._long is not None):
             return False
         self._backlog.extend(batch)
         while True:
@@ -243,11 +258,17 @@ class QueueActor:
     def _next_deadline(self) -> float:
         """When the parked actor must wake for its timers (trio time; inf: never)."""
         deadline_ms = self.state.next_deadline()
-        return math.inf if deadline_ms is None else self.broker.clock.deadline_for(deadline_ms)
+        return math.inf if deadline_ms is None else self._clock.deadline_for(deadline_ms)
 
     async def _loop(self) -> None:
         recv = self._recv
         while True:
+            if self._long is not None:
+                self._slice()
+                # Between two slices every other task runs: the other queues keep
+                # their latency while this one drains a million jobs.
+                await trio.lowlevel.checkpoint()
+                continue
             if not self._backlog and not self._notices:
                 with trio.CancelScope(deadline=self._next_deadline()) as idle:
                     # Set only while parked on the receive: run_inline's sign that the
@@ -267,21 +288,53 @@ class QueueActor:
     def _step(self) -> None:
         """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
         q = self.state
-        now = self.broker.clock.now_ms()
-        q.events_enabled = self.broker.events.active
+        now = self._clock.now_ms()
+        q.events_enabled = self._events.active
         if self._notices:
             self._apply_notices(now)
         self._apply_backlog(now)
-        for delivery in q.tick(now):
+        if self._long is not None:
+            # Long work began: its slices come first, in the actor's own task (an
+            # inline step must not run them: the caller's task would hold the loop).
+            self._finish_batch()
+            if self._idle is not None:
+                self._idle.cancel()
+            return
+        self._answer_waiters(q.tick(now))
+        self._finish_batch()
+
+    def _answer_waiters(self, answers: list[Delivery]) -> None:
+        for delivery in answers:
             req = delivery.waiter.handle
             reply = (req.error_reply(delivery.error) if delivery.error is not None
                      else req.reply(delivery.reply))
             self._deliveries.append((req.replier, reply))
+
+    def _slice(self) -> None:
+        """One slice of the long work in progress (never awaits); the last one answers.
+
+        While long work lasts the queue takes nothing else: its commands, notices and
+        timers wait, so none of them sees the work half done. Each slice's writes are
+        committed on their own (a release with no reply commits), so no transaction
+        grows with the queue.
+        """
+        assert self._long is not None
+        req, work = self._long
+        self._current = req
+        self.state.events_enabled = self._events.active
+        done = work.step()
+        # Holds on jobs the slice removed are answered with it (timers wait).
+        self._answer_waiters(self.state.parked.take_settled())
+        if done:
+            self._long = None
+            self._deliveries.append((req.replier, req.reply(work.reply())))
+        self._current = None
         self._finish_batch()
 
     @property
     def backlog_size(self) -> int:
-        return len(self._backlog)
+        """Commands accepted but not applied yet (long work in progress counts one)."""
+        return len(self._backlog) + (self._long is not None)
 
     def _take(self, batch: list[Request]) -> None:
         self.pending -= 1
@@ -289,48 +342,52 @@ class QueueActor:
 
     def _apply_backlog(self, now: int) -> None:
         q = self.state
-        writer = self.broker.writer
+        submit = self._committer.submit
         backlog = self._backlog
-        max_data_bytes = self.broker.config.max_data_bytes
-        max_wait_holds = self.broker.config.max_wait_holds_per_connection
+        deliveries = self._deliveries
+        limits = self._limits
+        # One context for the batch; the per-command fields are set before each handler
+        # (cheaper than building one per command, and handlers never keep it).
+        ctx = Ctx(now=now, max_data_bytes=limits.max_data_bytes,
+                  max_wait_holds=limits.max_wait_holds_per_connection)
         # Room for new jobs: measured at the batch's first job-creating command, then
         # counted down (see Admission). The handlers refuse; nothing else checks.
-        admission: Admission | None = None
-        limited = self.broker.admit_limit_bytes is not None
+        new_admission = self._admission
+        admission = None
         while backlog:
             req = backlog.popleft()
             self._current = req
-            if req.cmd == RELEASE_CONNECTION:
-                q.release_connection(req.conn, now)
-            else:
-                handler = QUEUE_HANDLERS[req.cmd]
-                full = False
-                if limited and req.cmd in ADMITTING:
+            handler = QUEUE_HANDLERS[req.cmd]
+            ctx.conn = req.conn
+            ctx.frame_bytes = req.frame_bytes
+            ctx.storage_full = False
+            if new_admission is not None:
+                jobs = ADMITS.get(req.cmd)
+                if jobs is not None:
                     if admission is None:
-                        admission = self.broker.admission()
-                    assert admission is not None
-                    full = admission.refuses(_admit_estimate(req))
-                try:
-                    result = handler(q, req.msg, Ctx(now, req.conn, req.frame_bytes,
-                                                     max_data_bytes, max_wait_holds, full))
-                except CommandError as exc:
-                    # Handlers validate before they mutate, so a refused command has
-                    # nothing to write; whatever it did record is still submitted below.
-                    self._deliveries.append((req.replier, req.error_reply(exc.message)))
+                        admission = new_admission()
+                    ctx.storage_full = admission.refuses(
+                        admit_estimate(req.frame_bytes, jobs(req.msg)))
+            try:
+                result = handler(q, req.msg, ctx)
+            except CommandError as exc:
+                # Handlers validate before they mutate, so a refused command has
+                # nothing to write; whatever it did record is still submitted below.
+                deliveries.append((req.replier, req.error_reply(exc.message)))
+            else:
+                if isinstance(result, PullWaiter):
+                    result.handle = req
+                    q.park(result)
+                elif isinstance(result, JobWaiter):
+                    result.handle = req
+                    q.park_job_waiter(result)
+                elif isinstance(result, Sliced):
+                    self._long = (req, result)
                 else:
-                    if isinstance(result, PullWaiter):
-                        result.handle = req
-                        q.park(result)
-                    elif isinstance(result, JobWaiter):
-                        result.handle = req
-                        q.park_job_waiter(result)
-                    elif isinstance(result, Sliced):
-                        # Interim: run to the end in this step (slices come next).
-                        result.run()
-                        self._deliveries.append((req.replier, req.reply(result.reply())))
-                    else:
-                        self._deliveries.append((req.replier, req.reply(result)))
-            writer.submit(q.take_writes())
+                    deliveries.append((req.replier, req.reply(result)))
+            submit(q.take_writes())
+            if self._long is not None:
+                break  # the rest of the batch waits for the long work (see _slice)
         self._current = None
 
     def _apply_notices(self, now: int) -> None:
@@ -338,27 +395,22 @@ class QueueActor:
         notices = self._notices
         while notices:
             q.apply_notice(notices.popleft(), now)
-        self.broker.writer.submit(q.take_writes())
+        self._committer.submit(q.take_writes())
 
     def _finish_batch(self) -> None:
         q = self.state
-        self.broker.writer.submit(q.take_writes())
+        committer = self._committer
+        committer.submit(q.take_writes())
         # Posted before the replies go out: a client that saw this batch's reply and
         # then asks another queue finds the notice applied there first.
         notices = q.take_notices()
         if notices:
-            self.broker.router.post_notices(notices)
+            self._post_notices(notices)
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
-        self.broker.writer.release(deliveries)
+        committer.release(deliveries)
         # Events after the release, which committed the batch (unless an fsync is
         # due): a subscriber never hears of a change a kill -9 could still undo.
         events = q.take_events()
         if events:
-            self.broker.publish(events)
-
-
-def _admit_estimate(req: Request) -> int:
-    """What a job-creating request may add to the store (see ``admit_estimate``)."""
-    jobs = req.msg.get("jobs") if req.cmd == "PUSHB" else None
-    return admit_estimate(req.frame_bytes, len(jobs) if isinstance(jobs, list) else 1)
+            self._events.publish(events)

@@ -7,48 +7,48 @@ answered here, without waking any queue. Queue actors keep the index current thr
 the :class:`~trioqueue.core.queue.JobIndex` methods, synchronously, as they admit and
 retire jobs; that is safe because every actor runs on the one trio thread and never
 awaits between checking and claiming an id.
+
+How each command is routed, and how an id no queue knows is answered, is read from the
+command's declaration (:mod:`trioqueue.core.registry`), which the session hands over
+with each request. What the router needs of the broker is passed in as the narrow
+interfaces of :mod:`trioqueue.actors.ports`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
 from ..core import fields
+from ..core.commands import RELEASE_CONNECTION
 from ..core.errors import STORAGE_FULL, CommandError
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
-from ..core.handlers import MISSING_JOB, MULTI_ARGS, merge_replies, slice_message
 from ..core.job import Job
-from ..core.queue import ADOPT, completed_reply
+from ..core.queue import ADOPT
+from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
-from .queue_actor import RELEASE_CONNECTION, QueueActor, admit_estimate
+from .ports import AdmissionFactory, Committer, Notice, RouterLimits
+from .queue_actor import QueueActor, admit_estimate
 from .request import Request
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 log = logging.getLogger("trioqueue.router")
 
-# How a command names what it acts on.
-BY_QUEUE = "queue"
-BY_ID = "id"
-BY_CUSTOM_ID = "customId"
-BY_IDS = "ids"
-BROKER = "broker"  # broker-wide state the router owns (the workers registry)
-BY_PARENT_ID = "parentId"  # UpdateParent runs in the parent's queue
-FLOW = "flow"  # PUSHF: admitted by the router itself, across queues, in one commit
+Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 
 
 class _Join:
     """Collects the sub-replies of a command split across queues, then answers once."""
 
-    def __init__(self, request: Request, ids: list[str], unknown: list[int]) -> None:
+    def __init__(self, request: Request, multi: MultiId, ids: list[str],
+                 unknown: list[int]) -> None:
         self.request = request
+        self.multi = multi
         self.ids = ids
         self.unknown = unknown
         self.positions: dict[int, list[int]] = {}
@@ -71,7 +71,7 @@ class _Join:
             if self.error is not None:
                 req.error(self.error)
             else:
-                req.ok(merge_replies(req.cmd, self.ids, self.parts, self.unknown))
+                req.ok(self.multi.merge(self.ids, self.parts, self.unknown))
 
 
 class _JoinPart:
@@ -84,8 +84,19 @@ class _JoinPart:
 
 
 class Router(DependentsIndex):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, *, committer: Committer,
+                 find_finished: Callable[[str], dict[str, Any] | None],
+                 now_ms: Callable[[], int], limits: RouterLimits,
+                 admission: AdmissionFactory | None,
+                 new_actor: Callable[[str], QueueActor], spawn: Spawn) -> None:
+        self._committer = committer
+        # A finished job's record, seeing every write already submitted.
+        self._find_finished = find_finished
+        self._now_ms = now_ms
+        self._limits = limits
+        self._admission = admission  # None when the store has no limit
+        self._new_actor = new_actor  # makes a queue's actor and starts its task
+        self._spawn = spawn
         self._index: dict[str, str] = {}
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
@@ -115,9 +126,9 @@ class Router(DependentsIndex):
         """
         retained = self._retained
         retained.pop(job_id, None)
-        retained[job_id] = (now + self.broker.config.removed_result_retention_s * 1000,
+        retained[job_id] = (now + self._limits.removed_result_retention_s * 1000,
                             queue, has_result, result)
-        while len(retained) > self.broker.config.max_removed_results:
+        while len(retained) > self._limits.max_removed_results:
             retained.popitem(last=False)
 
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
@@ -134,7 +145,7 @@ class Router(DependentsIndex):
         for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:
             del self._retained[job_id]
 
-    def post_notices(self, notices: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def post_notices(self, notices: list[Notice]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the
         job is gone: whatever it was about no longer matters)."""
         for job_id, notice in notices:
@@ -160,32 +171,28 @@ class Router(DependentsIndex):
         """
         actor = self.actors.get(name)
         if actor is None:
-            if not recovering and len(self.actors) >= self.broker.config.max_queues:
-                raise CommandError(
-                    f"Too many queues (max {self.broker.config.max_queues})")
-            actor = QueueActor(name, self.broker)
-            self.actors[name] = actor
-            self.broker.start_actor(actor)
+            if not recovering and len(self.actors) >= self._limits.max_queues:
+                raise CommandError(f"Too many queues (max {self._limits.max_queues})")
+            actor = self.actors[name] = self._new_actor(name)
         return actor
 
     def _queue_of(self, job_id: str) -> str | None:
         """A job's queue: the live index first, then storage for finished jobs."""
         queue = self._index.get(job_id)
         if queue is None:
-            self.broker.writer.commit_now()
-            record = self.broker.storage.get_finished(job_id)
+            record = self._find_finished(job_id)
             if record is not None:
                 queue = record.get("queue")
         return queue
 
     # ------------------------------------------------------------------ dispatch
 
-    async def dispatch(self, routed: list[tuple[str, Request]]) -> None:
+    async def dispatch(self, routed: list[tuple[Command, Request]]) -> None:
         """Send each request to its queue: one inbox message per queue for the batch."""
         groups: dict[str, list[Request]] = {}
-        for how, req in routed:
+        for command, req in routed:
             try:
-                self._resolve(how, req, groups)
+                self._resolve(command, req, groups)
             except CommandError as exc:
                 req.error(exc.message)
         for name, reqs in groups.items():
@@ -206,40 +213,48 @@ class Router(DependentsIndex):
                 actor.pending -= 1
                 raise
 
-    def _resolve(self, how: str, req: Request, groups: dict[str, list[Request]]) -> None:
+    def _resolve(self, command: Command, req: Request,
+                 groups: dict[str, list[Request]]) -> None:
         msg = req.msg
+        how = command.route
         if how == BY_QUEUE:
             name = fields.queue_name(msg.get("queue"))
             self.actor(name)
             groups.setdefault(name, []).append(req)
             return
         if how == BY_IDS:
-            self._resolve_many(req, groups)
+            assert command.multi is not None  # the registry checked it
+            self._resolve_many(command.multi, req, groups)
             return
         if how == BROKER:
-            req.ok(self._broker_command(req))
+            # Broker-wide state (the workers registry): answered here, nothing to commit.
+            assert command.handler is not None
+            req.ok(command.handler(self.workers, msg, self._now_ms(), req.conn))
             return
         if how == FLOW:
             self._push_flow(req)
             return
-        # No length check: an over-long id can never exist, so it reads as not found.
+        # An id route: its name is the field that holds the id. No length check: an
+        # over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id)
         if queue is None:
-            if req.cmd == "WaitJob":
-                retained = self.retained_result(job_id, self.broker.clock.now_ms())
+            if command.retained is not None:
+                retained = self.retained_result(job_id, self._now_ms())
                 if retained is not None:
-                    req.ok(completed_reply(*retained))
+                    req.ok(command.retained(*retained))
                     return
-            req.ok(MISSING_JOB[req.cmd](job_id))
+            assert command.missing is not None  # the registry checked it
+            req.ok(command.missing(job_id))
             return
         self.actor(queue)
         groups.setdefault(queue, []).append(req)
 
-    def _resolve_many(self, req: Request, groups: dict[str, list[Request]]) -> None:
+    def _resolve_many(self, multi: MultiId, req: Request,
+                      groups: dict[str, list[Request]]) -> None:
         # Refuse bad arguments up front, exactly as the queue would, so an unknown id
         # or a split across queues never hides an invalid command.
-        ids = MULTI_ARGS[req.cmd](req.msg)[0]
+        ids = multi.ids(req.msg)
         by_queue: dict[str, list[int]] = {}
         unknown: list[int] = []
         for i, job_id in enumerate(ids):
@@ -253,12 +268,12 @@ class Router(DependentsIndex):
             return
         if not by_queue:
             # Nothing live: the answer is the same as for a queue that knows none of them.
-            req.ok(merge_replies(req.cmd, ids, [], unknown))
+            req.ok(multi.merge(ids, [], unknown))
             return
-        join = _Join(req, ids, unknown)
+        join = _Join(req, multi, ids, unknown)
         for queue, positions in by_queue.items():
-            part = Request(req.cmd, slice_message(req.cmd, req.msg, positions),
-                           join.part(positions), conn=req.conn)
+            part = Request(req.cmd, multi.slice(req.msg, positions), join.part(positions),
+                           conn=req.conn)
             groups.setdefault(queue, []).append(part)
 
     def _push_flow(self, req: Request) -> None:
@@ -272,19 +287,18 @@ class Router(DependentsIndex):
         reply leaves only after the commit, so any command the client sends after the
         reply finds the jobs in place.
         """
-        broker = self.broker
-        items = parse_flow(req.msg, max_data_bytes=broker.config.max_data_bytes)
-        now = broker.clock.now_ms()
+        limits = self._limits
+        items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
+        now = self._now_ms()
         for item in items:
             if self._queue_of(item.id) is not None or (
                     self.retained_result(item.id, now) is not None):
                 raise CommandError(f"Job {item.id} already exists")
         new_queues = {item.queue for item in items} - self.actors.keys()
-        if len(self.actors) + len(new_queues) > broker.config.max_queues:
-            raise CommandError(f"Too many queues (max {broker.config.max_queues})")
+        if len(self.actors) + len(new_queues) > limits.max_queues:
+            raise CommandError(f"Too many queues (max {limits.max_queues})")
         # Last of the checks, first before any change: a refused flow leaves no trace.
-        admission = broker.admission()
-        if admission is not None and admission.refuses(
+        if self._admission is not None and self._admission().refuses(
                 admit_estimate(req.frame_bytes, len(items))):
             raise CommandError(STORAGE_FULL)
         writes = Writes()
@@ -304,22 +318,10 @@ class Router(DependentsIndex):
             wire = job.to_wire()
             wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
             snapshots.append(wire)
-        broker.writer.submit(writes)
+        self._committer.submit(writes)
         for name, jobs in per_queue.items():
             self.actors[name].post((ADOPT, jobs))
-        broker.writer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])
-
-    def _broker_command(self, req: Request) -> dict[str, Any]:
-        """Commands on broker-wide state: answered here, nothing to commit."""
-        now = self.broker.clock.now_ms()
-        workers = self.workers
-        if req.cmd == "RegisterWorker":
-            return workers.register(req.msg, now, req.conn)
-        if req.cmd == "UnregisterWorker":
-            return workers.unregister(req.msg)
-        if req.cmd == "Heartbeat":
-            return workers.heartbeat(req.msg, now)
-        return workers.list(now)  # ListWorkers
+        self._committer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])
 
     def connection_closed(self, conn: Any, queues: set[str]) -> None:
         """Forget a closed connection's workers; return what it held to its queues."""
@@ -333,7 +335,7 @@ class Router(DependentsIndex):
                 actor.send.send_nowait([release])
                 actor.pending += 1
             except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                self.broker.spawn(self.send, name, [release])
+                self._spawn(self.send, name, [release])
 
 
 class _NoReply:

@@ -6,8 +6,8 @@ and ``reqId``) exactly as bunqueue shapes it (see the reference's section 2.13),
 :class:`~trioqueue.core.queue.PullWaiter` when a long-poll must wait. Errors are raised
 as :class:`~trioqueue.core.errors.CommandError` with bunqueue's texts.
 
-:data:`MISSING_JOB` answers id-addressed commands for an id that no queue knows, so the
-router can reply without bothering any queue.
+Which command each handler answers, and everything else about the command, is declared
+once in :mod:`trioqueue.core.commands`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ Reply = dict[str, Any]
 
 @dataclass(slots=True)
 class Ctx:
+    """What a handler is told besides the message. The queue actor builds one per batch
+    and sets the per-command fields before each handler runs: a handler must not keep it.
+    """
+
     now: int
     conn: Any = None  # the connection that sent the command (for ownership)
     frame_bytes: int | None = None
@@ -35,14 +39,8 @@ class Ctx:
     max_wait_holds: int = 40
     # The store is nearly full: commands that would create a job must refuse (before
     # they change anything). Measured by the I/O shell, which owns the storage; only
-    # the commands in ADMITTING look at it.
+    # the commands that admit jobs (``admits`` in core.commands) look at it.
     storage_full: bool = False
-
-
-# Commands that can create a live job, the ones a nearly full store refuses.
-# MoveToWait only when it revives a dead-lettered job (see move_to_wait). PUSHF is
-# admitted by the router, which checks the store itself.
-ADMITTING = frozenset({"PUSH", "PUSHB", "MoveToWait"})
 
 
 def _refuse_if_full(ctx: Ctx) -> None:
@@ -586,154 +584,15 @@ def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"paused": q.paused}
 
 
-QUEUE_HANDLERS: dict[str, Handler] = {
-    "PUSH": push,
-    "PUSHB": pushb,
-    "PULL": pull,
-    "PULLB": pullb,
-    "ACK": ack,
-    "ACKB": ackb,
-    "FAIL": fail,
-    "ExtendLock": extend_lock,
-    "ExtendLocks": extend_locks,
-    "JobHeartbeat": job_heartbeat,
-    "JobHeartbeatB": job_heartbeat_b,
-    "Progress": progress,
-    "GetProgress": get_progress,
-    "AddLog": add_log,
-    "GetLogs": get_logs,
-    "ClearLogs": clear_logs,
-    "GetJob": get_job,
-    "WaitJob": wait_job,
-    "GetJobByCustomId": get_job_by_custom_id,
-    "GetState": get_state,
-    "GetResult": get_result,
-    "GetChildrenValues": get_children_values,
-    "GetFailedChildrenValues": get_failed_children_values,
-    "GetIgnoredChildrenFailures": get_ignored_children_failures,
-    "GetDependencies": get_dependencies,
-    "GetDependenciesCount": get_dependencies_count,
-    "RemoveChildDependency": remove_child_dependency,
-    "RemoveUnprocessedChildren": remove_unprocessed_children,
-    "UpdateParent": update_parent,
-    "MoveToWaitingChildren": move_to_waiting_children,
-    "GetJobs": get_jobs,
-    "GetJobCounts": get_job_counts,
-    "GetCountsPerPriority": get_counts_per_priority,
-    "Count": count,
-    "GetDeduplicationJobId": get_deduplication_job_id,
-    "GetQueueLimits": get_queue_limits,
-    "Cancel": cancel,
-    "Update": update,
-    "ChangePriority": change_priority,
-    "Promote": promote,
-    "PromoteJobs": promote_jobs,
-    "ChangeDelay": change_delay,
-    "MoveToDelayed": move_to_delayed,
-    "MoveToWait": move_to_wait,
-    "Discard": discard,
-    "SetStallConfig": set_stall_config,
-    "GetStallConfig": get_stall_config,
-    "Pause": pause,
-    "Resume": resume,
-    "IsPaused": is_paused,
-    "Drain": drain,
-    "Obliterate": obliterate,
-}
+# The command tables moved to core.commands (one declaration per command); the old
+# names still resolve here, lazily, because core.commands imports this module.
+_MOVED = frozenset({"QUEUE_HANDLERS", "MISSING_JOB", "MULTI_ARGS", "PARALLEL_ARRAYS",
+                    "ADMITTING"})
 
 
-def _missing(error: str | None = None, **reply: Any) -> Callable[[str], Reply]:
-    def answer(job_id: str) -> Reply:
-        if error is not None:
-            raise CommandError(error.format(id=job_id))
-        return {k: (job_id if v is _ID else v) for k, v in reply.items()}
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from . import commands
 
-    return answer
-
-
-_ID = object()
-
-# Replies for an id that no queue holds (and storage does not know either).
-MISSING_JOB: dict[str, Callable[[str], Reply]] = {
-    "ACK": _missing("Job not found or not in processing state: {id}"),
-    "FAIL": _missing("Job not found or not in processing state: {id}"),
-    "ExtendLock": _missing("Lock not found or invalid token"),
-    "JobHeartbeat": _missing("Job not found or not active (or invalid token)"),
-    "Progress": _missing(JOB_NOT_FOUND),
-    "GetProgress": _missing(JOB_NOT_FOUND),
-    "AddLog": _missing(JOB_NOT_FOUND),
-    "GetLogs": lambda job_id: {"data": {"logs": [], "count": 0}},
-    "ClearLogs": _missing(),
-    "GetJob": _missing(JOB_NOT_FOUND),
-    "GetJobByCustomId": _missing(JOB_NOT_FOUND),
-    "GetState": _missing(id=_ID, state=st.UNKNOWN),
-    "GetResult": _missing(id=_ID),
-    "GetChildrenValues": lambda job_id: {"data": {"values": {}}},
-    "GetFailedChildrenValues": lambda job_id: {"values": {}},
-    "GetIgnoredChildrenFailures": lambda job_id: {"values": {}},
-    "GetDependencies": _missing(JOB_NOT_FOUND),
-    "GetDependenciesCount": _missing(JOB_NOT_FOUND),
-    "RemoveChildDependency": _missing(JOB_NOT_FOUND),
-    "RemoveUnprocessedChildren": _missing(JOB_NOT_FOUND),
-    "UpdateParent": _missing("Parent job {id} not found"),
-    "MoveToWaitingChildren": _missing(JOB_NOT_FOUND),
-    "WaitJob": _missing("Job {id} not found"),
-    "Cancel": _missing("Job not found or cannot be cancelled"),
-    "Update": _missing("Job not found or cannot be updated"),
-    "ChangePriority": _missing("Job not found or not in queue"),
-    "Promote": _missing("Job not found or not delayed"),
-    "ChangeDelay": _missing("Job not found or cannot change delay"),
-    "MoveToDelayed": _missing(JOB_NOT_FOUND),
-    "MoveToWait": _missing(JOB_NOT_FOUND),
-    "Discard": _missing(JOB_NOT_FOUND),
-}
-
-# Multi-id commands: their argument checks (the router runs them before it splits a
-# command across queues or answers for ids no queue knows), and the arrays that run
-# parallel to ``ids`` (split into one sub-command per queue).
-MULTI_ARGS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "ACKB": ackb_args,
-    "ExtendLocks": extend_locks_args,
-    "JobHeartbeatB": heartbeat_b_args,
-}
-
-PARALLEL_ARRAYS: dict[str, tuple[str, ...]] = {
-    "ACKB": ("tokens", "results", "removeOnCompletes"),
-    "ExtendLocks": ("tokens", "durations"),
-    "JobHeartbeatB": ("tokens",),
-}
-
-
-def slice_message(cmd: str, msg: dict[str, Any], positions: list[int]) -> dict[str, Any]:
-    """The part of a multi-id command that concerns ``positions`` of its ``ids``.
-
-    An array of the wrong length is passed through unchanged, so the handler refuses it
-    with the same error as for an unsplit command.
-    """
-    ids = msg["ids"]
-    part: dict[str, Any] = {"ids": [ids[i] for i in positions]}
-    for key in PARALLEL_ARRAYS[cmd]:
-        value = msg.get(key)
-        if isinstance(value, list) and len(value) == len(ids):
-            part[key] = [value[i] for i in positions]
-        elif value is not None:
-            part[key] = value
-    return part
-
-
-def merge_replies(cmd: str, ids: list[str], parts: list[tuple[list[int], Reply]],
-                  unknown: list[int]) -> Reply:
-    """Combine the sub-replies of a split multi-id command into bunqueue's reply."""
-    if cmd == "ACKB":
-        ignored = list(unknown)
-        for positions, reply in parts:
-            for i in reply.get("data", {}).get("ignoredIndices", []):
-                ignored.append(positions[i])
-        ignored.sort()
-        if not ignored:
-            return {}
-        return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
-    if cmd == "ExtendLocks":
-        return {"count": sum(reply.get("count", 0) for _, reply in parts)}
-    total = sum(reply.get("data", {}).get("count", 0) for _, reply in parts)
-    return {"data": {"ok": True, "count": total}}
+        return getattr(commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..core.errors import CommandError
 from ..core.flows import Dependents, DependentsIndex
-from ..core.queue import QueueState, in_admission_order
+from ..core.queue import QueueState
+from ..core.recovery import rebuild
 from ..storage.finished import QueueFinished
 from ..storage.memory import MemoryStorage
 
@@ -85,18 +86,11 @@ class QueueHarness:
 
     def restart(self, now: int, *, charge_active: bool = True) -> None:
         """Rebuild the queue from storage: a broker restart (or, without charging
-        active jobs, a queue actor restart)."""
+        active jobs, a queue actor restart), by the broker's own recovery sequence."""
         recovered = self.storage.load()
         self.index.clear()
-        self.q = self._fresh()
-        meta = recovered.queue_meta.get(self.name)
-        if meta:
-            self.q.load_meta(meta)
         self.index.dependents.clear()
-        mine = [r for r in recovered.live_jobs if r.get("queue") == self.name]
-        self.index.dependents.register(mine)
-        for record in in_admission_order(mine):
-            self.q.restore(record, now, charge_active=charge_active)
-        self.q.replay_outcomes(now)
-        self.commit()
-        self.deliver_notices(now)
+        self.q = self._fresh()
+        rebuild(recovered, now, state_for={self.name: self.q}.get, locate=self.index.locate,
+                dependents=self.index.dependents, charge_active=charge_active)
+        self.commit()  # nothing is left over: the harness has no other queue

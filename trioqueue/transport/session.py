@@ -16,23 +16,21 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-from .. import __version__
 from ..actors.request import Request
-from ..core import fields
+from ..config import Config
 from ..core.errors import CommandError
+from ..core.registry import SESSION, Command
 from .codec import DecodeError
-from .commands import CAPABILITIES, PROTOCOL_VERSION, PULLS, ROUTES, SESSION
-
-if TYPE_CHECKING:
-    from ..actors.broker import Broker
+from .commands import COMMANDS
 
 log = logging.getLogger("trioqueue.session")
+
+_WIRE = COMMANDS.wire  # what a client may send, by name
 
 BAD_FORMAT = "Invalid command format"
 BAD_COMMAND = "Invalid command"
@@ -43,6 +41,30 @@ SENT = "sent"  # all bytes are on the socket
 QUEUED = "queued"  # the transport kept (some of) them; the sender task must flush
 
 SendNow = Callable[[list[dict[str, Any]]], str]
+EventSubscriber = Callable[[list[dict[str, Any]]], None]
+
+
+class SessionRouter(Protocol):
+    """Where a session sends the commands it does not answer itself."""
+
+    async def dispatch(self, routed: list[tuple[Command, Request]]) -> None: ...
+    def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
+
+
+class EventSource(Protocol):
+    def subscribe(self, subscriber: EventSubscriber) -> None: ...
+    def unsubscribe(self, subscriber: EventSubscriber) -> None: ...
+
+
+class SessionHost(Protocol):
+    """What a session needs of the broker: its config, its router, its events."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def router(self) -> SessionRouter: ...
+    @property
+    def events(self) -> EventSource: ...
 
 
 OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
@@ -57,13 +79,14 @@ def overflow_notice(limit_bytes: int) -> dict[str, Any]:
 class Session:
     def __init__(
         self,
-        broker: Broker,
+        broker: SessionHost,
         send_now: SendNow | None = None,
         encode: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_overflow: Callable[[], None] | None = None,
     ) -> None:
-        self.broker = broker
         self.config = broker.config
+        self.router = broker.router
+        self.events = broker.events
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
@@ -83,7 +106,7 @@ class Session:
         self.pulled_queues: set[str] = set()
         self.closed = False
         # SubscribeEvents: at most one queue per connection, as in bunqueue.
-        self._subscriber: Callable[[list[dict[str, Any]]], None] | None = None
+        self._subscriber: EventSubscriber | None = None
 
     # ------------------------------------------------------------------ replies
 
@@ -160,13 +183,13 @@ class Session:
 
     async def handle(self, messages: list[tuple[Any, int]], tag: Any = None) -> None:
         """Process every message of one read; ``(DecodeError, n)`` marks a bad payload."""
-        routed: list[tuple[str, Request]] = []
+        routed: list[tuple[Command, Request]] = []
         limit = self.config.max_inflight_per_connection
         replier: Any = self if tag is None else self.replier_for(tag)
         for msg, size in messages:
             if self.inflight >= limit:
                 if routed:
-                    await self.broker.router.dispatch(routed)
+                    await self.router.dispatch(routed)
                     routed = []
                 while self.inflight >= limit:
                     self._slot = trio.Event()
@@ -176,9 +199,9 @@ class Session:
                 self.inflight += 1
                 routed.append(item)
         if routed:
-            await self.broker.router.dispatch(routed)
+            await self.router.dispatch(routed)
 
-    def _prepare(self, msg: Any, size: int, replier: Any) -> tuple[str, Request] | None:
+    def _prepare(self, msg: Any, size: int, replier: Any) -> tuple[Command, Request] | None:
         if isinstance(msg, DecodeError):
             self._answer(replier, {"ok": False, "error": BAD_FORMAT})
             return None
@@ -192,48 +215,34 @@ class Session:
         if not isinstance(cmd, str) or not cmd:
             self._answer(replier, request.error_reply(BAD_COMMAND))
             return None
-        if not self.authenticated and cmd != "Auth":
+        command = _WIRE.get(cmd)
+        if not self.authenticated and (command is None or not command.before_auth):
             self._answer(replier, request.error_reply("Not authenticated"))
             return None
-        route = ROUTES.get(cmd)
-        if route is None:
+        if command is None:
             self._answer(replier, request.error_reply(f"Unknown command: {cmd}"))
             return None
-        if route == SESSION:
+        if command.route == SESSION:
+            assert command.handler is not None  # the registry checked it
             try:
-                self._answer(replier, request.reply(self._session_command(cmd, msg, replier)))
+                self._answer(replier, request.reply(command.handler(self, msg, replier)))
             except CommandError as exc:
                 self._answer(replier, request.error_reply(exc.message))
             return None
-        if cmd in PULLS:
+        if command.pull:
             queue = msg.get("queue")
             if isinstance(queue, str):
                 self.pulled_queues.add(queue)
-        return route, request
+        return command, request
 
-    def _session_command(self, cmd: str, msg: dict[str, Any], replier: Any) -> dict[str, Any]:
-        if cmd == "SubscribeEvents":
-            self._subscribe(fields.queue_name(msg.get("queue")), replier)
-            return {}
-        if cmd == "UnsubscribeEvents":
-            self._unsubscribe()
-            return {}
-        if cmd == "Ping":
-            return {"data": {"pong": True, "time": float(int(time.time() * 1000))}}
-        if cmd == "Hello":
-            return {
-                "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": list(CAPABILITIES),
-                "server": "bunqueue",
-                "version": __version__,
-                "broker": "trioqueue",
-            }
-        # Auth: with no tokens configured every connection is already in.
-        token = msg.get("token")
+    # ------------------------------------------------------------------ session commands
+
+    def authenticate(self, token: Any) -> bool:
+        """Auth: with no tokens configured every connection is already in."""
         if not self.config.auth_tokens or self._token_ok(token):
             self.authenticated = True
-            return {}
-        raise CommandError("Invalid token")
+            return True
+        return False
 
     def _token_ok(self, token: Any) -> bool:
         """Trimmed, constant-time comparison; a blank or non-string token never matches."""
@@ -246,14 +255,14 @@ class Session:
                 ok = True
         return ok
 
-    def _subscribe(self, queue: str, replier: Any) -> None:
+    def subscribe(self, queue: str, replier: Any) -> None:
         """Push every event of ``queue`` to this connection as ``{type: "event", event}``.
 
         Event frames share the reply path (so they never interleave with replies) and
         its byte bound: a subscriber that does not read is cut off like any client
         that does not read its replies; the queues never wait for it.
         """
-        self._unsubscribe()
+        self.unsubscribe()
         tag = getattr(replier, "tag", None)
 
         def on_events(events: list[dict[str, Any]]) -> None:
@@ -262,11 +271,11 @@ class Session:
                 self.send_frames(frames, tag)
 
         self._subscriber = on_events
-        self.broker.events.subscribe(on_events)
+        self.events.subscribe(on_events)
 
-    def _unsubscribe(self) -> None:
+    def unsubscribe(self) -> None:
         if self._subscriber is not None:
-            self.broker.events.unsubscribe(self._subscriber)
+            self.events.unsubscribe(self._subscriber)
             self._subscriber = None
 
     def close(self) -> None:
@@ -274,8 +283,8 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        self._unsubscribe()
-        self.broker.router.connection_closed(self, self.pulled_queues)
+        self.unsubscribe()
+        self.router.connection_closed(self, self.pulled_queues)
 
 
 class _Tagged:

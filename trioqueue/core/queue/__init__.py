@@ -9,7 +9,6 @@ from ..fields import normalise_progress
 from .dependencies import ADOPT, REMOVE_CHILD, SET_PARENT, SETTLED
 from .leases import Lock
 from .ports import FinishedReader, JobIndex
-from .recovery import in_admission_order
 from .settings import DEFAULT_MAX_STALLS, DEFAULT_STALL_CONFIG, QueueSettings
 from .slices import Sliced
 from .stalls import STALL_CHECK_MS
@@ -21,5 +20,5 @@ __all__ = [
     "ADOPT", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
     "SET_PARENT", "STALL_CHECK_MS", "Delivery", "FinishedReader", "JobIndex", "JobWaiter",
     "Lock", "PullWaiter", "QueueSettings", "QueueState", "Sliced", "completed_reply",
-    "failed_reply", "finished_wire", "in_admission_order", "normalise_progress",
+    "failed_reply", "finished_wire", "normalise_progress",
 ]

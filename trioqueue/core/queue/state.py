@@ -35,9 +35,11 @@ from . import (
     moves,
     producing,
     progress,
-    recovery,
     stalls,
     views,
+)
+from . import (
+    restore as restoring,
 )
 from . import waiters as waiting
 from .dedup import DedupKey
@@ -172,8 +174,8 @@ class QueueState:
     push = producing.push
     _push_one = producing._push_one
 
-    # recovery: Rebuilding a queue from storage after a restart.
-    restore = recovery.restore
+    # restore: one stored job back into the queue after a restart
+    restore = restoring.restore
 
     # consuming: Delivering jobs to workers and taking their outcomes: PULL, ACK, ACKB, FAIL, and
     _next_ready = consuming._next_ready

@@ -1,8 +1,8 @@
-"""Rebuilding a queue from storage after a restart."""
+"""Rebuilding one live job of a queue from its stored record after a restart (the
+sequence for whole queues is :func:`trioqueue.core.recovery.rebuild`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
@@ -54,14 +54,3 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *, charge_active: b
                 q._next_stall_check = now + STALL_CHECK_MS
         q._count(job, +1, now)
     return job
-
-
-def in_admission_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored live jobs in the order their queues admitted them.
-
-    Storage hands records back in key (job id) order, which differs from admission
-    order once custom ids are involved; restoring by ``seq`` keeps FIFO order (and
-    which job owned a key) the same across a restart. ``seq`` counts per queue, and
-    sorting all queues together keeps each queue's own order.
-    """
-    return sorted(records, key=lambda record: record.get("seq", 0))

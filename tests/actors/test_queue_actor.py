@@ -1,0 +1,120 @@
+"""A queue actor built from in-memory fakes, without a Broker: what it needs is what it
+is given (actors.ports), and nothing reaches back to the broker."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import trioqueue
+from trioqueue.actors.clock import TrioClock
+from trioqueue.actors.ports import QueueLimits, limits_from
+from trioqueue.actors.queue_actor import QueueActor
+from trioqueue.actors.request import Replier, Request, deliver_all
+from trioqueue.config import Config
+from trioqueue.core.writes import Writes
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.testing.queue import DictIndex
+
+ACTORS = Path(trioqueue.__file__).parent / "actors"
+
+
+class Committer:
+    """Commits on every release, as the storage writer does without an fsync due."""
+
+    def __init__(self, storage: MemoryStorage) -> None:
+        self.storage = storage
+        self.pending: list[Writes] = []
+        self.commits = 0
+
+    def submit(self, writes: Writes) -> None:
+        if writes:
+            self.pending.append(writes)
+
+    def commit_now(self) -> None:
+        if self.pending:
+            self.storage.apply(self.pending)
+            self.pending = []
+            self.commits += 1
+
+    def release(self, deliveries: list[tuple[Replier, dict[str, Any]]]) -> None:
+        self.commit_now()
+        if deliveries:
+            deliver_all(deliveries)
+
+
+class Index(DictIndex):
+    def forget_queue(self, queue: str) -> None:
+        for job_id in [j for j, q in self.items() if q == queue]:
+            del self[job_id]
+
+
+class Events:
+    active = False
+
+    def __init__(self) -> None:
+        self.published: list[dict[str, Any]] = []
+
+    def publish(self, events: list[dict[str, Any]]) -> None:
+        self.published.extend(events)
+
+
+class Reply:
+    """A replier a test can wait on."""
+
+    def __init__(self) -> None:
+        self.got: dict[str, Any] | None = None
+        self.arrived = trio.Event()
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.got = reply
+        self.arrived.set()
+
+
+async def ask(actor: QueueActor, cmd: str, **msg: Any) -> dict[str, Any]:
+    reply = Reply()
+    actor.pending += 1  # as the router counts a batch until the actor takes it
+    await actor.send.send([Request(cmd, {"cmd": cmd, **msg}, reply)])
+    with trio.fail_after(5):
+        await reply.arrived.wait()
+    assert reply.got is not None
+    return reply.got
+
+
+async def test_a_queue_actor_runs_push_and_pull_without_a_broker() -> None:
+    storage = MemoryStorage()
+    committer = Committer(storage)
+    index = Index()
+    notices: list[Any] = []
+    actor = QueueActor(
+        "jobs", committer=committer, index=index, clock=TrioClock(),
+        post_notices=notices.extend, events=Events(), admission=None,
+        limits=limits_from(Config(memory=True), QueueLimits), storage=storage)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        pushed = await ask(actor, "PUSH", queue="jobs", data={"n": 1})
+        assert pushed["ok"] is True
+        job_id = pushed["id"]
+        assert index.locate(job_id) == "jobs"  # the actor keeps the index it was given
+        assert storage.load().live_jobs[0]["id"] == job_id  # committed before the reply
+
+        pulled = await ask(actor, "PULL", queue="jobs", timeout=0, owner="w")
+        assert pulled["ok"] is True and pulled["job"]["id"] == job_id
+        assert storage.load().live_jobs[0]["state"] == "active"
+        assert committer.commits == 2 and notices == []
+        nursery.cancel_scope.cancel()
+
+
+def test_the_actors_do_not_import_the_broker() -> None:
+    """The router and the queue actor depend on actors.ports, not on Broker (which
+    closed an import cycle through TYPE_CHECKING before)."""
+    for module in ("queue_actor.py", "router.py"):
+        tree = ast.parse((ACTORS / module).read_text())
+        imported = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert "broker" not in imported and "actors.broker" not in imported, module
+        assert not any(isinstance(node, ast.Attribute) and node.attr == "broker"
+                       for node in ast.walk(tree)), module

@@ -1,0 +1,218 @@
+"""The recovery sequence (core.recovery.rebuild): the order in which it settles things.
+
+Jobs active at a crash are charged an attempt in creation order (createdAt, then id),
+after the outcomes the crash cut off from their notices have settled. The order only
+shows when two outcomes conflict at one parent: a ``failParentOnFailure`` child buries
+a waiting parent, a ``continueParentOnFailure`` child releases it, and whichever the
+parent hears of first wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trioqueue.core.job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN
+from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import SETTLED, QueueState
+from trioqueue.core.recovery import in_charge_order, in_restore_order, rebuild
+from trioqueue.storage.finished import QueueFinished
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.testing.queue import DictIndex, QueueHarness
+
+T0 = 1_764_000_000_000
+CONTINUE = "continueParentOnFailure"
+FAIL = "failParentOnFailure"
+
+
+def push(h: QueueHarness, job_id: str, deps: tuple[str, ...] = (), policy: str | None = None,
+         now: int = T0) -> None:
+    fields: dict[str, Any] = {"data": None, "jobId": job_id, "maxAttempts": 1}
+    if deps:
+        fields["dependsOn"] = list(deps)
+    if policy:
+        fields[policy] = True
+    spec = parse_job_input(fields, custom_id_key="jobId")
+    h.q.check_push_dependencies([spec], now, batch=False)
+    h.call("push", [spec], now)
+
+
+def pull(h: QueueHarness, count: int, now: int = T0) -> list[str]:
+    jobs, _ = h.call("pull", now, count=count, owner=None, lock_ttl=30_000, conn=None)
+    return [job["id"] for job in jobs]
+
+
+def state(h: QueueHarness, job_id: str) -> str:
+    live = h.q.jobs.get(job_id)
+    if live is not None:
+        return live.state
+    record = h.storage.get_finished(job_id)
+    assert record is not None, f"{job_id} is gone"
+    return str(record["state"])
+
+
+def test_a_job_readmitted_after_its_dependencies_is_charged_in_creation_order() -> None:
+    """The case the dependency model found (../shared/design/repro_restart_order.py).
+
+    j4 (continue) and j5 (fail) are both active at the crash and j6 waits for both.
+    j4 was pushed first but re-admitted later, when its own dependencies resolved, so
+    by admission order (seq) j5 came first and buried j6. By creation order j4 comes
+    first: j6 is released, and j5's failure finds it no longer waiting.
+    """
+    h = QueueHarness()
+    push(h, "j1")
+    push(h, "j2", policy=CONTINUE)
+    push(h, "j3", ("j1",))
+    push(h, "j4", ("j1", "j2"), CONTINUE)
+    push(h, "j5", policy=FAIL)
+    assert pull(h, 3) == ["j1", "j2", "j5"]
+    h.call("cancel", "j3", T0)
+    h.deliver_notices(T0)
+    h.call("fail", "j2", T0, error="e-j2")
+    h.deliver_notices(T0)  # j4 released by j2's continueParentOnFailure
+    push(h, "j6", ("j4", "j5"))
+    assert pull(h, 1) == ["j4"]
+    assert h.q.jobs["j4"].seq > h.q.jobs["j5"].seq  # re-admitted after j5: the old trap
+
+    h.restart(T0)
+
+    assert state(h, "j4") == state(h, "j5") == FAILED
+    assert state(h, "j6") == QUEUED
+    assert not h.q.jobs["j6"].pending
+
+
+@pytest.mark.parametrize(("older", "younger", "parent_ends"), [
+    (CONTINUE, FAIL, QUEUED),  # the older child releases the parent first
+    (FAIL, CONTINUE, FAILED),  # the older child buries it first
+])
+def test_created_at_orders_before_the_id(older: str, younger: str, parent_ends: str) -> None:
+    """"b" is created a millisecond before "a": it is charged first, whatever its name."""
+    h = QueueHarness()
+    push(h, "b", policy=older)
+    push(h, "a", policy=younger, now=T0 + 1)
+    push(h, "parent", ("a", "b"), now=T0 + 1)
+    assert sorted(pull(h, 2, T0 + 1)) == ["a", "b"]
+
+    h.restart(T0 + 2)
+
+    assert state(h, "parent") == parent_ends
+
+
+def test_outcomes_cut_off_by_the_crash_settle_before_interrupted_jobs_are_charged() -> None:
+    """c failed (its row committed, its notice lost with the process): that buries p,
+    and p's failure buries g. x, active at the crash, would release g, but its failure
+    comes after: the outcome recorded before the crash is settled to the end first."""
+    h = QueueHarness()
+    push(h, "x", policy=CONTINUE)
+    push(h, "c", policy=FAIL)
+    push(h, "p", ("c",), FAIL)
+    push(h, "g", ("p", "x"))
+    assert sorted(pull(h, 2)) == ["c", "x"]
+    h.call("fail", "c", T0, error="e-c")
+    h.q.take_notices()  # lost with the process
+
+    h.restart(T0)
+
+    assert state(h, "p") == state(h, "g") == FAILED
+    assert state(h, "x") == FAILED
+
+
+def test_charge_order_is_global_across_queues() -> None:
+    """A broker restart rebuilds every queue at once: the children live in two queues,
+    the parent in a third, and the order is still createdAt then id across them."""
+    storage = MemoryStorage()
+    index = DictIndex()
+
+    def fresh(name: str) -> QueueState:
+        return QueueState(name, index, QueueFinished(name, storage))
+
+    states = {name: fresh(name) for name in ("fail", "cont", "parents")}
+
+    def run(name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(states[name], method)(*args, **kwargs)
+        storage.apply([states[name].take_writes()])
+        return result
+
+    def spec(job_id: str, **fields: Any) -> dict[str, Any]:
+        return parse_job_input({"data": None, "jobId": job_id, "maxAttempts": 1, **fields},
+                               custom_id_key="jobId")
+
+    # The continue child is created first but lives in a queue whose name sorts last.
+    run("cont", "push", [spec("z-cont", continueParentOnFailure=True)], T0)
+    run("fail", "push", [spec("a-fail", failParentOnFailure=True)], T0 + 1)
+    run("parents", "push", [spec("parent", dependsOn=["a-fail", "z-cont"])], T0 + 1)
+    for name in ("fail", "cont"):
+        run(name, "pull", T0 + 1, count=1, owner=None, lock_ttl=30_000, conn=None)
+
+    index.clear()
+    index.dependents.clear()
+    states = {name: fresh(name) for name in states}
+    left = rebuild(storage.load(), T0 + 2, state_for=states.get, locate=index.locate,
+                   dependents=index.dependents)
+
+    assert left == []
+    parent = states["parents"].jobs["parent"]
+    assert parent.state == QUEUED and not parent.pending
+
+
+def test_a_queue_not_rebuilt_gets_its_notices_back() -> None:
+    """A queue actor's restart rebuilds its own queue only: what recovery tells a job of
+    another queue is returned for the caller to post, not applied or dropped.
+
+    c failed in queue "a" with its notice lost; replaying its row buries p (also in
+    "a"), whose failure must reach g in queue "b", which is not being rebuilt.
+    """
+    storage = MemoryStorage()
+    index = DictIndex()
+    a = QueueState("a", index, QueueFinished("a", storage))
+    b = QueueState("b", index, QueueFinished("b", storage))
+
+    def run(q: QueueState, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(q, method)(*args, **kwargs)
+        storage.apply([q.take_writes()])
+        return result
+
+    def spec(job_id: str, **fields: Any) -> dict[str, Any]:
+        return parse_job_input({"data": None, "jobId": job_id, "maxAttempts": 1, **fields},
+                               custom_id_key="jobId")
+
+    run(a, "push", [spec("c", failParentOnFailure=True)], T0)
+    run(a, "push", [spec("p", dependsOn=["c"], failParentOnFailure=True)], T0)
+    run(b, "push", [spec("g", dependsOn=["p"])], T0)
+    run(a, "pull", T0, count=1, owner=None, lock_ttl=30_000, conn=None)
+    run(a, "fail", "c", T0, token=None, error="e-c")
+    a.take_notices()  # lost with the actor
+
+    index.remove("p")  # what the router forgets of queue "a" before the rebuild
+    rebuilt = QueueState("a", index, QueueFinished("a", storage))
+    left = rebuild(storage.load(), T0, state_for={"a": rebuilt}.get, locate=index.locate,
+                   dependents=index.dependents, charge_active=False)
+
+    assert "p" not in rebuilt.jobs  # buried by the replayed row
+    assert [(job_id, notice[0], notice[2]) for job_id, notice in left] == [
+        ("g", SETTLED, "p")]
+    b.apply_notice(left[0][1], T0)
+    assert "g" not in b.jobs  # p's failParentOnFailure reached it
+
+
+def test_an_actor_restart_keeps_active_jobs_active() -> None:
+    h = QueueHarness()
+    push(h, "a", policy=FAIL)
+    push(h, "parent", ("a",))
+    assert pull(h, 1) == ["a"]
+
+    h.restart(T0, charge_active=False)
+
+    assert state(h, "a") == ACTIVE
+    assert state(h, "parent") == WAITING_CHILDREN
+
+
+def test_the_two_orders() -> None:
+    records = [
+        {"id": "b", "seq": 1, "createdAt": 5.0},
+        {"id": "a", "seq": 3, "createdAt": 5.0},
+        {"id": "c", "seq": 2, "createdAt": 4.0},
+    ]
+    assert [r["id"] for r in in_restore_order(records)] == ["b", "c", "a"]
+    assert [r["id"] for r in in_charge_order(records)] == ["c", "a", "b"]

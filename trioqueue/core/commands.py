@@ -1,0 +1,216 @@
+"""The command table: every command the core answers, each declared once.
+
+Adding a command is one :class:`~trioqueue.core.registry.Command` here plus its handler
+(in :mod:`trioqueue.core.handlers` for a queue command). Commands the session answers
+itself are declared beside their handlers in :mod:`trioqueue.transport.commands`, which
+adds them to this table to make the whole wire table.
+
+The names below the table (``QUEUE_HANDLERS``, ``MISSING_JOB``, ...) are views of it,
+built once at import, for the queue actor and the router; ``trioqueue.core.handlers``
+still answers to them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from . import handlers as h
+from . import states as st
+from .errors import JOB_NOT_FOUND
+from .queue import QueueState, completed_reply
+from .registry import (
+    BROKER,
+    BY_CUSTOM_ID,
+    BY_ID,
+    BY_IDS,
+    BY_PARENT_ID,
+    BY_QUEUE,
+    FLOW,
+    INTERNAL,
+    JOB_ID,
+    Command,
+    CommandTable,
+    MissingReply,
+    MultiId,
+    Reply,
+    not_found,
+)
+from .workers import WorkerRegistry
+
+# Sent by the router to each queue a closed connection pulled from: its parked pulls
+# claim nothing and the jobs it was given go back (see QueueState.release_connection).
+RELEASE_CONNECTION = "__release_connection__"
+
+
+def _release_connection(q: QueueState, msg: dict[str, Any], ctx: h.Ctx) -> Reply:
+    q.release_connection(ctx.conn, ctx.now)
+    return {}
+
+
+# ------------------------------------------------------------------ workers registry
+
+
+def _register_worker(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+                     conn: Any) -> Reply:
+    return workers.register(msg, now, conn)
+
+
+def _unregister_worker(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+                       conn: Any) -> Reply:
+    return workers.unregister(msg)
+
+
+def _heartbeat(workers: WorkerRegistry, msg: dict[str, Any], now: int, conn: Any) -> Reply:
+    return workers.heartbeat(msg, now)
+
+
+def _list_workers(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+                  conn: Any) -> Reply:
+    return workers.list(now)
+
+
+# ------------------------------------------------------------------ job-creating
+
+
+def _one_job(msg: dict[str, Any]) -> int:
+    return 1
+
+
+def _batch_jobs(msg: dict[str, Any]) -> int:
+    jobs = msg.get("jobs")
+    return len(jobs) if isinstance(jobs, list) else 1
+
+
+# ------------------------------------------------------------------ multi-id replies
+
+
+def _merge_acks(ids: list[str], parts: list[tuple[list[int], Reply]],
+                unknown: list[int]) -> Reply:
+    ignored = list(unknown)
+    for positions, reply in parts:
+        for i in reply.get("data", {}).get("ignoredIndices", []):
+            ignored.append(positions[i])
+    ignored.sort()
+    if not ignored:
+        return {}
+    return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
+
+
+def _merge_lock_counts(ids: list[str], parts: list[tuple[list[int], Reply]],
+                       unknown: list[int]) -> Reply:
+    return {"count": sum(reply.get("count", 0) for _, reply in parts)}
+
+
+def _merge_heartbeats(ids: list[str], parts: list[tuple[list[int], Reply]],
+                      unknown: list[int]) -> Reply:
+    total = sum(reply.get("data", {}).get("count", 0) for _, reply in parts)
+    return {"data": {"ok": True, "count": total}}
+
+
+# ------------------------------------------------------------------ the table
+
+_NOT_ACTIVE = not_found("Job not found or not in processing state: {id}")
+_NOT_FOUND = not_found(JOB_NOT_FOUND)
+
+
+def _by_id(name: str, handler: h.Handler, missing: MissingReply = _NOT_FOUND,
+           **facets: Any) -> Command:
+    return Command(name, BY_ID, handler, missing=missing, **facets)
+
+
+def _by_queue(name: str, handler: h.Handler, **facets: Any) -> Command:
+    return Command(name, BY_QUEUE, handler, **facets)
+
+
+CORE_COMMANDS = CommandTable([
+    # ---- addressed by queue name
+    _by_queue("PUSH", h.push, admits=_one_job),
+    _by_queue("PUSHB", h.pushb, admits=_batch_jobs),
+    _by_queue("PULL", h.pull, pull=True),
+    _by_queue("PULLB", h.pullb, pull=True),
+    _by_queue("GetJobs", h.get_jobs),
+    _by_queue("GetJobCounts", h.get_job_counts),
+    _by_queue("GetCountsPerPriority", h.get_counts_per_priority),
+    _by_queue("Count", h.count),
+    _by_queue("GetDeduplicationJobId", h.get_deduplication_job_id),
+    _by_queue("GetQueueLimits", h.get_queue_limits),
+    _by_queue("PromoteJobs", h.promote_jobs),
+    _by_queue("SetStallConfig", h.set_stall_config),
+    _by_queue("GetStallConfig", h.get_stall_config),
+    _by_queue("Pause", h.pause),
+    _by_queue("Resume", h.resume),
+    _by_queue("IsPaused", h.is_paused),
+    _by_queue("Drain", h.drain),
+    _by_queue("Obliterate", h.obliterate),
+    # ---- addressed by job id; the reply when no queue (nor storage) knows the id
+    _by_id("ACK", h.ack, _NOT_ACTIVE),
+    _by_id("FAIL", h.fail, _NOT_ACTIVE),
+    _by_id("ExtendLock", h.extend_lock, not_found("Lock not found or invalid token")),
+    _by_id("JobHeartbeat", h.job_heartbeat,
+           not_found("Job not found or not active (or invalid token)")),
+    _by_id("Cancel", h.cancel, not_found("Job not found or cannot be cancelled")),
+    _by_id("Update", h.update, not_found("Job not found or cannot be updated")),
+    _by_id("ChangePriority", h.change_priority, not_found("Job not found or not in queue")),
+    _by_id("Promote", h.promote, not_found("Job not found or not delayed")),
+    _by_id("ChangeDelay", h.change_delay, not_found("Job not found or cannot change delay")),
+    # A job removed on completion is gone from storage; its retained result answers.
+    _by_id("WaitJob", h.wait_job, not_found("Job {id} not found"),
+           retained=completed_reply),
+    # Only when it revives a dead-lettered job does it create one (see move_to_wait).
+    _by_id("MoveToWait", h.move_to_wait, admits=_one_job),
+    _by_id("GetState", h.get_state, not_found(id=JOB_ID, state=st.UNKNOWN)),
+    _by_id("GetResult", h.get_result, not_found(id=JOB_ID)),
+    _by_id("ClearLogs", h.clear_logs, not_found()),
+    _by_id("GetLogs", h.get_logs, lambda job_id: {"data": {"logs": [], "count": 0}}),
+    _by_id("GetChildrenValues", h.get_children_values,
+           lambda job_id: {"data": {"values": {}}}),
+    _by_id("GetFailedChildrenValues", h.get_failed_children_values,
+           lambda job_id: {"values": {}}),
+    _by_id("GetIgnoredChildrenFailures", h.get_ignored_children_failures,
+           lambda job_id: {"values": {}}),
+    # ... and "Job not found"
+    _by_id("Progress", h.progress),
+    _by_id("GetProgress", h.get_progress),
+    _by_id("AddLog", h.add_log),
+    _by_id("GetJob", h.get_job),
+    _by_id("MoveToDelayed", h.move_to_delayed),
+    _by_id("Discard", h.discard),
+    _by_id("MoveToWaitingChildren", h.move_to_waiting_children),
+    _by_id("GetDependencies", h.get_dependencies),
+    _by_id("GetDependenciesCount", h.get_dependencies_count),
+    _by_id("RemoveChildDependency", h.remove_child_dependency),
+    _by_id("RemoveUnprocessedChildren", h.remove_unprocessed_children),
+    # ---- addressed by another id field
+    Command("GetJobByCustomId", BY_CUSTOM_ID, h.get_job_by_custom_id, missing=_NOT_FOUND),
+    Command("UpdateParent", BY_PARENT_ID, h.update_parent,
+            missing=not_found("Parent job {id} not found")),
+    # ---- addressed by a list of job ids, maybe in several queues
+    Command("ACKB", BY_IDS, h.ackb, multi=MultiId(
+        h.ackb_args, ("tokens", "results", "removeOnCompletes"), _merge_acks)),
+    Command("ExtendLocks", BY_IDS, h.extend_locks, multi=MultiId(
+        h.extend_locks_args, ("tokens", "durations"), _merge_lock_counts)),
+    Command("JobHeartbeatB", BY_IDS, h.job_heartbeat_b, multi=MultiId(
+        h.heartbeat_b_args, ("tokens",), _merge_heartbeats)),
+    # ---- answered by the router: a flow across queues, the workers registry
+    Command("PUSHF", FLOW),
+    Command("RegisterWorker", BROKER, _register_worker),
+    Command("UnregisterWorker", BROKER, _unregister_worker),
+    Command("Heartbeat", BROKER, _heartbeat),
+    Command("ListWorkers", BROKER, _list_workers),
+    # ---- the broker's own, never from a client
+    Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
+])
+
+# ------------------------------------------------------------------ views
+
+QUEUE_HANDLERS = cast(dict[str, h.Handler], CORE_COMMANDS.queue_handlers)
+MISSING_JOB = CORE_COMMANDS.missing_job
+MULTI_IDS = CORE_COMMANDS.multi_ids
+MULTI_ARGS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    name: multi.args for name, multi in MULTI_IDS.items()}
+PARALLEL_ARRAYS = {name: multi.parallel for name, multi in MULTI_IDS.items()}
+# Commands that can create a live job: the ones a nearly full store refuses, with the
+# number of jobs each may create. PUSHF is admitted by the router, which checks itself.
+ADMITS = CORE_COMMANDS.admits
+ADMITTING = CORE_COMMANDS.admitting
