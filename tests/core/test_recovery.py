@@ -17,8 +17,8 @@ from trioqueue.core.job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import SETTLED, QueueState
 from trioqueue.core.recovery import in_charge_order, in_restore_order, rebuild
-from trioqueue.storage.finished import QueueFinished
 from trioqueue.storage.memory import MemoryStorage
+from trioqueue.storage.reads import direct_view
 from trioqueue.testing.queue import DictIndex, QueueHarness
 
 T0 = 1_764_000_000_000
@@ -125,7 +125,7 @@ def test_charge_order_is_global_across_queues() -> None:
     index = DictIndex()
 
     def fresh(name: str) -> QueueState:
-        return QueueState(name, index, QueueFinished(name, storage))
+        return QueueState(name, index, direct_view(storage, name))
 
     states = {name: fresh(name) for name in ("fail", "cont", "parents")}
 
@@ -165,8 +165,8 @@ def test_a_queue_not_rebuilt_gets_its_notices_back() -> None:
     """
     storage = MemoryStorage()
     index = DictIndex()
-    a = QueueState("a", index, QueueFinished("a", storage))
-    b = QueueState("b", index, QueueFinished("b", storage))
+    a = QueueState("a", index, direct_view(storage, "a"))
+    b = QueueState("b", index, direct_view(storage, "b"))
 
     def run(q: QueueState, method: str, *args: Any, **kwargs: Any) -> Any:
         result = getattr(q, method)(*args, **kwargs)
@@ -185,7 +185,7 @@ def test_a_queue_not_rebuilt_gets_its_notices_back() -> None:
     a.take_notices()  # lost with the actor
 
     index.remove("p")  # what the router forgets of queue "a" before the rebuild
-    rebuilt = QueueState("a", index, QueueFinished("a", storage))
+    rebuilt = QueueState("a", index, direct_view(storage, "a"))
     left = rebuild(storage.load(), T0, state_for={"a": rebuilt}.get, locate=index.locate,
                    dependents=index.dependents, charge_active=False)
 

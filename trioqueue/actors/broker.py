@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from typing import Any
 
 import trio
 
 from ..config import Config
 from ..core.clock import Clock
+from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .clock import TrioClock
@@ -131,9 +133,20 @@ class Broker:
         the notices recovery makes are applied within it, so queues start settled)."""
         recovered = self.storage.load()
         router = self.router
-        left = rebuild(recovered, self.clock.now_ms(),
-                       state_for=lambda name: router.actor(name, recovering=True).state,
-                       locate=router.locate, dependents=router.dependents)
+        with ExitStack() as direct:
+            reading: set[str] = set()
+
+            def state_for(name: str) -> QueueState:
+                # Recovery is the shell driving the core: the queues' reads of
+                # finished jobs are fetched as they are made.
+                actor = router.actor(name, recovering=True)
+                if name not in reading:
+                    reading.add(name)
+                    direct.enter_context(actor.reading_directly())
+                return actor.state
+
+            left = rebuild(recovered, self.clock.now_ms(), state_for=state_for,
+                           locate=router.locate, dependents=router.dependents)
         router.post_notices(left)  # none: every queue was rebuilt
         for actor in router.actors.values():
             self.writer.submit(actor.state.take_writes())

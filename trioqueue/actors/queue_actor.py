@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import trio
@@ -37,14 +39,19 @@ from ..core.commands import ADMITS, QUEUE_HANDLERS
 from ..core.errors import INTERNAL_ERROR, CommandError
 from ..core.handlers import Ctx
 from ..core.queue import Delivery, JobWaiter, PullWaiter, QueueState, Sliced
+from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.recovery import rebuild
-from ..storage.finished import QueueFinished
 from ..storage.port import Storage
+from ..storage.reads import fetch
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .writer import StorageFailure
 
 log = logging.getLogger("trioqueue.queue")
+
+# Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
+# once for all its dependencies; a children query twice: the rows, then the children).
+MAX_REFETCHES = 8
 
 # What one admitted command is taken to add to the store, before it is committed and
 # can be measured: twice its frame (a record carries its data plus the broker's fields,
@@ -115,8 +122,10 @@ class QueueActor:
         self.send, self._recv = trio.open_memory_channel[list[Request]](
             limits.queue_inbox_batches
         )
-        self.state = QueueState(
-            name, index, QueueFinished(name, storage, before_read=committer.commit_now))
+        # What the core knows of finished jobs: what this actor fetched for it (see
+        # _fetch); the core itself never reads the store.
+        self._view = FinishedView(name)
+        self.state = QueueState(name, index, self._view)
         self._backlog: deque[Request] = deque()
         # Notices from other queues (a child settled, adopt a flow's jobs, ...): an
         # unbounded deque rather than the inbox, so that a queue never blocks on
@@ -129,6 +138,7 @@ class QueueActor:
         # A command whose work is done in slices (Drain, Obliterate, PromoteJobs of a
         # large queue), with its request: see _slice.
         self._long: tuple[Request, Sliced] | None = None
+        self._refetches = 0  # rounds of reads the current command asked for
         self.crashes: list[float] = []
         self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
@@ -185,13 +195,15 @@ class QueueActor:
         self._deliveries = []
         writer.commit_now()
         old = self.state
-        state = self.state = QueueState(self.name, self._index, old.finished)
+        self._view.forget()
+        state = self.state = QueueState(self.name, self._index, self._view)
         self._index.forget_queue(self.name)
         # Active jobs stay active (their workers are still alive; only the actor
         # died), but their locks are gone, so ACKs are taken without token.
-        notices = rebuild(self._storage.load(), self._clock.now_ms(),
-                          state_for={self.name: state}.get, locate=self._index.locate,
-                          dependents=self._index.dependents, charge_active=False)
+        with self.reading_directly():
+            notices = rebuild(self._storage.load(), self._clock.now_ms(),
+                              state_for={self.name: state}.get, locate=self._index.locate,
+                              dependents=self._index.dependents, charge_active=False)
         # Parked pulls lived in the dead state: answer them empty so clients re-poll.
         for waiter in old.waiters:
             if not waiter.done and waiter.handle is not None:
@@ -290,6 +302,7 @@ class QueueActor:
         q = self.state
         now = self._clock.now_ms()
         q.events_enabled = self._events.active
+        self._view.forget()  # other queues may have written since the last step
         if self._notices:
             self._apply_notices(now)
         self._apply_backlog(now)
@@ -310,6 +323,37 @@ class QueueActor:
                      else req.reply(delivery.reply))
             self._deliveries.append((req.replier, reply))
 
+    def _fetch(self, need: NeedData, q: QueueState) -> None:
+        """Answer the core's reads, then the command runs again (never awaits).
+
+        The store is made current first (an explicit commit of what this broker has
+        applied, not a side effect of reading), so the answers include every write a
+        reply was already promised for. A command that had changed anything before
+        asking broke the core's promise to read first: that is a bug, so it crashes.
+        """
+        if q.writes:
+            raise RuntimeError(f"{need}: asked after changing the queue")
+        self._refetches += 1
+        if self._refetches > MAX_REFETCHES:
+            raise RuntimeError(f"{need}: still missing after {MAX_REFETCHES} rounds")
+        self._committer.commit_now()
+        for read in need.reads:
+            self._view.supply(read, fetch(self._storage, self.name, read))
+
+    @contextmanager
+    def reading_directly(self) -> Iterator[None]:
+        """While the shell itself drives the core (recovery), misses are fetched at
+        once, after committing what recovery has written so far."""
+        def direct(read: Read) -> Any:
+            self._committer.commit_now()
+            return fetch(self._storage, self.name, read)
+
+        self._view.fallback = direct
+        try:
+            yield
+        finally:
+            self._view.fallback = None
+
     def _slice(self) -> None:
         """One slice of the long work in progress (never awaits); the last one answers.
 
@@ -322,6 +366,10 @@ class QueueActor:
         req, work = self._long
         self._current = req
         self.state.events_enabled = self._events.active
+        self._view.forget()
+        if work.need is not None:  # the reads this slice asked for, before it runs
+            self._refetches = 0
+            self._fetch(work.need, self.state)
         done = work.step()
         # Holds on jobs the slice removed are answered with it (timers wait).
         self._answer_waiters(self.state.parked.take_settled())
@@ -370,6 +418,10 @@ class QueueActor:
                         admit_estimate(req.frame_bytes, jobs(req.msg)))
             try:
                 result = handler(q, req.msg, ctx)
+            except NeedData as need:
+                self._fetch(need, q)
+                backlog.appendleft(req)  # again, now that the reads are known
+                continue
             except CommandError as exc:
                 # Handlers validate before they mutate, so a refused command has
                 # nothing to write; whatever it did record is still submitted below.
@@ -385,7 +437,11 @@ class QueueActor:
                     self._long = (req, result)
                 else:
                     deliveries.append((req.replier, req.reply(result)))
-            submit(q.take_writes())
+            writes = q.take_writes()
+            if writes:
+                submit(writes)
+                self._view.forget()  # what it fetched may be stale now
+            self._refetches = 0
             if self._long is not None:
                 break  # the rest of the batch waits for the long work (see _slice)
         self._current = None

@@ -22,6 +22,7 @@ from .errors import JOB_NOT_FOUND, STORAGE_FULL, CommandError
 from .job import COMPLETED, FAILED
 from .options import MAX_DATA_CHARS, parse_job_input, validate_job_data
 from .queue import JobWaiter, PullWaiter, QueueState, Sliced, completed_reply, failed_reply
+from .queue.dependencies import push_reads
 
 Reply = dict[str, Any]
 
@@ -59,6 +60,8 @@ def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
                            max_data_bytes=ctx.max_data_bytes)
     if "custom_id" in spec:
         fields.check_id_fits_queue(q.name, spec["custom_id"])
+        if "depends_on" not in spec:  # a finished job holding the id is retired
+            q.finished.want(push_reads([spec]))
     if "depends_on" in spec:
         q.check_push_dependencies([spec], ctx.now, batch=False)
     # After validation (a malformed job is refused for good, whatever the space),

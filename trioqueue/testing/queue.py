@@ -14,8 +14,8 @@ from ..core.errors import CommandError
 from ..core.flows import Dependents, DependentsIndex
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
-from ..storage.finished import QueueFinished
 from ..storage.memory import MemoryStorage
+from ..storage.reads import direct_view
 
 
 class DictIndex(dict[str, str], DependentsIndex):
@@ -55,7 +55,7 @@ class QueueHarness:
         self.q = self._fresh()
 
     def _fresh(self) -> QueueState:
-        return QueueState(self.name, self.index, QueueFinished(self.name, self.storage))
+        return QueueState(self.name, self.index, direct_view(self.storage, self.name))
 
     def commit(self) -> None:
         writes = self.q.take_writes()

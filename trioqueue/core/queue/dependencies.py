@@ -10,6 +10,7 @@ from .. import fields, flows
 from .. import states as st
 from ..errors import JOB_NOT_FOUND, CommandError
 from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job
+from . import finished as fin
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -63,6 +64,17 @@ def dependency_exists(q: QueueState, dep_id: str, now: int) -> bool:
     return q.index.retained_result(dep_id, now) is not None
 
 
+def push_reads(specs: Sequence[dict[str, Any]]) -> list[fin.Read]:
+    """The finished-job reads admitting ``specs`` may make."""
+    reads: list[fin.Read] = []
+    for spec in specs:
+        custom_id = spec.get("custom_id")
+        if custom_id is not None:
+            reads.append((fin.GET, custom_id))
+        reads.extend(fin.record_reads(spec.get("depends_on") or ()))
+    return reads
+
+
 def check_push_dependencies(q: QueueState, specs: Sequence[dict[str, Any]], now: int,
                             *, batch: bool) -> None:
     """Refuse unknown or circular dependencies before anything is admitted.
@@ -70,6 +82,9 @@ def check_push_dependencies(q: QueueState, specs: Sequence[dict[str, Any]], now:
     In a PUSHB, ``dependsOn`` may name any ``customId`` of the same batch, in any
     order; such references are not looked up (the jobs exist once admitted).
     """
+    # Every read admission may make (custom ids a finished job holds, finished
+    # dependencies and their results), asked for at once before anything changes.
+    q.finished.want(push_reads(specs))
     batch_ids = {spec["custom_id"] for spec in specs if spec.get("custom_id")}
     edges: dict[str, list[str]] = {}
     for i, spec in enumerate(specs):
@@ -246,6 +261,8 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
     if child_id == parent_id:
         raise CommandError("A job cannot be its own parent")
     fields.check_dependency_pair(parent_id, child_id)
+    # Every read this may make, before anything changes (see core/queue/finished.py).
+    q.finished.want([(fin.GET, parent_id), *fin.record_reads([child_id])])
     parent = q.jobs.get(parent_id)
     if parent is None:
         record = q.finished.get(parent_id)
@@ -331,12 +348,19 @@ def _child_queue(q: QueueState, child_id: str) -> str | None:
     return queue
 
 
+def _want_children(q: QueueState, child_ids: Iterable[str]) -> None:
+    """The finished records :meth:`_child_queue` will read, asked for at once."""
+    q.finished.want([(fin.GET, c) for c in child_ids if q.index.locate(c) is None])
+
+
 def children_outcomes(q: QueueState, parent_id: str, kind: str,
                       policy: str | None = None) -> dict[str, Any]:
     """Children's results (``kind`` completed) or errors (failed, by policy), keyed
     ``<queue>:<id>`` while the child exists and by bare id once it is gone."""
     out: dict[str, Any] = {}
-    for child_id, outcome in q.finished.dep_outcomes(parent_id).items():
+    rows = q.finished.dep_outcomes(parent_id)
+    q._want_children(rows)
+    for child_id, outcome in rows.items():
         if outcome.get("kind") != kind:
             continue
         key = flows.child_key(q._child_queue(child_id), child_id)
@@ -354,6 +378,7 @@ def dependencies(q: QueueState, parent_id: str) -> dict[str, Any]:
     if job is None and q.finished.get(parent_id) is None:
         raise CommandError(JOB_NOT_FOUND)
     pending = (job.pending or []) if job is not None else []
+    q._want_children(pending)
     return {
         "processed": q.children_outcomes(parent_id, flows.COMPLETED),
         "unprocessed": [flows.child_key(q._child_queue(c), c) for c in pending],

@@ -20,6 +20,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from ..job import COMPLETED, FAILED
+from .finished import NeedData
 
 if TYPE_CHECKING:
     from .order import CreationOrder
@@ -29,37 +30,53 @@ if TYPE_CHECKING:
 # delays every other queue by at most one slice at a time.
 SLICE_JOBS = 2_000
 
-Steps = Generator[None, None, Any]
+# A step yields None (a slice is done) or the reads the next slice needs first.
+Steps = Generator["NeedData | None", None, Any]
 
 
 class Sliced:
     """One command's long work; :meth:`step` runs a slice, True once it is done."""
 
-    __slots__ = ("_steps", "_reply", "result", "done")
+    __slots__ = ("_steps", "_reply", "result", "done", "need")
 
     def __init__(self, steps: Steps, reply: Callable[[Any], dict[str, Any]]) -> None:
         self._steps = steps
         self._reply = reply
         self.result: Any = None
         self.done = False
+        # The reads the next slice needs (the actor supplies them before the next step).
+        self.need: NeedData | None = None
 
     def step(self) -> bool:
         try:
-            next(self._steps)
+            self.need = next(self._steps)
         except StopIteration as stop:
             self.result = stop.value
             self.done = True
+            self.need = None
         return self.done
 
     def run(self) -> Any:
-        """Every remaining slice at once (the synchronous form); returns the result."""
+        """Every remaining slice at once (the synchronous form, for a driver whose
+        view fetches misses itself); returns the result."""
         while not self.step():
-            pass
+            if self.need is not None:
+                raise self.need
         return self.result
 
     def reply(self) -> dict[str, Any]:
         assert self.done, "the work is not finished"
         return self._reply(self.result)
+
+
+def _ids_page(q: QueueState, state: str, after: Any) -> Generator[
+        NeedData | None, None, tuple[list[str], Any]]:
+    """A page of finished ids; until the actor supplied it, the slice asks for it."""
+    while True:
+        try:
+            return q.finished.ids_page(state, after=after, limit=SLICE_JOBS)
+        except NeedData as need:
+            yield need
 
 
 def _take(order: CreationOrder) -> list[str]:
@@ -72,7 +89,7 @@ def _trim(heap: list[Any]) -> Steps:
     while heap:
         del heap[-SLICE_JOBS:]
         if heap:
-            yield
+            yield None
 
 
 def drain(q: QueueState, now: int) -> Steps:
@@ -85,7 +102,7 @@ def drain(q: QueueState, now: int) -> Steps:
             for job_id in ids:
                 q._drop_queued(q.jobs[job_id], now)
             removed += len(ids)
-            yield
+            yield None
     # Nothing is queued now, so every heap entry left is stale.
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
@@ -102,18 +119,18 @@ def obliterate(q: QueueState, now: int) -> Steps:
         while ids := _take(order):
             for job_id in ids:
                 q._drop_queued(q.jobs[job_id], now)
-            yield
+            yield None
     for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):
-        ids, after = q.finished.ids_page(state, after=None, limit=SLICE_JOBS)
-        while ids:
+        after: Any = None
+        while True:
+            ids, after = yield from _ids_page(q, state, after)
             for job_id in ids:
                 q.writes.delete_job(job_id)
-            yield
-            if after is None:
+            yield None
+            if after is None or not ids:
                 break
-            ids, after = q.finished.ids_page(state, after=after, limit=SLICE_JOBS)
     q.stall_watch.clear()
     q.logs.clear()
     q.index.forget_retained(q.name)
@@ -134,5 +151,5 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
             if job is not None:
                 q._reschedule(job, now, run_at=now)
                 promoted += 1
-        yield
+        yield None
     return promoted

@@ -43,17 +43,18 @@ from . import (
 )
 from . import waiters as waiting
 from .dedup import DedupKey
+from .finished import FinishedView
 from .leases import Lock
 from .lifecycle import Counters
 from .order import Places
-from .ports import FinishedReader, JobIndex
+from .ports import JobIndex
 from .settings import QueueSettings
 from .stalls import STALL_CHECK_MS, StallWatch
 from .waiters import Delivery, Parked, PullWaiter
 
 
 class QueueState:
-    def __init__(self, name: str, index: JobIndex, finished: FinishedReader) -> None:
+    def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
         self.name = name
         self.index = index
         self.finished = finished
@@ -258,6 +259,7 @@ class QueueState:
     remove_child_dependency = dependencies.remove_child_dependency
     remove_unprocessed_children = dependencies.remove_unprocessed_children
     _child_queue = dependencies._child_queue
+    _want_children = dependencies._want_children
     children_outcomes = dependencies.children_outcomes
     dependencies = dependencies.dependencies
 

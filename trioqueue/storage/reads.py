@@ -1,0 +1,66 @@
+"""The I/O shell's answers to the core's reads of finished jobs.
+
+The core asks for reads (:mod:`trioqueue.core.queue.finished`) and never touches the
+store; whoever drives it (the queue actor, recovery, the test harness) answers each
+read here, from the :class:`~trioqueue.storage.port.Storage` port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.queue.finished import COUNT, GET, IDS, LIST, OUTCOMES, RESULT, FinishedView, Read
+from .port import Storage
+
+
+def fetch(storage: Storage, queue: str, read: Read) -> Any:
+    """The answer to one read, for the queue ``queue`` (blocks for a blocking store:
+    run it off the trio thread there)."""
+    kind = read[0]
+    args: tuple[Any, ...] = read[1:]
+    arg: Any = args[0] if args else None
+    if kind == GET:
+        return storage.get_finished(arg)
+    if kind == RESULT:
+        return storage.get_result(arg)
+    if kind == OUTCOMES:
+        return storage.dep_outcomes(arg)
+    if kind == COUNT:
+        return storage.count_finished(queue, arg)
+    if kind == LIST:
+        state, asc, offset, limit = args
+        return storage.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+    if kind == IDS:
+        state, after, limit = args
+        return ids_page(storage, queue, state, after, limit)
+    raise ValueError(f"unknown read {read!r}")
+
+
+def ids_page(storage: Storage, queue: str, state: str, after: Any,
+             limit: int) -> tuple[list[str], Any]:
+    """Finished ids after the cursor ``(createdAt, id)``, and the next cursor."""
+    ids: list[str] = []
+    last: tuple[int, str] | None = None
+    offset = 0
+    # Interim, O(position): replaced by the store's own paged listing.
+    while len(ids) < limit:
+        records = storage.list_finished(queue, state, asc=True, offset=offset, limit=limit)
+        if not records:
+            return ids, None
+        offset += len(records)
+        for record in records:
+            key = (int(record["createdAt"]), str(record["id"]))
+            if after is not None and key <= tuple(after):
+                continue
+            ids.append(key[1])
+            last = key
+            if len(ids) == limit:
+                return ids, last
+    return ids, last
+
+
+def direct_view(storage: Storage, queue: str) -> FinishedView:
+    """A view that fetches each read from ``storage`` when it is made: for a driver that
+    runs the core synchronously and keeps the store current between calls (recovery,
+    the test harness)."""
+    return FinishedView(queue, fallback=lambda read: fetch(storage, queue, read))
