@@ -409,15 +409,19 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
             append((OP_FINISH, jkey, dumps(op.record),
                     finished_idx_key(prefix, op.created_at, jkey),  # checks the length
                     prefix, encode_result(op.result) if op.has_result else None))
+        elif isinstance(op, DeleteJob):
+            jkey = op.job_id.encode("utf-8")
+            if len(jkey) > MAX_KEY_BYTES:
+                raise _too_long("job id", jkey)
+            # the deps prefix inline (see dep_scan_prefix): None when no row can fit
+            dep_prefix = _U16.pack(len(jkey)) + jkey
+            append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
         else:
             append(_encode_other(op))
     return out
 
 
 def _encode_other(op: Op) -> tuple[Any, ...]:
-    if isinstance(op, DeleteJob):
-        jkey = job_key(op.job_id)
-        return (OP_DELETE, jkey, dep_scan_prefix(jkey))
     if isinstance(op, PutQueueMeta):
         return (OP_META, queue_key(op.queue), encode_value(op.meta))
     if isinstance(op, PutDepOutcome):

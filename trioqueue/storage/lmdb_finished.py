@@ -24,8 +24,33 @@ from . import keys as K
 from .port import FinishedCursor, FinishedPage
 from .positions import BLOCK, Positions
 
-# What a commit did to the tracked ranges: prefix -> [(finished_idx key, +1 | -1), ...]
-Changes = defaultdict[bytes, list[tuple[bytes, int]]]
+
+class Moves:
+    """The ``finished_idx`` keys one commit adds and removes, per range (prefix).
+
+    The write loop appends every key here, tracked range or not (an append is cheaper
+    than a lookup that would skip it); the counts come from the same lists.
+    """
+
+    __slots__ = ("added", "removed")
+
+    def __init__(self) -> None:
+        self.added: defaultdict[bytes, list[bytes]] = defaultdict(list)
+        self.removed: defaultdict[bytes, list[bytes]] = defaultdict(list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed)
+
+    def deltas(self) -> dict[bytes, int]:
+        """Prefix -> how many index entries the commit adds, net (zero ones left out)."""
+        added, removed = self.added, self.removed
+        out = {}
+        for prefix in added.keys() | removed.keys():
+            delta = len(added.get(prefix, ())) - len(removed.get(prefix, ()))
+            if delta:
+                out[prefix] = delta
+        return out
+
 
 
 class FinishedIndex:
@@ -60,25 +85,26 @@ class FinishedIndex:
                 return []
             return list(islice(cur.iternext(keys=True, values=False), step, count, step))
 
-    def after_commit(self, changes: Changes, sizes: dict[bytes, int]) -> None:
+    def after_commit(self, moves: Moves, sizes: dict[bytes, int]) -> None:
         """Bring the positions in step with a commit that is now durable.
 
-        ``changes`` are the index keys the commit added and removed in tracked ranges
-        (a re-finish may move a key between blocks and leave the count as it was),
-        ``sizes`` the new count of every range whose count changed. A range that grew
-        to :attr:`indexed_keys` is built now (a walk of that range, once); one that
-        shrank below a block's worth is dropped.
+        ``moves`` are the index keys the commit added and removed (a re-finish may move
+        a key between blocks and leave the count as it was), ``sizes`` the new count
+        of every range whose count changed. A range that grew to :attr:`indexed_keys`
+        is built now (a walk of that range, once); one that shrank below a block's
+        worth is dropped.
         """
         tracked = self.tracked
-        for prefix, moves in changes.items():
-            tracked[prefix].move(moves)
+        moved = [p for p in moves.added.keys() | moves.removed.keys() if p in tracked]
+        for prefix in moved:
+            tracked[prefix].move(moves.added.get(prefix, []), moves.removed.get(prefix, []))
         for prefix, n in sizes.items():
             if prefix not in tracked:
                 if n >= self.indexed_keys:
                     self._build(prefix, n)
             elif n < self._drop_below:
                 del tracked[prefix]
-        for prefix in changes:
+        for prefix in moved:
             kept = tracked.get(prefix)
             if kept is not None and kept.unsettled:
                 kept.settle(self._keys_every)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import gc
 import os
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,7 +48,7 @@ import lmdb
 
 from ..core.writes import Writes
 from . import keys as K
-from .lmdb_finished import Changes, FinishedIndex, ids_page, scan
+from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
 from .positions import BLOCK, check_page_limit, page_window
@@ -242,76 +241,72 @@ class LmdbStorage(Storage):
         self._env.set_mapsize(min(current * 2, self.max_map_size_bytes))
 
     def _write(self, ops: list[tuple[Any, ...]]) -> None:
+        live = self._live
         finished = self._finished
         idx = self._idx
         results = self._results
-        tracked = self._index.tracked  # ranges whose positions follow each commit
-        deltas: dict[bytes, int] = {}
-        changes: Changes = defaultdict(list)
+        moves = Moves()  # index keys added and removed: the counts and positions follow
+        added = moves.added
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
+            # Most stores hold no dependency rows (no flows): then a delete need not
+            # open a cursor to look for the job's rows. One stat per commit tells.
+            deps_empty = txn.stat(self._deps)["entries"] == 0
             for op in ops:
                 kind = op[0]
                 if kind == K.OP_PUTS:
-                    with txn.cursor(db=self._live) as cur:
+                    with txn.cursor(db=live) as cur:
                         cur.putmulti(op[1])
                 elif kind == K.OP_FINISH:
                     _, jkey, value, idx_key, ckey, result = op
-                    delete(jkey, db=self._live)
+                    delete(jkey, db=live)
                     old = txn.replace(jkey, value, db=finished)
                     if old is not None:  # re-finish: drop the previous generation's entries
-                        self._unindex(txn, jkey, old, deltas, changes)
+                        self._unindex(txn, jkey, old, moves)
                         if result is None:
                             delete(jkey, db=results)
                     put(idx_key, b"", db=idx)
-                    deltas[ckey] = deltas.get(ckey, 0) + 1
-                    if tracked and ckey in tracked:
-                        changes[ckey].append((idx_key, 1))
+                    added[ckey].append(idx_key)
                     if result is not None:
                         put(jkey, result, db=results)
                 elif kind == K.OP_DELETE:
-                    self._delete_job(txn, op[1], op[2], deltas, changes)
+                    _, jkey, dep_prefix = op
+                    delete(jkey, db=live)
+                    old = txn.pop(jkey, db=finished)
+                    if old is not None:
+                        self._unindex(txn, jkey, old, moves)
+                        delete(jkey, db=results)
+                    if dep_prefix is not None and not deps_empty:
+                        self._delete_deps(txn, dep_prefix)
                 elif kind == K.OP_DEP:
                     put(op[1], op[2], db=self._deps)
+                    deps_empty = False
                 else:  # K.OP_META
                     put(op[1], op[2], db=self._queue_meta)
-            sizes = self._count(txn, deltas)
+            sizes = self._count(txn, moves.deltas()) if moves else {}
         # committed: only now may the in-memory positions move
-        if sizes or changes:
-            self._index.after_commit(changes, sizes)
+        if moves:
+            self._index.after_commit(moves, sizes)
 
     def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
-                 deltas: dict[bytes, int], changes: Changes) -> None:
+                 moves: Moves) -> None:
         """Delete the index entry of the finished record ``old`` stored under ``jkey``."""
         old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
         txn.delete(old_idx, db=self._idx)
-        deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
-        if old_ckey in self._index.tracked:
-            changes[old_ckey].append((old_idx, -1))
-
-    def _delete_job(self, txn: lmdb.Transaction[bytes], jkey: bytes, dep_prefix: bytes | None,
-                    deltas: dict[bytes, int], changes: Changes) -> None:
-        txn.delete(jkey, db=self._live)
-        old = txn.pop(jkey, db=self._finished)
-        if old is not None:
-            self._unindex(txn, jkey, old, deltas, changes)
-            txn.delete(jkey, db=self._results)
-        if dep_prefix is not None:
-            self._delete_deps(txn, dep_prefix)
+        moves.removed[old_ckey].append(old_idx)
 
     def _count(self, txn: lmdb.Transaction[bytes], deltas: dict[bytes, int]) -> dict[bytes, int]:
         """Apply the finished-count deltas; the new count of every range that changed."""
         counts = self._counts
         sizes: dict[bytes, int] = {}
         for ckey, delta in deltas.items():
-            if delta:
-                raw = txn.get(ckey, db=counts)
-                n = sizes[ckey] = (K.decode_count(raw) if raw is not None else 0) + delta
-                if n > 0:
-                    txn.put(ckey, K.encode_count(n), db=counts)
-                else:
-                    txn.delete(ckey, db=counts)
+            raw = txn.get(ckey, db=counts)
+            n = sizes[ckey] = (K.decode_count(raw) if raw is not None else 0) + delta
+            if n > 0:
+                txn.put(ckey, K.encode_count(n), db=counts)
+            else:
+                txn.delete(ckey, db=counts)
         return sizes
 
     def _delete_deps(self, txn: lmdb.Transaction[bytes], prefix: bytes) -> None:

@@ -141,7 +141,7 @@ _TYPED: dict[str, Callable[[tuple[Any, ...]], Op]] = {
 
 
 # tuple.__new__ builds a NamedTuple in C, skipping its generated Python __new__: for the
-# two operations every job goes through, that is a frame less per job.
+# operations every job goes through, that is a frame less per job.
 _new = tuple.__new__
 
 
@@ -157,8 +157,8 @@ def validate_writes(batches: Sequence[Writes]) -> list[Op]:
     for writes in batches:
         for op in writes.ops:
             name = op[0]
-            # put_job and finish_job (every job's two writes) are checked inline, the
-            # helpers called only to raise: a call less per job
+            # put_job, finish_job and delete_job (what every job goes through) are
+            # checked inline, the helpers called only to raise: a call less per job
             if name == PUT_JOB:
                 record = op[1]
                 job_id = record["id"]
@@ -175,6 +175,11 @@ def validate_writes(batches: Sequence[Writes]) -> list[Op]:
                 has_result = op[2]
                 append(_new(FinishJob, (job_id, queue, state, record.get("createdAt") or 0,
                                         record, has_result, op[3] if has_result else None)))
+            elif name == DELETE_JOB:
+                job_id = op[1]
+                if not job_id or type(job_id) is not str:
+                    _delete(op)
+                append(_new(DeleteJob, (job_id,)))
             else:
                 make = typed.get(name)
                 if make is None:

@@ -99,27 +99,45 @@ class Positions:
 
     # --- writes ---------------------------------------------------------------------
 
-    def move(self, changes: list[tuple[bytes, int]]) -> None:
-        """Keys inserted (``+1``) into and deleted (``-1``) from the range by a commit.
-
-        One call per commit and range, the Fenwick update inlined: this runs once for
-        every job that finishes or is deleted. A finish lands in the last block
-        (createdAt grows), whose update touches a single node of the tree.
-        """
-        anchors, counts, tree = self.anchors, self.counts, self._tree
+    def _tree_add(self, block: int, delta: int) -> None:
+        tree = self._tree
         size = len(tree) - 1
+        i = block + 1
+        while i <= size:
+            tree[i] += delta
+            i += i & -i
+
+    def move(self, added: list[bytes], removed: list[bytes]) -> None:
+        """Keys a commit inserted into and deleted from the range.
+
+        One call per commit and range: this runs for every job that finishes or is
+        deleted. A finish usually lands in the last block (createdAt grows), so keys at
+        or past the last anchor are counted together, without a search.
+        """
+        anchors, counts = self.anchors, self.counts
+        last = len(counts) - 1
+        tail_anchor = anchors[last]
         limit = 2 * self.block
-        for key, delta in changes:
+        tail = 0
+        for key in added:
+            if key >= tail_anchor:
+                tail += 1
+                continue
             j = bisect_right(anchors, key) - 1
-            n = counts[j] = counts[j] + delta
-            i = j + 1
-            while i <= size:
-                tree[i] += delta
-                i += i & -i
-            if delta < 0:
-                self._shrunk.add(j)
-            elif n > limit:
+            counts[j] += 1
+            self._tree_add(j, 1)
+            if counts[j] > limit:
                 self._split.add(j)
+        if tail:
+            counts[last] += tail
+            self._tree_add(last, tail)
+            if counts[last] > limit:
+                self._split.add(last)
+        for key in removed:
+            j = bisect_right(anchors, key) - 1
+            counts[j] -= 1
+            self._tree_add(j, -1)
+            self._shrunk.add(j)
 
     @property
     def unsettled(self) -> bool:
@@ -140,7 +158,9 @@ class Positions:
             if j >= len(counts):
                 continue
             if counts[j] > 2 * block:
-                cuts = keys_every(anchors[j], block, counts[j])
+                # cuts a block apart, the last piece at least a block long: the walk
+                # stops a block short of the end of the block it splits
+                cuts = keys_every(anchors[j], block, counts[j] - block + 1)
                 anchors[j + 1 : j + 1] = cuts
                 counts[j : j + 1] = [block] * len(cuts) + [counts[j] - block * len(cuts)]
                 changed = True
