@@ -1135,3 +1135,14 @@ def test_the_broker_refuses_dependency_pairs_storage_cannot_key() -> None:
     from trioqueue.core import fields
 
     assert fields.MAX_DEP_PAIR_BYTES == K.MAX_DEP_IDS_BYTES
+
+
+def test_queue_finished_pages_commit_first_and_stay_in_their_queue() -> None:
+    from trioqueue.storage.finished import QueueFinished
+
+    store = MemoryStorage()
+    pending = [finish(rec("a", state="completed", created=1)),
+               finish(rec("b", queue="q2", state="completed", created=1))]
+    view = QueueFinished("q", store, before_read=lambda: apply(store, *pending))
+    page = view.ids_page("completed", after=None, limit=5)  # read-your-writes
+    assert page.ids == ["a"] and page.after is None

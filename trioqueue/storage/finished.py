@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .port import Storage
+from .port import FinishedCursor, FinishedPage, Storage
 
 
 class QueueFinished:
@@ -39,6 +39,13 @@ class QueueFinished:
     def ids(self, state: str) -> Iterator[str]:
         self._fresh()
         return self.storage.iter_finished_ids(self.queue, state)
+
+    def ids_page(self, state: str, *, after: FinishedCursor | None,
+                 limit: int) -> FinishedPage:
+        """One page of this queue's finished ids, for work done in bounded slices
+        (see :meth:`~trioqueue.storage.port.Storage.finished_ids_page`)."""
+        self._fresh()
+        return self.storage.finished_ids_page(self.queue, state, after=after, limit=limit)
 
     def get_any(self, job_id: str) -> dict[str, Any] | None:
         """A finished job of any queue (dependencies may live in other queues)."""

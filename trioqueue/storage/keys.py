@@ -62,6 +62,7 @@ import msgpack
 
 from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
 from .port import FinishedCursor, FinishedPage
+from .positions import check_page_limit
 
 # --- sub-database names ------------------------------------------------------------
 
@@ -304,6 +305,12 @@ def lookup_prefix(queue: str, state: str) -> bytes | None:
         return finished_prefix(queue, state)
     except ValueError:
         return None
+
+
+def lookup_page_prefix(queue: str, state: str, limit: int) -> bytes | None:
+    """:func:`lookup_prefix` for a page of ids, whose ``limit`` must be positive."""
+    check_page_limit(limit)
+    return lookup_prefix(queue, state)
 
 
 # --- values -------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from . import keys as K
 from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
-from .positions import BLOCK, check_page_limit, page_window
+from .positions import BLOCK, page_window
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 _INITIAL_MAP_BYTES = 1 << 30
@@ -246,7 +246,7 @@ class LmdbStorage(Storage):
         idx = self._idx
         results = self._results
         moves = Moves()  # index keys added and removed: the counts and positions follow
-        added = moves.added
+        added, removed = moves.added, moves.removed
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
@@ -274,8 +274,10 @@ class LmdbStorage(Storage):
                     _, jkey, dep_prefix = op
                     delete(jkey, db=live)
                     old = txn.pop(jkey, db=finished)
-                    if old is not None:
-                        self._unindex(txn, jkey, old, moves)
+                    if old is not None:  # the index entry goes with the finished record
+                        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
+                        delete(old_idx, db=idx)
+                        removed[old_ckey].append(old_idx)
                         delete(jkey, db=results)
                     if dep_prefix is not None and not deps_empty:
                         self._delete_deps(txn, dep_prefix)
@@ -400,8 +402,7 @@ class LmdbStorage(Storage):
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:
         self._check_open()
-        check_page_limit(limit)
-        prefix = K.lookup_prefix(queue, state)
+        prefix = K.lookup_page_prefix(queue, state, limit)
         if prefix is None:
             return FinishedPage([], None)
         with self._env.begin() as txn:

@@ -25,7 +25,7 @@ from ..core.writes import Writes
 from . import keys as K
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
-from .positions import check_page_limit, page_window
+from .positions import page_window
 
 _MISSING: Any = object()
 
@@ -271,11 +271,10 @@ class MemoryStorage(Storage):
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:
         self._check_open()
-        check_page_limit(limit)
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
+        prefix = K.lookup_page_prefix(queue, state, limit)
+        entries = None if prefix is None else self._idx.get(prefix)
+        if prefix is None or not entries:  # no such range, or an empty one
             return FinishedPage([], None)
-        entries = self._idx.get(prefix, [])
         start = 0 if after is None else bisect_left(entries, K.idx_seek_key(prefix, after))
         return K.idx_page(entries[start : start + limit], len(prefix), limit)
 

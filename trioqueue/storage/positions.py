@@ -111,33 +111,40 @@ class Positions:
         """Keys a commit inserted into and deleted from the range.
 
         One call per commit and range: this runs for every job that finishes or is
-        deleted. A finish usually lands in the last block (createdAt grows), so keys at
-        or past the last anchor are counted together, without a search.
+        deleted, so the tree moves once per block touched, not once per key. A finish
+        usually lands in the last block (createdAt grows), so keys at or past the last
+        anchor are counted without a search.
         """
-        anchors, counts = self.anchors, self.counts
-        last = len(counts) - 1
+        anchors = self.anchors
+        last = len(anchors) - 1
         tail_anchor = anchors[last]
-        limit = 2 * self.block
         tail = 0
+        deltas: dict[int, int] = {}
         for key in added:
             if key >= tail_anchor:
                 tail += 1
-                continue
-            j = bisect_right(anchors, key) - 1
-            counts[j] += 1
-            self._tree_add(j, 1)
-            if counts[j] > limit:
-                self._split.add(j)
-        if tail:
-            counts[last] += tail
-            self._tree_add(last, tail)
-            if counts[last] > limit:
-                self._split.add(last)
+            else:
+                j = bisect_right(anchors, key) - 1
+                deltas[j] = deltas.get(j, 0) + 1
         for key in removed:
-            j = bisect_right(anchors, key) - 1
-            counts[j] -= 1
-            self._tree_add(j, -1)
-            self._shrunk.add(j)
+            if key >= tail_anchor:
+                tail -= 1
+            else:
+                j = bisect_right(anchors, key) - 1
+                deltas[j] = deltas.get(j, 0) - 1
+        if tail:
+            deltas[last] = tail
+        counts = self.counts
+        limit = 2 * self.block
+        for j, delta in deltas.items():
+            if not delta:
+                continue
+            counts[j] += delta
+            self._tree_add(j, delta)
+            if delta < 0:
+                self._shrunk.add(j)
+            elif counts[j] > limit:
+                self._split.add(j)
 
     @property
     def unsettled(self) -> bool:
