@@ -9,8 +9,9 @@ data, so an adapter needs only this module to know what it must write.
 
 What is checked here is what any store needs: a live record's state is live and a
 finished record's is finished (a mistake here would put a job in the wrong table), a
-job id is a non-empty string, a queue name a non-empty string without NUL, a dependency outcome a
-dict, and the operation name one of the known five. The error texts are the broker's:
+job id is a non-empty string, a queue name a non-empty string without NUL, a
+dependency outcome a dict, and the operation name one of the known five. The error
+texts are the broker's:
 a ``ValueError`` here is a bug upstream and stops the broker before anything is
 written. A layout's own limits (LMDB's 511-byte keys, for instance) are the adapter's
 to check, while it encodes and before it opens a transaction.
