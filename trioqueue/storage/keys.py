@@ -396,26 +396,31 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
     append = out.append
     dumps = encode_value
     puts: list[tuple[bytes, bytes]] | None = None
-    prefixes: dict[tuple[str, str], bytes] = {}  # a batch finishes jobs of few queues
+    # the prefix of the last finished range: a batch finishes jobs of few queues
+    last_queue = last_state = ""
+    prefix = b""
     for op in ops:
+        # NamedTuples unpacked rather than read by attribute: one specialised opcode
         if isinstance(op, PutJob):
-            key = op.job_id.encode("utf-8")  # non-empty: validate_writes checked it
+            job_id, record = op
+            key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
             if len(key) > MAX_KEY_BYTES:
                 raise _too_long("job id", key)
             if puts is None:
                 puts = []
                 append((OP_PUTS, puts))
-            puts.append((key, dumps(op.record)))
+            puts.append((key, dumps(record)))
             continue
         puts = None
         if isinstance(op, FinishJob):
-            jkey = op.job_id.encode("utf-8")
-            prefix = prefixes.get((op.queue, op.state))
-            if prefix is None:
-                prefix = prefixes[op.queue, op.state] = finished_prefix(op.queue, op.state)
-            append((OP_FINISH, jkey, dumps(op.record),
-                    finished_idx_key(prefix, op.created_at, jkey),  # checks the length
-                    prefix, encode_result(op.result) if op.has_result else None))
+            job_id, queue, state, created_at, record, has_result, result = op
+            jkey = job_id.encode("utf-8")
+            if queue != last_queue or state != last_state:
+                prefix = finished_prefix(queue, state)
+                last_queue, last_state = queue, state
+            append((OP_FINISH, jkey, dumps(record),
+                    finished_idx_key(prefix, created_at, jkey),  # checks the length
+                    prefix, encode_result(result) if has_result else None))
         elif isinstance(op, DeleteJob):
             jkey = op.job_id.encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:
