@@ -52,7 +52,6 @@ class Moves:
         return out
 
 
-
 class FinishedIndex:
     """Positions of the large finished ranges of one LMDB environment."""
 
@@ -67,7 +66,7 @@ class FinishedIndex:
         # the gap keeps a range that hovers around the threshold from being rebuilt.
         self.indexed_keys = 4 * block
         self._drop_below = block
-        # prefix -> Positions; the adapter's write loop looks prefixes up here
+        # prefix -> Positions, for the ranges long enough to need one
         self.tracked: dict[bytes, Positions] = {}
         with env.begin() as txn, txn.cursor(db=counts) as cur:
             sizes = [(bytes(k), K.decode_count(v)) for k, v in cur]
