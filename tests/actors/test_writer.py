@@ -18,8 +18,9 @@ import pytest
 import trio
 
 from trioqueue.actors.broker import Broker
-from trioqueue.actors.writer import StorageFailure
+from trioqueue.actors.writer import StorageFailure, StorageWriter
 from trioqueue.config import Config
+from trioqueue.core.job import Job
 from trioqueue.core.writes import PUT_JOB, Writes
 from trioqueue.server import Server
 from trioqueue.storage.memory import MemoryStorage
@@ -277,3 +278,236 @@ async def test_timer_transitions_are_committed_without_any_reply(tmp_path: Path)
                 await trio.sleep(0.01)
         assert live[pushed["id"]].get("attempts") == 1
         server.stop()
+
+
+# ------------------------------------------------------------------ off the trio thread
+#
+# A store whose commit blocks (a network store) declares ``apply_blocks``; the writer
+# then never calls apply() on the trio thread. These tests drive a StorageWriter
+# directly: the broker's actors still commit synchronously before reads.
+
+
+class BlockingStorage(MemoryStorage):
+    """A store whose apply() blocks in its worker thread until the test allows it.
+
+    ``entered`` is set (on the trio thread, through ``trio.from_thread``) while an
+    apply is blocked, so a test can act during the commit without guessing its timing.
+    """
+
+    apply_blocks = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+        self.entered = trio.Event()
+        self.blocked = False  # an apply is waiting for its permit right now
+        self.applies: list[int] = []  # batches per finished apply(), in order
+        self.apply_threads: set[int] = set()
+        self.syncs = 0
+        self.fail = False
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        self.apply_threads.add(threading.get_ident())
+        self.blocked = True
+        trio.from_thread.run_sync(self.entered.set)
+        try:
+            if not self.permits.acquire(timeout=5):
+                raise RuntimeError("the test never let this commit finish")
+        finally:
+            self.blocked = False
+            self.entered = trio.Event()  # a fresh one for the next apply
+        if self.fail:
+            raise OSError("injected commit failure")
+        super().apply(batches)
+        self.applies.append(len(batches))
+
+    def sync(self) -> None:
+        assert not self.blocked, "fsync ran while a commit was in flight"
+        self.syncs += 1
+
+    def live_ids(self) -> list[str]:
+        return [r["id"] for r in self.load().live_jobs]
+
+
+class Inbox:
+    """A replier that records what it was handed, and says when it was."""
+
+    def __init__(self) -> None:
+        self.replies: list[dict[str, Any]] = []
+        self.arrived = trio.Event()
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.replies.append(reply)
+        self.arrived.set()
+
+
+def job_writes(job_id: str, *, durable: bool = False) -> Writes:
+    w = Writes()
+    w.put_job(Job(id=job_id, queue="q", name="n").to_record())
+    w.durable = durable
+    return w
+
+
+async def test_off_thread_commit_keeps_the_loop_running_and_replies_after_it() -> None:
+    store = BlockingStorage()
+    writer = StorageWriter(store, fsync="never")
+    inbox = Inbox()
+    progressed = trio.Event()
+
+    async def another_queue() -> None:
+        await store.entered.wait()
+        # this task runs on the trio thread while the commit is blocked in its thread
+        assert store.blocked
+        progressed.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        nursery.start_soon(another_queue)
+        writer.submit(job_writes("a"))
+        writer.release([(inbox, {"ok": True, "id": "a"})])
+        assert store.live_ids() == [] and inbox.replies == []  # nothing inline
+        with trio.fail_after(5):
+            await progressed.wait()
+        assert inbox.replies == [] and store.live_ids() == []  # still in flight
+        store.permits.release()
+        with trio.fail_after(5):
+            await inbox.arrived.wait()
+        assert inbox.replies == [{"ok": True, "id": "a"}]
+        assert store.live_ids() == ["a"]
+        assert threading.get_ident() not in store.apply_threads
+        nursery.cancel_scope.cancel()
+
+
+async def test_off_thread_one_hop_per_batch_and_later_writes_wait_for_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = BlockingStorage()
+    writer = StorageWriter(store, fsync="always")  # the fsync rides in the same hop
+    hops: list[str] = []
+    real_run_sync = trio.to_thread.run_sync
+
+    async def counting_run_sync(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await real_run_sync(fn, *args, **kw)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting_run_sync)
+    first, second = Inbox(), Inbox()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for job_id in ("a", "b", "c"):  # three queues' batches, one release each
+            writer.submit(job_writes(job_id))
+            writer.release([(first, {"id": job_id})])
+        with trio.fail_after(5):
+            await store.entered.wait()
+        # released during the commit: not covered by it, so it waits for the next hop
+        writer.submit(job_writes("d"))
+        writer.release([(second, {"id": "d"})])
+        store.permits.release()
+        with trio.fail_after(5):
+            while len(first.replies) < 3:
+                await first.arrived.wait()
+                first.arrived = trio.Event()
+        assert [r["id"] for r in first.replies] == ["a", "b", "c"]
+        assert second.replies == [] and store.applies == [3]
+        store.permits.release()
+        with trio.fail_after(5):
+            await second.arrived.wait()
+        assert store.applies == [3, 1] and store.syncs == 2
+        assert len(hops) == 2  # one thread hop per batch, its fsync included
+        assert writer.commits == 2 and writer.committed_ops == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_off_thread_commit_now_refuses_and_commit_waits_for_the_hop() -> None:
+    store = BlockingStorage()
+    writer = StorageWriter(store, fsync="interval")
+    writer.submit(job_writes("a"))
+    with pytest.raises(RuntimeError, match="await writer.commit"):
+        writer.commit_now()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        done = trio.Event()
+
+        async def read_your_writes() -> None:
+            await writer.commit()
+            assert store.live_ids() == ["a"]
+            done.set()
+
+        nursery.start_soon(read_your_writes)
+        with trio.fail_after(5):
+            await store.entered.wait()
+        assert not done.is_set()
+        store.permits.release()
+        with trio.fail_after(5):
+            await done.wait()
+        await writer.commit()  # nothing pending: returns at once
+        assert store.applies == [1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_off_thread_failed_commit_acknowledges_nothing_and_stops() -> None:
+    store = BlockingStorage()
+    store.fail = True
+    writer = StorageWriter(store, fsync="never")
+    inbox = Inbox()
+    waited: list[BaseException] = []
+    waiter_done = trio.Event()
+
+    async def read_your_writes() -> None:
+        try:
+            await writer.commit()
+        except StorageFailure as exc:
+            waited.append(exc)
+        waiter_done.set()
+
+    async with trio.open_nursery() as outside:  # the reader outlives the writer's nursery
+        writer.submit(job_writes("a"))
+        writer.release([(inbox, {"id": "a"})])
+        outside.start_soon(read_your_writes)
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(writer.run)
+                with trio.fail_after(5):
+                    await store.entered.wait()
+                store.permits.release()
+                await trio.sleep_forever()  # until the writer's failure ends the nursery
+        with trio.fail_after(5):
+            await waiter_done.wait()
+    assert caught.value.subgroup(lambda e: isinstance(e, StorageFailure)) is not None
+    assert len(waited) == 1  # the reader waiting on the commit raised, it did not hang
+    assert writer.failed and inbox.replies == [] and store.live_ids() == []
+    writer.submit(job_writes("b"))
+    writer.release([(inbox, {"id": "b"})])
+    assert inbox.replies == []
+    with pytest.raises(StorageFailure):
+        await writer.commit()
+
+
+async def test_off_thread_interval_fsync_rides_in_the_writer_hop() -> None:
+    store = BlockingStorage()
+    store.permits.release(100)
+    writer = StorageWriter(store, fsync="interval", fsync_interval_s=0.01)
+    inbox = Inbox()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        nursery.start_soon(writer.run_interval_sync)
+        writer.submit(job_writes("a"))
+        writer.release([(inbox, {"id": "a"})])
+        with trio.fail_after(5):
+            await inbox.arrived.wait()
+            while store.syncs == 0:  # the interval timer, not the commit, asks for it
+                await trio.sleep(0.01)
+        assert store.applies == [1]
+        nursery.cancel_scope.cancel()
+    await writer.flush()
+    assert writer.idle
+
+
+async def test_inline_commit_is_commit_now_without_a_checkpoint() -> None:
+    store = MemoryStorage()
+    writer = StorageWriter(store, fsync="interval")
+    writer.submit(job_writes("a"))
+    with trio.CancelScope() as scope:
+        scope.cancel()  # a checkpoint would raise Cancelled here
+        await writer.commit()
+    assert [r["id"] for r in store.load().live_jobs] == ["a"]

@@ -313,6 +313,181 @@ def test_iter_finished_ids_spans_chunks(store: Storage) -> None:
             assert ids(got) == order[offset : offset + 3], (asc, offset)
 
 
+# --- pages at any offset, and pages of ids for bounded-slice deletes -----------------
+#
+# The LMDB adapter finds an offset through a position index (storage/positions.py) for
+# ranges of four blocks or more; ``paged`` makes its blocks 2 keys long, so a range of 8
+# finished jobs is indexed and a few dozen split and merge blocks all the time.
+
+
+@pytest.fixture(params=["memory", "lmdb", "lmdb-small-blocks"])
+def paged(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
+    s: Storage
+    if request.param == "memory":
+        s = MemoryStorage()
+    elif request.param == "lmdb":
+        s = LmdbStorage(tmp_path / "db", map_size_bytes=4 * MIB)
+    else:
+        s = LmdbStorage(tmp_path / "db", map_size_bytes=4 * MIB, position_block=2)
+    yield s
+    s.close()
+
+
+def _listings_match(store: Storage, expected: list[str], queue: str = "q",
+                    state: str = "completed") -> None:
+    """Every page of one range, at every offset, both orders, against ``expected``."""
+    n = len(expected)
+    assert store.count_finished(queue, state) == n
+    for asc in (True, False):
+        order = expected if asc else expected[::-1]
+        for offset in range(n + 2):
+            for limit in (1, 3, n + 1):
+                got = store.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+                assert ids(got) == order[offset : offset + limit], (asc, offset, limit)
+
+
+def test_pages_at_every_offset_after_inserts_and_deletes(paged: Storage) -> None:
+    # createdAt ties, negative times, inserts in the middle and at both ends
+    jobs = {f"j{i:02d}": (i * 7) % 11 - 3 for i in range(40)}
+    apply(paged, *(finish(rec(j, state="completed", created=c)) for j, c in jobs.items()))
+    apply(paged, finish(rec("other", state="failed", created=0)))
+
+    def expected() -> list[str]:
+        return [j for j, _ in sorted(jobs.items(), key=lambda t: (t[1], t[0]))]
+
+    _listings_match(paged, expected())
+    doomed = expected()[5:25:2] + expected()[-3:]
+    apply(paged, *(delete(j) for j in doomed))
+    for j in doomed:
+        del jobs[j]
+    _listings_match(paged, expected())
+    jobs.update({"new-first": -50, "new-mid": 2, "new-last": 99})
+    apply(paged, *(finish(rec(j, state="completed", created=jobs[j]))
+                   for j in ("new-first", "new-mid", "new-last")))
+    _listings_match(paged, expected())
+    # a re-finish moves a job within the range (and another out of it)
+    jobs["j00"] = 50
+    del jobs["j01"]
+    apply(paged, finish(rec("j00", state="completed", created=50)),
+          finish(rec("j01", state="failed", created=1)))
+    _listings_match(paged, expected())
+    _listings_match(paged, ["other", "j01"], state="failed")  # createdAt 0, then 1
+
+
+def test_lmdb_position_index_is_rebuilt_on_open_and_small(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    store = LmdbStorage(path, map_size_bytes=16 * MIB)
+    n = 10_000  # past the default index threshold (4 blocks of 1,024)
+    apply(store, *(finish(rec(f"j{i:05d}", state="completed", created=i)) for i in range(n)))
+    expected = [f"j{i:05d}" for i in range(n)]
+    apply(store, *(delete(f"j{i:05d}") for i in range(3000, 3500)))
+    del expected[3000:3500]
+    store.close()
+    store = LmdbStorage(path, map_size_bytes=16 * MIB)
+    for offset in (0, 1, 2999, 3000, 5000, len(expected) - 1):
+        for asc in (True, False):
+            order = expected if asc else expected[::-1]
+            got = store.list_finished("q", "completed", asc=asc, offset=offset, limit=7)
+            assert ids(got) == order[offset : offset + 7], (asc, offset)
+    # one anchor every block or so, not a copy of the keys
+    positions = store._index.tracked[K.finished_prefix("q", "completed")]
+    assert len(positions.anchors) <= 2 * len(expected) // 1024 + 2
+    store.close()
+
+
+def _all_pages(store: Storage, limit: int, queue: str = "q",
+               state: str = "completed") -> list[list[str]]:
+    pages: list[list[str]] = []
+    after = None
+    for _ in range(1000):
+        page = store.finished_ids_page(queue, state, after=after, limit=limit)
+        pages.append(page.ids)
+        if page.after is None:
+            return pages
+        assert page.ids and len(page.ids) == limit
+        after = page.after
+    raise AssertionError("the pages never ended")
+
+
+def test_finished_ids_pages_walk_the_range_in_order(paged: Storage) -> None:
+    apply(paged, *(finish(rec(i, state="completed", created=c)) for i, c in ORDER_CASES))
+    apply(paged, finish(rec("elsewhere", queue="q2", state="completed", created=0)))
+    expected = _expected_order()
+    for limit in (1, 2, 5, len(expected), len(expected) + 1):
+        pages = _all_pages(paged, limit)
+        assert [j for page in pages for j in page] == expected, limit
+        assert all(len(page) == limit for page in pages[:-1])
+    assert _all_pages(paged, 4, queue="nope") == [[]]
+    assert _all_pages(paged, 4, state="failed") == [[]]
+    assert paged.finished_ids_page("x" * 600, "failed", after=None, limit=3).ids == []
+    with pytest.raises(ValueError, match="positive"):
+        paged.finished_ids_page("q", "completed", after=None, limit=0)
+    with pytest.raises(ValueError):
+        paged.finished_ids_page("q", "active", after=None, limit=3)
+
+
+def test_finished_ids_pages_delete_in_bounded_slices(paged: Storage) -> None:
+    """Obliterate's loop: a page, delete it, the next page after its cursor."""
+    apply(paged, *(finish(rec(f"j{i:03d}", state="completed", created=i // 3))
+                   for i in range(50)))
+    seen: list[str] = []
+    after = None
+    for round_ in range(100):
+        page = paged.finished_ids_page("q", "completed", after=after, limit=8)
+        seen.extend(page.ids)
+        apply(paged, *(delete(j) for j in page.ids))  # the cursor's own job goes too
+        if round_ == 1:
+            # meanwhile: a job finishes after the cursor (seen later), one before (not)
+            apply(paged, finish(rec("late", state="completed", created=1000)),
+                  finish(rec("early", state="completed", created=-1)))
+        if page.after is None:
+            break
+        after = page.after
+    assert seen == [f"j{i:03d}" for i in range(50)] + ["late"]
+    assert ids(paged.list_finished("q", "completed", asc=True, offset=0, limit=10)) == ["early"]
+    assert paged.count_finished("q", "completed") == 1
+
+
+ids_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("finish"), st.integers(0, 29), st.integers(-3, 3),
+                  st.sampled_from(["completed", "failed"])),
+        st.tuples(st.just("delete"), st.integers(0, 29)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ids_ops, min_size=1, max_size=10), st.integers(1, 5))
+def test_pages_match_a_naive_listing(batches: list[list[tuple[Any, ...]]], limit: int) -> None:
+    model = Model()
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: list[Storage] = [MemoryStorage(), LmdbStorage(tmp, map_size_bytes=4 * MIB,
+                                                              position_block=2)]
+        try:
+            for batch in batches:
+                calls: list[tuple[Any, ...]] = []
+                for op in batch:
+                    if op[0] == "finish":
+                        calls.append(finish(rec(f"j{op[1]}", state=op[3], created=op[2])))
+                    else:
+                        calls.append(delete(f"j{op[1]}"))
+                model.apply(calls)
+                for store in stores:
+                    apply(store, *calls)
+                for state in ("completed", "failed"):
+                    expected = [r["id"] for r in model.ordered("q", state)]
+                    for store in stores:
+                        _listings_match(store, expected, state=state)
+                        pages = _all_pages(store, limit, state=state)
+                        assert [j for page in pages for j in page] == expected
+        finally:
+            for store in stores:
+                store.close()
+
+
 # --- validation and atomicity -------------------------------------------------------
 
 
@@ -960,3 +1135,14 @@ def test_the_broker_refuses_dependency_pairs_storage_cannot_key() -> None:
     from trioqueue.core import fields
 
     assert fields.MAX_DEP_PAIR_BYTES == K.MAX_DEP_IDS_BYTES
+
+
+def test_the_shells_id_pages_stay_in_their_queue() -> None:
+    from trioqueue.core.queue.finished import IDS
+    from trioqueue.storage.reads import fetch
+
+    store = MemoryStorage()
+    apply(store, finish(rec("a", state="completed", created=1)),
+          finish(rec("b", queue="q2", state="completed", created=1)))
+    ids, after = fetch(store, "q", (IDS, "completed", None, 5))
+    assert ids == ["a"] and after is None

@@ -38,3 +38,28 @@ def test_full_and_failing_fsync() -> None:
     with pytest.raises(InjectedFault, match="fsync 1"):
         store.sync()
     assert store.get_finished("a") is None and len(store.load().live_jobs) == 1
+
+
+def test_declares_what_the_wrapped_store_declares_unless_told() -> None:
+    class Remote(MemoryStorage):
+        apply_blocks = True
+
+    assert FaultyStorage(MemoryStorage()).apply_blocks is False
+    assert FaultyStorage(Remote()).apply_blocks is True
+    assert FaultyStorage(MemoryStorage(), apply_blocks=True).apply_blocks is True
+    assert FaultyStorage(Remote(), apply_blocks=False).apply_blocks is False
+
+
+def test_pages_of_finished_ids_go_through() -> None:
+    inner = MemoryStorage()
+    store = FaultyStorage(inner)
+    writes = Writes()
+    for i in range(3):
+        writes.finish_job({"id": f"f{i}", "queue": "q", "name": "n", "data": None,
+                           "createdAt": i, "state": "completed"}, False)
+    store.apply([writes])
+    first = store.finished_ids_page("q", "completed", after=None, limit=2)
+    assert first.ids == ["f0", "f1"] and first.after == (1, "f1")
+    rest = store.finished_ids_page("q", "completed", after=first.after, limit=2)
+    assert rest.ids == ["f2"] and rest.after is None
+    assert list(store.iter_finished_ids("q", "completed")) == ["f0", "f1", "f2"]

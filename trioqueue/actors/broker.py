@@ -93,9 +93,17 @@ class Broker:
         return self.clock.now_ms()
 
     def _find_finished(self, job_id: str) -> dict[str, Any] | None:
-        """A finished job's record, after committing what is pending (read-your-writes)."""
-        self.writer.commit_now()
+        """A finished job's record, after committing what is pending (read-your-writes).
+
+        Left synchronous (PUSHF's lookup of ids not in the live index): with a store
+        whose calls block, this read may miss a commit still in flight and takes the
+        trio thread for one read; see docs/architecture.md, "Storage"."""
+        self.commit_if_inline()
         return self.storage.get_finished(job_id)
+
+    def commit_if_inline(self) -> None:
+        if not self.writer.off_thread:
+            self.writer.commit_now()
 
     def storage_room(self, *, exact: bool) -> int:
         """Bytes new jobs may still take before the reserve (negative: refuse them).
@@ -109,7 +117,7 @@ class Broker:
         assert limit is not None
         if not exact:
             return limit - self.storage.used_bytes_bound()
-        self.writer.commit_now()
+        self.commit_if_inline()
         return limit - self.storage.used_bytes()
 
     def _new_actor(self, name: str) -> QueueActor:
@@ -151,7 +159,7 @@ class Broker:
         for actor in router.actors.values():
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()
-        self.writer.commit_now()
+        self.commit_if_inline()  # a blocking store: run() awaits the commit
         self.recovered_jobs = len(recovered.live_jobs)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -163,6 +171,7 @@ class Broker:
                 await nursery.start(self.writer.run)
                 nursery.start_soon(self.writer.run_interval_sync)
                 self._recover()
+                await self.writer.commit()  # (already done for an inline store)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

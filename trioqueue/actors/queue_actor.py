@@ -139,6 +139,7 @@ class QueueActor:
         # large queue), with its request: see _slice.
         self._long: tuple[Request, Sliced] | None = None
         self._refetches = 0  # rounds of reads the current command asked for
+        self._need: NeedData | None = None  # reads a blocking store must answer first
         self.crashes: list[float] = []
         self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
@@ -187,13 +188,15 @@ class QueueActor:
         # Long work that crashed is answered below (it is the crashed request); its
         # committed slices stay done, as after any crash mid-way.
         self._long = None
+        self._need = None
         if crashed is not None and crashed.replier is not None:
             self._deliveries.append((crashed.replier, crashed.error_reply(INTERNAL_ERROR)))
         self._current = None
         writer = self._committer
         writer.release(self._deliveries)
         self._deliveries = []
-        writer.commit_now()
+        if not writer.off_thread:  # a blocking store commits in the writer's next hop
+            writer.commit_now()
         old = self.state
         self._view.forget()
         state = self.state = QueueState(self.name, self._index, self._view)
@@ -243,7 +246,7 @@ class QueueActor:
         """
         idle = self._idle
         if (idle is None or self.pending or self._backlog or self._fatal is not None
-                or self._long is not None):
+                or self._long is not None or self._need is not None):
             return False
         self._backlog.extend(batch)
         while True:
@@ -275,8 +278,17 @@ class QueueActor:
     async def _loop(self) -> None:
         recv = self._recv
         while True:
+            if self._need is not None:
+                await self._fetch_off_thread()
+                self._step(keep_view=True)
+                continue
             if self._long is not None:
-                self._slice()
+                work = self._long[1]
+                fetched = work.need is not None and self._committer.off_thread
+                if fetched:
+                    self._need, work.need = work.need, None
+                    await self._fetch_off_thread()
+                self._slice(keep_view=fetched)
                 # Between two slices every other task runs: the other queues keep
                 # their latency while this one drains a million jobs.
                 await trio.lowlevel.checkpoint()
@@ -297,18 +309,20 @@ class QueueActor:
                     self._take(recv.receive_nowait())
             self._step()
 
-    def _step(self) -> None:
+    def _step(self, *, keep_view: bool = False) -> None:
         """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
         q = self.state
         now = self._clock.now_ms()
         q.events_enabled = self._events.active
-        self._view.forget()  # other queues may have written since the last step
+        if not keep_view:
+            self._view.forget()  # other queues may have written since the last step
         if self._notices:
             self._apply_notices(now)
         self._apply_backlog(now)
-        if self._long is not None:
-            # Long work began: its slices come first, in the actor's own task (an
-            # inline step must not run them: the caller's task would hold the loop).
+        if self._long is not None or self._need is not None:
+            # Long work began, or reads a blocking store must answer: that comes first,
+            # in the actor's own task (an inline step must not await, and must not
+            # hold the caller's task for slice after slice).
             self._finish_batch()
             if self._idle is not None:
                 self._idle.cancel()
@@ -331,21 +345,40 @@ class QueueActor:
         reply was already promised for. A command that had changed anything before
         asking broke the core's promise to read first: that is a bug, so it crashes.
         """
+        self._check_unchanged(need, q)
+        self._committer.commit_now()
+        for read in need.reads:
+            self._view.supply(read, fetch(self._storage, self.name, read))
+
+    def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
         if q.writes:
             raise RuntimeError(f"{need}: asked after changing the queue")
         self._refetches += 1
         if self._refetches > MAX_REFETCHES:
             raise RuntimeError(f"{need}: still missing after {MAX_REFETCHES} rounds")
-        self._committer.commit_now()
-        for read in need.reads:
-            self._view.supply(read, fetch(self._storage, self.name, read))
+
+    async def _fetch_off_thread(self) -> None:
+        """The reads a command asked for, from a store whose calls block: commit what
+        is pending (awaited, in the writer's hop), then read in a worker thread. The
+        queue takes nothing else meanwhile, so the answers cannot go stale before the
+        command runs again."""
+        need = self._need
+        assert need is not None
+        await self._committer.commit()
+        storage, name = self._storage, self.name
+        answers = await trio.to_thread.run_sync(
+            lambda: [fetch(storage, name, read) for read in need.reads])
+        self._need = None
+        for read, answer in zip(need.reads, answers, strict=True):
+            self._view.supply(read, answer)
 
     @contextmanager
     def reading_directly(self) -> Iterator[None]:
         """While the shell itself drives the core (recovery), misses are fetched at
         once, after committing what recovery has written so far."""
         def direct(read: Read) -> Any:
-            self._committer.commit_now()
+            if not self._committer.off_thread:
+                self._committer.commit_now()
             return fetch(self._storage, self.name, read)
 
         self._view.fallback = direct
@@ -354,7 +387,7 @@ class QueueActor:
         finally:
             self._view.fallback = None
 
-    def _slice(self) -> None:
+    def _slice(self, *, keep_view: bool = False) -> None:
         """One slice of the long work in progress (never awaits); the last one answers.
 
         While long work lasts the queue takes nothing else: its commands, notices and
@@ -366,10 +399,12 @@ class QueueActor:
         req, work = self._long
         self._current = req
         self.state.events_enabled = self._events.active
-        self._view.forget()
+        if not keep_view:
+            self._view.forget()
         if work.need is not None:  # the reads this slice asked for, before it runs
             self._refetches = 0
             self._fetch(work.need, self.state)
+            work.need = None
         done = work.step()
         # Holds on jobs the slice removed are answered with it (timers wait).
         self._answer_waiters(self.state.parked.take_settled())
@@ -419,8 +454,14 @@ class QueueActor:
             try:
                 result = handler(q, req.msg, ctx)
             except NeedData as need:
+                backlog.appendleft(req)  # again, once the reads are known
+                if self._committer.off_thread:
+                    # A blocking store is read off the trio thread, by the actor's own
+                    # task (see _fetch_off_thread); the rest of the batch waits.
+                    self._check_unchanged(need, q)
+                    self._need = need
+                    break
                 self._fetch(need, q)
-                backlog.appendleft(req)  # again, now that the reads are known
                 continue
             except CommandError as exc:
                 # Handlers validate before they mutate, so a refused command has

@@ -3,13 +3,27 @@
 Queue actors :meth:`submit` their writes as each command is applied and :meth:`release`
 the replies of a batch afterwards. Everything submitted so far is committed in ONE
 storage transaction before those replies go, so a client never sees an acknowledgement
-for a write that a kill -9 could lose. With no fsync due that commit happens in the
-releasing actor's own scheduler pass (see :meth:`release`); with ``fsync="always"`` (or
-a ``durable`` job in the batch) the writer task commits, fsyncs in a worker thread once
-per batch (the event loop keeps serving meanwhile) and then releases the replies.
+for a write that a kill -9 could lose. A failed commit or fsync is fatal
+(:class:`StorageFailure`): nothing is acknowledged from then on and the broker stops.
 
-:meth:`commit_now` commits synchronously; actors call it before reading storage so a
-query sees every write already applied in memory (read-your-writes).
+The writer commits in one of two ways, chosen by the store
+(:attr:`~trioqueue.storage.port.Storage.apply_blocks`):
+
+* **Inline** (LMDB, memory: a commit takes microseconds). With no fsync due, the commit
+  happens in the releasing actor's own scheduler pass (see :meth:`release`); with
+  ``fsync="always"`` (or a ``durable`` job in the batch) the writer task commits,
+  fsyncs in a worker thread once per batch (the event loop keeps serving meanwhile) and
+  then releases the replies. :meth:`commit_now` commits synchronously, on the spot:
+  actors call it before reading storage so a query sees every write already applied in
+  memory (read-your-writes).
+* **Off the trio thread** (a store whose commit blocks, such as one across a network).
+  :meth:`release` never commits: it holds the replies and wakes the writer task, which
+  commits everything pending in ONE worker-thread hop per batch (the fsync, when due,
+  in the same hop), then delivers the replies of that batch. Writes and releases that
+  arrive during the hop wait for the next one. :meth:`commit_now` raises
+  ``RuntimeError`` here, because it would block every queue for a round trip:
+  callers that need read-your-writes ``await`` :meth:`commit` instead, which works in
+  both modes (inline it is :meth:`commit_now` and returns without a checkpoint).
 """
 
 from __future__ import annotations
@@ -46,14 +60,23 @@ class StorageWriter:
         self.storage = storage
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
+        self.off_thread = storage.apply_blocks  # commit in a worker thread, never inline
+        # release() commits on the spot unless an fsync or the store makes it wait
+        self._inline = fsync != "always" and not self.off_thread
         self._writes: list[Writes] = []
         self._durable = False  # a durable job's writes are among _writes: fsync them
         self._held: list[Delivery] = []  # replies waiting for writes not yet committed
         self._committed: list[Delivery] = []  # replies whose writes are committed
         self._needs_sync = False
         self._dirty = False  # committed but not yet fsynced (interval policy)
+        self._sync_due = False  # off-thread mode: the interval asks the next hop to fsync
         self._wake = trio.Event()
-        self._syncing = False
+        self._in_thread = False  # a commit or an fsync is running in a worker thread
+        # Off-thread commits that took writes, started and finished, and an event set
+        # (then replaced) as each finishes: what commit() waits on.
+        self._hops_started = 0
+        self._hops_done = 0
+        self._progress = trio.Event()
         self.failed = False
         self.failure: StorageFailure | None = None
         self.commits = 0
@@ -73,11 +96,12 @@ class StorageWriter:
         microseconds, while a hop to the writer task costs a scheduling round, which is
         what bounds one-request-at-a-time clients. The batch the caller releases (all
         the commands a queue actor took in one go) is still one transaction. When an
-        fsync is due the replies wait for the writer task, which flushes off-thread.
+        fsync is due the replies wait for the writer task, which flushes off-thread;
+        so do they all when the store commits off the trio thread.
         """
         if not deliveries and not self._writes:
             return
-        if self.fsync != "always" and not self._durable:
+        if self._inline and not self._durable:
             # Writes with no reply (a timer's lock expiry, a disconnect's release) are
             # committed here too, so a crash cannot lose a transition already made.
             self.commit_now()
@@ -94,7 +118,14 @@ class StorageWriter:
         ahead of its store, so no reply may go out as if the write had happened; the
         process stops and restarts from what is committed (the fsyncgate lesson: never
         retry a failed flush and carry on).
+
+        Not for a store that commits off the trio thread (``RuntimeError``): there,
+        ``await`` :meth:`commit`.
         """
+        if self.off_thread:
+            raise RuntimeError(
+                f"{type(self.storage).__name__} commits in a worker thread (apply_blocks): "
+                "commit_now() would block the event loop; use 'await writer.commit()'")
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
@@ -117,6 +148,32 @@ class StorageWriter:
             self._held = []
             self._wake.set()
 
+    async def commit(self) -> None:
+        """Return once every write submitted before this call is committed.
+
+        For a read that must see the writes already applied in memory
+        (read-your-writes). Inline this is :meth:`commit_now`, with no checkpoint (the
+        hot paths that call it stay one scheduler pass). Off the trio thread it wakes
+        the writer task and waits for the hop that takes these writes (or the one in
+        flight, which may hold them); it does not wait for an fsync. Raises
+        :class:`StorageFailure` if that commit, or any before it, failed.
+        """
+        if not self.off_thread:
+            self.commit_now()
+            return
+        if self._writes:
+            needed = self._hops_started + 1  # the next hop takes them
+            self._wake.set()
+        else:
+            needed = self._hops_started  # the hop in flight, if any, holds them
+        while self._hops_done < needed:
+            if self.failed:
+                break
+            await self._progress.wait()
+        if self.failed:
+            raise StorageFailure("storage failed earlier; nothing more is committed",
+                                 repeated=True)
+
     def _fail(self, failure: StorageFailure) -> None:
         """After a failed commit or fsync nothing is acknowledged any more, ever.
 
@@ -128,6 +185,7 @@ class StorageWriter:
         self.failed = True
         self.failure = failure
         self._wake.set()
+        self._progress.set()  # commit() waiters raise instead of waiting on
         self._held.clear()
         self._committed.clear()
         self._writes.clear()
@@ -136,7 +194,7 @@ class StorageWriter:
     @property
     def idle(self) -> bool:
         return self.failed or not (
-            self._writes or self._held or self._committed or self._syncing)
+            self._writes or self._held or self._committed or self._in_thread)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Commit, maybe fsync, then deliver; repeat while anything is pending.
@@ -154,6 +212,9 @@ class StorageWriter:
             await self._cycle()
 
     async def _cycle(self) -> None:
+        if self.off_thread:
+            await self._hop()
+            return
         self.commit_now()
         # Take the replies BEFORE the fsync: a commit made while the fsync runs (by an
         # actor or a storage read) is not covered by it, so its replies wait for the
@@ -168,8 +229,50 @@ class StorageWriter:
         if ready:
             deliver_all(ready)
 
+    async def _hop(self) -> None:
+        """Off-thread mode: commit all that is pending (and fsync when due) in one
+        worker-thread hop, then deliver the replies that waited for it.
+
+        The replies taken here were released after their writes were submitted, so
+        those writes are in this hop's batches or in an earlier hop, which has finished.
+        """
+        if self.failed:
+            raise StorageFailure("storage failed earlier; nothing more is committed",
+                                 repeated=True)
+        batches, self._writes = self._writes, []
+        durable, self._durable = self._durable, False
+        ready, self._held = self._held, []
+        sync = self._sync_due or (bool(batches) and (self.fsync == "always" or durable))
+        self._sync_due = False
+        if batches or sync:
+            if batches:
+                self._hops_started += 1
+            self._in_thread = True
+            try:
+                # abandon_on_cancel=False (the default): a commit in flight must finish
+                failed = await trio.to_thread.run_sync(_commit_blocking, self.storage,
+                                                       batches, sync)
+            finally:
+                self._in_thread = False
+            if failed is not None:
+                stage, exc = failed
+                failure = StorageFailure(f"storage {stage} failed: {exc!r}")
+                self._fail(failure)
+                raise failure from exc
+            if batches:
+                self.commits += 1
+                self.committed_ops += sum(map(len, batches))
+                self._dirty = not sync
+                self._hops_done += 1
+                self._progress.set()
+                self._progress = trio.Event()
+            elif sync:
+                self._dirty = False
+        if ready:
+            deliver_all(ready)
+
     async def _sync(self) -> None:
-        self._syncing = True
+        self._in_thread = True
         try:
             await trio.to_thread.run_sync(self.storage.sync)
         except Exception as exc:
@@ -179,7 +282,7 @@ class StorageWriter:
             self._fail(failure)
             raise failure from exc
         finally:
-            self._syncing = False
+            self._in_thread = False
 
     async def flush(self) -> None:
         """Commit and deliver everything pending (used at shutdown)."""
@@ -198,5 +301,29 @@ class StorageWriter:
         while True:
             await trio.sleep(self.fsync_interval_s)
             if self._dirty and not self.failed:
+                if self.off_thread:
+                    # the writer task's next hop fsyncs: never two threads in the store
+                    self._sync_due = True
+                    self._wake.set()
+                    continue
                 self._dirty = False
                 await self._sync()
+
+
+def _commit_blocking(storage: Storage, batches: list[Writes], sync: bool
+                     ) -> tuple[str, Exception] | None:
+    """Run in a worker thread: apply (then fsync); what failed, or None.
+
+    The failure is returned rather than raised so the writer can say which step it was.
+    """
+    try:
+        if batches:
+            storage.apply(batches)
+    except Exception as exc:
+        return "commit", exc
+    try:
+        if sync:
+            storage.sync()
+    except Exception as exc:
+        return "fsync", exc
+    return None

@@ -1,7 +1,9 @@
-"""Every storage key layout in one module, plus the value codecs and the op encoder.
+"""LMDB's byte layout in one module: every key layout, the value codecs, and the
+encoder that turns the typed operations of :mod:`.ops` into keys and values.
 
 Both adapters (:mod:`.lmdb_store` and :mod:`.memory`) store exactly these bytes, so that
-ordering, validation and size limits are the same in both.
+ordering, key limits and sizes are the same in both. Which operations are valid is not
+decided here but in :mod:`.ops`, which a store with another layout uses alone.
 
 LMDB named sub-databases (a fixed handful; the queue name lives inside the key):
 
@@ -58,15 +60,9 @@ from typing import Any
 import cbor2
 import msgpack
 
-from ..core.job import FINISHED_STATES, LIVE_STATES, QUEUED
-from ..core.writes import (
-    DELETE_JOB,
-    FINISH_JOB,
-    PUT_DEP_OUTCOME,
-    PUT_JOB,
-    PUT_QUEUE_META,
-    Writes,
-)
+from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
+from .port import FinishedCursor, FinishedPage
+from .positions import check_page_limit
 
 # --- sub-database names ------------------------------------------------------------
 
@@ -104,7 +100,7 @@ BYTE_STATES: dict[int, str] = {b"c"[0]: "completed", b"f"[0]: "failed"}
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _SIGN = 1 << 63
-_CREATED_LEN = 8
+CREATED_LEN = 8
 
 
 # --- keys ---------------------------------------------------------------------------
@@ -196,18 +192,40 @@ def finished_idx_key(prefix: bytes, created_at: int, jkey: bytes) -> bytes:
 
 def idx_job_id(key: bytes, prefix_len: int) -> str:
     """The job id at the end of a ``finished_idx`` key whose prefix is ``prefix_len`` long."""
-    return key[prefix_len + _CREATED_LEN :].decode("utf-8")
+    return key[prefix_len + CREATED_LEN :].decode("utf-8")
+
+
+def idx_seek_key(prefix: bytes, after: FinishedCursor) -> bytes:
+    """The smallest ``finished_idx`` key of ``prefix`` past the cursor ``after``.
+
+    ``after`` names the last entry of a page, ``(createdAt, job id)``; that entry may be
+    gone since, so this is not a stored key: the entry's key plus a NUL byte, which
+    sorts right after it and before any longer key.
+    """
+    created, job_id = after
+    return finished_idx_key(prefix, created, job_key(job_id)) + b"\x00"
+
+
+def idx_page(keys: list[bytes], prefix_len: int, limit: int) -> FinishedPage:
+    """A :class:`~trioqueue.storage.port.FinishedPage` of ``finished_idx`` keys read
+    with ``limit``: a shorter read was the last page."""
+    cut = prefix_len + CREATED_LEN
+    ids = [key[cut:].decode("utf-8") for key in keys]
+    if len(keys) < limit:
+        return FinishedPage(ids, None)
+    last = keys[-1]
+    return FinishedPage(ids, (decode_created(last[prefix_len:cut]), ids[-1]))
 
 
 def split_finished_idx_key(key: bytes) -> tuple[str, str, int, str]:
     """``finished_idx`` key -> ``(queue, state, createdAt, job id)``."""
     nul = key.index(b"\x00")
-    created = key[nul + 2 : nul + 2 + _CREATED_LEN]
+    created = key[nul + 2 : nul + 2 + CREATED_LEN]
     return (
         key[:nul].decode("utf-8"),
         BYTE_STATES[key[nul + 1]],
         decode_created(created),
-        key[nul + 2 + _CREATED_LEN :].decode("utf-8"),
+        key[nul + 2 + CREATED_LEN :].decode("utf-8"),
     )
 
 
@@ -289,6 +307,12 @@ def lookup_prefix(queue: str, state: str) -> bytes | None:
         return None
 
 
+def lookup_page_prefix(queue: str, state: str, limit: int) -> bytes | None:
+    """:func:`lookup_prefix` for a page of ids, whose ``limit`` must be positive."""
+    check_page_limit(limit)
+    return lookup_prefix(queue, state)
+
+
 # --- values -------------------------------------------------------------------------
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -341,68 +365,77 @@ def decode_schema(raw: bytes) -> int:
 # --- operations ---------------------------------------------------------------------
 
 # Encoded operations, the same for both adapters:
-#   (OP_PUT, job key, CBOR(record))
-#   (OP_FINISH, job key, CBOR(record), finished_idx key, counts key, CBOR result | None)
+#   (OP_PUTS, [(job key, V(record)), ...])  a run of consecutive put_job operations
+#   (OP_FINISH, job key, V(record), finished_idx key, counts key, V(result) | None)
 #   (OP_DELETE, job key, deps prefix | None)
-#   (OP_META, queue key, CBOR(meta))
+#   (OP_META, queue key, V(meta))
 #   (OP_DEP, deps key, V(outcome))
-# OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to own a row,
-# see dep_scan_prefix): the adapter deletes that whole key range, the job's rows as a
-# parent, in the same transaction. Rows where the job is the child are not in the range
-# (they belong to their parent and live as long as it does).
-OP_PUT = 0
+# Consecutive puts travel as one list so the LMDB adapter writes them with one
+# ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
+# is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
+# own a row, see dep_scan_prefix): the adapter deletes that whole key range, the job's
+# rows as a parent, in the same transaction. Rows where the job is the child are not in
+# the range (they belong to their parent and live as long as it does).
+OP_PUTS = 0
 OP_FINISH = 1
 OP_DELETE = 2
 OP_META = 3
 OP_DEP = 4
 
 
-def encode_ops(batches: Sequence[Writes]) -> list[tuple[Any, ...]]:
-    """Validate and encode every operation of ``batches``, in order.
+def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
+    """LMDB's keys and values for operations already checked by
+    :func:`~trioqueue.storage.ops.validate_writes`, in order.
 
-    Everything that can fail on bad input (unknown op, bad state, overlong key, value
-    CBOR cannot encode) fails here, before a transaction exists, so an adapter applying
-    the result only meets storage errors, and a retry after growing the map needs no
+    What the layout itself refuses (an overlong key, a createdAt beyond 64 bits) raises
+    :class:`ValueError` here, before a transaction exists, so an adapter applying the
+    result only meets storage errors, and a retry after growing the map needs no
     re-encoding.
     """
     out: list[tuple[Any, ...]] = []
     append = out.append
     dumps = encode_value
-    for writes in batches:
-        for op in writes.ops:
-            name = op[0]
-            if name == PUT_JOB:
-                record = op[1]
-                if record.get("state", QUEUED) not in LIVE_STATES:
-                    raise ValueError(f"put_job of a job in state {record.get('state')!r}")
-                append((OP_PUT, job_key(record["id"]), dumps(record)))
-            elif name == FINISH_JOB:
-                record, has_result, result = op[1], op[2], op[3]
-                if record.get("state") not in FINISHED_STATES:
-                    raise ValueError(f"finish_job of a job in state {record.get('state')!r}")
-                jkey = job_key(record["id"])
-                idx_key, ckey = record_index_keys(record, jkey)
-                append(
-                    (
-                        OP_FINISH,
-                        jkey,
-                        dumps(record),
-                        idx_key,
-                        ckey,
-                        encode_result(result) if has_result else None,
-                    )
-                )
-            elif name == DELETE_JOB:
-                jkey = job_key(op[1])
-                append((OP_DELETE, jkey, dep_scan_prefix(jkey)))
-            elif name == PUT_QUEUE_META:
-                append((OP_META, queue_key(op[1]), dumps(op[2])))
-            elif name == PUT_DEP_OUTCOME:
-                outcome = op[3]
-                if not isinstance(outcome, dict):
-                    # decode_value tells msgpack from CBOR by a map's first byte only
-                    raise ValueError(f"a dependency outcome must be a dict: {outcome!r}")
-                append((OP_DEP, dep_key(op[1], op[2]), dumps(outcome)))
-            else:
-                raise ValueError(f"unknown storage operation: {name!r}")
+    puts: list[tuple[bytes, bytes]] | None = None
+    # the prefix of the last finished range: a batch finishes jobs of few queues
+    last_queue = last_state = ""
+    prefix = b""
+    for op in ops:
+        # NamedTuples unpacked rather than read by attribute: one specialised opcode
+        if isinstance(op, PutJob):
+            job_id, record = op
+            key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
+            if len(key) > MAX_KEY_BYTES:
+                raise _too_long("job id", key)
+            if puts is None:
+                puts = []
+                append((OP_PUTS, puts))
+            puts.append((key, dumps(record)))
+            continue
+        puts = None
+        if isinstance(op, FinishJob):
+            job_id, queue, state, created_at, record, has_result, result = op
+            jkey = job_id.encode("utf-8")
+            if queue != last_queue or state != last_state:
+                prefix = finished_prefix(queue, state)
+                last_queue, last_state = queue, state
+            append((OP_FINISH, jkey, dumps(record),
+                    finished_idx_key(prefix, created_at, jkey),  # checks the length
+                    prefix, encode_result(result) if has_result else None))
+        elif isinstance(op, DeleteJob):
+            jkey = op.job_id.encode("utf-8")
+            if len(jkey) > MAX_KEY_BYTES:
+                raise _too_long("job id", jkey)
+            # the deps prefix inline (see dep_scan_prefix): None when no row can fit
+            dep_prefix = _U16.pack(len(jkey)) + jkey
+            append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
+        else:
+            append(_encode_other(op))
     return out
+
+
+def _encode_other(op: Op) -> tuple[Any, ...]:
+    if isinstance(op, PutQueueMeta):
+        return (OP_META, queue_key(op.queue), encode_value(op.meta))
+    if isinstance(op, PutDepOutcome):
+        return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
+    raise TypeError(f"not a storage operation: {op!r}")

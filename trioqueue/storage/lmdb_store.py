@@ -28,6 +28,11 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   what the broker's reserve absorbs.
 * Finished counts are kept exact in the same transaction as the writes, so
   :meth:`LmdbStorage.load` does not scan finished jobs.
+* A page of finished jobs at any offset costs O(log n + page): the positions of every
+  large (queue, state) range are kept in memory (:mod:`.lmdb_finished`), built when the
+  store opens (one walk of those ranges, about 60 ms per million finished jobs) and
+  updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
+  one thread at a time (``apply_blocks`` is False: the writer commits inline).
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
   parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
@@ -36,17 +41,18 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator, Sequence
-from itertools import islice
+from collections.abc import Sequence
 from typing import Any
 
 import lmdb
 
 from ..core.writes import Writes
 from . import keys as K
-from .port import Recovered, Storage, StorageFullError
+from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
+from .ops import validate_writes
+from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
+from .positions import BLOCK, page_window
 
-_ID_CHUNK = 1000
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 _INITIAL_MAP_BYTES = 1 << 30
 
@@ -66,7 +72,10 @@ class LmdbStorage(Storage):
         map_size_bytes: int | None = None,
         max_map_size_bytes: int = 1 << 40,
         fsync_on_commit: bool = False,
+        position_block: int = BLOCK,
     ) -> None:
+        """``position_block``: keys per block of the finished-job position index
+        (:mod:`.positions`); tests make it small to exercise splits and merges."""
         if map_size_bytes is None:
             # 1 GiB to start with (it doubles on demand), but never past the maximum.
             map_size_bytes = min(_INITIAL_MAP_BYTES, max_map_size_bytes)
@@ -91,6 +100,7 @@ class LmdbStorage(Storage):
         )
         try:
             self._open_dbs()
+            self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
         except BaseException:
             self._env.close()
             self._closed = True
@@ -161,7 +171,8 @@ class LmdbStorage(Storage):
 
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
-        ops = K.encode_ops(batches)  # ValueError on bad input, before any transaction
+        # ValueError on bad input, before any transaction
+        ops = K.encode_ops(validate_writes(batches))
         if not ops:
             return
         turned_over = False
@@ -234,52 +245,71 @@ class LmdbStorage(Storage):
         finished = self._finished
         idx = self._idx
         results = self._results
-        deltas: dict[bytes, int] = {}
+        moves = Moves()  # index keys added and removed: the counts and positions follow
+        added, removed = moves.added, moves.removed
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
+            # Most stores hold no dependency rows (no flows): then a delete need not
+            # open a cursor to look for the job's rows. One stat per commit tells.
+            deps_empty = txn.stat(self._deps)["entries"] == 0
             for op in ops:
                 kind = op[0]
-                if kind == K.OP_PUT:
-                    put(op[1], op[2], db=live)
+                if kind == K.OP_PUTS:
+                    with txn.cursor(db=live) as cur:
+                        cur.putmulti(op[1])
                 elif kind == K.OP_FINISH:
                     _, jkey, value, idx_key, ckey, result = op
                     delete(jkey, db=live)
                     old = txn.replace(jkey, value, db=finished)
                     if old is not None:  # re-finish: drop the previous generation's entries
-                        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
-                        delete(old_idx, db=idx)
-                        deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
+                        self._unindex(txn, jkey, old, moves)
                         if result is None:
                             delete(jkey, db=results)
                     put(idx_key, b"", db=idx)
-                    deltas[ckey] = deltas.get(ckey, 0) + 1
+                    added[ckey].append(idx_key)
                     if result is not None:
                         put(jkey, result, db=results)
                 elif kind == K.OP_DELETE:
                     _, jkey, dep_prefix = op
                     delete(jkey, db=live)
                     old = txn.pop(jkey, db=finished)
-                    if old is not None:
+                    if old is not None:  # the index entry goes with the finished record
                         old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
                         delete(old_idx, db=idx)
-                        deltas[old_ckey] = deltas.get(old_ckey, 0) - 1
+                        removed[old_ckey].append(old_idx)
                         delete(jkey, db=results)
-                    if dep_prefix is not None:
+                    if dep_prefix is not None and not deps_empty:
                         self._delete_deps(txn, dep_prefix)
                 elif kind == K.OP_DEP:
                     put(op[1], op[2], db=self._deps)
+                    deps_empty = False
                 else:  # K.OP_META
                     put(op[1], op[2], db=self._queue_meta)
-            counts = self._counts
-            for ckey, delta in deltas.items():
-                if delta:
-                    raw = txn.get(ckey, db=counts)
-                    n = (K.decode_count(raw) if raw is not None else 0) + delta
-                    if n > 0:
-                        put(ckey, K.encode_count(n), db=counts)
-                    else:
-                        delete(ckey, db=counts)
+            sizes = self._count(txn, moves.deltas()) if moves else {}
+        # committed: only now may the in-memory positions move
+        if moves:
+            self._index.after_commit(moves, sizes)
+
+    def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
+                 moves: Moves) -> None:
+        """Delete the index entry of the finished record ``old`` stored under ``jkey``."""
+        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
+        txn.delete(old_idx, db=self._idx)
+        moves.removed[old_ckey].append(old_idx)
+
+    def _count(self, txn: lmdb.Transaction[bytes], deltas: dict[bytes, int]) -> dict[bytes, int]:
+        """Apply the finished-count deltas; the new count of every range that changed."""
+        counts = self._counts
+        sizes: dict[bytes, int] = {}
+        for ckey, delta in deltas.items():
+            raw = txn.get(ckey, db=counts)
+            n = sizes[ckey] = (K.decode_count(raw) if raw is not None else 0) + delta
+            if n > 0:
+                txn.put(ckey, K.encode_count(n), db=counts)
+            else:
+                txn.delete(ckey, db=counts)
+        return sizes
 
     def _delete_deps(self, txn: lmdb.Transaction[bytes], prefix: bytes) -> None:
         """Delete every ``deps`` row under one parent's prefix, inside ``txn``."""
@@ -352,61 +382,31 @@ class LmdbStorage(Storage):
     ) -> list[dict[str, Any]]:
         self._check_open()
         prefix = K.lookup_prefix(queue, state)
-        offset = max(offset, 0)
-        if prefix is None or limit <= 0:
+        if prefix is None:
             return []
         with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
             total = K.decode_count(raw) if raw is not None else 0
-            if offset >= total:
+            start, take = page_window(total, asc=asc, offset=offset, limit=limit)
+            if not take:
                 return []
-            take = min(limit, total - offset)
-            # Skipping is a cursor walk, so walk from the nearer end: the window
-            # [offset, offset+take) in one order is [total-offset-take, total-offset) in
-            # the other.
-            skip = offset
-            forward = asc
-            flip = False
-            if offset > total - offset - take:
-                skip = total - offset - take
-                forward = not asc
-                flip = True
-            keys = self._walk_idx(txn, prefix, forward, skip, take)
-            if flip:
+            keys = self._index.job_keys_at(txn, prefix, start, take)
+            if not asc:
                 keys.reverse()
             finished = self._finished
-            out = []
-            for jkey in keys:
-                value = txn.get(jkey, db=finished)
-                if value is not None:
-                    out.append(K.decode_value(value))
-        return out
+            values = [txn.get(jkey, db=finished) for jkey in keys]
+        loads = K.decode_value  # decoded after the read transaction ends: it stays short
+        return [loads(value) for value in values if value is not None]
 
-    def _walk_idx(
-        self, txn: lmdb.Transaction[bytes], prefix: bytes, forward: bool, skip: int, take: int
-    ) -> list[bytes]:
-        """Job keys of ``take`` index entries under ``prefix`` after skipping ``skip``.
-
-        ``skip`` and ``take`` come from the exact count, so the skipped keys are not
-        checked against the prefix (``islice`` skips them in C); a collected key outside
-        the prefix still ends the walk.
-        """
-        cut = len(prefix) + 8
-        out: list[bytes] = []
-        with txn.cursor(db=self._idx) as cur:
-            if forward:
-                if not cur.set_range(prefix):
-                    return out
-                walk = cur.iternext(keys=True, values=False)
-            else:
-                if not (cur.prev() if cur.set_range(K.prefix_end(prefix)) else cur.last()):
-                    return out
-                walk = cur.iterprev(keys=True, values=False)
-            for key in islice(walk, skip, skip + take):
-                if not key.startswith(prefix):
-                    break
-                out.append(key[cut:])
-        return out
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        prefix = K.lookup_page_prefix(queue, state, limit)
+        if prefix is None:
+            return FinishedPage([], None)
+        with self._env.begin() as txn:
+            return ids_page(txn, self._idx, prefix, after, limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
         self._check_open()
@@ -414,31 +414,10 @@ class LmdbStorage(Storage):
         if prefix is None:
             return {}
         with self._env.begin() as txn:
-            rows = _scan(txn, self._deps, prefix, prefix, None, values=True)
+            rows = scan(txn, self._deps, prefix, prefix, None, values=True)
         # decoded after the read transaction ends, so it stays short
         loads = K.decode_value
         return {K.dep_child_id(k): loads(v) for k, v in rows}
-
-    def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
-            return iter(())
-        return self._iter_ids(prefix)
-
-    def _iter_ids(self, prefix: bytes) -> Iterator[str]:
-        # One short read transaction per chunk: a long-lived reader would pin old pages
-        # and make the file grow while the caller works through the ids.
-        start = prefix
-        cut = len(prefix) + 8
-        while True:
-            with self._env.begin() as txn:
-                chunk = [k for k, _ in _scan(txn, self._idx, start, prefix, _ID_CHUNK)]
-            for key in chunk:
-                yield key[cut:].decode("utf-8")
-            if len(chunk) < _ID_CHUNK:
-                return
-            start = chunk[-1] + b"\x00"  # the smallest key after the last one seen
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -451,20 +430,3 @@ class LmdbStorage(Storage):
             self._closed = True
             self._env.close()
 
-
-def _scan(txn: Any, db: Any, start: bytes, prefix: bytes, limit: int | None, *,
-          values: bool = False) -> list[tuple[bytes, bytes]]:
-    """Keys (and values) from ``start`` on while they begin with ``prefix``, at most
-    ``limit`` of them."""
-    out: list[tuple[bytes, bytes]] = []
-    with txn.cursor(db=db) as cur:
-        ok = cur.set_range(start)
-        while ok:
-            key = cur.key()
-            if not key.startswith(prefix):
-                break
-            out.append((key, cur.value() if values else b""))
-            if limit is not None and len(out) >= limit:
-                break
-            ok = cur.next()
-    return out

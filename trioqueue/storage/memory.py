@@ -1,26 +1,32 @@
 """The in-memory store: dicts holding exactly the bytes the LMDB adapter would store.
 
-Used by tests and ``--memory``. Keys come from :mod:`.keys` and values are CBOR, so the
-ordering, validation (``ValueError`` on overlong keys) and copy semantics are those of
+Used by tests and ``--memory``. Operations are checked by :mod:`.ops` like any store's;
+keys and values then come from LMDB's layout (:mod:`.keys`), so the ordering, the key
+limits (``ValueError`` on overlong keys) and copy semantics are those of
 :mod:`.lmdb_store`: a stored record never aliases the caller's dict, and every read
 decodes a fresh copy.
 
 :meth:`MemoryStorage.apply` is atomic: operations are validated and encoded first, then
 applied while an undo log is kept; if anything fails (including the simulated
 ``max_bytes`` limit) the log is played back and nothing of the call remains.
+
+Finished jobs of one queue and state are a sorted list of index keys, so a page at any
+offset is a slice, O(page); inserting into the middle of a list moves the keys after it
+(a memmove), but a finish lands at the end (createdAt grows).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterator, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.writes import Writes
 from . import keys as K
-from .port import Recovered, Storage, StorageFullError
+from .ops import validate_writes
+from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
+from .positions import page_window
 
-_ID_CHUNK = 1000
 _MISSING: Any = object()
 
 
@@ -64,7 +70,8 @@ class MemoryStorage(Storage):
 
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
-        ops = K.encode_ops(batches)  # ValueError on bad input, before any change
+        # ValueError on bad input, before any change
+        ops = K.encode_ops(validate_writes(batches))
         if not ops:
             return
         undo: list[Callable[[], None]] = []
@@ -83,8 +90,10 @@ class MemoryStorage(Storage):
 
     def _apply_one(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
         kind = op[0]
-        if kind == K.OP_PUT:
-            self._set(self._live, op[1], op[2], undo)
+        if kind == K.OP_PUTS:
+            live = self._live
+            for key, value in op[1]:
+                self._set(live, key, value, undo)
         elif kind == K.OP_FINISH:
             _, jkey, value, idx_key, ckey, result = op
             self._set(self._live, jkey, _MISSING, undo)
@@ -247,22 +256,27 @@ class MemoryStorage(Storage):
     ) -> list[dict[str, Any]]:
         self._check_open()
         prefix = K.lookup_prefix(queue, state)
-        offset = max(offset, 0)
-        if prefix is None or limit <= 0:
+        if prefix is None:
             return []
         entries = self._idx.get(prefix, [])
-        if asc:
-            window = entries[offset : offset + limit]
-        else:
-            end = len(entries) - offset
-            window = entries[max(end - limit, 0) : max(end, 0)][::-1]
-        cut = len(prefix) + 8
-        out = []
-        for key in window:
-            raw = self._finished.get(key[cut:])
-            if raw is not None:
-                out.append(K.decode_value(raw))
-        return out
+        start, take = page_window(len(entries), asc=asc, offset=offset, limit=limit)
+        window = entries[start : start + take]
+        if not asc:
+            window.reverse()
+        cut = len(prefix) + K.CREATED_LEN
+        records = [self._finished.get(key[cut:]) for key in window]
+        return [K.decode_value(raw) for raw in records if raw is not None]
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        prefix = K.lookup_page_prefix(queue, state, limit)
+        entries = None if prefix is None else self._idx.get(prefix)
+        if prefix is None or not entries:  # no such range, or an empty one
+            return FinishedPage([], None)
+        start = 0 if after is None else bisect_left(entries, K.idx_seek_key(prefix, after))
+        return K.idx_page(entries[start : start + limit], len(prefix), limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
         self._check_open()
@@ -272,28 +286,6 @@ class MemoryStorage(Storage):
             return {}
         loads = K.decode_value
         return {K.dep_child_id(k): loads(group[k]) for k in sorted(group)}
-
-    def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
-            return iter(())
-        return self._iter_ids(prefix)
-
-    def _iter_ids(self, prefix: bytes) -> Iterator[str]:
-        # Chunked like the LMDB adapter (which re-opens a read transaction per chunk),
-        # so that writes made between chunks are seen the same way in both.
-        cut = len(prefix) + 8
-        last: bytes | None = None
-        while True:
-            entries = self._idx.get(prefix, [])
-            start = 0 if last is None else bisect_right(entries, last)
-            chunk = entries[start : start + _ID_CHUNK]
-            for key in chunk:
-                yield key[cut:].decode("utf-8")
-            if len(chunk) < _ID_CHUNK:
-                return
-            last = chunk[-1]
 
     # --- lifecycle ------------------------------------------------------------------
 

@@ -1,10 +1,14 @@
 """The storage port: the small, named set of operations the broker needs from a store.
 
 Two adapters implement it: :mod:`trioqueue.storage.memory` (dicts, for tests and
-``--memory``) and :mod:`trioqueue.storage.lmdb_store` (the default, durable). Both are
-synchronous: the storage writer calls :meth:`Storage.apply` on the trio thread with the
-writes of a whole batch, and only :meth:`Storage.sync` (an fsync, which blocks for
-hundreds of microseconds) is ever run in a worker thread.
+``--memory``) and :mod:`trioqueue.storage.lmdb_store` (the default, durable). Every
+method is synchronous. The storage writer calls :meth:`Storage.apply` with the writes of
+a whole batch: on the trio thread for a store that answers in microseconds (both
+adapters here; :meth:`Storage.sync`, an fsync, still goes to a worker thread), or in a
+worker thread, one hop per batch, for a store that says its commits block
+(:attr:`Storage.apply_blocks`, a store across a network). What a write must do is
+:mod:`trioqueue.storage.ops` (validated, typed operations); how LMDB lays it out in
+bytes is :mod:`trioqueue.storage.keys`, which another store does not need.
 
 Records are plain dicts as produced by :meth:`trioqueue.core.job.Job.to_record`; the
 ``state`` key says where the job lives (queued, active, waiting-children, completed,
@@ -16,8 +20,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
 
 
@@ -35,8 +40,36 @@ class Recovered:
     finished_counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
+# Where a page of finished ids ended: (createdAt, job id) of its last id. Finished jobs of
+# one queue and state are ordered by exactly that pair, so the next page starts after it
+# even when that job has been deleted meanwhile (as Obliterate does with each page).
+FinishedCursor = tuple[int, str]
+
+
+class FinishedPage(NamedTuple):
+    """One page of :meth:`Storage.finished_ids_page`."""
+
+    ids: list[str]
+    # pass as ``after`` to get the next page; None when this page was the last one
+    after: FinishedCursor | None
+
+
+_ID_PAGE = 1000  # ids per page of iter_finished_ids
+
+
 class Storage(abc.ABC):
     """A job store. Every method is synchronous and never awaits."""
+
+    # Whether apply() waits for something outside this process (a database server's
+    # round trip, a disk flush per commit): then the storage writer never calls it on
+    # the trio thread, where it would stall every queue, but in a worker thread, one
+    # hop per batch (see trioqueue.actors.writer). Such a store must allow reads from
+    # the trio thread while an apply runs in the worker thread, and show them either all
+    # of that commit or none of it. False (the default) means apply returns in
+    # microseconds and the writer commits inline, which a hop would slow down: the
+    # LMDB and in-memory adapters (LMDB's map resize even requires that no read of this
+    # process runs during a commit).
+    apply_blocks: bool = False
 
     @abc.abstractmethod
     def load(self) -> Recovered:
@@ -66,15 +99,51 @@ class Storage(abc.ABC):
     def list_finished(
         self, queue: str, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]]:
-        """Finished records of one queue and state ordered by (createdAt, id)."""
+        """Finished records of one queue and state ordered by (createdAt, id): ``limit``
+        of them from ``offset`` in ascending (``asc``) or descending order.
+
+        Costs O(log n + limit), whatever the offset (GetJobs pages through a million
+        completed jobs). A negative offset counts as 0; ``limit <= 0`` gives ``[]``.
+        """
 
     @abc.abstractmethod
     def count_finished(self, queue: str, state: str) -> int:
-        """How many finished jobs of one queue and state are stored (exact)."""
+        """How many finished jobs of one queue and state are stored (exact, O(1))."""
 
     @abc.abstractmethod
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        """Up to ``limit`` job ids of one queue and finished state, in (createdAt, id)
+        order, from the start (``after=None``) or after the cursor a previous page
+        returned; O(log n + limit).
+
+        For long work done in bounded slices (Obliterate, Clean): take a page, delete
+        those jobs, commit, let other queues run, take the next page with
+        ``after=page.after``; stop when ``page.after`` is None. Each page is read
+        afresh, so jobs finished meanwhile with a later (createdAt, id) show up in a
+        later page, and jobs deleted meanwhile do not. ``limit`` must be positive.
+        """
+
     def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
-        """Every job id of one queue and finished state, in (createdAt, id) order."""
+        """Every job id of one queue and finished state, in (createdAt, id) order.
+
+        Read in pages of :meth:`finished_ids_page` (1,000 ids), so writes made between
+        pages are seen by the next page. The state is checked at the call, not at the
+        first ``next()``.
+        """
+        if state not in FINISHED_STATES:
+            raise ValueError(f"not a finished state: {state!r}")
+        return self._iter_ids(queue, state)
+
+    def _iter_ids(self, queue: str, state: str) -> Iterator[str]:
+        after: FinishedCursor | None = None
+        while True:
+            page = self.finished_ids_page(queue, state, after=after, limit=_ID_PAGE)
+            yield from page.ids
+            if page.after is None:
+                return
+            after = page.after
 
     @abc.abstractmethod
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:

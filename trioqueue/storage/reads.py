@@ -32,31 +32,8 @@ def fetch(storage: Storage, queue: str, read: Read) -> Any:
         return storage.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
     if kind == IDS:
         state, after, limit = args
-        return ids_page(storage, queue, state, after, limit)
+        return tuple(storage.finished_ids_page(queue, state, after=after, limit=limit))
     raise ValueError(f"unknown read {read!r}")
-
-
-def ids_page(storage: Storage, queue: str, state: str, after: Any,
-             limit: int) -> tuple[list[str], Any]:
-    """Finished ids after the cursor ``(createdAt, id)``, and the next cursor."""
-    ids: list[str] = []
-    last: tuple[int, str] | None = None
-    offset = 0
-    # Interim, O(position): replaced by the store's own paged listing.
-    while len(ids) < limit:
-        records = storage.list_finished(queue, state, asc=True, offset=offset, limit=limit)
-        if not records:
-            return ids, None
-        offset += len(records)
-        for record in records:
-            key = (int(record["createdAt"]), str(record["id"]))
-            if after is not None and key <= tuple(after):
-                continue
-            ids.append(key[1])
-            last = key
-            if len(ids) == limit:
-                return ids, last
-    return ids, last
 
 
 def direct_view(storage: Storage, queue: str) -> FinishedView:

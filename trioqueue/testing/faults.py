@@ -9,7 +9,9 @@
   :class:`~trioqueue.storage.port.StorageFullError` with nothing applied;
 - be slow (``commit_delay_s``): each commit blocks that long first, as a saturated
   disk would (it blocks the broker's thread, which is what a slow synchronous commit
-  does).
+  does), unless ``apply_blocks=True`` says so to the writer, which then commits in a
+  worker thread (:attr:`~trioqueue.storage.port.Storage.apply_blocks`, as a network
+  store would declare). By default the wrapper declares what the wrapped store does.
 
 Counters (``commits``, ``syncs``) say how far a run got.
 
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.writes import Writes
-from ..storage.port import Recovered, Storage, StorageFullError
+from ..storage.port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
 
 
 class InjectedFault(OSError):
@@ -35,8 +37,10 @@ class InjectedFault(OSError):
 
 class FaultyStorage(Storage):
     def __init__(self, inner: Storage, *, fail_commit_at: int | None = None,
-                 fail_sync_at: int | None = None, commit_delay_s: float = 0.0) -> None:
+                 fail_sync_at: int | None = None, commit_delay_s: float = 0.0,
+                 apply_blocks: bool | None = None) -> None:
         self.inner = inner
+        self.apply_blocks = inner.apply_blocks if apply_blocks is None else apply_blocks
         self.fail_commit_at = fail_commit_at
         self.fail_sync_at = fail_sync_at
         self.commit_delay_s = commit_delay_s
@@ -82,6 +86,10 @@ class FaultyStorage(Storage):
 
     def iter_finished_ids(self, queue: str, state: str) -> Iterator[str]:
         return self.inner.iter_finished_ids(queue, state)
+
+    def finished_ids_page(self, queue: str, state: str, *, after: FinishedCursor | None,
+                          limit: int) -> FinishedPage:
+        return self.inner.finished_ids_page(queue, state, after=after, limit=limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
         return self.inner.dep_outcomes(parent_id)

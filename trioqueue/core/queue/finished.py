@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-# The reads, as hashable tuples (kind, *arguments); storage/finished.py's ``fetch``
+# The reads, as hashable tuples (kind, *arguments); storage/reads.py's ``fetch``
 # answers each from a store.
 GET = "get"  # (GET, id) -> finished record of any queue, or None
 RESULT = "result"  # (RESULT, id) -> (has_result, result)

@@ -1,0 +1,46 @@
+"""A store whose calls block (``apply_blocks``): the broker commits and reads it off the
+trio thread, and every read of finished jobs still sees what was acknowledged."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.conftest import make_config
+from trioqueue.actors.broker import Broker
+from trioqueue.server import Server
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.testing import RawClient
+from trioqueue.testing.faults import FaultyStorage
+
+
+@pytest.fixture
+async def client(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[RawClient]:
+    config = make_config(tmp_path, memory=True)
+    store = FaultyStorage(MemoryStorage(), apply_blocks=True)
+    server: Server = await nursery.start(Server(config, Broker(config, storage=store)).run)
+    assert server.tcp_port is not None and server.broker.writer.off_thread
+    raw = await RawClient.connect(server.tcp_port)
+    yield raw
+    await raw.aclose()
+    server.stop()
+
+
+async def test_finished_jobs_are_read_off_thread_and_current(client: RawClient) -> None:
+    ids = (await client.ok("PUSHB", queue="b", jobs=[
+        {"name": "n", "data": i, "customId": f"c{i}"} for i in range(5)]))["ids"]
+    pulled = await client.ok("PULLB", queue="b", count=5)
+    await client.ok("ACKB", ids=[j["id"] for j in pulled["jobs"]], results=[1] * 5)
+    assert (await client.ok("GetState", id=ids[0]))["state"] == "completed"
+    assert (await client.ok("GetResult", id=ids[1]))["result"] == 1
+    listed = await client.ok("GetJobs", queue="b", state="completed", offset=2, limit=2)
+    assert [j["id"] for j in listed["jobs"]] == ids[2:4]
+    # A custom id held by a finished job is retired and pushed again.
+    again = await client.ok("PUSH", queue="b", name="n", data=9, jobId="c0")
+    assert again["id"] == "c0"
+    assert (await client.ok("GetState", id="c0"))["state"] == "waiting"
+    await client.ok("Obliterate", queue="b")
+    assert (await client.ok("GetJobCounts", queue="b"))["counts"]["completed"] == 0
