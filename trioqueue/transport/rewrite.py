@@ -140,6 +140,8 @@ class _Rewriter:
             return s  # e.g. a PULLB reply's tokens: decided at C speed
         value = self._value
         new: list[Any] | None = None
+        # The leaf dispatch of _map, written out again for the same reason: no call per
+        # member on the path every reply with a job takes.
         for i, v in enumerate(s):
             vt = type(v)
             if vt in untouched:
