@@ -50,93 +50,49 @@ processed, failed) with every lock renewal, ``UnregisterWorker`` on close. The b
 forgets a registration when the connection that made it closes; the next heartbeat then
 answers ``Worker not found`` and the worker registers again, which is how it notices a
 reconnect without any extra traffic.
+
+**Layout.** This module holds the worker's state, events and lifetime (run, close);
+the rest is bound into the class from :mod:`.pulling` (the pull loop and the
+processors), :mod:`.outcomes` (ACKB, FAIL, hand-backs) and :mod:`.heartbeats` (lock
+renewal, the registry), over the leases of :mod:`.lease`.
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .connection import backoff_s
-from .errors import CommandError, ConnectionLost, TrioqueueError, error_for
+from . import heartbeats, outcomes, pulling
 from .job import Job
-from .queue import Queue, error_text
+from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
+from .outcomes import UnrecoverableError
+from .queue import Queue
 
 if TYPE_CHECKING:
     from .connection import Connection, _Channel
 
-log = logging.getLogger(__name__)
+__all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS", "Listener",
+           "Processor", "UnrecoverableError", "Worker"]
 
 EVENTS = frozenset({"active", "completed", "failed", "progress", "error", "drained",
                     "closed"})
 
-MAX_BATCH_SIZE = 1000          # PULLB's ``count`` limit
 MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
 DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
-_RETRY_DELAYS_S = (0.1, 0.2, 0.4)  # outcome commands retried after a lost connection
-_PULL_REPLY_GRACE_S = 10.0     # how late a long-poll reply may be before we give up on it
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
-_WORKER_NOT_FOUND = "Worker not found"
 
 Processor = Callable[[Job], Any]
 Listener = Callable[..., Any]
 
-# Lease states.
-_RUNNING = "running"      # holds a slot; its processor runs
-_ACKING = "acking"        # result waits in the ACK batch or is being sent
-_FAILING = "failing"      # FAIL being sent
-_RELEASING = "releasing"  # being handed back with MoveToWait
-
 # Worker states.
 _NEW, _STARTED, _CLOSED = "new", "running", "closed"
-
-
-class UnrecoverableError(Exception):
-    """Raise it from a processor to fail the job for good: the ``FAIL`` carries
-    ``unrecoverable: true``, so the broker dead-letters the job whatever attempts are
-    left. For errors that a retry cannot fix (bad input, a refused permission)."""
-
-
-class _Lease:
-    """One delivery of a job to this worker: the job, its token and where it stands.
-
-    A job may be delivered to us again while an older delivery is still being
-    settled (its lock expired and it came back), so leases are objects, not job ids:
-    each outcome goes out with its own delivery's token.
-    """
-
-    __slots__ = ("error", "job", "scope", "state", "task", "token")
-
-    def __init__(self, job: Job, token: str) -> None:
-        self.job = job
-        self.token = token
-        self.state = _RUNNING
-        self.scope = trio.CancelScope()  # cancels this processor alone (force close)
-        self.task: trio.lowlevel.Task | None = None
-        self.error: Exception | None = None  # set once the processor failed
-
-
-class _WorkerJob(Job):
-    """The job a processor gets: a :class:`Job` whose progress updates also become the
-    worker's ``progress`` events."""
-
-    def __init__(self, worker: Worker, raw: dict[str, Any], token: str) -> None:
-        super().__init__(worker.queue, raw, token)
-        self._worker = worker
-
-    async def update_progress(self, progress: Any, message: str | None = None) -> None:
-        await super().update_progress(progress, message)
-        # After the broker accepted it, so that a listener never sees a progress that
-        # GetProgress would not show.
-        self._worker._emit("progress", self, progress)
 
 
 class Worker:
@@ -218,11 +174,11 @@ class Worker:
         self._registered = False
         self._drained = False
         self._pull_in_flight = False
-        self._leases: set[_Lease] = set()
+        self._leases: set[Lease] = set()
         self._running = 0  # slots held: leases whose processor has not returned
         self._tasks = 0    # processor tasks alive (they also send FAIL or release)
         self._changed = trio.Event()  # set (and replaced) whenever slots or flags change
-        self._acks: list[tuple[_Lease, Any]] = []
+        self._acks: list[tuple[Lease, Any]] = []
         self._ack_ready = trio.Event()  # set while results wait
         self._ack_now = trio.Event()    # set when they should go without waiting
         self._ack_lock = trio.Lock()    # one ACKB at a time: keeps the counters simple
@@ -437,7 +393,7 @@ class Worker:
 
     def _cancel_running(self) -> None:
         for lease in self._leases:
-            if lease.state == _RUNNING:
+            if lease.state == RUNNING:
                 lease.scope.cancel()
 
     async def _drain(self) -> None:
@@ -482,349 +438,32 @@ class Worker:
         while self._tasks:
             await self._changed.wait()
 
-    # ------------------------------------------------------------------ pulling
+    # ------------------------------------------------------------------ the parts
+    # Bound here from the modules that hold them, as methods of the worker's state.
 
-    async def _pull_loop(self) -> None:
-        """Pull as many jobs as there are free slots, start each at once, repeat.
+    # pulling: the pull loop, and the processor run on each job it brings.
+    _pull_loop = pulling._pull_loop
+    _pull = pulling._pull
+    _close_pull_channel = pulling._close_pull_channel
+    _start = pulling._start
+    _process = pulling._process
+    _call_processor = pulling._call_processor
 
-        Errors back off exponentially (0.1 s doubling to 30 s, with jitter) and are
-        reported, except a lost connection, which is what the backoff is for: it is
-        retried without a word.
-        """
-        attempt = 0
-        drain_delay_s = 0.01 if self.poll_timeout_ms > 0 else 0.05
-        while True:
-            if self._stopping:
-                # Ended by run() once the outcomes are settled.
-                await trio.sleep_forever()
-            free = self._concurrency - self._running
-            if self._paused or free <= 0:
-                await self._changed.wait()
-                continue
-            count = min(free, self.batch_size)
-            self._pull_in_flight = True
-            try:
-                reply = await self._pull(count)
-            except ConnectionLost:
-                await trio.sleep(backoff_s(attempt))
-                attempt += 1
-                continue
-            except TrioqueueError as exc:
-                self._report(exc, "pull")
-                await trio.sleep(backoff_s(attempt))
-                attempt += 1
-                continue
-            finally:
-                self._pull_in_flight = False
-            attempt = 0
-            raws = reply.get("jobs") or []
-            tokens = reply.get("tokens") or []
-            leases = [_Lease(_WorkerJob(self, raw, token), token)
-                      for raw, token in zip(raws, tokens, strict=False)]
-            self._leases.update(leases)
-            if self._stopping or self._paused:
-                # A long-poll that returned after close() or pause(): none of its
-                # jobs may start, so they go back before anything else happens.
-                for lease in leases:
-                    lease.state = _RELEASING
-                await self._release(leases)
-                continue
-            for lease in leases:
-                self._start(lease)
-            if leases:
-                self._drained = False
-            if len(leases) < count and not self._drained:
-                # The queue had no more ready jobs than these: BullMQ's "drained"
-                # (once until a job is pulled again, not on every empty long-poll).
-                self._drained = True
-                self._emit("drained")
-            if not leases:
-                await trio.sleep(drain_delay_s)
+    # outcomes: ACKB batches, FAIL, and hand-backs with MoveToWait.
+    _release = outcomes._release
+    _queue_ack = outcomes._queue_ack
+    _ack_loop = outcomes._ack_loop
+    _flush_acks = outcomes._flush_acks
+    _send_acks = outcomes._send_acks
+    _send_fail = outcomes._send_fail
+    _call_retrying = outcomes._call_retrying
 
-    async def _pull(self, count: int) -> dict[str, Any]:
-        if self.connection.closed:
-            raise ConnectionLost("connection closed")
-        channel = self._pull_channel
-        if channel is None or channel.broken:
-            channel = self._pull_channel = await self.connection.open_channel()
-        msg = {"cmd": "PULLB", "queue": self.queue_name, "count": count,
-               "timeout": self.poll_timeout_ms, "owner": self.id,
-               "lockTtl": self.lock_duration_ms}
-        with trio.move_on_after(self.poll_timeout_ms / 1000 + _PULL_REPLY_GRACE_S) as scope:
-            reply = await channel.call(msg)
-        if scope.cancelled_caught:
-            # The broker is not answering; its reply may yet lease jobs to us. Closing
-            # the channel hands those back (and any job of ours not yet renewed,
-            # which a broker this slow would likely take back anyway).
-            await self._close_pull_channel()
-            raise ConnectionLost("no reply to PULLB")
-        if not reply.get("ok"):
-            raise error_for(str(reply.get("error", "")), "PULLB")
-        return reply
-
-    async def _close_pull_channel(self) -> None:
-        channel, self._pull_channel = self._pull_channel, None
-        if channel is not None:
-            with trio.CancelScope(shield=True):
-                await channel.aclose()
-
-    # ------------------------------------------------------------------ processing
-
-    def _start(self, lease: _Lease) -> None:
-        # Counted here, not in the task, so that the pull loop sees the slot taken
-        # before it can ask for more.
-        self._running += 1
-        self._tasks += 1
-        assert self._work_nursery is not None
-        self._work_nursery.start_soon(self._process, lease)
-
-    async def _process(self, lease: _Lease) -> None:
-        """Run the processor on one lease and send its outcome.
-
-        The lease's own cancel scope lets a forced close cancel this processor and
-        nothing else; when it did, the job goes back uncharged. A cancellation of the
-        whole worker is not caught here: it propagates, and :meth:`_finish` hands the
-        job back. The slot is freed as soon as the processor returns, before the
-        outcome is sent, so the next pull overlaps the ACK.
-        """
-        job = lease.job
-        result: Any = None
-        error: Exception | None = None
-        try:
-            try:
-                lease.task = trio.lowlevel.current_task()
-                with lease.scope:
-                    self._emit("active", job)
-                    try:
-                        result = await self._call_processor(job)
-                    except Exception as exc:
-                        error = exc
-            finally:
-                lease.task = None
-                self._running -= 1
-                self._notify()
-            if lease.scope.cancelled_caught:
-                lease.state = _RELEASING
-                await self._release([lease])
-            elif error is None:
-                self._queue_ack(lease, result)
-            else:
-                await self._send_fail(lease, error)
-        finally:
-            self._tasks -= 1
-            self._notify()
-
-    async def _call_processor(self, job: Job) -> Any:
-        if self._is_async:
-            return await self.processor(job)
-        # abandon_on_cancel: a thread cannot be interrupted, and a forced close must not
-        # wait for it; the thread finishes on its own and its result is dropped.
-        return await trio.to_thread.run_sync(self.processor, job, limiter=self._limiter,
-                                             abandon_on_cancel=True)
-
-    async def _release(self, leases: Iterable[_Lease]) -> None:
-        """Hand jobs back to the queue: ``MoveToWait`` with the lease's token, which
-        charges no attempt. A refusal means the job is no longer ours (finished,
-        removed, taken back after its lock expired): exactly what we wanted, so it is
-        only logged. A lost connection is left to the pull channel's close."""
-
-        async def one(lease: _Lease) -> None:
-            try:
-                await self.connection.call("MoveToWait", id=lease.job.id, token=lease.token)
-            except TrioqueueError as exc:
-                log.info("worker %s: handing back %s: %r", self.name, lease.job.id, exc)
-            self._leases.discard(lease)
-
-        async with trio.open_nursery() as nursery:
-            for lease in leases:
-                nursery.start_soon(one, lease)
-
-    # ------------------------------------------------------------------ outcomes
-
-    def _queue_ack(self, lease: _Lease, result: Any) -> None:
-        lease.state = _ACKING
-        self._acks.append((lease, result))
-        self._ack_ready.set()
-        if len(self._acks) >= self.batch_size or self._running == 0:
-            self._ack_now.set()
-
-    async def _ack_loop(self) -> None:
-        delay_s = self.ack_batch_delay_ms / 1000
-        while True:
-            await self._ack_ready.wait()
-            with trio.move_on_after(delay_s):
-                await self._ack_now.wait()
-            await self._flush_acks()
-
-    async def _flush_acks(self) -> None:
-        async with self._ack_lock:
-            while self._acks:
-                batch = self._acks[:MAX_BATCH_SIZE]
-                del self._acks[:len(batch)]
-                if not self._acks:
-                    self._ack_ready = trio.Event()
-                    self._ack_now = trio.Event()
-                try:
-                    await self._send_acks(batch)
-                except trio.Cancelled:
-                    # Interrupted (the worker is being cancelled): the batch goes back
-                    # so that the final cleanup sends it. If it had reached the broker,
-                    # the resend is answered "ignored", and nothing is emitted twice.
-                    self._acks[:0] = batch
-                    self._ack_ready.set()
-                    raise
-
-    async def _send_acks(self, batch: list[tuple[_Lease, Any]]) -> None:
-        """One ``ACKB``; ``completed`` for each position the broker applied.
-
-        The broker checks every token before applying anything, so one lease that is
-        no longer ours refuses the whole batch: then each job is acknowledged alone,
-        so that the others still count and the refused one is reported by itself. A
-        result the codec cannot encode also fails the batch before anything is sent;
-        alone, that job is failed with the encoding error (its processor's bug, and
-        retrying it shows the error where the job's owner looks).
-        """
-        fields = {"ids": [lease.job.id for lease, _ in batch],
-                  "tokens": [lease.token for lease, _ in batch],
-                  "results": [result for _, result in batch]}
-        try:
-            reply = await self._call_retrying("ACKB", **fields)
-        except CommandError as exc:
-            if len(batch) > 1:
-                for item in batch:
-                    await self._send_acks([item])
-                return
-            self._leases.discard(batch[0][0])
-            self._report(exc, "ack")
-            return
-        except TrioqueueError as exc:  # the connection stayed lost through the retries
-            for lease, _ in batch:
-                self._leases.discard(lease)
-            self._report(exc, "ack")
-            return
-        except Exception as exc:  # encoding: nothing was sent
-            if len(batch) > 1:
-                for item in batch:
-                    await self._send_acks([item])
-                return
-            await self._send_fail(batch[0][0], exc)
-            return
-        data = reply.get("data") or {}
-        ignored = set(data.get("ignoredIndices") or ())
-        if "ignoredIndices" not in data and data.get("ignoredIds"):
-            # Older brokers: positions by id (the batch has each lease once).
-            ignored_ids = set(data["ignoredIds"])
-            ignored = {i for i, (lease, _) in enumerate(batch) if lease.job.id in ignored_ids}
-        for i, (lease, result) in enumerate(batch):
-            self._leases.discard(lease)
-            if i in ignored:
-                continue  # not applied: the job was removed or finished meanwhile
-            self.processed_count += 1
-            self._emit("completed", lease.job, result)
-
-    async def _send_fail(self, lease: _Lease, error: Exception) -> None:
-        lease.state = _FAILING
-        lease.error = error
-        message, stack = error_text(error)
-        fields: dict[str, Any] = {"id": lease.job.id, "token": lease.token, "error": message}
-        if stack:
-            fields["stack"] = stack
-        if isinstance(error, UnrecoverableError):
-            fields["unrecoverable"] = True
-        try:
-            reply = await self._call_retrying("FAIL", **fields)
-        except TrioqueueError as exc:
-            self._leases.discard(lease)
-            self._report(exc, "fail")
-            return
-        self._leases.discard(lease)
-        if (reply.get("data") or {}).get("applied") is False:
-            return  # the attempt was already charged (lock expiry): nothing happened
-        self.failed_count += 1
-        lease.job.attempts_made += 1
-        self._emit("failed", lease.job, error)
-
-    async def _call_retrying(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        """An outcome command, retried a few times over a lost connection: the lease
-        outlives a reconnect, so a retry usually lands, and a duplicate is harmless
-        (an ACK applied twice is "ignored", a FAIL "not applied")."""
-        for delay in (*_RETRY_DELAYS_S, None):
-            try:
-                return await self.connection.call(cmd, **fields)
-            except ConnectionLost:
-                if delay is None:
-                    raise
-                await trio.sleep(delay)
-        raise AssertionError("unreachable")
-
-    # ------------------------------------------------------------------ heartbeats
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await trio.sleep(self.heartbeat_interval_s)
-            await self._renew_locks()
-            await self._registry_heartbeat()
-
-    async def _renew_locks(self) -> None:
-        """``JobHeartbeatB`` for every lease, running or being settled: a lock must
-        outlive the ACK that ends it, or the broker could hand the job to another
-        worker while our result is on its way."""
-        leases = list(self._leases)
-        for start in range(0, len(leases), MAX_BATCH_SIZE):
-            chunk = leases[start:start + MAX_BATCH_SIZE]
-            try:
-                await self.connection.call("JobHeartbeatB", ids=[lease.job.id for lease in chunk],
-                                           tokens=[lease.token for lease in chunk])
-            except ConnectionLost:
-                pass  # the next beat tries again; the lock is longer than the interval
-            except TrioqueueError as exc:
-                self._report(exc, "lock renewal")
-
-    async def _registry_heartbeat(self) -> None:
-        if not self._registered:
-            await self._register()
-            return
-        try:
-            await self.connection.call("Heartbeat", id=self.id, activeJobs=self._running,
-                                       processed=self.processed_count,
-                                       failed=self.failed_count)
-        except ConnectionLost:
-            pass
-        except CommandError as exc:
-            if exc.message == _WORKER_NOT_FOUND:
-                # The connection that registered us closed (a reconnect): again.
-                self._registered = False
-                await self._register()
-            else:
-                self._report(exc, "heartbeat")
-        except TrioqueueError as exc:
-            self._report(exc, "heartbeat")
-
-    async def _register(self) -> None:
-        """A failed registration never stops the worker (the registry is for
-        monitoring); the next heartbeat tries again."""
-        try:
-            await self.connection.call(
-                "RegisterWorker", name=self.name, queues=[self.queue_name],
-                concurrency=self._concurrency, workerId=self.id,
-                hostname=socket.gethostname(), pid=os.getpid())
-        except ConnectionLost:
-            return
-        except TrioqueueError as exc:
-            self._report(exc, "register")
-            return
-        self._registered = True
-
-    async def _unregister(self) -> None:
-        try:
-            await self.connection.call("UnregisterWorker", workerId=self.id)
-        except CommandError as exc:
-            if exc.message != _WORKER_NOT_FOUND:  # never registered, or already gone
-                self._report(exc, "unregister")
-        except TrioqueueError:
-            pass  # a closed connection already unregistered us
-        self._registered = False
-
+    # heartbeats: lock renewal and the registry.
+    _heartbeat_loop = heartbeats._heartbeat_loop
+    _renew_locks = heartbeats._renew_locks
+    _registry_heartbeat = heartbeats._registry_heartbeat
+    _register = heartbeats._register
+    _unregister = heartbeats._unregister
 
 def _check_concurrency(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -225,43 +225,55 @@ def parse_flow(msg: Mapping[str, Any], *,
     items: list[FlowItem] = []
     by_id: dict[str, FlowItem] = {}
     for i, job in enumerate(jobs):
-        if not isinstance(job, dict):
-            raise CommandError(f"flow jobs[{i}] must be an object")
-        job_id = fields.job_id(job.get("id"), "flow job id")
-        if ":" in job_id:
-            raise CommandError(f"flow job id cannot contain a colon: {job_id}")
-        if job_id in by_id:
-            raise CommandError(f"duplicate flow job id: {job_id}")
-        queue = job.get("queue")
-        try:
-            queue = fields.queue_name(queue)
-        except CommandError as exc:
-            raise CommandError(f"invalid flow queue for {job_id}: {exc.message}") from None
-        fields.check_id_fits_queue(queue, job_id)
-        raw = job.get("input")
-        if not isinstance(raw, dict):
-            raise CommandError(f"flow job input is invalid: {job_id}")
-        custom = raw.get("customId")
-        if custom is not None and custom != job_id:
-            raise CommandError(f"custom id does not match planned id: {job_id}")
-        for key, error in _FLOW_REFUSED:
-            if raw.get(key) is not None:
-                raise CommandError(f"{job_id}: {error}")
-        if not isinstance(raw.get("data"), dict):
-            raise CommandError(f"{job_id}: flow job data must be an object")
-        try:
-            spec = parse_job_input(raw, custom_id_key="customId",
-                                   max_data_bytes=max_data_bytes)
-        except CommandError as exc:
-            raise CommandError(f"{job_id}: {exc.message}") from None
-        spec["custom_id"] = job_id
-        if any(spec.get(attr) for attr in _POLICY_ATTRS) and not spec.get("parent_id"):
-            raise CommandError(f"{job_id}: a flow failure policy requires a parent")
-        item = FlowItem(job_id, queue, spec)
+        item = _flow_item(i, job, by_id, max_data_bytes)
         items.append(item)
-        by_id[job_id] = item
+        by_id[item.id] = item
     _check_topology(items, by_id)
     return items
+
+
+def _flow_item(i: int, job: Any, by_id: Mapping[str, FlowItem],
+               max_data_bytes: int) -> FlowItem:
+    """Validate ``jobs[i]`` of a PUSHF on its own (``by_id``: the jobs before it)."""
+    if not isinstance(job, dict):
+        raise CommandError(f"flow jobs[{i}] must be an object")
+    job_id = fields.job_id(job.get("id"), "flow job id")
+    if ":" in job_id:
+        raise CommandError(f"flow job id cannot contain a colon: {job_id}")
+    if job_id in by_id:
+        raise CommandError(f"duplicate flow job id: {job_id}")
+    try:
+        queue = fields.queue_name(job.get("queue"))
+    except CommandError as exc:
+        raise CommandError(f"invalid flow queue for {job_id}: {exc.message}") from None
+    fields.check_id_fits_queue(queue, job_id)
+    spec = _flow_spec(job_id, job.get("input"), max_data_bytes)
+    return FlowItem(job_id, queue, spec)
+
+
+def _flow_spec(job_id: str, raw: Any, max_data_bytes: int) -> dict[str, Any]:
+    """A flow job's input parsed as a PUSHB item, with the flow's own rules first
+    (the pre-allocated id, no repeat/dedup/debounce, data an object) and after (a
+    failure policy only with a parent)."""
+    if not isinstance(raw, dict):
+        raise CommandError(f"flow job input is invalid: {job_id}")
+    custom = raw.get("customId")
+    if custom is not None and custom != job_id:
+        raise CommandError(f"custom id does not match planned id: {job_id}")
+    for key, error in _FLOW_REFUSED:
+        if raw.get(key) is not None:
+            raise CommandError(f"{job_id}: {error}")
+    if not isinstance(raw.get("data"), dict):
+        raise CommandError(f"{job_id}: flow job data must be an object")
+    try:
+        spec = parse_job_input(raw, custom_id_key="customId",
+                               max_data_bytes=max_data_bytes)
+    except CommandError as exc:
+        raise CommandError(f"{job_id}: {exc.message}") from None
+    spec["custom_id"] = job_id
+    if any(spec.get(attr) for attr in _POLICY_ATTRS) and not spec.get("parent_id"):
+        raise CommandError(f"{job_id}: a flow failure policy requires a parent")
+    return spec
 
 
 def _check_topology(items: list[FlowItem], by_id: dict[str, FlowItem]) -> None:

@@ -1,0 +1,65 @@
+"""What the parts of a :class:`~trioqueue.client.worker.Worker` share: its leases.
+
+A lease is one delivery of a job to the worker, from the pull that brought it until
+its outcome (ACK, FAIL or hand-back) is settled; the pull loop (:mod:`.pulling`), the
+outcome senders (:mod:`.outcomes`) and the lock renewal (:mod:`.heartbeats`) all work
+on the worker's set of them. Also here: the batch limit they all chunk by, and the
+one logger they write to.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .job import Job
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+# One logger for every part of the worker, under the name users already configure.
+log = logging.getLogger("trioqueue.client.worker")
+
+MAX_BATCH_SIZE = 1000          # PULLB's ``count`` limit (also ACKB's and JobHeartbeatB's)
+
+# Lease states.
+RUNNING = "running"      # holds a slot; its processor runs
+ACKING = "acking"        # result waits in the ACK batch or is being sent
+FAILING = "failing"      # FAIL being sent
+RELEASING = "releasing"  # being handed back with MoveToWait
+
+
+class Lease:
+    """One delivery of a job to this worker: the job, its token and where it stands.
+
+    A job may be delivered to us again while an older delivery is still being
+    settled (its lock expired and it came back), so leases are objects, not job ids:
+    each outcome goes out with its own delivery's token.
+    """
+
+    __slots__ = ("error", "job", "scope", "state", "task", "token")
+
+    def __init__(self, job: Job, token: str) -> None:
+        self.job = job
+        self.token = token
+        self.state = RUNNING
+        self.scope = trio.CancelScope()  # cancels this processor alone (force close)
+        self.task: trio.lowlevel.Task | None = None
+        self.error: Exception | None = None  # set once the processor failed
+
+
+class WorkerJob(Job):
+    """The job a processor gets: a :class:`Job` whose progress updates also become the
+    worker's ``progress`` events."""
+
+    def __init__(self, worker: Worker, raw: dict[str, Any], token: str) -> None:
+        super().__init__(worker.queue, raw, token)
+        self._worker = worker
+
+    async def update_progress(self, progress: Any, message: str | None = None) -> None:
+        await super().update_progress(progress, message)
+        # After the broker accepted it, so that a listener never sees a progress that
+        # GetProgress would not show.
+        self._worker._emit("progress", self, progress)
