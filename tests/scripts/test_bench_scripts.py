@@ -249,3 +249,40 @@ def test_stages_times_each_stage_of_a_request() -> None:
             capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         assert "lmdb: write transaction" in done.stdout and stage in done.stdout
+
+
+async def test_bench_scale_prints_every_row_against_a_real_broker(tmp_path: Path) -> None:
+    """scripts/bench_scale.py, tiny: every section's rows, against a broker it did not
+    start (``--target``, with ``--broker-pid`` for the memory rows)."""
+    broker = BrokerProcess(tmp_path / "data", "--fsync", "never")
+    await broker.start()
+    out = tmp_path / "scale.json"
+    try:
+        assert broker.process is not None
+        result = await run_script(
+            "bench_scale.py", "--target", f"127.0.0.1:{broker.tcp_port}",
+            "--broker-pid", str(broker.process.pid), "--jobs", "2000", "--calls", "1",
+            "--cycles", "2", "--holds-low", "40", "--holds-high", "120",
+            "--stall-window-s", "0.2", "--json", str(out))
+    finally:
+        await broker.stop()
+    assert result.returncode == 0, output(result)
+    lines = result.stdout.decode().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["section",
+                                                                         "measurement"])
+    sections = {line.split()[0] for line in lines[start + 2:] if line.strip()
+                and not line.startswith(("error", "wrote"))}
+    assert sections == {"memory", "live", "delayed", "active", "completed", "holds"}
+    rows = {row["name"]: row for row in json.loads(out.read_text())["rows"]}
+    for name in ("GetJobs waiting limit 100 offset 1,000", "GetJobs delayed limit 100 offset 0",
+                 "GetJobs active limit 100 offset 1,900",
+                 "GetJobs completed limit 100 offset 1,000"):
+        assert rows[name]["numbers"]["median_ms"] > 0, rows[name]
+    stalls = [name for name in rows if name.startswith("stall: ")]
+    assert {name.split(" of ")[0] for name in stalls} >= {
+        "stall: Drain", "stall: PromoteJobs", "stall: Obliterate"}
+    for name in stalls:
+        assert rows[name]["numbers"]["probe_max_ms"] > 0, rows[name]
+    assert rows["RSS with 2,000 waiting"]["numbers"]["bytes_per_job"] > 0
+    assert "cycle 2: RSS full / after Drain" in rows
+    assert rows["broker time per hold, last 40 of 120"]["numbers"]["connections"] == 1
