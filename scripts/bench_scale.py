@@ -172,16 +172,26 @@ class LocalBroker:
         self._reader.join(5.0)
 
 
-def rss_bytes(pid: int) -> int:
+def rss_split(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon (the heap) and RssFile (mapped files: LMDB's pages) in bytes."""
+    out: dict[str, int] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(rest.split()[0]) * 1024
+    if "VmRSS" not in out:
+        raise RuntimeError(f"no VmRSS for pid {pid}")
+    return out
 
 
 def mb(n: int) -> str:
     return f"{n / 1e6:,.0f} MB"
+
+
+def rss_text(split: dict[str, int]) -> str:
+    return (f"{mb(split['VmRSS'])} (anon {mb(split.get('RssAnon', 0))}, "
+            f"file {mb(split.get('RssFile', 0))})")
 
 
 # --------------------------------------------------------------------------- the probe
@@ -306,8 +316,8 @@ class Bench:
     def queue(self, what: str) -> str:
         return f"scale-{what}-{secrets.token_hex(4)}"
 
-    def rss(self) -> int | None:
-        return rss_bytes(self.pid) if self.pid is not None else None
+    def rss(self) -> dict[str, int] | None:
+        return rss_split(self.pid) if self.pid is not None else None
 
     # -- loads (each bounded by its count and the time limit)
 
@@ -430,7 +440,7 @@ class Bench:
         GetJobs rows and the Drain stall."""
         base = self.rss()
         if base is not None:
-            self.run.add("memory", "RSS idle", mb(base), rss_bytes=base)
+            self.run.add("memory", "RSS idle", rss_text(base), rss=base)
         q = self.queue("cycle")
         for cycle in range(1, cycles + 1):
             pushed, secs = self.push(q, self.n)
@@ -441,10 +451,13 @@ class Bench:
                              f"{secs:.1f} s, {pushed / secs:,.0f} jobs/s",
                              seconds=round(secs, 3), jobs=pushed)
                 if full is not None and base is not None:
+                    per = {k: round((full[k] - base[k]) / max(pushed, 1)) for k in full}
                     self.run.add("memory", f"RSS with {pushed:,} waiting",
-                                 f"{mb(full)}, {(full - base) / max(pushed, 1):,.0f} B/job",
-                                 rss_bytes=full,
-                                 bytes_per_job=round((full - base) / max(pushed, 1)))
+                                 f"{mb(full['VmRSS'])}, {per['VmRSS']:,} B/job "
+                                 f"(anon {per.get('RssAnon', 0):,}, file "
+                                 f"{per.get('RssFile', 0):,})",
+                                 rss=full, bytes_per_job=per["VmRSS"],
+                                 anon_bytes_per_job=per.get("RssAnon"))
                 self.section_live(q, pushed)
                 reply = self.stall("live", f"Drain of {pushed:,} waiting", "Drain", queue=q)
                 drain_s = None
@@ -456,9 +469,9 @@ class Bench:
             after = self.rss()
             if full is not None and after is not None:
                 took = "" if drain_s is None else f"Drain took {drain_s * 1000:,.0f} ms"
-                self.run.add("memory", f"cycle {cycle}: RSS full / after Drain",
-                             f"{mb(full)} / {mb(after)}", note=took, rss_full_bytes=full,
-                             rss_after_bytes=after,
+                self.run.add("memory", f"cycle {cycle}: RSS full", rss_text(full), rss=full)
+                self.run.add("memory", f"cycle {cycle}: RSS after Drain", rss_text(after),
+                             note=took, rss=after,
                              drain_ms=None if drain_s is None else ms(drain_s))
         self.main.call("Obliterate", queue=q)
 
