@@ -13,7 +13,7 @@ cycle and the end of the last (by traceback). ``--trim`` calls glibc's malloc_tr
 after each removal, to tell memory the allocator keeps from memory still referenced.
 
     python scripts/mem_scale.py [--jobs 200000] [--cycles 3] [--remove drain|pull-ack]
-        [--tracemalloc] [--trim] [--top 12]
+        [--tracemalloc] [--trim] [--shrink] [--top 12]
 """
 
 from __future__ import annotations
@@ -181,8 +181,16 @@ async def run(args: argparse.Namespace) -> None:
             else:
                 await driver.pull_ack(args.jobs)
             removed_s = time.perf_counter() - t0
+            if args.shrink:
+                # What a bulk removal that resized its dicts would keep: a dict never
+                # gives back the table of its deleted keys.
+                actor = broker.router.actors[QUEUE]
+                actor.state.jobs = dict(actor.state.jobs)
+                broker.router._index = dict(broker.router._index)
             if args.trim:
+                t1 = time.perf_counter()
                 malloc_trim()
+                print(f"    malloc_trim(0) took {(time.perf_counter() - t1) * 1000:.1f} ms")
             show(f"cycle {cycle}: removed ({pushed_s:.1f}+{removed_s:.1f}s)", broker, base, 0)
             if args.tracemalloc:
                 snaps.append(tracemalloc.take_snapshot())
@@ -204,6 +212,9 @@ def main() -> None:
     ap.add_argument("--tracemalloc", action="store_true")
     ap.add_argument("--frames", type=int, default=8, help="tracemalloc traceback depth")
     ap.add_argument("--trim", action="store_true", help="malloc_trim(0) after each removal")
+    ap.add_argument("--shrink", action="store_true",
+                    help="after each removal, copy the queue's and the router's job dicts "
+                    "into right-sized ones (what a shrinking bulk removal would keep)")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     trio.run(run, args)
