@@ -286,3 +286,18 @@ async def test_bench_scale_prints_every_row_against_a_real_broker(tmp_path: Path
     assert rows["RSS with 2,000 waiting"]["numbers"]["bytes_per_job"] > 0
     assert "cycle 2: RSS after Drain" in rows
     assert rows["broker time per hold, last 40 of 120"]["numbers"]["connections"] == 1
+
+
+def test_mem_scale_reports_each_cycle_and_where_the_bytes_went() -> None:
+    """scripts/mem_scale.py, tiny: an in-process broker, two cycles, every option on."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "mem_scale.py"), "--jobs", "2000", "--cycles", "2",
+         "--tracemalloc", "--trim", "--shrink", "--top", "3"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for stage in ("idle", "cycle 1: 2,000 pushed", "cycle 2: removed", "B traced/job",
+                  "where the 2,000 live jobs' bytes were allocated", "malloc_trim(0) took",
+                  "grew between the end of cycle 1 and the end of cycle 2"):
+        assert stage in out, out
+    assert "q.jobs 2,000" in out and "router._index 2,000" in out
