@@ -249,3 +249,55 @@ def test_stages_times_each_stage_of_a_request() -> None:
             capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         assert "lmdb: write transaction" in done.stdout and stage in done.stdout
+
+
+async def test_bench_scale_prints_every_row_against_a_real_broker(tmp_path: Path) -> None:
+    """scripts/bench_scale.py, tiny: every section's rows, against a broker it did not
+    start (``--target``, with ``--broker-pid`` for the memory rows)."""
+    broker = BrokerProcess(tmp_path / "data", "--fsync", "never")
+    await broker.start()
+    out = tmp_path / "scale.json"
+    try:
+        assert broker.process is not None
+        result = await run_script(
+            "bench_scale.py", "--target", f"127.0.0.1:{broker.tcp_port}",
+            "--broker-pid", str(broker.process.pid), "--jobs", "2000", "--calls", "1",
+            "--cycles", "2", "--holds-low", "40", "--holds-high", "120",
+            "--stall-window-s", "0.2", "--json", str(out))
+    finally:
+        await broker.stop()
+    assert result.returncode == 0, output(result)
+    lines = result.stdout.decode().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["section",
+                                                                         "measurement"])
+    sections = {line.split()[0] for line in lines[start + 2:] if line.strip()
+                and not line.startswith(("error", "wrote"))}
+    assert sections == {"memory", "live", "delayed", "active", "completed", "holds"}
+    rows = {row["name"]: row for row in json.loads(out.read_text())["rows"]}
+    for name in ("GetJobs waiting limit 100 offset 1,000", "GetJobs delayed limit 100 offset 0",
+                 "GetJobs active limit 100 offset 1,900",
+                 "GetJobs completed limit 100 offset 1,000"):
+        assert rows[name]["numbers"]["median_ms"] > 0, rows[name]
+    stalls = [name for name in rows if name.startswith("stall: ")]
+    assert {name.split(" of ")[0] for name in stalls} >= {
+        "stall: Drain", "stall: PromoteJobs", "stall: Obliterate"}
+    for name in stalls:
+        assert rows[name]["numbers"]["probe_max_ms"] > 0, rows[name]
+    assert rows["RSS with 2,000 waiting"]["numbers"]["bytes_per_job"] > 0
+    assert "cycle 2: RSS after Drain" in rows
+    assert rows["broker time per hold, last 40 of 120"]["numbers"]["connections"] == 1
+
+
+def test_mem_scale_reports_each_cycle_and_where_the_bytes_went() -> None:
+    """scripts/mem_scale.py, tiny: an in-process broker, two cycles, every option on."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "mem_scale.py"), "--jobs", "2000", "--cycles", "2",
+         "--tracemalloc", "--trim", "--shrink", "--top", "3"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for stage in ("idle", "cycle 1: 2,000 pushed", "cycle 2: removed", "B traced/job",
+                  "where the 2,000 live jobs' bytes were allocated", "malloc_trim(0) took",
+                  "grew between the end of cycle 1 and the end of cycle 2"):
+        assert stage in out, out
+    assert "q.jobs 2,000" in out and "router._index 2,000" in out
