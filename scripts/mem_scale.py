@@ -61,9 +61,17 @@ def structures(broker: Broker) -> dict[str, int]:
     if actor is not None:
         q = actor.state
         for name in ("jobs", "_ready", "_delayed", "locks", "_lock_heap", "owner_conn",
-                     "conn_jobs", "dedup", "waiters", "job_waiters", "_wait_deadlines",
-                     "logs", "_timeouts", "_stall_suspects", "_settled"):
+                     "conn_jobs", "dedup", "logs", "_timeouts"):
             out[f"q.{name}"] = len(getattr(q, name))
+        parked = q.parked
+        out["q.parked.pulls"] = len(parked.pulls)
+        out["q.parked.by_job"] = len(parked.by_job)
+        out["q.parked.by_conn"] = len(parked.by_conn)
+        out["q.parked.deadlines"] = len(parked._deadlines)
+        out["q.stall_watch.suspects"] = len(q.stall_watch.suspects)
+        out["q.places"] = sum(len(q.places.of(s)) for s in
+                              ("waiting", "prioritized", "delayed", "active",
+                               "waiting-children"))
         out["sizeof q.jobs"] = sys.getsizeof(q.jobs)
         out["sizeof router._index"] = sys.getsizeof(router._index)
     return out

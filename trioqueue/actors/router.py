@@ -17,6 +17,7 @@ interfaces of :mod:`trioqueue.actors.ports`.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -140,6 +141,13 @@ class Router(DependentsIndex):
             del self._retained[job_id]
             return None
         return has_result, result
+
+    def compact(self) -> None:
+        """Copy the index once most of it is gone: a dict never shrinks on deletes, so
+        after a million jobs drained it would keep ~30 MB of empty slots."""
+        index = self._index
+        if sys.getsizeof(index) > 64 * len(index) + (1 << 20):
+            self._index = dict(index)
 
     def forget_retained(self, queue: str) -> None:
         for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:

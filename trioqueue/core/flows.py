@@ -26,7 +26,7 @@ from typing import Any
 
 from . import fields
 from .errors import CommandError
-from .job import QUEUED, WAITING_CHILDREN, Job
+from .job import QUEUED, WAITING_CHILDREN, Job, new_timeline
 from .options import MAX_DATA_CHARS, parse_job_input
 
 # Outcome kinds, as stored in an outcome row.
@@ -319,4 +319,4 @@ def new_flow_job(item: FlowItem, now: int) -> Job:
         state, shown = QUEUED, "delayed" if run_at > now else "waiting"
     return Job(id=item.id, queue=item.queue, created_at=created, run_at=run_at,
                last_heartbeat=created, state=state, pending=pending or None,
-               timeline=[{"state": shown, "timestamp": float(now)}], **spec)
+               timeline=new_timeline(shown, now), **spec)

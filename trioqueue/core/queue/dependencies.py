@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .. import fields, flows
 from .. import states as st
 from ..errors import JOB_NOT_FOUND, CommandError
-from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job
+from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job, new_timeline
 from . import finished as fin
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _open_dependencies(q: QueueState, job: Job, deps: Iterable[str], now: int) -
 def _park_new(q: QueueState, job: Job, pending: list[str], now: int) -> None:
     q._move(job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
     job.pending = pending
-    job.timeline = [{"state": WAITING_CHILDREN, "timestamp": float(now)}]
+    job.timeline = new_timeline(WAITING_CHILDREN, now)
     for dep in pending:
         q.index.add_dependent(dep, job.id)
     q.c.waiting_children += 1

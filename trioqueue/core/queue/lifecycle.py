@@ -108,9 +108,11 @@ def _enqueue(q: QueueState, job: Job, now: int, *, keep_seq: bool = False) -> No
 
 def _push_ready(q: QueueState, job: Job) -> None:
     if job.lifo:
-        key = (-job.priority, 0, float(-job.seq), job.seq, job.id)
+        key = (-job.priority, 0, -job.seq, job.seq, job.id)
     else:
-        key = (-job.priority, 1, float(job.run_at), job.seq, job.id)
+        # Ints, not floats: within one priority lifo and fifo entries differ in the
+        # second element, so the third is only compared within one kind.
+        key = (-job.priority, 1, job.run_at, job.seq, job.id)
     heapq.heappush(q._ready, key)
 
 

@@ -15,6 +15,8 @@ class JobIndex(Protocol):
     def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
                       now: int) -> None:
         """Keep a removed-on-complete job's result a while, for a late WaitJob."""
+    def compact(self) -> None:
+        """Give back the memory of many removed entries (after a large Drain)."""
     def forget_retained(self, queue: str) -> None:
         """Drop the retained results of a queue's jobs (Obliterate)."""
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
-from ..job import Job
+from ..job import Job, new_timeline
 from ..writes import PUT_JOB
 
 if TYPE_CHECKING:
@@ -49,13 +49,13 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         if duplicate is not None:
             return duplicate
     created = int(timestamp) if timestamp is not None else now
-    run_at = int(created + delay)
+    run_at = created if not delay else int(created + delay)  # shares created's int
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
     q._seq += 1
     job = Job.admit(
         job_id, q.name, created, run_at, q._seq,
-        [{"state": "delayed" if delayed else "waiting", "timestamp": float(now)}], spec)
+        new_timeline("delayed" if delayed else "waiting", now), spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
@@ -78,9 +78,9 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         q.places.delayed.add(created, job_id)
     else:
         if job.lifo:
-            heapq.heappush(q._ready, (-priority, 0, float(-job.seq), job.seq, job_id))
+            heapq.heappush(q._ready, (-priority, 0, -job.seq, job.seq, job_id))
         else:
-            heapq.heappush(q._ready, (-priority, 1, float(run_at), job.seq, job_id))
+            heapq.heappush(q._ready, (-priority, 1, run_at, job.seq, job_id))
         if priority > 0:
             c.prioritized += 1
             q.places.prioritized.add(created, job_id)

@@ -37,7 +37,7 @@ Steps = Generator["NeedData | None", None, Any]
 class Sliced:
     """One command's long work; :meth:`step` runs a slice, True once it is done."""
 
-    __slots__ = ("_steps", "_reply", "result", "done", "need")
+    __slots__ = ("_steps", "_reply", "result", "done", "need", "steps")
 
     def __init__(self, steps: Steps, reply: Callable[[Any], dict[str, Any]]) -> None:
         self._steps = steps
@@ -46,8 +46,10 @@ class Sliced:
         self.done = False
         # The reads the next slice needs (the actor supplies them before the next step).
         self.need: NeedData | None = None
+        self.steps = 0  # slices run so far
 
     def step(self) -> bool:
+        self.steps += 1
         try:
             self.need = next(self._steps)
         except StopIteration as stop:
@@ -79,6 +81,17 @@ def _ids_page(q: QueueState, state: str, after: Any) -> Generator[
             yield need
 
 
+# Copy the job dicts after removing at least this many jobs, once few are left: a dict
+# keeps its size after deletes (30 MB at a million jobs, per dict).
+COMPACT_AFTER_JOBS = 65_536
+
+
+def _compact(q: QueueState, removed: int) -> None:
+    if removed >= COMPACT_AFTER_JOBS and len(q.jobs) * 8 < removed:
+        q.jobs = dict(q.jobs)
+        q.index.compact()
+
+
 def _take(order: CreationOrder) -> list[str]:
     return list(islice(order.ids(), SLICE_JOBS))
 
@@ -106,6 +119,7 @@ def drain(q: QueueState, now: int) -> Steps:
     # Nothing is queued now, so every heap entry left is stale.
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
+    _compact(q, removed)
     return removed
 
 
@@ -114,12 +128,15 @@ def obliterate(q: QueueState, now: int) -> Steps:
     worker then finds it gone), finished jobs with their results, logs, retained
     results, the stored settings. Parked pulls keep waiting."""
     places = q.places
+    removed = 0
     for order in (places.waiting, places.prioritized, places.delayed, places.active,
                   places.waiting_children):
         while ids := _take(order):
             for job_id in ids:
                 q._drop_queued(q.jobs[job_id], now)
+            removed += len(ids)
             yield None
+    _compact(q, removed)
     for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):

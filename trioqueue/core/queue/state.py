@@ -65,7 +65,7 @@ class QueueState:
         # Events cost a dict per transition; nobody pays for them until someone listens.
         self.events_enabled = False
         # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
-        self._ready: list[tuple[float, int, float, int, str]] = []
+        self._ready: list[tuple[float, int, int, int, str]] = []
         # delayed heap: (runAt, seq, id); moved to ready when due
         self._delayed: list[tuple[int, int, str]] = []
         self._seq = 0
