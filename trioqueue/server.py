@@ -84,11 +84,11 @@ class Server:
             # releases are applied too; 4. the broker commits the last batch and stops.
             log.info("shutting down: closing listeners")
             listeners_scope.cancel()
-            await self.broker.drain()
+            await self.broker.settle()
             sessions_scope.cancel()
             with trio.move_on_after(config.shutdown_grace_s):
                 await sessions_closed.wait()  # every connection has handed its jobs back
-            await self.broker.drain()
+            await self.broker.settle()
             root.cancel_scope.cancel()
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from trioqueue.actors.queue_actor import Admission, admit_estimate
 from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
-from trioqueue.core.errors import STORAGE_FULL, CommandError
+from trioqueue.core.errors import STORAGE_FULL, Refused
 from trioqueue.core.handlers import Ctx
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import Sliced
@@ -54,7 +54,7 @@ def test_a_full_store_refuses_new_jobs_leaving_no_trace(cmd: str, msg: dict[str,
     h = QueueHarness()
     run(h, "PUSH", {"data": "old", "jobId": "old"}, Ctx(T0))
     before = snapshot(h)
-    with pytest.raises(CommandError) as refused:
+    with pytest.raises(Refused) as refused:
         run(h, cmd, msg, FULL)
     assert refused.value.message == STORAGE_FULL
     assert snapshot(h) == before  # not in memory, not in the index, not in storage
@@ -66,10 +66,10 @@ def test_a_full_store_refuses_new_jobs_leaving_no_trace(cmd: str, msg: dict[str,
 def test_validation_errors_come_before_storage_full() -> None:
     # A malformed job is refused for good, whatever the space: say so, not "retry".
     h = QueueHarness()
-    with pytest.raises(CommandError) as bad:
+    with pytest.raises(Refused) as bad:
         run(h, "PUSH", {"data": {"a": 1}, "priority": "high"}, FULL)
     assert bad.value.message == "priority must be a number"
-    with pytest.raises(CommandError) as bad_batch:
+    with pytest.raises(Refused) as bad_batch:
         run(h, "PUSHB", {"jobs": [{"data": 1}, "not a job"]}, FULL)
     assert bad_batch.value.message.startswith("jobs[1]:")
 
@@ -96,7 +96,7 @@ def test_move_to_wait_of_a_dead_letter_is_refused_while_full() -> None:
     job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "FAIL", {"id": "dead", "token": job["token"], "unrecoverable": True}, Ctx(T0))
     before = snapshot(h)
-    with pytest.raises(CommandError) as refused:
+    with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": "dead"}, FULL)
     assert refused.value.message == STORAGE_FULL  # reviving creates a live job
     assert snapshot(h) == before
@@ -110,7 +110,7 @@ def test_move_to_wait_keeps_its_own_errors_while_full() -> None:
     job_id = h.call("push", [spec], T0)[0]
     pulled = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "ACK", {"id": job_id, "token": pulled["token"]}, Ctx(T0))
-    with pytest.raises(CommandError) as refused:
+    with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": job_id}, FULL)
     assert refused.value.message == "Cannot move job from state 'completed' to waiting"
 

@@ -25,10 +25,15 @@ ACTORS = Path(trioqueue.__file__).parent / "actors"
 class Committer:
     """Commits on every release, as the storage writer does without an fsync due."""
 
+    off_thread = False  # an inline store
+
     def __init__(self, storage: MemoryStorage) -> None:
         self.storage = storage
         self.pending: list[Writes] = []
         self.commits = 0
+
+    async def commit(self) -> None:
+        self.commit_now()
 
     def submit(self, writes: Writes) -> None:
         if writes:
@@ -76,7 +81,7 @@ class Reply:
 
 async def ask(actor: QueueActor, cmd: str, **msg: Any) -> dict[str, Any]:
     reply = Reply()
-    actor.pending += 1  # as the router counts a batch until the actor takes it
+    actor.batches_in_flight += 1  # as the router counts a batch until the actor takes it
     await actor.send.send([Request(cmd, {"cmd": cmd, **msg}, reply)])
     with trio.fail_after(5):
         await reply.arrived.wait()

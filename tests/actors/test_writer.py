@@ -20,7 +20,7 @@ import trio
 from trioqueue.actors.broker import Broker
 from trioqueue.actors.writer import StorageFailure, StorageWriter
 from trioqueue.config import Config
-from trioqueue.core.job import Job
+from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import PUT_JOB, Writes
 from trioqueue.server import Server
 from trioqueue.storage.memory import MemoryStorage
@@ -343,7 +343,7 @@ class Inbox:
 
 def job_writes(job_id: str, *, durable: bool = False) -> Writes:
     w = Writes()
-    w.put_job(Job(id=job_id, queue="q", name="n").to_record())
+    w.put_job(JobRecord(id=job_id, queue="q", name="n").to_record())
     w.durable = durable
     return w
 

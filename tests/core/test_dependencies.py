@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.job import QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
 from trioqueue.testing.queue import QueueHarness
@@ -116,7 +116,7 @@ def test_replacing_a_dedup_owner_that_others_depend_on_is_refused() -> None:
     push(h, jobId="dependent", dependsOn=[owner])
     spec = parse_job_input({"data": None, "uniqueKey": "k", "dedup": {"replace": True}},
                            custom_id_key="jobId")
-    with pytest.raises(CommandError) as refused:
+    with pytest.raises(Refused) as refused:
         h.call("push", [spec], T0)
     assert refused.value.message == (
         f"Cannot replace deduplicated job {owner} because live jobs depend on it")

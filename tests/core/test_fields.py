@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from trioqueue.core import fields
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 
 INF = math.inf
 NAN = math.nan
 
 
 def error_of(func: Any, *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(CommandError) as info:
+    with pytest.raises(Refused) as info:
         func(*args, **kwargs)
     return info.value.message
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core import flows
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.flows import (
     FlowItem,
     child_key,
@@ -22,7 +22,7 @@ from trioqueue.core.flows import (
     new_flow_job,
     parse_flow,
 )
-from trioqueue.core.job import QUEUED, WAITING_CHILDREN, Job
+from trioqueue.core.job import QUEUED, WAITING_CHILDREN, JobRecord
 from trioqueue.core.options import FAILURE_POLICY_ERROR
 
 NOW = 1_700_000_000_000
@@ -34,7 +34,7 @@ def job(job_id: str, queue: str = "a", **inputs: Any) -> dict[str, Any]:
 
 
 def error_of(msg: Mapping[str, Any], **kwargs: Any) -> str:
-    with pytest.raises(CommandError) as info:
+    with pytest.raises(Refused) as info:
         parse_flow(msg, **kwargs)
     return info.value.message
 
@@ -598,7 +598,7 @@ def test_spec_is_not_mutated_and_item_can_be_reused() -> None:
 def test_flow_job_round_trips_through_its_record() -> None:
     parent, _, _ = parse_flow({"jobs": tree()})
     made = new_flow_job(parent, NOW)
-    again = Job.from_record(made.to_record())
+    again = JobRecord.from_record(made.to_record())
     assert again.state == WAITING_CHILDREN
     assert again.pending == ["c1", "c2"]
     assert again.to_wire() == made.to_wire()
@@ -617,7 +617,7 @@ def test_flow_job_round_trips_through_its_record() -> None:
     ],
 )
 def test_failure_policy_of_a_job(flag: str, policy: str) -> None:
-    assert failure_policy(Job(id="c", queue="b", **{flag: True})) == policy
+    assert failure_policy(JobRecord(id="c", queue="b", **{flag: True})) == policy
 
 
 def test_failure_policy_values() -> None:
@@ -626,7 +626,7 @@ def test_failure_policy_values() -> None:
 
 
 def test_no_failure_policy() -> None:
-    assert failure_policy(Job(id="c", queue="b")) is None
+    assert failure_policy(JobRecord(id="c", queue="b")) is None
 
 
 def test_failure_policy_of_a_parsed_flow_child() -> None:

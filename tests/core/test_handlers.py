@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.flows import parse_flow
 from trioqueue.core.handlers import QUEUE_HANDLERS, Ctx
 from trioqueue.core.options import parse_job_input
@@ -79,7 +79,7 @@ def test_handlers_answer_or_refuse_any_input(cmd: str, msg: dict[str, Any]) -> N
     h = populated()
     try:
         reply = QUEUE_HANDLERS[cmd](h.q, msg, Ctx(T0))
-    except CommandError as exc:
+    except Refused as exc:
         assert isinstance(exc.message, str) and exc.message
         return
     if isinstance(reply, Sliced):  # long work: the actor runs it slice by slice
@@ -100,7 +100,7 @@ def test_handlers_answer_or_refuse_any_input(cmd: str, msg: dict[str, Any]) -> N
 def test_pushf_validation_answers_or_refuses_any_input(jobs: list[Any]) -> None:
     try:
         items = parse_flow({"jobs": jobs})
-    except CommandError as exc:
+    except Refused as exc:
         assert exc.message
     else:
         assert [item.id for item in items] == [job["id"] for job in jobs]

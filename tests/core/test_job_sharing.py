@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from trioqueue.core.job import Job, new_timeline, timeline_entry
+from trioqueue.core.job import JobRecord, new_timeline, timeline_entry
 
 NOW = 1_764_581_000_000
 
 
 def test_a_transition_without_details_shares_its_entry_within_a_millisecond() -> None:
-    first, second = (Job.admit(f"j{i}", "q", NOW, NOW, i, new_timeline("waiting", NOW),
+    first, second = (JobRecord.admit(f"j{i}", "q", NOW, NOW, i, new_timeline("waiting", NOW),
                                {"name": "n", "data": None}) for i in (1, 2))
     assert first.timeline == [{"state": "waiting", "timestamp": float(NOW)}]
     assert first.timeline is not second.timeline  # each job appends to its own list
@@ -23,7 +23,7 @@ def test_a_transition_without_details_shares_its_entry_within_a_millisecond() ->
 
 
 def test_a_transition_with_details_gets_its_own_entry() -> None:
-    job = Job.admit("j", "q", NOW, NOW, 1, new_timeline("waiting", NOW),
+    job = JobRecord.admit("j", "q", NOW, NOW, 1, new_timeline("waiting", NOW),
                     {"name": "n", "data": None})
     job.add_timeline("failed", NOW, error="boom", attempt=1)
     assert job.timeline[-1] == {"state": "failed", "timestamp": float(NOW), "error": "boom",
@@ -32,8 +32,8 @@ def test_a_transition_with_details_gets_its_own_entry() -> None:
 
 
 def test_names_are_one_string_per_name() -> None:
-    made = [Job.admit(f"j{i}", "q", NOW, NOW, i, [], {"name": "".join(["na", "me"]),
+    made = [JobRecord.admit(f"j{i}", "q", NOW, NOW, i, [], {"name": "".join(["na", "me"]),
                                                       "data": None}) for i in range(2)]
     assert made[0].name is made[1].name
-    restored = Job.from_record({**made[0].to_record(), "name": "".join(["na", "me"])})
+    restored = JobRecord.from_record({**made[0].to_record(), "name": "".join(["na", "me"])})
     assert restored.name is made[0].name

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core import options
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.fields import MAX_DURATION_MS
-from trioqueue.core.job import _FIELDS, Job
+from trioqueue.core.job import _FIELDS, JobRecord
 from trioqueue.core.options import (
     DATA_NOT_SERIALIZABLE,
     DATA_TOO_LARGE,
@@ -35,7 +35,7 @@ def parse(fields: dict[str, Any], key: str = "jobId", **kwargs: Any) -> dict[str
 
 
 def error_of(fields: dict[str, Any], key: str = "jobId", **kwargs: Any) -> str:
-    with pytest.raises(CommandError) as info:
+    with pytest.raises(Refused) as info:
         parse(fields, key, **kwargs)
     return info.value.message
 
@@ -105,21 +105,21 @@ def test_result_builds_a_job() -> None:
     extras = {"delay", "timestamp"}
     assert set(spec) - extras <= JOB_ATTRS
     attrs = {k: v for k, v in spec.items() if k not in extras}
-    job = Job(id="custom", queue="q", **attrs)
+    job = JobRecord(id="custom", queue="q", **attrs)
     assert job.lifo is True and job.remove_on_fail is False and job.group_id == "g"
     assert job.custom_id == "custom" and job.parent_id == "p"
     assert job.deduplication_ttl == 5 and job.deduplication_extend is True
     assert spec["delay"] == 10.0 and spec["timestamp"] == 1_700_000_000_000
     # The push path's constructor builds the same job, lists as fresh lists.
     timeline = [{"state": "waiting", "timestamp": 1.0}]
-    admitted = Job.admit("custom", "q", 7, 9, 3, timeline, dict(attrs))
-    built = Job(id="custom", queue="q", created_at=7, run_at=9, last_heartbeat=7, seq=3,
+    admitted = JobRecord.admit("custom", "q", 7, 9, 3, timeline, dict(attrs))
+    built = JobRecord(id="custom", queue="q", created_at=7, run_at=9, last_heartbeat=7, seq=3,
                 timeline=timeline, **attrs)
-    for attr in Job.__slots__:
+    for attr in JobRecord.__slots__:
         assert getattr(admitted, attr) == getattr(built, attr), attr
         assert type(getattr(admitted, attr)) is type(getattr(built, attr)), attr
     assert admitted.tags is not attrs["tags"] and admitted.timeline is timeline
-    plain = Job.admit("p", "q", 7, 7, 1, timeline, {"name": "n", "data": None})
+    plain = JobRecord.admit("p", "q", 7, 7, 1, timeline, {"name": "n", "data": None})
     assert plain.tags == () and plain.depends_on == () and plain.max_attempts == 3
 
 
@@ -275,7 +275,7 @@ def test_frame_bytes_shortcut_still_checks_serializability() -> None:
 
 def test_validate_job_data_without_limit() -> None:
     validate_job_data("x" * 200, max_chars=None)
-    with pytest.raises(CommandError, match="serializable"):
+    with pytest.raises(Refused, match="serializable"):
         validate_job_data({object()}, max_chars=None)
 
 
@@ -465,7 +465,7 @@ def test_finite_options(wire: str, attr: str) -> None:
 
 def test_stack_trace_limit_default_is_the_jobs() -> None:
     assert "stack_trace_limit" not in parse({})
-    assert Job().stack_trace_limit == 10
+    assert JobRecord().stack_trace_limit == 10
 
 
 def test_timestamp() -> None:
@@ -676,7 +676,7 @@ def test_never_raises_anything_but_command_error(fields: dict[str, Any], key: st
     snapshot = repr(fields)
     try:
         spec = parse_job_input(fields, custom_id_key=key)
-    except CommandError as exc:
+    except Refused as exc:
         assert isinstance(exc.message, str) and exc.message
     else:
         assert set(spec) - {"delay", "timestamp"} <= JOB_ATTRS
@@ -687,7 +687,7 @@ def test_never_raises_anything_but_command_error(fields: dict[str, Any], key: st
         if "max_attempts" in spec:
             assert 1 <= spec["max_attempts"] <= MAX_ATTEMPTS
         attrs = {k: v for k, v in spec.items() if k not in ("delay", "timestamp")}
-        Job(**attrs)
+        JobRecord(**attrs)
     assert repr(fields) == snapshot  # the input is never mutated
 
 

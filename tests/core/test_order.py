@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trioqueue.core.queue import order as order_mod
 from trioqueue.core.queue.order import SPAN_BITS, CreationOrder, page
 
 T0 = 1_700_000_000_000
@@ -39,10 +41,16 @@ def build(ops: list[tuple[bool, int, int, int]]) -> tuple[list[CreationOrder],
 
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS, offset=st.integers(0, 130), limit=st.integers(0, 50), asc=st.booleans(),
-       pick=st.sets(st.integers(0, 2), min_size=1))
+       pick=st.sets(st.integers(0, 2), min_size=1), purge=st.booleans())
 def test_page_matches_a_sorted_slice(ops: list[tuple[bool, int, int, int]], offset: int,
-                                     limit: int, asc: bool, pick: set[int]) -> None:
-    orders, refs = build(ops)
+                                     limit: int, asc: bool, pick: set[int],
+                                     purge: bool) -> None:
+    kept = order_mod.EMPTY_SLACK
+    order_mod.EMPTY_SLACK = 0 if purge else kept  # drop emptied groups at once, or keep
+    try:
+        orders, refs = build(ops)
+    finally:
+        order_mod.EMPTY_SLACK = kept
     chosen = sorted(pick)
     merged = sorted(set().union(*(refs[i] for i in chosen)), reverse=not asc)
     got = page([orders[i] for i in chosen], asc=asc, offset=offset, limit=limit)
@@ -52,7 +60,9 @@ def test_page_matches_a_sorted_slice(ops: list[tuple[bool, int, int, int]], offs
         assert list(order.ids()) == [job_id for _, job_id in sorted(ref)]
 
 
-def test_removing_the_last_job_of_a_millisecond_and_span_leaves_nothing_behind() -> None:
+def test_removing_the_last_job_of_a_millisecond_and_span_leaves_nothing_behind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(order_mod, "EMPTY_SLACK", 0)  # emptied groups are dropped at once
     order = CreationOrder()
     order.add(T0, "a")
     order.add(T0 + (1 << SPAN_BITS), "b")

@@ -18,7 +18,7 @@ import pytest
 
 from trioqueue.core import handlers
 from trioqueue.core import queue as queue_mod
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import PullWaiter, normalise_progress
 from trioqueue.core.queue import progress as progress_mod
@@ -81,8 +81,8 @@ class Harness(QueueHarness):
     def fail(self, job_id: str, now: int, **kwargs: Any) -> None:
         self.call("fail", job_id, now, **kwargs)
 
-    def tick(self, now: int) -> list[queue_mod.Delivery]:
-        deliveries: list[queue_mod.Delivery] = self.call("tick", now)
+    def tick(self, now: int) -> list[queue_mod.WaiterAnswer]:
+        deliveries: list[queue_mod.WaiterAnswer] = self.call("tick", now)
         return deliveries
 
     # --- reads
@@ -115,7 +115,7 @@ def counts_of(**nonzero: int) -> dict[str, int]:
 
 
 def error_of(fn: Any, *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(CommandError) as info:
+    with pytest.raises(Refused) as info:
         fn(*args, **kwargs)
     return info.value.message
 
@@ -437,7 +437,7 @@ def test_ackb_checks_every_token_before_changing_anything(h: Harness) -> None:
     a = h.push(NOW)
     b = h.push(NOW)
     _, (ta, tb) = h.pull(NOW, 2, owner="w")
-    with pytest.raises(CommandError):
+    with pytest.raises(Refused):
         h.call("ackb", [a, b], NOW, tokens=[ta, "bad"], results=None, removes=None)
     assert h.counts(NOW) == counts_of(active=2)
     ignored = h.call("ackb", [a, "ghost", b], NOW, tokens=[ta, None, tb],

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import DEFAULT_MAX_STALLS
 from trioqueue.testing.queue import QueueHarness
@@ -343,7 +343,7 @@ class QueueMachine(RuleBasedStateMachine):
         token = self._token(job, bad)
         try:
             self.h.call(command, job_id, self.now, token=token)
-        except CommandError as exc:
+        except Refused as exc:
             assert exc.message == self._token_error(job, token)
         else:
             raise AssertionError(f"{command} of a locked job took token {token!r}")
@@ -385,7 +385,7 @@ class QueueMachine(RuleBasedStateMachine):
         expected = self._expect_ack(job_id, token)
         try:
             self.h.call("ack", job_id, self.now, token=token, remove=True if remove else None)
-        except CommandError as exc:
+        except Refused as exc:
             assert exc.message == expected
             return
         assert expected is None, f"ACK should have failed: {expected}"
@@ -421,7 +421,7 @@ class QueueMachine(RuleBasedStateMachine):
                 break
         try:
             got = self.h.call("ackb", ids, self.now, tokens=tokens, results=None, removes=None)
-        except CommandError as exc:
+        except Refused as exc:
             event("ackb: refused")
             assert exc.message == error
             return
@@ -454,7 +454,7 @@ class QueueMachine(RuleBasedStateMachine):
             applied = self.h.call("fail", job_id, self.now, token=token, error="boom",
                                   unrecoverable=unrecoverable,
                                   remove_on_fail=True if remove else None)
-        except CommandError as exc:
+        except Refused as exc:
             assert exc.message == expected
             return
         if job is not None and job.state == "queued" and job.attempts > 0:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trioqueue.core import states as st
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.job import ACTIVE, COMPLETED, FAILED, QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
 from trioqueue.testing.queue import QueueHarness
@@ -30,7 +30,7 @@ def test_every_allowed_move_leads_where_the_table_says(state: str, event: str) -
     ("state", "event"),
     [pair for pair in itertools.product(STORED_STATES, EVENTS) if pair not in st.TRANSITIONS])
 def test_every_other_move_is_refused(state: str, event: str) -> None:
-    with pytest.raises(CommandError, match=f"Cannot apply {event} to a job in state {state}"):
+    with pytest.raises(Refused, match=f"Cannot apply {event} to a job in state {state}"):
         st.next_state(state, event)
 
 
@@ -72,10 +72,10 @@ def test_a_wrong_move_raises_where_it_is_attempted_and_changes_nothing() -> None
     h = QueueHarness()
     job_id = _push(h)
     job = h.q.jobs[job_id]
-    with pytest.raises(CommandError, match="Cannot apply ack to a job in state queued"):
+    with pytest.raises(Refused, match="Cannot apply ack to a job in state queued"):
         h.q._move(job, st.ACK)
     assert job.state == QUEUED
-    with pytest.raises(CommandError, match="Cannot apply park to a job in state queued"):
+    with pytest.raises(Refused, match="Cannot apply park to a job in state queued"):
         h.q._transition(job, st.PARK, NOW)
     assert job.state == QUEUED
     assert h.q.counts(NOW)["waiting"] == 1 and h.q.counts(NOW)["waiting-children"] == 0
@@ -90,5 +90,5 @@ def test_moves_follow_the_job_not_the_caller() -> None:
     assert job.state == ACTIVE
     h.q._move(job, st.RELEASE)  # ACTIVE -> QUEUED
     assert job.state == QUEUED
-    with pytest.raises(CommandError, match="Cannot apply release to a job in state queued"):
+    with pytest.raises(Refused, match="Cannot apply release to a job in state queued"):
         h.q._move(job, st.RELEASE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.workers import WORKER_TIMEOUT_MS, WorkerRegistry
 
 NOW = 1_764_000_000_000
@@ -49,11 +49,11 @@ def test_closed_connection_unregisters_its_workers_only() -> None:
 
 def test_errors() -> None:
     reg = WorkerRegistry()
-    with pytest.raises(CommandError, match="Worker not found"):
+    with pytest.raises(Refused, match="Worker not found"):
         reg.heartbeat({"id": "nope"}, NOW)
-    with pytest.raises(CommandError, match="Worker not found"):
+    with pytest.raises(Refused, match="Worker not found"):
         reg.unregister({"workerId": "nope"})
-    with pytest.raises(CommandError, match="name is required"):
+    with pytest.raises(Refused, match="name is required"):
         reg.register({"queues": []}, NOW, conn=None)
-    with pytest.raises(CommandError, match="queues must be"):
+    with pytest.raises(Refused, match="queues must be"):
         reg.register({"name": "w", "queues": "a"}, NOW, conn=None)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core.job import Job
+from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage.ops import (
     DeleteJob,
@@ -22,7 +22,7 @@ from trioqueue.storage.ops import (
 
 
 def rec(job_id: str, **attrs: Any) -> dict[str, Any]:
-    return Job(id=job_id, queue=attrs.pop("queue", "q"), **attrs).to_record()
+    return JobRecord(id=job_id, queue=attrs.pop("queue", "q"), **attrs).to_record()
 
 
 def test_every_operation_typed_in_order_across_batches() -> None:

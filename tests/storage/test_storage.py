@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trioqueue.core.job import Job
+from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.lmdb_store import LmdbStorage
@@ -36,7 +36,7 @@ def rec(
     created: int = 0,
     **attrs: Any,
 ) -> dict[str, Any]:
-    return Job(id=job_id, queue=queue, state=state, created_at=created, **attrs).to_record()
+    return JobRecord(id=job_id, queue=queue, state=state, created_at=created, **attrs).to_record()
 
 
 def writes(*calls: tuple[str, Any]) -> Writes:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trioqueue.core.job import Job
+from trioqueue.core.job import JobRecord
 from trioqueue.transport.codec import (
     ABSENT,
     CBOR,
@@ -523,7 +523,7 @@ def test_encode_frames_of_nothing_is_empty() -> None:
 def test_msgpack_int_rule_applies_to_job_objects_in_replies(jobs: int) -> None:
     """PULL and PULLB replies: broker timestamps go out as floats, a client's wide ints
     (in data, options, progress) too, its narrow ints stay ints; the job is not changed."""
-    job = Job(id="j", queue="q", name="n", data={"big": 2**40, "small": 7, "list": [2**33]},
+    job = JobRecord(id="j", queue="q", name="n", data={"big": 2**40, "small": 7, "list": [2**33]},
               created_at=1764412345123, run_at=1764412345123, last_heartbeat=1764412345123,
               priority=2**35, progress=50, ttl=UINT32_MAX + 1)
     wire = job.to_wire()

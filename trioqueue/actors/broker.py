@@ -2,7 +2,7 @@
 
 :meth:`Broker.run` opens the store, rebuilds every queue from it (before anything can
 connect), then serves until cancelled. Shutdown is structured: whoever owns the broker
-stops the listeners first, calls :meth:`drain` so commands already accepted are applied,
+stops the listeners first, calls :meth:`settle` so commands already accepted are applied,
 then cancels :meth:`run`, whose ``finally`` flushes the last commit under a shielded,
 bounded scope and closes the store. No task outlives the broker's nursery.
 
@@ -185,11 +185,11 @@ class Broker:
                     log.exception("final flush failed")
             self.storage.close()
 
-    async def drain(self) -> None:
+    async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""
         with trio.move_on_after(self.config.shutdown_grace_s):
             while True:
-                busy = any(actor.pending or actor.backlog_size
+                busy = any(actor.batches_in_flight or actor.backlog_size
                            for actor in self.router.actors.values()) or not self.writer.idle
                 if not busy:
                     return

@@ -6,7 +6,7 @@ takes every batch waiting in its inbox at once, applies the commands in order at
 replies to it, so a whole batch costs one commit. Timers (lock expiry, long-poll
 deadlines, delayed jobs a parked pull is waiting for) are the inbox receive's deadline.
 
-Supervision: a command that raises anything but a CommandError crashes the actor. The
+Supervision: a command that raises anything but a Refused crashes the actor. The
 supervisor loop in :meth:`QueueActor.run` answers that command with ``Internal server
 error``, rebuilds the queue from storage (after committing what the batch had already
 applied, so acknowledged work is kept and the crashing command's partial change is
@@ -36,9 +36,9 @@ import trio
 
 from ..core.clock import Clock
 from ..core.commands import ADMITS, QUEUE_HANDLERS
-from ..core.errors import INTERNAL_ERROR, CommandError
+from ..core.errors import INTERNAL_ERROR, Refused
 from ..core.handlers import Ctx
-from ..core.queue import Delivery, JobWaiter, PullWaiter, QueueState, Sliced
+from ..core.queue import JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
 from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.recovery import rebuild
 from ..storage.port import Storage
@@ -145,8 +145,8 @@ class QueueActor:
         self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
         # a waiting receiver, bypassing the buffer, so the buffer size alone would miss
-        # it; Broker.drain waits for this to reach zero.
-        self.pending = 0
+        # it; Broker.settle waits for this to reach zero.
+        self.batches_in_flight = 0
 
     # ------------------------------------------------------------------ supervision
 
@@ -246,7 +246,7 @@ class QueueActor:
         A crash is handled as in the actor's loop (see :meth:`_crashed`).
         """
         idle = self._idle
-        if (idle is None or self.pending or self._backlog or self._fatal is not None
+        if (idle is None or self.batches_in_flight or self._backlog or self._fatal is not None
                 or self._long is not None or self._need is not None):
             return False
         self._backlog.extend(batch)
@@ -315,8 +315,8 @@ class QueueActor:
         q = self.state
         now = self._clock.now_ms()
         q.events_enabled = self._events.active
-        if not keep_view:
-            self._view.forget()  # other queues may have written since the last step
+        if not keep_view and self._view.known:
+            self._view.known.clear()  # other queues may have written since the last step
         if self._notices:
             self._apply_notices(now)
         self._apply_backlog(now)
@@ -328,10 +328,12 @@ class QueueActor:
             if self._idle is not None:
                 self._idle.cancel()
             return
-        self._answer_waiters(q.tick(now))
+        answers = q.tick(now)
+        if answers:
+            self._answer_waiters(answers)
         self._finish_batch()
 
-    def _answer_waiters(self, answers: list[Delivery]) -> None:
+    def _answer_waiters(self, answers: list[WaiterAnswer]) -> None:
         for delivery in answers:
             req = delivery.waiter.handle
             reply = (req.error_reply(delivery.error) if delivery.error is not None
@@ -423,7 +425,7 @@ class QueueActor:
         return len(self._backlog) + (self._long is not None)
 
     def _take(self, batch: list[Request]) -> None:
-        self.pending -= 1
+        self.batches_in_flight -= 1
         self._backlog.extend(batch)
 
     def _apply_backlog(self, now: int) -> None:
@@ -431,6 +433,7 @@ class QueueActor:
         submit = self._committer.submit
         backlog = self._backlog
         deliveries = self._deliveries
+        view = self._view
         limits = self._limits
         # One context for the batch; the per-command fields are set before each handler
         # (cheaper than building one per command, and handlers never keep it).
@@ -466,12 +469,14 @@ class QueueActor:
                     break
                 self._fetch(need, q)
                 continue
-            except CommandError as exc:
+            except Refused as exc:
                 # Handlers validate before they mutate, so a refused command has
                 # nothing to write; whatever it did record is still submitted below.
                 deliveries.append((req.replier, req.error_reply(exc.message)))
             else:
-                if isinstance(result, PullWaiter):
+                if type(result) is dict:  # the common answer: a reply, sent after commit
+                    deliveries.append((req.replier, req.reply(result)))
+                elif isinstance(result, PullWaiter):
                     result.handle = req
                     q.park(result)
                 elif isinstance(result, JobWaiter):
@@ -480,12 +485,14 @@ class QueueActor:
                 elif isinstance(result, Sliced):
                     self._long = (req, result)
                 else:
-                    deliveries.append((req.replier, req.reply(result)))
+                    deliveries.append((req.replier, req.reply(result)))  # a dict subclass
             writes = q.take_writes()
             if writes:
                 submit(writes)
-                self._view.forget()  # what it fetched may be stale now
-            self._refetches = 0
+                if view.known:  # what it fetched may be stale now
+                    view.known.clear()
+            if self._refetches:
+                self._refetches = 0
             if self._long is not None:
                 break  # the rest of the batch waits for the long work (see _slice)
         self._current = None

@@ -26,9 +26,9 @@ import trio
 
 from ..core import fields
 from ..core.commands import RELEASE_CONNECTION
-from ..core.errors import STORAGE_FULL, CommandError
+from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
-from ..core.job import Job
+from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.states import visible_state
@@ -180,7 +180,7 @@ class Router(DependentsIndex):
         actor = self.actors.get(name)
         if actor is None:
             if not recovering and len(self.actors) >= self._limits.max_queues:
-                raise CommandError(f"Too many queues (max {self._limits.max_queues})")
+                raise Refused(f"Too many queues (max {self._limits.max_queues})")
             actor = self.actors[name] = self._new_actor(name)
         return actor
 
@@ -201,7 +201,7 @@ class Router(DependentsIndex):
         for command, req in routed:
             try:
                 self._resolve(command, req, groups)
-            except CommandError as exc:
+            except Refused as exc:
                 req.error(exc.message)
         for name, reqs in groups.items():
             await self.send(name, reqs)
@@ -210,7 +210,7 @@ class Router(DependentsIndex):
         actor = self.actors[name]
         if actor.run_inline(reqs):
             return
-        actor.pending += 1  # counted until the actor takes it (see Broker.drain)
+        actor.batches_in_flight += 1  # counted until the actor takes it (see Broker.settle)
         try:
             actor.send.send_nowait(reqs)
         except trio.WouldBlock:
@@ -218,7 +218,7 @@ class Router(DependentsIndex):
             try:
                 await actor.send.send(reqs)
             except BaseException:
-                actor.pending -= 1
+                actor.batches_in_flight -= 1
                 raise
 
     def _resolve(self, command: Command, req: Request,
@@ -301,17 +301,17 @@ class Router(DependentsIndex):
         for item in items:
             if self._queue_of(item.id) is not None or (
                     self.retained_result(item.id, now) is not None):
-                raise CommandError(f"Job {item.id} already exists")
+                raise Refused(f"Job {item.id} already exists")
         new_queues = {item.queue for item in items} - self.actors.keys()
         if len(self.actors) + len(new_queues) > limits.max_queues:
-            raise CommandError(f"Too many queues (max {limits.max_queues})")
+            raise Refused(f"Too many queues (max {limits.max_queues})")
         # Last of the checks, first before any change: a refused flow leaves no trace.
         if self._admission is not None and self._admission().refuses(
                 admit_estimate(req.frame_bytes, len(items))):
-            raise CommandError(STORAGE_FULL)
+            raise Refused(STORAGE_FULL)
         writes = Writes()
         writes.durable = True
-        per_queue: dict[str, list[Job]] = {}
+        per_queue: dict[str, list[JobRecord]] = {}
         snapshots = []
         for item in items:
             job = new_flow_job(item, now)
@@ -341,7 +341,7 @@ class Router(DependentsIndex):
             release = Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn)
             try:
                 actor.send.send_nowait([release])
-                actor.pending += 1
+                actor.batches_in_flight += 1
             except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
                 self._spawn(self.send, name, [release])
 

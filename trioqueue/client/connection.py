@@ -446,7 +446,7 @@ async def open_connection(
             with trio.CancelScope(shield=True):
                 await conn.aclose()
                 if broker is not None:
-                    await broker.drain()
+                    await broker.settle()
             broker_scope.cancel()
             nursery.cancel_scope.cancel()
     if raised is not None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..core.errors import CommandError as CoreCommandError
+from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import ValidationError
 
@@ -209,7 +209,7 @@ class QueueEvents:
                  max_buffered: int = DEFAULT_MAX_BUFFERED) -> None:
         try:
             check_queue_name(queue_name)
-        except CoreCommandError as exc:
+        except Refused as exc:
             raise ValidationError(exc.message) from None
         if max_buffered < 1:
             raise ValueError("max_buffered must be at least 1")

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import trio
 
 from ..core import fields
-from ..core.errors import CommandError as CoreCommandError
+from ..core.errors import Refused
 from .errors import CommandError, JobNotFound, TrioqueueError, ValidationError
 from .job import Job
 from .options import job_options
@@ -195,7 +195,7 @@ class _Planner:
         queue = node.get("queue_name")
         try:
             queue = fields.queue_name(queue)
-        except CoreCommandError as exc:
+        except Refused as exc:
             raise ValidationError(f"{where}: {exc.message}") from None
         name = node.get("name", "default")
         if not isinstance(name, str) or not name:
@@ -232,7 +232,7 @@ class _Planner:
         try:
             fields.check_job_id_length(job_id)
             fields.check_id_fits_queue(queue, job_id)
-        except CoreCommandError as exc:
+        except Refused as exc:
             raise ValidationError(f"{where}: {exc.message}") from None
         if job_id in self.ids:
             raise ValidationError(f"{where}: duplicate flow job id: {job_id}")

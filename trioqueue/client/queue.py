@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import CommandError as CoreCommandError
+from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
@@ -41,7 +41,7 @@ class Queue:
     def __init__(self, name: str, connection: Connection) -> None:
         try:
             check_queue_name(name)
-        except CoreCommandError as exc:
+        except Refused as exc:
             raise ValidationError(exc.message) from None
         self.name = name
         self.connection = connection

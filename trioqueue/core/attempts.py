@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .job import Job
+from .job import JobRecord
 
 RETRY = "retry"  # back to the queue after the job's backoff
 REQUEUE = "requeue"  # back to the queue at once, runAt unchanged (it goes first)
@@ -76,7 +76,7 @@ RETRY_DECISION = Decision(RETRY)
 REQUEUE_DECISION = Decision(REQUEUE)
 
 
-def charge(job: Job, cause: Cause, max_stalls: int, *, unrecoverable: bool = False,
+def charge(job: JobRecord, cause: Cause, max_stalls: int, *, unrecoverable: bool = False,
            error: str | None = None, renewals: int = 0) -> Decision:
     """Charge ``job`` one attempt (and a stall, for the causes that count one) and say
     where it goes. The caller carries the decision out; nothing else is changed here.
@@ -98,7 +98,7 @@ def charge(job: Job, cause: Cause, max_stalls: int, *, unrecoverable: bool = Fal
     return RETRY_DECISION if rule.otherwise == RETRY else REQUEUE_DECISION
 
 
-def _text(template: str, job: Job, error: str | None, renewals: int) -> str | None:
+def _text(template: str, job: JobRecord, error: str | None, renewals: int) -> str | None:
     if template == "{error}":
         return error  # the processor's own error, None included
     return template.format(max=job.max_attempts, renewals=renewals)

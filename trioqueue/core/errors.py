@@ -1,12 +1,12 @@
 """Errors that the broker turns into ``{ok: false, error}`` replies.
 
-A :class:`CommandError` carries the exact text the client sees; the texts follow
+A :class:`Refused` carries the exact text the client sees; the texts follow
 bunqueue's reference so that its clients (which match substrings such as
 ``not found``) behave the same against us.
 """
 
 
-class CommandError(Exception):
+class Refused(Exception):
     """A refused command: the message is sent verbatim as the reply's ``error``."""
 
     def __init__(self, message: str) -> None:

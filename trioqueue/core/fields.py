@@ -1,7 +1,7 @@
-"""Validators for command fields, raising :class:`CommandError` with bunqueue's texts.
+"""Validators for command fields, raising :class:`Refused` with bunqueue's texts.
 
 Every function takes the raw decoded value, which may be any JSON/msgpack/CBOR type, and
-either returns the value in the form the broker uses or raises ``CommandError`` whose
+either returns the value in the form the broker uses or raises ``Refused`` whose
 message is the exact text a bunqueue client would see.
 
 Two numeric families exist because bunqueue has two:
@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 
 MAX_NAME_LENGTH = 256
 """Queue names, job names, groupIds and job ids: at most 256 (UTF-16) characters."""
@@ -135,15 +135,15 @@ def _check_number(
 ) -> int | float:
     # The order of checks (type, finiteness, integrality, bounds) is bunqueue's.
     if not is_number(value):
-        raise CommandError(f"{field} must be a number")
+        raise Refused(f"{field} must be a number")
     if not is_finite(value):
-        raise CommandError(f"{field} must be a finite number")
+        raise Refused(f"{field} must be a finite number")
     if integer and isinstance(value, float) and not value.is_integer():
-        raise CommandError(f"{field} must be an integer")
+        raise Refused(f"{field} must be an integer")
     if minimum is not None and value < minimum:
-        raise CommandError(f"{field} must be at least {js_number_str(minimum)}")
+        raise Refused(f"{field} must be at least {js_number_str(minimum)}")
     if maximum is not None and value > maximum:
-        raise CommandError(f"{field} must be at most {js_number_str(maximum)}")
+        raise Refused(f"{field} must be at most {js_number_str(maximum)}")
     return value  # type: ignore[no-any-return]
 
 
@@ -153,11 +153,11 @@ def _check_number(
 def queue_name(value: Any) -> str:
     """A queue name: 1-256 characters of ``[A-Za-z0-9_\\-.:]``."""
     if not isinstance(value, str) or not value:
-        raise CommandError("Queue name is required")
+        raise Refused("Queue name is required")
     if js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError("Queue name too long (max 256 characters)")
+        raise Refused("Queue name too long (max 256 characters)")
     if _QUEUE_NAME.fullmatch(value) is None:
-        raise CommandError("Queue name contains invalid characters")
+        raise Refused("Queue name contains invalid characters")
     return value
 
 
@@ -169,7 +169,7 @@ def job_id(value: Any, field: str = "id", *, check_length: bool = True) -> str:
     unknown id may pass ``check_length=False`` (such an id can never exist anyway).
     """
     if not isinstance(value, str) or not value:
-        raise CommandError(f"{field} is required")
+        raise Refused(f"{field} is required")
     if check_length:
         check_job_id_length(value)
     return value
@@ -177,7 +177,7 @@ def job_id(value: Any, field: str = "id", *, check_length: bool = True) -> str:
 
 def check_job_id_length(value: str) -> None:
     if js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError("Job id too long (max 256 characters)")
+        raise Refused("Job id too long (max 256 characters)")
 
 
 # Storage keys hold a queue name and a job id side by side (LMDB caps keys at 511 bytes,
@@ -188,7 +188,7 @@ _KEY_BYTES_FOR_QUEUE_AND_ID = 501
 def check_id_fits_queue(queue: str, job_id: str) -> None:
     room = _KEY_BYTES_FOR_QUEUE_AND_ID - len(queue)  # queue names are ASCII
     if len(job_id) * 4 > room and len(job_id.encode()) > room:
-        raise CommandError(f"Job id too long for queue {queue} (max {room} bytes)")
+        raise Refused(f"Job id too long for queue {queue} (max {room} bytes)")
 
 
 # A dependency outcome row is keyed by both ids (storage.keys.MAX_DEP_IDS_BYTES).
@@ -200,7 +200,7 @@ def check_dependency_pair(parent_id: str | None, child_id: str) -> None:
     """A parent/child pair must fit one storage key (custom ids may be long Unicode)."""
     parent_bytes = _GENERATED_ID_BYTES if parent_id is None else len(parent_id.encode())
     if parent_bytes + len(child_id.encode()) > MAX_DEP_PAIR_BYTES:
-        raise CommandError(f"Job ids too long to link {child_id} to its dependent "
+        raise Refused(f"Job ids too long to link {child_id} to its dependent "
                            f"(max {MAX_DEP_PAIR_BYTES} bytes together)")
 
 
@@ -208,7 +208,7 @@ def optional_str(value: Any, field: str) -> str | None:
     """``None`` (absent) or a string; anything else is refused."""
     if value is None or isinstance(value, str):
         return value
-    raise CommandError(f"{field} must be a string")
+    raise Refused(f"{field} must be a string")
 
 
 def str_list(value: Any, field: str) -> list[str]:
@@ -219,19 +219,19 @@ def str_list(value: Any, field: str) -> list[str]:
                 break
         else:
             return list(value)
-    raise CommandError(f"{field} must be an array of strings")
+    raise Refused(f"{field} must be an array of strings")
 
 
 def group_id(value: Any) -> str:
     """A groupId: a string of 1-256 characters without NUL (bunqueue's texts)."""
     if not isinstance(value, str):
-        raise CommandError("groupId must be a string")
+        raise Refused("groupId must be a string")
     if not value:
-        raise CommandError("groupId must be a non-empty string")
+        raise Refused("groupId must be a non-empty string")
     if js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError("groupId must be at most 256 characters")
+        raise Refused("groupId must be at most 256 characters")
     if "\0" in value:
-        raise CommandError("groupId must not contain NUL characters")
+        raise Refused("groupId must not contain NUL characters")
     return value
 
 
@@ -252,7 +252,7 @@ def strict_number(
     """
     if value is None:
         if required:
-            raise CommandError(f"{field} is required")
+            raise Refused(f"{field} is required")
         return default
     return _check_number(value, field, minimum, maximum, integer)
 
@@ -275,7 +275,7 @@ def lenient_number(
     """
     if value is None:
         if required:
-            raise CommandError(f"{field} is required")
+            raise Refused(f"{field} is required")
         return default
     if isinstance(value, str):
         value = coerce_numeric_string(value)
@@ -332,9 +332,9 @@ def lock_duration(
     if value is None:
         return default
     if not is_number(value):
-        raise CommandError(f"{field} must be a number")
+        raise Refused(f"{field} must be a number")
     if not is_finite(value):
-        raise CommandError(f"{field} must be a finite number")
+        raise Refused(f"{field} must be a finite number")
     return value  # type: ignore[no-any-return]
 
 
@@ -381,7 +381,7 @@ def keep_logs_argument(value: Any) -> int | None:
         return None
     number = coerce_numeric_string(value)
     if not is_number(number) or number != number:
-        raise CommandError("keepLogs must be a number")
+        raise Refused("keepLogs must be a number")
     if number <= 0:
         return 0
     return _SAFE_INTEGER if not is_finite(number) else min(math.floor(number), _SAFE_INTEGER)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import fields
-from .errors import CommandError
-from .job import QUEUED, WAITING_CHILDREN, Job, new_timeline
+from .errors import Refused
+from .job import QUEUED, WAITING_CHILDREN, JobRecord, new_timeline
 from .options import MAX_DATA_CHARS, parse_job_input
 
 # Outcome kinds, as stored in an outcome row.
@@ -83,7 +83,7 @@ def child_key(queue: str | None, child_id: str) -> str:
 
 def check_dependencies(job_id: str | None, depends_on: Sequence[str]) -> None:
     if job_id is not None and job_id in depends_on:
-        raise CommandError(f"Job cannot depend on itself: {job_id}")
+        raise Refused(f"Job cannot depend on itself: {job_id}")
     for dep in depends_on:
         fields.check_dependency_pair(job_id, dep)
 
@@ -217,11 +217,11 @@ def parse_flow(msg: Mapping[str, Any], *,
     """
     jobs = msg.get("jobs")
     if not isinstance(jobs, list):
-        raise CommandError("flow jobs must be an array")
+        raise Refused("flow jobs must be an array")
     if not jobs:
-        raise CommandError("flow jobs must not be empty")
+        raise Refused("flow jobs must not be empty")
     if len(jobs) > MAX_FLOW_JOBS:
-        raise CommandError(f"flow exceeds the {MAX_FLOW_JOBS} job limit")
+        raise Refused(f"flow exceeds the {MAX_FLOW_JOBS} job limit")
     items: list[FlowItem] = []
     by_id: dict[str, FlowItem] = {}
     for i, job in enumerate(jobs):
@@ -236,16 +236,16 @@ def _flow_item(i: int, job: Any, by_id: Mapping[str, FlowItem],
                max_data_bytes: int) -> FlowItem:
     """Validate ``jobs[i]`` of a PUSHF on its own (``by_id``: the jobs before it)."""
     if not isinstance(job, dict):
-        raise CommandError(f"flow jobs[{i}] must be an object")
+        raise Refused(f"flow jobs[{i}] must be an object")
     job_id = fields.job_id(job.get("id"), "flow job id")
     if ":" in job_id:
-        raise CommandError(f"flow job id cannot contain a colon: {job_id}")
+        raise Refused(f"flow job id cannot contain a colon: {job_id}")
     if job_id in by_id:
-        raise CommandError(f"duplicate flow job id: {job_id}")
+        raise Refused(f"duplicate flow job id: {job_id}")
     try:
         queue = fields.queue_name(job.get("queue"))
-    except CommandError as exc:
-        raise CommandError(f"invalid flow queue for {job_id}: {exc.message}") from None
+    except Refused as exc:
+        raise Refused(f"invalid flow queue for {job_id}: {exc.message}") from None
     fields.check_id_fits_queue(queue, job_id)
     spec = _flow_spec(job_id, job.get("input"), max_data_bytes)
     return FlowItem(job_id, queue, spec)
@@ -256,23 +256,23 @@ def _flow_spec(job_id: str, raw: Any, max_data_bytes: int) -> dict[str, Any]:
     (the pre-allocated id, no repeat/dedup/debounce, data an object) and after (a
     failure policy only with a parent)."""
     if not isinstance(raw, dict):
-        raise CommandError(f"flow job input is invalid: {job_id}")
+        raise Refused(f"flow job input is invalid: {job_id}")
     custom = raw.get("customId")
     if custom is not None and custom != job_id:
-        raise CommandError(f"custom id does not match planned id: {job_id}")
+        raise Refused(f"custom id does not match planned id: {job_id}")
     for key, error in _FLOW_REFUSED:
         if raw.get(key) is not None:
-            raise CommandError(f"{job_id}: {error}")
+            raise Refused(f"{job_id}: {error}")
     if not isinstance(raw.get("data"), dict):
-        raise CommandError(f"{job_id}: flow job data must be an object")
+        raise Refused(f"{job_id}: flow job data must be an object")
     try:
         spec = parse_job_input(raw, custom_id_key="customId",
                                max_data_bytes=max_data_bytes)
-    except CommandError as exc:
-        raise CommandError(f"{job_id}: {exc.message}") from None
+    except Refused as exc:
+        raise Refused(f"{job_id}: {exc.message}") from None
     spec["custom_id"] = job_id
     if any(spec.get(attr) for attr in _POLICY_ATTRS) and not spec.get("parent_id"):
-        raise CommandError(f"{job_id}: a flow failure policy requires a parent")
+        raise Refused(f"{job_id}: a flow failure policy requires a parent")
     return spec
 
 
@@ -283,28 +283,28 @@ def _check_topology(items: list[FlowItem], by_id: dict[str, FlowItem]) -> None:
         check_dependencies(item.id, deps)
         for dep in deps:
             if dep not in by_id:
-                raise CommandError(f"{item.id} depends on {dep}, which is not in the flow")
+                raise Refused(f"{item.id} depends on {dep}, which is not in the flow")
         parent = spec.get("parent_id")
         if parent is not None:
             owner = by_id.get(parent)
             if owner is None:
-                raise CommandError(f"parent {parent} of {item.id} is not in the flow")
+                raise Refused(f"parent {parent} of {item.id} is not in the flow")
             if item.id not in (owner.spec.get("children_ids") or []):
-                raise CommandError(f"parent {parent} does not list {item.id} as a child")
+                raise Refused(f"parent {parent} does not list {item.id} as a child")
         for child in spec.get("children_ids") or []:
             member = by_id.get(child)
             if member is None:
-                raise CommandError(f"child {child} of {item.id} is not in the flow")
+                raise Refused(f"child {child} of {item.id} is not in the flow")
             if member.spec.get("parent_id") != item.id:
-                raise CommandError(f"child {child} does not name {item.id} as its parent")
+                raise Refused(f"child {child} does not name {item.id} as its parent")
             if child not in deps:
-                raise CommandError(f"{item.id} must depend on its child {child}")
+                raise Refused(f"{item.id} must depend on its child {child}")
     cycle = find_cycle({item.id: item.spec.get("depends_on") or [] for item in items})
     if cycle is not None:
-        raise CommandError(f"flow has a dependency cycle: {' -> '.join(cycle)}")
+        raise Refused(f"flow has a dependency cycle: {' -> '.join(cycle)}")
 
 
-def new_flow_job(item: FlowItem, now: int) -> Job:
+def new_flow_job(item: FlowItem, now: int) -> JobRecord:
     """The job a validated flow item becomes: every dependency of a flow job is a job
     of the same flow, new too, so any dependency means waiting for children."""
     spec = dict(item.spec)
@@ -317,6 +317,6 @@ def new_flow_job(item: FlowItem, now: int) -> Job:
         state, shown = WAITING_CHILDREN, WAITING_CHILDREN
     else:
         state, shown = QUEUED, "delayed" if run_at > now else "waiting"
-    return Job(id=item.id, queue=item.queue, created_at=created, run_at=run_at,
+    return JobRecord(id=item.id, queue=item.queue, created_at=created, run_at=run_at,
                last_heartbeat=created, state=state, pending=pending or None,
                timeline=new_timeline(shown, now), **spec)

@@ -4,7 +4,7 @@ Each handler takes the queue's :class:`~trioqueue.core.queue.QueueState`, the de
 request map and a :class:`Ctx`, and returns the reply payload (the keys besides ``ok``
 and ``reqId``) exactly as bunqueue shapes it (see the reference's section 2.13), or a
 :class:`~trioqueue.core.queue.PullWaiter` when a long-poll must wait. Errors are raised
-as :class:`~trioqueue.core.errors.CommandError` with bunqueue's texts.
+as :class:`~trioqueue.core.errors.Refused` with bunqueue's texts.
 
 Which command each handler answers, and everything else about the command, is declared
 once in :mod:`trioqueue.core.commands`.
@@ -18,7 +18,7 @@ from typing import Any
 
 from . import fields, flows
 from . import states as st
-from .errors import JOB_NOT_FOUND, STORAGE_FULL, CommandError
+from .errors import JOB_NOT_FOUND, STORAGE_FULL, Refused
 from .job import COMPLETED, FAILED
 from .options import MAX_DATA_CHARS, parse_job_input, validate_job_data
 from .queue import JobWaiter, PullWaiter, QueueState, Sliced, completed_reply, failed_reply
@@ -46,7 +46,7 @@ class Ctx:
 
 def _refuse_if_full(ctx: Ctx) -> None:
     if ctx.storage_full:
-        raise CommandError(STORAGE_FULL)
+        raise Refused(STORAGE_FULL)
 
 
 Handler = Callable[[QueueState, dict[str, Any], Ctx],
@@ -73,11 +73,11 @@ def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     jobs = msg.get("jobs")
     if not isinstance(jobs, list):
-        raise CommandError("jobs must be an array")
+        raise Refused("jobs must be an array")
     specs = []
     for i, item in enumerate(jobs):
         if not isinstance(item, dict):
-            raise CommandError(f"jobs[{i}]: job must be an object")
+            raise Refused(f"jobs[{i}]: job must be an object")
         try:
             spec = parse_job_input(item, custom_id_key="customId",
                                    frame_bytes=ctx.frame_bytes,
@@ -85,8 +85,8 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             if "custom_id" in spec:
                 fields.check_id_fits_queue(q.name, spec["custom_id"])
             specs.append(spec)
-        except CommandError as exc:
-            raise CommandError(f"jobs[{i}]: {exc.message}") from None
+        except Refused as exc:
+            raise Refused(f"jobs[{i}]: {exc.message}") from None
     q.check_push_dependencies(specs, ctx.now, batch=True)
     _refuse_if_full(ctx)  # the whole batch: PUSHB admits all of its jobs or none
     return {"ids": q.push(specs, ctx.now)}
@@ -100,7 +100,7 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool) -> Reply | 
     count = fields.pullb_count(msg.get("count")) if batch else 1
     owner = msg.get("owner")
     if owner is not None and not isinstance(owner, str):
-        raise CommandError("owner must be a string")
+        raise Refused("owner must be a string")
     lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
     detach = msg.get("detach") is True
     jobs, tokens = q.pull(ctx.now, count=count, owner=owner, lock_ttl=lock_ttl,
@@ -122,7 +122,7 @@ def pullb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter:
 def _token(msg: dict[str, Any]) -> str | None:
     token = msg.get("token")
     if token is not None and not isinstance(token, str):
-        raise CommandError("token must be a string")
+        raise Refused("token must be a string")
     return token
 
 
@@ -144,9 +144,9 @@ def _parallel(msg: dict[str, Any], key: str, n: int) -> list[Any] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise CommandError(f"{key} must be an array")
+        raise Refused(f"{key} must be an array")
     if len(value) != n:
-        raise CommandError(f"ACKB {key} length must match ids length")
+        raise Refused(f"ACKB {key} length must match ids length")
     return value
 
 
@@ -194,9 +194,9 @@ def extend_lock(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     duration = fields.lock_duration(msg.get("duration"))
     if duration is None:
-        raise CommandError("duration is required")
+        raise Refused("duration is required")
     if not q.extend_lock(job_id, ctx.now, token=_token(msg), duration=duration):
-        raise CommandError("Lock not found or invalid token")
+        raise Refused("Lock not found or invalid token")
     return {}
 
 
@@ -205,18 +205,18 @@ def extend_locks_args(msg: dict[str, Any]) -> tuple[list[str], list[Any], list[f
     tokens = msg.get("tokens")
     durations = msg.get("durations")
     if not isinstance(tokens, list) or len(tokens) != len(ids):
-        raise CommandError("tokens length must match ids length")
+        raise Refused("tokens length must match ids length")
     if not isinstance(durations, list) or len(durations) != len(ids):
-        raise CommandError("durations length must match ids length")
+        raise Refused("durations length must match ids length")
     checked: list[float] = []
     for i, d in enumerate(durations):
         try:
             duration = fields.lock_duration(d)
             if duration is None:
-                raise CommandError("duration is required")
+                raise Refused("duration is required")
             checked.append(duration)
-        except CommandError as exc:
-            raise CommandError(f"durations[{i}]: {exc.message}") from None
+        except Refused as exc:
+            raise Refused(f"durations[{i}]: {exc.message}") from None
     return ids, tokens, checked
 
 
@@ -234,7 +234,7 @@ def job_heartbeat(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     duration = fields.lock_duration(msg.get("duration"))
     if not q.heartbeat(job_id, ctx.now, token=_token(msg), duration=duration):
-        raise CommandError("Job not found or not active (or invalid token)")
+        raise Refused("Job not found or not active (or invalid token)")
     return {"data": {"ok": True}}
 
 
@@ -242,7 +242,7 @@ def heartbeat_b_args(msg: dict[str, Any]) -> tuple[list[str], list[Any] | None]:
     ids = fields.str_list(msg.get("ids"), "ids")
     tokens = msg.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != len(ids)):
-        raise CommandError("tokens length must match ids length")
+        raise Refused("tokens length must match ids length")
     return ids, tokens
 
 
@@ -276,10 +276,10 @@ def add_log(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     message = msg.get("message")
     if not isinstance(message, str):
-        raise CommandError("message must be a string")
+        raise Refused("message must be a string")
     level = msg.get("level", "info")
     if level not in LOG_LEVELS:
-        raise CommandError("level must be one of info, warn, error")
+        raise Refused("level must be one of info, warn, error")
     q.add_log(job_id, ctx.now, message, level)
     return {"data": {"added": True}}
 
@@ -318,7 +318,7 @@ def wait_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | JobWaiter:
     if job_id not in q.jobs:
         record = q.finished.get(job_id)
         if record is None:
-            raise CommandError(f"Job {job_id} not found")
+            raise Refused(f"Job {job_id} not found")
         if record["state"] == COMPLETED:
             return completed_reply(*q.finished.result(job_id))
         return failed_reply((record.get("dlq") or {}).get("error"))
@@ -331,14 +331,14 @@ def wait_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | JobWaiter:
 def get_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job = q.job_wire(fields.job_id(msg.get("id")), ctx.now)
     if job is None:
-        raise CommandError(JOB_NOT_FOUND)
+        raise Refused(JOB_NOT_FOUND)
     return {"job": job}
 
 
 def get_job_by_custom_id(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job = q.job_wire(fields.job_id(msg.get("customId"), "customId"), ctx.now)
     if job is None:
-        raise CommandError(JOB_NOT_FOUND)
+        raise Refused(JOB_NOT_FOUND)
     return {"job": job}
 
 
@@ -381,14 +381,14 @@ def get_dependencies(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     kind = msg.get("type")
     if kind is not None and kind not in DEPENDENCY_TYPES:
-        raise CommandError("type must be one of processed, unprocessed, failed, ignored")
+        raise Refused("type must be one of processed, unprocessed, failed, ignored")
     deps = q.dependencies(job_id)
     if kind is None:
         return {"data": deps}
     start = _opt_int(msg.get("start"), "start") or 0
     end = _opt_int(msg.get("end"), "end")
     if start < 0:
-        raise CommandError("start must be at least 0")
+        raise Refused("start must be at least 0")
     stop = None if end is None or end < 0 else end + 1
     chosen = deps[kind]
     if isinstance(chosen, dict):
@@ -431,7 +431,7 @@ def _states(value: Any) -> list[str]:
     out = []
     for item in items:
         if not isinstance(item, str):
-            raise CommandError("state must be a string or an array of strings")
+            raise Refused("state must be a string or an array of strings")
         out.append(st.STATE_ALIASES.get(item, item))
     return out
 
@@ -440,7 +440,7 @@ def get_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     limit = _opt_int(msg.get("limit"), "limit")
     offset = _opt_int(msg.get("offset"), "offset")
     if limit is not None and limit < 0 or offset is not None and offset < 0:
-        raise CommandError("limit and offset must be at least 0")
+        raise Refused("limit and offset must be at least 0")
     asc = msg.get("asc", True) is not False
     jobs = q.list_jobs(_states(msg.get("state")), ctx.now, asc=asc,
                        offset=offset or 0, limit=100 if limit is None else limit)
@@ -462,7 +462,7 @@ def count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 def get_deduplication_job_id(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     key = msg.get("deduplicationId")
     if not isinstance(key, str) or not key:
-        raise CommandError("deduplicationId is required")
+        raise Refused("deduplicationId is required")
     return {"data": {"jobId": q.dedup_owner(key, ctx.now)}}
 
 
@@ -529,7 +529,7 @@ def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     if ctx.storage_full and job_id not in q.jobs:
         record = q.finished.get(job_id)
         if record is not None and record["state"] == FAILED:
-            raise CommandError(STORAGE_FULL)
+            raise Refused(STORAGE_FULL)
     q.move_to_wait(job_id, ctx.now, _token(msg))
     return {}
 
@@ -558,7 +558,7 @@ _STALL_NUMBERS = ("stallInterval", "maxStalls", "gracePeriod")
 def set_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     config = msg.get("config")
     if not isinstance(config, dict):
-        raise CommandError("config must be an object")
+        raise Refused("config must be an object")
     update: dict[str, Any] = {}
     if config.get("enabled") is not None:
         update["enabled"] = fields.lenient_bool(config["enabled"])

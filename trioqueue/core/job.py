@@ -168,7 +168,7 @@ _ADMIT_ARGS = ("id", "queue", "created_at", "run_at", "seq", "timeline")
 
 def _admit_source() -> str:
     lines = ["def admit(id, queue, created_at, run_at, seq, timeline, options):",
-             "    self = _new(Job)"]
+             "    self = _new(JobRecord)"]
     for _, attr, default in _FIELDS + tuple((n, n, d) for n, d in _INTERNAL):
         if attr in _ADMIT_ARGS:
             lines.append(f"    self.{attr} = {attr}")
@@ -229,7 +229,7 @@ def _to_record_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-class Job:
+class JobRecord:
     """One job. Plain attributes; ``__slots__`` keeps 100k waiting jobs cheap."""
 
     __slots__ = tuple(attr for _, attr, _ in _FIELDS) + tuple(n for n, _ in _INTERNAL)
@@ -292,7 +292,7 @@ class Job:
 
     @staticmethod
     def admit(id: str, queue: str, created_at: int, run_at: int, seq: int,
-              timeline: list[dict[str, Any]], options: dict[str, Any]) -> Job:
+              timeline: list[dict[str, Any]], options: dict[str, Any]) -> JobRecord:
         """A new job from a push: ``options`` are attribute values (parse_job_input's
         output: name, data and whatever the client set); the rest take their defaults.
 
@@ -321,7 +321,7 @@ class Job:
     to_record = _compile("to_record", _to_record_source())
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Job:
+    def from_record(cls, record: dict[str, Any]) -> JobRecord:
         job = cls.__new__(cls)
         for wire, attr, default in _FIELDS:
             value = record.get(wire, default)
@@ -338,5 +338,5 @@ class Job:
 
 
 _LIST_ATTRS: Final = frozenset(attr for wire, attr, _ in _FIELDS if wire in _LISTS)
-_admit = _compile("admit", _admit_source(), Job=Job, _new=object.__new__,
+_admit = _compile("admit", _admit_source(), JobRecord=JobRecord, _new=object.__new__,
                   _LIST_ATTRS=_LIST_ATTRS, _intern=intern)

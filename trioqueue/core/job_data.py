@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 
 MAX_DATA_CHARS = 10 * 1024 * 1024
 """bunqueue's "10 MB": ``JSON.stringify(data).length`` may not exceed 10 * 1024 * 1024."""
@@ -123,7 +123,7 @@ def _json_text(data: Any) -> str:
         # TypeError: a type JSON cannot encode; ValueError: a cycle, or an int beyond
         # Python's digit limit; RecursionError: nesting deeper than the stack (JS throws
         # a RangeError there, which bunqueue reports the same way).
-        raise CommandError(DATA_NOT_SERIALIZABLE) from None
+        raise Refused(DATA_NOT_SERIALIZABLE) from None
 
 
 def validate_job_data(
@@ -157,4 +157,4 @@ def validate_job_data(
     if size * 2 > max_chars and not text.isascii():
         size = len(text.encode("utf-16-le", "surrogatepass")) // 2
     if size > max_chars:
-        raise CommandError(DATA_TOO_LARGE)
+        raise Refused(DATA_TOO_LARGE)

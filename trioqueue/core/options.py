@@ -11,7 +11,7 @@ bunqueue's bounds, error texts and stored forms (reference §2.1, gotcha 19):
 * the data must be JSON-serialisable and at most 10 MiB of JSON text (the check is
   :func:`trioqueue.core.job_data.validate_job_data`).
 
-Errors are raised as :class:`CommandError` with the field's wire name; PUSHB's
+Errors are raised as :class:`Refused` with the field's wire name; PUSHB's
 ``jobs[i]: `` prefix is the caller's job. ``None`` (nil) means "not given" for every
 option except ``name``, where nil is an error (the codecs drop map entries holding
 JavaScript ``undefined``, so those are simply absent).
@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from trioqueue.core.errors import CommandError
+from trioqueue.core.errors import Refused
 from trioqueue.core.fields import (
     MAX_DURATION_MS,
     MAX_NAME_LENGTH,
@@ -116,7 +116,7 @@ def max_attempts(value: Any, field: str = "maxAttempts") -> int:
     """
     number = coerce_numeric_string(value)
     if not is_number(number) or number != number:
-        raise CommandError(f"{field} must be a number")
+        raise Refused(f"{field} must be a number")
     if number <= 1:
         return 1
     if number >= MAX_ATTEMPTS:
@@ -128,11 +128,11 @@ def group_priority(value: Any) -> int:
     """The intra-group priority of a grouped job: an integer 0..2097151 (0 runs first)."""
     number = coerce_numeric_string(value)
     if not is_number(number) or not is_finite(number):
-        raise CommandError("group.priority must be a finite number")
+        raise Refused("group.priority must be a finite number")
     if isinstance(number, float) and not number.is_integer():
-        raise CommandError("group.priority must be an integer")
+        raise Refused("group.priority must be an integer")
     if number < 0 or number > MAX_GROUP_PRIORITY:
-        raise CommandError(f"group.priority must be between 0 and {MAX_GROUP_PRIORITY}")
+        raise Refused(f"group.priority must be between 0 and {MAX_GROUP_PRIORITY}")
     return int(number)
 
 
@@ -151,7 +151,7 @@ def group_max_size(value: Any) -> int | None:
         or (isinstance(number, float) and not number.is_integer())
         or not 1 <= number <= MAX_SAFE_INTEGER
     ):
-        raise CommandError("group.maxSize must be a positive safe integer")
+        raise Refused("group.maxSize must be a positive safe integer")
     return int(number)
 
 
@@ -203,13 +203,13 @@ def _backoff(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None
     if raw_cap is not None:
         cap = _finite(raw_cap, "backoff.maxDelay", minimum=0)
         if cap > MAX_BACKOFF_DELAY_MS:
-            raise CommandError(f"backoff.maxDelay must be at most {MAX_BACKOFF_DELAY_MS}")
+            raise Refused(f"backoff.maxDelay must be at most {MAX_BACKOFF_DELAY_MS}")
     kind = value.get("type")
     if kind is None:
         # Only "fixed" is special; any other type, or none, backs off exponentially.
         kind = "exponential"
     elif not isinstance(kind, str):
-        raise CommandError("backoff.type must be a string")
+        raise Refused("backoff.type must be a string")
     config: dict[str, Any] = {"type": kind, "delay": delay}
     if cap is not None:
         config["maxDelay"] = cap
@@ -251,13 +251,13 @@ def _debounce_ttl(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) ->
 
 def _repeat(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:
     if not isinstance(value, Mapping):
-        raise CommandError("repeat must be an object")
+        raise Refused("repeat must be an object")
     repeat = dict(value)
     every = repeat.get("every")
     if every is not None:
         number = coerce_numeric_string(every)
         if not is_number(number) or not is_finite(number) or number <= 0:
-            raise CommandError("repeat.every must be a positive finite number")
+            raise Refused("repeat.every must be a positive finite number")
         repeat["every"] = min(number, MAX_DURATION_MS)
     if repeat.get("count") is None:
         # The Job shows repeat.count (successors made so far); it starts at 0.
@@ -359,7 +359,7 @@ def _options(fields: Mapping[str, Any], present: frozenset[str], out: dict[str, 
     try:
         # Happy path: in whatever order the set yields, no sorting.
         _apply(fields, present, out)
-    except CommandError:
+    except Refused:
         if len(present) == 1:
             raise
         # Several options and one is bad: report the error bunqueue would report first
@@ -367,7 +367,7 @@ def _options(fields: Mapping[str, Any], present: frozenset[str], out: dict[str, 
         _apply(fields, sorted(present, key=_RANK.__getitem__), {})
         raise
     if len(present & _POLICY_KEYS) > 1 and sum(out.get(a, False) for a in _POLICY_ATTRS) > 1:
-        raise CommandError(FAILURE_POLICY_ERROR)
+        raise Refused(FAILURE_POLICY_ERROR)
 
 
 def _custom_id(value: Any, field: str) -> str | None:
@@ -375,14 +375,14 @@ def _custom_id(value: Any, field: str) -> str | None:
         # An empty custom id is no custom id (bunqueue tests it for truthiness).
         return None
     if not isinstance(value, str):
-        raise CommandError(f"{field} must be a string")
+        raise Refused(f"{field} must be a string")
     check_job_id_length(value)
     return value
 
 
 def _job_name(value: Any) -> str:
     if not isinstance(value, str) or not value or js_length(value) > MAX_NAME_LENGTH:
-        raise CommandError(NAME_ERROR)
+        raise Refused(NAME_ERROR)
     return value
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import CommandError
+from .errors import Refused
 
 Reply = dict[str, Any]
 
@@ -192,7 +192,7 @@ def not_found(error: str | None = None, **reply: Any) -> MissingReply:
 
     def answer(job_id: str) -> Reply:
         if error is not None:
-            raise CommandError(error.format(id=job_id))
+            raise Refused(error.format(id=job_id))
         return {k: (job_id if v is _JOB_ID else v) for k, v in reply.items()}
 
     return answer

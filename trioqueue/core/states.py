@@ -40,7 +40,7 @@ Events (what happens to a job) and where they lead::
 
 from __future__ import annotations
 
-from .errors import CommandError
+from .errors import Refused
 from .job import ACTIVE, COMPLETED, FAILED, QUEUED, WAITING_CHILDREN
 
 NEW = "new"
@@ -111,7 +111,7 @@ def next_state(state: str, event: str) -> str:
     try:
         return TRANSITIONS[(state, event)]
     except KeyError:
-        raise CommandError(f"Cannot apply {event} to a job in state {state}") from None
+        raise Refused(f"Cannot apply {event} to a job in state {state}") from None
 
 
 def visible_state(state: str, run_at: int, priority: float, now_ms: int) -> str:

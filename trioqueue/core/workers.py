@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fields
-from .errors import CommandError
+from .errors import Refused
 from .ids import uuid7
 
 WORKER_TIMEOUT_MS = 30_000
@@ -20,7 +20,7 @@ WORKER_NOT_FOUND = "Worker not found"
 
 
 @dataclass
-class Worker:
+class WorkerEntry:
     id: str
     name: str
     queues: list[str]
@@ -63,22 +63,22 @@ def _count(value: Any, field_name: str, default: int) -> int:
 class WorkerRegistry:
     def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
-        self.workers: dict[str, Worker] = {}
+        self.workers: dict[str, WorkerEntry] = {}
 
     def register(self, msg: dict[str, Any], now: int, conn: Any) -> dict[str, Any]:
         name = msg.get("name")
         if not isinstance(name, str) or not name:
-            raise CommandError("name is required")
+            raise Refused("name is required")
         queues = fields.str_list(msg.get("queues"), "queues")
         concurrency = _count(msg.get("concurrency"), "concurrency", 1)
         hostname = msg.get("hostname")
         pid = _count(msg.get("pid"), "pid", 0)
         worker_id = msg.get("workerId")
         if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
-            raise CommandError("workerId must be a non-empty string")
+            raise Refused("workerId must be a non-empty string")
         worker = self.workers.get(worker_id) if worker_id else None
         if worker is None:
-            worker = Worker(
+            worker = WorkerEntry(
                 id=worker_id or uuid7(now), name=name, queues=queues,
                 concurrency=concurrency,
                 hostname=hostname if isinstance(hostname, str) else "unknown",
@@ -98,14 +98,14 @@ class WorkerRegistry:
     def unregister(self, msg: dict[str, Any]) -> dict[str, Any]:
         worker_id = msg.get("workerId")
         if not isinstance(worker_id, str) or self.workers.pop(worker_id, None) is None:
-            raise CommandError(WORKER_NOT_FOUND)
+            raise Refused(WORKER_NOT_FOUND)
         return {"data": {"removed": True}}
 
     def heartbeat(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
         worker_id = msg.get("id")
         worker = self.workers.get(worker_id) if isinstance(worker_id, str) else None
         if worker is None:
-            raise CommandError(WORKER_NOT_FOUND)
+            raise Refused(WORKER_NOT_FOUND)
         # absolute values, as the worker counts them
         worker.active_jobs = _count(msg.get("activeJobs"), "activeJobs", worker.active_jobs)
         worker.processed = _count(msg.get("processed"), "processed", worker.processed)

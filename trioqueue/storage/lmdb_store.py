@@ -251,13 +251,19 @@ class LmdbStorage(Storage):
             put = txn.put
             delete = txn.delete
             # Most stores hold no dependency rows (no flows): then a delete need not
-            # open a cursor to look for the job's rows. One stat per commit tells.
-            deps_empty = txn.stat(self._deps)["entries"] == 0
+            # open a cursor to look for the job's rows. One stat tells, taken at the
+            # commit's first delete (a commit without deletes, the common PUSH or PULL,
+            # pays nothing).
+            deps_empty: bool | None = None
             for op in ops:
                 kind = op[0]
                 if kind == K.OP_PUTS:
-                    with txn.cursor(db=live) as cur:
-                        cur.putmulti(op[1])
+                    puts = op[1]
+                    if len(puts) == 1:  # one job: a cursor costs more than it saves
+                        put(puts[0][0], puts[0][1], db=live)
+                    else:
+                        with txn.cursor(db=live) as cur:
+                            cur.putmulti(puts)
                 elif kind == K.OP_FINISH:
                     _, jkey, value, idx_key, ckey, result = op
                     delete(jkey, db=live)
@@ -279,8 +285,11 @@ class LmdbStorage(Storage):
                         delete(old_idx, db=idx)
                         removed[old_ckey].append(old_idx)
                         delete(jkey, db=results)
-                    if dep_prefix is not None and not deps_empty:
-                        self._delete_deps(txn, dep_prefix)
+                    if dep_prefix is not None:
+                        if deps_empty is None:
+                            deps_empty = txn.stat(self._deps)["entries"] == 0
+                        if not deps_empty:
+                            self._delete_deps(txn, dep_prefix)
                 elif kind == K.OP_DEP:
                     put(op[1], op[2], db=self._deps)
                     deps_empty = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import CommandError
+from ..core.errors import Refused
 from ..core.flows import Dependents, DependentsIndex
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
@@ -78,7 +78,7 @@ class QueueHarness:
         """Run one QueueState method and commit its writes, as the actor would."""
         try:
             result = getattr(self.q, method)(*args, **kwargs)
-        except CommandError:
+        except Refused:
             self.commit()  # the actor submits whatever a refused command recorded
             raise
         except BaseException:

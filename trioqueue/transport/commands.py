@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..core import fields
 from ..core.commands import CORE_COMMANDS
-from ..core.errors import CommandError
+from ..core.errors import Refused
 from ..core.registry import SESSION, Command, Reply
 
 PROTOCOL_VERSION = 3
@@ -31,7 +31,7 @@ class SessionOps(Protocol):
 def _auth(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
     if session.authenticate(msg.get("token")):
         return {}
-    raise CommandError("Invalid token")
+    raise Refused("Invalid token")
 
 
 def _hello(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:

@@ -23,7 +23,7 @@ import trio
 
 from ..actors.request import Request
 from ..config import Config
-from ..core.errors import CommandError
+from ..core.errors import Refused
 from ..core.registry import SESSION, Command
 from .codec import DecodeError
 from .commands import COMMANDS
@@ -38,7 +38,7 @@ BAD_COMMAND = "Invalid command"
 
 # What a transport's immediate send did with a group of replies.
 SENT = "sent"  # all bytes are on the socket
-QUEUED = "queued"  # the transport kept (some of) them; the sender task must flush
+KEPT = "queued"  # the transport kept (some of) them; the sender task must flush
 
 SendNow = Callable[[list[dict[str, Any]]], str]
 EventSubscriber = Callable[[list[dict[str, Any]]], None]
@@ -226,7 +226,7 @@ class Session:
             assert command.handler is not None  # the registry checked it
             try:
                 self._answer(replier, request.reply(command.handler(self, msg, replier)))
-            except CommandError as exc:
+            except Refused as exc:
                 self._answer(replier, request.error_reply(exc.message))
             return None
         if command.pull:

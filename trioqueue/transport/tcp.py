@@ -19,7 +19,7 @@ import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import FrameDecoder, FrameTooLarge
-from .session import QUEUED, SENT, Session, overflow_notice
+from .session import KEPT, SENT, Session, overflow_notice
 from .sockio import DirectReader, write_now
 
 if TYPE_CHECKING:
@@ -67,12 +67,12 @@ class TcpConnection:
 
     def _queue(self, data: bytes | memoryview) -> str:
         if self._overflowed:
-            return QUEUED  # closing: nothing more is queued behind the notice
+            return KEPT  # closing: nothing more is queued behind the notice
         self._pending += data
         limit = self.broker.config.max_write_queue_bytes
         if limit and len(self._pending) > limit:
             self._overflow()
-        return QUEUED
+        return KEPT
 
     def _overflow(self) -> None:
         """Drop what the client did not read, tell it why, and close.

@@ -23,7 +23,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from ..core import fields
-from ..core.errors import CommandError
+from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
 from .session import Session
 
@@ -193,7 +193,7 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
             queue = unquote(path[len(QUEUE_PATH_PREFIX):])
             try:
                 fields.queue_name(queue)
-            except CommandError:
+            except Refused:
                 await request.reject(404, body=b"Not found")
                 return
         elif path != WS_PATH:

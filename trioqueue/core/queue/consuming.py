@@ -10,9 +10,9 @@ from .. import attempts as at
 from .. import flows
 from .. import states as st
 from ..backoff import backoff_delay_ms
-from ..errors import CommandError
+from ..errors import Refused
 from ..ids import uuid7
-from ..job import ACTIVE, QUEUED, Job
+from ..job import ACTIVE, QUEUED, JobRecord
 from .leases import Lock
 from .views import completed_reply, failed_reply
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 
-def _next_ready(q: QueueState, now: int) -> Job | None:
+def _next_ready(q: QueueState, now: int) -> JobRecord | None:
     """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
     q._promote_due(now)
     ready = q._ready
@@ -98,10 +98,10 @@ def pull_reply(
     return reply
 
 
-def _active_job(q: QueueState, job_id: str) -> Job:
+def _active_job(q: QueueState, job_id: str) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None or job.state != ACTIVE:
-        raise CommandError(f"Job not found or not in processing state: {job_id}")
+        raise Refused(f"Job not found or not in processing state: {job_id}")
     return job
 
 
@@ -125,7 +125,7 @@ def ack(
     q._complete(job, now, has_result, result, remove)
 
 
-def _complete(q: QueueState, job: Job, now: int, has_result: bool, result: Any,
+def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
               remove: bool | None) -> None:
     q._remove_live(job, now)
     if remove or job.remove_on_complete:
@@ -165,7 +165,7 @@ def ackb(
     Returns the indices that were ignored because the job was not active (a
     duplicate ACK of a finished job is a no-op, not an error, in a batch).
     """
-    checked: list[tuple[int, Job]] = []
+    checked: list[tuple[int, JobRecord]] = []
     ignored: list[int] = []
     seen: set[str] = set()
     for i, job_id in enumerate(ids):
@@ -237,7 +237,7 @@ def fail(
     return True
 
 
-def _retry_later(q: QueueState, job: Job, now: int) -> None:
+def _retry_later(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued after a charged attempt, back after the job's backoff."""
     q._release_resources(job)
     q._count(job, -1, now)
@@ -249,7 +249,7 @@ def _retry_later(q: QueueState, job: Job, now: int) -> None:
     q._persist(job)
 
 
-def _bury(q: QueueState, job: Job, now: int, reason: str, error: str | None,
+def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None,
           counted: bool = True, emit: bool = True) -> None:
     """Move a job to the dead-letter queue (state FAILED, kept in storage)."""
     if counted:

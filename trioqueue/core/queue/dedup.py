@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CommandError
-from ..job import QUEUED, WAITING_CHILDREN, Job
+from ..errors import Refused
+from ..job import QUEUED, WAITING_CHILDREN, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -19,7 +19,7 @@ class DedupKey:
     expires_at: float | None  # None: held until the owner leaves
 
 
-def _release_key(q: QueueState, job: Job) -> None:
+def _release_key(q: QueueState, job: JobRecord) -> None:
     if job.unique_key is not None:
         holder = q.dedup.get(job.unique_key)
         if holder is not None and holder.owner == job.id:
@@ -36,7 +36,7 @@ def dedup_owner(q: QueueState, unique_key: str, now: int) -> str | None:
 
 
 def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
-                 now: int) -> tuple[str | None, Job | None]:
+                 now: int) -> tuple[str | None, JobRecord | None]:
     """A push names a held key: ``(holder id, None)`` answers the push with the holder
     (plain dedup, or an extended TTL); ``(None, job)`` replaces that queued job;
     ``(None, None)`` admits the push (no live holder, or one that has started)."""
@@ -50,7 +50,7 @@ def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
         if owner.state not in (QUEUED, WAITING_CHILDREN):
             return None, None
         if q.index.has_dependents(owner.id):
-            raise CommandError(f"Cannot replace deduplicated job {owner.id} "
+            raise Refused(f"Cannot replace deduplicated job {owner.id} "
                                "because live jobs depend on it")
         return None, owner
     if spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
@@ -61,7 +61,7 @@ def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
     return owner.id, None
 
 
-def _dedup_claim(q: QueueState, job: Job, unique_key: str, replaced: Job | None,
+def _dedup_claim(q: QueueState, job: JobRecord, unique_key: str, replaced: JobRecord | None,
                  now: int) -> None:
     """The admitted job takes the key (the replaced holder, if any, is dropped)."""
     if replaced is not None:

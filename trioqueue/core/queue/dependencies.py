@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import fields, flows
 from .. import states as st
-from ..errors import JOB_NOT_FOUND, CommandError
-from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, Job, new_timeline
+from ..errors import JOB_NOT_FOUND, Refused
+from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, JobRecord, new_timeline
 from . import finished as fin
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ REMOVE_CHILD = "remove_child"  # (child id, parent id): remove it if it has not 
 ADOPT = "adopt"  # (jobs,): jobs of an atomic flow, committed by the router
 
 
-def _drop_queued(q: QueueState, job: Job, now: int) -> None:
+def _drop_queued(q: QueueState, job: JobRecord, now: int) -> None:
     """Remove a job that never ran to the end (cancelled, expired, replaced, removed
     as an unprocessed child): its parents stop waiting for it, its waits end."""
     q._remove_live(job, now)
@@ -45,7 +45,7 @@ def _settle_dependents(q: QueueState, child_id: str, outcome: dict[str, Any]) ->
     return parents
 
 
-def _child_failed(q: QueueState, job: Job, error: str | None) -> None:
+def _child_failed(q: QueueState, job: JobRecord, error: str | None) -> None:
     """A terminal failure settles the job's parents only under a failure policy;
     without one they keep waiting (a retry from the DLQ may still complete it)."""
     policy = flows.failure_policy(job)
@@ -71,7 +71,9 @@ def push_reads(specs: Sequence[dict[str, Any]]) -> list[fin.Read]:
         custom_id = spec.get("custom_id")
         if custom_id is not None:
             reads.append((fin.GET, custom_id))
-        reads.extend(fin.record_reads(spec.get("depends_on") or ()))
+        deps = spec.get("depends_on")
+        if deps:
+            reads.extend(fin.record_reads(deps))
     return reads
 
 
@@ -96,17 +98,17 @@ def check_push_dependencies(q: QueueState, specs: Sequence[dict[str, Any]], now:
             flows.check_dependencies(spec.get("custom_id"), deps)
             for dep in deps:
                 if dep not in batch_ids and not q.dependency_exists(dep, now):
-                    raise CommandError(f"Dependency job not found: {dep}")
-        except CommandError as exc:
-            raise CommandError(prefix + exc.message) from None
+                    raise Refused(f"Dependency job not found: {dep}")
+        except Refused as exc:
+            raise Refused(prefix + exc.message) from None
         if spec.get("custom_id"):
             edges[spec["custom_id"]] = deps
     cycle = flows.find_cycle(edges)
     if cycle is not None:
-        raise CommandError(f"Dependency cycle: {' -> '.join(cycle)}")
+        raise Refused(f"Dependency cycle: {' -> '.join(cycle)}")
 
 
-def _open_dependencies(q: QueueState, job: Job, deps: Iterable[str], now: int) -> list[str]:
+def _open_dependencies(q: QueueState, job: JobRecord, deps: Iterable[str], now: int) -> list[str]:
     """Which of ``deps`` the job must wait for; completed ones are recorded now."""
     pending: list[str] = []
     for dep in dict.fromkeys(deps):
@@ -130,7 +132,7 @@ def _open_dependencies(q: QueueState, job: Job, deps: Iterable[str], now: int) -
     return pending
 
 
-def _park_new(q: QueueState, job: Job, pending: list[str], now: int) -> None:
+def _park_new(q: QueueState, job: JobRecord, pending: list[str], now: int) -> None:
     q._move(job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
     job.pending = pending
     job.timeline = new_timeline(WAITING_CHILDREN, now)
@@ -142,7 +144,7 @@ def _park_new(q: QueueState, job: Job, pending: list[str], now: int) -> None:
     q._emit("waiting-children", job.id, now)
 
 
-def adopt(q: QueueState, job: Job, now: int) -> None:
+def adopt(q: QueueState, job: JobRecord, now: int) -> None:
     """Take in a job of an atomic flow (PUSHF), already committed by the router.
 
     The router claimed the id, registered the dependencies and stored the job with
@@ -259,7 +261,7 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
     it then waits for the child unless the child already completed.
     """
     if child_id == parent_id:
-        raise CommandError("A job cannot be its own parent")
+        raise Refused("A job cannot be its own parent")
     fields.check_dependency_pair(parent_id, child_id)
     # Every read this may make, before anything changes (see core/queue/finished.py).
     q.finished.want([(fin.GET, parent_id), *fin.record_reads([child_id])])
@@ -267,9 +269,9 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
     if parent is None:
         record = q.finished.get(parent_id)
         if record is None:
-            raise CommandError(f"Parent job {parent_id} not found")
+            raise Refused(f"Parent job {parent_id} not found")
         if child_id not in (record.get("childrenIds") or ()):
-            raise CommandError(
+            raise Refused(
                 f"Parent job {parent_id} is {record['state']} and cannot take children")
         q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
         return
@@ -280,7 +282,7 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
             record = q.finished.get_any(child_id)
             failed = record is not None and record["state"] == FAILED
             if not failed and not q.dependency_exists(child_id, now):
-                raise CommandError(f"Child job {child_id} not found")
+                raise Refused(f"Child job {child_id} not found")
         parent.children_ids = [*parent.children_ids, child_id]
         if child_id not in parent.depends_on:
             parent.depends_on = [*parent.depends_on, child_id]
@@ -320,7 +322,7 @@ def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
     job = q.jobs.get(child_id)
     if job is None:
         if q.finished.get(child_id) is None:
-            raise CommandError(JOB_NOT_FOUND)
+            raise Refused(JOB_NOT_FOUND)
         return False
     parents = q._settle_dependents(child_id, flows.DETACHED)
     had_parent = job.parent_id is not None
@@ -334,7 +336,7 @@ def remove_unprocessed_children(q: QueueState, parent_id: str) -> None:
     job = q.jobs.get(parent_id)
     if job is None:
         if q.finished.get(parent_id) is None:
-            raise CommandError(JOB_NOT_FOUND)
+            raise Refused(JOB_NOT_FOUND)
         return
     for child_id in job.pending or ():
         q.notices.append((child_id, (REMOVE_CHILD, child_id, parent_id)))
@@ -376,7 +378,7 @@ def dependencies(q: QueueState, parent_id: str) -> dict[str, Any]:
     for an id this queue does not know)."""
     job = q.jobs.get(parent_id)
     if job is None and q.finished.get(parent_id) is None:
-        raise CommandError(JOB_NOT_FOUND)
+        raise Refused(JOB_NOT_FOUND)
     pending = (job.pending or []) if job is not None else []
     q._want_children(pending)
     return {

@@ -46,12 +46,14 @@ class NeedData(Exception):  # noqa: N818 (a request, not an error)
 class FinishedView:
     """The core's finished-job reader (see :class:`~.ports.FinishedReader`)."""
 
-    __slots__ = ("queue", "_known", "fallback")
+    __slots__ = ("queue", "known", "fallback")
 
     def __init__(self, queue: str,
                  fallback: Callable[[Read], Any] | None = None) -> None:
         self.queue = queue
-        self._known: dict[Read, Any] = {}
+        # What the actor supplied (public so the actor's hot loop can test it without
+        # a call; only supply/forget and the reads below change it).
+        self.known: dict[Read, Any] = {}
         # Set only while the I/O shell itself drives the core synchronously (recovery,
         # the synchronous form of long work): a miss is fetched at once.
         self.fallback = fallback
@@ -59,17 +61,17 @@ class FinishedView:
     # --- the actor's side
 
     def supply(self, read: Read, value: Any) -> None:
-        self._known[read] = value
+        self.known[read] = value
 
     def forget(self) -> None:
-        if self._known:
-            self._known.clear()
+        if self.known:
+            self.known.clear()
 
     # --- the core's side
 
     def _need(self, read: Read) -> Any:
         try:
-            return self._known[read]
+            return self.known[read]
         except KeyError:
             if self.fallback is None:
                 raise NeedData((read,)) from None
@@ -79,7 +81,7 @@ class FinishedView:
         """Make sure these reads are known, asking for all the missing ones at once."""
         if self.fallback is not None:
             return  # each read is fetched when it is made
-        missing = [r for r in reads if r not in self._known]
+        missing = [r for r in reads if r not in self.known]
         if missing:
             raise NeedData(missing)
 

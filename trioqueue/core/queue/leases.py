@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
 from .. import states as st
-from ..errors import CommandError
-from ..job import ACTIVE, Job
+from ..errors import Refused
+from ..job import ACTIVE, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -26,22 +26,22 @@ class Lock:
     renewals: int = 0
 
 
-def _check_token(q: QueueState, job: Job, token: Any) -> None:
+def _check_token(q: QueueState, job: JobRecord, token: Any) -> None:
     """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
     lock = q.locks.get(job.id)
     if lock is None:
         return
     if token is None:
-        raise CommandError(f"Lock token required for job {job.id}")
+        raise Refused(f"Lock token required for job {job.id}")
     if token != lock.token:
-        raise CommandError(f"Invalid or expired lock token for job {job.id}")
+        raise Refused(f"Invalid or expired lock token for job {job.id}")
 
 
 # Rebuild the lock heap once it holds this many entries more than twice the live locks.
 LOCK_HEAP_SLACK = 1024
 
 
-def _release_resources(q: QueueState, job: Job) -> None:
+def _release_resources(q: QueueState, job: JobRecord) -> None:
     if q.locks.pop(job.id, None) is not None:
         # A released lock's heap entry stays until its expiry (30 s by default): at
         # 30k acks/s that is 900k dead entries, each keeping its token and job id.
@@ -113,7 +113,7 @@ def expire_locks(q: QueueState, now: int) -> None:
             q._requeue(job, now)
 
 
-def _requeue(q: QueueState, job: Job, now: int) -> None:
+def _requeue(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued with no attempt charged and runAt unchanged (so it goes first)."""
     q._release_resources(job)
     q._count(job, -1, now)

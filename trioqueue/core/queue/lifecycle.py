@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import states as st
-from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, Job
+from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -24,7 +24,7 @@ class Counters:
     by_priority: dict[float, int] = field(default_factory=dict)
 
 
-def _count(q: QueueState, job: Job, delta: int, now: int) -> None:
+def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
     """Keep the per-state counters and listing orders right; called when a job enters
     (``delta`` +1) or leaves (-1) a place. The choke point every live move passes."""
     c = q.c
@@ -67,7 +67,7 @@ def _count(q: QueueState, job: Job, delta: int, now: int) -> None:
         place.discard(job.created_at, job.id)
 
 
-def _move(q: QueueState, job: Job, event: str) -> None:
+def _move(q: QueueState, job: JobRecord, event: str) -> None:
     """The one write of ``job.state`` for a move: the table is asked with the job's
     CURRENT state, so a move the rules do not allow raises where it is attempted
     (h11's ``_state.py`` discipline). Counters are the caller's (see :func:`_transition`).
@@ -78,7 +78,7 @@ def _move(q: QueueState, job: Job, event: str) -> None:
     job.state = st.next_state(job.state, event)
 
 
-def _transition(q: QueueState, job: Job, event: str, now: int) -> None:
+def _transition(q: QueueState, job: JobRecord, event: str, now: int) -> None:
     """A move between two live places: leave one counter, move, enter the other.
 
     The table is asked before anything changes, so a refused move leaves the counters
@@ -89,7 +89,7 @@ def _transition(q: QueueState, job: Job, event: str, now: int) -> None:
     q._count(job, +1, now)
 
 
-def _enqueue(q: QueueState, job: Job, now: int, *, keep_seq: bool = False) -> None:
+def _enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False) -> None:
     """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq.
 
     ``keep_seq`` (restart only) keeps the stored admission number, so the order
@@ -106,7 +106,7 @@ def _enqueue(q: QueueState, job: Job, now: int, *, keep_seq: bool = False) -> No
     q._count(job, +1, now)
 
 
-def _push_ready(q: QueueState, job: Job) -> None:
+def _push_ready(q: QueueState, job: JobRecord) -> None:
     if job.lifo:
         key = (-job.priority, 0, -job.seq, job.seq, job.id)
     else:
@@ -136,7 +136,7 @@ def _promote_due(q: QueueState, now: int) -> None:
         q._push_ready(job)
 
 
-def _pop_delayed(q: QueueState) -> Job | None:
+def _pop_delayed(q: QueueState) -> JobRecord | None:
     """Pop the earliest entry of the delayed heap: its job, or None for a stale entry."""
     _, seq, job_id = heapq.heappop(q._delayed)
     job = q.jobs.get(job_id)
@@ -145,7 +145,7 @@ def _pop_delayed(q: QueueState) -> Job | None:
     return job
 
 
-def _remove_live(q: QueueState, job: Job, now: int) -> None:
+def _remove_live(q: QueueState, job: JobRecord, now: int) -> None:
     """Forget a live job entirely (memory side; the caller records the storage side)."""
     q._count(job, -1, now)
     q._release_resources(job)

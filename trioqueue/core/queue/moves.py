@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import flows
 from .. import states as st
-from ..errors import JOB_NOT_FOUND, CommandError
-from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, Job
+from ..errors import JOB_NOT_FOUND, Refused
+from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, JobRecord
 from . import slices
 from .dedup import DedupKey
 from .slices import Sliced
@@ -17,14 +17,14 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 
-def _queued(q: QueueState, job_id: str, error: str) -> Job:
+def _queued(q: QueueState, job_id: str, error: str) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None or job.state != QUEUED:
-        raise CommandError(error)
+        raise Refused(error)
     return job
 
 
-def _reschedule(q: QueueState, job: Job, now: int, **changes: Any) -> None:
+def _reschedule(q: QueueState, job: JobRecord, now: int, **changes: Any) -> None:
     """Change how a QUEUED job sorts (priority, lifo, runAt) and put it back.
 
     Its old heap entries go stale (a new seq), exactly as after a requeue.
@@ -40,7 +40,7 @@ def cancel(q: QueueState, job_id: str, now: int) -> None:
     """Remove a job that has not started (queued or waiting for children)."""
     job = q.jobs.get(job_id)
     if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
-        raise CommandError("Job not found or cannot be cancelled")
+        raise Refused("Job not found or cannot be cancelled")
     q._drop_queued(job, now)
     q._emit("removed", job_id, now, prev="waiting")
 
@@ -50,7 +50,7 @@ def update_data(q: QueueState, job_id: str, data: Any) -> None:
     wrote (``__parentId``, ...) survive, and new data cannot forge them."""
     job = q.jobs.get(job_id)
     if job is None or job.state not in (QUEUED, ACTIVE, WAITING_CHILDREN):
-        raise CommandError("Job not found or cannot be updated")
+        raise Refused("Job not found or cannot be updated")
     if isinstance(job.data, dict) and isinstance(data, dict):
         kept = {k: job.data[k] for k in flows.FLOW_DATA_KEYS if k in job.data}
         if kept or any(k in data for k in flows.FLOW_DATA_KEYS):
@@ -70,7 +70,7 @@ def change_priority(q: QueueState, job_id: str, now: int, priority: float,
 def promote(q: QueueState, job_id: str, now: int) -> None:
     job = q.jobs.get(job_id)
     if job is None or job.state != QUEUED or job.run_at <= now:
-        raise CommandError("Job not found or not delayed")
+        raise Refused("Job not found or not delayed")
     q._reschedule(job, now, run_at=now)
 
 
@@ -89,7 +89,7 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
     goes back to the queue, its slot and lock released, no attempt charged."""
     job = q.jobs.get(job_id)
     if job is None:
-        raise CommandError(JOB_NOT_FOUND if active_only
+        raise Refused(JOB_NOT_FOUND if active_only
                            else "Job not found or cannot change delay")
     if job.state == ACTIVE:
         q._check_token(job, token)
@@ -105,9 +105,9 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
         return
     if active_only:
         state = st.visible_state(job.state, job.run_at, job.priority, now)
-        raise CommandError(f"Job is not active (current state: {state})")
+        raise Refused(f"Job is not active (current state: {state})")
     if job.state != QUEUED:
-        raise CommandError("Job not found or cannot change delay")
+        raise Refused("Job not found or cannot change delay")
     q._reschedule(job, now, run_at=int(now + delay))
     q._emit("delayed", job_id, now, delay=float(delay))
 
@@ -117,9 +117,9 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
     if job is None:
         record = q.finished.get(job_id)
         if record is None:
-            raise CommandError(JOB_NOT_FOUND)
+            raise Refused(JOB_NOT_FOUND)
         if record["state"] != FAILED:
-            raise CommandError(
+            raise Refused(
                 f"Cannot move job from state '{record['state']}' to waiting")
         q._revive(record, now)
         return
@@ -133,15 +133,15 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
             q._reschedule(job, now, run_at=now)
     else:
         state = st.visible_state(job.state, job.run_at, job.priority, now)
-        raise CommandError(f"Cannot move job from state '{state}' to waiting")
+        raise Refused(f"Cannot move job from state '{state}' to waiting")
 
 
 def _revive(q: QueueState, record: dict[str, Any], now: int) -> None:
     """A dead-lettered job becomes a fresh waiting job with the same id (bunqueue's
     DLQ retry): attempts, stalls and timing start over."""
-    job = Job.from_record(record)
+    job = JobRecord.from_record(record)
     if job.unique_key is not None and q.dedup_owner(job.unique_key, now) is not None:
-        raise CommandError(f"Unique key {job.unique_key} is held by another job")
+        raise Refused(f"Unique key {job.unique_key} is held by another job")
     q._move(job, st.REVIVE)
     job.attempts = job.stall_count = 0
     job.run_at = job.last_heartbeat = now
@@ -165,7 +165,7 @@ def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:
     """Queued or active -> the dead-letter queue (reason ``unknown``)."""
     job = q.jobs.get(job_id)
     if job is None or job.state not in (QUEUED, ACTIVE):
-        raise CommandError(JOB_NOT_FOUND)
+        raise Refused(JOB_NOT_FOUND)
     if job.state == ACTIVE:
         q._check_token(job, token)
     q._bury(job, now, "unknown", None)

@@ -27,10 +27,11 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
 
 SPAN_BITS = 14  # 16,384 ms per span
+EMPTY_SLACK = 1024  # empty groups kept before a sweep drops them
 
 
 class CreationOrder:
-    __slots__ = ("_groups", "_spans", "_span_n", "_span_ms", "size")
+    __slots__ = ("_groups", "_spans", "_span_n", "_span_ms", "size", "_empty")
 
     def __init__(self) -> None:
         self._groups: dict[int, dict[str, None]] = {}  # createdAt ms -> ids
@@ -38,6 +39,10 @@ class CreationOrder:
         self._span_n: dict[int, int] = {}  # span key -> jobs in it
         self._span_ms: dict[int, list[int]] = {}  # span key -> ms present, sorted
         self.size = 0
+        # Groups left empty: kept (a worker taking and finishing jobs of one
+        # millisecond would otherwise build and drop the same group per job) until
+        # they are as many as the live ones, then dropped together (amortised O(1)).
+        self._empty = 0
 
     def __len__(self) -> int:
         return self.size
@@ -45,7 +50,9 @@ class CreationOrder:
     def add(self, created_at: int, job_id: str) -> None:
         group = self._groups.get(created_at)
         span = created_at >> SPAN_BITS
-        if group is None:
+        if not group and group is not None:
+            self._empty -= 1
+        elif group is None:
             group = self._groups[created_at] = {}
             present = self._span_ms.get(span)
             if present is None:
@@ -65,19 +72,24 @@ class CreationOrder:
         del group[job_id]
         self.size -= 1
         span = created_at >> SPAN_BITS
-        n = self._span_n[span] - 1
-        if group:
-            self._span_n[span] = n
-            return
-        del self._groups[created_at]
-        present = self._span_ms[span]
-        del present[bisect_left(present, created_at)]
-        if n:
-            self._span_n[span] = n
-            return
-        del self._span_n[span]
-        del self._span_ms[span]
-        del self._spans[bisect_left(self._spans, span)]
+        self._span_n[span] -= 1
+        if not group:
+            self._empty += 1
+            if self._empty > EMPTY_SLACK and self._empty * 2 > len(self._groups):
+                self._drop_empty()
+
+    def _drop_empty(self) -> None:
+        groups = self._groups
+        for ms in [ms for ms, group in groups.items() if not group]:
+            del groups[ms]
+            span = ms >> SPAN_BITS
+            present = self._span_ms[span]
+            del present[bisect_left(present, ms)]
+            if not present:
+                del self._span_ms[span]
+                del self._span_n[span]
+                del self._spans[bisect_left(self._spans, span)]
+        self._empty = 0
 
     def ids(self) -> Iterator[str]:
         """Every id in ascending order (for bounded-slice walks: take what you need)."""

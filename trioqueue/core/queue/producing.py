@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
-from ..job import Job, new_timeline
+from ..job import JobRecord, timeline_entry
 from ..writes import PUT_JOB
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
             return custom_id
         retire_finished = q.finished.get(custom_id) is not None
     unique_key = spec.get("unique_key")
-    replaced: Job | None = None
+    replaced: JobRecord | None = None
     if unique_key is not None:
         duplicate, replaced = q._dedup_admit(spec, unique_key, now)
         if duplicate is not None:
@@ -53,9 +53,9 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
     q._seq += 1
-    job = Job.admit(
+    job = JobRecord.admit(
         job_id, q.name, created, run_at, q._seq,
-        new_timeline("delayed" if delayed else "waiting", now), spec)
+        [timeline_entry("delayed" if delayed else "waiting", now)], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import fields
 from .. import states as st
-from ..errors import JOB_NOT_FOUND, CommandError
-from ..job import ACTIVE, Job
+from ..errors import JOB_NOT_FOUND, Refused
+from ..job import ACTIVE, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -17,16 +17,16 @@ MAX_LOGS_PER_JOB = 100
 MAX_JOBS_WITH_LOGS = 10_000
 
 
-def _active_for_progress(q: QueueState, job_id: str, now: int) -> Job:
+def _active_for_progress(q: QueueState, job_id: str, now: int) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None:
         record = q.finished.get(job_id)
         if record is not None:
-            raise CommandError(f"Job is not active (current state: {record['state']})")
-        raise CommandError(JOB_NOT_FOUND)
+            raise Refused(f"Job is not active (current state: {record['state']})")
+        raise Refused(JOB_NOT_FOUND)
     if job.state != ACTIVE:
         state = st.visible_state(job.state, job.run_at, job.priority, now)
-        raise CommandError(f"Job is not active (current state: {state})")
+        raise Refused(f"Job is not active (current state: {state})")
     return job
 
 
@@ -57,7 +57,7 @@ def _known(q: QueueState, job_id: str) -> bool:
 
 def add_log(q: QueueState, job_id: str, now: int, message: str, level: str) -> None:
     if not q._known(job_id):
-        raise CommandError(JOB_NOT_FOUND)
+        raise Refused(JOB_NOT_FOUND)
     logs = q.logs.get(job_id)
     if logs is None:
         if len(q.logs) >= MAX_JOBS_WITH_LOGS:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .. import attempts as at
 from .. import states as st
 from ..backoff import backoff_delay_ms
-from ..job import ACTIVE, QUEUED, Job
+from ..job import ACTIVE, QUEUED, JobRecord
 from .dedup import DedupKey
 from .stalls import STALL_CHECK_MS
 
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 
-def restore(q: QueueState, record: dict[str, Any], now: int, *, charge_active: bool = True) -> Job:
+def restore(q: QueueState, record: dict[str, Any], now: int, *,
+            charge_active: bool = True) -> JobRecord:
     """Rebuild one live job from storage after a restart.
 
     A job that was ACTIVE when the broker died is charged an interrupted attempt and
@@ -25,7 +26,7 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *, charge_active: b
     With ``charge_active=False`` (only the queue actor restarted, its workers are
     alive) an active job stays active, without a lock.
     """
-    job = Job.from_record(record)
+    job = JobRecord.from_record(record)
     q.jobs[job.id] = job
     q.index.add(job.id, q.name)
     if job.unique_key is not None and not job.dedup_lost:

@@ -50,6 +50,10 @@ class QueueSettings:
         :mod:`trioqueue.core.attempts`)."""
         return int(self.stall["maxStalls"])
 
+    # True when a setting has a timer of its own (next_wakeup is then asked at every
+    # step); none has yet, so the step skips the call.
+    timed = False
+
     def next_wakeup(self) -> int | None:
         """When a setting needs the queue to wake (epoch ms); None: no setting does.
 

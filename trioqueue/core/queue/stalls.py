@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
-from ..job import ACTIVE, Job
+from ..job import ACTIVE, JobRecord
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -33,7 +33,7 @@ def set_stall_config(q: QueueState, config: dict[str, Any]) -> None:
     q.writes.put_queue_meta(q.name, q.settings.to_meta())
 
 
-def _watch(q: QueueState, job: Job, now: int) -> None:
+def _watch(q: QueueState, job: JobRecord, now: int) -> None:
     """A job just became active: arm the stall sweep and its processing deadline."""
     if q._next_stall_check is None:
         q._next_stall_check = now + STALL_CHECK_MS
@@ -59,18 +59,18 @@ class StallWatch:
         self.by_limit: dict[float | None, OrderedDict[str, None]] = {None: OrderedDict()}
         self.suspects: OrderedDict[str, int] = OrderedDict()  # id -> suspected at (ms)
 
-    def enter(self, job: Job) -> None:
+    def enter(self, job: JobRecord) -> None:
         order = self.by_limit.get(job.stall_timeout)
         if order is None:
             order = self.by_limit[job.stall_timeout] = OrderedDict()
         order[job.id] = None
 
-    def leave(self, job: Job) -> None:
+    def leave(self, job: JobRecord) -> None:
         order = self.by_limit.get(job.stall_timeout)
         if order is None or order.pop(job.id, 0) is not None:  # not there: a suspect
             self.suspects.pop(job.id, None)
 
-    def beat(self, job: Job, now: int) -> None:
+    def beat(self, job: JobRecord, now: int) -> None:
         """The job showed life: stamp it and move it to the fresh end of its order."""
         job.last_heartbeat = now
         order = self.by_limit[job.stall_timeout]
@@ -102,7 +102,7 @@ def check_stalls(q: QueueState, now: int) -> bool:
         return False
     grace, interval = cfg["gracePeriod"], cfg["stallInterval"]
     budget = STALL_SWEEP_MAX_JOBS
-    stalled: list[Job] = []
+    stalled: list[JobRecord] = []
     suspects = watch.suspects
     while suspects and budget:
         job_id, since = next(iter(suspects.items()))

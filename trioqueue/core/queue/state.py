@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..job import Job
+from ..job import JobRecord
 from ..writes import Writes
 from . import (
     consuming,
@@ -50,7 +50,7 @@ from .order import Places
 from .ports import JobIndex
 from .settings import QueueSettings
 from .stalls import STALL_CHECK_MS, StallWatch
-from .waiters import Delivery, Parked, PullWaiter
+from .waiters import Parked, PullWaiter, WaiterAnswer
 
 
 class QueueState:
@@ -58,7 +58,7 @@ class QueueState:
         self.name = name
         self.index = index
         self.finished = finished
-        self.jobs: dict[str, Job] = {}
+        self.jobs: dict[str, JobRecord] = {}
         self.settings = QueueSettings()
         self.writes = Writes()
         self.events: list[dict[str, Any]] = []
@@ -114,7 +114,7 @@ class QueueState:
         router): it is stored with the job, so the queue need not write it again."""
         return self._next_seq()
 
-    def _persist(self, job: Job) -> None:
+    def _persist(self, job: JobRecord) -> None:
         self.writes.put_job(job.to_record())
         if job.durable:
             self.writes.durable = True
@@ -125,14 +125,16 @@ class QueueState:
         Stale heap entries may make this early; a tick then simply finds nothing.
         """
         candidates: list[int] = []
-        wakeup = self.settings.next_wakeup()
-        if wakeup is not None:
-            candidates.append(wakeup)
+        if self.settings.timed:
+            wakeup = self.settings.next_wakeup()
+            if wakeup is not None:
+                candidates.append(wakeup)
         if self._lock_heap:
             candidates.append(self._lock_heap[0][0])
-        parked = self.parked.next_deadline()
-        if parked is not None:
-            candidates.append(parked)
+        if self.parked._deadlines:
+            parked = self.parked.next_deadline()
+            if parked is not None:
+                candidates.append(parked)
         if self.parked.pulls and self._delayed and not self.settings.paused:
             candidates.append(self._delayed[0][0])  # a parked pull wants it when due
         if self._next_stall_check is not None:
@@ -141,7 +143,7 @@ class QueueState:
             candidates.append(self._timeouts[0][0])
         return min(candidates) if candidates else None
 
-    def tick(self, now: int) -> list[Delivery]:
+    def tick(self, now: int) -> list[WaiterAnswer]:
         self.expire_locks(now)
         self.expire_timeouts(now)
         if self._next_stall_check is not None and now >= self._next_stall_check:
@@ -149,8 +151,9 @@ class QueueState:
             # More stale jobs than one sweep takes: the next slice in a later step.
             self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
                                       if self.c.active else None)
-        out = self.expire_waits(now)
-        out.extend(self.serve_waiters(now))
+        out = self.expire_waits(now) if self.parked._deadlines else []
+        if self.parked.pulls:
+            out.extend(self.serve_waiters(now))
         if self.parked.settled:
             out.extend(self.parked.take_settled())
         return out

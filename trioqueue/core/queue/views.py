@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import states as st
-from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, Job
+from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, JobRecord
 from .order import page
 
 if TYPE_CHECKING:
@@ -97,11 +97,11 @@ def list_jobs(
         for rec in q.finished.list(state, asc=asc, offset=0, limit=need):
             rows.append((int(rec["createdAt"]), rec["id"], rec))
     rows.sort(key=lambda r: (r[0], r[1]), reverse=not asc)
-    return [_live_wire(q, item, now) if isinstance(item, Job) else finished_wire(item)
+    return [_live_wire(q, item, now) if isinstance(item, JobRecord) else finished_wire(item)
             for _, _, item in rows[offset : offset + limit]]
 
 
-def _live_wire(q: QueueState, job: Job, now: int) -> dict[str, Any]:
+def _live_wire(q: QueueState, job: JobRecord, now: int) -> dict[str, Any]:
     wire = job.to_wire()
     wire["state"] = state = st.visible_state(job.state, job.run_at, job.priority, now)
     if q.settings.paused and state in (st.WAITING, st.PRIORITIZED):
@@ -121,7 +121,7 @@ def failed_reply(error: str | None) -> dict[str, Any]:
 
 
 def finished_wire(record: dict[str, Any]) -> dict[str, Any]:
-    job = Job.from_record(record)
+    job = JobRecord.from_record(record)
     wire = job.to_wire()
     wire["state"] = record["state"]
     return wire

@@ -45,7 +45,7 @@ class JobWaiter:
 
 
 @dataclass
-class Delivery:
+class WaiterAnswer:
     """A parked pull or wait that got its answer (an error text instead, for a wait on
     a job that disappeared)."""
 
@@ -70,7 +70,7 @@ class Parked:
         self.pulls: deque[PullWaiter] = deque()  # served in arrival order
         self.by_job: dict[str, list[JobWaiter]] = {}
         self.by_conn: dict[Any, set[JobWaiter]] = {}  # live holds per connection
-        self.settled: list[Delivery] = []  # holds answered by a transition, for tick()
+        self.settled: list[WaiterAnswer] = []  # holds answered by a transition, for tick()
         self._deadlines: list[tuple[int, int, PullWaiter | JobWaiter]] = []
         self._seq = 0
         self._stale = 0  # heap entries whose request is already answered
@@ -145,7 +145,7 @@ class Parked:
             if not w.done:
                 w.done = True
                 self._forget_hold(w)
-                self.settled.append(Delivery(w, reply, error))
+                self.settled.append(WaiterAnswer(w, reply, error))
         self._answered(len(waits))
 
     def drop(self, conn: Any) -> None:
@@ -166,7 +166,7 @@ class Parked:
         if dropped:
             self._answered(dropped)
 
-    def take_settled(self) -> list[Delivery]:
+    def take_settled(self) -> list[WaiterAnswer]:
         settled, self.settled = self.settled, []
         return settled
 
@@ -175,21 +175,21 @@ def park(q: QueueState, waiter: PullWaiter) -> None:
     q.parked.park_pull(waiter)
 
 
-def expire_waits(q: QueueState, now: int) -> list[Delivery]:
+def expire_waits(q: QueueState, now: int) -> list[WaiterAnswer]:
     """Answer parked pulls (no job) and waits (``completed: false``) at their deadline."""
-    out: list[Delivery] = []
+    out: list[WaiterAnswer] = []
     for waiter in q.parked.expired(now):
         if isinstance(waiter, PullWaiter):
             reply = q.pull_reply([], [], batch=waiter.batch, owner=waiter.owner)
-            out.append(Delivery(waiter, reply))
+            out.append(WaiterAnswer(waiter, reply))
         else:
-            out.append(Delivery(waiter, {"completed": False}))
+            out.append(WaiterAnswer(waiter, {"completed": False}))
     return out
 
 
-def serve_waiters(q: QueueState, now: int) -> list[Delivery]:
+def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
     """Hand ready jobs to parked pulls in arrival order (expiry is expire_waits')."""
-    out: list[Delivery] = []
+    out: list[WaiterAnswer] = []
     pulls = q.parked.pulls
     while pulls:
         w = pulls[0]
@@ -207,7 +207,7 @@ def serve_waiters(q: QueueState, now: int) -> list[Delivery]:
         pulls.popleft()
         w.done = True
         q.parked._answered()
-        out.append(Delivery(w, q.pull_reply(jobs, tokens, batch=w.batch, owner=w.owner)))
+        out.append(WaiterAnswer(w, q.pull_reply(jobs, tokens, batch=w.batch, owner=w.owner)))
     return out
 
 
