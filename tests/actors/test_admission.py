@@ -1,5 +1,5 @@
 """Full storage, below the wire: the handlers' ``Ctx.storage_full`` refusal and the
-per-batch :class:`~trioqueue.actors.queue_actor.Admission` measure.
+per-batch :class:`~trioqueue.actors.admission.Admission` measure.
 
 The handlers are driven through :class:`~trioqueue.testing.queue.QueueHarness` (a real
 QueueState over a MemoryStorage, committing after each command as the actor does), so
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.actors.queue_actor import Admission, admit_estimate
+from trioqueue.actors.admission import Admission, admit_estimate
 from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
 from trioqueue.core.errors import STORAGE_FULL, Refused
 from trioqueue.core.handlers import Ctx

@@ -24,10 +24,11 @@ from ..core.clock import Clock
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
+from .admission import Admission
 from .clock import TrioClock
 from .events import EventHub
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
-from .queue_actor import Admission, QueueActor
+from .queue_actor import QueueActor
 from .router import Router
 from .writer import StorageWriter
 

@@ -54,7 +54,7 @@ class EventSink(Protocol):
 
 
 class AdmissionCheck(Protocol):
-    """Room for new jobs, for one batch (see queue_actor.Admission)."""
+    """Room for new jobs, for one batch (see actors.admission.Admission)."""
 
     def refuses(self, need: int) -> bool: ...
 

@@ -30,7 +30,7 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -43,6 +43,7 @@ from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from ..storage.reads import fetch
+from .admission import admit_estimate
 from .heap import TRIM_AFTER_SLICES, give_back_free_memory
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
@@ -53,59 +54,6 @@ log = logging.getLogger("trioqueue.queue")
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
 # once for all its dependencies; a children query twice: the rows, then the children).
 MAX_REFETCHES = 8
-
-# What one admitted command is taken to add to the store, before it is committed and
-# can be measured: twice its frame (a record carries its data plus the broker's fields,
-# and B-tree pages are not full) plus a fixed cost per job (key, index node, page
-# slack). An estimate, so that one batch of many pushes cannot run far into the
-# reserve; the reserve absorbs its error.
-ADMIT_FRAME_FACTOR = 2
-ADMIT_JOB_BYTES = 512
-
-
-def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
-    """The bytes a command creating ``jobs`` jobs from a ``frame_bytes`` frame may add."""
-    return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
-
-
-class StoreRoom(Protocol):
-    def storage_room(self, *, exact: bool) -> int:
-        """Bytes new jobs may still take (see Broker.storage_room)."""
-
-
-class Admission:
-    """Whether new jobs still fit, for one batch of commands (or one PUSHF).
-
-    The store is measured once, when the batch's first job-creating command asks, and
-    what the batch admits after that is counted with :func:`admit_estimate`, so a batch
-    costs one measurement, not one per job. The first measure is the store's cheap
-    upper bound (:meth:`~trioqueue.storage.port.Storage.used_bytes_bound`, one LMDB
-    call); only when that bound says "maybe full" is the exact figure taken, after
-    committing what is pending so the measure includes it. Refusing on the bound
-    alone would refuse jobs that fit; taking the exact figure every time would cost
-    every batch a read transaction and one stat per database.
-    """
-
-    __slots__ = ("_store", "_room", "_exact")
-
-    def __init__(self, store: StoreRoom) -> None:
-        self._store = store
-        self._room: int | None = None  # bytes new jobs may still take; < 0 when full
-        self._exact = False
-
-    def refuses(self, need: int) -> bool:
-        """True when ``need`` more bytes of new jobs would take the store past its
-        admission limit (``max - reserve``); otherwise ``need`` is counted as taken."""
-        if self._room is None:
-            self._room = self._store.storage_room(exact=False)
-        if need > self._room and not self._exact:
-            self._room = self._store.storage_room(exact=True)
-            self._exact = True
-        if need > self._room:
-            return True
-        self._room -= need
-        return False
-
 
 class QueueActor:
     def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
@@ -353,6 +301,30 @@ class QueueActor:
         for read in need.reads:
             self._view.supply(read, fetch(self._storage, self.name, read))
 
+    def _needs_data(self, need: NeedData, q: QueueState) -> bool:
+        """Answer a command's reads now; True when a blocking store must be read by the
+        actor's own task first (see _fetch_off_thread: the rest of the batch waits)."""
+        if self._committer.off_thread:
+            self._check_unchanged(need, q)
+            self._need = need
+            return True
+        self._fetch(need, q)
+        return False
+
+    def _park_or_begin(self, req: Request, result: Any) -> None:
+        """A handler's answer that is not a plain reply: park it, or begin long work."""
+        q = self.state
+        if isinstance(result, PullWaiter):
+            result.handle = req
+            q.park(result)
+        elif isinstance(result, JobWaiter):
+            result.handle = req
+            q.park_job_waiter(result)
+        elif isinstance(result, Sliced):
+            self._long = (req, result)
+        else:  # a reply of a dict subclass
+            self._deliveries.append((req.replier, req.reply(result)))
+
     def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
         if q.writes:
             raise RuntimeError(f"{need}: asked after changing the queue")
@@ -461,13 +433,8 @@ class QueueActor:
                 result = handler(q, req.msg, ctx)
             except NeedData as need:
                 backlog.appendleft(req)  # again, once the reads are known
-                if self._committer.off_thread:
-                    # A blocking store is read off the trio thread, by the actor's own
-                    # task (see _fetch_off_thread); the rest of the batch waits.
-                    self._check_unchanged(need, q)
-                    self._need = need
-                    break
-                self._fetch(need, q)
+                if self._needs_data(need, q):
+                    break  # the actor's task reads a blocking store first
                 continue
             except Refused as exc:
                 # Handlers validate before they mutate, so a refused command has
@@ -476,16 +443,8 @@ class QueueActor:
             else:
                 if type(result) is dict:  # the common answer: a reply, sent after commit
                     deliveries.append((req.replier, req.reply(result)))
-                elif isinstance(result, PullWaiter):
-                    result.handle = req
-                    q.park(result)
-                elif isinstance(result, JobWaiter):
-                    result.handle = req
-                    q.park_job_waiter(result)
-                elif isinstance(result, Sliced):
-                    self._long = (req, result)
                 else:
-                    deliveries.append((req.replier, req.reply(result)))  # a dict subclass
+                    self._park_or_begin(req, result)
             writes = q.take_writes()
             if writes:
                 submit(writes)

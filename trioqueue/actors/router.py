@@ -34,8 +34,9 @@ from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .admission import admit_estimate
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
-from .queue_actor import QueueActor, admit_estimate
+from .queue_actor import QueueActor
 from .request import Request
 
 log = logging.getLogger("trioqueue.router")

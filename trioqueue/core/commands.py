@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from . import handlers as h
+from . import query_handlers as qh
 from . import states as st
+from .context import Handler
 from .errors import JOB_NOT_FOUND
 from .queue import QueueState, completed_reply
 from .registry import (
@@ -114,12 +116,12 @@ _NOT_ACTIVE = not_found("Job not found or not in processing state: {id}")
 _NOT_FOUND = not_found(JOB_NOT_FOUND)
 
 
-def _by_id(name: str, handler: h.Handler, missing: MissingReply = _NOT_FOUND,
+def _by_id(name: str, handler: Handler, missing: MissingReply = _NOT_FOUND,
            **facets: Any) -> Command:
     return Command(name, BY_ID, handler, missing=missing, **facets)
 
 
-def _by_queue(name: str, handler: h.Handler, **facets: Any) -> Command:
+def _by_queue(name: str, handler: Handler, **facets: Any) -> Command:
     return Command(name, BY_QUEUE, handler, **facets)
 
 
@@ -129,12 +131,12 @@ CORE_COMMANDS = CommandTable([
     _by_queue("PUSHB", h.pushb, admits=_batch_jobs),
     _by_queue("PULL", h.pull, pull=True),
     _by_queue("PULLB", h.pullb, pull=True),
-    _by_queue("GetJobs", h.get_jobs),
-    _by_queue("GetJobCounts", h.get_job_counts),
-    _by_queue("GetCountsPerPriority", h.get_counts_per_priority),
-    _by_queue("Count", h.count),
-    _by_queue("GetDeduplicationJobId", h.get_deduplication_job_id),
-    _by_queue("GetQueueLimits", h.get_queue_limits),
+    _by_queue("GetJobs", qh.get_jobs),
+    _by_queue("GetJobCounts", qh.get_job_counts),
+    _by_queue("GetCountsPerPriority", qh.get_counts_per_priority),
+    _by_queue("Count", qh.count),
+    _by_queue("GetDeduplicationJobId", qh.get_deduplication_job_id),
+    _by_queue("GetQueueLimits", qh.get_queue_limits),
     _by_queue("PromoteJobs", h.promote_jobs),
     _by_queue("SetStallConfig", h.set_stall_config),
     _by_queue("GetStallConfig", h.get_stall_config),
@@ -155,35 +157,35 @@ CORE_COMMANDS = CommandTable([
     _by_id("Promote", h.promote, not_found("Job not found or not delayed")),
     _by_id("ChangeDelay", h.change_delay, not_found("Job not found or cannot change delay")),
     # A job removed on completion is gone from storage; its retained result answers.
-    _by_id("WaitJob", h.wait_job, not_found("Job {id} not found"),
+    _by_id("WaitJob", qh.wait_job, not_found("Job {id} not found"),
            retained=completed_reply),
     # Only when it revives a dead-lettered job does it create one (see move_to_wait).
     _by_id("MoveToWait", h.move_to_wait, admits=_one_job),
-    _by_id("GetState", h.get_state, not_found(id=JOB_ID, state=st.UNKNOWN)),
-    _by_id("GetResult", h.get_result, not_found(id=JOB_ID)),
+    _by_id("GetState", qh.get_state, not_found(id=JOB_ID, state=st.UNKNOWN)),
+    _by_id("GetResult", qh.get_result, not_found(id=JOB_ID)),
     _by_id("ClearLogs", h.clear_logs, not_found()),
     _by_id("GetLogs", h.get_logs, lambda job_id: {"data": {"logs": [], "count": 0}}),
-    _by_id("GetChildrenValues", h.get_children_values,
+    _by_id("GetChildrenValues", qh.get_children_values,
            lambda job_id: {"data": {"values": {}}}),
-    _by_id("GetFailedChildrenValues", h.get_failed_children_values,
+    _by_id("GetFailedChildrenValues", qh.get_failed_children_values,
            lambda job_id: {"values": {}}),
-    _by_id("GetIgnoredChildrenFailures", h.get_ignored_children_failures,
+    _by_id("GetIgnoredChildrenFailures", qh.get_ignored_children_failures,
            lambda job_id: {"values": {}}),
     # ... and "Job not found"
     _by_id("Progress", h.progress),
     _by_id("GetProgress", h.get_progress),
     _by_id("AddLog", h.add_log),
-    _by_id("GetJob", h.get_job),
+    _by_id("GetJob", qh.get_job),
     _by_id("MoveToDelayed", h.move_to_delayed),
     _by_id("Discard", h.discard),
-    _by_id("MoveToWaitingChildren", h.move_to_waiting_children),
-    _by_id("GetDependencies", h.get_dependencies),
-    _by_id("GetDependenciesCount", h.get_dependencies_count),
-    _by_id("RemoveChildDependency", h.remove_child_dependency),
-    _by_id("RemoveUnprocessedChildren", h.remove_unprocessed_children),
+    _by_id("MoveToWaitingChildren", qh.move_to_waiting_children),
+    _by_id("GetDependencies", qh.get_dependencies),
+    _by_id("GetDependenciesCount", qh.get_dependencies_count),
+    _by_id("RemoveChildDependency", qh.remove_child_dependency),
+    _by_id("RemoveUnprocessedChildren", qh.remove_unprocessed_children),
     # ---- addressed by another id field
-    Command("GetJobByCustomId", BY_CUSTOM_ID, h.get_job_by_custom_id, missing=_NOT_FOUND),
-    Command("UpdateParent", BY_PARENT_ID, h.update_parent,
+    Command("GetJobByCustomId", BY_CUSTOM_ID, qh.get_job_by_custom_id, missing=_NOT_FOUND),
+    Command("UpdateParent", BY_PARENT_ID, qh.update_parent,
             missing=not_found("Parent job {id} not found")),
     # ---- addressed by a list of job ids, maybe in several queues
     Command("ACKB", BY_IDS, h.ackb, multi=MultiId(
@@ -204,7 +206,7 @@ CORE_COMMANDS = CommandTable([
 
 # ------------------------------------------------------------------ views
 
-QUEUE_HANDLERS = cast(dict[str, h.Handler], CORE_COMMANDS.queue_handlers)
+QUEUE_HANDLERS = cast(dict[str, Handler], CORE_COMMANDS.queue_handlers)
 MISSING_JOB = CORE_COMMANDS.missing_job
 MULTI_IDS = CORE_COMMANDS.multi_ids
 MULTI_ARGS: dict[str, Callable[[dict[str, Any]], Any]] = {

@@ -1,0 +1,58 @@
+"""Admission of new jobs near a full store: the per-batch measure and the estimate of
+what an admitted command adds (see docs/durability.md, "Full storage")."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+# What one admitted command is taken to add to the store, before it is committed and
+# can be measured: twice its frame (a record carries its data plus the broker's fields,
+# and B-tree pages are not full) plus a fixed cost per job (key, index node, page
+# slack). An estimate, so that one batch of many pushes cannot run far into the
+# reserve; the reserve absorbs its error.
+ADMIT_FRAME_FACTOR = 2
+ADMIT_JOB_BYTES = 512
+
+
+def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
+    """The bytes a command creating ``jobs`` jobs from a ``frame_bytes`` frame may add."""
+    return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
+
+
+class StoreRoom(Protocol):
+    def storage_room(self, *, exact: bool) -> int:
+        """Bytes new jobs may still take (see Broker.storage_room)."""
+
+
+class Admission:
+    """Whether new jobs still fit, for one batch of commands (or one PUSHF).
+
+    The store is measured once, when the batch's first job-creating command asks, and
+    what the batch admits after that is counted with :func:`admit_estimate`, so a batch
+    costs one measurement, not one per job. The first measure is the store's cheap
+    upper bound (:meth:`~trioqueue.storage.port.Storage.used_bytes_bound`, one LMDB
+    call); only when that bound says "maybe full" is the exact figure taken, after
+    committing what is pending so the measure includes it. Refusing on the bound
+    alone would refuse jobs that fit; taking the exact figure every time would cost
+    every batch a read transaction and one stat per database.
+    """
+
+    __slots__ = ("_store", "_room", "_exact")
+
+    def __init__(self, store: StoreRoom) -> None:
+        self._store = store
+        self._room: int | None = None  # bytes new jobs may still take; < 0 when full
+        self._exact = False
+
+    def refuses(self, need: int) -> bool:
+        """True when ``need`` more bytes of new jobs would take the store past its
+        admission limit (``max - reserve``); otherwise ``need`` is counted as taken."""
+        if self._room is None:
+            self._room = self._store.storage_room(exact=False)
+        if need > self._room and not self._exact:
+            self._room = self._store.storage_room(exact=True)
+            self._exact = True
+        if need > self._room:
+            return True
+        self._room -= need
+        return False
