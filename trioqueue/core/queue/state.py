@@ -13,9 +13,14 @@ side effects are recorded, never performed:
   :class:`JobIndex` the caller passes in, synchronously, so a custom id is claimed the
   moment a push is admitted.
 
-Finished jobs (completed, failed) live in storage, read through :class:`FinishedReader`.
+Finished jobs (completed, failed) live in storage; the queue reads them only through
+its :class:`~.finished.FinishedView`, which answers from what the actor fetched and
+raises :class:`~.finished.NeedData` otherwise, so the core never performs I/O.
 
-The transition rules themselves are in :mod:`trioqueue.core.states`.
+The class body below is the table of owners: each method is a function of the module
+that owns its concern (see ``docs/architecture.md``, "The queue core"). The transition
+rules themselves are in :mod:`trioqueue.core.states`, the attempt rules in
+:mod:`trioqueue.core.attempts`.
 """
 
 from __future__ import annotations
@@ -164,7 +169,7 @@ class QueueState:
         return self.parked.pulls
 
 
-    # lifecycle: How a live job enters, leaves and moves between the places of a queue: the
+    # lifecycle.py: places, counters, heaps, the only writes of job.state
     _count = lifecycle._count
     _move = lifecycle._move
     _transition = lifecycle._transition
@@ -174,14 +179,14 @@ class QueueState:
     _pop_delayed = lifecycle._pop_delayed
     _remove_live = lifecycle._remove_live
 
-    # producing: Admitting new jobs: PUSH and PUSHB (custom ids, deduplication, dependencies).
+    # producing.py: PUSH and PUSHB admission
     push = producing.push
     _push_one = producing._push_one
 
-    # restore: one stored job back into the queue after a restart
+    # restore.py: one stored job back into the queue after a restart
     restore = restoring.restore
 
-    # consuming: Delivering jobs to workers and taking their outcomes: PULL, ACK, ACKB, FAIL, and
+    # consuming.py: PULL, ACK, ACKB, FAIL and the way into the DLQ
     _next_ready = consuming._next_ready
     pull = consuming.pull
     pull_reply = consuming.pull_reply
@@ -193,7 +198,7 @@ class QueueState:
     _retry_later = consuming._retry_later
     _bury = consuming._bury
 
-    # waiters: Parked requests: long-poll pulls and WaitJob holds, with one deadline heap.
+    # waiters.py: parked pulls and WaitJob holds (owned by Parked)
     park = waiting.park
     expire_waits = waiting.expire_waits
     serve_waiters = waiting.serve_waiters
@@ -203,7 +208,7 @@ class QueueState:
     _settle = waiting._settle
     _settle_gone = waiting._settle_gone
 
-    # leases: Leases: the lock a worker holds on an active job, its renewal and expiry, and the
+    # leases.py: locks, renewal, expiry, jobs per connection
     _check_token = leases._check_token
     _release_resources = leases._release_resources
     extend_lock = leases.extend_lock
@@ -212,7 +217,7 @@ class QueueState:
     _requeue = leases._requeue
     release_connection = leases.release_connection
 
-    # stalls: The stall detector and processing timeouts.
+    # stalls.py: the stall detector (StallWatch) and processing timeouts
     @property
     def max_stalls(self) -> int:
         return self.settings.max_stalls
@@ -230,7 +235,7 @@ class QueueState:
     check_stalls = stalls.check_stalls
     expire_timeouts = stalls.expire_timeouts
 
-    # moves: Manual moves: cancel, update, change priority or delay, promote, move to wait,
+    # moves.py: manual moves
     _queued = moves._queued
     _reschedule = moves._reschedule
     cancel = moves.cancel
@@ -244,7 +249,7 @@ class QueueState:
     _revive = moves._revive
     discard = moves.discard
 
-    # dependencies: parents waiting for children, outcomes and notices between queues
+    # dependencies.py: parents, children, outcomes, notices between queues
     _drop_queued = dependencies._drop_queued
     _settle_dependents = dependencies._settle_dependents
     _child_failed = dependencies._child_failed
@@ -266,7 +271,7 @@ class QueueState:
     children_outcomes = dependencies.children_outcomes
     dependencies = dependencies.dependencies
 
-    # control: Queue-wide control: drain, obliterate, pause, and the persisted settings.
+    # control.py: pause, drain, obliterate (long work in slices.py), settings
     drain = control.drain
     obliterate = control.obliterate
     drain_work = control.drain_work
@@ -276,7 +281,7 @@ class QueueState:
     meta = control.meta
     load_meta = control.load_meta
 
-    # progress: Progress and logs of a job.
+    # progress.py: progress and logs
     _active_for_progress = progress._active_for_progress
     set_progress = progress.set_progress
     get_progress = progress.get_progress
@@ -285,13 +290,13 @@ class QueueState:
     get_logs = progress.get_logs
     clear_logs = progress.clear_logs
 
-    # dedup: Deduplication keys (``uniqueKey``): which live job holds a key.
+    # dedup.py: uniqueKey holders and the push policy
     _release_key = dedup._release_key
     dedup_owner = dedup.dedup_owner
     _dedup_admit = dedup._dedup_admit
     _dedup_claim = dedup._dedup_claim
 
-    # views: Read-only queries: a job, its state, counts, listings.
+    # views.py: read-only queries
     job_wire = views.job_wire
     state_of = views.state_of
     counts = views.counts
