@@ -13,8 +13,9 @@ import ctypes.util
 import sys
 from collections.abc import Callable
 
-# Long work of at least this many slices (SLICE_JOBS jobs each) is followed by a trim.
-TRIM_AFTER_SLICES = 32
+# Long work of at least this many slices (SLICE_JOBS, 400 jobs each: about 64k jobs) is
+# followed by a trim.
+TRIM_AFTER_SLICES = 160
 
 
 def _load_trim() -> Callable[[int], int] | None:

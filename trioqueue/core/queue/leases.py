@@ -37,8 +37,11 @@ def _check_token(q: QueueState, job: JobRecord, token: Any) -> None:
         raise Refused(f"Invalid or expired lock token for job {job.id}")
 
 
-# Rebuild the lock heap once it holds this many entries more than twice the live locks.
+# Rebuild the lock heap once it holds this many entries more than twice the live locks,
+# and only while the live locks are few enough to rebuild in a few milliseconds (with
+# more, dead entries leave at their expiry, as before: a rebuild must not stall).
 LOCK_HEAP_SLACK = 1024
+LOCK_HEAP_REBUILD_MAX = 16_384
 
 
 def _release_resources(q: QueueState, job: JobRecord) -> None:
@@ -47,7 +50,8 @@ def _release_resources(q: QueueState, job: JobRecord) -> None:
         # 30k acks/s that is 900k dead entries, each keeping its token and job id.
         # Rebuild from the live locks once most entries are dead (amortised O(1)).
         heap = q._lock_heap
-        if len(heap) > LOCK_HEAP_SLACK and len(heap) > 2 * len(q.locks):
+        live = len(q.locks)
+        if len(heap) > LOCK_HEAP_SLACK and len(heap) > 2 * live <= 2 * LOCK_HEAP_REBUILD_MAX:
             q._lock_heap = [(lock.expires_at, job_id, lock.token)
                             for job_id, lock in q.locks.items()]
             heapq.heapify(q._lock_heap)
