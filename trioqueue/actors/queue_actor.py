@@ -44,7 +44,6 @@ from ..core.recovery import rebuild
 from ..storage.port import Storage
 from ..storage.reads import fetch
 from .admission import admit_estimate
-from .heap import TRIM_AFTER_SLICES, give_back_free_memory
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .writer import StorageFailure
@@ -385,8 +384,6 @@ class QueueActor:
         self._answer_waiters(self.state.parked.take_settled())
         if done:
             self._long = None
-            if work.steps >= TRIM_AFTER_SLICES:
-                give_back_free_memory()
             self._deliveries.append((req.replier, req.reply(work.reply())))
         self._current = None
         self._finish_batch()

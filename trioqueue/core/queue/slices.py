@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from .order import CreationOrder
     from .state import QueueState
 
-# Jobs one slice handles: a few ms of work with its commit (measured: a 2,000-job slice
-# of a Drain held other queues for 35 ms, of a PromoteJobs for 64 ms), so that a queue
+# Jobs one slice handles: a few ms of work with its commit (measured at 1M jobs: slices
+# of 2,000 jobs held other queues for 35-64 ms, of 400 for 13-15 ms), so that a queue
 # draining a million jobs delays every other queue by at most one slice at a time.
-SLICE_JOBS = 400
+SLICE_JOBS = 200
 # Stale heap entries one slice frees (a tuple each: far cheaper than a job).
 TRIM_ENTRIES = 20_000
 
@@ -40,7 +40,7 @@ Steps = Generator["NeedData | None", None, Any]
 class Sliced:
     """One command's long work; :meth:`step` runs a slice, True once it is done."""
 
-    __slots__ = ("_steps", "_reply", "result", "done", "need", "steps")
+    __slots__ = ("_steps", "_reply", "result", "done", "need")
 
     def __init__(self, steps: Steps, reply: Callable[[Any], dict[str, Any]]) -> None:
         self._steps = steps
@@ -49,10 +49,8 @@ class Sliced:
         self.done = False
         # The reads the next slice needs (the actor supplies them before the next step).
         self.need: NeedData | None = None
-        self.steps = 0  # slices run so far
 
     def step(self) -> bool:
-        self.steps += 1
         try:
             self.need = next(self._steps)
         except StopIteration as stop:
