@@ -150,3 +150,22 @@ def test_a_heartbeat_clears_a_suspect() -> None:
     # The next sweep finds it fresh since the beat: no stall.
     h.call("tick", NOW + 2 * STALL_CHECK_MS)
     assert job(h, job_id, NOW + 2 * STALL_CHECK_MS)["state"] == "active"
+
+
+def test_lock_expiry_pops_a_bounded_number_of_entries_per_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from trioqueue.core.queue import leases
+
+    monkeypatch.setattr(leases, "LOCK_EXPIRY_MAX_ENTRIES", 3)
+    h = QueueHarness()
+    ids = [push(h, NOW) for _ in range(8)]
+    h.call("pull", NOW, count=8, owner="w", lock_ttl=1_000, conn=None)
+    t = NOW + 1_000
+    h.call("tick", t)
+    assert sum(job(h, i, t)["state"] == "waiting" for i in ids) == 3
+    ticks = 1
+    while (deadline := h.q.next_deadline()) is not None and deadline <= t:
+        h.call("tick", t)  # the rest is due now: the next steps take it
+        ticks += 1
+    assert ticks == 3
+    assert [job(h, i, t)["state"] for i in ids] == ["waiting"] * 8
