@@ -7,8 +7,10 @@ modules; this package re-exports what the rest of the broker imports, so
 
 from ..fields import normalise_progress
 from .dependencies import ADOPT, REMOVE_CHILD, SET_PARENT, SETTLED
+from .finished import FinishedView
+from .finished import FinishedView as FinishedReader  # its name before issue 11
 from .leases import Lock
-from .ports import FinishedReader, JobIndex
+from .ports import JobIndex
 from .settings import DEFAULT_MAX_STALLS, DEFAULT_STALL_CONFIG, QueueSettings
 from .slices import Sliced
 from .stalls import STALL_CHECK_MS
@@ -18,7 +20,7 @@ from .waiters import JobWaiter, PullWaiter, WaiterAnswer
 
 __all__ = [
     "ADOPT", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
-    "SET_PARENT", "STALL_CHECK_MS", "FinishedReader", "JobIndex", "JobWaiter",
+    "SET_PARENT", "STALL_CHECK_MS", "FinishedReader", "FinishedView", "JobIndex", "JobWaiter",
     "Lock", "PullWaiter", "QueueSettings", "QueueState", "Sliced", "WaiterAnswer",
     "completed_reply", "failed_reply", "finished_wire", "normalise_progress",
 ]

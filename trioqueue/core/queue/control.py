@@ -43,9 +43,5 @@ def set_paused(q: QueueState, paused: bool, now: int) -> None:
         q._emit("paused" if paused else "resumed", "", now)
 
 
-def meta(q: QueueState) -> dict[str, Any]:
-    return q.settings.to_meta()
-
-
 def load_meta(q: QueueState, meta: dict[str, Any]) -> None:
     q.settings = QueueSettings.from_meta(meta)

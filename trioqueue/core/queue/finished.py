@@ -44,7 +44,7 @@ class NeedData(Exception):  # noqa: N818 (a request, not an error)
 
 
 class FinishedView:
-    """The core's finished-job reader (see :class:`~.ports.FinishedReader`)."""
+    """The core's one reader of finished jobs."""
 
     __slots__ = ("queue", "known", "fallback")
 

@@ -120,10 +120,10 @@ def _promote_due(q: QueueState, now: int) -> None:
     """Move delayed jobs whose runAt has come into the ready heap (and the counters)."""
     d = q._delayed
     while d and d[0][0] <= now:
-        _, seq, job_id = heapq.heappop(d)
-        job = q.jobs.get(job_id)
-        if job is None or job.state != QUEUED or job.seq != seq:
+        job = q._pop_delayed()
+        if job is None:
             continue
+        job_id = job.id
         q.c.delayed -= 1
         places = q.places
         places.delayed.discard(job.created_at, job_id)

@@ -278,7 +278,6 @@ class QueueState:
     obliterate_work = control.obliterate_work
     reset_settings = control.reset_settings
     set_paused = control.set_paused
-    meta = control.meta
     load_meta = control.load_meta
 
     # progress.py: progress and logs
