@@ -21,7 +21,7 @@ from trioqueue.actors.broker import Broker
 from trioqueue.actors.writer import StorageFailure, StorageWriter
 from trioqueue.config import Config
 from trioqueue.core.job import JobRecord
-from trioqueue.core.writes import PUT_JOB, Writes
+from trioqueue.core.writes import PutJob, Writes
 from trioqueue.server import Server
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
@@ -39,7 +39,7 @@ class GatedStorage(MemoryStorage):
 
     def apply(self, batches: Sequence[Writes]) -> None:
         super().apply(batches)
-        self.commits.append({op[1]["id"] for b in batches for op in b.ops if op[0] == PUT_JOB})
+        self.commits.append({op.job_id for b in batches for op in b.ops if type(op) is PutJob})
 
     def sync(self) -> None:  # runs in a worker thread
         covered = len(self.commits)  # a sync covers the commits made before it began

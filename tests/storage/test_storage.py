@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core.job import JobRecord
-from trioqueue.core.writes import Writes
+from trioqueue.core.writes import PutDepOutcome, Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
@@ -783,7 +783,7 @@ def test_dep_outcome_written_by_the_writes_method() -> None:
     w = Writes()
     outcome = {"r": 1}
     w.put_dep_outcome("p", "c", outcome)
-    assert w.ops == [("put_dep_outcome", "p", "c", outcome)]
+    assert w.ops == [PutDepOutcome("p", "c", outcome)]
 
 
 def test_deleting_the_parent_deletes_only_its_rows(store: Storage) -> None:

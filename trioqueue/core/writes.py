@@ -2,23 +2,72 @@
 
 The core never touches storage: a command appends named operations to a :class:`Writes`
 and the storage writer applies the writes of many commands (from many queues) in one
-atomic transaction (group commit). Each operation is a tuple ``(op, *args)`` so that an
-adapter dispatches on a small, closed set of names, the same in LMDB and in memory.
+atomic transaction (group commit). Each operation is one of five typed tuples below, the
+same for every adapter: :mod:`trioqueue.storage.ops` checks them, and each adapter maps
+them onto its own layout (LMDB's keys, a SQL adapter's statements).
+
+Each operation carries the fields an adapter keys and indexes by, taken out of the
+record once, where the core records it (``FinishJob.queue``, ``state``, ``created_at``):
+a store orders finished jobs of one queue and state by ``(created_at, job_id)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-PUT_JOB = "put_job"  # (record,) upsert a live job (queued, active, waiting-children)
-FINISH_JOB = "finish_job"  # (record, has_result, result) live -> completed/failed
-# (job_id,) remove a job wherever it is, with its result and its dependency outcome rows
-# (the rows where it is the parent; rows where it is the child belong to their parent)
-DELETE_JOB = "delete_job"
-PUT_QUEUE_META = "put_queue_meta"  # (queue, meta) persisted queue control state
-# (parent_id, child_id, outcome) one child's outcome for its parent (upsert); the row lives
-# as long as the parent's record: finishing or re-putting the parent keeps it
-PUT_DEP_OUTCOME = "put_dep_outcome"
+
+class PutJob(NamedTuple):
+    """Upsert a live job (queued, active, waiting-children) under ``job_id``."""
+
+    job_id: str
+    record: dict[str, Any]
+
+
+class FinishJob(NamedTuple):
+    """Move a job to the finished jobs (completed or failed), replacing any earlier
+    finished generation of the same id with its index entry and result.
+
+    ``has_result`` False means "no result": a result stored by an earlier generation is
+    removed. ``result`` may be ``None`` as a real result.
+    """
+
+    job_id: str
+    queue: str
+    state: str  # "completed" | "failed"
+    created_at: int
+    record: dict[str, Any]
+    has_result: bool
+    result: Any
+
+
+class DeleteJob(NamedTuple):
+    """Remove a job wherever it is, with its result and the dependency outcome rows in
+    which it is the parent (rows where it is the child belong to their parent)."""
+
+    job_id: str
+
+
+class PutQueueMeta(NamedTuple):
+    """Replace one queue's persisted control state."""
+
+    queue: str
+    meta: dict[str, Any]
+
+
+class PutDepOutcome(NamedTuple):
+    """Upsert one child's outcome for its parent; the row lives as long as the parent's
+    record: finishing or re-putting the parent keeps it."""
+
+    parent_id: str
+    child_id: str
+    outcome: dict[str, Any]
+
+
+Op = PutJob | FinishJob | DeleteJob | PutQueueMeta | PutDepOutcome
+
+# tuple.__new__ builds a NamedTuple in C, skipping its generated Python __new__: for the
+# operations every job goes through, that is a frame less per job.
+_new = tuple.__new__
 
 
 class Writes:
@@ -27,7 +76,7 @@ class Writes:
     __slots__ = ("ops", "durable")
 
     def __init__(self) -> None:
-        self.ops: list[tuple[Any, ...]] = []
+        self.ops: list[Op] = []
         self.durable = False
 
     def __bool__(self) -> bool:
@@ -37,16 +86,18 @@ class Writes:
         return len(self.ops)
 
     def put_job(self, record: dict[str, Any]) -> None:
-        self.ops.append((PUT_JOB, record))
+        self.ops.append(_new(PutJob, (record["id"], record)))
 
     def finish_job(self, record: dict[str, Any], has_result: bool, result: Any = None) -> None:
-        self.ops.append((FINISH_JOB, record, has_result, result))
+        self.ops.append(_new(FinishJob, (
+            record["id"], record["queue"], record.get("state"), record.get("createdAt") or 0,
+            record, has_result, result if has_result else None)))
 
     def delete_job(self, job_id: str) -> None:
-        self.ops.append((DELETE_JOB, job_id))
+        self.ops.append(_new(DeleteJob, (job_id,)))
 
     def put_queue_meta(self, queue: str, meta: dict[str, Any]) -> None:
-        self.ops.append((PUT_QUEUE_META, queue, meta))
+        self.ops.append(PutQueueMeta(queue, meta))
 
     def put_dep_outcome(self, parent_id: str, child_id: str, outcome: dict[str, Any]) -> None:
         """Record a child's outcome for its parent (upsert of the (parent, child) row).
@@ -55,7 +106,7 @@ class Writes:
         change commit together: a crash can never leave a finished child whose parent
         does not know its outcome, nor the reverse.
         """
-        self.ops.append((PUT_DEP_OUTCOME, parent_id, child_id, outcome))
+        self.ops.append(PutDepOutcome(parent_id, child_id, outcome))
 
     def extend(self, other: Writes) -> None:
         self.ops.extend(other.ops)

@@ -400,8 +400,11 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
     last_queue = last_state = ""
     prefix = b""
     for op in ops:
-        # NamedTuples unpacked rather than read by attribute: one specialised opcode
-        if isinstance(op, PutJob):
+        # NamedTuples unpacked rather than read by attribute: one specialised opcode;
+        # their class read once and compared by identity (validate_writes admits only
+        # these five classes, no subclasses)
+        cls = type(op)
+        if cls is PutJob:
             job_id, record = op
             key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
             if len(key) > MAX_KEY_BYTES:
@@ -412,7 +415,7 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
             puts.append((key, dumps(record)))
             continue
         puts = None
-        if isinstance(op, FinishJob):
+        if cls is FinishJob:
             job_id, queue, state, created_at, record, has_result, result = op
             jkey = job_id.encode("utf-8")
             if queue != last_queue or state != last_state:
@@ -421,8 +424,8 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
             append((OP_FINISH, jkey, dumps(record),
                     finished_idx_key(prefix, created_at, jkey),  # checks the length
                     prefix, encode_result(result) if has_result else None))
-        elif isinstance(op, DeleteJob):
-            jkey = op.job_id.encode("utf-8")
+        elif cls is DeleteJob:
+            jkey = op[0].encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:
                 raise _too_long("job id", jkey)
             # the deps prefix inline (see dep_scan_prefix): None when no row can fit

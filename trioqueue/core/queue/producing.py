@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
 from ..job import JobRecord, timeline_entry
-from ..writes import PUT_JOB
+from ..writes import PutJob
 
 if TYPE_CHECKING:
     from .state import QueueState
+
+_new = tuple.__new__  # builds the NamedTuple in C (see core.writes)
 
 
 def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
@@ -89,7 +91,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
             q.places.waiting.add(created, job_id)
     by_priority = c.by_priority
     by_priority[priority] = by_priority.get(priority, 0) + 1
-    q.writes.ops.append((PUT_JOB, job.to_record()))
+    q.writes.ops.append(_new(PutJob, (job_id, job.to_record())))
     if job.durable:
         q.writes.durable = True
     if q.events_enabled:
