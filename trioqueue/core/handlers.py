@@ -45,6 +45,7 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     if not isinstance(jobs, list):
         raise Refused("jobs must be an array")
     specs = []
+    linked = False  # any custom id or dependency: only then is there anything to check
     for i, item in enumerate(jobs):
         if not isinstance(item, dict):
             raise Refused(f"jobs[{i}]: job must be an object")
@@ -54,10 +55,14 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
                                    max_data_bytes=ctx.max_data_bytes)
             if "custom_id" in spec:
                 fields.check_id_fits_queue(q.name, spec["custom_id"])
+                linked = True
+            elif "depends_on" in spec:
+                linked = True
             specs.append(spec)
         except Refused as exc:
             raise Refused(f"jobs[{i}]: {exc.message}") from None
-    q.check_push_dependencies(specs, ctx.now, batch=True)
+    if linked:
+        q.check_push_dependencies(specs, ctx.now, batch=True)
     _refuse_if_full(ctx)  # the whole batch: PUSHB admits all of its jobs or none
     return {"ids": q.push(specs, ctx.now)}
 

@@ -399,7 +399,9 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
     # the prefix of the last finished range: a batch finishes jobs of few queues
     last_queue = last_state = ""
     prefix = b""
-    for op in ops:
+    # Any: the class is compared by identity below, which mypy does not narrow by
+    typed: Sequence[Any] = ops
+    for op in typed:
         # NamedTuples unpacked rather than read by attribute: one specialised opcode;
         # their class read once and compared by identity (validate_writes admits only
         # these five classes, no subclasses)

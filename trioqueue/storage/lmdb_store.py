@@ -245,8 +245,9 @@ class LmdbStorage(Storage):
         finished = self._finished
         idx = self._idx
         results = self._results
-        moves = Moves()  # index keys added and removed: the counts and positions follow
-        added, removed = moves.added, moves.removed
+        # Index keys added and removed, made at the commit's first finish or delete: the
+        # counts and positions follow them. A commit of puts (PUSH, PULL) makes none.
+        moves: Moves | None = None
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
@@ -266,6 +267,9 @@ class LmdbStorage(Storage):
                             cur.putmulti(puts)
                 elif kind == K.OP_FINISH:
                     _, jkey, value, idx_key, ckey, result = op
+                    if moves is None:
+                        moves = Moves()
+                        added, removed = moves.added, moves.removed
                     delete(jkey, db=live)
                     old = txn.replace(jkey, value, db=finished)
                     if old is not None:  # re-finish: drop the previous generation's entries
@@ -281,6 +285,9 @@ class LmdbStorage(Storage):
                     delete(jkey, db=live)
                     old = txn.pop(jkey, db=finished)
                     if old is not None:  # the index entry goes with the finished record
+                        if moves is None:
+                            moves = Moves()
+                            added, removed = moves.added, moves.removed
                         old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
                         delete(old_idx, db=idx)
                         removed[old_ckey].append(old_idx)
@@ -295,10 +302,11 @@ class LmdbStorage(Storage):
                     deps_empty = False
                 else:  # K.OP_META
                     put(op[1], op[2], db=self._queue_meta)
-            sizes = self._count(txn, moves.deltas()) if moves else {}
+            if moves is None:
+                return
+            sizes = self._count(txn, moves.deltas())
         # committed: only now may the in-memory positions move
-        if moves:
-            self._index.after_commit(moves, sizes)
+        self._index.after_commit(moves, sizes)
 
     def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
                  moves: Moves) -> None:

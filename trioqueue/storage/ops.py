@@ -96,7 +96,9 @@ def validate_writes(batches: Sequence[Writes]) -> list[Op]:
     out: list[Op] = []
     checks = _CHECKS
     for writes in batches:
-        for op in writes.ops:
+        # Any: the class is compared by identity below, which mypy does not narrow by
+        ops: list[Any] = writes.ops
+        for op in ops:
             cls = type(op)
             # put_job, finish_job and delete_job (what every job goes through) are
             # checked inline, the helpers called only to raise: a call less per job

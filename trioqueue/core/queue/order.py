@@ -49,21 +49,29 @@ class CreationOrder:
 
     def add(self, created_at: int, job_id: str) -> None:
         group = self._groups.get(created_at)
-        span = created_at >> SPAN_BITS
-        if not group and group is not None:
+        if group is None:
+            group = self._new_group(created_at)
+        elif not group:
             self._empty -= 1
-        elif group is None:
-            group = self._groups[created_at] = {}
-            present = self._span_ms.get(span)
-            if present is None:
-                self._span_ms[span] = [created_at]
-                insort(self._spans, span)
-            else:
-                insort(present, created_at)
         group[job_id] = None
-        span_n = self._span_n
-        span_n[span] = span_n.get(span, 0) + 1
+        # a group's span is counted from the group's making on (see _new_group)
+        self._span_n[created_at >> SPAN_BITS] += 1
         self.size += 1
+
+    def _new_group(self, created_at: int) -> dict[str, None]:
+        """The group of a millisecond not present yet, with its span made present (and
+        counted, from 0) if it was not: the hot path then only adds to the counts."""
+        group: dict[str, None] = {}
+        self._groups[created_at] = group
+        span = created_at >> SPAN_BITS
+        present = self._span_ms.get(span)
+        if present is None:
+            self._span_ms[span] = [created_at]
+            self._span_n[span] = 0
+            insort(self._spans, span)
+        else:
+            insort(present, created_at)
+        return group
 
     def discard(self, created_at: int, job_id: str) -> None:
         group = self._groups.get(created_at)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
-from ..job import JobRecord, timeline_entry
+from ..job import JobRecord, shared_timeline_entries, timeline_entry
 from ..writes import PutJob
 
 if TYPE_CHECKING:
@@ -55,9 +55,10 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
     q._seq += 1
-    job = JobRecord.admit(
-        job_id, q.name, created, run_at, q._seq,
-        [timeline_entry("delayed" if delayed else "waiting", now)], spec)
+    first = "delayed" if delayed else "waiting"
+    last = shared_timeline_entries.get(first)  # timeline_entry's cache hit, inline (hot path)
+    entry = last[1] if last is not None and last[0] == now else timeline_entry(first, now)
+    job = JobRecord.admit(job_id, q.name, created, run_at, q._seq, [entry], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
