@@ -308,10 +308,14 @@ class JobRecord:
             if extra:
                 entry: dict[str, Any] = {"state": state, "timestamp": float(timestamp)}
                 entry.update(extra)
-            else:  # timeline_entry's cache hit inline: this runs per pull and ack
-                last = shared_timeline_entries.get(state)
-                entry = last[1] if last is not None and last[0] == timestamp else (
-                    timeline_entry(state, timestamp))
+            else:  # timeline_entry inline: this runs per pull and ack
+                shared = shared_timeline_entries
+                last = shared.get(state)
+                if last is not None and last[0] == timestamp:
+                    entry = last[1]
+                else:
+                    entry = {"state": state, "timestamp": float(timestamp)}
+                    shared[state] = (timestamp, entry)
             if type(self.timeline) is tuple:  # the shared empty one
                 self.timeline = []
             self.timeline.append(entry)

@@ -90,7 +90,7 @@ class Writes:
 
     def finish_job(self, record: dict[str, Any], has_result: bool, result: Any = None) -> None:
         self.ops.append(_new(FinishJob, (
-            record["id"], record["queue"], record.get("state"), record.get("createdAt") or 0,
+            record["id"], record["queue"], record.get("state"), record["createdAt"],
             record, has_result, result if has_result else None)))
 
     def delete_job(self, job_id: str) -> None:

@@ -26,30 +26,18 @@ from .positions import BLOCK, Positions
 
 
 class Moves:
-    """The ``finished_idx`` keys one commit adds and removes, per range (prefix).
-
-    The write loop appends every key here, tracked range or not (an append is cheaper
-    than a lookup that would skip it); the counts come from the same lists.
+    """What one commit does to the ``finished_idx`` ranges (prefixes): the net change of
+    each range's count, and, for the ranges :class:`FinishedIndex` tracks, the keys
+    added and removed (the positions follow those keys; an untracked range needs only
+    its count, so the write loop asks ``tracked`` before it keeps a key).
     """
 
-    __slots__ = ("added", "removed")
+    __slots__ = ("deltas", "added", "removed")
 
     def __init__(self) -> None:
+        self.deltas: dict[bytes, int] = {}
         self.added: defaultdict[bytes, list[bytes]] = defaultdict(list)
         self.removed: defaultdict[bytes, list[bytes]] = defaultdict(list)
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.removed)
-
-    def deltas(self) -> dict[bytes, int]:
-        """Prefix -> how many index entries the commit adds, net (zero ones left out)."""
-        added, removed = self.added, self.removed
-        out = {}
-        for prefix in added.keys() | removed.keys():
-            delta = len(added.get(prefix, ())) - len(removed.get(prefix, ()))
-            if delta:
-                out[prefix] = delta
-        return out
 
 
 class FinishedIndex:
@@ -94,7 +82,8 @@ class FinishedIndex:
         worth is dropped.
         """
         tracked = self.tracked
-        moved = [p for p in moves.added.keys() | moves.removed.keys() if p in tracked]
+        # keys were kept for tracked ranges only, and none has been dropped since
+        moved = moves.added.keys() | moves.removed.keys() if moves.added or moves.removed else ()
         for prefix in moved:
             tracked[prefix].move(moves.added.get(prefix, []), moves.removed.get(prefix, []))
         for prefix, n in sizes.items():

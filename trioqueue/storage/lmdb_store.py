@@ -245,9 +245,10 @@ class LmdbStorage(Storage):
         finished = self._finished
         idx = self._idx
         results = self._results
-        # Index keys added and removed, made at the commit's first finish or delete: the
-        # counts and positions follow them. A commit of puts (PUSH, PULL) makes none.
+        # What the commit does to the finished ranges (see Moves), made at its first
+        # finish or delete: a commit of puts (PUSH, PULL) makes none.
         moves: Moves | None = None
+        tracked = self._index.tracked
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
@@ -269,7 +270,7 @@ class LmdbStorage(Storage):
                     _, jkey, value, idx_key, ckey, result = op
                     if moves is None:
                         moves = Moves()
-                        added, removed = moves.added, moves.removed
+                        deltas = moves.deltas
                     delete(jkey, db=live)
                     old = txn.replace(jkey, value, db=finished)
                     if old is not None:  # re-finish: drop the previous generation's entries
@@ -277,7 +278,9 @@ class LmdbStorage(Storage):
                         if result is None:
                             delete(jkey, db=results)
                     put(idx_key, b"", db=idx)
-                    added[ckey].append(idx_key)
+                    deltas[ckey] = deltas.get(ckey, 0) + 1
+                    if ckey in tracked:
+                        moves.added[ckey].append(idx_key)
                     if result is not None:
                         put(jkey, result, db=results)
                 elif kind == K.OP_DELETE:
@@ -287,10 +290,8 @@ class LmdbStorage(Storage):
                     if old is not None:  # the index entry goes with the finished record
                         if moves is None:
                             moves = Moves()
-                            added, removed = moves.added, moves.removed
-                        old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
-                        delete(old_idx, db=idx)
-                        removed[old_ckey].append(old_idx)
+                            deltas = moves.deltas
+                        self._unindex(txn, jkey, old, moves)
                         delete(jkey, db=results)
                     if dep_prefix is not None:
                         if deps_empty is None:
@@ -304,7 +305,7 @@ class LmdbStorage(Storage):
                     put(op[1], op[2], db=self._queue_meta)
             if moves is None:
                 return
-            sizes = self._count(txn, moves.deltas())
+            sizes = self._count(txn, moves.deltas)
         # committed: only now may the in-memory positions move
         self._index.after_commit(moves, sizes)
 
@@ -313,13 +314,17 @@ class LmdbStorage(Storage):
         """Delete the index entry of the finished record ``old`` stored under ``jkey``."""
         old_idx, old_ckey = K.record_index_keys(K.decode_value(old), jkey)
         txn.delete(old_idx, db=self._idx)
-        moves.removed[old_ckey].append(old_idx)
+        moves.deltas[old_ckey] = moves.deltas.get(old_ckey, 0) - 1
+        if old_ckey in self._index.tracked:
+            moves.removed[old_ckey].append(old_idx)
 
     def _count(self, txn: lmdb.Transaction[bytes], deltas: dict[bytes, int]) -> dict[bytes, int]:
         """Apply the finished-count deltas; the new count of every range that changed."""
         counts = self._counts
         sizes: dict[bytes, int] = {}
         for ckey, delta in deltas.items():
+            if not delta:  # a re-finish within one range
+                continue
             raw = txn.get(ckey, db=counts)
             n = sizes[ckey] = (K.decode_count(raw) if raw is not None else 0) + delta
             if n > 0:

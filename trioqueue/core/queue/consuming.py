@@ -77,8 +77,10 @@ def pull(
             q.owner_conn[job.id] = conn
             q.conn_jobs.setdefault(conn, set()).add(job.id)
         q._persist(job)
-        q._watch(job, now)
-        q._emit("pulled", job.id, now)
+        if q._next_stall_check is None or job.timeout:  # (the calls only when they act)
+            q._watch(job, now)
+        if q.events_enabled:
+            q._emit("pulled", job.id, now)
         jobs.append(job.to_wire())
         tokens.append(token)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):

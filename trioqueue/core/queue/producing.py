@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
-from ..job import JobRecord, shared_timeline_entries, timeline_entry
+from ..job import JobRecord, shared_timeline_entries
 from ..writes import PutJob
 
 if TYPE_CHECKING:
@@ -56,8 +56,13 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     job_id = custom_id if custom_id is not None else uuid7(now)
     q._seq += 1
     first = "delayed" if delayed else "waiting"
-    last = shared_timeline_entries.get(first)  # timeline_entry's cache hit, inline (hot path)
-    entry = last[1] if last is not None and last[0] == now else timeline_entry(first, now)
+    shared = shared_timeline_entries  # timeline_entry, inline (the hot path)
+    last = shared.get(first)
+    if last is not None and last[0] == now:
+        entry = last[1]
+    else:
+        entry = {"state": first, "timestamp": float(now)}
+        shared[first] = (now, entry)
     job = JobRecord.admit(job_id, q.name, created, run_at, q._seq, [entry], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.

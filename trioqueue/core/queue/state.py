@@ -149,8 +149,11 @@ class QueueState:
         return min(candidates) if candidates else None
 
     def tick(self, now: int) -> list[WaiterAnswer]:
-        self.expire_locks(now)
-        self.expire_timeouts(now)
+        # Every batch ticks: each part is called only when its heap's head is due.
+        if self._lock_heap and self._lock_heap[0][0] <= now:
+            self.expire_locks(now)
+        if self._timeouts and self._timeouts[0][0] <= now:
+            self.expire_timeouts(now)
         if self._next_stall_check is not None and now >= self._next_stall_check:
             more = self.check_stalls(now)
             # More stale jobs than one sweep takes: the next slice in a later step.
