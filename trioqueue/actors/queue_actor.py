@@ -442,9 +442,8 @@ class QueueActor:
                     deliveries.append((req.replier, req.reply(result)))
                 else:
                     self._park_or_begin(req, result)
-            writes = q.take_writes()
-            if writes:
-                submit(writes)
+            if q.writes.ops:  # (.ops, not the Writes: a Python-level __bool__ per command)
+                submit(q.take_writes())
                 if view.known:  # what it fetched may be stale now
                     view.known.clear()
             if self._refetches:
@@ -463,17 +462,16 @@ class QueueActor:
     def _finish_batch(self) -> None:
         q = self.state
         committer = self._committer
-        committer.submit(q.take_writes())
+        if q.writes.ops:
+            committer.submit(q.take_writes())
         # Posted before the replies go out: a client that saw this batch's reply and
         # then asks another queue finds the notice applied there first.
-        notices = q.take_notices()
-        if notices:
-            self._post_notices(notices)
+        if q.notices:  # (looked at first: each take makes a new list)
+            self._post_notices(q.take_notices())
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
         committer.release(deliveries)
         # Events after the release, which committed the batch (unless an fsync is
         # due): a subscriber never hears of a change a kill -9 could still undo.
-        events = q.take_events()
-        if events:
-            self._events.publish(events)
+        if q.events:
+            self._events.publish(q.take_events())

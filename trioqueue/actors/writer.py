@@ -83,7 +83,7 @@ class StorageWriter:
         self.committed_ops = 0
 
     def submit(self, writes: Writes) -> None:
-        if writes:
+        if writes.ops:
             self._writes.append(writes)
             if writes.durable:
                 self._durable = True
