@@ -100,12 +100,19 @@ class CreationOrder:
         self._empty = 0
 
     def ids(self) -> Iterator[str]:
-        """Every id in ascending order (for bounded-slice walks: take what you need)."""
+        """Every id in ascending order."""
+        for group in self.groups():
+            yield from sorted(group)
+
+    def groups(self) -> Iterator[dict[str, None]]:
+        """The non-empty millisecond groups in ascending order, each a live dict: a walk
+        that removes jobs as it goes (the spans and milliseconds to visit are copied as
+        it reaches them, and a group dropped meanwhile is skipped)."""
         for span in list(self._spans):
             for ms in list(self._span_ms.get(span, ())):
                 group = self._groups.get(ms)
                 if group:
-                    yield from sorted(group)
+                    yield group
 
 
 def page(orders: Sequence[CreationOrder], *, asc: bool, offset: int,
