@@ -4,6 +4,7 @@ jobs a connection holds."""
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,29 @@ class Lock:
     token: str
     owner: str
     created_at: int
-    expires_at: int
+    expires_at: int  # the first clock reading at which it is over (lease_deadline)
     ttl: float
     renewals: int = 0
+
+
+def lease_deadline(now: int, duration: float) -> int:
+    """The first clock reading at which a lease of ``duration`` ms taken at ``now`` has
+    surely run out: locks are due (expired, no longer renewable) at readings ``>=`` it.
+
+    The broker's clock truncates real time to whole milliseconds, so a lease taken at
+    reading ``now`` began at some real instant in ``[now, now + 1)`` and ends in
+    ``[now + duration, now + duration + 1)``. A deadline of ``now + duration`` could
+    fire at the reading ``now + duration`` up to 1 ms before ``duration`` had passed; the
+    first reading past every possible end is ``ceil(now + duration) + 1`` (the ceiling
+    for fractional durations). Comparing strictly instead (due when ``now >
+    expires_at``) would say the same for whole milliseconds, but this keeps one rule,
+    ``<=``, for the heap, the renewal check and the actor's timer. A lease is so never
+    early, and at most 1 ms late (2 ms for a fractional duration). A duration of 0 or
+    less ends the lease at once, as before (nothing can be early).
+    """
+    if duration <= 0:
+        return now
+    return math.ceil(now + duration) + 1
 
 
 def _check_token(q: QueueState, job: JobRecord, token: Any) -> None:
@@ -79,7 +100,7 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
     if lock.expires_at <= now:
         # Too late to renew; the lock stays so the expiry sweep requeues the job.
         return False
-    lock.expires_at = int(now + duration)
+    lock.expires_at = lease_deadline(now, duration)
     lock.renewals += 1
     q.stall_watch.beat(job, now)
     heapq.heappush(q._lock_heap, (lock.expires_at, job_id, lock.token))

@@ -1,0 +1,103 @@
+"""Lease timing in the core: a lease is never judged over early through the millisecond
+clock, and a pause of the broker itself lets holders renew before locks expire.
+
+Times are plain integers, as the actor passes them: each is a reading of a clock that
+truncates real time to whole milliseconds, so a reading ``r`` stands for a real instant
+somewhere in ``[r, r + 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trioqueue.core.options import parse_job_input
+from trioqueue.testing.queue import QueueHarness
+
+NOW = 1_764_000_000_000
+
+
+def push(h: QueueHarness, now: int, **fields: object) -> str:
+    spec = parse_job_input({"data": None, **fields}, custom_id_key="jobId")
+    ids: list[str] = h.call("push", [spec], now)
+    return ids[0]
+
+
+def take(h: QueueHarness, now: int, lock_ttl: float) -> tuple[str, str]:
+    jobs, tokens = h.call("pull", now, count=1, owner="w", lock_ttl=lock_ttl, conn=None)
+    return str(jobs[0]["id"]), tokens[0]
+
+
+def state(h: QueueHarness, job_id: str, now: int) -> str:
+    return h.q.state_of(job_id, now)
+
+
+# ----------------------------------------------------------------------------- ms rounding
+
+
+def surely_over(granted: int, ttl: float, reading: int) -> bool:
+    """Whether a lease of ``ttl`` ms granted at reading ``granted`` has run out for every
+    pair of real instants those two readings may stand for."""
+    latest_grant = granted + 1  # exclusive: the grant was before granted + 1
+    earliest_now = reading
+    return earliest_now >= latest_grant + ttl
+
+
+def might_be_running(granted: int, ttl: float, reading: int) -> bool:
+    return not surely_over(granted, ttl, reading)
+
+
+@pytest.mark.parametrize("ttl", [1, 2, 100, 1000, 30_000, 999.5, 1000.25])
+@pytest.mark.parametrize("renew", [False, True])
+def test_a_lease_never_expires_before_its_ttl_at_ms_boundaries(ttl: float,
+                                                               renew: bool) -> None:
+    h = QueueHarness()
+    push(h, NOW)
+    granted = NOW
+    job_id, token = take(h, NOW, ttl)
+    if renew:  # a renewal starts the lease again from its own reading
+        granted = NOW + 1
+        assert h.call("extend_lock", job_id, granted, token=token, duration=ttl)
+    end = granted + math.ceil(ttl)
+    for reading in range(end - 2, end + 3):
+        h.call("tick", reading)
+        if might_be_running(granted, ttl, reading):
+            assert state(h, job_id, reading) == "active", (
+                f"a {ttl} ms lease from reading {granted} ended at reading {reading}")
+        else:
+            assert state(h, job_id, reading) == "waiting"
+            break
+    else:
+        raise AssertionError("the lease never ended")
+    # The first reading that ends it is the first one past every possible end.
+    assert reading == granted + math.ceil(ttl) + 1
+
+
+def test_a_renewal_at_the_last_ms_of_a_lease_is_accepted() -> None:
+    h = QueueHarness()
+    job_id = push(h, NOW)
+    _, token = take(h, NOW, 1000)
+    # Reading NOW + 1000 may be real NOW + 1000.0 for a lease that began at NOW + 0.9.
+    assert h.call("heartbeat", job_id, NOW + 1000, token=token, duration=None)
+    h.call("tick", NOW + 2000)
+    assert state(h, job_id, NOW + 2000) == "active"
+    assert not h.call("extend_lock", job_id, NOW + 2001, token=token, duration=1000)
+    h.call("tick", NOW + 2001)
+    assert state(h, job_id, NOW + 2001) == "waiting"
+
+
+def test_the_actor_wakes_for_a_lock_when_it_is_surely_over() -> None:
+    h = QueueHarness()
+    push(h, NOW)
+    take(h, NOW, 500)
+    assert h.q.next_deadline() == NOW + 501
+
+
+@pytest.mark.parametrize("ttl", [0, -5])
+def test_a_lease_of_zero_or_less_still_ends_at_once(ttl: int) -> None:
+    h = QueueHarness()
+    job_id = push(h, NOW)
+    take(h, NOW, ttl)
+    h.call("tick", NOW)
+    assert state(h, job_id, NOW) == "waiting"
