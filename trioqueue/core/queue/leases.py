@@ -97,8 +97,9 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
         return False
     if token is not None and token != lock.token:
         return False
-    if lock.expires_at <= now:
-        # Too late to renew; the lock stays so the expiry sweep requeues the job.
+    if lock.expires_at <= now and now >= q._expiry_held_until:
+        # Too late to renew (unless the broker's own pause is being forgiven, see
+        # hold_expiry); the lock stays so the expiry sweep requeues the job.
         return False
     lock.expires_at = lease_deadline(now, duration)
     lock.renewals += 1
@@ -125,6 +126,8 @@ def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
 
 def expire_locks(q: QueueState, now: int) -> None:
     """Requeue (or bury) jobs whose lease ran out: the worker is presumed gone."""
+    if now < q._expiry_held_until:
+        return  # the broker was paused: holders may still renew (see hold_expiry)
     heap = q._lock_heap
     budget = LOCK_EXPIRY_MAX_ENTRIES  # the rest next step: the heap top is still due
     while heap and heap[0][0] <= now and budget:
@@ -142,6 +145,22 @@ def expire_locks(q: QueueState, now: int) -> None:
             q._bury(job, now, decision.reason or "", decision.error)
         else:
             q._requeue(job, now)
+
+
+def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
+    """The broker's own loop was paused until ``resumed_at`` (its clock jumped with
+    nothing processed: SIGSTOP, a frozen VM): no lock expires before ``resumed_at +
+    grace_ms``, and until then a lock that ran out during the pause can still be
+    renewed (its token still completes or fails the job), so heartbeats that waited in
+    the sockets are applied before any lock is judged. The stall sweep waits as long.
+    Locks not renewed by then expire as usual; nothing else changes. Costs nothing per
+    job: ``expire_locks`` checks the hold once per tick.
+    """
+    until = resumed_at + grace_ms
+    if until > q._expiry_held_until:
+        q._expiry_held_until = until
+    if q._next_stall_check is not None and q._next_stall_check < until:
+        q._next_stall_check = until
 
 
 def _requeue(q: QueueState, job: JobRecord, now: int) -> None:
