@@ -105,6 +105,8 @@ def test_memory_from_environment(value: str, memory: bool) -> None:
      "Invalid fsync: 'sometimes' (expected interval|always|never)"),
     ((), {"TRIOQUEUE_MEMORY": "maybe"},
      "Invalid TRIOQUEUE_MEMORY: 'maybe' (expected a boolean)"),
+    (("--lease-grace-after-pause-s", "soon"), {},
+     "Invalid lease-grace-after-pause-s: 'soon' (expected seconds)"),
 ])
 def test_invalid_values_exit_with_a_clear_message(
     flags: tuple[str, ...], env: dict[str, str], message: str
@@ -112,6 +114,21 @@ def test_invalid_values_exit_with_a_clear_message(
     with pytest.raises(SystemExit) as exited:
         configure(*flags, **env)
     assert exited.value.code == message
+
+
+def test_lease_grace_after_pause_from_flag_and_environment() -> None:
+    assert configure().lease_grace_after_pause_s == 10.0
+    env = {"TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S": "2.5"}
+    assert configure(**env).lease_grace_after_pause_s == 2.5
+    assert configure("--lease-grace-after-pause-s", "0", **env).lease_grace_after_pause_s == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_grace_that_is_not_a_finite_number_of_seconds_stops_main(value: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--lease-grace-after-pause-s", value], env={})
+    assert exited.value.code == ("Invalid configuration: lease_grace_after_pause_s must be "
+                                 "a finite number, 0 or more")
 
 
 def test_invalid_environment_stops_main_before_serving() -> None:

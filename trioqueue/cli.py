@@ -30,6 +30,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "memory": ("TRIOQUEUE_MEMORY",),
     "store_max_bytes": ("TRIOQUEUE_STORE_MAX_BYTES",),
     "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
+    "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -79,6 +80,18 @@ def _tokens(value: str) -> list[str]:
     return [t.strip() for t in value.split(",") if t.strip()]
 
 
+def _lease_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    raw = args.lease_grace_after_pause_s
+    if raw is None:
+        raw = _env(env, "lease_grace_after_pause_s")
+    if raw is not None:
+        try:
+            config.lease_grace_after_pause_s = float(raw)
+        except ValueError:
+            raise SystemExit(f"Invalid lease-grace-after-pause-s: {raw!r} "
+                             "(expected seconds)") from None
+
+
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config = Config()
     host = args.host or _env(env, "host")
@@ -117,6 +130,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         if memory_env.strip().lower() not in _TRUE | _FALSE:
             raise SystemExit(f"Invalid TRIOQUEUE_MEMORY: {memory_env!r} (expected a boolean)")
         config.memory = memory_env.strip().lower() in _TRUE
+    _lease_settings(config, args, env)
     return config
 
 
@@ -141,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store-reserve-bytes",
                        help="space kept for existing jobs once new ones are refused "
                             "(default 1/32 of the maximum, at least 8MiB, at most 1/4)")
+    serve.add_argument("--lease-grace-after-pause-s", dest="lease_grace_after_pause_s",
+                       help="after a pause of the broker itself (SIGSTOP, a frozen VM), "
+                            "no lease expires for this many seconds, so holders can "
+                            "renew first (default 10; 0 disables)")
     return parser
 
 

@@ -6,6 +6,7 @@ bunqueue's where it has one, so its clients meet the same bounds against us.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 FSYNC_POLICIES = ("interval", "always", "never")
@@ -78,6 +79,10 @@ class Config:
     actor_restart_window_s: float = 10.0
     gc_gen0_threshold: int = 200_000  # standalone broker only; 0 keeps Python's default
 
+    # --- leases: after a pause of the broker itself (SIGSTOP, a frozen VM) no lock
+    # expires for this long, so holders can renew first; 0 disables (guarantees.md)
+    lease_grace_after_pause_s: float = 10.0
+
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
     store_reserve_bytes: int | None = None  # None: default_reserve_bytes(max)
@@ -103,6 +108,8 @@ class Config:
                 raise ValueError(f"{name} must be between 0 and 65535")
         if self.fsync_interval_s <= 0:
             raise ValueError("fsync_interval_s must be positive")
+        if not 0 <= self.lease_grace_after_pause_s < math.inf:
+            raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
             raise ValueError("store_max_bytes must be positive")
         if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:

@@ -547,35 +547,35 @@ def test_lock_expiry_requeues_then_buries_at_max_stalls(h: Harness) -> None:
     for stall in (1, 2):
         got, _ = h.pull_one(t, owner="w", lock_ttl=1000)
         assert got == job
-        h.tick(t + 999)
-        assert h.state(job, t + 999) == "active"
-        h.tick(t + 1000)
+        h.tick(t + 1000)  # the lease may have begun at t + 0.9: not over yet
+        assert h.state(job, t + 1000) == "active"
+        h.tick(t + 1001)
         j = h.q.jobs[job]
         assert (j.attempts, j.stall_count) == (stall, stall)
         assert j.run_at == NOW and j.started_at is None  # runAt unchanged: no backoff
         assert job not in h.q.locks
         assert h.live()[job]["state"] == "queued"
-        assert h.state(job, t + 1000) == "waiting"
-        t += 1000
+        assert h.state(job, t + 1001) == "waiting"
+        t += 1001
     h.pull_one(t, owner="w", lock_ttl=1000)
-    h.tick(t + 1000)
+    h.tick(t + 1001)
     record = h.done(job)
     assert record["dlq"]["reason"] == "stalled"
     assert record["dlq"]["error"] == "Lock expired after 0 renewals"
     assert (record["attempts"], record["stallCount"]) == (3, 3)
-    assert h.counts(t + 1000) == counts_of(failed=1)
+    assert h.counts(t + 1001) == counts_of(failed=1)
 
 
 def test_lock_expiry_buries_at_max_attempts(h: Harness) -> None:
     job = h.push(NOW, maxAttempts=2)
     h.pull_one(NOW, owner="w", lock_ttl=100)
-    h.tick(NOW + 100)
-    assert h.state(job, NOW + 100) == "waiting"
-    _, token = h.pull_one(NOW + 100, owner="w", lock_ttl=100)
+    h.tick(NOW + 101)
+    assert h.state(job, NOW + 101) == "waiting"
+    _, token = h.pull_one(NOW + 101, owner="w", lock_ttl=100)
     assert h.call("extend_lock", job, NOW + 150, token=token, duration=100)
-    h.tick(NOW + 199)
-    assert h.state(job, NOW + 199) == "active"
     h.tick(NOW + 250)
+    assert h.state(job, NOW + 250) == "active"
+    h.tick(NOW + 251)
     record = h.done(job)
     assert record["dlq"]["reason"] == "max_attempts_exceeded"
     assert record["dlq"]["error"] == "Lock expired at max attempts (2)"
@@ -587,7 +587,7 @@ def test_lock_expiry_error_counts_renewals(h: Harness) -> None:
     _, token = h.pull_one(NOW, owner="w", lock_ttl=100)
     assert h.call("heartbeat", job, NOW + 50, token=token, duration=None)
     assert h.call("heartbeat", job, NOW + 100, token=token, duration=100)
-    h.tick(NOW + 200)
+    h.tick(NOW + 201)
     assert h.done(job)["dlq"]["error"] == "Lock expired after 2 renewals"
 
 
@@ -595,8 +595,8 @@ def test_max_stalls_zero_means_unlimited(h: Harness) -> None:
     h.call("set_stall_config", {"maxStalls": 0})
     job = h.push(NOW, maxAttempts=100)
     for i in range(5):
-        h.pull_one(NOW + i * 10, owner="w", lock_ttl=10)
-        h.tick(NOW + i * 10 + 10)
+        h.pull_one(NOW + i * 11, owner="w", lock_ttl=10)
+        h.tick(NOW + i * 11 + 11)
     assert h.q.jobs[job].stall_count == 5
     assert h.state(job, NOW + 50) == "waiting"
 
@@ -605,15 +605,15 @@ def test_requeued_job_goes_ahead_of_later_pushes(h: Harness) -> None:
     first = h.push(NOW)
     h.pull_one(NOW, owner="w", lock_ttl=1000)
     later = h.push(NOW + 10)
-    h.tick(NOW + 1000)
-    assert h.drain_order(NOW + 1000) == [first, later]
+    h.tick(NOW + 1001)
+    assert h.drain_order(NOW + 1001) == [first, later]
 
 
 def test_late_ack_after_lock_expiry_completes_queued_copy(h: Harness) -> None:
     job = h.push(NOW)
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
-    h.tick(NOW + 1000)
-    assert h.state(job, NOW + 1000) == "waiting"
+    h.tick(NOW + 1001)
+    assert h.state(job, NOW + 1001) == "waiting"
     h.ack(job, NOW + 1001, token=token, has_result=True, result="done")
     assert h.done(job)["state"] == "completed"
     assert h.q.finished.result(job) == (True, "done")
@@ -624,16 +624,16 @@ def test_late_ack_after_lock_expiry_completes_queued_copy(h: Harness) -> None:
 def test_late_ackb_after_lock_expiry_completes_queued_copy(h: Harness) -> None:
     job = h.push(NOW)
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
-    h.tick(NOW + 1000)
-    assert h.call("ackb", [job], NOW + 1000, tokens=[token], results=None, removes=None) == []
-    assert h.counts(NOW + 1000) == counts_of(completed=1)
+    h.tick(NOW + 1001)
+    assert h.call("ackb", [job], NOW + 1001, tokens=[token], results=None, removes=None) == []
+    assert h.counts(NOW + 1001) == counts_of(completed=1)
 
 
 def test_late_ack_with_old_token_refused_once_redelivered(h: Harness) -> None:
     job = h.push(NOW)
     _, old = h.pull_one(NOW, owner="w1", lock_ttl=1000)
-    h.tick(NOW + 1000)
-    _, new = h.pull_one(NOW + 1000, owner="w2")
+    h.tick(NOW + 1001)
+    _, new = h.pull_one(NOW + 1001, owner="w2")
     assert error_of(h.ack, job, NOW + 1001, token=old) == (
         f"Invalid or expired lock token for job {job}")
     h.ack(job, NOW + 1001, token=new)
@@ -660,8 +660,8 @@ def test_late_ack_of_due_delayed_retry_keeps_counts(h: Harness) -> None:
 def test_renewal_after_expiry_leaves_job_to_lock_expiry(h: Harness) -> None:
     job = h.push(NOW)
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
-    assert not h.call("extend_lock", job, NOW + 1000, token=token, duration=1000)
-    h.tick(NOW + 1000)
+    assert not h.call("extend_lock", job, NOW + 1001, token=token, duration=1000)
+    h.tick(NOW + 1001)
     h.tick(NOW + 60_000)
     assert h.state(job, NOW + 60_000) == "waiting"
     assert h.q.jobs[job].stall_count == 1
@@ -670,7 +670,7 @@ def test_renewal_after_expiry_leaves_job_to_lock_expiry(h: Harness) -> None:
 def test_late_fail_after_lock_expiry_is_already_finalized(h: Harness) -> None:
     job = h.push(NOW)
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
-    h.tick(NOW + 1000)
+    h.tick(NOW + 1001)
     ctx = handlers.Ctx(NOW + 1001)
     reply = handlers.fail(h.q, {"id": job, "token": token, "error": "late"}, ctx)
     assert reply == {"data": {"applied": False, "reason": "already-finalized"}}
@@ -685,18 +685,18 @@ def test_extend_lock_and_heartbeat_rules(h: Harness) -> None:
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
     assert not h.call("extend_lock", job, NOW + 10, token="bad", duration=5000)
     assert h.call("extend_lock", job, NOW + 10, token=None, duration=5000)  # administrative
-    assert h.q.locks[job].expires_at == NOW + 5010
+    assert h.q.locks[job].expires_at == NOW + 5011  # due 1 ms past its nominal end
     assert not h.call("heartbeat", job, NOW + 20, token="bad", duration=None)
     assert h.call("heartbeat", job, NOW + 20, token=None, duration=None)
     assert h.q.jobs[job].last_heartbeat == NOW + 20
-    assert h.q.locks[job].expires_at == NOW + 5010  # tokenless heartbeat: no renewal
+    assert h.q.locks[job].expires_at == NOW + 5011  # tokenless heartbeat: no renewal
     assert h.call("heartbeat", job, NOW + 30, token=token, duration=None)
-    assert h.q.locks[job].expires_at == NOW + 1030  # the lock's own ttl
-    h.tick(NOW + 1029)  # the first expiry (NOW+1000) was superseded: nothing happens
-    assert h.state(job, NOW + 1029) == "active"
-    h.tick(NOW + 1030)
-    assert h.state(job, NOW + 1030) == "waiting"
-    h.tick(NOW + 5010)  # a stale later entry is harmless too
+    assert h.q.locks[job].expires_at == NOW + 1031  # the lock's own ttl
+    h.tick(NOW + 1030)  # the first expiry (NOW+1001) was superseded: nothing happens
+    assert h.state(job, NOW + 1030) == "active"
+    h.tick(NOW + 1031)
+    assert h.state(job, NOW + 1031) == "waiting"
+    h.tick(NOW + 5011)  # a stale later entry is harmless too
     assert h.q.jobs[job].stall_count == 1
     assert not h.call("extend_lock", "ghost", NOW, token=None, duration=10)
     assert not h.call("heartbeat", job, NOW + 5010, token=None, duration=None)  # not active
@@ -726,8 +726,8 @@ def test_release_connection_requeues_unrenewed_jobs_only(h: Harness) -> None:
     for job in (renewed, detached, elsewhere):
         assert h.state(job, NOW + 2) == "active"
     assert h.call("release_connection", conn, NOW + 3) == 0
-    h.tick(NOW + 30_001)  # the renewed job is left to lock expiry
-    assert h.state(renewed, NOW + 30_001) == "waiting"
+    h.tick(NOW + 30_002)  # the renewed job is left to lock expiry
+    assert h.state(renewed, NOW + 30_002) == "waiting"
     assert h.q.jobs[renewed].stall_count == 1
 
 
@@ -802,7 +802,7 @@ def test_next_deadline(h: Harness) -> None:
     assert h.q.next_deadline() is None  # a delayed job alone wakes nobody
     h.push(NOW)
     h.pull_one(NOW, owner="w", lock_ttl=500)
-    assert h.q.next_deadline() == NOW + 500
+    assert h.q.next_deadline() == NOW + 501
     h.q.park(waiter("w", deadline=NOW + 50))
     assert h.q.next_deadline() == NOW + 50
 
@@ -1045,9 +1045,9 @@ def test_restore_buries_at_max_attempts(h: Harness) -> None:
 def test_restore_buries_at_max_stalls(h: Harness) -> None:
     job = h.push(NOW, maxAttempts=10, uniqueKey="k")
     for i in range(2):
-        h.pull_one(NOW + i * 10, owner="w", lock_ttl=10)
-        h.tick(NOW + i * 10 + 10)
-    h.pull(NOW + 20)
+        h.pull_one(NOW + i * 11, owner="w", lock_ttl=10)
+        h.tick(NOW + i * 11 + 11)
+    h.pull(NOW + 22)
     h.restart(NOW + 30)
     record = h.done(job)
     assert (record["attempts"], record["stallCount"]) == (3, 3)
@@ -1106,8 +1106,8 @@ def test_restore_keeps_dedup_key_after_old_owner_requeued(h: Harness) -> None:
     old = h.push(NOW, uniqueKey="k")
     h.pull_one(NOW, owner="w", lock_ttl=100)
     new = h.push(NOW + 1, uniqueKey="k", dedup={"replace": True})
-    h.tick(NOW + 100)  # the old owner is queued again, after the new one
-    assert h.state(old, NOW + 100) == "waiting"
+    h.tick(NOW + 101)  # the old owner is queued again, after the new one
+    assert h.state(old, NOW + 101) == "waiting"
     h.restart(NOW + 200)
     assert h.push(NOW + 201, uniqueKey="k") == new
     h.pull(NOW + 201, 2)

@@ -495,13 +495,16 @@ class QueueMachine(RuleBasedStateMachine):
         self._advance(dt)
 
     def _advance(self, dt: int) -> None:
-        """Time passes; the actor's timer runs tick() (locks due now are swept)."""
+        """Time passes; the actor's timer runs tick() (locks due now are swept).
+
+        ``lock_expires`` is a lease's nominal end; the clock's readings are floors of
+        real time, so a lease has surely run out only at a reading past its end."""
         if not dt:
             return
         self.now += dt
         assert self.h.call("tick", self.now) == []  # nobody is parked
         for job in list(self.live.values()):
-            if job.lock_expires is None or job.lock_expires > self.now:
+            if job.lock_expires is None or job.lock_expires >= self.now:
                 continue
             job.attempts += 1
             job.stall_count += 1

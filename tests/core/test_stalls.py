@@ -160,7 +160,7 @@ def test_lock_expiry_pops_a_bounded_number_of_entries_per_tick(
     h = QueueHarness()
     ids = [push(h, NOW) for _ in range(8)]
     h.call("pull", NOW, count=8, owner="w", lock_ttl=1_000, conn=None)
-    t = NOW + 1_000
+    t = NOW + 1_001
     h.call("tick", t)
     assert sum(job(h, i, t)["state"] == "waiting" for i in ids) == 3
     ticks = 1

@@ -25,7 +25,7 @@ from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .admission import Admission
-from .clock import TrioClock
+from .clock import PauseWatch, TrioClock
 from .events import EventHub
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
@@ -75,6 +75,8 @@ class Broker:
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
         self.recovered_jobs = 0
+        # Notices a pause of the broker's own loop (set in run, once the clock is known).
+        self.pauses: PauseWatch | None = None
 
     @property
     def clock(self) -> Clock:
@@ -129,7 +131,7 @@ class Broker:
             name, committer=self.writer, index=router, clock=self.clock,
             post_notices=router.post_notices, events=self.events,
             admission=self.admission_factory, limits=self.queue_limits,
-            storage=self.storage)
+            storage=self.storage, pauses=self.pauses)
         self._nursery.start_soon(actor.run, name=f"queue:{name}")
         return actor
 
@@ -166,6 +168,8 @@ class Broker:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._clock is None:
             self._clock = TrioClock()
+        if self.config.lease_grace_after_pause_s > 0:
+            self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -173,6 +177,8 @@ class Broker:
                 nursery.start_soon(self.writer.run_interval_sync)
                 self._recover()
                 await self.writer.commit()  # (already done for an inline store)
+                if self.pauses is not None:  # after recovery: that was no pause
+                    await nursery.start(self.pauses.run)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

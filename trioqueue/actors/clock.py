@@ -1,12 +1,17 @@
-"""The broker's clock: wall time derived from trio's clock, so MockClock moves both."""
+"""The broker's clock: wall time derived from trio's clock, so MockClock moves both;
+and the watch that notices when the broker's own loop was paused."""
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 
 import trio
 
 from ..core.clock import Clock
+
+log = logging.getLogger("trioqueue.clock")
 
 
 class TrioClock(Clock):
@@ -31,3 +36,56 @@ class TrioClock(Clock):
 
     def deadline_for(self, wall_ms: float) -> float:
         return self._trio0 + (wall_ms - self._wall0) / 1000.0
+
+
+# How often the watch looks at trio's clock, and how long the loop may go unseen before
+# that counts as a pause of the whole broker rather than a busy moment.
+PAUSE_TICK_S = 0.25
+PAUSE_MIN_S = 1.0
+
+
+class PauseWatch:
+    """Notices that the broker's own loop stood still: its clock jumped, nothing ran.
+
+    :meth:`run` looks at trio's clock every ``PAUSE_TICK_S``, and each queue actor looks
+    (:meth:`check`) at the start of every step. When more than ``PAUSE_MIN_S`` passed
+    since the last look, the loop did not run meanwhile (the watch would have looked):
+    the process was stopped (SIGSTOP, a frozen VM) or one step held the loop. The first
+    look after it, whoever makes it, records the pause: ``pauses`` counts them and
+    ``resumed_ms`` is when the last one ended. An actor that sees ``pauses`` change tells
+    its queue before its step judges any lock (``QueueState.hold_expiry(resumed_ms,
+    grace_ms)``), so the heartbeats that waited in the sockets during the pause are
+    applied before a lock can expire. A look costs one read of trio's clock per step.
+    """
+
+    def __init__(self, clock: Clock, grace_s: float) -> None:
+        self._clock = clock
+        self.grace_ms = math.ceil(grace_s * 1000)
+        self.pauses = 0
+        self.resumed_ms = 0
+        self._last: float | None = None  # trio time of the last look; None: not running
+
+    def check(self) -> int:
+        """Look at the clock; the number of pauses seen so far."""
+        last = self._last
+        if last is not None:
+            now = trio.current_time()
+            if now - last > PAUSE_MIN_S:
+                self.pauses += 1
+                self.resumed_ms = self._clock.now_ms()
+                log.warning("the broker's loop did not run for %.1f s (stopped or held): "
+                            "no lease expires in the next %.1f s, so holders can renew",
+                            now - last, self.grace_ms / 1000)
+            self._last = now
+        return self.pauses
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        self._last = trio.current_time()
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(PAUSE_TICK_S)
+                self.check()
+        finally:
+            self._last = None  # nobody looks any more: a gap would mean nothing

@@ -44,6 +44,7 @@ from ..core.recovery import rebuild
 from ..storage.port import Storage
 from ..storage.reads import fetch
 from .admission import admit_estimate
+from .clock import PauseWatch
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .writer import StorageFailure
@@ -58,9 +59,11 @@ class QueueActor:
     def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
                  post_notices: NoticePoster, events: EventSink,
                  admission: AdmissionFactory | None, limits: QueueLimits,
-                 storage: Storage) -> None:
+                 storage: Storage, pauses: PauseWatch | None = None) -> None:
         self.name = name
         self._committer, self._clock, self._events = committer, clock, events
+        # Pauses of the broker's loop, and how many this queue was told of (see _step).
+        self._pauses, self._pauses_told = pauses, 0
         # The broker-wide index, and how notices reach other queues' jobs.
         self._index, self._post_notices = index, post_notices
         # None when the store has no limit: then no command is measured at all.
@@ -261,6 +264,10 @@ class QueueActor:
         """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
         q = self.state
         now = self._clock.now_ms()
+        pauses = self._pauses  # looked at before anything here can judge a lock
+        if pauses is not None and pauses.check() != self._pauses_told:
+            self._pauses_told = pauses.pauses
+            q.hold_expiry(pauses.resumed_ms, pauses.grace_ms)
         q.events_enabled = self._events.active
         if not keep_view and self._view.known:
             self._view.known.clear()  # other queues may have written since the last step

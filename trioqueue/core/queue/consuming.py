@@ -13,7 +13,7 @@ from ..backoff import backoff_delay_ms
 from ..errors import Refused
 from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
-from .leases import Lock
+from .leases import Lock, lease_deadline
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def pull(
     tokens: list[str] = []
     if q.settings.paused:
         return jobs, tokens
+    expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
     while len(jobs) < count:
         job = q._next_ready(now)
         if job is None:
@@ -70,7 +71,6 @@ def pull(
         token = ""
         if owner is not None:
             token = uuid7(now)
-            expires = int(now + lock_ttl)
             q.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
             heapq.heappush(q._lock_heap, (expires, job.id, token))
         if conn is not None and not (detach and owner is None):

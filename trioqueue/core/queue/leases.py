@@ -4,6 +4,7 @@ jobs a connection holds."""
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,29 @@ class Lock:
     token: str
     owner: str
     created_at: int
-    expires_at: int
+    expires_at: int  # the first clock reading at which it is over (lease_deadline)
     ttl: float
     renewals: int = 0
+
+
+def lease_deadline(now: int, duration: float) -> int:
+    """The first clock reading at which a lease of ``duration`` ms taken at ``now`` has
+    surely run out: locks are due (expired, no longer renewable) at readings ``>=`` it.
+
+    The broker's clock truncates real time to whole milliseconds, so a lease taken at
+    reading ``now`` began at some real instant in ``[now, now + 1)`` and ends in
+    ``[now + duration, now + duration + 1)``. A deadline of ``now + duration`` could
+    fire at the reading ``now + duration`` up to 1 ms before ``duration`` had passed; the
+    first reading past every possible end is ``ceil(now + duration) + 1`` (the ceiling
+    for fractional durations). Comparing strictly instead (due when ``now >
+    expires_at``) would say the same for whole milliseconds, but this keeps one rule,
+    ``<=``, for the heap, the renewal check and the actor's timer. A lease is so never
+    early, and at most 1 ms late (2 ms for a fractional duration). A duration of 0 or
+    less ends the lease at once, as before (nothing can be early).
+    """
+    if duration <= 0:
+        return now
+    return math.ceil(now + duration) + 1
 
 
 def _check_token(q: QueueState, job: JobRecord, token: Any) -> None:
@@ -76,10 +97,11 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
         return False
     if token is not None and token != lock.token:
         return False
-    if lock.expires_at <= now:
-        # Too late to renew; the lock stays so the expiry sweep requeues the job.
+    if lock.expires_at <= now and now >= q._expiry_held_until:
+        # Too late to renew (unless the broker's own pause is being forgiven, see
+        # hold_expiry); the lock stays so the expiry sweep requeues the job.
         return False
-    lock.expires_at = int(now + duration)
+    lock.expires_at = lease_deadline(now, duration)
     lock.renewals += 1
     q.stall_watch.beat(job, now)
     heapq.heappush(q._lock_heap, (lock.expires_at, job_id, lock.token))
@@ -104,6 +126,8 @@ def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
 
 def expire_locks(q: QueueState, now: int) -> None:
     """Requeue (or bury) jobs whose lease ran out: the worker is presumed gone."""
+    if now < q._expiry_held_until:
+        return  # the broker was paused: holders may still renew (see hold_expiry)
     heap = q._lock_heap
     budget = LOCK_EXPIRY_MAX_ENTRIES  # the rest next step: the heap top is still due
     while heap and heap[0][0] <= now and budget:
@@ -121,6 +145,22 @@ def expire_locks(q: QueueState, now: int) -> None:
             q._bury(job, now, decision.reason or "", decision.error)
         else:
             q._requeue(job, now)
+
+
+def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
+    """The broker's own loop was paused until ``resumed_at`` (its clock jumped with
+    nothing processed: SIGSTOP, a frozen VM): no lock expires before ``resumed_at +
+    grace_ms``, and until then a lock that ran out during the pause can still be
+    renewed (its token still completes or fails the job), so heartbeats that waited in
+    the sockets are applied before any lock is judged. The stall sweep waits as long.
+    Locks not renewed by then expire as usual; nothing else changes. Costs nothing per
+    job: ``expire_locks`` checks the hold once per tick.
+    """
+    until = resumed_at + grace_ms
+    if until > q._expiry_held_until:
+        q._expiry_held_until = until
+    if q._next_stall_check is not None and q._next_stall_check < until:
+        q._next_stall_check = until
 
 
 def _requeue(q: QueueState, job: JobRecord, now: int) -> None:

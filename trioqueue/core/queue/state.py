@@ -76,6 +76,7 @@ class QueueState:
         self._seq = 0
         self.locks: dict[str, Lock] = {}
         self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
+        self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
         self.owner_conn: dict[str, Any] = {}  # job id -> connection it was delivered to
         self.conn_jobs: dict[Any, set[str]] = {}
         self.dedup: dict[str, DedupKey] = {}
@@ -135,7 +136,7 @@ class QueueState:
             if wakeup is not None:
                 candidates.append(wakeup)
         if self._lock_heap:
-            candidates.append(self._lock_heap[0][0])
+            candidates.append(max(self._lock_heap[0][0], self._expiry_held_until))
         if self.parked._deadlines:
             parked = self.parked.next_deadline()
             if parked is not None:
@@ -217,6 +218,7 @@ class QueueState:
     extend_lock = leases.extend_lock
     heartbeat = leases.heartbeat
     expire_locks = leases.expire_locks
+    hold_expiry = leases.hold_expiry
     _requeue = leases._requeue
     release_connection = leases.release_connection
 
