@@ -252,11 +252,7 @@ class LmdbStorage(Storage):
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
-            # Most stores hold no dependency rows (no flows): then a delete need not
-            # open a cursor to look for the job's rows. One stat tells, taken at the
-            # commit's first delete (a commit without deletes, the common PUSH or PULL,
-            # pays nothing).
-            deps_empty: bool | None = None
+            deps_empty: bool | None = None  # not asked yet (see _delete)
             for op in ops:
                 kind = op[0]
                 if kind == K.OP_PUTS:
@@ -284,20 +280,10 @@ class LmdbStorage(Storage):
                     if result is not None:
                         put(jkey, result, db=results)
                 elif kind == K.OP_DELETE:
-                    _, jkey, dep_prefix = op
-                    delete(jkey, db=live)
-                    old = txn.pop(jkey, db=finished)
-                    if old is not None:  # the index entry goes with the finished record
-                        if moves is None:
-                            moves = Moves()
-                            deltas = moves.deltas
-                        self._unindex(txn, jkey, old, moves)
-                        delete(jkey, db=results)
-                    if dep_prefix is not None:
-                        if deps_empty is None:
-                            deps_empty = txn.stat(self._deps)["entries"] == 0
-                        if not deps_empty:
-                            self._delete_deps(txn, dep_prefix)
+                    if moves is None:
+                        moves = Moves()
+                        deltas = moves.deltas
+                    deps_empty = self._delete(txn, op, moves, deps_empty)
                 elif kind == K.OP_DEP:
                     put(op[1], op[2], db=self._deps)
                     deps_empty = False
@@ -308,6 +294,24 @@ class LmdbStorage(Storage):
             sizes = self._count(txn, moves.deltas)
         # committed: only now may the in-memory positions move
         self._index.after_commit(moves, sizes)
+
+    def _delete(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...], moves: Moves,
+                deps_empty: bool | None) -> bool | None:
+        """One OP_DELETE inside ``txn``; returns whether the deps table is empty, as far as
+        this commit knows (one stat, at its first delete that could own rows: most
+        stores hold no dependency rows, and then no cursor need look for them)."""
+        _, jkey, dep_prefix = op
+        txn.delete(jkey, db=self._live)
+        old = txn.pop(jkey, db=self._finished)
+        if old is not None:  # the index entry goes with the finished record
+            self._unindex(txn, jkey, old, moves)
+            txn.delete(jkey, db=self._results)
+        if dep_prefix is not None:
+            if deps_empty is None:
+                deps_empty = txn.stat(self._deps)["entries"] == 0
+            if not deps_empty:
+                self._delete_deps(txn, dep_prefix)
+        return deps_empty
 
     def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
                  moves: Moves) -> None:

@@ -101,8 +101,12 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     if job.durable:
         q.writes.durable = True
     if q.events_enabled:
-        if delayed:
-            q._emit("delayed", job_id, now, delay=float(run_at - now))
-        q._emit("pushed", job_id, now)
+        _emit_pushed(q, job_id, now, run_at)
     return job_id
+
+
+def _emit_pushed(q: QueueState, job_id: str, now: int, run_at: int) -> None:
+    if run_at > now:
+        q._emit("delayed", job_id, now, delay=float(run_at - now))
+    q._emit("pushed", job_id, now)
 
