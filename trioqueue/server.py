@@ -72,9 +72,10 @@ class Server:
 
             await root.start(listen)
             log.info(
-                "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s",
+                "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s auth %s",
                 config.host, self.tcp_port, config.host, self.ws_port,
                 "memory" if config.memory else config.data_dir, config.fsync,
+                auth_state(config),
             )
             task_status.started(self)
             await self._stop.wait()
@@ -90,6 +91,14 @@ class Server:
                 await sessions_closed.wait()  # every connection has handed its jobs back
             await self.broker.settle()
             root.cancel_scope.cancel()
+
+
+def auth_state(config: Config) -> str:
+    """Auth as the ready line says it: ``on (N tokens)`` or ``off``."""
+    count = len(config.auth_tokens)
+    if not count:
+        return "off"
+    return f"on ({count} token{'s' if count > 1 else ''})"
 
 
 def tune_gc(config: Config) -> None:
