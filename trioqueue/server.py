@@ -18,6 +18,7 @@ import trio
 
 from .actors.broker import Broker
 from .config import Config
+from .transport.limits import Shell
 from .transport.tcp import serve_tcp
 from .transport.websocket import serve_ws
 
@@ -31,6 +32,8 @@ class Server:
         self.tcp_port: int | None = None
         self.ws_port: int | None = None
         self._stop = trio.Event()
+        # What every connection shares (limits, broker-wide budgets, their timers).
+        self.shell = Shell(config)
 
     def stop(self) -> None:
         self._stop.set()
@@ -56,16 +59,18 @@ class Server:
                     sessions_closed.set()
 
             sessions: trio.Nursery = await root.start(hold_sessions)
+            # The connections' deadlines run beside them, and stop with them.
+            await sessions.start(self.shell.timers.run)
 
             async def listen(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 with listeners_scope:
                     async with trio.open_nursery() as nursery:
                         tcp = await nursery.start(
-                            partial(serve_tcp, handler_nursery=sessions),
+                            partial(serve_tcp, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.tcp_port)
                         self.tcp_port = tcp[0].socket.getsockname()[1]
                         ws = await nursery.start(
-                            partial(serve_ws, handler_nursery=sessions),
+                            partial(serve_ws, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.ws_port)
                         self.ws_port = ws.port
                         task_status.started()

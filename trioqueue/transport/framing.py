@@ -120,6 +120,11 @@ class FrameDecoder:
             self._buf += memoryview(data)[consumed:]
         return frames
 
+    def discard(self) -> None:
+        """Drop whatever is buffered, at once (the connection is being closed)."""
+        self._buf = bytearray()
+        self.held = None
+
     def raise_limit(self, limit_bytes: int) -> list[bytes]:
         """Raise the cap (never past ``max_frame_bytes``); the payloads it releases.
 
