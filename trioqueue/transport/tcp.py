@@ -307,6 +307,8 @@ class TcpConnection:
 
     async def _read_loop(self) -> None:
         reader = self._reader
+        decoder = self.decoder
+        handle = self.session.handle
         limits = self._limits
         timed = bool(limits.idle_timeout_s or limits.partial_frame_timeout_s)
         while True:
@@ -316,7 +318,11 @@ class TcpConnection:
             now = trio.current_time() if timed else 0.0
             self._rx_at = now
             try:
-                await self._take(self.decoder.feed(data), now)
+                payloads = decoder.feed(data)
+                if self._partial_held or decoder.has_partial or not self._authenticated:
+                    await self._take(payloads, now)  # partial frames, or before Auth
+                elif payloads:  # the common read: whole frames, nothing left over
+                    await handle(self._decode(payloads))
             except FrameTooLarge as exc:
                 await self._last_frame(frame_too_large(exc.size, exc.limit))
 
@@ -328,7 +334,7 @@ class TcpConnection:
             return  # cut by the budget: nothing more of this connection is served
         self._clock_partial(bool(payloads), now)
         if payloads:
-            await self._handle(payloads)
+            await self.session.handle(self._decode(payloads))
         if not self._authenticated and self.session.authenticated:
             # Authenticated: the full frame cap, and no more authentication deadline.
             self._authenticated = True
@@ -337,7 +343,7 @@ class TcpConnection:
             self._charge_partial()
             if released:
                 self._clock_partial(True, now)
-                await self._handle(released)
+                await self.session.handle(self._decode(released))
         if decoder.held is not None:
             log.info("closing a connection that sent a %d-byte frame before Auth",
                      decoder.held)
@@ -366,7 +372,7 @@ class TcpConnection:
         self._close_after(reply)
         await trio.sleep_forever()  # _scope is cancelled when the frame is sent
 
-    async def _handle(self, payloads: list[bytes]) -> None:
+    def _decode(self, payloads: list[bytes]) -> list[tuple[Any, int]]:
         messages: list[tuple[Any, int]] = []
         for payload in payloads:
             if self.codec is None and payload:
@@ -376,7 +382,7 @@ class TcpConnection:
                 messages.append((codec.decode(payload), len(payload)))
             except DecodeError as exc:
                 messages.append((exc, len(payload)))
-        await self.session.handle(messages)
+        return messages
 
 
 async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
