@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,19 +74,80 @@ def test_flags_beat_every_environment_name() -> None:
     assert config.memory is True
 
 
-def test_an_empty_tokens_flag_turns_auth_off_despite_the_environment() -> None:
-    assert configure("--auth-tokens", "", AUTH_TOKENS="secret").auth_tokens == []
-
-
 @pytest.mark.parametrize(("raw", "tokens"), [
-    (" a , b ,, ,c ", ["a", "b", "c"]),
+    (" a , b ,c ", ["a", "b", "c"]),
     ("single", ["single"]),
-    ("", []),
-    (" , ,", []),
 ])
-def test_tokens_are_split_trimmed_and_blanks_dropped(raw: str, tokens: list[str]) -> None:
+def test_tokens_are_split_and_trimmed(raw: str, tokens: list[str]) -> None:
     assert configure(AUTH_TOKENS=raw).auth_tokens == tokens
     assert configure("--auth-tokens", raw).auth_tokens == tokens
+
+
+BLANK_TOKENS = ["", ",", " , ", "   ", "a,,b", " a , ", ",a"]
+
+
+@pytest.mark.parametrize("raw", BLANK_TOKENS)
+@pytest.mark.parametrize("source", ["AUTH_TOKENS", "TRIOQUEUE_AUTH_TOKENS", "--auth-tokens"])
+def test_a_blank_token_is_an_error_not_auth_off(raw: str, source: str) -> None:
+    """Issue 12, item 6: ``AUTH_TOKENS=""`` (or ``","``) used to turn auth off silently."""
+    with pytest.raises(SystemExit) as exited:
+        if source.startswith("--"):
+            configure(source, raw)
+        else:
+            configure(**{source: raw})
+    message = str(exited.value.code)
+    assert message.startswith(f"Invalid {source}: {raw!r} has a blank token"), message
+    assert "\n" not in message
+
+
+def test_a_blank_tokens_flag_is_an_error_despite_the_environment() -> None:
+    with pytest.raises(SystemExit):
+        configure("--auth-tokens", "", AUTH_TOKENS="secret")
+
+
+def test_config_refuses_blank_tokens_for_an_embedded_broker() -> None:
+    for tokens in ([""], ["ok", " "]):
+        with pytest.raises(ValueError, match="auth_tokens has a blank entry"):
+            Config(auth_tokens=tokens).validate()
+
+
+LIMIT_CASES = [
+    ("--max-connections", "TRIOQUEUE_MAX_CONNECTIONS", "1500", "max_connections", 1500),
+    ("--max-frame-bytes", "TRIOQUEUE_MAX_FRAME_BYTES", "1MiB", "max_frame_bytes", 1 << 20),
+    ("--max-preauth-frame-bytes", "TRIOQUEUE_MAX_PREAUTH_FRAME_BYTES", "4KiB",
+     "max_preauth_frame_bytes", 4096),
+    ("--max-partial-frame-total-bytes", "TRIOQUEUE_MAX_PARTIAL_FRAME_TOTAL_BYTES", "1GiB",
+     "max_partial_frame_total_bytes", 1 << 30),
+    ("--partial-frame-timeout-s", "TRIOQUEUE_PARTIAL_FRAME_TIMEOUT_S", "2.5",
+     "partial_frame_timeout_s", 2.5),
+    ("--max-write-queue-bytes", "TRIOQUEUE_MAX_WRITE_QUEUE_BYTES", "8M",
+     "max_write_queue_bytes", 8 << 20),
+    ("--max-write-queue-total-bytes", "TRIOQUEUE_MAX_WRITE_QUEUE_TOTAL_BYTES", "0",
+     "max_write_queue_total_bytes", 0),
+    ("--auth-timeout-s", "TRIOQUEUE_AUTH_TIMEOUT_S", "3", "auth_timeout_s", 3.0),
+    ("--idle-timeout-s", "TRIOQUEUE_IDLE_TIMEOUT_S", "0", "idle_timeout_s", 0.0),
+]
+
+
+@pytest.mark.parametrize(("flag", "variable", "raw", "setting", "value"), LIMIT_CASES)
+def test_connection_limits_from_flags_and_environment(
+    flag: str, variable: str, raw: str, setting: str, value: float
+) -> None:
+    assert getattr(configure(flag, raw), setting) == value
+    assert getattr(configure(**{variable: raw}), setting) == value
+    assert getattr(configure(flag, raw, **{variable: "7"}), setting) == value
+
+
+@pytest.mark.parametrize(("flag", "raw", "message"), [
+    ("--idle-timeout-s", "-1", "Invalid --idle-timeout-s: '-1' (expected seconds"),
+    ("--auth-timeout-s", "soon", "Invalid --auth-timeout-s: 'soon' (expected seconds"),
+    ("--max-connections", "1.5", "Invalid --max-connections: '1.5' (expected a whole"),
+    ("--max-write-queue-total-bytes", "lots", "Invalid --max-write-queue-total-bytes"),
+])
+def test_invalid_limits_exit_with_a_clear_message(flag: str, raw: str, message: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        configure(flag, raw)
+    assert str(exited.value.code).startswith(message), exited.value.code
 
 
 @pytest.mark.parametrize(("value", "memory"), [
@@ -164,3 +226,31 @@ async def test_broker_process_honours_bunqueue_auth_tokens(tmp_path: Path) -> No
         await client.aclose()
     finally:
         await broker.stop()
+    assert b"auth on (2 tokens)" in broker.log
+
+
+async def test_the_ready_line_says_auth_off(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+    broker = BrokerProcess(tmp_path / "data", "--memory", env=env)
+    await broker.start()
+    await broker.stop()
+    ready = next(line for line in broker.log.splitlines() if b"trioqueue ready" in line)
+    assert ready.endswith(b" auth off"), ready
+
+
+@pytest.mark.parametrize("raw", ["", " , "])
+async def test_a_broker_with_blank_tokens_exits_non_zero_with_one_line(
+    tmp_path: Path, raw: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIOQUEUE_")}
+    env["AUTH_TOKENS"] = raw
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [sys.executable, "-m", "trioqueue", "serve", "--memory", "--tcp-port", "0",
+             "--ws-port", "0"], env=env, capture_stdout=True, capture_stderr=True,
+            check=False)
+    assert done.returncode != 0
+    lines = done.stderr.decode().strip().splitlines()
+    assert lines == [f"Invalid AUTH_TOKENS: {raw!r} has a blank token (comma-separated "
+                     "non-blank tokens; leave AUTH_TOKENS unset to run without auth)"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,14 +34,50 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
 }
 
+# The connection limits of Config, each a flag (--max-connections) and a TRIOQUEUE_*
+# variable (TRIOQUEUE_MAX_CONNECTIONS): setting -> (kind, help). docs/architecture.md
+# ("Where each limit of Config is enforced") says what each does.
+LIMIT_FLAGS: dict[str, tuple[str, str]] = {
+    "max_connections": ("count", "connections at once, TCP and WebSocket (default 10000)"),
+    "max_frame_bytes": ("bytes", "largest frame body (default 64MiB)"),
+    "max_preauth_frame_bytes": (
+        "bytes", "largest frame before Auth when tokens are set (default 16KiB; 0: the "
+                 "max-frame-bytes)"),
+    "max_partial_frame_total_bytes": (
+        "bytes", "incomplete frames of all connections together; past it the largest "
+                 "holders are cut (default 256MiB; 0: no bound)"),
+    "partial_frame_timeout_s": (
+        "seconds", "a frame not complete this long after its first byte closes the "
+                   "connection (default 60; 0: never)"),
+    "max_write_queue_bytes": (
+        "bytes", "unsent replies of one connection before it is cut (default 64MiB; 0: "
+                 "no bound)"),
+    "max_write_queue_total_bytes": (
+        "bytes", "unsent replies of all connections together; past it the largest "
+                 "holders are cut (default 256MiB; 0: no bound)"),
+    "auth_timeout_s": (
+        "seconds", "with tokens set, a connection not authenticated by then is closed "
+                   "(default 10; 0: never)"),
+    "idle_timeout_s": (
+        "seconds", "a connection that sends nothing this long and holds nothing is closed "
+                   "(default 300; 0: never)"),
+}
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
 def _env(env: Mapping[str, str], setting: str) -> str | None:
+    found = _env_named(env, setting)
+    return None if found is None else found[1]
+
+
+def _env_named(env: Mapping[str, str], setting: str) -> tuple[str, str] | None:
+    """The first of the setting's variables that is set: (its name, its value)."""
     for name in ENV_NAMES[setting]:
         if name in env:
-            return env[name]
+            return name, env[name]
     return None
 
 
@@ -76,8 +113,56 @@ def _bytes(value: str, name: str) -> int:
     return number * unit
 
 
-def _tokens(value: str) -> list[str]:
-    return [t.strip() for t in value.split(",") if t.strip()]
+def _tokens(value: str, source: str) -> list[str]:
+    """Comma-separated tokens, trimmed. A blank entry is an error, never "auth off":
+    ``AUTH_TOKENS=""`` or ``","`` silently serving everyone is how auth fails open."""
+    tokens = [t.strip() for t in value.split(",")]
+    if not all(tokens):
+        raise SystemExit(f"Invalid {source}: {value!r} has a blank token (comma-separated "
+                         f"non-blank tokens; leave {source} unset to run without auth)")
+    return tokens
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < math.inf:
+        raise SystemExit(f"Invalid {name}: {value!r} (expected seconds, e.g. 30 or 0.5)")
+    return seconds
+
+
+def _count(value: str, name: str) -> int:
+    try:
+        count = int(value.strip())
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise SystemExit(f"Invalid {name}: {value!r} (expected a whole number)")
+    return count
+
+
+_PARSE_LIMIT = {"bytes": _bytes, "seconds": _seconds, "count": _count}
+_METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N"}
+
+
+def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    for setting, (kind, _) in LIMIT_FLAGS.items():
+        raw = getattr(args, setting)
+        if raw is None:
+            raw = _env(env, setting)
+        if raw is not None:
+            flag = "--" + setting.replace("_", "-")
+            setattr(config, setting, _PARSE_LIMIT[kind](str(raw), flag))
+
+
+def _auth_tokens_from(config: Config, args: argparse.Namespace,
+                      env: Mapping[str, str]) -> None:
+    if args.auth_tokens is not None:
+        config.auth_tokens = _tokens(args.auth_tokens, "--auth-tokens")
+    elif (found := _env_named(env, "auth_tokens")) is not None:
+        config.auth_tokens = _tokens(found[1], found[0])
 
 
 def _lease_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
@@ -106,9 +191,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     data = args.data_dir or _env(env, "data_dir")
     if data:
         config.data_dir = data
-    tokens = args.auth_tokens if args.auth_tokens is not None else _env(env, "auth_tokens")
-    if tokens is not None:
-        config.auth_tokens = _tokens(tokens)
+    _auth_tokens_from(config, args, env)
     fsync = args.fsync or _env(env, "fsync")
     if fsync:
         if fsync not in FSYNC_POLICIES:
@@ -131,6 +214,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
             raise SystemExit(f"Invalid TRIOQUEUE_MEMORY: {memory_env!r} (expected a boolean)")
         config.memory = memory_env.strip().lower() in _TRUE
     _lease_settings(config, args, env)
+    _limits_from(config, args, env)
     return config
 
 
@@ -159,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after a pause of the broker itself (SIGSTOP, a frozen VM), "
                             "no lease expires for this many seconds, so holders can "
                             "renew first (default 10; 0 disables)")
+    limits = serve.add_argument_group("connection limits")
+    for setting, (kind, text) in LIMIT_FLAGS.items():
+        limits.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
+                            metavar=_METAVARS[kind])
     return parser
 
 

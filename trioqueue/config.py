@@ -56,12 +56,26 @@ class Config:
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
+    # Before Auth (tokens set) only Auth is served: a frame body over this is refused
+    # and the connection closed; 0 keeps max_frame_bytes.
+    max_preauth_frame_bytes: int = 16 * 1024
+    # Bytes of incomplete frames buffered by all TCP connections together; past it the
+    # connections holding the most are cut. 0 disables.
+    max_partial_frame_total_bytes: int = 256 * 1024 * 1024
     max_inflight_per_connection: int = 50  # commands running at once per connection
     partial_frame_timeout_s: float = 60.0  # slowloris guard; 0 disables
     max_write_queue_bytes: int = 64 * 1024 * 1024  # unsent replies before we cut a client
+    # Unsent replies and events of all connections together; past it the connections
+    # holding the most are cut (their jobs released as on any close). 0 disables.
+    max_write_queue_total_bytes: int = 256 * 1024 * 1024
     overflow_notice_s: float = 2.0  # how long a cut client gets to read the notice
     max_data_bytes: int = 10 * 1024 * 1024  # JSON text of one job's data (UTF-16 units)
     max_connections: int = 10_000  # TCP and WebSocket together
+    auth_timeout_s: float = 10.0  # with tokens set: no successful Auth by then, closed
+    # No byte from the client for this long and nothing held (no command in flight,
+    # parked pull or WaitJob, job delivered over it, event subscription): closed.
+    # WebSocket: pinged instead, closed if no pong. 0 disables.
+    idle_timeout_s: float = 300.0
     ws_max_message_bytes: int = 1024 * 1024
     ws_handshake_timeout_s: float = 10.0
     ws_close_timeout_s: float = 5.0  # a WebSocket not answering our close frame is dropped
@@ -100,6 +114,8 @@ class Config:
         return default_reserve_bytes(max_bytes)
 
     def validate(self) -> None:
+        self._validate_auth_tokens()
+        self._validate_connection_limits()
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
         for name in ("tcp_port", "ws_port"):
@@ -118,3 +134,24 @@ class Config:
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_auth_tokens(self) -> None:
+        # A blank token would be dropped by a trimmed comparison and could turn auth
+        # off without a word (issue 12): refuse it instead.
+        for token in self.auth_tokens:
+            if not isinstance(token, str) or not token.strip():
+                raise ValueError(f"auth_tokens has a blank entry: {self.auth_tokens!r}")
+
+    def _validate_connection_limits(self) -> None:
+        for name in ("max_preauth_frame_bytes", "max_partial_frame_total_bytes",
+                     "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
+                     "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
+                     "partial_frame_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0")
+        total = self.max_partial_frame_total_bytes
+        # One largest frame (its 4-byte header included) must fit, or it could never
+        # arrive: the connection holding it would always be the one cut.
+        if total and total < self.max_frame_bytes + 4:
+            raise ValueError("max_partial_frame_total_bytes must be 0 or at least "
+                             "max_frame_bytes + 4")

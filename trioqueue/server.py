@@ -18,6 +18,7 @@ import trio
 
 from .actors.broker import Broker
 from .config import Config
+from .transport.limits import Shell
 from .transport.tcp import serve_tcp
 from .transport.websocket import serve_ws
 
@@ -31,6 +32,8 @@ class Server:
         self.tcp_port: int | None = None
         self.ws_port: int | None = None
         self._stop = trio.Event()
+        # What every connection shares (limits, broker-wide budgets, their timers).
+        self.shell = Shell(config)
 
     def stop(self) -> None:
         self._stop.set()
@@ -56,25 +59,28 @@ class Server:
                     sessions_closed.set()
 
             sessions: trio.Nursery = await root.start(hold_sessions)
+            # The connections' deadlines run beside them, and stop with them.
+            await sessions.start(self.shell.timers.run)
 
             async def listen(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 with listeners_scope:
                     async with trio.open_nursery() as nursery:
                         tcp = await nursery.start(
-                            partial(serve_tcp, handler_nursery=sessions),
+                            partial(serve_tcp, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.tcp_port)
                         self.tcp_port = tcp[0].socket.getsockname()[1]
                         ws = await nursery.start(
-                            partial(serve_ws, handler_nursery=sessions),
+                            partial(serve_ws, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.ws_port)
                         self.ws_port = ws.port
                         task_status.started()
 
             await root.start(listen)
             log.info(
-                "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s",
+                "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s auth %s",
                 config.host, self.tcp_port, config.host, self.ws_port,
                 "memory" if config.memory else config.data_dir, config.fsync,
+                auth_state(config),
             )
             task_status.started(self)
             await self._stop.wait()
@@ -90,6 +96,14 @@ class Server:
                 await sessions_closed.wait()  # every connection has handed its jobs back
             await self.broker.settle()
             root.cancel_scope.cancel()
+
+
+def auth_state(config: Config) -> str:
+    """Auth as the ready line says it: ``on (N tokens)`` or ``off``."""
+    count = len(config.auth_tokens)
+    if not count:
+        return "off"
+    return f"on ({count} token{'s' if count > 1 else ''})"
 
 
 def tune_gc(config: Config) -> None:

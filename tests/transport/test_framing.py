@@ -203,3 +203,46 @@ def test_frame_header_refuses_unframeable_lengths() -> None:
         frame_header(-1)
     with pytest.raises(ValueError):
         frame_header(2**32)
+
+
+# ------------------------------------------------------------------ a lower limit, raised later
+
+
+def test_a_frame_over_the_lower_limit_is_held_with_the_frames_before_it_returned() -> None:
+    decoder = FrameDecoder(LIMIT, limit_bytes=16)
+    wire = encode_frame(b"auth") + encode_frame(b"x" * 100) + encode_frame(b"after")
+    assert decoder.feed(wire) == [b"auth"]
+    assert decoder.held == 100
+    assert decoder.buffered_bytes == len(wire) - len(encode_frame(b"auth"))
+    assert decoder.feed(b"\x00\x00") == []  # held: buffered, not parsed
+    assert decoder.raise_limit(LIMIT) == [b"x" * 100, b"after"]
+    assert decoder.held is None
+    assert decoder.feed(b"") == []
+    assert decoder.buffered_bytes == 2  # the start of the next header
+
+
+def test_a_header_completed_over_the_lower_limit_is_held() -> None:
+    decoder = FrameDecoder(LIMIT, limit_bytes=16)
+    frame = encode_frame(b"y" * 50)
+    assert decoder.feed(frame[:2]) == []
+    assert decoder.feed(frame[2:10]) == []
+    assert decoder.held == 50
+    assert decoder.raise_limit(32) == []  # still over: held
+    assert decoder.held == 50
+    assert decoder.raise_limit(LIMIT) == []  # released, but incomplete
+    assert decoder.held is None
+    assert decoder.feed(frame[10:]) == [b"y" * 50]
+
+
+def test_over_the_maximum_is_still_an_error_under_a_lower_limit() -> None:
+    decoder = FrameDecoder(1000, limit_bytes=16)
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.feed(frame_header(1001))
+    assert (info.value.size, info.value.limit) == (1001, 1000)
+
+
+def test_the_limit_never_rises_past_the_maximum() -> None:
+    decoder = FrameDecoder(1000, limit_bytes=16)
+    decoder.raise_limit(1 << 30)
+    assert decoder.limit_bytes == 1000
+    assert FrameDecoder(1000, limit_bytes=5000).limit_bytes == 1000

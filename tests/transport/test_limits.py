@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport.codec import MSGPACK
 from trioqueue.transport.framing import encode_frame
+from trioqueue.transport.limits import ByteBudget, Timers
 
 StartServer = Callable[..., Any]
 
@@ -208,6 +210,7 @@ async def test_max_connections_turns_away_extra_connections_until_one_closes(
 
     extra = await connect(server)
     with trio.fail_after(2):
+        assert await extra.receive() == {"ok": False, "error": "Too many connections (max 2)"}
         assert await extra.is_closed()
     await extra.aclose()
 
@@ -332,3 +335,97 @@ async def test_max_write_queue_bytes_bounds_websocket_replies(start_server: Star
     assert received[-1]["event"]["eventType"] == "overflow"
     assert len(received) < 5_000  # replies past the bound were dropped, not buffered
     await client.ok("Ping")
+
+
+# ------------------------------------------------------------------ the shell's shared parts
+
+
+class Holder:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cut_by: str | None = None
+
+    def cut(self, budget: str) -> None:
+        self.cut_by = budget
+
+
+def test_a_byte_budget_cuts_the_largest_holders_until_it_is_under_its_bound() -> None:
+    budget = ByteBudget(1000, "max_test_bytes")
+    a, b, c = Holder("a"), Holder("b"), Holder("c")
+    budget.set(a, 500)
+    budget.set(b, 300)
+    budget.set(c, 200)
+    assert budget.total == 1000 and budget.cuts == 0  # at the bound is not over it
+    budget.set(c, 700)  # c grows past a: c is cut, and that is enough
+    assert (a.cut_by, b.cut_by, c.cut_by) == (None, None, "max_test_bytes")
+    assert budget.total == 800 and budget.held(c) == 0
+    budget.set(b, 450)  # 950: under
+    d = Holder("d")
+    budget.set(d, 400)  # 1350: the largest, a (500), goes
+    assert (a.cut_by, b.cut_by, d.cut_by) == ("max_test_bytes", None, None)
+    assert budget.total == 850 and budget.cuts == 2
+    budget.set(b, 900)  # 1300: b is the largest now, and cutting it is enough
+    assert b.cut_by == "max_test_bytes" and budget.total == 400
+    budget.release(d)
+    assert budget.total == 0
+
+
+def test_a_byte_budget_of_zero_has_no_bound() -> None:
+    budget = ByteBudget(0, "off")
+    holder = Holder("h")
+    budget.set(holder, 1 << 40)
+    assert holder.cut_by is None and budget.total == 1 << 40
+    budget.set(holder, 0)
+    assert budget.total == 0
+
+
+async def test_timers_call_each_handle_at_its_deadline_and_never_once_cancelled(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+) -> None:
+    timers = Timers()
+    await nursery.start(timers.run)
+    calls: list[tuple[str, float]] = []
+    start = trio.current_time()
+
+    def record(name: str) -> Callable[[float], None]:
+        return lambda now: calls.append((name, now - start))
+
+    late, early, gone = (timers.handle(record(n)) for n in ("late", "early", "gone"))
+    late.arm(start + 20)
+    early.arm(start + 5)
+    early.arm(start + 15)  # armed earlier already: no second entry
+    gone.arm(start + 10)
+    gone.cancel()
+    await trio.sleep(30)
+    assert calls == [("early", 5), ("late", 20)]
+    early.arm(trio.current_time() + 1)  # armed again once called
+    await trio.sleep(2)
+    assert calls[-1] == ("early", 31)
+
+
+async def test_timers_forget_cancelled_handles_as_connections_come_and_go(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+) -> None:
+    timers = Timers()
+    await nursery.start(timers.run)
+    live = timers.handle(lambda now: None)
+    live.arm(trio.current_time() + 1000)
+    for _ in range(10_000):  # each one armed far ahead, then gone
+        handle = timers.handle(lambda now: None)
+        handle.arm(trio.current_time() + 300)
+        handle.cancel()
+    assert len(timers) <= 2 * Timers.DEAD_SLACK
+
+
+def test_timers_run_a_bounded_number_of_callbacks_per_pass() -> None:
+    """A flood of connections expiring together is served over several passes."""
+    timers = Timers()
+    called: list[float] = []
+    handles = [timers.handle(called.append) for _ in range(2 * Timers.MAX_PER_PASS + 1)]
+    for handle in handles:
+        handle.arm(1.0)
+    timers._fire(1.0)  # one pass of the timer task
+    assert len(called) == Timers.MAX_PER_PASS
+    timers._fire(1.0)
+    timers._fire(1.0)
+    assert len(called) == len(handles) and len(timers) == 0

@@ -347,6 +347,19 @@ class Router(DependentsIndex):
                 self._spawn(self.send, name, [release])
 
 
+    def holds_jobs(self, conn: Any, queues: set[str]) -> bool:
+        """Whether a job delivered over ``conn`` in one of ``queues`` is still active.
+
+        A read of the queues' state on the one trio thread (no actor is midway): the
+        idle timeout spares a connection that holds jobs.
+        """
+        for name in queues:
+            actor = self.actors.get(name)
+            if actor is not None and actor.state.conn_jobs.get(conn):
+                return True
+        return False
+
+
 class _NoReply:
     def deliver(self, reply: dict[str, Any]) -> None:
         pass

@@ -48,18 +48,34 @@ class FrameTooLarge(Exception):
 
 
 class FrameDecoder:
-    """Reassembles frames from arbitrarily chunked stream reads."""
+    """Reassembles frames from arbitrarily chunked stream reads.
 
-    __slots__ = ("_buf", "_limit", "_error")
+    ``limit_bytes`` (at most ``max_frame_bytes``) is a lower cap the caller can raise
+    later, e.g. until a connection has authenticated. A frame over it but within
+    ``max_frame_bytes`` is not an error: parsing stops in front of it and
+    :attr:`held` gives its size; the caller either gives up on the connection or calls
+    :meth:`raise_limit`, which parses on from there.
+    """
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    __slots__ = ("_buf", "_limit", "_max", "_error", "held")
+
+    def __init__(self, max_frame_bytes: int, limit_bytes: int | None = None) -> None:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must be >= 0")
         self._buf = bytearray()
-        self._limit = max_frame_bytes
+        self._max = max_frame_bytes
+        self._limit = max_frame_bytes if limit_bytes is None else min(limit_bytes,
+                                                                      max_frame_bytes)
         # Remembered so that a caller who keeps feeding a broken stream gets the
         # same error again instead of frames parsed from the middle of a body.
         self._error: FrameTooLarge | None = None
+        #: The size of a frame over the current limit (not the maximum) parsing
+        #: stopped at, or None. Its bytes, and any after them, stay buffered.
+        self.held: int | None = None
+
+    @property
+    def limit_bytes(self) -> int:
+        return self._limit
 
     @property
     def has_partial(self) -> bool:
@@ -80,10 +96,15 @@ class FrameDecoder:
         Raises :class:`FrameTooLarge` as soon as a header over the limit is
         seen; payloads that preceded it in the same call are discarded, since
         the connection is going to be closed anyway. The decoder then refuses
-        all further input.
+        all further input. A header over the current limit but within the
+        maximum stops parsing instead (see :attr:`held`): the payloads before it
+        are returned, the rest is kept.
         """
         if self._error is not None:
             raise FrameTooLarge(self._error.size, self._error.limit)
+        if self.held is not None:
+            self._buf += data
+            return []
         if type(data) is not bytes:
             data = bytes(data)
         frames: list[bytes] = []
@@ -98,6 +119,24 @@ class FrameDecoder:
         if consumed < len(data):
             self._buf += memoryview(data)[consumed:]
         return frames
+
+    def discard(self) -> None:
+        """Drop whatever is buffered, at once (the connection is being closed)."""
+        self._buf = bytearray()
+        self.held = None
+
+    def raise_limit(self, limit_bytes: int) -> list[bytes]:
+        """Raise the cap (never past ``max_frame_bytes``); the payloads it releases.
+
+        A frame held at the old cap, and every complete frame buffered behind it,
+        are parsed now.
+        """
+        self._limit = max(self._limit, min(limit_bytes, self._max))
+        if self.held is None or self.held > self._limit:
+            return []
+        self.held = None
+        rest, self._buf = bytes(self._buf), bytearray()
+        return self.feed(rest)
 
     def _complete_pending(self, data: bytes, frames: list[bytes]) -> int:
         """Feed ``data`` to the frame left unfinished by earlier reads.
@@ -114,7 +153,9 @@ class FrameDecoder:
                 return -1
             (size,) = _unpack_header(buf)
             if size > self._limit:
-                self._fail(FrameTooLarge(size, self._limit))
+                self._over_limit(size)
+                buf += memoryview(data)[used:]  # held: kept for raise_limit
+                return -1
         else:
             (size,) = _unpack_header(buf)
         missing = HEADER_SIZE + size - len(buf)
@@ -135,7 +176,8 @@ class FrameDecoder:
         while end - offset >= HEADER_SIZE:
             (size,) = _unpack_header(data, offset)
             if size > limit:
-                self._fail(FrameTooLarge(size, limit))
+                self._over_limit(size)
+                break  # held: this frame and the rest are kept for raise_limit
             start = offset + HEADER_SIZE
             stop = start + size
             if stop > end:
@@ -143,6 +185,12 @@ class FrameDecoder:
             append(data[start:stop])
             offset = stop
         return offset
+
+    def _over_limit(self, size: int) -> None:
+        """A header over the current limit: an error past the maximum, else held."""
+        if size > self._max:
+            self._fail(FrameTooLarge(size, self._max))
+        self.held = size
 
     def _fail(self, error: FrameTooLarge) -> NoReturn:
         self._error = error

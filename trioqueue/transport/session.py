@@ -49,6 +49,7 @@ class SessionRouter(Protocol):
 
     async def dispatch(self, routed: list[tuple[Command, Request]]) -> None: ...
     def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
+    def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
 
 
 class EventSource(Protocol):
@@ -83,6 +84,7 @@ class Session:
         send_now: SendNow | None = None,
         encode: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_overflow: Callable[[], None] | None = None,
+        on_outbox_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self.config = broker.config
         self.router = broker.router
@@ -98,6 +100,10 @@ class Session:
         self._on_overflow = on_overflow
         self._outbox: list[Any] = []
         self._outbox_bytes = 0
+        # Told the bytes this session holds for the sender (queued plus being sent)
+        # whenever they change: the broker-wide bound (max_write_queue_total_bytes).
+        self._on_outbox_bytes = on_outbox_bytes
+        self._sending_bytes = 0
         self.overflowed = False
         self._tagged: dict[Any, _Tagged] = {}
         self._wake = trio.Event()
@@ -148,7 +154,30 @@ class Session:
             self._outbox = [encode(tag, overflow_notice(limit))]
             self._outbox_bytes = 0
             self._on_overflow()
+        self._report_outbox()
         self._wake.set()
+
+    def _report_outbox(self) -> None:
+        if self._on_outbox_bytes is not None:
+            self._on_outbox_bytes(self._outbox_bytes + self._sending_bytes)
+
+    def drop_unsent(self) -> None:
+        """Forget every reply and event waiting for the sender; queue nothing more."""
+        self.overflowed = True
+        self._outbox = []
+        self._outbox_bytes = 0
+
+    def flush_soon(self) -> None:
+        """Wake the sender task (a transport queued bytes of its own)."""
+        self._wake.set()
+
+    def holds_anything(self) -> bool:
+        """Whether the idle timeout must spare this connection: a command in flight (a
+        parked pull or WaitJob included), an event subscription, or a job delivered
+        over it that is still active."""
+        if self.inflight > 0 or self._subscriber is not None:
+            return True
+        return bool(self.pulled_queues) and self.router.holds_jobs(self, self.pulled_queues)
 
     @property
     def outbox_pending(self) -> bool:
@@ -176,8 +205,12 @@ class Session:
             await self._wake.wait()
             self._wake = trio.Event()
             out, self._outbox = self._outbox, []
+            self._sending_bytes = self._outbox_bytes
             self._outbox_bytes = 0
             await send(out)
+            if self._sending_bytes:
+                self._sending_bytes = 0
+                self._report_outbox()
 
     # ------------------------------------------------------------------ requests
 

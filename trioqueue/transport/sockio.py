@@ -57,3 +57,21 @@ def write_now(fd: int, data: bytes | bytearray | memoryview) -> int:
         return os.write(fd, data)
     except OSError:  # BlockingIOError included
         return 0
+
+
+def discard_unread(fd: int, max_bytes: int) -> int:
+    """Read and drop what the socket already holds (at most ``max_bytes``), not waiting.
+
+    Closing a socket with unread bytes sends a reset, which can destroy the last frame
+    we wrote before the peer reads it; a socket emptied first closes with a FIN.
+    """
+    dropped = 0
+    while dropped < max_bytes:
+        try:
+            data = os.read(fd, min(1 << 16, max_bytes - dropped))
+        except OSError:  # BlockingIOError included: nothing more to read now
+            break
+        if not data:
+            break
+        dropped += len(data)
+    return dropped

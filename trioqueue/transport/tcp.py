@@ -2,25 +2,42 @@
 
 The reader takes whatever the socket has (up to 256 KiB), parses every complete frame in
 it and hands them to the session as one batch; the session's sender writes all pending
-replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.Config`:
-a declared frame length over ``max_frame_bytes`` gets an error frame and the connection
-is closed before the body is read; a partial frame that does not complete within
-``partial_frame_timeout_s`` (slowloris) closes the connection; an idle connection with no
-partial frame is never closed.
+replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.Config`
+(through :class:`~trioqueue.transport.limits.Shell`):
+
+- a declared frame length over ``max_frame_bytes`` gets an error frame and the
+  connection is closed before the body is read; before authentication (tokens set) the
+  cap is ``max_preauth_frame_bytes``;
+- a partial frame that does not complete within ``partial_frame_timeout_s`` (slowloris)
+  closes the connection; the partial frames of all connections together are bounded
+  by ``max_partial_frame_total_bytes`` (the largest holders are cut past it);
+- unsent replies are bounded per connection (``max_write_queue_bytes``) and all
+  together (``max_write_queue_total_bytes``);
+- with tokens set, a connection not authenticated within ``auth_timeout_s`` is closed;
+  one that sends nothing for ``idle_timeout_s`` and holds nothing is closed;
+- a connection past ``max_connections`` gets an error frame and is closed.
+
+Every deadline of a connection is kept in the shell's one :class:`Timers` heap, so a
+read costs no cancel scope and a connection no timer task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import socket
+import struct
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
-from .framing import FrameDecoder, FrameTooLarge
-from .session import KEPT, SENT, Session, overflow_notice
-from .sockio import DirectReader, write_now
+from .framing import HEADER_SIZE, FrameDecoder, FrameTooLarge
+from .limits import Shell, too_many_connections
+from .session import KEPT, SENT, Session, SessionHost, overflow_notice
+from .sockio import DirectReader, discard_unread, write_now
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -28,24 +45,66 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioqueue.tcp")
 
 RECEIVE_BYTES = 256 * 1024
+COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
+# What a deliberately closed connection may still have sent us, read and dropped before
+# the close, so that the close is a FIN (its last frame arrives) rather than a reset.
+DISCARD_ON_CLOSE_BYTES = 1 << 20
+
+
+def frame_too_large(size: int, limit: int) -> dict[str, Any]:
+    return {"ok": False, "error": f"Frame too large: {size} bytes exceeds maximum {limit}"}
+
+
+def preauth_frame_too_large(size: int, limit: int) -> dict[str, Any]:
+    return {"ok": False, "error": f"Frame too large before authentication: {size} bytes "
+                                  f"exceeds maximum {limit} (send Auth first)"}
+
+
+def _rest_of_frame(data: bytes, written: int) -> int:
+    """Bytes after ``written`` that finish the frame the socket took part of (0: none)."""
+    pos = 0
+    while pos < written:
+        pos += HEADER_SIZE + int.from_bytes(data[pos: pos + HEADER_SIZE], "big")
+    return pos - written
 
 
 class TcpConnection:
-    def __init__(self, broker: Broker, stream: trio.SocketStream) -> None:
-        self.broker = broker
+    def __init__(self, broker: SessionHost, stream: trio.SocketStream, shell: Shell) -> None:
         self.stream = stream
         self._fd = stream.socket.fileno()
-        self._pending = bytearray()  # encoded replies the socket has not taken yet
+        self._shell = shell
+        self._limits = limits = shell.limits
+        # Encoded replies the socket has not taken yet, as they were encoded (chunks of
+        # whole frames, but for the head): never copied into one growing buffer.
+        self._pending: deque[bytes | memoryview] = deque()
+        self._pending_bytes = 0
+        self._head = 0  # bytes at the front of _pending that end a frame already begun
+        self._sending = 0  # bytes handed to send_all and not yet all sent
         self._flushing = False
         self._reader = DirectReader(self._fd, RECEIVE_BYTES)
-        self._overflowed = False
+        self._closing = False  # a last frame is going out (or none): then the close
+        self._abort = False  # close with a reset (cut while the client was not reading)
         self._scope = trio.CancelScope()
         self.session = Session(broker, send_now=self._send_now)
         self.codec: Codec | None = None
+        self._authenticated = self.session.authenticated
+        self.decoder = FrameDecoder(
+            limits.max_frame_bytes,
+            None if self._authenticated else limits.preauth_frame_bytes())
+        self._partial_held = 0  # bytes of a partial frame charged to the shell's budget
+        # The clocks (trio time); the shell's timers call _expire when one may be due.
+        self._timer = shell.timers.handle(self._expire)
+        now = trio.current_time()
+        self._rx_at = now  # the last read (idle clock)
+        self._partial_at = math.inf
+        self._auth_at = (now + limits.auth_timeout_s
+                         if not self._authenticated and limits.auth_timeout_s else math.inf)
 
     def _codec(self) -> Codec:
         # Until a valid first map arrives we answer in msgpack, bunqueue's own codec.
         return self.codec or MSGPACK
+
+    # ------------------------------------------------------------------ replies
 
     def _send_now(self, replies: list[dict[str, Any]]) -> str:
         """Write replies straight to the non-blocking socket; queue what does not fit.
@@ -58,21 +117,29 @@ class TcpConnection:
         replies is cut off rather than allowed to grow the broker's memory.
         """
         data = encode_frames(self._codec(), replies)
-        if self._pending or self._flushing:
-            return self._queue(data)
+        if self._pending or self._flushing or self._closing:
+            return self._queue(data)  # behind what waits; nothing after a last frame
         written = write_now(self._fd, data)
         if written == len(data):
             return SENT
+        if written:
+            self._head = _rest_of_frame(data, written)
         return self._queue(memoryview(data)[written:])
 
     def _queue(self, data: bytes | memoryview) -> str:
-        if self._overflowed:
-            return KEPT  # closing: nothing more is queued behind the notice
-        self._pending += data
-        limit = self.broker.config.max_write_queue_bytes
-        if limit and len(self._pending) > limit:
+        if self._closing:
+            return KEPT  # closing: nothing more is queued behind the last frame
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        limit = self._limits.max_write_queue_bytes
+        if limit and self._pending_bytes > limit:
             self._overflow()
+        else:
+            self._charge_replies()
         return KEPT
+
+    def _charge_replies(self) -> None:
+        self._shell.replies.set(self, self._pending_bytes + self._sending)
 
     def _overflow(self) -> None:
         """Drop what the client did not read, tell it why, and close.
@@ -82,36 +149,140 @@ class TcpConnection:
         sent, or after ``overflow_notice_s`` for a client that reads nothing at all.
         """
         log.info("closing a connection that does not read its replies")
-        self._overflowed = True
+        self._close_after(overflow_notice(self._limits.max_write_queue_bytes),
+                          drop_unsent=True)
+
+    def _close_after(self, reply: dict[str, Any], *, drop_unsent: bool = False) -> None:
+        """Send ``reply`` as the last frame, then close (``overflow_notice_s`` at most)."""
+        if self._closing:
+            return
+        self._closing = True
+        if drop_unsent:
+            self._drop_unsent()
+        data: bytes | memoryview = encode_frames(self._codec(), [reply])
+        if not self._pending and not self._flushing:
+            data = memoryview(data)[write_now(self._fd, data):]
+        if data:
+            self._pending.append(data)
+            self._pending_bytes += len(data)
+        self._charge_replies()
+        if not self._pending and not self._flushing:
+            self._scope.cancel()
+            return
+        deadline = trio.current_time() + self._limits.overflow_notice_s
+        self._scope.deadline = min(self._scope.deadline, deadline)
+        self.session.flush_soon()
+
+    def _drop_unsent(self) -> None:
+        """Forget the queued replies but the end of a frame already begun on the wire."""
+        head = b""
+        if self._head and self._pending:
+            head = bytes(memoryview(self._pending[0])[:self._head])
         self._pending.clear()
-        notice = overflow_notice(self.broker.config.max_write_queue_bytes)
-        self._pending += encode_frames(self._codec(), [notice])
-        self._scope.deadline = trio.current_time() + self.broker.config.overflow_notice_s
+        self._pending_bytes = len(head)
+        if head:
+            self._pending.append(head)
+
+    def cut(self, budget: str) -> None:
+        """A broker-wide budget sheds this connection: drop what it holds, close now.
+
+        A client with replies still unsent is not reading: its connection is reset, so
+        the kernel drops what it buffered too (a FIN would wait behind that data). One
+        that is reading, or only sending, gets a notice and a normal close.
+        """
+        if self._scope.cancel_called:
+            return
+        self._abort = bool(self._pending) or self._flushing
+        if not self._abort:  # the wire is between frames
+            notice = {"ok": False, "error": f"Connection cut: the broker's {budget} "
+                                            "was reached and this connection held the most"}
+            write_now(self._fd, encode_frames(self._codec(), [notice]))
+        self._closing = True
+        # Freed now, not when the connection's objects are collected: the budget has
+        # already stopped counting them.
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.decoder.discard()
+        self._scope.cancel()
 
     async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
         # TCP replies never wait in the session's outbox: _send_now took them all.
         self._flushing = True
         try:
             while self._pending:
-                data = bytes(self._pending)
-                self._pending.clear()
+                data = self._next_chunk()
+                self._sending = len(data)
                 await self.stream.send_all(data)
+                self._sending = 0
+                self._charge_replies()
         finally:
             self._flushing = False
-        if self._overflowed:
-            self._scope.cancel()  # the notice is out: close
+        if self._closing:
+            self._scope.cancel()  # the last frame is out: close
+
+    def _next_chunk(self) -> bytes | memoryview:
+        """The next bytes to send: a large chunk as it is, small ones joined (up to
+        ``COALESCE_BYTES``), so a client that fell behind is not sent one frame per
+        ``send_all``."""
+        pending = self._pending
+        data = pending.popleft()
+        self._head = 0  # the head, if any, is on its way
+        if len(data) < COALESCE_BYTES and pending and len(pending[0]) < COALESCE_BYTES:
+            parts = [data]
+            size = len(data)
+            while pending and size < COALESCE_BYTES and len(pending[0]) < COALESCE_BYTES:
+                part = pending.popleft()
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+        self._pending_bytes -= len(data)
+        return data
+
+    # ------------------------------------------------------------------ clocks
+
+    def _next_deadline(self) -> float:
+        idle = self._limits.idle_timeout_s
+        return min(self._partial_at, self._auth_at,
+                   self._rx_at + idle if idle else math.inf)
+
+    def _expire(self, now: float) -> None:
+        """Called by the shell's timers: close the connection if one of its clocks ran out."""
+        if self._closing or self._scope.cancel_called:
+            return
+        if now >= self._partial_at:
+            log.info("closing a connection stuck in a partial frame")
+            self._scope.cancel()
+            return
+        if now >= self._auth_at:
+            log.info("closing a connection that did not authenticate within %g s",
+                     self._limits.auth_timeout_s)
+            self._close_after({"ok": False, "error": "Authentication timeout: no valid "
+                               f"Auth within {self._limits.auth_timeout_s:g} s"})
+            return
+        idle = self._limits.idle_timeout_s
+        if idle and now >= self._rx_at + idle:
+            if self.session.holds_anything():
+                self._rx_at = now  # it waits for us, not we for it: start again
+            else:
+                log.info("closing a connection idle for %g s", idle)
+                self._close_after({"ok": False, "error": "Idle timeout: nothing received "
+                                   f"for {idle:g} s"})
+                return
+        self._timer.arm(self._next_deadline())
+
+    # ------------------------------------------------------------------ reading
 
     async def serve(self) -> None:
-        config = self.broker.config
-        decoder = FrameDecoder(config.max_frame_bytes)
         session = self.session
+        self._timer.arm(self._next_deadline())
         try:
-            # _scope is cancelled when the client stops reading its replies.
+            # _scope is cancelled when the connection is to close: a client that does
+            # not read its replies, a clock that ran out, a budget that cut it.
             with self._scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(session.run_sender, self._send)
                     try:
-                        await self._read_loop(decoder, config.partial_frame_timeout_s)
+                        await self._read_loop()
                     finally:
                         nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -119,54 +290,109 @@ class TcpConnection:
             # this in an ExceptionGroup: it must end this connection, never the broker.
             pass
         finally:
+            self._timer.cancel()
+            self._shell.partial_frames.release(self)
+            self._shell.replies.release(self)
+            self._pending.clear()
+            self.decoder.discard()
             session.close()
+            if self._abort:
+                with contextlib.suppress(OSError):
+                    self.stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+            elif self._closing:
+                discard_unread(self._fd, DISCARD_ON_CLOSE_BYTES)
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await self.stream.aclose()
 
-    async def _read_loop(self, decoder: FrameDecoder, partial_timeout_s: float) -> None:
-        stream = self.stream
-        session = self.session
-        # The clock of a partial frame starts with its first bytes and stops only when a
-        # frame completes: more bytes of the same frame do not restart it (slowloris).
-        deadline = math.inf
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        decoder = self.decoder
+        handle = self.session.handle
+        limits = self._limits
+        timed = bool(limits.idle_timeout_s or limits.partial_frame_timeout_s)
         while True:
-            if not (decoder.has_partial and partial_timeout_s):
-                deadline = math.inf
-            elif deadline == math.inf:
-                deadline = trio.current_time() + partial_timeout_s
-            if deadline == math.inf:
-                data = await self._reader.receive()
-            else:
-                with trio.move_on_at(deadline) as scope:
-                    data = await self._reader.receive()
-                if scope.cancelled_caught:
-                    log.info("closing a connection stuck in a partial frame")
-                    return
+            data = await reader.receive()
             if not data:
                 return
+            now = trio.current_time() if timed else 0.0
+            self._rx_at = now
             try:
                 payloads = decoder.feed(data)
+                if self._partial_held or decoder.has_partial or not self._authenticated:
+                    await self._take(payloads, now)  # partial frames, or before Auth
+                elif payloads:  # the common read: whole frames, nothing left over
+                    await handle(self._decode(payloads))
             except FrameTooLarge as exc:
-                error = {
-                    "ok": False,
-                    "error": f"Frame too large: {exc.size} bytes exceeds maximum {exc.limit}",
-                }
-                with trio.move_on_after(1):
-                    await stream.send_all(encode_frames(self._codec(), [error]))
-                return
-            if not payloads:
-                continue
-            deadline = math.inf  # a frame completed: a pending tail gets its own clock
-            messages: list[tuple[Any, int]] = []
-            for payload in payloads:
-                if self.codec is None and payload:
-                    self.codec = detect_codec(payload[0])
-                codec = self._codec()
-                try:
-                    messages.append((codec.decode(payload), len(payload)))
-                except DecodeError as exc:
-                    messages.append((exc, len(payload)))
-            await session.handle(messages)
+                await self._last_frame(frame_too_large(exc.size, exc.limit))
+
+    async def _take(self, payloads: list[bytes], now: float) -> None:
+        """Serve the frames of one read; keep the partial frame's clock and charge."""
+        decoder = self.decoder
+        self._charge_partial()
+        if self._scope.cancel_called:
+            return  # cut by the budget: nothing more of this connection is served
+        self._clock_partial(bool(payloads), now)
+        if payloads:
+            await self.session.handle(self._decode(payloads))
+        if not self._authenticated and self.session.authenticated:
+            # Authenticated: the full frame cap, and no more authentication deadline.
+            self._authenticated = True
+            self._auth_at = math.inf
+            released = decoder.raise_limit(self._limits.max_frame_bytes)
+            self._charge_partial()
+            if released:
+                self._clock_partial(True, now)
+                await self.session.handle(self._decode(released))
+        if decoder.held is not None:
+            log.info("closing a connection that sent a %d-byte frame before Auth",
+                     decoder.held)
+            await self._last_frame(preauth_frame_too_large(decoder.held,
+                                                           decoder.limit_bytes))
+
+    def _clock_partial(self, completed: bool, now: float) -> None:
+        # The clock of a partial frame starts with its first bytes and stops only when a
+        # frame completes: more bytes of the same frame do not restart it (slowloris).
+        has_partial = self.decoder.has_partial
+        if completed or not has_partial:
+            self._partial_at = math.inf
+        timeout = self._limits.partial_frame_timeout_s
+        if timeout and has_partial and self._partial_at == math.inf:
+            self._partial_at = now + timeout
+            self._timer.arm(self._partial_at)
+
+    def _charge_partial(self) -> None:
+        held = self.decoder.buffered_bytes
+        if held != self._partial_held:
+            self._partial_held = held
+            self._shell.partial_frames.set(self, held)
+
+    async def _last_frame(self, reply: dict[str, Any]) -> None:
+        """Answer ``reply`` and stop reading; the connection closes once it is out."""
+        self._close_after(reply)
+        await trio.sleep_forever()  # _scope is cancelled when the frame is sent
+
+    def _decode(self, payloads: list[bytes]) -> list[tuple[Any, int]]:
+        messages: list[tuple[Any, int]] = []
+        for payload in payloads:
+            if self.codec is None and payload:
+                self.codec = detect_codec(payload[0])
+            codec = self._codec()
+            try:
+                messages.append((codec.decode(payload), len(payload)))
+            except DecodeError as exc:
+                messages.append((exc, len(payload)))
+        return messages
+
+
+async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
+    """Past ``max_connections``: one error frame (msgpack, bunqueue's codec), then close."""
+    shell.refusals.note("TCP")
+    fd = stream.socket.fileno()
+    refusal = {"ok": False, "error": too_many_connections(shell.limits.max_connections)}
+    write_now(fd, encode_frames(MSGPACK, [refusal]))
+    discard_unread(fd, DISCARD_ON_CLOSE_BYTES)
+    await stream.aclose()
 
 
 async def serve_tcp(
@@ -174,6 +400,7 @@ async def serve_tcp(
     host: str,
     port: int,
     *,
+    shell: Shell | None = None,
     handler_nursery: trio.Nursery | None = None,
     task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -181,21 +408,32 @@ async def serve_tcp(
 
     Connections run in ``handler_nursery`` when given, so that cancelling the accept
     loop (the first step of shutdown) does not cut the connections that are still
-    waiting for the replies of commands already accepted.
+    waiting for the replies of commands already accepted. ``shell`` is shared with the
+    WebSocket listener; without one, a shell of this listener's own is made (and its
+    timers run here).
     """
     listeners = await trio.open_tcp_listeners(port, host=host)
     limit = broker.connections
 
-    async def handler(stream: trio.SocketStream) -> None:
-        try:
-            limit.acquire_nowait()
-        except trio.WouldBlock:
-            await stream.aclose()
-            return
-        try:
-            await TcpConnection(broker, stream).serve()
-        finally:
-            limit.release()
+    async def serve(shell: Shell) -> None:
+        async def handler(stream: trio.SocketStream) -> None:
+            try:
+                limit.acquire_nowait()
+            except trio.WouldBlock:
+                await _refuse(stream, shell)
+                return
+            try:
+                await TcpConnection(broker, stream, shell).serve()
+            finally:
+                limit.release()
 
-    task_status.started(listeners)
-    await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
+        task_status.started(listeners)
+        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
+
+    if shell is not None:
+        await serve(shell)
+        return
+    own = Shell(broker.config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(own.timers.run)
+        await serve(own)

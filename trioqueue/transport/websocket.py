@@ -16,6 +16,7 @@ path asks ``?format=cbor``. With auth tokens set, events flow only after ``Auth`
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
@@ -25,7 +26,8 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
-from .session import Session
+from .limits import Shell
+from .session import Session, SessionHost
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -65,15 +67,27 @@ def matches(name: str, patterns: list[str]) -> bool:
 
 
 class WsConnection:
-    def __init__(self, broker: Broker, ws: WebSocketConnection, queue: str | None = None,
-                 event_codec: Codec = JSON) -> None:
-        self.broker = broker
+    def __init__(self, broker: SessionHost, ws: WebSocketConnection, shell: Shell,
+                 queue: str | None = None, event_codec: Codec = JSON) -> None:
         self.ws = ws
+        self._shell = shell
+        self._limits = limits = shell.limits
         self._scope = trio.CancelScope()
-        self.session = Session(broker, encode=self._encode, on_overflow=self._overflow)
+        self.session = Session(broker, encode=self._encode, on_overflow=self._overflow,
+                               on_outbox_bytes=self._charge_replies)
         self.queue = queue  # the path's queue filter (None: every queue)
         self.event_codec = event_codec
         self.patterns: list[str] | None = None  # None: legacy mode, raw events
+        # The clocks (trio time), checked by _expire when the shell's timers call it.
+        self._timer = shell.timers.handle(self._expire)
+        self._authenticated = self.session.authenticated
+        now = trio.current_time()
+        self._rx_at = now  # the last message (idle clock)
+        self._auth_at = (now + limits.auth_timeout_s
+                         if not self._authenticated and limits.auth_timeout_s else math.inf)
+        self._nursery: trio.Nursery | None = None
+        self._close_with: tuple[int, str] | None = None  # the close frame to send
+        self._close_grace_s = 0.0
 
     def _on_events(self, events: list[dict[str, Any]]) -> None:
         if not self.session.authenticated:
@@ -124,7 +138,60 @@ class WsConnection:
 
     def _overflow(self) -> None:
         # The session queued the notice; close once it is sent, or after a grace.
-        self._scope.deadline = trio.current_time() + self.broker.config.overflow_notice_s
+        self._scope.deadline = trio.current_time() + self._limits.overflow_notice_s
+
+    def _charge_replies(self, nbytes: int) -> None:
+        self._shell.replies.set(self, nbytes)
+
+    def cut(self, budget: str) -> None:
+        """A broker-wide budget sheds this connection: drop its unsent replies, close
+        now (no close handshake: a client that does not read would hold it)."""
+        self.session.drop_unsent()
+        self._close(1008, f"Connection cut: the broker's {budget} was reached", grace_s=0)
+
+    def _close(self, code: int, reason: str, *, grace_s: float | None = None) -> None:
+        """Close with ``code``: the close frame, then at most ``grace_s`` (default
+        ``ws_close_timeout_s``) for the client's; 0 closes the socket at once."""
+        if self._close_with is None:
+            self._close_with = (code, reason)
+            default = self._limits.ws_close_timeout_s
+            self._close_grace_s = default if grace_s is None else grace_s
+        self._scope.cancel()
+
+    # ------------------------------------------------------------------ clocks
+
+    def _expire(self, now: float) -> None:
+        """Called by the shell's timers: close, or ping, when a clock ran out."""
+        if self._close_with is not None or self._scope.cancel_called:
+            return
+        if now >= self._auth_at:
+            log.info("closing a WebSocket that did not authenticate within %g s",
+                     self._limits.auth_timeout_s)
+            self._close(1008, "Authentication timeout")
+            return
+        idle = self._limits.idle_timeout_s
+        if idle and now >= self._rx_at + idle:
+            self._rx_at = now  # held, or pinged: the clock starts again
+            if not self.session.holds_anything() and self._nursery is not None:
+                self._nursery.start_soon(self._ping)
+        self._timer.arm(self._next_deadline())
+
+    def _next_deadline(self) -> float:
+        idle = self._limits.idle_timeout_s
+        return min(self._auth_at, self._rx_at + idle if idle else math.inf)
+
+    async def _ping(self) -> None:
+        """Idle and holding nothing: a client that answers a ping (every WebSocket
+        library does) is alive and stays; one that does not is closed."""
+        with trio.move_on_after(self._limits.ws_close_timeout_s):
+            try:
+                await self.ws.ping()
+            except ConnectionClosed:
+                pass
+            return
+        log.info("closing a WebSocket idle for %g s that did not answer a ping",
+                 self._limits.idle_timeout_s)
+        self._close(1001, "Idle timeout")
 
     async def _send(self, messages: list[str | bytes]) -> None:
         for message in messages:
@@ -134,37 +201,46 @@ class WsConnection:
 
     async def serve(self) -> None:
         session = self.session
+        self._timer.arm(self._next_deadline())
         try:
-            with self._scope:  # cancelled when the client stops reading its replies
+            # cancelled when the client stops reading its replies, a clock runs out or
+            # a budget cuts the connection
+            with self._scope:
                 await self._serve(session)
         except* ConnectionClosed:
             # The client closed (or a limit did): the nursery wraps it in an
             # ExceptionGroup, which must end this connection, never the broker.
             pass
         finally:
+            self._timer.cancel()
+            self._shell.replies.release(self)
             session.close()
+        if self._close_with is not None:
+            # Cancelled (grace 0 included), aclose still closes the socket.
+            with trio.move_on_after(self._close_grace_s):
+                await self.ws.aclose(*self._close_with)
 
     async def _serve(self, session: Session) -> None:
-        self.broker.events.subscribe(self._on_events)
+        self.session.events.subscribe(self._on_events)
         try:
             await self._serve_messages(session)
         finally:
-            self.broker.events.unsubscribe(self._on_events)
+            self.session.events.unsubscribe(self._on_events)
 
     async def _serve_messages(self, session: Session) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(session.run_sender, self._send)
             try:
-                limit = self.broker.config.ws_max_message_bytes
+                idle = self._limits.idle_timeout_s
                 while True:
                     message = await self.ws.get_message()
+                    if idle:
+                        self._rx_at = trio.current_time()
                     codec: Codec = JSON if isinstance(message, str) else CBOR
                     raw = message.encode() if isinstance(message, str) else message
-                    if len(raw) > limit:
-                        # trio_websocket counts a text message in characters; the
-                        # limit is in bytes, so UTF-8 text is checked again here.
-                        await self.ws.aclose(1009, "Exceeded maximum message size: "
-                                             f"{limit} bytes")
+                    if len(raw) > self._message_limit():
+                        await self._refuse_size(len(raw))
                         return
                     try:
                         decoded: Any = codec.decode(raw)
@@ -175,47 +251,93 @@ class WsConnection:
                         self._subscription_command(decoded, codec)
                         continue
                     await session.handle([(decoded, len(raw))], tag=codec)
+                    if not self._authenticated and session.authenticated:
+                        self._authenticated = True
+                        self._auth_at = math.inf
             finally:
+                self._nursery = None
                 nursery.cancel_scope.cancel()
+
+    def _message_limit(self) -> int:
+        if self._authenticated:
+            return self._limits.ws_max_message_bytes
+        return min(self._limits.preauth_frame_bytes(), self._limits.ws_max_message_bytes)
+
+    async def _refuse_size(self, size: int) -> None:
+        # trio_websocket counts a text message in characters; the limits are in
+        # bytes, so UTF-8 text is checked again here (and the cap before Auth).
+        limit = self._message_limit()
+        if self._authenticated:
+            reason = f"Exceeded maximum message size: {limit} bytes"
+        else:
+            log.info("closing a WebSocket that sent a %d-byte message before Auth", size)
+            reason = f"Message too large before authentication (max {limit} bytes)"
+        await self.ws.aclose(1009, reason)
+
+
+async def _reject(request: WebSocketRequest, status: int, body: bytes) -> None:
+    """Refuse the upgrade with an HTTP status, then close the TCP connection.
+
+    trio-websocket (0.12) leaves the connection open after ``reject``: its reader task
+    keeps reading until the client hangs up, so every refused request would hold a
+    socket. Its private ``_close_stream`` ends that (tested by
+    ``tests/transport/test_hostile_clients.py``, so an upgrade that renames it is caught).
+    """
+    await request.reject(status, body=body)
+    close_stream = getattr(getattr(request, "_connection", None), "_close_stream", None)
+    if close_stream is not None:
+        await close_stream()
 
 
 async def serve_ws(broker: Broker, host: str, port: int, *,
+                   shell: Shell | None = None,
                    handler_nursery: trio.Nursery | None = None,
                    task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Accept WebSocket connections until cancelled (see serve_tcp for handler_nursery)."""
+    """Accept WebSocket connections until cancelled (see serve_tcp for handler_nursery
+    and ``shell``)."""
     config = broker.config
 
-    async def handler(request: WebSocketRequest) -> None:
-        path, _, query = request.path.partition("?")
-        path = path.rstrip("/") or "/"
-        queue: str | None = None
-        if path.startswith(QUEUE_PATH_PREFIX):
-            queue = unquote(path[len(QUEUE_PATH_PREFIX):])
-            try:
-                fields.queue_name(queue)
-            except Refused:
-                await request.reject(404, body=b"Not found")
+    async def serve(shell: Shell) -> None:
+        async def handler(request: WebSocketRequest) -> None:
+            path, _, query = request.path.partition("?")
+            path = path.rstrip("/") or "/"
+            queue: str | None = None
+            if path.startswith(QUEUE_PATH_PREFIX):
+                queue = unquote(path[len(QUEUE_PATH_PREFIX):])
+                try:
+                    fields.queue_name(queue)
+                except Refused:
+                    await _reject(request, 404, b"Not found")
+                    return
+            elif path != WS_PATH:
+                await _reject(request, 404, b"Not found")
                 return
-        elif path != WS_PATH:
-            await request.reject(404, body=b"Not found")
-            return
-        event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
-        try:
-            broker.connections.acquire_nowait()
-        except trio.WouldBlock:
-            await request.reject(503, body=b"Too many connections")
-            return
-        try:
-            ws = await request.accept()
-            await WsConnection(broker, ws, queue, event_codec).serve()
-        finally:
-            broker.connections.release()
+            event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
+            try:
+                broker.connections.acquire_nowait()
+            except trio.WouldBlock:
+                shell.refusals.note("WebSocket")
+                await _reject(request, 503, b"Too many connections")
+                return
+            try:
+                ws = await request.accept()
+                await WsConnection(broker, ws, shell, queue, event_codec).serve()
+            finally:
+                broker.connections.release()
 
-    await serve_websocket(
-        handler, host, port, ssl_context=None,
-        max_message_size=config.ws_max_message_bytes,
-        connect_timeout=config.ws_handshake_timeout_s,
-        disconnect_timeout=config.ws_close_timeout_s,
-        handler_nursery=handler_nursery,
-        task_status=task_status,
-    )
+        await serve_websocket(
+            handler, host, port, ssl_context=None,
+            max_message_size=config.ws_max_message_bytes,
+            connect_timeout=config.ws_handshake_timeout_s,
+            disconnect_timeout=config.ws_close_timeout_s,
+            handler_nursery=handler_nursery,
+            task_status=task_status,
+        )
+
+    if shell is not None:
+        await serve(shell)
+        return
+    own = Shell(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(own.timers.run)
+        await serve(own)

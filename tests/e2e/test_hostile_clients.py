@@ -1,0 +1,222 @@
+"""Hostile clients against the real broker process: memory read from /proc, many sockets.
+
+Issue 12's probe took the broker from 34 to 435 MB with 8 half-sent frames, and to
+1,065 MB with 15 clients that never read; 10,000 idle connections filled
+``max_connections``. These tests repeat smaller versions of those attacks against
+``trioqueue serve`` (a subprocess, so that its memory is its own: ``VmHWM``, the peak
+resident set, from ``/proc/<pid>/status``) and check the broker-wide bounds hold. Each
+is bounded in count and time; none sleeps to synchronise (``wait_until`` polls a
+condition with a deadline).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from trioqueue.testing import RawClient
+from trioqueue.testing.process import BrokerProcess
+from trioqueue.transport.framing import frame_header
+
+MIB = 1024 * 1024
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="reads the broker's memory from /proc")
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+
+
+@asynccontextmanager
+async def broker_process(tmp_path: Path, *flags: str) -> AsyncIterator[BrokerProcess]:
+    broker = BrokerProcess(tmp_path / "data", "--memory", *flags, env=clean_env())
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+def memory_bytes(broker: BrokerProcess, field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (the peak so far) of the broker, in bytes."""
+    assert broker.process is not None
+    with open(f"/proc/{broker.process.pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc status")
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    with trio.move_on_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.02)
+        return
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def peer_closed(client: RawClient) -> bool:
+    """Whether the broker closed (or reset) this connection, without reading from it."""
+    assert isinstance(client.stream, trio.SocketStream)
+    poller = select.poll()
+    poller.register(client.stream.socket.fileno(), select.POLLRDHUP)
+    return any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+               for _, mask in poller.poll(0))
+
+
+async def connect(port: int, rcvbuf: int = 0) -> RawClient:
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    await sock.connect(("127.0.0.1", port))
+    return RawClient(trio.SocketStream(sock))
+
+
+async def send_until_cut(client: RawClient, data: bytes) -> None:
+    try:
+        await client.send_raw(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # cut while sending: what the test wants to see
+
+
+# ------------------------------------------------------------------ max_partial_frame_total_bytes
+
+
+async def test_half_sent_frames_are_bounded_broker_wide(tmp_path: Path) -> None:
+    """8 connections each send 15 MiB of a 16 MiB frame and stop: 120 MiB without the
+    bound. With ``max_partial_frame_total_bytes`` 32 MiB, the largest holders are cut
+    and the broker's peak memory grows by about the bound, not by 120 MiB."""
+    bound = 32 * MIB
+    async with broker_process(tmp_path, "--max-frame-bytes", "16MiB",
+                              "--max-partial-frame-total-bytes", "32MiB") as broker:
+        healthy = await connect(broker.tcp_port)
+        await healthy.ok("Ping")
+        before = memory_bytes(broker, "VmRSS")
+        hogs = [await connect(broker.tcp_port) for _ in range(8)]
+        body = frame_header(16 * MIB) + b"x" * (15 * MIB)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for hog in hogs:
+                    nursery.start_soon(send_until_cut, hog, body)
+        # At most two whole 15 MiB partial frames fit in 32 MiB: six or more are cut.
+        await wait_until(lambda: sum(map(peer_closed, hogs)) >= 6, "six hogs to be cut")
+        grown = memory_bytes(broker, "VmHWM") - before
+        assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
+        with trio.fail_after(5):
+            await healthy.ok("Ping")
+
+
+# ------------------------------------------------------------------ max_write_queue_total_bytes
+
+
+async def test_unread_replies_are_bounded_broker_wide(tmp_path: Path) -> None:
+    """6 clients each ask for 20 MB of replies (200 x a 100 KB job) and read none: each
+    is under the per-connection bound (64 MiB), 120 MB together. With
+    ``max_write_queue_total_bytes`` 32 MiB the largest holders are cut and the broker's
+    peak memory grows by about the bound (plus the encoding of one batch of replies,
+    at most ``max_inflight_per_connection`` of them: 5 MB here)."""
+    bound = 32 * MIB
+    async with broker_process(tmp_path, "--max-write-queue-total-bytes", "32MiB",
+                              "--idle-timeout-s", "0") as broker:
+        healthy = await connect(broker.tcp_port)
+        job = await healthy.ok("PUSH", queue="big", name="n", data="y" * 100_000)
+        await healthy.ok("GetJob", id=job["id"])  # warm the path once
+        before = memory_bytes(broker, "VmRSS")
+        ask = healthy.frame({"cmd": "GetJob", "id": job["id"]}) * 200
+        hogs = [await connect(broker.tcp_port, rcvbuf=4096) for _ in range(6)]
+        for hog in hogs:
+            await send_until_cut(hog, ask)
+        # 120 MB asked for, at most 32 MiB kept: at least four are cut.
+        await wait_until(lambda: sum(map(peer_closed, hogs)) >= 4, "four hogs to be cut")
+        grown = memory_bytes(broker, "VmHWM") - before
+        assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
+        with trio.fail_after(5):
+            await healthy.ok("Ping")
+
+
+# ------------------------------------------------------------------ max_connections
+
+
+LIMIT = 1100  # above 1,024: a select()-sized descriptor table would break here
+
+
+def raise_fd_limit(need: int) -> Callable[[], None]:
+    """Raise this process's RLIMIT_NOFILE to ``need`` (the broker inherits it); returns
+    how to put it back. Skips the test, saying why, if the hard limit is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return lambda: None
+    if hard != resource.RLIM_INFINITY and hard < need:
+        reason = f"RLIMIT_NOFILE hard limit is {hard}, below the {need} this test needs"
+        print(reason)
+        pytest.skip(reason)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def answers_ping(port: int) -> RawClient | None:
+    """A new connection that answers a Ping, or None if the broker turned it away."""
+    client = await connect(port)
+    try:
+        reply = await client.call("Ping")
+    except (EOFError, trio.BrokenResourceError):
+        await client.aclose()
+        return None
+    assert reply["ok"] is True
+    return client
+
+
+async def test_max_connections_refuses_clearly_above_1024_descriptors(tmp_path: Path) -> None:
+    restore = raise_fd_limit(LIMIT + 400)
+    try:
+        env = clean_env()
+        broker = BrokerProcess(tmp_path / "data", "--memory", "--max-connections",
+                               str(LIMIT), "--idle-timeout-s", "0", env=env)
+        await broker.start()
+        clients: list[RawClient] = []
+        try:
+            with trio.fail_after(120):
+                for _ in range(LIMIT):
+                    clients.append(await connect(broker.tcp_port))
+                for client in clients:  # all pipelined, then every answer
+                    await client.send("Ping")
+                for client in clients:
+                    assert (await client.receive())["ok"] is True
+            assert broker.process is not None
+            fds = [int(fd) for fd in os.listdir(f"/proc/{broker.process.pid}/fd")]
+            assert len(fds) > LIMIT and max(fds) > 1024
+
+            extra = await connect(broker.tcp_port)
+            with trio.fail_after(5):
+                assert await extra.receive() == {
+                    "ok": False, "error": f"Too many connections (max {LIMIT})"}
+                assert await extra.is_closed()
+            await extra.aclose()
+
+            await clients.pop().aclose()
+            with trio.fail_after(10):  # the slot frees once the broker saw the close
+                while (again := await answers_ping(broker.tcp_port)) is None:
+                    await trio.sleep(0.02)
+            clients.append(again)
+            broker.process.send_signal(signal.SIGTERM)
+            assert await broker.wait_exit(timeout_s=30) == 0
+            assert f"refused 1 TCP connection(s) in the last second: max_connections " \
+                   f"({LIMIT}) reached".encode() in broker.log
+        finally:
+            for client in clients:
+                await client.aclose()
+            await broker.stop()
+    finally:
+        restore()

@@ -1,0 +1,257 @@
+"""What every connection of one broker shares: its limits, two byte budgets, one timer.
+
+A connection alone is bounded by its own limits (a frame, its unsent replies); these
+bound what all of them hold together, so that many connections cannot add up to the
+broker's memory (issue 12):
+
+- :class:`ByteBudget`: bytes held by connections (incomplete frames; unsent replies),
+  with one broker-wide bound. Past it, the connections holding the most are cut, one
+  by one, until the total is back under the bound: the largest holder is the likeliest
+  abuser, and cutting it frees the most.
+- :class:`Timers`: the connections' deadlines (authentication, idleness, a partial
+  frame), kept in one heap served by one task, so that a connection costs no timer
+  task (about 2.7 KB each) and a read no cancel scope.
+- :class:`Refusals`: connections turned away at ``max_connections``, logged at most
+  once a second with their count.
+
+:class:`Shell` bundles them with :class:`ConnectionLimits`, the numbers of
+:class:`~trioqueue.config.Config` a connection enforces; ``Server`` makes one for both
+listeners.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import trio
+
+from ..config import Config
+
+log = logging.getLogger("trioqueue.limits")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The limits one connection enforces (each is the Config field of its name)."""
+
+    max_frame_bytes: int
+    max_preauth_frame_bytes: int
+    partial_frame_timeout_s: float
+    max_write_queue_bytes: int
+    overflow_notice_s: float
+    auth_timeout_s: float
+    idle_timeout_s: float
+    max_connections: int
+    ws_max_message_bytes: int
+    ws_close_timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: Config) -> ConnectionLimits:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+    def preauth_frame_bytes(self) -> int:
+        """The frame cap before authentication (never above the cap after it)."""
+        if not self.max_preauth_frame_bytes:
+            return self.max_frame_bytes
+        return min(self.max_preauth_frame_bytes, self.max_frame_bytes)
+
+
+class Holder(Protocol):
+    """A connection as a budget sees it: something to cut."""
+
+    def cut(self, budget: str) -> None: ...
+
+
+class ByteBudget:
+    """Bytes held by many connections, bounded together (``limit_bytes``; 0: no bound).
+
+    Each holder reports what it holds now (:meth:`set`); a report that takes the total
+    over the bound cuts the largest holders until it is back under. A cut holder is
+    forgotten at once (its memory is freed as its task ends), and must close.
+    """
+
+    __slots__ = ("limit_bytes", "name", "total", "_held", "cuts")
+
+    def __init__(self, limit_bytes: int, name: str) -> None:
+        self.limit_bytes = limit_bytes
+        self.name = name  # the Config field, named in the log line and the notice
+        self.total = 0
+        self._held: dict[Holder, int] = {}
+        self.cuts = 0  # holders cut so far
+
+    def held(self, holder: Holder) -> int:
+        return self._held.get(holder, 0)
+
+    def set(self, holder: Holder, nbytes: int) -> None:
+        old = self._held.pop(holder, 0)
+        if nbytes > 0:
+            self._held[holder] = nbytes
+        self.total += nbytes - old
+        if self.limit_bytes and self.total > self.limit_bytes:
+            self._shed()
+
+    def release(self, holder: Holder) -> None:
+        self.total -= self._held.pop(holder, 0)
+
+    def _shed(self) -> None:
+        # A scan of the holders, only when over the bound: a heap kept in step with
+        # every report would cost the hot path; a cut is rare.
+        while self.total > self.limit_bytes and self._held:
+            victim = max(self._held, key=self._held.__getitem__)
+            held = self._held.pop(victim)
+            self.total -= held
+            self.cuts += 1
+            log.info("cutting a connection holding %d bytes: %s (%d) reached",
+                     held, self.name, self.limit_bytes)
+            victim.cut(self.name)
+
+
+class TimerHandle:
+    """A connection's place in :class:`Timers` (``Timers.handle``).
+
+    :meth:`arm` asks for a call of the callback at ``when`` (with the time then); a
+    handle already armed earlier is not armed again. The callback checks its
+    connection's clocks and arms again for the next one. :meth:`cancel` when the
+    connection ends: its entries are dropped from the heap soon after (see
+    :class:`Timers`), and hold only this handle meanwhile, not the connection.
+    """
+
+    __slots__ = ("callback", "armed_at", "entries", "_timers")
+
+    def __init__(self, timers: Timers, callback: Callable[[float], None]) -> None:
+        self._timers = timers
+        self.callback: Callable[[float], None] | None = callback
+        self.armed_at = math.inf  # the earliest entry of this handle in the heap
+        self.entries = 0  # its entries in the heap
+
+    def arm(self, when: float) -> None:
+        if when < self.armed_at and self.callback is not None:
+            self._timers._push(self, when)
+
+    def cancel(self) -> None:
+        if self.callback is not None:
+            self.callback = None
+            self._timers._forget(self)
+
+
+class Timers:
+    """Deadlines of many connections in one heap, served by :meth:`run` (one task).
+
+    Entries are not removed when a deadline moves: a stale one costs one call that
+    finds nothing due. Entries of cancelled handles are counted, and the heap is
+    rebuilt without them once they are most of it, so connections that come and go
+    leave nothing behind (amortised O(1) per connection).
+    """
+
+    # Callbacks run per pass at most; the rest in the next (a flood of connections
+    # that all expire together must not hold the event loop).
+    MAX_PER_PASS = 500
+    DEAD_SLACK = 32  # cancelled entries tolerated before a rebuild is considered
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._seq = itertools.count()
+        self._scope: trio.CancelScope | None = None
+        self._dead = 0  # entries of cancelled handles still in the heap
+
+    def handle(self, callback: Callable[[float], None]) -> TimerHandle:
+        return TimerHandle(self, callback)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def _push(self, handle: TimerHandle, when: float) -> None:
+        handle.armed_at = when
+        handle.entries += 1
+        heapq.heappush(self._heap, (when, next(self._seq), handle))
+        scope = self._scope
+        if scope is not None and when < scope.deadline:
+            scope.deadline = when
+
+    def _forget(self, handle: TimerHandle) -> None:
+        self._dead += handle.entries
+        handle.entries = 0
+        heap = self._heap
+        if self._dead >= self.DEAD_SLACK and 2 * self._dead > len(heap):
+            self._heap = [entry for entry in heap if entry[2].callback is not None]
+            heapq.heapify(self._heap)
+            self._dead = 0
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            heap = self._heap
+            with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as scope:
+                self._scope = scope
+                await trio.sleep_forever()
+            self._scope = None
+            self._fire(trio.current_time())
+            await trio.lowlevel.checkpoint()
+
+    def _fire(self, now: float) -> None:
+        for _ in range(self.MAX_PER_PASS):
+            heap = self._heap  # a callback may rebuild it
+            if not heap or heap[0][0] > now:
+                return
+            when, _, handle = heapq.heappop(heap)
+            callback = handle.callback
+            if callback is None:
+                self._dead -= 1
+                continue
+            handle.entries -= 1
+            if when >= handle.armed_at:
+                handle.armed_at = math.inf  # its earliest entry: armed no more
+            try:
+                callback(now)
+            except Exception:  # a bug in one connection's check must not end the rest
+                log.exception("connection timer failed")
+
+
+class Refusals:
+    """Connections turned away at ``max_connections``: one log line a second at most."""
+
+    __slots__ = ("limit", "count", "_unlogged", "_logged_at")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._unlogged = 0
+        self._logged_at = -math.inf
+
+    def note(self, transport: str) -> None:
+        self.count += 1
+        self._unlogged += 1
+        now = trio.current_time()
+        if now - self._logged_at >= 1.0:
+            log.warning("refused %d %s connection(s) in the last second: max_connections "
+                        "(%d) reached", self._unlogged, transport, self.limit)
+            self._unlogged = 0
+            self._logged_at = now
+
+
+def too_many_connections(limit: int) -> str:
+    return f"Too many connections (max {limit})"
+
+
+class Shell:
+    """The broker-wide state of the I/O shell: limits, budgets, timers, refusals.
+
+    ``timers.run`` must be running (``Server`` starts it beside the connections) for
+    the authentication, idle and partial-frame deadlines to be enforced.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.limits = ConnectionLimits.from_config(config)
+        self.auth_on = bool(config.auth_tokens)
+        self.partial_frames = ByteBudget(config.max_partial_frame_total_bytes,
+                                         "max_partial_frame_total_bytes")
+        self.replies = ByteBudget(config.max_write_queue_total_bytes,
+                                  "max_write_queue_total_bytes")
+        self.timers = Timers()
+        self.refusals = Refusals(config.max_connections)
