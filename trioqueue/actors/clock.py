@@ -63,25 +63,27 @@ class PauseWatch:
         self.grace_ms = math.ceil(grace_s * 1000)
         self.pauses = 0
         self.resumed_ms = 0
-        self._last: float | None = None  # trio time of the last look; None: not running
+        self._last: int | None = None  # wall ms of the last look; None: not running
 
-    def check(self) -> int:
-        """Look at the clock; the number of pauses seen so far."""
+    def check(self, now_ms: int | None = None) -> int:
+        """Look at the clock (``now_ms``: a reading of it the caller just took, as an
+        actor's step has: a read of trio's clock is a chain of three calls); the number
+        of pauses seen so far."""
         last = self._last
         if last is not None:
-            now = trio.current_time()
-            if now - last > PAUSE_MIN_S:
+            now = self._clock.now_ms() if now_ms is None else now_ms
+            if now - last > PAUSE_MIN_S * 1000:
                 self.pauses += 1
-                self.resumed_ms = self._clock.now_ms()
+                self.resumed_ms = now
                 log.warning("the broker's loop did not run for %.1f s (stopped or held): "
                             "no lease expires in the next %.1f s, so holders can renew",
-                            now - last, self.grace_ms / 1000)
+                            (now - last) / 1000, self.grace_ms / 1000)
             self._last = now
         return self.pauses
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        self._last = trio.current_time()
+        self._last = self._clock.now_ms()
         task_status.started()
         try:
             while True:

@@ -265,7 +265,7 @@ class QueueActor:
         q = self.state
         now = self._clock.now_ms()
         pauses = self._pauses  # looked at before anything here can judge a lock
-        if pauses is not None and pauses.check() != self._pauses_told:
+        if pauses is not None and pauses.check(now) != self._pauses_told:
             self._pauses_told = pauses.pauses
             q.hold_expiry(pauses.resumed_ms, pauses.grace_ms)
         q.events_enabled = self._events.active
