@@ -192,8 +192,12 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     q._promote_due(now)  # what is due already is not "delayed"
     heap = q._delayed
     promoted = 0
+    # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
+    # a listing move and a put), so a slice takes half as many (in process at 200k jobs, a
+    # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms).
+    per_slice = max(1, SLICE_JOBS // 2)
     while heap and (count is None or promoted < count):
-        for _ in range(SLICE_JOBS):
+        for _ in range(per_slice):
             if not heap or (count is not None and promoted >= count):
                 break
             job = q._pop_delayed()
