@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import os
 import resource
-import select
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
 from trioqueue.testing import RawClient
+from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.process import BrokerProcess
 from trioqueue.transport.framing import frame_header
+
+wait_until = partial(_wait_until, timeout_s=30.0)  # this file's deadline
 
 MIB = 1024 * 1024
 
@@ -59,21 +62,8 @@ def memory_bytes(broker: BrokerProcess, field: str) -> int:
     raise AssertionError(f"no {field} in /proc status")
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    with trio.move_on_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def peer_closed(client: RawClient) -> bool:
-    """Whether the broker closed (or reset) this connection, without reading from it."""
-    assert isinstance(client.stream, trio.SocketStream)
-    poller = select.poll()
-    poller.register(client.stream.socket.fileno(), select.POLLRDHUP)
-    return any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-               for _, mask in poller.poll(0))
 
 
 async def connect(port: int, rcvbuf: int = 0) -> RawClient:
@@ -111,7 +101,7 @@ async def test_half_sent_frames_are_bounded_broker_wide(tmp_path: Path) -> None:
                 for hog in hogs:
                     nursery.start_soon(send_until_cut, hog, body)
         # At most two whole 15 MiB partial frames fit in 32 MiB: six or more are cut.
-        await wait_until(lambda: sum(map(peer_closed, hogs)) >= 6, "six hogs to be cut")
+        await wait_until(lambda: sum(hog.peer_closed() for hog in hogs) >= 6, "six hogs to be cut")
         grown = memory_bytes(broker, "VmHWM") - before
         assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
         with trio.fail_after(5):
@@ -139,7 +129,7 @@ async def test_unread_replies_are_bounded_broker_wide(tmp_path: Path) -> None:
         for hog in hogs:
             await send_until_cut(hog, ask)
         # 120 MB asked for, at most 32 MiB kept: at least four are cut.
-        await wait_until(lambda: sum(map(peer_closed, hogs)) >= 4, "four hogs to be cut")
+        await wait_until(lambda: sum(hog.peer_closed() for hog in hogs) >= 4, "four hogs to be cut")
         grown = memory_bytes(broker, "VmHWM") - before
         assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
         with trio.fail_after(5):

@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 from trioqueue.core.job import TIMELINE_MAX
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.deadline import wait_until
 from trioqueue.testing.tasks import count_tasks, wait_for_task_count
 from trioqueue.transport import tcp, websocket
 from trioqueue.transport.codec import CBOR, MSGPACK, Codec, detect_codec
@@ -59,14 +60,6 @@ INTERNAL_ERROR = "Internal server error"
 # ---------------------------------------------------------------------------- helpers
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0,
-                     poll_s: float = 0.01) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout_s``."""
-    deadline = trio.current_time() + timeout_s
-    while not predicate():
-        if trio.current_time() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await trio.sleep(poll_s)
 
 
 async def connect(server: Server, codec: str = "msgpack") -> RawClient:

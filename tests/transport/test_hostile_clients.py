@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import select
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -24,9 +23,12 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.transport.codec import MSGPACK
 from trioqueue.transport.framing import encode_frame, frame_header
 from trioqueue.transport.limits import ByteBudget
+
+wait_until = partial(_wait_until, timeout_s=10.0)  # this file's deadline
 
 StartServer = Callable[..., Awaitable[Server]]
 MockClock = trio.testing.MockClock
@@ -43,22 +45,8 @@ async def connect(server: Server, rcvbuf: int = 0) -> RawClient:
     return RawClient(trio.SocketStream(sock))
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout_s``."""
-    with trio.move_on_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.005)
-        return
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def peer_closed(client: RawClient) -> bool:
-    """Whether the broker closed this connection, without reading what it sent."""
-    assert isinstance(client.stream, trio.SocketStream)
-    poller = select.poll()
-    poller.register(client.stream.socket.fileno(), select.POLLRDHUP)
-    return any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-               for _, mask in poller.poll(0))
 
 
 def totals(budget: ByteBudget, nbytes: int) -> bool:
@@ -374,10 +362,10 @@ async def test_past_the_partial_frame_budget_the_largest_holder_is_cut(
         # The fourth takes the total over the budget: the first (the largest) goes.
         held = sent if i < 3 else sent - sizes[0]
         await wait_until(partial(totals, budget, held), f"the broker to buffer {held} bytes")
-    await wait_until(lambda: peer_closed(hogs[0]), "the largest holder to be cut")
+    await wait_until(lambda: hogs[0].peer_closed(), "the largest holder to be cut")
     assert budget.cuts == 1
     assert budget.total == sum(sizes[1:]) <= limit
-    assert not any(peer_closed(hog) for hog in hogs[1:])
+    assert not any(hog.peer_closed() for hog in hogs[1:])
     with trio.fail_after(5):
         notice = await hogs[0].receive()
     assert notice["error"].startswith("Connection cut: the broker's "
@@ -416,7 +404,7 @@ async def test_past_the_reply_budget_the_largest_holder_is_cut_and_its_lease_rel
     others = [await connect(server, rcvbuf=4096) for _ in range(2)]
     for other in others:
         await other.send_raw(ask * 20)
-    await wait_until(lambda: peer_closed(leaser), "the largest holder to be cut")
+    await wait_until(lambda: leaser.peer_closed(), "the largest holder to be cut")
     assert budget.total <= limit
     # Cut like any closed connection: its un-renewed job goes back to the queue.
     with trio.fail_after(5):

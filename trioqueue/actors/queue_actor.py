@@ -395,6 +395,11 @@ class QueueActor:
         self._current = None
         self._finish_batch()
 
+    def holds_jobs_of(self, conn: Any) -> bool:
+        """Whether a job delivered over ``conn`` is still active here (a read on the one
+        trio thread, between steps: for the idle timeout of that connection)."""
+        return bool(self.state.conn_jobs.get(conn))
+
     @property
     def backlog_size(self) -> int:
         """Commands accepted but not applied yet (long work in progress counts one)."""

@@ -355,7 +355,7 @@ class Router(DependentsIndex):
         """
         for name in queues:
             actor = self.actors.get(name)
-            if actor is not None and actor.state.conn_jobs.get(conn):
+            if actor is not None and actor.holds_jobs_of(conn):
                 return True
         return False
 

@@ -117,17 +117,17 @@ CLIENT_VALUED = frozenset({
 # the same millisecond (a PUSHB or PULLB moves hundreds of jobs at one ``now``), and no
 # code changes an entry once it is in a timeline: sharing it saves a dict and a float,
 # 224 bytes, per live job.
-shared_timeline_entries: dict[str, tuple[float, dict[str, Any]]] = {}
+_last_entries: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
 def timeline_entry(state: str, timestamp: float) -> dict[str, Any]:
     """``{"state": state, "timestamp": float(timestamp)}``, shared with the jobs that made
     the same transition at the same time. Never change the dict it returns."""
-    last = shared_timeline_entries.get(state)
+    last = _last_entries.get(state)
     if last is not None and last[0] == timestamp:
         return last[1]
     entry = {"state": state, "timestamp": float(timestamp)}
-    shared_timeline_entries[state] = (timestamp, entry)
+    _last_entries[state] = (timestamp, entry)
     return entry
 
 
@@ -308,14 +308,8 @@ class JobRecord:
             if extra:
                 entry: dict[str, Any] = {"state": state, "timestamp": float(timestamp)}
                 entry.update(extra)
-            else:  # timeline_entry inline: this runs per pull and ack
-                shared = shared_timeline_entries
-                last = shared.get(state)
-                if last is not None and last[0] == timestamp:
-                    entry = last[1]
-                else:
-                    entry = {"state": state, "timestamp": float(timestamp)}
-                    shared[state] = (timestamp, entry)
+            else:
+                entry = timeline_entry(state, timestamp)
             if type(self.timeline) is tuple:  # the shared empty one
                 self.timeline = []
             self.timeline.append(entry)

@@ -8,6 +8,7 @@ event frames without a ``reqId``.
 from __future__ import annotations
 
 import itertools
+import select
 from typing import Any
 
 import trio
@@ -33,6 +34,15 @@ class RawClient:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
+
+    def peer_closed(self) -> bool:
+        """Whether the broker closed (or reset) this connection, without reading what it
+        sent (a TCP stream only)."""
+        assert isinstance(self.stream, trio.SocketStream)
+        poller = select.poll()
+        poller.register(self.stream.socket.fileno(), select.POLLRDHUP)
+        return any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+                   for _, mask in poller.poll(0))
 
     def frame(self, msg: dict[str, Any]) -> bytes:
         return encode_frame(self.codec.encode(msg))

@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 def _next_ready(q: QueueState, now: int) -> JobRecord | None:
     """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
-    d = q._delayed
-    if d and d[0][0] <= now:  # the call only when something is due
-        q._promote_due(now)
+    q._promote_due(now)
     ready = q._ready
     while ready:
         *_, seq, job_id = heapq.heappop(ready)

@@ -33,11 +33,8 @@ def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
     if state == QUEUED:
         if delta < 0:
             # A due job may still sit in the delayed heap (and count): promote first,
-            # so the counter it leaves is the one it was added to. (The heap's head is
-            # looked at here: the call is skipped when nothing is due, as mostly.)
-            d = q._delayed
-            if d and d[0][0] <= now:
-                q._promote_due(now)
+            # so the counter it leaves is the one it was added to.
+            q._promote_due(now)
         if job.run_at > now:
             c.delayed += delta
             place = places.delayed

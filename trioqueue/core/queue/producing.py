@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ids import uuid7
-from ..job import JobRecord, shared_timeline_entries
+from ..job import JobRecord, timeline_entry
 from ..writes import PutJob
 
 if TYPE_CHECKING:
@@ -55,15 +55,9 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
     q._seq += 1
-    first = "delayed" if delayed else "waiting"
-    shared = shared_timeline_entries  # timeline_entry, inline (the hot path)
-    last = shared.get(first)
-    if last is not None and last[0] == now:
-        entry = last[1]
-    else:
-        entry = {"state": first, "timestamp": float(now)}
-        shared[first] = (now, entry)
-    job = JobRecord.admit(job_id, q.name, created, run_at, q._seq, [entry], spec)
+    job = JobRecord.admit(
+        job_id, q.name, created, run_at, q._seq,
+        [timeline_entry("delayed" if delayed else "waiting", now)], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)

@@ -106,12 +106,8 @@ def _batches(order: CreationOrder) -> Iterator[list[str]]:
     while len(order):
         batch: list[str] = []
         for group in order.groups():
-            ids = list(group)
-            i = 0
-            while i < len(ids):
-                take = SLICE_JOBS - len(batch)
-                batch += ids[i:i + take]
-                i += take
+            for job_id in list(group):
+                batch.append(job_id)
                 if len(batch) == SLICE_JOBS:
                     yield batch
                     batch = []
