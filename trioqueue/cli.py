@@ -31,6 +31,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "memory": ("TRIOQUEUE_MEMORY",),
     "store_max_bytes": ("TRIOQUEUE_STORE_MAX_BYTES",),
     "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
+    "store_finish_allowance_bytes": ("TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES",),
     "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
 }
 
@@ -200,7 +201,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     level = args.log_level or _env(env, "log_level")
     if level:
         config.log_level = level.lower()
-    for setting in ("store_max_bytes", "store_reserve_bytes"):
+    for setting in ("store_max_bytes", "store_reserve_bytes", "store_finish_allowance_bytes"):
         raw = getattr(args, setting)
         if raw is None:
             raw = _env(env, setting)
@@ -239,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store-reserve-bytes",
                        help="space kept for existing jobs once new ones are refused "
                             "(default 1/32 of the maximum, at least 8MiB, at most 1/4)")
+    serve.add_argument("--store-finish-allowance-bytes",
+                       help="result, error and stack trace each live job may keep when it "
+                            "finishes, held back from new jobs (default 1KiB)")
     serve.add_argument("--lease-grace-after-pause-s", dest="lease_grace_after_pause_s",
                        help="after a pause of the broker itself (SIGSTOP, a frozen VM), "
                             "no lease expires for this many seconds, so holders can "

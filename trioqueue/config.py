@@ -38,7 +38,10 @@ class Config:
     store_reserve_bytes``; the reserve is kept for what existing jobs still have to
     write (pulls, acks, failures, moves, deletes), so a full store never stops jobs
     already accepted from being processed. ``store_reserve_bytes`` defaults to
-    :func:`default_reserve_bytes` of the maximum.
+    :func:`default_reserve_bytes` of the maximum. Beyond that fixed reserve, the room
+    every live job may still need to be pulled and finished (its record's pages again,
+    and ``store_finish_allowance_bytes`` of result and error) is held back from new
+    jobs as well.
     """
 
     host: str = "127.0.0.1"
@@ -100,6 +103,9 @@ class Config:
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
     store_reserve_bytes: int | None = None  # None: default_reserve_bytes(max)
+    # What each live job may keep when it finishes (result, error, stack trace), held
+    # back for it while new jobs are admitted; beyond it a finish draws on the reserve.
+    store_finish_allowance_bytes: int = 1024
 
     def store_limit_bytes(self) -> int | None:
         """The store's maximum in bytes, or None for a memory store with no limit."""
@@ -130,6 +136,8 @@ class Config:
             raise ValueError("store_max_bytes must be positive")
         if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:
             raise ValueError("store_reserve_bytes must be at least 0")
+        if self.store_finish_allowance_bytes < 0:
+            raise ValueError("store_finish_allowance_bytes must be at least 0")
         limit = self.store_limit_bytes()
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.

@@ -135,6 +135,9 @@ class FakeBroker:
         self.measures.append(exact)
         return self.exact_room if exact else self.bound_room
 
+    def admit_need(self, frame_bytes: int | None, jobs: int) -> int:
+        return frame_bytes or 0  # what these tests pass is the need itself
+
 
 def admission(broker: FakeBroker) -> Admission:
     return Admission(broker)
@@ -172,3 +175,18 @@ def test_admit_estimate_grows_with_frame_and_jobs() -> None:
     assert admit_estimate(None) == admit_estimate(0) > 0
     assert admit_estimate(1000) > admit_estimate(100)
     assert admit_estimate(1000, jobs=10) > admit_estimate(1000, jobs=1)
+
+
+def test_a_command_asked_again_after_need_data_is_charged_once() -> None:
+    """A handler that needs a stored read first runs again with the same request: it
+    must get the same answer, not be charged a second time (it was refused at twice
+    its need, so a store with room for one more job refused it)."""
+    # exact: what the bound said, less the first job, committed before the measure
+    broker = FakeBroker(bound_room=1_000, exact_room=400)
+    batch = admission(broker)
+    first, second = object(), object()
+    assert not batch.refuses(600, request=first)
+    assert not batch.refuses(600, request=first)  # the re-run: same answer, no charge
+    assert batch.refuses(600, request=second)  # 400 left
+    assert batch.refuses(600, request=second)
+    assert not batch.refuses(400, request=object())

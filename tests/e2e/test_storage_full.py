@@ -9,7 +9,9 @@ storage"):
   (the whole batch), PUSHF and MoveToWait of a dead-lettered job; the broker keeps
   serving and its writer never failed;
 - a refused job does not exist (GetJob, counts), every acknowledged one does;
-- PULL, ACK and FAIL of existing jobs work while full;
+- PULL, ACK and FAIL of existing jobs work while full, and every accepted job can be
+  pulled and finished (acknowledged with a result, or dead-lettered with its stack)
+  without a commit failing for lack of space;
 - ACK with removeOnComplete, or Obliterate, frees space and new jobs are taken again;
 - LMDB: a broker restarted on the full store has every acknowledged change.
 """
@@ -70,14 +72,14 @@ async def fill_with_batches(client: RawClient, queue: str,
     raise AssertionError("the store never filled up")
 
 
-async def fill_with_pushes(client: RawClient, queue: str,
-                           prefix: str) -> tuple[list[str], str]:
+async def fill_with_pushes(client: RawClient, queue: str, prefix: str,
+                           data: Any = None) -> tuple[list[str], str]:
     """Single PUSHes until one is refused: (ids acknowledged, the refused id)."""
     accepted: list[str] = []
     for n in range(100_000):
         job_id = f"{prefix}{n}"
-        reply = await client.call("PUSH", queue=queue, name="j", data={"pad": PAD},
-                                  jobId=job_id)
+        reply = await client.call("PUSH", queue=queue, name="j",
+                                  data={"pad": PAD} if data is None else data, jobId=job_id)
         if not reply["ok"]:
             assert is_full(reply), reply
             return accepted, job_id
@@ -87,24 +89,21 @@ async def fill_with_pushes(client: RawClient, queue: str,
 
 
 async def fill(client: RawClient, queue: str) -> list[str]:
-    """Fill the store to the last single job; returns every acknowledged id."""
+    """Fill the store to the last small job (with a one-letter id, no data, the
+    smallest a job can be); returns every acknowledged id."""
     accepted, refused_batch = await fill_with_batches(client, queue, "b")
     await assert_missing(client, refused_batch)  # the whole batch, not a prefix of it
     singles, refused = await fill_with_pushes(client, queue, "s")
     await assert_missing(client, [refused])
-    return accepted + singles
+    tiny, refused = await fill_with_pushes(client, queue, "t", data={})
+    await assert_missing(client, [refused])
+    return accepted + singles + tiny
 
 
-async def work_past_the_limit(client: RawClient, server: Server, queue: str) -> list[str]:
-    """PULL and ACK (keeping a result) one job at a time until the store uses more
-    than its admission limit, as read from the broker: jobs already accepted may
-    write into the reserve. Past the limit every new job is refused whatever its
-    size, so the checks that follow do not depend on the admission estimate."""
-    broker = server.broker
-    assert broker.admit_limit_bytes is not None
+async def work(client: RawClient, queue: str, n: int) -> list[str]:
+    """PULL and ACK (keeping a result) ``n`` jobs, one at a time: the ids."""
     done: list[str] = []
-    while broker.storage.used_bytes() <= broker.admit_limit_bytes:
-        assert len(done) < 2000, "finishing jobs should grow the store"
+    for _ in range(n):
         pulled = await client.ok("PULL", queue=queue, timeout=0, owner="w")
         job_id = pulled["job"]["id"]
         await client.ok("ACK", id=job_id, token=pulled["token"], result={"n": len(done)})
@@ -145,22 +144,11 @@ async def test_a_full_store_refuses_new_jobs_and_serves_existing_ones(
     await client.ok("FAIL", id="dead", error="boom")
 
     accepted = await fill(client, "q")
-    assert len(accepted) > 1000
+    assert len(accepted) > 100
     assert await queued_ids(client, "q") == set(accepted)  # every acknowledged job
     assert (await counts(client, "q"))["waiting"] == len(accepted)
 
-    # The broker keeps serving existing jobs while full: PULL, ACK, FAIL, even once
-    # their writes take the store past the limit, into the reserve.
-    await client.ok("Ping")
-    acked = await work_past_the_limit(client, server, "q")
-    assert (await client.ok("GetResult", id=acked[0]))["result"] == {"n": 0}
-    failing = await client.ok("PULL", queue="q", timeout=0, owner="w")
-    await client.ok("FAIL", id=failing["job"]["id"], token=failing["token"], error="no")
-    assert (await client.ok("GetState", id=failing["job"]["id"]))["state"] == "delayed"
-    assert not server.broker.writer.failed
-
-    # Past the limit, new jobs of every kind are refused, however small, and leave
-    # no trace.
+    # Full: new jobs of every kind are refused, however small, and leave no trace.
     assert is_full(await client.call("PUSH", queue="q", name="j", data={}, jobId="late"))
     assert is_full(await client.call("PUSHB", queue="other", jobs=[job("o1")]))
     assert is_full(await client.call("MoveToWait", id="dead"))
@@ -168,6 +156,16 @@ async def test_a_full_store_refuses_new_jobs_and_serves_existing_ones(
     flow = [{"id": "fp", "queue": "f", "input": {"name": "p", "data": {}}}]
     assert is_full(await client.call("PUSHF", jobs=flow))
     await assert_missing(client, ["late", "o1", "fp"])
+
+    # The broker keeps serving existing jobs while full: PULL, ACK, FAIL, their writes
+    # going into the room held back for them.
+    await client.ok("Ping")
+    acked = await work(client, "q", 20)
+    assert (await client.ok("GetResult", id=acked[0]))["result"] == {"n": 0}
+    failing = await client.ok("PULL", queue="q", timeout=0, owner="w")
+    await client.ok("FAIL", id=failing["job"]["id"], token=failing["token"], error="no")
+    assert (await client.ok("GetState", id=failing["job"]["id"]))["state"] == "delayed"
+    assert not server.broker.writer.failed
     now = await counts(client, "q")
     assert (now["waiting"], now["delayed"]) == (len(accepted) - len(acked) - 1, 1)
     assert now["completed"] == len(acked)
@@ -191,6 +189,50 @@ async def test_a_full_store_refuses_new_jobs_and_serves_existing_ones(
     again, _ = await fill_with_batches(client, "q", "again")
     assert len(again) >= len(accepted) // 2
     assert not server.broker.writer.failed
+
+
+RESULT = {"summary": "r" * 600}  # within the default finish allowance (1 KiB)
+STACK = [f"  File \"worker.py\", line {n}, in step_{n}" for n in range(10)]
+
+
+async def test_every_accepted_job_can_be_finished_from_a_full_store(
+    start_server: StartServer, limits: dict[str, Any]
+) -> None:
+    """Issue 12: fill the store with ~1 KB jobs until new ones are refused, then pull
+    them in large batches (their records grow while active) and finish every one:
+    95% acknowledged with a result, 5% failed for good with an error and a stack
+    trace (dead-lettered). No commit may fail for lack of space on the way."""
+    server = await start_server(**limits)
+    client = await connect(server)
+    pad = "d" * 1000
+    accepted: list[str] = []
+    for _ in range(10_000):
+        reply = await client.call("PUSHB", queue="q", jobs=[
+            {"name": "j", "data": {"pad": pad}, "maxAttempts": 1} for _ in range(20)])
+        if not reply["ok"]:
+            assert is_full(reply), reply
+            break
+        accepted.extend(reply["ids"])
+    assert len(accepted) >= 60, "the store should take some jobs"
+    failed = 0
+    finished = 0
+    while finished < len(accepted):
+        reply = await client.ok("PULLB", queue="q", count=100, timeout=0, owner="w")
+        assert reply["jobs"], f"{len(accepted) - finished} accepted jobs are missing"
+        for pulled, token in zip(reply["jobs"], reply["tokens"], strict=True):
+            if finished % 20 == 7:
+                await client.ok("FAIL", id=pulled["id"], token=token,
+                                error="ValueError: bad input", stack=STACK)
+                failed += 1
+            else:
+                await client.ok("ACK", id=pulled["id"], token=token, result=RESULT)
+            finished += 1
+    assert not server.broker.writer.failed
+    now = await counts(client, "q")
+    assert (now["completed"], now["failed"]) == (len(accepted) - failed, failed)
+    assert (now["waiting"], now["active"]) == (0, 0)
+    storage = server.broker.storage
+    assert storage.max_bytes is not None and storage.used_bytes() <= storage.max_bytes
 
 
 async def test_a_pipelined_burst_is_cut_cleanly(
@@ -241,15 +283,15 @@ async def test_a_restart_on_a_full_lmdb_store_loses_nothing_acknowledged(
     async with running(tmp_path, **limits) as server:
         client = await connect(server)
         accepted = await fill(client, "q")
-        done = await work_past_the_limit(client, server, "q")
+        done = await work(client, "q", 20)
         await client.aclose()
     async with running(tmp_path, **limits) as server:
         client = await connect(server)
         assert await queued_ids(client, "q") == set(accepted) - set(done)
         for n, job_id in enumerate(done):
             assert (await client.ok("GetResult", id=job_id))["result"] == {"n": n}
-        # still full after the restart, and still retriable
-        assert is_full(await client.call("PUSH", queue="q", name="j", data={}))
+        # full again once filled after the restart, and still retriable
+        await fill_with_pushes(client, "q", "after-restart")
         await client.ok("Obliterate", queue="q")
         await client.ok("PUSH", queue="q", name="j", data={}, jobId="after")
         await client.aclose()
@@ -302,3 +344,12 @@ def test_flags_and_environment() -> None:
     for bad in ("lots", "-1", "1.5GiB", "2PB", ""):
         with pytest.raises(SystemExit):
             parse(["--store-max-bytes", bad])
+
+
+def test_the_finish_allowance_flag_and_variable() -> None:
+    assert Config().store_finish_allowance_bytes == KIB
+    assert parse(["--store-finish-allowance-bytes", "2KiB"]).store_finish_allowance_bytes == 2 * KIB
+    env = {"TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES": "300"}
+    assert parse([], env).store_finish_allowance_bytes == 300
+    with pytest.raises(ValueError):
+        Config(store_finish_allowance_bytes=-1).validate()

@@ -15,7 +15,8 @@ ADMIT_JOB_BYTES = 512
 
 
 def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
-    """The bytes a command creating ``jobs`` jobs from a ``frame_bytes`` frame may add."""
+    """The bytes the records of ``jobs`` jobs made from a ``frame_bytes`` frame may add
+    (what they will need to be pulled and finished comes on top: Broker.admit_need)."""
     return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
 
 
@@ -23,30 +24,48 @@ class StoreRoom(Protocol):
     def storage_room(self, *, exact: bool) -> int:
         """Bytes new jobs may still take (see Broker.storage_room)."""
 
+    def admit_need(self, frame_bytes: int | None, jobs: int) -> int:
+        """Bytes a command creating ``jobs`` jobs from a ``frame_bytes`` frame takes
+        from that room: its records and what they will need to finish."""
+
 
 class Admission:
     """Whether new jobs still fit, for one batch of commands (or one PUSHF).
 
     The store is measured once, when the batch's first job-creating command asks, and
-    what the batch admits after that is counted with :func:`admit_estimate`, so a batch
-    costs one measurement, not one per job. The first measure is the store's cheap
-    upper bound (:meth:`~trioqueue.storage.port.Storage.used_bytes_bound`, one LMDB
-    call); only when that bound says "maybe full" is the exact figure taken, after
-    committing what is pending so the measure includes it. Refusing on the bound
-    alone would refuse jobs that fit; taking the exact figure every time would cost
+    what the batch admits after that is counted with an estimate (:func:`admit_estimate`
+    and what those jobs will need to finish), so a batch costs one measurement, not one
+    per job. The first measure is the store's cheap upper bound
+    (:meth:`~trioqueue.storage.port.Storage.space_bound`, one LMDB call); only when
+    that bound says "maybe full" is the exact figure taken, after committing what is
+    pending so the measure includes it. Refusing on the bound alone would refuse jobs
+    that fit; taking the exact figure every time would cost
     every batch a read transaction and one stat per database.
     """
 
-    __slots__ = ("_store", "_room", "_exact")
+    __slots__ = ("_store", "_room", "_exact", "_last", "_last_refused")
 
     def __init__(self, store: StoreRoom) -> None:
         self._store = store
         self._room: int | None = None  # bytes new jobs may still take; < 0 when full
         self._exact = False
+        # The command last asked about and the answer it got: a handler that needs a
+        # stored read first (NeedData) runs again with the same request, which must
+        # get the same answer, not be charged twice (it was refused at 2x its need).
+        self._last: object = None
+        self._last_refused = False
 
-    def refuses(self, need: int) -> bool:
-        """True when ``need`` more bytes of new jobs would take the store past its
-        admission limit (``max - reserve``); otherwise ``need`` is counted as taken."""
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        """True when a command creating ``jobs`` jobs from a ``frame_bytes`` frame would
+        take the store past its admission limit; otherwise its need is counted as taken.
+        Asked again for the same ``request`` (not None), it answers as the first time."""
+        if request is not None and request is self._last:
+            return self._last_refused
+        self._last = request
+        self._last_refused = refused = self._charge(self._store.admit_need(frame_bytes, jobs))
+        return refused
+
+    def _charge(self, need: int) -> bool:
         if self._room is None:
             self._room = self._store.storage_room(exact=False)
         if need > self._room and not self._exact:

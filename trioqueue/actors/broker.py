@@ -24,7 +24,7 @@ from ..core.clock import Clock
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
-from .admission import Admission
+from .admission import Admission, admit_estimate
 from .clock import PauseWatch, TrioClock
 from .events import EventHub
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
@@ -62,6 +62,7 @@ class Broker:
             if reserve >= store_max:
                 raise ValueError("store_reserve_bytes must be less than the store's maximum")
             self.admit_limit_bytes = store_max - reserve
+        self._finish_allowance_bytes = config.store_finish_allowance_bytes
         self._clock = clock
         self.writer = StorageWriter(self.storage, fsync=config.fsync,
                                     fsync_interval_s=config.fsync_interval_s)
@@ -109,19 +110,30 @@ class Broker:
             self.writer.commit_now()
 
     def storage_room(self, *, exact: bool) -> int:
-        """Bytes new jobs may still take before the reserve (negative: refuse them).
+        """Bytes new jobs may still take (negative: refuse them): the admission limit
+        (``max - reserve``), less what is used, less what the live jobs may still
+        write to be pulled and finished (Storage.finish_bytes), so that every job
+        accepted can be finished even once new ones are refused.
 
-        ``exact=False`` answers from the store's cheap upper bound of its use, a lower
-        bound of the room. ``exact=True`` commits what is pending first (writes held
-        for an fsync, this batch's earlier commands), so they are counted; that costs
-        an extra transaction, but only for a store that is nearly full.
+        ``exact=False`` answers from the store's cheap upper bounds, a lower bound of
+        the room. ``exact=True`` commits what is pending first (writes held for an
+        fsync, this batch's earlier commands), so they are counted; that costs an
+        extra transaction, but only for a store that is nearly full.
         """
         limit = self.admit_limit_bytes
         assert limit is not None
-        if not exact:
-            return limit - self.storage.used_bytes_bound()
-        self.commit_if_inline()
-        return limit - self.storage.used_bytes()
+        storage = self.storage
+        if exact:
+            self.commit_if_inline()
+            space = storage.space()
+        else:
+            space = storage.space_bound()
+        return limit - space.used_bytes - storage.finish_bytes(
+            space.live_bytes, space.live_jobs, self._finish_allowance_bytes)
+
+    def admit_need(self, frame_bytes: int | None, jobs: int) -> int:
+        record = admit_estimate(frame_bytes, jobs)
+        return record + self.storage.finish_bytes(record, jobs, self._finish_allowance_bytes)
 
     def _new_actor(self, name: str) -> QueueActor:
         """A queue's actor, given what it uses, and started in the broker's nursery."""

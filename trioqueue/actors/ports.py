@@ -56,7 +56,8 @@ class EventSink(Protocol):
 class AdmissionCheck(Protocol):
     """Room for new jobs, for one batch (see actors.admission.Admission)."""
 
-    def refuses(self, need: int) -> bool: ...
+    def refuses(self, frame_bytes: int | None, jobs: int = 1,
+                request: object = None) -> bool: ...
 
 
 # A fresh check per batch; None where the store has no limit (nothing is checked).

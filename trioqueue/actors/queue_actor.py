@@ -43,7 +43,6 @@ from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from ..storage.reads import fetch
-from .admission import admit_estimate
 from .clock import PauseWatch
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
@@ -436,8 +435,8 @@ class QueueActor:
                 if jobs is not None:
                     if admission is None:
                         admission = new_admission()
-                    ctx.storage_full = admission.refuses(
-                        admit_estimate(req.frame_bytes, jobs(req.msg)))
+                    ctx.storage_full = admission.refuses(req.frame_bytes,
+                                                                jobs(req.msg), req)
             try:
                 result = handler(q, req.msg, ctx)
             except NeedData as need:

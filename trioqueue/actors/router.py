@@ -34,7 +34,6 @@ from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
-from .admission import admit_estimate
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
@@ -308,7 +307,7 @@ class Router(DependentsIndex):
             raise Refused(f"Too many queues (max {limits.max_queues})")
         # Last of the checks, first before any change: a refused flow leaves no trace.
         if self._admission is not None and self._admission().refuses(
-                admit_estimate(req.frame_bytes, len(items))):
+                req.frame_bytes, len(items)):
             raise Refused(STORAGE_FULL)
         writes = Writes()
         writes.durable = True

@@ -24,7 +24,7 @@ from typing import Any
 from ..core.writes import Writes
 from . import keys as K
 from .ops import validate_writes
-from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
+from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import page_window
 
 _MISSING: Any = object()
@@ -52,6 +52,7 @@ class MemoryStorage(Storage):
         # so deleting a parent drops one dict instead of scanning every row
         self._deps: dict[bytes, dict[bytes, bytes]] = {}
         self._bytes = 0
+        self._live_bytes = 0  # of _bytes: the live records (keys and values)
         self._closed = False
 
     @property
@@ -65,6 +66,9 @@ class MemoryStorage(Storage):
 
     def used_bytes(self) -> int:
         return self._bytes
+
+    def space(self) -> Space:
+        return Space(self._bytes, self._live_bytes, len(self._live))
 
     # --- writes ---------------------------------------------------------------------
 
@@ -133,6 +137,9 @@ class MemoryStorage(Storage):
             table[key] = value
         delta = _size(key, value) - _size(key, old)
         self._bytes += delta
+        live = table is self._live
+        if live:
+            self._live_bytes += delta
 
         def restore() -> None:
             if old is _MISSING:
@@ -140,6 +147,8 @@ class MemoryStorage(Storage):
             else:
                 table[key] = old
             self._bytes -= delta
+            if live:
+                self._live_bytes -= delta
 
         undo.append(restore)
         return old

@@ -30,6 +30,23 @@ class StorageFullError(Exception):
     """The store has no room left for the writes; nothing of the batch was applied."""
 
 
+class Space(NamedTuple):
+    """What a store holds, for the admission of new jobs (docs/durability.md, "Full
+    storage"): enough to say how much the jobs already accepted may still write."""
+
+    used_bytes: int  # what the committed data occupies
+    live_bytes: int  # of which the records of live jobs take this much
+    live_jobs: int  # live job records stored
+
+
+# What finishing one job adds besides its result and error, in a store that keeps
+# exactly the bytes it is given (the memory store): the finished-index key (queue,
+# state, createdAt, id), the result's key, and the record's growth on the way (lock
+# and timing fields, two timeline entries). Generous: an estimate of a small, fixed
+# size, so the reserve it feeds errs on the safe side.
+FINISH_JOB_BYTES = 384
+
+
 @dataclass
 class Recovered:
     """What a restart rebuilds the queues from."""
@@ -184,3 +201,25 @@ class Storage(abc.ABC):
         that the store is far from full. Adapters override it when they have a bound
         much cheaper than the exact figure."""
         return self.used_bytes()
+
+    def space(self) -> Space:
+        """:meth:`used_bytes` with what the live jobs take of it, from one snapshot."""
+        return Space(self.used_bytes(), 0, 0)
+
+    def space_bound(self) -> Space:
+        """Upper bounds of :meth:`space`'s three figures, as cheap as
+        :meth:`used_bytes_bound` (adapters with a cheap bound override it)."""
+        return self.space()
+
+    def finish_bytes(self, live_bytes: int, live_jobs: int, allowance_bytes: int) -> int:
+        """The most that pulling and finishing ``live_jobs`` jobs whose records take
+        ``live_bytes`` may add to this store, if each keeps at most ``allowance_bytes``
+        of result, error and stack trace.
+
+        This is the part of the store the jobs already accepted have a claim on: new
+        jobs are admitted only while it still fits (docs/durability.md, "Full
+        storage"). The answer is the layout's: this default suits a store that counts
+        exactly the bytes it keeps, where a finished record replaces the live one;
+        a store of pages (LMDB) must add what its page splits may cost.
+        """
+        return live_jobs * (allowance_bytes + FINISH_JOB_BYTES)
