@@ -86,12 +86,13 @@ def test_processing_timeout_retries_then_dead_letters() -> None:
     h = QueueHarness()
     job_id = push(h, NOW, timeout=1_000, maxAttempts=2, backoff=0)
     pull(h, NOW)
-    h.call("tick", NOW + 999)
-    assert job(h, job_id, NOW + 999)["state"] == "active"
+    # never early on the ms clock: the pull at reading NOW may have been at NOW + 0.9
     h.call("tick", NOW + 1_000)
-    assert job(h, job_id, NOW + 1_000)["attempts"] == 1
+    assert job(h, job_id, NOW + 1_000)["state"] == "active"
+    h.call("tick", NOW + 1_001)
+    assert job(h, job_id, NOW + 1_001)["attempts"] == 1
     pull(h, NOW + 2_000)
-    h.call("tick", NOW + 3_000)
+    h.call("tick", NOW + 3_001)
     record = h.storage.get_finished(job_id)
     assert record is not None and record["dlq"]["reason"] == "timeout"
     assert record["dlq"]["error"] == "Job timeout exceeded"

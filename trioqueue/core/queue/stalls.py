@@ -11,13 +11,13 @@ later step, so other queues are served in between) rather than after ``STALL_CHE
 from __future__ import annotations
 
 import heapq
-import math
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
 from ..job import ACTIVE, JobRecord
+from .leases import lease_deadline
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -38,8 +38,8 @@ def _watch(q: QueueState, job: JobRecord, now: int) -> None:
     if q._next_stall_check is None:
         q._next_stall_check = now + STALL_CHECK_MS
     if job.timeout:
-        deadline = math.ceil(now + job.timeout)
-        heapq.heappush(q._timeouts, (deadline, job.id, now))
+        # As a lease: never before ``timeout`` ms have passed on the ms clock (issue 12)
+        heapq.heappush(q._timeouts, (lease_deadline(now, job.timeout), job.id, now))
 
 
 class StallWatch:
