@@ -13,6 +13,11 @@ an already running one with ``--target HOST:PORT``), with ``--jobs`` N (default
   own duration and the probe's worst latency (GetJobs at N/2, PromoteJobs of N delayed
   jobs, Drain of N waiting jobs, Obliterate of N completed jobs, and an idle window with
   N active jobs, in which the stall sweep runs every 5 s);
+- the broker's own slow steps (started here with ``--log-slow-step-ms``, default 10):
+  for each heavy command and each section, how many task steps held the event loop
+  10 ms or more, the worst by wall time and by CPU time (CPU time excludes the time the
+  OS gave the core to another process, so it tells the broker's slow steps from a
+  noisy machine's);
 - WaitJob holds: broker time per hold registered at the first ``--holds-low`` holds and
   at the last of ``--holds-high`` holds (40 per connection, the broker's per-connection
   limit), the latency of a WaitJob refused at that limit (it counts the holds first),
@@ -68,6 +73,7 @@ HOLD_TIMEOUT_MS = 600_000  # WaitJob's maximum: holds outlive the run
 HOLDS_PER_CONN = 40  # the broker's default max_wait_holds_per_connection
 PAGE = 100
 READY = re.compile(rb"trioqueue ready: tcp [^:]+:(\d+) ws [^:]+:(\d+)")
+SLOW = re.compile(rb"slow step: (.+) held the event loop ([\d.]+) ms \(([\d.]+) ms CPU\)")
 
 
 class StepError(Exception):
@@ -131,10 +137,13 @@ def table(rows: list[Row]) -> str:
 class LocalBroker:
     """``python -m trioqueue serve`` on a temporary LMDB directory and free ports."""
 
-    def __init__(self, data_dir: str, fsync: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, data_dir: str, fsync: str, timeout_s: float = 30.0,
+                 slow_step_ms: float = 0) -> None:
         args = [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1",
                 "--tcp-port", "0", "--ws-port", "0", "--data-dir", data_dir,
-                "--fsync", fsync]
+                "--fsync", fsync, "--log-slow-step-ms", str(slow_step_ms)]
+        # The broker's own slow steps, from its log: (task, wall ms, CPU ms).
+        self.slow: list[tuple[str, float, float]] = []
         # stderr carries the ready line (and the log): a thread reads it to the end,
         # keeping the last few kilobytes, so the broker never blocks on a full pipe.
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -153,6 +162,10 @@ class LocalBroker:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:  # until the broker exits and closes its stderr
             self.tail = (self.tail + line)[-8192:]
+            slow = SLOW.search(line)
+            if slow:
+                self.slow.append((slow[1].decode(errors="replace"), float(slow[2]),
+                                  float(slow[3])))
             if not self.port:
                 match = READY.search(line)
                 if match:
@@ -302,6 +315,8 @@ class Bench:
         self.calls = calls
         self.pid = pid
         self.conns: list[Conn] = []
+        # The broker's slow steps (task, wall ms, CPU ms), when it was started here.
+        self.slow: list[tuple[str, float, float]] | None = None
         self.main = self.connect()
         self.probe = Probe(self.connect, io_timeout_s)
         self.run = Run(jobs)
@@ -426,9 +441,13 @@ class Bench:
 
     def stall(self, section: str, label: str, cmd: str, **fields: Any) -> dict[str, Any]:
         """One heavy command with the probe watching: its time and the probe's worst."""
+        first = len(self.slow) if self.slow is not None else 0
         with self.probe.watch() as seen:
             reply, secs = self.timed(cmd, **fields)
         note = f"probe error {seen['error']}" if "error" in seen else ""
+        if self.slow is not None:
+            time.sleep(0.2)  # the broker's log lines reach the reader thread
+            note = (note + " " + slow_text(self.slow[first:])).strip()
         self.run.add(section, f"stall: {label}",
                      f"own {secs * 1000:,.1f} ms, probe max {seen['max_ms']:,.1f} ms "
                      f"(p99 {seen['p99_ms']:.1f} ms, {seen['over_10ms']:.0f} of "
@@ -651,6 +670,16 @@ class Bench:
         return out
 
 
+def slow_text(steps: list[tuple[str, float, float]]) -> str:
+    """The broker's steps of 10 ms or more: how many, the worst by wall and by CPU."""
+    if not steps:
+        return "broker: no step >= 10 ms"
+    wall = max(steps, key=lambda step: step[1])
+    cpu = max(steps, key=lambda step: step[2])
+    return (f"broker: {len(steps)} steps >= 10 ms, worst {wall[1]:.1f} ms "
+            f"({wall[2]:.1f} CPU, {wall[0]}), most CPU {cpu[2]:.1f} ms ({cpu[0]})")
+
+
 def offsets(n: int) -> list[int]:
     return sorted({0, n // 2, max(0, n - PAGE)})
 
@@ -697,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit-s", type=float, default=300.0, help="cap per load step")
     ap.add_argument("--io-timeout-s", type=float, default=120.0, help="socket timeout")
     ap.add_argument("--json", metavar="PATH", help="write the rows here")
+    ap.add_argument("--slow-step-ms", type=float, default=10.0,
+                    help="the broker started here logs its steps this long (0: off); "
+                         "the rows and each section report them")
     args = ap.parse_args(argv)
     if args.jobs < 2 * PAGE or args.calls < 1 or args.cycles < 1 or not (
             HOLDS_PER_CONN <= args.holds_low <= args.holds_high):
@@ -711,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp = tempfile.TemporaryDirectory(prefix="bench-scale-")
             data_dir = os.path.join(tmp.name, "data")
         try:
-            broker = LocalBroker(data_dir, args.fsync)
+            broker = LocalBroker(data_dir, args.fsync, slow_step_ms=args.slow_step_ms)
         except Exception as exc:  # noqa: BLE001
             print(f"cannot start a broker: {exc}", file=sys.stderr)
             return 2
@@ -722,6 +754,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench = Bench(host, port, args.jobs, args.time_limit_s, args.io_timeout_s,
                           args.calls, pid)
+            if broker is not None and args.slow_step_ms > 0:
+                bench.slow = broker.slow
         except OSError as exc:
             print(f"cannot reach {host}:{port}: {exc}", file=sys.stderr)
             return 2
@@ -740,11 +774,16 @@ def main(argv: list[str] | None = None) -> int:
             if name == "live" and "memory" in args.sections:
                 continue  # the memory section's first full queue measured it
             print(f"== {name}", flush=True)
+            first = len(bench.slow) if bench.slow is not None else 0
             try:
                 steps[name]()
             except Exception as exc:  # noqa: BLE001 - one broken section must not stop the rest
                 bench.run.errors.append(f"{name}: {type(exc).__name__}: {exc}")
                 print(f"  {name} failed: {type(exc).__name__}: {exc}", flush=True)
+            if bench.slow is not None:
+                time.sleep(0.2)  # the broker's last log lines reach the reader thread
+                bench.run.add(name, "broker steps >= 10 ms, whole section",
+                              slow_text(bench.slow[first:]))
         bench.close()
         run = bench.run
         print()

@@ -33,6 +33,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
     "store_finish_allowance_bytes": ("TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES",),
     "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
+    "log_slow_step_ms": ("TRIOQUEUE_LOG_SLOW_STEP_MS",),
 }
 
 # The connection limits of Config, each a flag (--max-connections) and a TRIOQUEUE_*
@@ -166,16 +167,18 @@ def _auth_tokens_from(config: Config, args: argparse.Namespace,
         config.auth_tokens = _tokens(found[1], found[0])
 
 
-def _lease_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    raw = args.lease_grace_after_pause_s
-    if raw is None:
-        raw = _env(env, "lease_grace_after_pause_s")
-    if raw is not None:
-        try:
-            config.lease_grace_after_pause_s = float(raw)
-        except ValueError:
-            raise SystemExit(f"Invalid lease-grace-after-pause-s: {raw!r} "
-                             "(expected seconds)") from None
+def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    for setting, unit in (("lease_grace_after_pause_s", "seconds"),
+                          ("log_slow_step_ms", "milliseconds")):
+        raw = getattr(args, setting)
+        if raw is None:
+            raw = _env(env, setting)
+        if raw is not None:
+            try:
+                setattr(config, setting, float(raw))
+            except ValueError:
+                raise SystemExit(f"Invalid {setting.replace('_', '-')}: {raw!r} "
+                                 f"(expected {unit})") from None
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
@@ -214,7 +217,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         if memory_env.strip().lower() not in _TRUE | _FALSE:
             raise SystemExit(f"Invalid TRIOQUEUE_MEMORY: {memory_env!r} (expected a boolean)")
         config.memory = memory_env.strip().lower() in _TRUE
-    _lease_settings(config, args, env)
+    _float_settings(config, args, env)
     _limits_from(config, args, env)
     return config
 
@@ -234,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when commits reach the disk (default interval)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--log-slow-step-ms", dest="log_slow_step_ms",
+                       help="log a warning for every step of a task that holds the event "
+                            "loop this long, with its CPU time (default 0: off; it costs "
+                            "a few percent while on)")
     serve.add_argument("--store-max-bytes",
                        help="most the store may hold, e.g. 10GiB (default 1TiB for LMDB, "
                             "unlimited with --memory)")

@@ -56,6 +56,9 @@ class Config:
     fsync: str = "interval"
     fsync_interval_s: float = 0.2
     log_level: str = "info"
+    # Log every task step that holds the event loop this long (0: off; standalone
+    # broker only; see trioqueue/actors/slow_steps.py).
+    log_slow_step_ms: float = 0.0
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
@@ -130,6 +133,8 @@ class Config:
                 raise ValueError(f"{name} must be between 0 and 65535")
         if self.fsync_interval_s <= 0:
             raise ValueError("fsync_interval_s must be positive")
+        if not 0 <= self.log_slow_step_ms < math.inf:
+            raise ValueError("log_slow_step_ms must be a finite number, 0 or more")
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:

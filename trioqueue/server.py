@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from .actors.broker import Broker
+from .actors.slow_steps import SlowSteps
 from .config import Config
 from .transport.limits import Shell
 from .transport.tcp import serve_tcp
@@ -123,6 +124,8 @@ def tune_gc(config: Config) -> None:
 async def serve(config: Config, broker: Broker | None = None) -> None:
     """Run until SIGINT or SIGTERM (``broker``: a prepared one, e.g. on a faulty store)."""
     tune_gc(config)
+    if config.log_slow_step_ms > 0:
+        trio.lowlevel.add_instrument(SlowSteps(config.log_slow_step_ms))
     server = Server(config, broker)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:

@@ -1,0 +1,53 @@
+"""The slow-step log: a step that holds the event loop past the threshold is logged
+with its task's name, wall time and CPU time; quick steps are not."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import trio
+
+from trioqueue.actors.slow_steps import SlowSteps
+from trioqueue.cli import build_parser, config_from
+from trioqueue.config import Config
+
+
+async def test_a_step_over_the_threshold_is_logged_with_its_cpu_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    watch = SlowSteps(threshold_ms=20)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        async def busy() -> None:
+            end = time.thread_time() + 0.03  # 30 ms of CPU in one step
+            while time.thread_time() < end:
+                pass
+
+        async def quick() -> None:
+            await trio.lowlevel.checkpoint()
+
+        with caplog.at_level(logging.WARNING, logger="trioqueue.slow_steps"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(quick, name="quick-task")
+                nursery.start_soon(busy, name="busy-task")
+    finally:
+        trio.lowlevel.remove_instrument(watch)
+    lines = [r.getMessage() for r in caplog.records]
+    assert watch.slow == len(lines) >= 1
+    assert any("busy-task held the event loop" in line for line in lines), lines
+    assert not any("quick-task" in line for line in lines)
+    assert watch.worst_cpu_ms >= 30
+
+
+def test_the_flag_and_variable() -> None:
+    args = build_parser().parse_args(["serve", "--log-slow-step-ms", "10"])
+    assert config_from(args, {}).log_slow_step_ms == 10
+    args = build_parser().parse_args(["serve"])
+    assert config_from(args, {"TRIOQUEUE_LOG_SLOW_STEP_MS": "2.5"}).log_slow_step_ms == 2.5
+    assert Config().log_slow_step_ms == 0
+    with pytest.raises(SystemExit):
+        config_from(build_parser().parse_args(["serve", "--log-slow-step-ms", "x"]), {})
+    with pytest.raises(ValueError):
+        Config(log_slow_step_ms=-1).validate()
