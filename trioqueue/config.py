@@ -97,7 +97,9 @@ class Config:
     shutdown_grace_s: float = 10.0  # how long shutdown waits for in-flight commands
     actor_max_restarts: int = 5  # crashes tolerated per actor within the window below
     actor_restart_window_s: float = 10.0
-    gc_gen0_threshold: int = 200_000  # standalone broker only; 0 keeps Python's default
+    # Young-generation collections only, every this many allocations (standalone broker
+    # only; see server.tune_gc); 0 keeps Python's own policy.
+    gc_gen0_threshold: int = 10_000
 
     # --- leases: after a pause of the broker itself (SIGSTOP, a frozen VM) no lock
     # expires for this long, so holders can renew first; 0 disables (guarantees.md)

@@ -189,14 +189,17 @@ class FrameDecoder:
     def _over_limit(self, size: int) -> None:
         """A header over the current limit: an error past the maximum, else held."""
         if size > self._max:
-            self._fail(FrameTooLarge(size, self._max))
+            self._fail(size)
         self.held = size
 
-    def _fail(self, error: FrameTooLarge) -> NoReturn:
-        self._error = error
+    def _fail(self, size: int) -> NoReturn:
+        # The error raised is never held by a name or by the decoder: its traceback
+        # holds the frames it passed, which would then hold it (a reference cycle
+        # that only a full pass of the cyclic GC frees).
+        self._error = FrameTooLarge(size, self._max)
         # Drop whatever was buffered: nothing in it can ever be delivered.
         self._buf = bytearray()
-        raise error
+        raise FrameTooLarge(size, self._max)
 
 
 def frame_header(length: int) -> bytes:

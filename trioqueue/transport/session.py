@@ -318,6 +318,16 @@ class Session:
         self.closed = True
         self.unsubscribe()
         self.router.connection_closed(self, self.pulled_queues)
+        # Nothing is sent after the close (send_frames returns at once), so the
+        # transport's callbacks and the tagged repliers can go: they are the cycles
+        # between a session and its transport (send_now is the transport's bound
+        # method), which would otherwise wait for a full collection of the cyclic GC,
+        # a pause that grows with every live job (see server.py, young_gc).
+        self._send_now = None
+        self._encode = None
+        self._on_overflow = None
+        self._on_outbox_bytes = None
+        self._tagged.clear()
 
 
 class _Tagged:

@@ -321,12 +321,18 @@ class TcpConnection:
             self._rx_at = now
             try:
                 payloads = decoder.feed(data)
+            except FrameTooLarge as exc:
+                # answered outside the except block: a connection closed while an
+                # exception is being handled chains it to the Cancelled, whose
+                # traceback holds this frame: a cycle only a full GC would free
+                too_large = frame_too_large(exc.size, exc.limit)
+            else:
                 if self._partial_held or decoder.has_partial or not self._authenticated:
                     await self._take(payloads, now)  # partial frames, or before Auth
                 elif payloads:  # the common read: whole frames, nothing left over
                     await handle(self._decode(payloads))
-            except FrameTooLarge as exc:
-                await self._last_frame(frame_too_large(exc.size, exc.limit))
+                continue
+            await self._last_frame(too_large)
 
     async def _take(self, payloads: list[bytes], now: float) -> None:
         """Serve the frames of one read; keep the partial frame's clock and charge."""
@@ -383,7 +389,10 @@ class TcpConnection:
             try:
                 messages.append((codec.decode(payload), len(payload)))
             except DecodeError as exc:
-                messages.append((exc, len(payload)))
+                # A fresh error, never raised: the raised one's traceback (and that of
+                # its cause) reaches this frame, and so `messages`: a reference cycle
+                # that only a full pass of the cyclic GC would free.
+                messages.append((DecodeError(str(exc)), len(payload)))
         return messages
 
 

@@ -245,7 +245,9 @@ class WsConnection:
                     try:
                         decoded: Any = codec.decode(raw)
                     except DecodeError as exc:
-                        decoded = exc
+                        # a fresh error: the raised one's traceback holds this frame,
+                        # which would hold it (a cycle only a full GC pass frees)
+                        decoded = DecodeError(str(exc))
                     if isinstance(decoded, dict) and decoded.get("cmd") in (
                             "Subscribe", "Unsubscribe"):
                         self._subscription_command(decoded, codec)
