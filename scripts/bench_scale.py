@@ -671,13 +671,18 @@ class Bench:
 
 
 def slow_text(steps: list[tuple[str, float, float]]) -> str:
-    """The broker's steps of 10 ms or more: how many, the worst by wall and by CPU."""
+    """The broker's steps of 10 ms or more, per kind of task (a queue's actor, a
+    connection, ...): how many, and the most CPU one of them took."""
     if not steps:
         return "broker: no step >= 10 ms"
-    wall = max(steps, key=lambda step: step[1])
-    cpu = max(steps, key=lambda step: step[2])
-    return (f"broker: {len(steps)} steps >= 10 ms, worst {wall[1]:.1f} ms "
-            f"({wall[2]:.1f} CPU, {wall[0]}), most CPU {cpu[2]:.1f} ms ({cpu[0]})")
+    kinds: dict[str, list[float]] = {}
+    for task, _wall, cpu in steps:
+        kind = task.split(":")[0] if task.startswith("queue:") else task.rsplit(".", 1)[-1]
+        kinds.setdefault(kind, []).append(cpu)
+    parts = [f"{kind} {len(cpus)} (CPU max {max(cpus):.1f}, "
+             f"{sum(1 for c in cpus if c >= 10)} >= 10 ms CPU)"
+             for kind, cpus in sorted(kinds.items(), key=lambda kv: -max(kv[1]))]
+    return f"broker: {len(steps)} steps >= 10 ms wall: " + "; ".join(parts)
 
 
 def offsets(n: int) -> list[int]:
