@@ -104,3 +104,28 @@ def test_pushf_validation_answers_or_refuses_any_input(jobs: list[Any]) -> None:
         assert exc.message
     else:
         assert [item.id for item in items] == [job["id"] for job in jobs]
+
+
+def test_a_large_pushb_is_admitted_in_slices_in_order() -> None:
+    """A PUSHB of more than SLICE_JOBS plain jobs is long work: each slice admits the
+    next SLICE_JOBS jobs (the actor commits it and lets other queues run), and the
+    reply, after the last slice, lists every id in order."""
+    from trioqueue.core.queue.slices import SLICE_JOBS
+
+    h = QueueHarness()
+    n = 2 * SLICE_JOBS + 7
+    work = QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": [{"data": i} for i in range(n)]}, Ctx(T0))
+    assert isinstance(work, Sliced)
+    admitted = []
+    while not work.step():
+        admitted.append(h.q.counts(T0)["waiting"])
+        h.commit()
+    assert admitted == [SLICE_JOBS, 2 * SLICE_JOBS]
+    ids = work.reply()["ids"]
+    assert len(ids) == len(set(ids)) == n == h.q.counts(T0)["waiting"]
+    assert [h.q.jobs[i].data for i in ids] == list(range(n))
+    # small batches, and batches with custom ids, stay one plain step
+    small = QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": [{"data": 1}] * SLICE_JOBS}, Ctx(T0))
+    assert isinstance(small, dict)
+    named = [{"data": i, "customId": f"c{i}"} for i in range(SLICE_JOBS + 1)]
+    assert isinstance(QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": named}, Ctx(T0)), dict)

@@ -21,6 +21,7 @@ from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced
 from .queue.dependencies import push_reads
+from .queue.slices import SLICE_JOBS, push_sliced
 
 # ------------------------------------------------------------------ producing
 
@@ -40,7 +41,7 @@ def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"id": q.push([spec], ctx.now)[0]}
 
 
-def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     jobs = msg.get("jobs")
     if not isinstance(jobs, list):
         raise Refused("jobs must be an array")
@@ -64,7 +65,10 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     if linked:
         q.check_push_dependencies(specs, ctx.now, batch=True)
     _refuse_if_full(ctx)  # the whole batch: PUSHB admits all of its jobs or none
-    return {"ids": q.push(specs, ctx.now)}
+    if linked or len(specs) <= SLICE_JOBS:
+        # (custom ids and dependencies may need stored reads midway: kept in one step)
+        return {"ids": q.push(specs, ctx.now)}
+    return push_sliced(q, specs, ctx.now)
 
 
 # ------------------------------------------------------------------ consuming

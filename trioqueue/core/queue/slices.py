@@ -1,4 +1,5 @@
-"""Long work in bounded slices: Drain, Obliterate and PromoteJobs of a whole queue.
+"""Long work in bounded slices: Drain, Obliterate and PromoteJobs of a whole queue, and
+the admission of a large PUSHB.
 
 A command whose cost grows with the queue (a million jobs drained is seconds of work)
 is written as a generator that does at most ``SLICE_JOBS`` jobs' worth of work between
@@ -202,3 +203,26 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
                 promoted += 1
         yield None
     return promoted
+
+
+def push_sliced(q: QueueState, specs: list[dict[str, Any]], now: int) -> Sliced:
+    """PUSHB's admission of validated jobs, ``SLICE_JOBS`` at a time (one job costs
+    about 20 us: a PUSHB of 1,000 held every other queue for 20-30 ms in one step).
+
+    The batch stays whole for its own queue (nothing else of the queue runs before
+    its last slice). A crash midway leaves an ordered prefix committed without a
+    reply, which is bunqueue's rule for PUSHB admission as well.
+    """
+    def steps() -> Steps:
+        ids: list[str] = []
+        for start in range(0, len(specs), SLICE_JOBS):
+            if start:
+                yield None  # a slice done: the actor commits it, other queues run
+            ids.extend(q.push(specs[start:start + SLICE_JOBS], now))
+        return ids
+
+    return Sliced(steps(), _ids_reply)
+
+
+def _ids_reply(ids: list[str]) -> dict[str, Any]:
+    return {"ids": ids}
