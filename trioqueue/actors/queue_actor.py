@@ -10,14 +10,13 @@ Supervision: a command that raises anything but a Refused crashes the actor. The
 supervisor loop in :meth:`QueueActor.run` answers that command with ``Internal server
 error``, rebuilds the queue from storage (after committing what the batch had already
 applied, so acknowledged work is kept and the crashing command's partial change is
-dropped), puts the rest of the batch back in front and carries on. Too many crashes in a
-short window re-raise, taking the broker down rather than looping forever.
+dropped), puts the rest of the batch back in front and carries on. Too many crashes in
+a short window re-raise, taking the broker down rather than looping forever.
 
-Full storage: commands that create jobs (``admits`` in core.commands) are refused with ``Storage
-full`` while the store is nearly full. The actor measures the store at most once per
-batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``; the
-handlers refuse before they change anything, so a refused job leaves no trace and the
-space below the limit stays for the writes of the jobs already accepted.
+Full storage: commands that create jobs (``admits`` in core.commands) are refused with
+``Storage full`` while the store is nearly full. The actor measures the store at most
+once per batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``;
+they refuse before they change anything: a refused job leaves no trace.
 
 What the actor needs of the broker is passed in as the narrow interfaces of
 :mod:`trioqueue.actors.ports`, never the broker itself.
@@ -53,6 +52,10 @@ log = logging.getLogger("trioqueue.queue")
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
 # once for all its dependencies; a children query twice: the rows, then the children).
 MAX_REFETCHES = 8
+# A step serves its backlog for at most this long, checked every BUDGET_EVERY commands
+# (a read of 2,500 pipelined PUSHes was one step of about 50 ms).
+STEP_BUDGET_MS, BUDGET_EVERY = 5, 32
+
 
 class QueueActor:
     def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
@@ -69,9 +72,7 @@ class QueueActor:
         self._admission = admission
         self._limits = limits
         self._storage = storage  # read back whole on a restart (see _recover)
-        self.send, self._recv = trio.open_memory_channel[list[Request]](
-            limits.queue_inbox_batches
-        )
+        self.send, self._recv = trio.open_memory_channel[list[Request]](limits.queue_inbox_batches)
         # What the core knows of finished jobs: what this actor fetched for it (see
         # _fetch); the core itself never reads the store.
         self._view = FinishedView(name)
@@ -85,8 +86,7 @@ class QueueActor:
         self._idle: trio.CancelScope | None = None
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
-        # A command whose work is done in slices (Drain, Obliterate, PromoteJobs of a
-        # large queue), with its request: see _slice.
+        # A command whose work is done in slices (Drain, ..., a large PUSHB): see _slice.
         self._long: tuple[Request, Sliced] | None = None
         self._refetches = 0  # rounds of reads the current command asked for
         self._need: NeedData | None = None  # reads a blocking store must answer first
@@ -257,6 +257,8 @@ class QueueActor:
                 # Take everything already waiting: one batch, one commit.
                 while recv.statistics().current_buffer_used:
                     self._take(recv.receive_nowait())
+            else:  # a backlog a step's budget left (or notices): others run first
+                await trio.lowlevel.checkpoint()
             self._step()
 
     def _step(self, *, keep_view: bool = False) -> None:
@@ -273,6 +275,8 @@ class QueueActor:
         if self._notices:
             self._apply_notices(now)
         self._apply_backlog(now)
+        if self._backlog and self._idle is not None:
+            self._idle.cancel()  # an inline step left some: the actor's task goes on
         if self._long is not None or self._need is not None:
             # Long work began, or reads a blocking store must answer: that comes first,
             # in the actor's own task (an inline step must not await, and must not
@@ -423,7 +427,13 @@ class QueueActor:
         # counted down (see Admission). The handlers refuse; nothing else checks.
         new_admission = self._admission
         admission = None
+        # A long backlog is served a part per step; the rest after other tasks ran.
+        stop_at = now + STEP_BUDGET_MS if len(backlog) > BUDGET_EVERY else None
+        served = 0
         while backlog:
+            served += 1
+            if stop_at and not served % BUDGET_EVERY and self._clock.now_ms() >= stop_at:
+                break
             req = backlog.popleft()
             self._current = req
             handler = QUEUE_HANDLERS[req.cmd]

@@ -1,0 +1,50 @@
+"""A queue actor serves a long backlog a part per step (STEP_BUDGET_MS), so one read of
+thousands of pipelined frames does not hold every other queue for one long step; the
+replies still come back complete and in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.actors import queue_actor
+from trioqueue.testing import RawClient
+
+
+class QueueSteps(trio.abc.Instrument):
+    """Counts the steps of one queue's task."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
+
+
+async def test_a_pipelined_burst_is_served_in_parts_in_order(
+    start_server: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_actor, "STEP_BUDGET_MS", 0)  # every BUDGET_EVERY commands
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("PUSH", queue="burst", name="j", data={})  # the actor exists
+    n = 20 * queue_actor.BUDGET_EVERY
+    steps = QueueSteps("queue:burst")
+    trio.lowlevel.add_instrument(steps)
+    try:
+        await client.send_raw(b"".join(
+            client.frame({"cmd": "PUSH", "reqId": i, "queue": "burst", "name": "j",
+                          "data": {"i": i}}) for i in range(n)))
+        replies = [await client.receive() for _ in range(n)]
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert [r["reqId"] for r in replies] == list(range(n))
+    assert all(r["ok"] for r in replies)
+    assert steps.steps >= n // queue_actor.BUDGET_EVERY // 2  # served in parts
+    jobs = (await client.ok("GetJobs", queue="burst", state="waiting", limit=n + 1))["jobs"]
+    assert sorted(j["data"].get("i", -1) for j in jobs) == [-1, *range(n)]
