@@ -120,7 +120,7 @@ def test_a_large_pushb_is_admitted_in_slices_in_order() -> None:
     while not work.step():
         admitted.append(h.q.counts(T0)["waiting"])
         h.commit()
-    assert admitted == [SLICE_JOBS, 2 * SLICE_JOBS]
+    assert admitted == [0, SLICE_JOBS, 2 * SLICE_JOBS]  # validated first, then parts
     ids = work.reply()["ids"]
     assert len(ids) == len(set(ids)) == n == h.q.counts(T0)["waiting"]
     assert [h.q.jobs[i].data for i in ids] == list(range(n))

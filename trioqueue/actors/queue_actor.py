@@ -430,7 +430,9 @@ class QueueActor:
         # A long backlog is served a part per step; the rest after other tasks ran.
         stop_at = now + STEP_BUDGET_MS if len(backlog) > BUDGET_EVERY else None
         served = 0
-        while backlog:
+        # Long work comes first, however the step was entered (after an inline step
+        # began it, the actor's own task steps again with the rest of the batch).
+        while backlog and self._long is None:
             served += 1
             if stop_at and not served % BUDGET_EVERY and self._clock.now_ms() >= stop_at:
                 break
@@ -469,8 +471,6 @@ class QueueActor:
                     view.known.clear()
             if self._refetches:
                 self._refetches = 0
-            if self._long is not None:
-                break  # the rest of the batch waits for the long work (see _slice)
         self._current = None
 
     def _apply_notices(self, now: int) -> None:

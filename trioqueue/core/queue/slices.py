@@ -216,8 +216,9 @@ def push_sliced(q: QueueState, specs: list[dict[str, Any]], now: int) -> Sliced:
     def steps() -> Steps:
         ids: list[str] = []
         for start in range(0, len(specs), SLICE_JOBS):
-            if start:
-                yield None  # a slice done: the actor commits it, other queues run
+            # Before each part, the first included: the handler's step validated every
+            # job (about 6 ms for 1,000), the parts come after, a step each.
+            yield None
             ids.extend(q.push(specs[start:start + SLICE_JOBS], now))
         return ids
 
