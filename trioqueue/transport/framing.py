@@ -147,11 +147,13 @@ class FrameDecoder:
             self._buf += memoryview(data)[consumed:]
         return frames
 
-    def discard(self) -> None:
-        """Drop whatever is buffered, at once (the connection is being closed)."""
+    def discard(self) -> mmap.mmap | None:
+        """Drop whatever is buffered, at once (the connection is being closed); the
+        large frame's mmap it was gathering, if any, for the caller to unmap."""
+        body, self._body = self._body, None
         self._buf = bytearray()
-        self._body = None
         self.held = None
+        return body
 
     def raise_limit(self, limit_bytes: int) -> list[Payload]:
         """Raise the cap (never past ``max_frame_bytes``); the payloads it releases.

@@ -28,19 +28,23 @@ per value than the C decoders, which is only worth paying where a frame is large
 
 from __future__ import annotations
 
+import contextlib
 import io
 import mmap
+from functools import partial
 from typing import Any, Final
 
 import cbor2
 import msgpack
+import trio
 
 from .codec import CBOR, MSGPACK, Codec, cbor_decoder, msgpack_unpacker
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
 from .framing import Payload
 from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
 
-__all__ = ["COUNT_BYTES", "FEED_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps"]
+__all__ = ["COUNT_BYTES", "FEED_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
+           "unmap_soon"]
 
 #: msgpack bytes fed to the Unpacker at once.
 FEED_BYTES: Final = 16 * 1024
@@ -73,6 +77,26 @@ async def decode_large(codec: Codec, payload: Payload, *, bound_up_to: int
     """
     slicer = Slicer()
     return await run_sliced(decode_steps(codec, payload, slicer, bound_up_to), slicer)
+
+
+def unmap_soon(payload: Payload | None) -> None:
+    """Unmap a large frame's mmap in a worker thread, not waiting for it.
+
+    Unmapping 40 MB takes 7-11 ms here (the kernel frees every page), on whichever
+    thread drops the last reference: on the event loop, unless handed over. The mmap
+    releases the GIL while it unmaps. One still viewed is left to the garbage collector.
+    """
+    if isinstance(payload, mmap.mmap):
+        trio.lowlevel.start_thread_soon(partial(_close, payload), _ignore)
+
+
+def _close(body: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError):
+        body.close()
+
+
+def _ignore(_outcome: object) -> None:
+    pass
 
 
 def decode_steps(codec: Codec, payload: Payload, slicer: Slicer, bound_up_to: int

@@ -38,7 +38,7 @@ import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import HEADER_SIZE, FrameDecoder, FrameTooLarge, Payload
-from .large_frames import decode_large
+from .large_frames import decode_large, unmap_soon
 from .limits import Shell, too_many_connections
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now
@@ -211,7 +211,7 @@ class TcpConnection:
         # already stopped counting them.
         self._pending.clear()
         self._pending_bytes = 0
-        self.decoder.discard()
+        unmap_soon(self.decoder.discard())
         self._scope.cancel()
 
     async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
@@ -303,7 +303,7 @@ class TcpConnection:
             self._shell.partial_frames.release(self)
             self._shell.replies.release(self)
             self._pending.clear()
-            self.decoder.discard()
+            unmap_soon(self.decoder.discard())
             session.close()
             if self._abort:
                 with contextlib.suppress(OSError):
@@ -426,6 +426,8 @@ class TcpConnection:
                 messages[i] = (exc, len(payload), None)
             else:
                 messages[i] = (value, len(payload), bound)
+            finally:
+                unmap_soon(payload)  # decoded (or refused): its bytes are not needed
 
 
 async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
