@@ -378,3 +378,14 @@ async def test_a_large_cbor_websocket_message_is_served(start_server: StartServe
         with trio.fail_after(30):
             job = (await reply_to(ws, "get"))["job"]
     assert job["data"] == data
+
+
+@pytest.mark.parametrize("codec", BINARY_CODECS, ids=lambda c: c.name)
+async def test_with_large_frame_bytes_0_a_large_frame_is_decoded_at_once(
+    start_server: StartServer, codec: Codec,
+) -> None:
+    server = await start_server(memory=True, large_frame_bytes=0)
+    client = await connect(server, codec)
+    data = {"text": "t" * (2 << 20), "n": list(range(1000))}  # a body gathered in an mmap
+    pushed = await client.ok("PUSH", queue="whole", data=data)
+    assert (await client.ok("GetJob", id=pushed["id"]))["job"]["data"] == data

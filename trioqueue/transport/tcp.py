@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
-from .framing import HEADER_SIZE, FrameDecoder, FrameTooLarge, Payload
+from .framing import HEADER_SIZE, MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell, too_many_connections
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
@@ -99,8 +99,10 @@ class TcpConnection:
             limits.max_frame_bytes,
             None if self._authenticated else limits.preauth_frame_bytes())
         self._partial_held = 0  # bytes of a partial frame charged to the shell's budget
-        # _decode left a large payload undecoded (see _decode_large)
+        # _decode left a large payload undecoded (see _decode_large); the size from which
+        # a payload is large (never, when large_frame_bytes is 0)
         self._large = False
+        self._large_bytes = limits.large_frame_bytes or MAX_WIRE_LENGTH + 1
         # The clocks (trio time); the shell's timers call _expire when one may be due.
         self._timer = shell.timers.handle(self._expire)
         now = trio.current_time()
@@ -396,11 +398,11 @@ class TcpConnection:
         """Decode every payload of a read, but a large one: that is left in place, as
         ``(payload, _LARGE, None)``, for :meth:`_decode_large` (``_large`` says so)."""
         messages: list[Message] = []
-        large = self._limits.large_frame_bytes
+        large = self._large_bytes
         for payload in payloads:
             if self.codec is None and payload:
                 self.codec = detect_codec(payload[0])
-            if large and len(payload) >= large:
+            if len(payload) >= large:
                 messages.append((payload, _LARGE, None))
                 self._large = True
                 continue
