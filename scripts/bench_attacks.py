@@ -20,11 +20,14 @@ afterwards. Attacks (``--attacks``, comma-separated):
     malformed      4 clients send malformed frames as fast as they can, reading replies
 
 Printed: baseline p99, p99 under each attack, the bound 2 x baseline p99 + 2 ms, pass or
-fail, max and calls, the broker's resident memory after the attack, and what the
-attacker did. Every loop is bounded by a count and ``--time-limit-s``.
+fail, max and calls, the broker's resident memory after the attack, what the attacker
+did, and with ``--broker-steps`` the broker's longest task step in the window, in CPU
+time (``broker_steps.py``: what the host's scheduling cannot inflate). Every loop is
+bounded by a count and ``--time-limit-s``.
 
     python scripts/bench_attacks.py [--attacks all] [--repeat 1] [--window-s 4]
-        [--json out.json] [--target HOST:PORT --auth-token T --broker-pid PID]
+        [--json out.json] [--broker-steps]
+        [--target HOST:PORT --auth-token T --broker-pid PID]
 
 Exit status 0 when every attack passed, 1 when one failed, 2 when the broker cannot be
 started or reached.
@@ -47,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import Conn, parse_target  # noqa: E402
 from bench_attackers import ATTACKS, run_attacker  # noqa: E402
-from bench_big_frames import TOKEN, LocalBroker  # noqa: E402
+from bench_big_frames import TOKEN, LocalBroker, steps_in  # noqa: E402
 
 perf = time.perf_counter
 
@@ -122,6 +125,10 @@ class Row:
     rss_mb: float | None
     attacker: str
     errors: int
+    # the broker's longest task step (CPU ms) in the window, with --broker-steps
+    step_ms: float | None = None
+    started: float = 0.0
+    ended: float = 0.0
 
 
 class Attacker:
@@ -167,29 +174,32 @@ def measure(args: argparse.Namespace, host: str, port: int, pid: int | None, nam
         if not attacker.wait_ready(args.time_limit_s):
             info = "attacker not ready; " + attacker.stop()
             return Row(name, run, 0, 0, 0, 0, bound_ms or 0, False, rss_mb(pid), info, 1), []
+    started = perf()
     try:
         lat, errors = healthy_run(host, port, args.auth_token, args.window_s,
                                   args.max_calls, args.time_limit_s)
     finally:
+        ended = perf()
         if attacker is not None:
             info = attacker.stop()
     p99 = ms(pct(lat, 0.99))
     bound = bound_ms if bound_ms is not None else 2 * p99 + 2
     row = Row(name, run, len(lat), ms(pct(lat, 0.5)), p99, ms(max(lat, default=0)),
               round(bound, 2), bool(lat) and not errors and p99 <= bound, rss_mb(pid),
-              info, len(errors))
+              info, len(errors), started=started, ended=ended)
     return row, lat
 
 
 def table(rows: list[Row]) -> str:
     head = (f"{'attack':<14}{'run':>4}{'calls':>7}{'p50':>8}{'p99':>8}{'bound':>8}"
-            f"{'max':>9}  {'result':<6}{'rss MB':>8}  attacker")
-    lines = [head, "-" * 100]
+            f"{'max':>9}  {'result':<6}{'rss MB':>8}{'step':>8}  attacker")
+    lines = [head, "-" * 108]
     for r in rows:
         result = "-" if r.attack == "baseline" else ("pass" if r.passed else "FAIL")
+        step = "-" if r.step_ms is None else r.step_ms
         lines.append(f"{r.attack:<14}{r.run:>4}{r.calls:>7}{r.p50_ms:>8}{r.p99_ms:>8}"
-                     f"{r.bound_ms:>8}{r.max_ms:>9}  {result:<6}{r.rss_mb or '-':>8}  "
-                     f"{r.attacker[:80]}")
+                     f"{r.bound_ms:>8}{r.max_ms:>9}  {result:<6}{r.rss_mb or '-':>8}"
+                     f"{step:>8}  {r.attacker[:80]}")
     return "\n".join(lines)
 
 
@@ -204,6 +214,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window-s", type=float, default=4.0)
     parser.add_argument("--max-calls", type=int, default=60_000)
     parser.add_argument("--time-limit-s", type=float, default=60.0)
+    parser.add_argument("--broker-steps", action="store_true",
+                        help="serve with scripts/broker_steps.py: a column with the "
+                             "broker's longest task step (CPU ms) in each window")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     names = list(ATTACKS) if args.attacks == "all" else args.attacks.split(",")
@@ -228,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args.auth_token = TOKEN
             try:
-                broker = LocalBroker(str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN])
+                broker = LocalBroker(
+                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN],
+                    steps_out=str(Path(tmp.name) / "steps.json") if args.broker_steps
+                    else None)
             except RuntimeError as exc:
                 print(exc, file=sys.stderr)
                 return 2
@@ -246,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                 row, _ = measure(args, host, port, pid, name, run, bound)
                 rows.append(row)
                 print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+        if broker is not None and args.broker_steps:
+            broker.stop()
+            steps = broker.steps()
+            for row in rows:
+                row.step_ms = steps_in(steps, row.started, row.ended)
         print(f"healthy: PUSH, PULL, ACK round trips, {args.window_s:g} s per row; bound = "
               "2 x the run's baseline p99 + 2 ms; latencies in ms")
         print(table(rows))

@@ -16,13 +16,15 @@ latency. Scenarios (``--scenarios``, comma-separated):
 
 Per scenario and run: the probe's calls that overlapped the big frame (from its first
 byte sent to its reply), their p50, p99 and max latency, the calls over 10 ms, the big
-frame's send time and its reply time (from the last byte sent). A baseline row gives the
+frame's send time and its reply time (from the last byte sent), and with
+``--broker-steps`` the broker's longest task step meanwhile, in CPU time
+(``broker_steps.py``: what the host's scheduling cannot inflate). A baseline row gives the
 probe alone. Every loop is bounded by its count and ``--time-limit-s``; the broker
 started here is stopped by its pid.
 
     python scripts/bench_big_frames.py [--scenarios all] [--repeat 3] [--probe ping|job]
         [--target HOST:PORT --auth-token TOKEN] [--json out.json] [--time-limit-s 60]
-        [--broker-arg=--memory ...] [--scale 1.0]
+        [--broker-arg=--memory ...] [--scale 1.0] [--broker-steps]
 
 Exit status 0 when every scenario got the reply it expects, 1 otherwise, 2 when the
 broker cannot be reached or started.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import signal
 import socket
@@ -66,12 +69,27 @@ def ms(seconds: float) -> float:
 
 
 class LocalBroker:
-    """``python -m trioqueue serve`` on free loopback ports; stopped by its pid."""
+    """``python -m trioqueue serve`` on free loopback ports; stopped by its pid.
 
-    def __init__(self, data_dir: str, extra: list[str], timeout_s: float = 30.0) -> None:
-        args = [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1",
-                "--tcp-port", "0", "--ws-port", "0", "--data-dir", data_dir, *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    With ``steps_out``, ``scripts/broker_steps.py`` serves instead and writes the
+    broker's long task steps there when it stops (:meth:`steps`). The package is the
+    one of the current directory, as for ``-m``.
+    """
+
+    def __init__(self, data_dir: str, extra: list[str], timeout_s: float = 30.0,
+                 steps_out: str | None = None) -> None:
+        serve = ["serve", "--host", "127.0.0.1", "--tcp-port", "0", "--ws-port", "0",
+                 "--data-dir", data_dir, *extra]
+        if steps_out is None:
+            args = [sys.executable, "-m", "trioqueue", *serve]
+        else:
+            args = [sys.executable, str(Path(__file__).resolve().parent / "broker_steps.py"),
+                    "--steps-out", steps_out, *serve]
+        self.steps_out = steps_out
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=env)
         self.pid = self.proc.pid
         self.port = 0
         self.tail = b""
@@ -102,6 +120,13 @@ class LocalBroker:
                 self.proc.kill()
                 self.proc.wait(timeout_s)
         self._reader.join(5.0)
+
+    def steps(self) -> list[dict[str, Any]]:
+        """The long steps ``broker_steps.py`` recorded (after :meth:`stop`)."""
+        if self.steps_out is None or not Path(self.steps_out).exists():
+            return []
+        steps: list[dict[str, Any]] = json.loads(Path(self.steps_out).read_text())
+        return steps
 
 
 # --------------------------------------------------------------------------- the probe
@@ -192,6 +217,12 @@ class Probe:
         self.conn.close()
 
 
+def steps_in(steps: list[dict[str, Any]], start: float, end: float) -> float | None:
+    """The longest broker step (CPU ms, see broker_steps.py) begun in [start, end]."""
+    inside = [s["cpu_ms"] for s in steps if start <= s["began"] <= end]
+    return max(inside) if inside else None
+
+
 def latency_stats(lat: list[float]) -> dict[str, float]:
     if not lat:
         return {"calls": 0, "p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0, "over_10ms": 0}
@@ -247,6 +278,10 @@ class Row:
     p99_ms: float
     max_ms: float
     over_10ms: int
+    # the broker's longest task step (CPU ms) while the frame was in, with --broker-steps
+    step_ms: float | None = None
+    started: float = 0.0
+    answered: float = 0.0
 
 
 def read_reply(sock: socket.socket, timeout_s: float) -> dict[str, Any] | None:
@@ -307,7 +342,7 @@ def run_scenario(args: argparse.Namespace, host: str, port: int, probe: Probe,
     text = "none" if reply is None else ("ok" if reply.get("ok") else
                                          str(reply.get("error", reply))[:48])
     return Row(scenario, run, round(len(frame) / MB, 1), ms(t1 - t0), ms(t2 - t1), text,
-               reply_ok(reply, expect), **stats)  # type: ignore[arg-type]
+               reply_ok(reply, expect), **stats, started=t0, answered=t2)  # type: ignore[arg-type]
 
 
 def baseline(probe: Probe, seconds: float) -> Row:
@@ -317,18 +352,21 @@ def baseline(probe: Probe, seconds: float) -> Row:
     t1 = perf()
     probe.stop(after=t1)
     stats = latency_stats(probe.window(t0, t1))
-    return Row("baseline", 1, 0.0, 0.0, 0.0, "-", True, **stats)  # type: ignore[arg-type]
+    return Row("baseline", 1, 0.0, 0.0, 0.0, "-", True, **stats,  # type: ignore[arg-type]
+               started=t0, answered=t1)
 
 
 def table(rows: list[Row]) -> str:
     head = (f"{'scenario':<14}{'run':>4}{'MB':>6}{'send ms':>9}{'reply ms':>10}  "
-            f"{'reply':<30}{'calls':>7}{'p50':>8}{'p99':>8}{'max':>9}{'>10ms':>6}")
+            f"{'reply':<30}{'calls':>7}{'p50':>8}{'p99':>8}{'max':>9}{'>10ms':>6}"
+            f"{'step':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         flag = "" if r.ok else "  UNEXPECTED"
+        step = "-" if r.step_ms is None else r.step_ms
         lines.append(f"{r.scenario:<14}{r.run:>4}{r.frame_mb:>6}{r.send_ms:>9}"
                      f"{r.reply_ms:>10}  {r.reply[:30]:<30}{r.calls:>7}{r.p50_ms:>8}"
-                     f"{r.p99_ms:>8}{r.max_ms:>9}{r.over_10ms:>6}{flag}")
+                     f"{r.p99_ms:>8}{r.max_ms:>9}{r.over_10ms:>6}{step:>8}{flag}")
     return "\n".join(lines)
 
 
@@ -346,6 +384,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-limit-s", type=float, default=60.0)
     parser.add_argument("--broker-arg", action="append", default=[],
                         help="an extra flag for the broker started here (repeatable)")
+    parser.add_argument("--broker-steps", action="store_true",
+                        help="serve with scripts/broker_steps.py: a column with the "
+                             "broker's longest task step (CPU ms) in each row")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     args.scenarios = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
@@ -365,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args.auth_token = TOKEN
             try:
-                broker = LocalBroker(str(Path(tmp.name) / "data"),
-                                     ["--auth-tokens", TOKEN, *args.broker_arg])
+                broker = LocalBroker(
+                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN, *args.broker_arg],
+                    steps_out=str(Path(tmp.name) / "steps.json") if args.broker_steps
+                    else None)
             except RuntimeError as exc:
                 print(exc, file=sys.stderr)
                 return 2
@@ -391,6 +434,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
         finally:
             probe.close()
+        if broker is not None and args.broker_steps:
+            broker.stop()
+            steps = broker.steps()
+            for row in rows:
+                row.step_ms = steps_in(steps, row.started, row.answered)
         print(f"probe: {args.probe}; broker: {'started here' if broker else args.target}"
               f" {' '.join(args.broker_arg)}; latencies in ms")
         print(table(rows))

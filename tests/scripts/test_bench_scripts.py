@@ -309,12 +309,14 @@ def test_mem_scale_reports_each_cycle_and_where_the_bytes_went() -> None:
 async def test_bench_big_frames_prints_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "frames.json"
     result = await run_script("bench_big_frames.py", "--scale", "0.01", "--baseline-s",
-                              "0.2", "--json", str(out))
+                              "0.2", "--broker-steps", "--json", str(out))
     assert result.returncode == 0, output(result)
     rows = json.loads(out.read_text())
     assert [row["scenario"] for row in rows] == [
         "baseline", "push_40mb", "push_8_5mb", "pushb_40mb", "preauth_40mb", "bad_40mb"]
     assert all(row["ok"] and row["calls"] > 0 for row in rows), rows
+    # broker_steps.py served: the broker's longest step in each row, when one was long
+    assert all(row["step_ms"] is None or row["step_ms"] > 0 for row in rows), rows
 
 
 async def test_bench_attacks_runs_an_attack_beside_the_healthy_client(tmp_path: Path) -> None:
