@@ -350,7 +350,10 @@ class TcpConnection:
             return  # cut by the budget: nothing more of this connection is served
         self._clock_partial(bool(payloads), now)
         if payloads:
-            await self.session.handle(await self._messages(payloads))
+            messages = self._decode(payloads)
+            if self._large:  # inline, as in _read_loop: no coroutine more per read
+                await self._decode_large(messages)
+            await self.session.handle(messages)
         if not self._authenticated and self.session.authenticated:
             # Authenticated: the full frame cap, and no more authentication deadline.
             self._authenticated = True
@@ -359,7 +362,10 @@ class TcpConnection:
             self._charge_partial()
             if released:
                 self._clock_partial(True, now)
-                await self.session.handle(await self._messages(released))
+                messages = self._decode(released)
+                if self._large:
+                    await self._decode_large(messages)
+                await self.session.handle(messages)
         if decoder.held is not None:
             log.info("closing a connection that sent a %d-byte frame before Auth",
                      decoder.held)
@@ -387,12 +393,6 @@ class TcpConnection:
         """Answer ``reply`` and stop reading; the connection closes once it is out."""
         self._close_after(reply)
         await trio.sleep_forever()  # _scope is cancelled when the frame is sent
-
-    async def _messages(self, payloads: list[Payload]) -> list[Message]:
-        messages = self._decode(payloads)
-        if self._large:
-            await self._decode_large(messages)
-        return messages
 
     def _decode(self, payloads: list[Payload]) -> list[Message]:
         """Decode every payload of a read, but a large one: that is left in place, as
