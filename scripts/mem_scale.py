@@ -94,7 +94,7 @@ class Driver:
         rid = str(self.seq)
         payload = MSGPACK.encode({**msg, "reqId": rid})
         self.replies.clear()
-        await self.session.handle([(MSGPACK.decode(payload), len(payload))])
+        await self.session.handle([(MSGPACK.decode(payload), len(payload), None)])
         for _ in range(1000):  # bounded: a reply normally comes in the same call
             for reply in self.replies:
                 if reply.get("reqId") == rid:

@@ -85,7 +85,7 @@ async def drive(n: int, what: str) -> None:
             payload = MSGPACK.encode(msg)
             replies.clear()
             start = clock()
-            await sess.handle([(MSGPACK.decode(payload), len(payload))])
+            await sess.handle([(MSGPACK.decode(payload), len(payload), None)])
             spent[label] += clock() - start
             return replies[-1] if replies else None
 

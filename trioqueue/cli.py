@@ -45,6 +45,9 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "max_preauth_frame_bytes": (
         "bytes", "largest frame before Auth when tokens are set (default 16KiB; 0: the "
                  "max-frame-bytes)"),
+    "large_frame_bytes": (
+        "bytes", "frames at least this large are decoded in slices, other connections "
+                 "served between two (default 64KiB; 0: every frame at once)"),
     "max_partial_frame_total_bytes": (
         "bytes", "incomplete frames of all connections together; past it the largest "
                  "holders are cut (default 256MiB; 0: no bound)"),

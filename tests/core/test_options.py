@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 from typing import Any
 
@@ -267,6 +268,50 @@ def test_frame_shortcut_factor_covers_byte_strings() -> None:
     assert json_chars <= wire_bytes * options.JSON_CHARS_PER_WIRE_BYTE
     assert error_of({"data": data}, max_data_bytes=json_chars - 1) == DATA_TOO_LARGE
     parse({"data": data}, max_data_bytes=json_chars)
+
+
+def test_json_bound_shortcut_skips_the_size_check() -> None:
+    limit = 1000
+    data = "z" * 2000  # too large on its own
+    # The transport measured the whole message's JSON text at no more than the limit:
+    # the data is not measured again (a wrong bound would be a transport bug).
+    parse({"data": data}, max_data_bytes=limit, json_bound=limit)
+    assert error_of({"data": data}, max_data_bytes=limit, json_bound=limit + 1) \
+        == DATA_TOO_LARGE
+    assert error_of({"data": {1, 2}}, json_bound=10) == DATA_NOT_SERIALIZABLE
+
+
+def _json_units(data: Any) -> int:
+    def buffer(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return {"type": "Buffer", "data": list(value)}
+        raise TypeError(value)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=buffer)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+json_data = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.binary(max_size=10),
+    lambda children: st.lists(children, max_size=6)
+    | st.dictionaries(st.text(max_size=6), children, max_size=6),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=json_data, slack=st.integers(-40, 40))
+def test_the_size_verdict_is_the_json_text_length_near_the_limit(data: Any, slack: int
+                                                                 ) -> None:
+    # Around the exact length, where the bounds (the fast upper one, the lower one that
+    # refuses without encoding) cannot decide alone, the verdict is still exact.
+    limit = max(1, _json_units(data) + slack)
+    verdict = "ok" if _json_units(data) <= limit else DATA_TOO_LARGE
+    try:
+        validate_job_data(data, max_chars=limit)
+        got = "ok"
+    except Refused as exc:
+        got = exc.message
+    assert got == verdict
 
 
 def test_frame_bytes_shortcut_still_checks_serializability() -> None:

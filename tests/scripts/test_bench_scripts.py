@@ -301,3 +301,31 @@ def test_mem_scale_reports_each_cycle_and_where_the_bytes_went() -> None:
                   "grew between the end of cycle 1 and the end of cycle 2"):
         assert stage in out, out
     assert "q.jobs 2,000" in out and "router._index 2,000" in out
+
+
+# --------------------------------------------------------------------------- issue 12
+
+
+async def test_bench_big_frames_prints_every_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "frames.json"
+    result = await run_script("bench_big_frames.py", "--scale", "0.01", "--baseline-s",
+                              "0.2", "--broker-steps", "--json", str(out))
+    assert result.returncode == 0, output(result)
+    rows = json.loads(out.read_text())
+    assert [row["scenario"] for row in rows] == [
+        "baseline", "push_40mb", "push_8_5mb", "pushb_40mb", "preauth_40mb", "bad_40mb"]
+    assert all(row["ok"] and row["calls"] > 0 for row in rows), rows
+    # broker_steps.py served: the broker's longest step in each row, when one was long
+    assert all(row["step_ms"] is None or row["step_ms"] > 0 for row in rows), rows
+
+
+async def test_bench_attacks_runs_an_attack_beside_the_healthy_client(tmp_path: Path) -> None:
+    out = tmp_path / "attacks.json"
+    result = await run_script("bench_attacks.py", "--attacks", "big_preauth,malformed",
+                              "--window-s", "0.5", "--time-limit-s", "20", "--json", str(out),
+                              timeout_s=120.0)
+    assert result.returncode in (0, 1), output(result)  # 1: an attack failed its bound
+    rows = json.loads(out.read_text())
+    assert [row["attack"] for row in rows] == ["baseline", "big_preauth", "malformed"]
+    assert all(row["calls"] > 0 and row["errors"] == 0 for row in rows), rows
+    assert json.loads(rows[1]["attacker"])["frames"] > 0

@@ -441,6 +441,7 @@ class QueueActor:
             handler = QUEUE_HANDLERS[req.cmd]
             ctx.conn = req.conn
             ctx.frame_bytes = req.frame_bytes
+            ctx.json_bound = req.json_bound
             ctx.storage_full = False
             if new_admission is not None:
                 jobs = ADMITS.get(req.cmd)

@@ -42,7 +42,7 @@ _NO_REQ_ID = object()
 
 
 class Request:
-    __slots__ = ("cmd", "msg", "replier", "req_id", "frame_bytes", "conn")
+    __slots__ = ("cmd", "msg", "replier", "req_id", "frame_bytes", "json_bound", "conn")
 
     def __init__(
         self,
@@ -51,6 +51,7 @@ class Request:
         replier: Replier,
         conn: Any = None,
         frame_bytes: int | None = None,
+        json_bound: int | None = None,
     ) -> None:
         self.cmd = cmd
         self.msg = msg
@@ -58,6 +59,9 @@ class Request:
         self.req_id = msg.get("reqId", _NO_REQ_ID)
         self.conn = conn
         self.frame_bytes = frame_bytes
+        # An upper bound of the message's JSON text (UTF-16 units), measured by the
+        # transport for a large frame; None: not measured.
+        self.json_bound = json_bound
 
     def reply(self, payload: dict[str, Any]) -> dict[str, Any]:
         reply = {"ok": True}

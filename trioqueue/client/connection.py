@@ -191,7 +191,7 @@ class _EmbeddedChannel(_Channel):
 
     async def _send(self, msg: dict[str, Any]) -> None:
         payload = CBOR.encode(msg)
-        await self.session.handle([(CBOR.decode(payload), len(payload))])
+        await self.session.handle([(CBOR.decode(payload), len(payload), None)])
 
     async def aclose(self) -> None:
         self._break()

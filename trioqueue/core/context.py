@@ -24,6 +24,9 @@ class Ctx:
     now: int
     conn: Any = None  # the connection that sent the command (for ownership)
     frame_bytes: int | None = None
+    # An upper bound of the frame's JSON text, when the transport measured one (a large
+    # frame, decoded in slices): data within the limit is then not measured again.
+    json_bound: int | None = None
     max_data_bytes: int = MAX_DATA_CHARS
     max_wait_holds: int = 40
     # The store is nearly full: commands that would create a job must refuse (before

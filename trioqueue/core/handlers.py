@@ -28,7 +28,7 @@ from .queue.slices import SLICE_JOBS, push_sliced
 
 def push(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     spec = parse_job_input(msg, custom_id_key="jobId", frame_bytes=ctx.frame_bytes,
-                           max_data_bytes=ctx.max_data_bytes)
+                           max_data_bytes=ctx.max_data_bytes, json_bound=ctx.json_bound)
     if "custom_id" in spec:
         fields.check_id_fits_queue(q.name, spec["custom_id"])
         if "depends_on" not in spec:  # a finished job holding the id is retired
@@ -53,7 +53,8 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
         try:
             spec = parse_job_input(item, custom_id_key="customId",
                                    frame_bytes=ctx.frame_bytes,
-                                   max_data_bytes=ctx.max_data_bytes)
+                                   max_data_bytes=ctx.max_data_bytes,
+                                   json_bound=ctx.json_bound)
             if "custom_id" in spec:
                 fields.check_id_fits_queue(q.name, spec["custom_id"])
                 linked = True

@@ -102,6 +102,23 @@ def _array_bound(value: list[Any] | tuple[Any, ...], depth: int) -> int:
     return total
 
 
+def _json_floor(value: Any) -> int:
+    """A lower bound of ``len(JSON.stringify(value))`` for what :func:`_json_bound`
+    settled (so no other type occurs): each code point is at least one UTF-16 unit,
+    every scalar at least one character; escapes, commas and Buffer digits are left out.
+    """
+    kind = type(value)
+    if kind is str:
+        return len(value) + 2
+    if kind is dict:
+        return 2 + sum(len(key) + 3 + _json_floor(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return 2 + sum(map(_json_floor, value))
+    if kind is bytes or kind is bytearray:
+        return 27 + len(value)  # {"type":"Buffer","data":[]} and one digit a byte
+    return 1
+
+
 def _json_default(value: Any) -> Any:
     # msgpack bin / CBOR byte strings round-trip in job data as in bunqueue, where
     # msgpackr decodes them to a Buffer; JSON.stringify writes a Buffer this way.
@@ -127,13 +144,16 @@ def _json_text(data: Any) -> str:
 
 
 def validate_job_data(
-    data: Any, *, max_chars: int | None = MAX_DATA_CHARS, frame_bytes: int | None = None
+    data: Any, *, max_chars: int | None = MAX_DATA_CHARS, frame_bytes: int | None = None,
+    json_bound: int | None = None,
 ) -> None:
     """Check job data the way bunqueue's ``JSON.stringify`` check does.
 
     ``max_chars=None`` skips the size limit (``Update`` has none). ``frame_bytes`` is the
     size of the frame the data arrived in: when it is small enough that the data cannot
     reach ``max_chars`` (see :data:`JSON_CHARS_PER_WIRE_BYTE`), no size is computed.
+    ``json_bound`` is an upper bound of the JSON text (UTF-16 units) of the whole
+    message the data came in; at most ``max_chars``, no size is computed either.
 
     Accepted beyond Python's ``json``: bytes/bytearray (sized as a JSON'd Buffer), and
     NaN/Infinity floats, which ``JSON.stringify`` writes as ``null``. The exact size is
@@ -142,7 +162,7 @@ def validate_job_data(
     """
     skip_size = max_chars is None or (
         frame_bytes is not None and frame_bytes * JSON_CHARS_PER_WIRE_BYTE <= max_chars
-    )
+    ) or (json_bound is not None and json_bound <= max_chars)
     try:
         bound = _json_bound(data, 0)
     except _Unsure:
@@ -150,6 +170,10 @@ def validate_job_data(
     else:
         if skip_size or (max_chars is not None and bound <= max_chars):
             return
+        # The walk settled it, so it is serializable: the only question left is size,
+        # and data too large even unescaped is refused without building its text.
+        if max_chars is not None and _json_floor(data) > max_chars:
+            raise Refused(DATA_TOO_LARGE)
     text = _json_text(data)
     if max_chars is None:
         return

@@ -392,12 +392,14 @@ def parse_job_input(
     custom_id_key: str,
     max_data_bytes: int = MAX_DATA_CHARS,
     frame_bytes: int | None = None,
+    json_bound: int | None = None,
 ) -> dict[str, Any]:
     """Validate one job input and return the Job attributes it sets.
 
     ``custom_id_key`` is ``"jobId"`` for PUSH and ``"customId"`` for PUSHB items.
     ``max_data_bytes`` is the data limit in JSON characters; ``frame_bytes`` the size of
-    the frame the input came in (enables the size-check shortcut).
+    the frame the input came in and ``json_bound`` an upper bound of its JSON text, if
+    the transport measured one (both enable size-check shortcuts).
 
     The result always has ``name``, ``data``, ``delay`` (float ms, 0.0 by default) and
     ``timestamp`` (int ms, or None for "now"); ``delay`` and ``timestamp`` are not Job
@@ -407,7 +409,8 @@ def parse_job_input(
     data, groupId, numeric options, then the rest, then the name.
     """
     data = fields.get("data")
-    validate_job_data(data, max_chars=max_data_bytes, frame_bytes=frame_bytes)
+    validate_job_data(data, max_chars=max_data_bytes, frame_bytes=frame_bytes,
+                      json_bound=json_bound)
 
     out: dict[str, Any] = {"delay": 0.0, "timestamp": None}
     present = _OPTION_KEYS.intersection(fields)

@@ -24,15 +24,16 @@ from __future__ import annotations
 import base64
 import io
 import json
+import mmap
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any, Final, NoReturn
+from typing import IO, Any, Final, NoReturn, cast
 
 import cbor2
 import msgpack
 
-from trioqueue.transport.framing import frame_header
+from trioqueue.transport.framing import Payload, frame_header
 
 from ..core.job import JobWire
 from .datamodel import ABSENT, MAX_DEPTH, DecodeError, validated
@@ -61,7 +62,7 @@ class Codec(ABC):
     name: str
 
     @abstractmethod
-    def decode(self, payload: bytes) -> Any:
+    def decode(self, payload: Payload) -> Any:
         """Decode and validate ``payload``; raises :class:`DecodeError` on anything bad."""
 
     @abstractmethod
@@ -122,7 +123,7 @@ class MsgpackCodec(Codec):
 
     name = "msgpack"
 
-    def decode(self, payload: bytes) -> Any:
+    def decode(self, payload: Payload) -> Any:
         try:
             value = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_msgpack_ext)
             return validated(value)
@@ -197,6 +198,42 @@ _CBOR_SEMANTIC_DECODERS: Final = {
 }
 
 
+class _MmapFile:
+    """An mmap (a large frame's payload) as the file cbor2 reads: it reads, seeks and
+    tells as one, but cbor2 also asks ``readable()`` and ``seekable()``. The methods are
+    the mmap's own."""
+
+    __slots__ = ("read", "seek", "tell")
+
+    def __init__(self, body: mmap.mmap) -> None:
+        self.read = body.read
+        self.seek = body.seek
+        self.tell = body.tell
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+
+def cbor_decoder(stream: io.BytesIO | mmap.mmap) -> cbor2.CBORDecoder:
+    """A decoder reading ``stream`` with the rules of :meth:`CborCodec.decode` (which
+    builds its own inline: it runs per frame), for decoding a payload item by item;
+    seek ``stream`` to an item and :meth:`~cbor2.CBORDecoder.decode` reads just it."""
+    fp = _MmapFile(stream) if isinstance(stream, mmap.mmap) else stream
+    return cbor2.CBORDecoder(cast(IO[bytes], fp), tag_hook=_refuse_tag,
+                             semantic_decoders=_CBOR_SEMANTIC_DECODERS, max_depth=MAX_DEPTH)
+
+
+def msgpack_unpacker(size: int) -> msgpack.Unpacker:
+    """A resumable decoder with the rules of :meth:`MsgpackCodec.decode`, for one payload
+    of ``size`` bytes fed in parts. Its buffer is allocated at once (``read_size``):
+    grown by doubling, it would copy what it holds at each step, 20 MB at the last."""
+    return msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_msgpack_ext,
+                            max_buffer_size=size, read_size=size)
+
+
 def _cbor_default(_encoder: Any, obj: Any) -> NoReturn:
     _refuse_unknown(obj)
 
@@ -206,7 +243,7 @@ class CborCodec(Codec):
 
     name = "cbor"
 
-    def decode(self, payload: bytes) -> Any:
+    def decode(self, payload: Payload) -> Any:
         try:
             # cbor2.loads silently ignores bytes after the first item, so decode from a
             # stream and check that the item used the whole payload.
@@ -262,7 +299,7 @@ class JsonCodec(Codec):
 
     name = "json"
 
-    def decode(self, payload: bytes | str) -> Any:
+    def decode(self, payload: Payload | str) -> Any:
         """Decode a text message; ``bytes`` must be UTF-8, as WebSocket text always is."""
         try:
             text = payload if isinstance(payload, str) else bytes(payload).decode("utf-8")

@@ -50,6 +50,8 @@ class ConnectionLimits:
     max_connections: int
     ws_max_message_bytes: int
     ws_close_timeout_s: float
+    large_frame_bytes: int
+    max_data_bytes: int  # a large frame's JSON bound is only measured up to it
 
     @classmethod
     def from_config(cls, config: Config) -> ConnectionLimits:

@@ -41,6 +41,9 @@ SENT = "sent"  # all bytes are on the socket
 KEPT = "queued"  # the transport kept (some of) them; the sender task must flush
 
 SendNow = Callable[[list[dict[str, Any]]], str]
+# One decoded message: its value (a DecodeError for a bad payload), its frame's size in
+# bytes, and an upper bound of its JSON text measured by the transport (or None).
+Message = tuple[Any, int, "int | None"]
 EventSubscriber = Callable[[list[dict[str, Any]]], None]
 
 
@@ -214,12 +217,13 @@ class Session:
 
     # ------------------------------------------------------------------ requests
 
-    async def handle(self, messages: list[tuple[Any, int]], tag: Any = None) -> None:
-        """Process every message of one read; ``(DecodeError, n)`` marks a bad payload."""
+    async def handle(self, messages: list[Message], tag: Any = None) -> None:
+        """Process every message of one read: ``(value, frame bytes, JSON bound or
+        None)``, where a value that is a DecodeError marks a bad payload."""
         routed: list[tuple[Command, Request]] = []
         limit = self.config.max_inflight_per_connection
         replier: Any = self if tag is None else self.replier_for(tag)
-        for msg, size in messages:
+        for msg, size, bound in messages:
             if self.inflight >= limit:
                 if routed:
                     await self.router.dispatch(routed)
@@ -227,14 +231,15 @@ class Session:
                 while self.inflight >= limit:
                     self._slot = trio.Event()
                     await self._slot.wait()
-            item = self._prepare(msg, size, replier)
+            item = self._prepare(msg, size, bound, replier)
             if item is not None:
                 self.inflight += 1
                 routed.append(item)
         if routed:
             await self.router.dispatch(routed)
 
-    def _prepare(self, msg: Any, size: int, replier: Any) -> tuple[Command, Request] | None:
+    def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
+                 ) -> tuple[Command, Request] | None:
         if isinstance(msg, DecodeError):
             self._answer(replier, {"ok": False, "error": BAD_FORMAT})
             return None
@@ -243,8 +248,8 @@ class Session:
             return None
         cmd = msg.get("cmd")
         request = Request(
-            cmd if isinstance(cmd, str) else "", msg, replier, conn=self, frame_bytes=size
-        )
+            cmd if isinstance(cmd, str) else "", msg, replier, conn=self, frame_bytes=size,
+            json_bound=bound)
         if not isinstance(cmd, str) or not cmd:
             self._answer(replier, request.error_reply(BAD_COMMAND))
             return None

@@ -8,6 +8,9 @@ replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.
 - a declared frame length over ``max_frame_bytes`` gets an error frame and the
   connection is closed before the body is read; before authentication (tokens set) the
   cap is ``max_preauth_frame_bytes``;
+- a frame of at least ``large_frame_bytes`` is decoded and validated in slices, with the
+  other connections served between two (``large_frames.py``); the connection reads on
+  only after it, so its later frames never overtake it;
 - a partial frame that does not complete within ``partial_frame_timeout_s`` (slowloris)
   closes the connection; the partial frames of all connections together are bounded
   by ``max_partial_frame_total_bytes`` (the largest holders are cut past it);
@@ -34,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
-from .framing import HEADER_SIZE, FrameDecoder, FrameTooLarge
+from .framing import HEADER_SIZE, MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
+from .large_frames import decode_large, unmap_soon
 from .limits import Shell, too_many_connections
-from .session import KEPT, SENT, Session, SessionHost, overflow_notice
+from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now
 
 if TYPE_CHECKING:
@@ -45,6 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioqueue.tcp")
 
 RECEIVE_BYTES = 256 * 1024
+# The size slot of a message _decode left undecoded (a large payload), until
+# _decode_large puts the payload's real size there.
+_LARGE = -1
 COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
 # What a deliberately closed connection may still have sent us, read and dropped before
 # the close, so that the close is a FIN (its last frame arrives) rather than a reset.
@@ -92,6 +99,10 @@ class TcpConnection:
             limits.max_frame_bytes,
             None if self._authenticated else limits.preauth_frame_bytes())
         self._partial_held = 0  # bytes of a partial frame charged to the shell's budget
+        # _decode left a large payload undecoded (see _decode_large); the size from which
+        # a payload is large (never, when large_frame_bytes is 0)
+        self._large = False
+        self._large_bytes = limits.large_frame_bytes or MAX_WIRE_LENGTH + 1
         # The clocks (trio time); the shell's timers call _expire when one may be due.
         self._timer = shell.timers.handle(self._expire)
         now = trio.current_time()
@@ -202,7 +213,7 @@ class TcpConnection:
         # already stopped counting them.
         self._pending.clear()
         self._pending_bytes = 0
-        self.decoder.discard()
+        unmap_soon(self.decoder.discard())
         self._scope.cancel()
 
     async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
@@ -294,7 +305,7 @@ class TcpConnection:
             self._shell.partial_frames.release(self)
             self._shell.replies.release(self)
             self._pending.clear()
-            self.decoder.discard()
+            unmap_soon(self.decoder.discard())
             session.close()
             if self._abort:
                 with contextlib.suppress(OSError):
@@ -330,11 +341,14 @@ class TcpConnection:
                 if self._partial_held or decoder.has_partial or not self._authenticated:
                     await self._take(payloads, now)  # partial frames, or before Auth
                 elif payloads:  # the common read: whole frames, nothing left over
-                    await handle(self._decode(payloads))
+                    messages = self._decode(payloads)
+                    if self._large:
+                        await self._decode_large(messages)
+                    await handle(messages)
                 continue
             await self._last_frame(too_large)
 
-    async def _take(self, payloads: list[bytes], now: float) -> None:
+    async def _take(self, payloads: list[Payload], now: float) -> None:
         """Serve the frames of one read; keep the partial frame's clock and charge."""
         decoder = self.decoder
         self._charge_partial()
@@ -342,7 +356,10 @@ class TcpConnection:
             return  # cut by the budget: nothing more of this connection is served
         self._clock_partial(bool(payloads), now)
         if payloads:
-            await self.session.handle(self._decode(payloads))
+            messages = self._decode(payloads)
+            if self._large:  # inline, as in _read_loop: no coroutine more per read
+                await self._decode_large(messages)
+            await self.session.handle(messages)
         if not self._authenticated and self.session.authenticated:
             # Authenticated: the full frame cap, and no more authentication deadline.
             self._authenticated = True
@@ -351,7 +368,10 @@ class TcpConnection:
             self._charge_partial()
             if released:
                 self._clock_partial(True, now)
-                await self.session.handle(self._decode(released))
+                messages = self._decode(released)
+                if self._large:
+                    await self._decode_large(messages)
+                await self.session.handle(messages)
         if decoder.held is not None:
             log.info("closing a connection that sent a %d-byte frame before Auth",
                      decoder.held)
@@ -380,20 +400,45 @@ class TcpConnection:
         self._close_after(reply)
         await trio.sleep_forever()  # _scope is cancelled when the frame is sent
 
-    def _decode(self, payloads: list[bytes]) -> list[tuple[Any, int]]:
-        messages: list[tuple[Any, int]] = []
+    def _decode(self, payloads: list[Payload]) -> list[Message]:
+        """Decode every payload of a read, but a large one: that is left in place, as
+        ``(payload, _LARGE, None)``, for :meth:`_decode_large` (``_large`` says so)."""
+        messages: list[Message] = []
+        large = self._large_bytes
         for payload in payloads:
             if self.codec is None and payload:
                 self.codec = detect_codec(payload[0])
+            if len(payload) >= large:
+                messages.append((payload, _LARGE, None))
+                self._large = True
+                continue
             codec = self._codec()
             try:
-                messages.append((codec.decode(payload), len(payload)))
+                messages.append((codec.decode(payload), len(payload), None))
             except DecodeError as exc:
                 # A fresh error, never raised: the raised one's traceback (and that of
                 # its cause) reaches this frame, and so `messages`: a reference cycle
                 # that only a full pass of the cyclic GC would free.
-                messages.append((DecodeError(str(exc)), len(payload)))
+                messages.append((DecodeError(str(exc)), len(payload), None))
         return messages
+
+    async def _decode_large(self, messages: list[Message]) -> None:
+        """Decode the large payloads :meth:`_decode` left, in slices, in place (the read's
+        messages are then handled in their order, as one batch)."""
+        self._large = False
+        codec = self._codec()
+        for i, (payload, mark, _) in enumerate(messages):
+            if mark != _LARGE:
+                continue
+            try:
+                value, bound = await decode_large(
+                    codec, payload, bound_up_to=self._limits.max_data_bytes)
+            except DecodeError as exc:
+                messages[i] = (DecodeError(str(exc)), len(payload), None)  # (see _decode)
+            else:
+                messages[i] = (value, len(payload), bound)
+            finally:
+                unmap_soon(payload)  # decoded (or refused): its bytes are not needed
 
 
 async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:

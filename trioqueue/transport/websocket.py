@@ -26,6 +26,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
+from .large_frames import decode_large
 from .limits import Shell
 from .session import Session, SessionHost
 
@@ -233,6 +234,7 @@ class WsConnection:
             nursery.start_soon(session.run_sender, self._send)
             try:
                 idle = self._limits.idle_timeout_s
+                large = self._limits.large_frame_bytes
                 while True:
                     message = await self.ws.get_message()
                     if idle:
@@ -242,23 +244,36 @@ class WsConnection:
                     if len(raw) > self._message_limit():
                         await self._refuse_size(len(raw))
                         return
-                    try:
-                        decoded: Any = codec.decode(raw)
-                    except DecodeError as exc:
-                        # a fresh error: the raised one's traceback holds this frame,
-                        # which would hold it (a cycle only a full GC pass frees)
-                        decoded = DecodeError(str(exc))
+                    bound: int | None = None
+                    if large and len(raw) >= large and codec is CBOR:
+                        decoded, bound = await self._decode_large(raw)
+                    else:
+                        try:
+                            decoded = codec.decode(raw)
+                        except DecodeError as exc:
+                            # a fresh error: the raised one's traceback holds this
+                            # frame, which would hold it (a cycle only a full GC frees)
+                            decoded = DecodeError(str(exc))
                     if isinstance(decoded, dict) and decoded.get("cmd") in (
                             "Subscribe", "Unsubscribe"):
                         self._subscription_command(decoded, codec)
                         continue
-                    await session.handle([(decoded, len(raw))], tag=codec)
+                    await session.handle([(decoded, len(raw), bound)], tag=codec)
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf
             finally:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
+
+    async def _decode_large(self, raw: bytes) -> tuple[Any, int | None]:
+        """A large CBOR message's value (a DecodeError if bad) and its JSON bound,
+        decoded in slices as a large TCP frame is. A large JSON one is decoded at once:
+        json has no resumable decoder (``ws_max_message_bytes`` bounds it, 1 MiB)."""
+        try:
+            return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
+        except DecodeError as exc:
+            return DecodeError(str(exc)), None  # fresh: see _serve_messages
 
     def _message_limit(self) -> int:
         if self._authenticated:

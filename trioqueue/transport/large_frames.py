@@ -1,0 +1,302 @@
+"""Large frames, decoded and validated in slices so that other connections are served
+meanwhile (issue 12, item 2).
+
+One call of a codec library holds the event loop, and the GIL, for as long as the
+frame takes: a thread would not help. Here the work of a frame of at least
+``Config.large_frame_bytes`` is cut into slices of about ``slicing.SLICE_S`` each, and
+the transport awaits a checkpoint between two (:func:`decode_large`):
+
+- **msgpack**: msgpack's ``Unpacker`` is resumable. It is fed the payload
+  ``FEED_BYTES`` at a time and parses what it got, so a slice costs what decoding that
+  much costs (16 KiB of the worst content, empty maps, takes about 2 ms here).
+- **CBOR**: cbor2 is not resumable, so definite-length arrays and maps are opened here,
+  at every depth, and cbor2 decodes their items in runs that fit in ``WINDOW_BYTES``
+  (see :class:`_CborWalk`). Not cut: an indefinite-length item too large for the
+  window is decoded whole (no client of ours sends them in bulk).
+- **validation**: :func:`~trioqueue.transport.datamodel.validated_steps`, the rules of
+  the plain walk, which also bounds the JSON text of the message. With the escapable
+  bytes of the payload counted on top (a slice per ``COUNT_BYTES``), that bound lets the
+  core skip measuring job data that fits (``core/job_data.py``).
+
+Not cut: one string is made by one call, so a frame carrying a 40 MB string holds the
+loop for the time it takes to create it (one pass over fresh memory; long strings are
+decoded straight from the payload, not copied first).
+
+Frames below the threshold keep the plain inline decode: these generators cost more
+per value than the C decoders, which is only worth paying where a frame is large.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+from functools import partial
+from typing import Any, Final
+
+import cbor2
+import msgpack
+import trio
+
+from .codec import CBOR, MSGPACK, Codec, cbor_decoder, msgpack_unpacker
+from .datamodel import MAX_DEPTH, DecodeError, validated_steps
+from .framing import Payload
+from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
+
+__all__ = ["COUNT_BYTES", "FEED_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
+           "unmap_soon"]
+
+#: msgpack bytes fed to the Unpacker at once.
+FEED_BYTES: Final = 16 * 1024
+#: Payload bytes scanned for escapable characters at once.
+COUNT_BYTES: Final = 64 * 1024
+#: A CBOR string at least this long is made from a view of the payload, not a slice of
+#: it (a slice is a copy: a second pass over it), and the clock is looked at after it.
+LONG_STRING_BYTES: Final = 64 * 1024
+#: CBOR bytes one cbor2 call may decode: a run of items must fit in them.
+WINDOW_BYTES: Final = 16 * 1024
+#: The most items one cbor2 call decodes (a run doubles after each fit, up to this).
+MAX_BATCH: Final = 4096
+
+# Bytes that may make the JSON text of a string longer than the string: the escaped
+# ones (a quote, a backslash and the control characters, at most 5 characters more
+# each: \u00XX) and the first byte of a 4-byte UTF-8 sequence (2 UTF-16 units, not 1).
+# Counted over the whole payload, which is an upper bound: every byte of a string is a
+# byte of the payload.
+_ESCAPABLE: Final = bytes(range(0x20)) + b'"\\' + bytes(range(0xF0, 0x100))
+_ESCAPE_CHARS: Final = 5
+
+
+async def decode_large(codec: Codec, payload: Payload, *, bound_up_to: int
+                       ) -> tuple[Any, int | None]:
+    """Decode and validate ``payload`` in slices; (value, JSON bound or None).
+
+    Raises :class:`DecodeError` as :meth:`Codec.decode` does. The bound (an upper bound
+    of the message's JSON text, in UTF-16 units) is measured only when it can come out
+    at most ``bound_up_to`` (the job data limit: above it, it is of no use).
+    """
+    slicer = Slicer()
+    return await run_sliced(decode_steps(codec, payload, slicer, bound_up_to), slicer)
+
+
+def unmap_soon(payload: Payload | None) -> None:
+    """Unmap a large frame's mmap in a worker thread, not waiting for it.
+
+    Unmapping 40 MB takes 7-11 ms here (the kernel frees every page), on whichever
+    thread drops the last reference: on the event loop, unless handed over. The mmap
+    releases the GIL while it unmaps. One still viewed is left to the garbage collector.
+    """
+    if isinstance(payload, mmap.mmap):
+        trio.lowlevel.start_thread_soon(partial(_close, payload), _ignore)
+
+
+def _close(body: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError):
+        body.close()
+
+
+def _ignore(_outcome: object) -> None:
+    pass
+
+
+def decode_steps(codec: Codec, payload: Payload, slicer: Slicer, bound_up_to: int
+                 ) -> Steps[tuple[Any, int | None]]:
+    """The work of :func:`decode_large`, as a generator that yields between slices."""
+    if codec is MSGPACK:
+        value = yield from _msgpack_steps(payload, slicer)
+    elif codec is CBOR:
+        value = yield from _cbor_steps(payload, slicer)
+    else:  # JSON (WebSocket text): json has no resumable decoder; decoded whole
+        return codec.decode(payload), None
+    value, chars = yield from validated_steps(value, slicer)
+    if chars > bound_up_to:
+        return value, None
+    escapable = yield from _escapable_steps(payload, slicer)
+    return value, chars + _ESCAPE_CHARS * escapable
+
+
+def _msgpack_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
+    size = len(payload)
+    unpacker = msgpack_unpacker(size)
+    with memoryview(payload) as view:
+        try:
+            for start in range(0, size, FEED_BYTES):
+                unpacker.feed(view[start:start + FEED_BYTES])
+                try:
+                    value = unpacker.unpack()
+                except msgpack.OutOfData:
+                    if slicer.due(CHECK_EVERY):
+                        yield
+                    continue
+                if unpacker.tell() != size:
+                    raise DecodeError("invalid msgpack payload: extra bytes after the item")
+                return value
+        except DecodeError:
+            raise
+        except Exception as exc:
+            raise DecodeError(f"invalid msgpack payload: {exc}") from exc
+    raise DecodeError("invalid msgpack payload: incomplete item")
+
+
+def _escapable_steps(payload: Payload, slicer: Slicer) -> Steps[int]:
+    count = 0
+    for start in range(0, len(payload), COUNT_BYTES):
+        chunk = payload[start:start + COUNT_BYTES]
+        count += len(chunk) - len(chunk.translate(None, _ESCAPABLE))
+        if slicer.due(CHECK_EVERY):
+            yield
+    return count
+
+
+# ------------------------------------------------------------------------------ CBOR
+
+
+def _walked(initial: int) -> bool:
+    """Whether an item starting with this byte is an array or map this walk descends
+    into: major type 4 or 5 with a definite length, not empty (28-30 are malformed, 31
+    indefinite: both are left to cbor2; empty ones are leaves)."""
+    return 0x80 < initial <= 0xBF and initial != 0xA0 and (initial & 31) < 28
+
+
+def _head(major: int, argument: int) -> bytes:
+    """A CBOR item head: the major type and its argument, in the shortest form."""
+    if argument < 24:
+        return bytes([major << 5 | argument])
+    for info, width in ((24, 1), (25, 2), (26, 4)):
+        if argument < 1 << (8 * width):
+            return bytes([major << 5 | info]) + argument.to_bytes(width, "big")
+    return bytes([major << 5 | 27]) + argument.to_bytes(8, "big")
+
+
+class _CborWalk:
+    """One CBOR payload, walked (``pos``: where the next item starts).
+
+    An array's or map's items are decoded by cbor2 in runs: a head for ``batch`` items
+    is put in front of the next ``WINDOW_BYTES`` of the payload, and cbor2 decodes that
+    array (or map) in one call, which cannot cost more than decoding ``WINDOW_BYTES``.
+    If the items do not fit in the window (cbor2 runs out of bytes), the run is halved,
+    down to one item; an item that does not fit alone is walked into if it is a
+    definite-length array or map, else decoded by itself (see :meth:`leaf`).
+    """
+
+    __slots__ = ("buf", "view", "fp", "decoder", "file", "pos", "slicer", "batch")
+
+    def __init__(self, payload: Payload, slicer: Slicer) -> None:
+        self.buf = payload
+        self.view = memoryview(payload)
+        # cbor2 reads from a file: the mmap of a large frame is one; a BytesIO shares the
+        # bytes it is given (no copy)
+        self.fp: io.BytesIO | mmap.mmap = (
+            payload if isinstance(payload, mmap.mmap) else io.BytesIO(payload))
+        self.decoder = cbor_decoder(self.fp)
+        self.file = self.decoder.fp  # what the decoder reads the payload through
+        self.pos = 0
+        self.slicer = slicer
+        self.batch = MAX_BATCH
+
+    def _argument(self, info: int) -> int:
+        """The argument of the head at ``pos`` (initial byte's low bits ``info`` < 28);
+        moves ``pos`` past the head."""
+        pos = self.pos + 1
+        if info < 24:
+            self.pos = pos
+            return info
+        width = 1 << (info - 24)
+        end = pos + width
+        if end > len(self.buf):
+            raise DecodeError("invalid CBOR payload: truncated item head")
+        self.pos = end
+        return int.from_bytes(self.buf[pos:end], "big")
+
+    def _run(self, major: int, left: int) -> tuple[Any, int]:
+        """Up to ``left`` items (map entries) at ``pos`` decoded in one cbor2 call, as a
+        list (dict), and how many; (None, 0) if not even one fits in the window."""
+        while True:
+            count = min(left, self.batch)
+            head = _head(major, count)
+            window = io.BytesIO(head + self.buf[self.pos:self.pos + WINDOW_BYTES])
+            decoder = self.decoder
+            decoder.fp = window
+            try:
+                value = decoder.decode()
+            except cbor2.CBORDecodeEOF:
+                if count == 1:
+                    return None, 0
+                self.batch = max(1, count // 2)
+                continue
+            finally:
+                decoder.fp = self.file
+            self.pos += window.tell() - len(head)
+            self.batch = min(MAX_BATCH, 2 * count)
+            return value, count
+
+    def container(self, depth: int) -> Steps[Any]:
+        """The array or map at ``pos`` (see :func:`_walked`)."""
+        if depth > MAX_DEPTH:
+            raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
+        initial = self.buf[self.pos]
+        major = initial >> 5
+        left = self._argument(initial & 31)
+        out: Any = {} if major == 5 else []
+        while left:
+            run, count = self._run(major, left)
+            if count:
+                # a map's later entries win, as in cbor2 (so does update)
+                out.update(run) if major == 5 else out.extend(run)
+                left -= count
+            else:  # one item too large for the window
+                key = self.leaf() if major == 5 else None
+                if _walked(self.buf[self.pos]):
+                    value = yield from self.container(depth + 1)
+                else:
+                    value = self.leaf()
+                if major == 5:
+                    out[key] = value  # a key that is a container: refused by validation
+                else:
+                    out.append(value)
+                left -= 1
+            if self.slicer.due(CHECK_EVERY):
+                yield
+        return out
+
+    def leaf(self) -> Any:
+        """The item at ``pos``, decoded whole; moves ``pos`` past it. A long string is
+        made straight from a view of the payload (cbor2 would copy it out of the stream
+        first: a second pass over it)."""
+        pos = self.pos
+        initial = self.buf[pos]
+        if 0x40 <= initial < 0x80 and 25 <= (initial & 31) < 28:  # maybe a long string
+            length = self._argument(initial & 31)
+            if length >= LONG_STRING_BYTES:
+                start = self.pos
+                end = start + length
+                if end > len(self.buf):
+                    raise DecodeError("invalid CBOR payload: truncated string")
+                with self.view[start:end] as part:
+                    value = str(part, "utf-8") if initial >= 0x60 else bytes(part)
+                self.pos = end
+                self.slicer.look_soon()
+                return value
+        fp = self.fp
+        fp.seek(pos)
+        value = self.decoder.decode()
+        self.pos = fp.tell()
+        return value
+
+
+def _cbor_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
+    walk = _CborWalk(payload, slicer)
+    try:
+        if _walked(payload[0]):
+            value = yield from walk.container(1)
+        else:
+            value = walk.leaf()
+        if walk.pos != len(payload):
+            raise DecodeError("trailing bytes after the CBOR item")
+        return value
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(f"invalid CBOR payload: {exc}") from exc
+    finally:
+        walk.view.release()
