@@ -89,8 +89,9 @@ async def drive(n: int, what: str) -> None:
             spent[label] += clock() - start
             return replies[-1] if replies else None
 
-        jobs = [{"name": "n", "data": {"i": i}} for i in range(1000)]
-        for _ in range(-(-n // 1000) + 1):
+        # batches of 200: a larger PUSHB is long work, answered after the call returns
+        jobs = [{"name": "n", "data": {"i": i}} for i in range(200)]
+        for _ in range(-(-n // 200) + 1):
             await call({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "w"}, "warm")
         await trio.sleep(0.05)  # let the new queue's actor park, as in a running broker
         spent.clear()
