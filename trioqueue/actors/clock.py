@@ -47,15 +47,22 @@ PAUSE_MIN_S = 1.0
 class PauseWatch:
     """Notices that the broker's own loop stood still: its clock jumped, nothing ran.
 
-    :meth:`run` looks at trio's clock every ``PAUSE_TICK_S``, and each queue actor looks
-    (:meth:`check`) at the start of every step. When more than ``PAUSE_MIN_S`` passed
-    since the last look, the loop did not run meanwhile (the watch would have looked):
-    the process was stopped (SIGSTOP, a frozen VM) or one step held the loop. The first
-    look after it, whoever makes it, records the pause: ``pauses`` counts them and
-    ``resumed_ms`` is when the last one ended. An actor that sees ``pauses`` change tells
-    its queue before its step judges any lock (``QueueState.hold_expiry(resumed_ms,
-    grace_ms)``), so the heartbeats that waited in the sockets during the pause are
-    applied before a lock can expire. A look costs one read of trio's clock per step.
+    Each queue actor looks (:meth:`check`) at the start of every step, and :meth:`run`
+    looks whenever nobody else has for ``PAUSE_TICK_S``. When more than ``PAUSE_MIN_S``
+    passed since the last look, the loop did not run meanwhile (the watch would have
+    looked): the process was stopped (SIGSTOP, a frozen VM) or one step held the loop.
+    The first look after it, whoever makes it, records the pause: ``pauses`` counts
+    them and ``resumed_ms`` is when the last one ended. An actor that sees ``pauses``
+    change tells its queue before its step judges any lock (``QueueState.hold_expiry(
+    resumed_ms, grace_ms)``), so the heartbeats that waited in the sockets during the
+    pause are applied before a lock can expire.
+
+    A look costs one read of trio's clock per step. The watch's own looks cost a wake-up
+    of its task each (about 150,000 instructions, trio's deadline and cancellation
+    machinery), so a busy broker's looks put the watch's next one off instead: a look
+    made more than half a tick after the last put-off moves the watch's deadline to a
+    tick after it (a deadline move is a few thousand instructions, at most twice a
+    tick). Between two looks of a running loop there is still at most one tick.
     """
 
     def __init__(self, clock: Clock, grace_s: float) -> None:
@@ -64,6 +71,9 @@ class PauseWatch:
         self.pauses = 0
         self.resumed_ms = 0
         self._last: int | None = None  # wall ms of the last look; None: not running
+        self._sleep: trio.CancelScope | None = None  # the watch's wait, while it waits
+        self._put_off_at = math.inf  # wall ms from which a look puts the watch's off
+        self.own_looks = 0  # looks the watch's task made (the others were put off)
 
     def check(self, now_ms: int | None = None) -> int:
         """Look at the clock (``now_ms``: a reading of it the caller just took, as an
@@ -79,15 +89,33 @@ class PauseWatch:
                             "no lease expires in the next %.1f s, so holders can renew",
                             (now - last) / 1000, self.grace_ms / 1000)
             self._last = now
+            if now >= self._put_off_at:
+                self._put_off(now)
         return self.pauses
+
+    def _put_off(self, now: int) -> None:
+        """Someone looked at ``now``: the watch's own look can wait a tick from it."""
+        self._put_off_at = now + PAUSE_TICK_S * 500
+        sleep = self._sleep
+        if sleep is not None:
+            sleep.deadline = self._clock.deadline_for(now + PAUSE_TICK_S * 1000)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        self._last = self._clock.now_ms()
+        now = self._last = self._clock.now_ms()
         task_status.started()
         try:
             while True:
-                await trio.sleep(PAUSE_TICK_S)
-                self.check()
+                with trio.CancelScope() as sleep:
+                    self._sleep = sleep
+                    self._put_off(now)
+                    await trio.sleep_forever()
+                self._sleep = None
+                self.own_looks += 1
+                now = self._clock.now_ms()
+                self.check(now)
         finally:
-            self._last = None  # nobody looks any more: a gap would mean nothing
+            # nobody looks any more: a gap would mean nothing
+            self._last = None
+            self._sleep = None
+            self._put_off_at = math.inf

@@ -136,6 +136,34 @@ def new_timeline(state: str, timestamp: float) -> list[dict[str, Any]]:
     return [timeline_entry(state, timestamp)]
 
 
+# Every field's default object, by a name the generated methods use (``_d0``, ...): a job
+# made by admit, __init__ or from_record holds these very objects in its default fields,
+# so to_wire and to_record can tell a default by identity, cheaper than by equality.
+_DEFAULTS: dict[str, Any] = {f"_d{i}": default for i, (_, _, default) in enumerate(_FIELDS)}
+_DEFAULTS.update({f"_i_{name}": default for name, default in _INTERNAL})
+_DEFAULT_NAME = {attr: f"_d{i}" for i, (_, attr, _) in enumerate(_FIELDS)}
+_DEFAULT_NAME.update({name: f"_i_{name}" for name, _ in _INTERNAL})
+# The Job object of a job whose every field has its default; to_wire starts from a copy.
+_WIRE_DEFAULTS = JobWire({wire: default for wire, _, default in _FIELDS})
+
+
+def _ref(attr: str, default: Any) -> str:
+    """How generated code names ``attr``'s default: a literal where Python makes every
+    such value one object (None, booleans, small ints, identifier-like strings, the
+    empty tuple), else the default object itself by name (``backoff``'s 1000)."""
+    if default is None or isinstance(default, (bool, str, tuple)) or (
+            type(default) is int and -5 <= default <= 256):
+        return repr(default)
+    return _DEFAULT_NAME[attr]
+
+
+def _is_ref(attr: str, default: Any) -> str:
+    """``attr``'s default as the right operand of ``is``: by name but for None and the
+    booleans (``x is 0`` would be a SyntaxWarning, and a name is one object anyway)."""
+    return repr(default) if default is None or isinstance(default, bool) else (
+        _DEFAULT_NAME[attr])
+
+
 def _compile(name: str, source: str, **names: Any) -> Any:
     """Build a method from generated source, as :mod:`dataclasses` does.
 
@@ -144,7 +172,7 @@ def _compile(name: str, source: str, **names: Any) -> Any:
     single place where a field is declared.
     """
     scope: dict[str, Any] = {}
-    exec(source, {"JobWire": JobWire, **names}, scope)  # noqa: S102
+    exec(source, {"JobWire": JobWire, **_DEFAULTS, **names}, scope)  # noqa: S102
     return scope[name]
 
 
@@ -157,7 +185,7 @@ def _init_source() -> str:
             params.append(f"{attr}=None")
             body.append(f"    self.{attr} = () if not {attr} else list({attr})")
         else:
-            params.append(f"{attr}={default!r}")
+            params.append(f"{attr}={_ref(attr, default)}")
             body.append(f"    self.{attr} = {attr}")
     return f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
 
@@ -176,7 +204,7 @@ def _admit_source() -> str:
             lines.append("    self.last_heartbeat = created_at")
         else:
             # defaults are immutable (the list fields share the empty tuple)
-            lines.append(f"    self.{attr} = {default!r}")
+            lines.append(f"    self.{attr} = {_ref(attr, default)}")
     lines += [
         "    for attr, value in options.items():",
         "        if attr in _LIST_ATTRS:",
@@ -191,15 +219,21 @@ def _admit_source() -> str:
 
 
 def _to_wire_source() -> str:
-    items = []
-    for wire, attr, _ in _FIELDS:
-        if wire in _TIMESTAMPS and wire in ("createdAt", "runAt", "lastHeartbeat"):
-            items.append(f"{wire!r}: float(self.{attr})")
+    # A copy of the defaults' Job object (a C copy of its key table), then a store only
+    # for the fields that are not their default object: most of a job's 47 fields are,
+    # and a test of identity costs a fifth of a store (and of building 47 entries anew).
+    # The result is the same dict, keys in field order, as building it whole.
+    lines = ["def to_wire(self):", "    w = JobWire(_WIRE_DEFAULTS)"]
+    for wire, attr, default in _FIELDS:
+        if wire in ("createdAt", "runAt", "lastHeartbeat"):
+            lines.append(f"    w[{wire!r}] = float(self.{attr})")
         elif wire in _TIMESTAMPS:
-            items.append(f"{wire!r}: None if self.{attr} is None else float(self.{attr})")
+            lines.append(f"    if self.{attr} is not None: w[{wire!r}] = float(self.{attr})")
         else:
-            items.append(f"{wire!r}: self.{attr}")
-    return "def to_wire(self):\n    return JobWire({" + ", ".join(items) + "})\n"
+            lines.append(f"    if self.{attr} is not {_is_ref(attr, default)}: "
+                         f"w[{wire!r}] = self.{attr}")
+    lines.append("    return w")
+    return "\n".join(lines) + "\n"
 
 
 # Always stored, even when equal to the default (they identify and order the job).
@@ -211,9 +245,16 @@ def _to_record_source() -> str:
     always = [f"{w!r}: self.{a}" for w, a, _ in _FIELDS if w in _ALWAYS]
     always += [f"{n!r}: self.{n}" for n in _INTERNAL_ALWAYS]
     lines.append("    r = {" + ", ".join(always) + "}")
+    # A default is recognised by identity first (see _DEFAULTS), equality only after.
     for name, default in _INTERNAL:
-        if name not in _INTERNAL_ALWAYS:
-            lines.append(f"    if self.{name} != {default!r}: r[{name!r}] = self.{name}")
+        if name in _INTERNAL_ALWAYS:
+            continue
+        if default is None:  # (these hold None, a dict, a list or a number)
+            lines.append(f"    if self.{name} is not None: r[{name!r}] = self.{name}")
+        else:
+            ref = _is_ref(name, default)
+            lines.append(f"    if self.{name} is not {ref} and self.{name} != {ref}: "
+                         f"r[{name!r}] = self.{name}")
     for wire, attr, default in _FIELDS:
         if wire in _ALWAYS:
             continue
@@ -224,7 +265,9 @@ def _to_record_source() -> str:
         elif isinstance(default, bool):
             lines.append(f"    if self.{attr} is not {default!r}: r[{wire!r}] = self.{attr}")
         else:
-            lines.append(f"    if self.{attr} != {default!r}: r[{wire!r}] = self.{attr}")
+            ref = _is_ref(attr, default)
+            lines.append(f"    if self.{attr} is not {ref} and self.{attr} != {ref}: "
+                         f"r[{wire!r}] = self.{attr}")
     lines.append("    return r")
     return "\n".join(lines) + "\n"
 
@@ -315,7 +358,7 @@ class JobRecord:
             self.timeline.append(entry)
 
     # The Job object as bunqueue sends it (timestamps as floats: the int64 rule).
-    to_wire = _compile("to_wire", _to_wire_source())
+    to_wire = _compile("to_wire", _to_wire_source(), _WIRE_DEFAULTS=_WIRE_DEFAULTS)
     # The storage form: fields that differ from their default, plus the internals;
     # from_record fills the defaults back in.
     to_record = _compile("to_record", _to_record_source())

@@ -129,25 +129,35 @@ class QueueState:
         """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
 
         Stale heap entries may make this early; a tick then simply finds nothing.
+        Asked after every step: a running minimum, no list of candidates.
         """
-        candidates: list[int] = []
+        best: int | None = None
+        at: int | None
         if self.settings.timed:
-            wakeup = self.settings.next_wakeup()
-            if wakeup is not None:
-                candidates.append(wakeup)
+            best = self.settings.next_wakeup()
         if self._lock_heap:
-            candidates.append(max(self._lock_heap[0][0], self._expiry_held_until))
-        if self.parked._deadlines:
-            parked = self.parked.next_deadline()
-            if parked is not None:
-                candidates.append(parked)
-        if self.parked.pulls and self._delayed and not self.settings.paused:
-            candidates.append(self._delayed[0][0])  # a parked pull wants it when due
-        if self._next_stall_check is not None:
-            candidates.append(self._next_stall_check)
+            at = self._lock_heap[0][0]
+            if at < self._expiry_held_until:
+                at = self._expiry_held_until
+            if best is None or at < best:
+                best = at
+        parked = self.parked
+        if parked._deadlines:
+            at = parked.next_deadline()
+            if at is not None and (best is None or at < best):
+                best = at
+        if parked.pulls and self._delayed and not self.settings.paused:
+            at = self._delayed[0][0]  # a parked pull wants it when due
+            if best is None or at < best:
+                best = at
+        at = self._next_stall_check
+        if at is not None and (best is None or at < best):
+            best = at
         if self._timeouts:
-            candidates.append(self._timeouts[0][0])
-        return min(candidates) if candidates else None
+            at = self._timeouts[0][0]
+            if best is None or at < best:
+                best = at
+        return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
         # Every batch ticks: each part is called only when its heap's head is due.
