@@ -17,7 +17,6 @@ interfaces of :mod:`trioqueue.actors.ports`.
 from __future__ import annotations
 
 import logging
-import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
+from ..core.split_dict import SplitDict
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
@@ -98,7 +98,7 @@ class Router(DependentsIndex):
         self._admission = admission  # None when the store has no limit
         self._new_actor = new_actor  # makes a queue's actor and starts its task
         self._spawn = spawn
-        self._index: dict[str, str] = {}
+        self._index: SplitDict[str, str] = SplitDict()  # inserts never copy it whole
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
         # job id -> (expires at, queue, has result, result)
@@ -145,9 +145,7 @@ class Router(DependentsIndex):
     def compact(self) -> None:
         """Copy the index once most of it is gone: a dict never shrinks on deletes, so
         after a million jobs drained it would keep ~30 MB of empty slots."""
-        index = self._index
-        if sys.getsizeof(index) > 64 * len(index) + (1 << 20):
-            self._index = dict(index)
+        self._index.compact()
 
     def forget_retained(self, queue: str) -> None:
         for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:

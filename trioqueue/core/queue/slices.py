@@ -89,7 +89,7 @@ COMPACT_AFTER_JOBS = 65_536
 
 def _compact(q: QueueState, removed: int) -> None:
     if removed >= COMPACT_AFTER_JOBS and len(q.jobs) * 8 < removed:
-        q.jobs = dict(q.jobs)
+        q.jobs.compact()
         q.index.compact()
 
 

@@ -29,6 +29,7 @@ from collections import deque
 from typing import Any
 
 from ..job import JobRecord
+from ..split_dict import SplitDict
 from ..writes import Writes
 from . import (
     consuming,
@@ -63,7 +64,8 @@ class QueueState:
         self.name = name
         self.index = index
         self.finished = finished
-        self.jobs: dict[str, JobRecord] = {}
+        # One entry per live job: a SplitDict, whose inserts never copy the whole map.
+        self.jobs: SplitDict[str, JobRecord] = SplitDict()
         self.settings = QueueSettings()
         self.writes = Writes()
         self.events: list[dict[str, Any]] = []
