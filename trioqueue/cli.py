@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -48,6 +48,15 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "large_frame_bytes": (
         "bytes", "frames at least this large are decoded in slices, other connections "
                  "served between two (default 64KiB; 0: every frame at once)"),
+    "max_read_step_ms": (
+        "ms", "a read's frames are decoded in steps of at most this long, other "
+              "connections served between two (default 1; 0: a read at once)"),
+    "bad_frame_pause_ratio": (
+        "ratio", "after a read with malformed, unknown or pre-Auth frames, leave the "
+                 "connection unread this many times what the read cost (default 4; 0: "
+                 "never)"),
+    "bad_frame_pause_max_ms": (
+        "ms", "the longest such pause (default 250)"),
     "max_partial_frame_total_bytes": (
         "bytes", "incomplete frames of all connections together; past it the largest "
                  "holders are cut (default 256MiB; 0: no bound)"),
@@ -128,14 +137,22 @@ def _tokens(value: str, source: str) -> list[str]:
     return tokens
 
 
-def _seconds(value: str, name: str) -> float:
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < math.inf:
-        raise SystemExit(f"Invalid {name}: {value!r} (expected seconds, e.g. 30 or 0.5)")
-    return seconds
+def _number(expected: str) -> Callable[[str, str], float]:
+    """A parser of a finite number, 0 or more; ``expected`` says what it is."""
+
+    def parse(value: str, name: str) -> float:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = -1.0
+        if not 0 <= number < math.inf:
+            raise SystemExit(f"Invalid {name}: {value!r} (expected {expected})")
+        return number
+
+    return parse
+
+
+_seconds = _number("seconds, e.g. 30 or 0.5")
 
 
 def _count(value: str, name: str) -> int:
@@ -148,8 +165,11 @@ def _count(value: str, name: str) -> int:
     return count
 
 
-_PARSE_LIMIT = {"bytes": _bytes, "seconds": _seconds, "count": _count}
-_METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N"}
+_PARSE_LIMIT = {"bytes": _bytes, "seconds": _seconds, "count": _count,
+                "ms": _number("milliseconds, e.g. 1 or 0.5"),
+                "ratio": _number("a ratio, e.g. 4 or 0.5")}
+_METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
+             "ratio": "RATIO"}
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:

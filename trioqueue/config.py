@@ -73,6 +73,14 @@ class Config:
     # smaller ones are decoded at once, which is cheaper. 0: every frame at once.
     large_frame_bytes: int = 64 * 1024
     max_inflight_per_connection: int = 50  # commands running at once per connection
+    # A read's frames are decoded in steps of at most this long, other connections
+    # served between two (transport/read_pacing.py); 0: a read at once.
+    max_read_step_ms: float = 1.0
+    # After a read with frames the session refused as malformed, unknown or sent before
+    # Auth, the connection is left unread for this many times what the read cost, at
+    # most bad_frame_pause_max_ms; 0: never paused.
+    bad_frame_pause_ratio: float = 4.0
+    bad_frame_pause_max_ms: float = 250.0
     partial_frame_timeout_s: float = 60.0  # slowloris guard; 0 disables
     max_write_queue_bytes: int = 64 * 1024 * 1024  # unsent replies before we cut a client
     # Unsent replies and events of all connections together; past it the connections
@@ -163,7 +171,8 @@ class Config:
 
     def _validate_connection_limits(self) -> None:
         for name in ("max_preauth_frame_bytes", "max_partial_frame_total_bytes",
-                     "large_frame_bytes",
+                     "large_frame_bytes", "max_read_step_ms", "bad_frame_pause_ratio",
+                     "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
                      "partial_frame_timeout_s"):

@@ -20,7 +20,7 @@ from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
 from .transport.limits import Shell
-from .transport.tcp import serve_tcp
+from .transport.tcp_listener import serve_tcp
 from .transport.websocket import serve_ws
 
 log = logging.getLogger("trioqueue")

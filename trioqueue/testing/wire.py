@@ -8,6 +8,7 @@ event frames without a ``reqId``.
 from __future__ import annotations
 
 import itertools
+import os
 import select
 from typing import Any
 
@@ -55,6 +56,21 @@ class RawClient:
 
     async def send_raw(self, data: bytes) -> None:
         await self.stream.send_all(data)
+
+    def ready_now(self) -> int:
+        """How many frames have arrived, counting what the socket holds now, without
+        waiting (a TCP stream only)."""
+        assert isinstance(self.stream, trio.SocketStream)
+        fd = self.stream.socket.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while poller.poll(0):
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            for payload in self._decoder.feed(data):
+                self._ready.append(self.codec.decode(payload))
+        return len(self._ready)
 
     async def receive(self) -> dict[str, Any]:
         """The next reply or event frame, in arrival order."""

@@ -51,6 +51,9 @@ class ConnectionLimits:
     ws_max_message_bytes: int
     ws_close_timeout_s: float
     large_frame_bytes: int
+    max_read_step_ms: float
+    bad_frame_pause_ratio: float
+    bad_frame_pause_max_ms: float
     max_data_bytes: int  # a large frame's JSON bound is only measured up to it
 
     @classmethod

@@ -102,6 +102,10 @@ class Session:
         self._encode = encode
         self._on_overflow = on_overflow
         self._outbox: list[Any] = []
+        self._answers: list[dict[str, Any]] = []  # of the read being handled
+        # Frames answered as malformed, unknown or sent before Auth since the transport
+        # last looked: it paces such a connection (transport/read_pacing.py).
+        self.refused_frames = 0
         self._outbox_bytes = 0
         # Told the bytes this session holds for the sender (queued plus being sent)
         # whenever they change: the broker-wide bound (max_write_queue_total_bytes).
@@ -194,8 +198,21 @@ class Session:
         return replier
 
     def _answer(self, replier: Any, reply: dict[str, Any]) -> None:
-        self.inflight += 1
-        replier.deliver(reply)
+        """Answer a message of the read being handled; sent with the read's other answers
+        (see :meth:`handle`). An answer holds no in-flight slot: it is no work left to
+        do, and a read holds at most a read's worth of them."""
+        self._answers.append(reply)
+
+    def _refuse(self, replier: Any, reply: dict[str, Any]) -> None:
+        """Answer a frame no working client sends (malformed, unknown, before Auth)."""
+        self.refused_frames += 1
+        self._answers.append(reply)
+
+    def _flush_answers(self, replier: Any) -> None:
+        if self._answers:
+            answers, self._answers = self._answers, []
+            self.inflight += len(answers)  # (deliver_many gives back a slot per reply)
+            replier.deliver_many(answers)
 
     async def run_sender(self, send: Callable[[list[Any]], Awaitable[None]]) -> None:
         """Send what the immediate path could not: all that is waiting, in one go.
@@ -223,8 +240,11 @@ class Session:
         routed: list[tuple[Command, Request]] = []
         limit = self.config.max_inflight_per_connection
         replier: Any = self if tag is None else self.replier_for(tag)
+        # The answers given here (bad frames, session commands) leave together, in one
+        # write, before anything awaits: a read of 200 malformed frames cost 200 writes.
         for msg, size, bound in messages:
             if self.inflight >= limit:
+                self._flush_answers(replier)  # (before anything awaits)
                 if routed:
                     await self.router.dispatch(routed)
                     routed = []
@@ -235,30 +255,31 @@ class Session:
             if item is not None:
                 self.inflight += 1
                 routed.append(item)
+        self._flush_answers(replier)
         if routed:
             await self.router.dispatch(routed)
 
     def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
                  ) -> tuple[Command, Request] | None:
         if isinstance(msg, DecodeError):
-            self._answer(replier, {"ok": False, "error": BAD_FORMAT})
+            self._refuse(replier, {"ok": False, "error": BAD_FORMAT})
             return None
         if not isinstance(msg, dict):
-            self._answer(replier, {"ok": False, "error": BAD_COMMAND})
+            self._refuse(replier, {"ok": False, "error": BAD_COMMAND})
             return None
         cmd = msg.get("cmd")
         request = Request(
             cmd if isinstance(cmd, str) else "", msg, replier, conn=self, frame_bytes=size,
             json_bound=bound)
         if not isinstance(cmd, str) or not cmd:
-            self._answer(replier, request.error_reply(BAD_COMMAND))
+            self._refuse(replier, request.error_reply(BAD_COMMAND))
             return None
         command = _WIRE.get(cmd)
         if not self.authenticated and (command is None or not command.before_auth):
-            self._answer(replier, request.error_reply("Not authenticated"))
+            self._refuse(replier, request.error_reply("Not authenticated"))
             return None
         if command is None:
-            self._answer(replier, request.error_reply(f"Unknown command: {cmd}"))
+            self._refuse(replier, request.error_reply(f"Unknown command: {cmd}"))
             return None
         if command.route == SESSION:
             assert command.handler is not None  # the registry checked it

@@ -10,7 +10,9 @@ replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.
   cap is ``max_preauth_frame_bytes``;
 - a frame of at least ``large_frame_bytes`` is decoded and validated in slices, with the
   other connections served between two (``large_frames.py``); the connection reads on
-  only after it, so its later frames never overtake it;
+  only after it, so its later frames never overtake it; the frames of one read are
+  decoded in steps of ``max_read_step_ms``, and a read with bad frames pauses the
+  connection (``read_pacing.py``);
 - a partial frame that does not complete within ``partial_frame_timeout_s`` (slowloris)
   closes the connection; the partial frames of all connections together are bounded
   by ``max_partial_frame_total_bytes`` (the largest holders are cut past it);
@@ -32,6 +34,7 @@ import math
 import socket
 import struct
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -39,12 +42,13 @@ import trio
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import HEADER_SIZE, MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
-from .limits import Shell, too_many_connections
+from .limits import Shell
+from .read_pacing import FRAMES_PER_LOOK, ReadPacer
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now
 
 if TYPE_CHECKING:
-    from ..actors.broker import Broker
+    pass
 
 log = logging.getLogger("trioqueue.tcp")
 
@@ -103,6 +107,8 @@ class TcpConnection:
         # a payload is large (never, when large_frame_bytes is 0)
         self._large = False
         self._large_bytes = limits.large_frame_bytes or MAX_WIRE_LENGTH + 1
+        self._pacer = ReadPacer(limits)
+        self._rest = 0  # where the read's next step of decoding starts (0: none left)
         # The clocks (trio time); the shell's timers call _expire when one may be due.
         self._timer = shell.timers.handle(self._expire)
         now = trio.current_time()
@@ -324,10 +330,12 @@ class TcpConnection:
         timed = bool(limits.idle_timeout_s or limits.partial_frame_timeout_s)
         # the run's clock asked directly: trio.current_time() is three calls deep
         clock_now = trio.lowlevel.current_clock().current_time
+        session = self.session
         while True:
             data = await reader.receive()
             if not data:
                 return
+            read_started = perf_counter()
             now = clock_now() if timed else 0.0
             self._rx_at = now
             try:
@@ -345,6 +353,11 @@ class TcpConnection:
                     if self._large:
                         await self._decode_large(messages)
                     await handle(messages)
+                    if self._rest:
+                        await self._serve_rest(payloads)
+                if session.refused_frames:
+                    session.refused_frames = 0
+                    await trio.sleep(self._pacer.pause_after_bad_frames(read_started))
                 continue
             await self._last_frame(too_large)
 
@@ -360,6 +373,8 @@ class TcpConnection:
             if self._large:  # inline, as in _read_loop: no coroutine more per read
                 await self._decode_large(messages)
             await self.session.handle(messages)
+            if self._rest:
+                await self._serve_rest(payloads)
         if not self._authenticated and self.session.authenticated:
             # Authenticated: the full frame cap, and no more authentication deadline.
             self._authenticated = True
@@ -372,6 +387,8 @@ class TcpConnection:
                 if self._large:
                     await self._decode_large(messages)
                 await self.session.handle(messages)
+                if self._rest:
+                    await self._serve_rest(released)
         if decoder.held is not None:
             log.info("closing a connection that sent a %d-byte frame before Auth",
                      decoder.held)
@@ -400,12 +417,32 @@ class TcpConnection:
         self._close_after(reply)
         await trio.sleep_forever()  # _scope is cancelled when the frame is sent
 
-    def _decode(self, payloads: list[Payload]) -> list[Message]:
-        """Decode every payload of a read, but a large one: that is left in place, as
-        ``(payload, _LARGE, None)``, for :meth:`_decode_large` (``_large`` says so)."""
+    async def _serve_rest(self, payloads: list[Payload]) -> None:
+        """The rest of a read that one step of decoding did not finish, a step at a time,
+        other tasks run between two (see read_pacing.py)."""
+        while self._rest:
+            await trio.lowlevel.checkpoint()
+            messages = self._decode(payloads, self._rest)
+            if self._large:
+                await self._decode_large(messages)
+            await self.session.handle(messages)
+
+    def _decode(self, payloads: list[Payload], start: int = 0) -> list[Message]:
+        """Decode the payloads of a read from ``start``, but a large one: that is left in
+        place, as ``(payload, _LARGE, None)``, for :meth:`_decode_large` (``_large`` says
+        so). Past ``max_read_step_ms`` it stops; ``_rest`` says where to go on."""
         messages: list[Message] = []
         large = self._large_bytes
-        for payload in payloads:
+        self._rest = 0
+        look = len(payloads) - start > FRAMES_PER_LOOK
+        if look:
+            self._pacer.start()
+        for i in range(start, len(payloads)):
+            if look and i > start and not (i - start) % FRAMES_PER_LOOK and (
+                    self._pacer.step_is_over()):
+                self._rest = i
+                break
+            payload = payloads[i]
             if self.codec is None and payload:
                 self.codec = detect_codec(payload[0])
             if len(payload) >= large:
@@ -439,57 +476,3 @@ class TcpConnection:
                 messages[i] = (value, len(payload), bound)
             finally:
                 unmap_soon(payload)  # decoded (or refused): its bytes are not needed
-
-
-async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
-    """Past ``max_connections``: one error frame (msgpack, bunqueue's codec), then close."""
-    shell.refusals.note("TCP")
-    fd = stream.socket.fileno()
-    refusal = {"ok": False, "error": too_many_connections(shell.limits.max_connections)}
-    write_now(fd, encode_frames(MSGPACK, [refusal]))
-    discard_unread(fd, DISCARD_ON_CLOSE_BYTES)
-    await stream.aclose()
-
-
-async def serve_tcp(
-    broker: Broker,
-    host: str,
-    port: int,
-    *,
-    shell: Shell | None = None,
-    handler_nursery: trio.Nursery | None = None,
-    task_status: Any = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Accept connections until cancelled.
-
-    Connections run in ``handler_nursery`` when given, so that cancelling the accept
-    loop (the first step of shutdown) does not cut the connections that are still
-    waiting for the replies of commands already accepted. ``shell`` is shared with the
-    WebSocket listener; without one, a shell of this listener's own is made (and its
-    timers run here).
-    """
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    limit = broker.connections
-
-    async def serve(shell: Shell) -> None:
-        async def handler(stream: trio.SocketStream) -> None:
-            try:
-                limit.acquire_nowait()
-            except trio.WouldBlock:
-                await _refuse(stream, shell)
-                return
-            try:
-                await TcpConnection(broker, stream, shell).serve()
-            finally:
-                limit.release()
-
-        task_status.started(listeners)
-        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
-
-    if shell is not None:
-        await serve(shell)
-        return
-    own = Shell(broker.config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(own.timers.run)
-        await serve(own)

@@ -1,0 +1,77 @@
+"""A read of many frames does not hold the loop, and a connection sending bad frames is
+paced (transport/read_pacing.py)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+
+StartServer = Callable[..., Awaitable[Server]]
+
+# msgpack arrays nested 1,100 deep (past msgpack's own limit): about 1 KB to send and
+# 0.05-0.15 ms to refuse; 200 of them fit one read.
+NESTED = b"\x91" * 1_100 + b"\xc0"
+FLOOD = b"".join(len(NESTED).to_bytes(4, "big") + NESTED for _ in range(200))
+
+
+async def connect(server: Server) -> RawClient:
+    assert server.tcp_port is not None
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    await sock.connect(("127.0.0.1", server.tcp_port))
+    return RawClient(trio.SocketStream(sock))
+
+
+@pytest.mark.parametrize("step_ms", [1.0, 0.0], ids=["stepped", "at-once"])
+async def test_other_connections_are_served_between_the_steps_of_one_read(
+    start_server: StartServer, step_ms: float,
+) -> None:
+    server = await start_server(memory=True, max_read_step_ms=step_ms,
+                                bad_frame_pause_ratio=0.0)
+    healthy = await connect(server)
+    await healthy.ok("Ping")
+    hog = await connect(server)
+    await hog.send_raw(FLOOD)
+    with trio.fail_after(30):
+        first = await hog.receive()  # the broker is on the read (or done with it)
+    assert first == {"ok": False, "error": "Invalid command format"}
+    with trio.fail_after(30):
+        assert (await healthy.call("Ping"))["ok"] is True
+    # What the hog has received by now: in steps of 1 ms the Ping came between two of
+    # them, long before the read's 200 answers; at once, they all came in one write.
+    answered = 1 + hog.ready_now()
+    if step_ms:
+        assert answered < 200
+    else:
+        assert answered == 200
+    with trio.fail_after(30):
+        for _ in range(200 - answered):
+            assert (await hog.receive())["error"] == "Invalid command format"
+    assert (await hog.call("Ping"))["ok"] is True  # the frames kept their order
+
+
+async def test_a_read_with_bad_frames_pauses_its_connection(
+    start_server: StartServer,
+) -> None:
+    # Any read's cost times a million passes the cap, so every pause is the cap.
+    server = await start_server(memory=True, bad_frame_pause_ratio=1e6,
+                                bad_frame_pause_max_ms=1_500.0)
+    client = await connect(server)
+    other = await connect(server)
+    await client.ok("Ping")
+    start = trio.current_time()
+    await client.ok("Ping")  # good frames: no pause
+    assert trio.current_time() - start < 1.0
+    await client.send_raw(client.frame({"cmd": "NoSuchCommand", "reqId": "x"}))
+    assert (await client.receive())["error"] == "Unknown command: NoSuchCommand"
+    start = trio.current_time()
+    # Meanwhile the broker serves everyone else as before.
+    assert (await other.call("Ping"))["ok"] is True
+    assert trio.current_time() - start < 1.0
+    assert (await client.call("Ping"))["ok"] is True
+    assert trio.current_time() - start >= 1.4  # this connection was left unread

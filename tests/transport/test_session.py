@@ -1,0 +1,43 @@
+"""What a session answers by itself leaves in one write per read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trioqueue.config import Config
+from trioqueue.transport.codec import DecodeError
+from trioqueue.transport.session import SENT, Session
+
+
+class _Host:
+    """The three things a session takes from the broker; none is used by these reads
+    (no message here reaches the router)."""
+
+    def __init__(self) -> None:
+        self.config = Config()
+        self.router: Any = None
+        self.events: Any = None
+
+
+async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None:
+    writes: list[list[dict[str, Any]]] = []
+
+    def send_now(replies: list[dict[str, Any]]) -> str:
+        writes.append(list(replies))
+        return SENT
+
+    session = Session(_Host(), send_now=send_now)
+    messages: list[Any] = []
+    for i in range(100):
+        messages.append((DecodeError("bad"), 3, None))
+        messages.append(({"cmd": "Ping", "reqId": f"p{i}"}, 20, None))
+        messages.append(({"cmd": "NoSuch", "reqId": f"n{i}"}, 20, None))
+        messages.append(([1, 2], 4, None))
+    await session.handle(messages)
+    assert len(writes) == 1
+    answers = writes[0]
+    assert len(answers) == 400 and session.inflight == 0
+    # in the order of the frames
+    assert [a.get("reqId") for a in answers[1:8]] == ["p0", "n0", None, None, "p1", "n1", None]
+    assert answers[2]["error"] == "Unknown command: NoSuch"
+    assert all(a["ok"] is False for a in answers[::4])

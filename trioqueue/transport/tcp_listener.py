@@ -1,0 +1,70 @@
+"""The TCP listener: accepts connections, refuses those past ``max_connections``, and
+serves each as a :class:`~.tcp.TcpConnection`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .codec import MSGPACK, encode_frames
+from .limits import Shell, too_many_connections
+from .sockio import discard_unread, write_now
+from .tcp import DISCARD_ON_CLOSE_BYTES, TcpConnection
+
+if TYPE_CHECKING:
+    from ..actors.broker import Broker
+
+
+async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
+    """Past ``max_connections``: one error frame (msgpack, bunqueue's codec), then close."""
+    shell.refusals.note("TCP")
+    fd = stream.socket.fileno()
+    refusal = {"ok": False, "error": too_many_connections(shell.limits.max_connections)}
+    write_now(fd, encode_frames(MSGPACK, [refusal]))
+    discard_unread(fd, DISCARD_ON_CLOSE_BYTES)
+    await stream.aclose()
+
+
+async def serve_tcp(
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    shell: Shell | None = None,
+    handler_nursery: trio.Nursery | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept connections until cancelled.
+
+    Connections run in ``handler_nursery`` when given, so that cancelling the accept
+    loop (the first step of shutdown) does not cut the connections that are still
+    waiting for the replies of commands already accepted. ``shell`` is shared with the
+    WebSocket listener; without one, a shell of this listener's own is made (and its
+    timers run here).
+    """
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    limit = broker.connections
+
+    async def serve(shell: Shell) -> None:
+        async def handler(stream: trio.SocketStream) -> None:
+            try:
+                limit.acquire_nowait()
+            except trio.WouldBlock:
+                await _refuse(stream, shell)
+                return
+            try:
+                await TcpConnection(broker, stream, shell).serve()
+            finally:
+                limit.release()
+
+        task_status.started(listeners)
+        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
+
+    if shell is not None:
+        await serve(shell)
+        return
+    own = Shell(broker.config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(own.timers.run)
+        await serve(own)
