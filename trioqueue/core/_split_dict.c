@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 
 #define MAX_DEPTH 22
 
@@ -18,10 +19,26 @@ typedef struct {
     PyObject_HEAD
     PyObject **dir;         /* slot (hash & mask) -> bucket, borrowed from `buckets` */
     unsigned char *depths;  /* slot -> the number of hash bits its bucket uses */
+    Py_ssize_t *limits;     /* slot -> the size past which its bucket splits */
     size_t mask;
+    size_t salt;            /* makes two maps of the same keys split at other times */
     PyObject *buckets;      /* list: each bucket once (owns them) */
     Py_ssize_t max_entries; /* a bucket past this many entries splits */
 } SplitDictObject;
+
+/* The size past which the bucket of hash bits `low` (its `depth` low bits) splits:
+ * between half of max_entries and all of it, spread by a mix of the bits. With one
+ * limit for all, the buckets of a depth, which fill at the same rate, would all split
+ * within a few thousand inserts of each other (32 splits of ~8,000 entries at 2**18
+ * keys); spread, about one split comes every max_entries / 2 inserts. */
+static Py_ssize_t
+bucket_limit(SplitDictObject *self, size_t low, unsigned char depth)
+{
+    uint64_t x = ((uint64_t)(low ^ self->salt) + depth) * 0x9E3779B97F4A7C15ULL;
+    x ^= x >> 29;
+    Py_ssize_t half = self->max_entries / 2;
+    return self->max_entries - half + (Py_ssize_t)(x % (uint64_t)(half + 1));
+}
 
 static int
 reset(SplitDictObject *self)
@@ -37,9 +54,11 @@ reset(SplitDictObject *self)
     PyList_SET_ITEM(buckets, 0, first);
     PyObject **dir = PyMem_Malloc(sizeof(PyObject *));
     unsigned char *depths = PyMem_Malloc(1);
-    if (dir == NULL || depths == NULL) {
+    Py_ssize_t *limits = PyMem_Malloc(sizeof(Py_ssize_t));
+    if (dir == NULL || depths == NULL || limits == NULL) {
         PyMem_Free(dir);
         PyMem_Free(depths);
+        PyMem_Free(limits);
         Py_DECREF(buckets);
         PyErr_NoMemory();
         return -1;
@@ -48,10 +67,13 @@ reset(SplitDictObject *self)
     depths[0] = 0;
     PyMem_Free(self->dir);
     PyMem_Free(self->depths);
+    PyMem_Free(self->limits);
     Py_XSETREF(self->buckets, buckets);
     self->dir = dir;
     self->depths = depths;
+    self->limits = limits;
     self->mask = 0;
+    limits[0] = bucket_limit(self, 0, 0);
     return 0;
 }
 
@@ -71,6 +93,7 @@ sd_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL)
         return NULL;
     self->max_entries = max_entries;
+    self->salt = (size_t)self >> 4;
     if (reset(self) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -91,8 +114,10 @@ sd_clear_refs(SplitDictObject *self)
     Py_CLEAR(self->buckets);
     PyMem_Free(self->dir);
     PyMem_Free(self->depths);
+    PyMem_Free(self->limits);
     self->dir = NULL;
     self->depths = NULL;
+    self->limits = NULL;
     self->mask = 0;
     return 0;
 }
@@ -157,8 +182,15 @@ split(SplitDictObject *self, size_t slot)
             return -1;
         }
         self->depths = depths;
+        Py_ssize_t *limits = PyMem_Realloc(self->limits, 2 * size * sizeof(Py_ssize_t));
+        if (limits == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->limits = limits;
         memcpy(dir + size, dir, size * sizeof(PyObject *));
         memcpy(depths + size, depths, size);
+        memcpy(limits + size, limits, size * sizeof(Py_ssize_t));
         size *= 2;
         self->mask = size - 1;
     }
@@ -186,9 +218,13 @@ split(SplitDictObject *self, size_t slot)
     if (index < 0 || PyList_Append(self->buckets, high) < 0)
         goto fail;
     /* Every slot that pointed at the old bucket shares its low `depth` bits. */
-    for (size_t i = slot & (bit - 1); i < size; i += bit) {
+    size_t low_bits = slot & (bit - 1);
+    Py_ssize_t low_limit = bucket_limit(self, low_bits, depth + 1);
+    Py_ssize_t high_limit = bucket_limit(self, low_bits | bit, depth + 1);
+    for (size_t i = low_bits; i < size; i += bit) {
         self->dir[i] = (i & bit) ? high : low;
         self->depths[i] = depth + 1;
+        self->limits[i] = (i & bit) ? high_limit : low_limit;
     }
     Py_DECREF(high);  /* the list holds it */
     PyList_SetItem(self->buckets, index, low);  /* steals low, drops old */
@@ -238,7 +274,7 @@ sd_ass_subscript(SplitDictObject *self, PyObject *key, PyObject *value)
         return PyDict_DelItem(bucket, key);
     if (PyDict_SetItem(bucket, key, value) < 0)
         return -1;
-    while (PyDict_GET_SIZE(bucket) > self->max_entries) {
+    while (PyDict_GET_SIZE(bucket) > self->limits[(size_t)h & self->mask]) {
         /* (all of it may have gone to one side: then that side splits again) */
         int done = split(self, (size_t)h & self->mask);
         if (done <= 0)

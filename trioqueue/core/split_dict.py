@@ -46,9 +46,12 @@ MAX_DEPTH = 22
 class PySplitDict:
     """The algorithm in Python, with the C form's interface (see the module docstring)."""
 
-    __slots__ = ("_dir", "_depths", "_mask", "_buckets", "bucket_max_entries")
+    __slots__ = ("_dir", "_depths", "_limits", "_mask", "_buckets", "bucket_max_entries",
+                 "_salt")
     _dir: list[dict[Any, Any]]
     _depths: list[int]
+    _limits: list[int]
+    _salt: int
     _mask: int
     _buckets: list[dict[Any, Any]]
     bucket_max_entries: int
@@ -59,14 +62,25 @@ class PySplitDict:
             raise ValueError("bucket_max_entries must be at least 1")
         self = super().__new__(cls)
         self.bucket_max_entries = bucket_max_entries
+        self._salt = id(self) >> 4
         self.clear()
         return self
+
+    def _limit(self, low: int, depth: int) -> int:
+        """The size past which the bucket of hash bits ``low`` splits (see the C form's
+        bucket_limit: spread between half of bucket_max_entries and all of it, so that
+        the buckets of one depth do not all split at once)."""
+        x = (((low ^ self._salt) + depth) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 29
+        half = self.bucket_max_entries // 2
+        return self.bucket_max_entries - half + x % (half + 1)
 
     def clear(self) -> None:
         first: dict[Any, Any] = {}
         self._dir = [first]  # slot (hash & mask) -> bucket
         self._depths = [0]  # slot -> the number of hash bits its bucket uses
         self._mask = 0
+        self._limits = [self._limit(0, 0)]  # slot -> the size past which it splits
         self._buckets = [first]  # each bucket once
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -82,7 +96,7 @@ class PySplitDict:
         h = hash(key)
         bucket = self._dir[h & self._mask]
         bucket[key] = value
-        while len(bucket) > self.bucket_max_entries and self._split(h & self._mask):
+        while len(bucket) > self._limits[h & self._mask] and self._split(h & self._mask):
             # (all of it may have gone to one side: then that side splits again)
             bucket = self._dir[h & self._mask]
 
@@ -103,6 +117,7 @@ class PySplitDict:
         if (1 << depth) > self._mask:  # the bucket uses every bit: double the directory
             self._dir += self._dir
             self._depths += self._depths
+            self._limits += self._limits
             self._mask = len(self._dir) - 1
         old = self._dir[slot]
         bit = 1 << depth
@@ -111,9 +126,12 @@ class PySplitDict:
         for key, value in old.items():
             (high if hash(key) & bit else low)[key] = value
         # Every slot that pointed at the old bucket shares its low ``depth`` bits.
-        for i in range(slot & (bit - 1), len(self._dir), bit):
+        low_bits = slot & (bit - 1)
+        limits = (self._limit(low_bits, depth + 1), self._limit(low_bits | bit, depth + 1))
+        for i in range(low_bits, len(self._dir), bit):
             self._dir[i] = high if i & bit else low
             self._depths[i] = depth + 1
+            self._limits[i] = limits[1] if i & bit else limits[0]
         buckets = self._buckets
         buckets[buckets.index(old)] = low
         buckets.append(high)
