@@ -120,12 +120,41 @@ def test_a_large_pushb_is_admitted_in_slices_in_order() -> None:
     while not work.step():
         admitted.append(h.q.counts(T0)["waiting"])
         h.commit()
-    assert admitted == [0, SLICE_JOBS, 2 * SLICE_JOBS]  # validated first, then parts
+    # validated a slice at a time first (nothing admitted), then admitted in parts
+    assert admitted == [0, 0, 0, 0, SLICE_JOBS, 2 * SLICE_JOBS]
     ids = work.reply()["ids"]
     assert len(ids) == len(set(ids)) == n == h.q.counts(T0)["waiting"]
     assert [h.q.jobs[i].data for i in ids] == list(range(n))
-    # small batches, and batches with custom ids, stay one plain step
+    # small batches stay one plain step
     small = QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": [{"data": 1}] * SLICE_JOBS}, Ctx(T0))
     assert isinstance(small, dict)
+    # a batch with custom ids is validated in slices, then admitted in one step
     named = [{"data": i, "customId": f"c{i}"} for i in range(SLICE_JOBS + 1)]
-    assert isinstance(QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": named}, Ctx(T0)), dict)
+    work = QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": named}, Ctx(T0))
+    assert isinstance(work, Sliced)
+    waiting = h.q.counts(T0)["waiting"]
+    steps = 0
+    while not work.step():
+        steps += 1
+        h.commit()
+    assert steps == 3 and len(work.reply()["ids"]) == SLICE_JOBS + 1
+    assert h.q.counts(T0)["waiting"] == waiting + SLICE_JOBS + 1
+    assert h.q.jobs["c0"].data == 0
+
+
+def test_a_large_pushb_with_a_bad_job_in_a_later_slice_admits_nothing() -> None:
+    from trioqueue.core.queue.slices import SLICE_JOBS
+
+    h = QueueHarness()
+    jobs: list[Any] = [{"data": i} for i in range(3 * SLICE_JOBS)]
+    jobs[2 * SLICE_JOBS + 5] = {"data": 1, "priority": "high"}
+    work = QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": jobs}, Ctx(T0))
+    assert isinstance(work, Sliced)
+    while not work.step():
+        h.commit()
+    assert work.refused is not None
+    assert work.refused.startswith(f"jobs[{2 * SLICE_JOBS + 5}]: ")
+    assert h.q.counts(T0)["waiting"] == 0 and not h.q.take_writes()
+    with pytest.raises(Refused) as refused:  # the synchronous form raises it
+        QUEUE_HANDLERS["PUSHB"](h.q, {"jobs": jobs}, Ctx(T0)).run()
+    assert refused.value.message == work.refused

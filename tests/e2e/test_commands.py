@@ -92,6 +92,16 @@ async def test_pushb_returns_ids_in_order_and_rejects_whole_batch(client: RawCli
     bad = await client.call("PUSHB", queue="b2", jobs=[{"name": "a"}, {"name": "b", "delay": "x"}])
     assert bad["ok"] is False and bad["error"].startswith("jobs[1]: delay")
     assert (await client.ok("Count", queue="b2"))["count"] == 0
+    # A large batch is validated in slices: a bad job in its last slice refuses it all.
+    jobs: list[dict[str, Any]] = [{"name": "a", "data": i} for i in range(1_000)]
+    jobs[990] = {"name": "a", "priority": "high"}
+    bad = await client.call("PUSHB", queue="b3", jobs=jobs)
+    assert bad["ok"] is False and bad["error"].startswith("jobs[990]: priority"), bad
+    assert (await client.ok("Count", queue="b3"))["count"] == 0
+    jobs[990] = {"name": "a", "data": 990, "customId": "c990"}  # (one step, after)
+    ok = await client.ok("PUSHB", queue="b3", jobs=jobs)
+    assert len(ok["ids"]) == 1_000 and ok["ids"][990] == "c990"
+    assert (await client.ok("Count", queue="b3"))["count"] == 1_000
 
 
 async def test_custom_id_is_idempotent_broker_wide(client: RawClient) -> None:

@@ -394,7 +394,7 @@ class QueueActor:
         self._answer_waiters(self.state.parked.take_settled())
         if done:
             self._long = None
-            self._deliveries.append((req.replier, req.reply(work.reply())))
+            self._deliveries.append((req.replier, work.answer(req)))
         self._current = None
         self._finish_batch()
 

@@ -21,7 +21,7 @@ from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced
 from .queue.dependencies import push_reads
-from .queue.slices import SLICE_JOBS, push_sliced
+from .queue.slices import SLICE_JOBS, admit_batch, pushb_sliced
 
 # ------------------------------------------------------------------ producing
 
@@ -45,31 +45,49 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     jobs = msg.get("jobs")
     if not isinstance(jobs, list):
         raise Refused("jobs must be an array")
-    specs = []
-    linked = False  # any custom id or dependency: only then is there anything to check
-    for i, item in enumerate(jobs):
-        if not isinstance(item, dict):
-            raise Refused(f"jobs[{i}]: job must be an object")
-        try:
-            spec = parse_job_input(item, custom_id_key="customId",
-                                   frame_bytes=ctx.frame_bytes,
-                                   max_data_bytes=ctx.max_data_bytes,
-                                   json_bound=ctx.json_bound)
-            if "custom_id" in spec:
-                fields.check_id_fits_queue(q.name, spec["custom_id"])
-                linked = True
-            elif "depends_on" in spec:
-                linked = True
-            specs.append(spec)
-        except Refused as exc:
-            raise Refused(f"jobs[{i}]: {exc.message}") from None
-    if linked:
-        q.check_push_dependencies(specs, ctx.now, batch=True)
-    _refuse_if_full(ctx)  # the whole batch: PUSHB admits all of its jobs or none
-    if linked or len(specs) <= SLICE_JOBS:
-        # (custom ids and dependencies may need stored reads midway: kept in one step)
-        return {"ids": q.push(specs, ctx.now)}
-    return push_sliced(q, specs, ctx.now)
+    parse = JobsParser(q, jobs, ctx)
+    if len(jobs) <= SLICE_JOBS:
+        specs = parse(0, len(jobs))
+        return {"ids": admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)}
+    # Validation as well as admission in slices (1,000 jobs took 6-12 ms to validate):
+    # the batch is still refused whole, before any of it is admitted.
+    return pushb_sliced(q, len(jobs), parse, ctx.now, ctx.storage_full)
+
+
+class JobsParser:
+    """Validates a PUSHB's jobs, a range at a time, with the limits of its request."""
+
+    __slots__ = ("q", "jobs", "frame_bytes", "max_data_bytes", "json_bound", "linked")
+
+    def __init__(self, q: QueueState, jobs: list[Any], ctx: Ctx) -> None:
+        self.q = q
+        self.jobs = jobs
+        # Taken now: a later slice runs under another request's context.
+        self.frame_bytes = ctx.frame_bytes
+        self.max_data_bytes = ctx.max_data_bytes
+        self.json_bound = ctx.json_bound
+        self.linked = False  # any custom id or dependency: only then is there more to check
+
+    def __call__(self, start: int, stop: int) -> list[dict[str, Any]]:
+        specs = []
+        for i in range(start, stop):
+            item = self.jobs[i]
+            if not isinstance(item, dict):
+                raise Refused(f"jobs[{i}]: job must be an object")
+            try:
+                spec = parse_job_input(item, custom_id_key="customId",
+                                       frame_bytes=self.frame_bytes,
+                                       max_data_bytes=self.max_data_bytes,
+                                       json_bound=self.json_bound)
+                if "custom_id" in spec:
+                    fields.check_id_fits_queue(self.q.name, spec["custom_id"])
+                    self.linked = True
+                elif "depends_on" in spec:
+                    self.linked = True
+                specs.append(spec)
+            except Refused as exc:
+                raise Refused(f"jobs[{i}]: {exc.message}") from None
+        return specs
 
 
 # ------------------------------------------------------------------ consuming

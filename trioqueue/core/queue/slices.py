@@ -17,8 +17,9 @@ how :class:`~trioqueue.core.queue.state.QueueState`'s methods and the tests use 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import STORAGE_FULL, Refused
 from ..job import COMPLETED, FAILED
 from .finished import NeedData
 
@@ -40,7 +41,7 @@ Steps = Generator["NeedData | None", None, Any]
 class Sliced:
     """One command's long work; :meth:`step` runs a slice, True once it is done."""
 
-    __slots__ = ("_steps", "_reply", "result", "done", "need")
+    __slots__ = ("_steps", "_reply", "result", "done", "need", "refused")
 
     def __init__(self, steps: Steps, reply: Callable[[Any], dict[str, Any]]) -> None:
         self._steps = steps
@@ -49,12 +50,19 @@ class Sliced:
         self.done = False
         # The reads the next slice needs (the actor supplies them before the next step).
         self.need: NeedData | None = None
+        self.refused: str | None = None  # the error text, when the work refused
 
     def step(self) -> bool:
         try:
             self.need = next(self._steps)
         except StopIteration as stop:
             self.result = stop.value
+            self.done = True
+            self.need = None
+        except Refused as exc:
+            # The work refused the command (a slice validates before it changes
+            # anything, as handlers do): it is over, answered with the error.
+            self.refused = exc.message
             self.done = True
             self.need = None
         return self.done
@@ -65,11 +73,26 @@ class Sliced:
         while not self.step():
             if self.need is not None:
                 raise self.need
+        if self.refused is not None:
+            raise Refused(self.refused)
         return self.result
 
     def reply(self) -> dict[str, Any]:
         assert self.done, "the work is not finished"
         return self._reply(self.result)
+
+    def answer(self, request: Answerable) -> dict[str, Any]:
+        """The finished work's frame for ``request``: its reply, or its error."""
+        if self.refused is not None:
+            return request.error_reply(self.refused)
+        return request.reply(self.reply())
+
+
+class Answerable(Protocol):
+    """A request as long work answers it (``actors.request.Request``)."""
+
+    def reply(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+    def error_reply(self, message: str) -> dict[str, Any]: ...
 
 
 def _ids_page(q: QueueState, state: str, after: Any) -> Generator[
@@ -205,24 +228,59 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     return promoted
 
 
-def push_sliced(q: QueueState, specs: list[dict[str, Any]], now: int) -> Sliced:
-    """PUSHB's admission of validated jobs, ``SLICE_JOBS`` at a time (one job costs
-    about 20 us: a PUSHB of 1,000 held every other queue for 20-30 ms in one step).
+class JobsParse(Protocol):
+    """Validates a PUSHB's jobs ``[start, stop)`` into specs (``Refused`` at the first
+    bad one); ``linked`` once any had a custom id or a dependency."""
+
+    linked: bool
+
+    def __call__(self, start: int, stop: int) -> list[dict[str, Any]]: ...
+
+
+def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
+                 storage_full: bool) -> Sliced:
+    """A large PUSHB, ``SLICE_JOBS`` jobs a step: validated first (``parse`` refuses the
+    whole batch at its first bad job, before any is admitted), then admitted (one job
+    costs about 20 us: a PUSHB of 1,000 held every other queue for 20-30 ms in one step).
 
     The batch stays whole for its own queue (nothing else of the queue runs before
     its last slice). A crash midway leaves an ordered prefix committed without a
-    reply, which is bunqueue's rule for PUSHB admission as well.
+    reply, which is bunqueue's rule for PUSHB admission as well. A batch with custom ids
+    or dependencies is admitted in one step after its validation (those may need stored
+    reads, fetched before the step runs again).
     """
     def steps() -> Steps:
+        specs: list[dict[str, Any]] = []
+        for start in range(0, count, SLICE_JOBS):
+            yield None
+            specs.extend(parse(start, min(count, start + SLICE_JOBS)))
+        if parse.linked:
+            while True:
+                yield None
+                try:
+                    return admit_batch(q, specs, True, now, storage_full)
+                except NeedData as need:
+                    yield need
+        if storage_full:  # the whole batch: PUSHB admits all of its jobs or none
+            raise Refused(STORAGE_FULL)
         ids: list[str] = []
         for start in range(0, len(specs), SLICE_JOBS):
-            # Before each part, the first included: the handler's step validated every
-            # job (about 6 ms for 1,000), the parts come after, a step each.
             yield None
             ids.extend(q.push(specs[start:start + SLICE_JOBS], now))
         return ids
 
     return Sliced(steps(), _ids_reply)
+
+
+def admit_batch(q: QueueState, specs: list[dict[str, Any]], linked: bool, now: int,
+                storage_full: bool) -> list[str]:
+    """Admit a PUSHB's validated jobs at once; their ids. ``linked``: some have custom
+    ids or dependencies, checked first."""
+    if linked:
+        q.check_push_dependencies(specs, now, batch=True)
+    if storage_full:  # the whole batch: PUSHB admits all of its jobs or none
+        raise Refused(STORAGE_FULL)
+    return q.push(specs, now)
 
 
 def _ids_reply(ids: list[str]) -> dict[str, Any]:
