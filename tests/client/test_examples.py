@@ -9,10 +9,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
-import trio
 
 from trioqueue.client import Connection
+
+pytestmark = pytest.mark.anyio
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,7 +58,7 @@ async def test_live_events(conn: Connection) -> None:
 async def test_sync_producer(connect_args: dict[str, Any], mode: str) -> None:
     if not mode.startswith("tcp"):
         pytest.skip("the sync facade example connects to a broker over TCP")
-    out = await trio.to_thread.run_sync(example("sync_producer").main, "127.0.0.1",
+    out = await anyio.to_thread.run_sync(example("sync_producer").main, "127.0.0.1",
                                         connect_args["port"])
     assert out["state"] == "waiting" and out["waiting"] == 1
 
