@@ -73,7 +73,7 @@ def _problem(value: Any, depth: int) -> tuple[list[Any], str] | None:
     if isinstance(value, dict):
         for key, item in value.items():
             if type(key) is not str:
-                return [], f"map key {key!r} is a {type(key).__name__}, not a string"
+                return [], f"map key {key!r} is not a string ({type(key).__name__})"
             if type(item) in _SCALARS and type(item) is not int:
                 continue
             problem = _problem(item, depth + 1)

@@ -1,7 +1,8 @@
 """Worker: lease jobs from one queue, run a processor on each, report the outcomes.
 
-A trio-native worker: it runs inside a nursery of yours and ends when you close it or
-cancel it, so its lifetime is that of a block of your program::
+A worker runs inside a task group of yours (a trio nursery, an anyio task group, an
+asyncio task) and ends when you close it or cancel it, so its lifetime is that of a
+block of your program::
 
     async with open_connection(embedded=True) as conn:
         worker = Worker("emails", send_email, conn, concurrency=8)
@@ -14,15 +15,16 @@ cancel it, so its lifetime is that of a block of your program::
 worker is registered and its pull loop is running.
 
 **Processors.** ``async def processor(job)`` runs in the worker's nursery;
-a plain function runs in a thread (``trio.to_thread.run_sync``, at most
+a plain function runs in a thread (``anyio.to_thread.run_sync``, at most
 ``concurrency`` threads through a :class:`anyio.CapacityLimiter`). Either gets a
 :class:`~trioqueue.client.job.Job` with ``job.token`` set to its lease. An async
 processor awaits job methods as usual (``await job.update_progress(50)``,
-``await job.log("...")``); a thread reaches them through trio:
-``trio.from_thread.run(job.update_progress, 50)``. What a processor returns is the
-job's result (it must be encodable by the connection's codec, or the job fails with
-the encoding error); raising fails the attempt, and the broker retries it with the
-job's backoff until its attempts are spent (the worker never retries by itself).
+``await job.log("...")``); a thread reaches them through anyio:
+``anyio.from_thread.run(job.update_progress, 50)``. What a processor returns is the
+job's result (it must be a value the wire carries, see :mod:`.values`, or the job
+fails with the :class:`~trioqueue.client.errors.ValidationError` naming it); raising
+fails the attempt, and the broker retries it with the job's backoff until its
+attempts are spent (the worker never retries by itself).
 :class:`UnrecoverableError` fails the job for good at once.
 
 **Leases.** One pull (``PULLB`` with ``owner`` = :attr:`Worker.id` and
@@ -101,7 +103,7 @@ class Worker:
     """Processes the jobs of one queue; see the module docstring for the model.
 
     :param queue_name: the queue to take jobs from.
-    :param processor: ``async def f(job)`` (runs in trio) or ``def f(job)`` (runs in a
+    :param processor: ``async def f(job)`` (runs in the event loop) or ``def f(job)`` (runs in a
         thread); its return value is the job's result.
     :param connection: a :class:`~trioqueue.client.connection.Connection`. Outcomes,
         heartbeats and progress go through its pool; long-polls get a channel of their
