@@ -25,20 +25,25 @@ from .errors import (
 from .events import QueueEvent, QueueEvents
 from .flow import FlowNode, FlowProducer
 from .job import Job
+from .options import Backoff, BulkJob, Deduplication, JobOptions
 from .queue import Queue
 from .worker import UnrecoverableError, Worker
 
 __all__ = [
     "AuthenticationError",
+    "Backoff",
+    "BulkJob",
     "CommandError",
     "CommandTimeout",
     "Connection",
     "ConnectionLost",
+    "Deduplication",
     "EventStream",
     "FlowNode",
     "FlowProducer",
     "Job",
     "JobFailed",
+    "JobOptions",
     "JobNotFound",
     "LockError",
     "Queue",
