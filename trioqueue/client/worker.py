@@ -72,11 +72,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import heartbeats, outcomes, pulling
+from . import heartbeats, outcomes, pulling, shutdown
 from .job import Job
 from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
 from .outcomes import UnrecoverableError
 from .queue import Queue
+from .shutdown import DEFAULT_GRACE_S
 
 if TYPE_CHECKING:
     from .channels import Channel
@@ -303,9 +304,13 @@ class Worker:
 
     # ------------------------------------------------------------------ lifetime
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  signals: bool = False, grace_s: float = DEFAULT_GRACE_S) -> None:
         """Process jobs until :meth:`close` (then return) or cancellation (then raise).
+
+        ``signals=True`` (in the main thread) shuts down warmly on SIGTERM/Ctrl-C, as
+        ``trioqueue worker`` does: the first signal is ``close(timeout=grace_s)``, a
+        second one ``close(force=True)`` (:mod:`.shutdown`).
 
         With ``nursery.start(worker.run)`` the start returns once the worker is
         registered and its loops are running.
@@ -340,6 +345,8 @@ class Worker:
                         loops.start_soon(self._pull_loop)
                         loops.start_soon(self._ack_loop)
                         loops.start_soon(self._heartbeat_loop)
+                        if signals:
+                            loops.start_soon(shutdown.watch_signals, self, grace_s)
                         task_status.started()
                         await self._close_requested.wait()
                         await self._drain()
