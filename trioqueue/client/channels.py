@@ -4,9 +4,9 @@ A channel carries many commands at once; each gets a ``reqId`` and waits for the
 with that id. The waiting and the socket I/O are the one place where the client is
 written twice, once per event loop, because they are its hot path:
 
-- **trio**: the socket's file descriptor is written at once and read directly
-  (:mod:`trioqueue.transport.sockio`, shared with the broker), with a ``trio.Event``
-  per command;
+- **trio**: the socket's file descriptor is written at once
+  (:mod:`trioqueue.transport.sockio`, shared with the broker) and read directly by a
+  reader task, which reschedules each waiting command's task itself;
 - **asyncio**: an :class:`asyncio.Protocol`, whose ``data_received`` settles the
   waiting commands' futures itself, so a reply wakes its caller without a reader task
   in between;
@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import random
 import socket
+import time
 from typing import Any
 
 import cbor2
@@ -30,8 +32,8 @@ import trio
 
 from ..transport.codec import CBOR, Codec
 from ..transport.framing import FrameDecoder, encode_frame
-from ..transport.sockio import DirectReader, write_now
-from .errors import ConnectionLost
+from ..transport.sockio import write_now
+from .errors import CommandTimeout, ConnectionLost
 from .values import check_message
 
 log = logging.getLogger("trioqueue.client")
@@ -39,6 +41,7 @@ log = logging.getLogger("trioqueue.client")
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 30.0
 MAX_FRAME_BYTES = 64 * 1024 * 1024 + 1024
+_READ_BYTES = 1 << 16
 
 EMBEDDED_NEEDS_TRIO = ("embedded mode needs trio; under asyncio connect over TCP to a "
                        "`trioqueue serve` broker: open_connection(host, port)")
@@ -66,6 +69,10 @@ class Channel:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self._pending: dict[Any, Any] = {}
+        # reqId -> (deadline on time.monotonic(), the limit it came from), for the
+        # connection's sweeper: one timer task per connection, not a cancel scope per
+        # command (a scope costs about a fifth of a round trip's client time).
+        self._deadlines: dict[Any, tuple[float, float]] = {}
         self.broken = False
         self.on_event: Any = None  # called with each event frame's ``event`` map
 
@@ -111,20 +118,45 @@ class Channel:
             self._fill(slot, None)  # reply None: ConnectionLost
         self._on_broken()
 
-    async def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, msg: dict[str, Any], limit_s: float | None = None
+                   ) -> dict[str, Any]:
+        """Send ``msg`` and return its reply. With ``limit_s``, a reply that has not
+        come by then (as the connection's sweeper sees it) fails the command with
+        CommandTimeout and drops the channel."""
         if self.broken:
             raise ConnectionLost("connection closed")
         check_message(msg)
         req_id = f"c{next(self._ids)}"
         slot = self._pending[req_id] = self._new_slot()
+        if limit_s is not None:
+            self._deadlines[req_id] = (time.monotonic() + limit_s, limit_s)
         try:
             await self._send({**msg, "reqId": req_id})
             reply = await self._wait(slot)
         finally:
             self._pending.pop(req_id, None)
+            if limit_s is not None:
+                self._deadlines.pop(req_id, None)
         if reply is None:
             raise ConnectionLost(f"connection lost before the reply to {msg.get('cmd')}")
+        if reply is _TIMED_OUT:
+            assert limit_s is not None
+            raise CommandTimeout(f"no reply to {msg.get('cmd')} within {limit_s:g} s")
         return reply
+
+    def expire(self, now: float) -> bool:
+        """Fail the commands whose deadline has passed (CommandTimeout) and, if there
+        were any, the channel (a broker that does not answer one command is not
+        trusted with the next). True when it did."""
+        late = [req_id for req_id, (deadline, _) in self._deadlines.items() if deadline <= now]
+        if not late:
+            return False
+        for req_id in late:
+            slot = self._pending.pop(req_id, None)
+            if slot is not None:
+                self._fill(slot, _TIMED_OUT)
+        self._break()
+        return True
 
     # ------------------------------------------------------------------ per backend
 
@@ -150,16 +182,31 @@ class Channel:
         self._break()
 
 
+_TIMED_OUT: Any = {"ok": False, "error": "(no reply in time)"}  # compared by identity
+
+
 class _TrioSlot:
-    __slots__ = ("done", "reply")
+    """Where one command waits: its task parked on trio's lowest level, rescheduled by
+    the reply (an Event per command cost a few microseconds more per round trip)."""
+
+    __slots__ = ("filled", "reply", "task")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.filled = False
         self.reply: dict[str, Any] | None = None
+        self.task: trio.lowlevel.Task | None = None
+
+
+def _abort_wait(slot: _TrioSlot) -> Any:
+    def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
+        slot.task = None  # cancelled: a reply that comes later wakes nobody
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    return abort
 
 
 class _TrioChannel(Channel):
-    """Waiting the trio way: an Event per command."""
+    """Waiting the trio way: the task parks until its reply reschedules it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -169,11 +216,20 @@ class _TrioChannel(Channel):
         return _TrioSlot()
 
     def _fill(self, slot: _TrioSlot, reply: dict[str, Any] | None) -> None:
+        if slot.filled:
+            return
+        slot.filled = True
         slot.reply = reply
-        slot.done.set()
+        task, slot.task = slot.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
     async def _wait(self, slot: _TrioSlot) -> dict[str, Any] | None:
-        await slot.done.wait()
+        if slot.filled:  # answered while it was being sent (embedded)
+            await trio.lowlevel.checkpoint()
+        else:
+            slot.task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_abort_wait(slot))
         return slot.reply
 
     def _on_broken(self) -> None:
@@ -224,14 +280,27 @@ class TrioTcpChannel(_TrioChannel):
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder(MAX_FRAME_BYTES)
-        reader = DirectReader(self._fd, 1 << 16)
+        fd, size = self._fd, _READ_BYTES
+        drained = True  # the last read left the socket empty: wait before reading
         try:
             while True:
-                data = await reader.receive()
+                if drained:
+                    await trio.lowlevel.wait_readable(fd)
+                try:
+                    data = os.read(fd, size)
+                except BlockingIOError:
+                    drained = True
+                    continue
                 if not data:
                     break
+                # A short read emptied the socket, so the next read would only fail:
+                # wait first (one syscall and one exception less per reply). After a
+                # full read, yield before reading on, so a flood cannot hog the loop.
+                drained = len(data) < size
                 for payload in decoder.feed(data):
                     self._settle(self._decode(payload))
+                if not drained:
+                    await trio.lowlevel.checkpoint()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         except Exception:  # a corrupt stream: nothing after it can be trusted
