@@ -25,7 +25,7 @@ What it installs, unless ``--no-install``:
     * ``redis-server`` from Debian's packages (``apt-get install -y redis-server``,
       after ``apt-get update`` if the first attempt fails; through ``sudo`` when not
       root), when it is not on PATH and RQ, arq or saq is asked for;
-    * ``rq==3.0.0``, ``arq==0.28.0``, ``saq==0.26.4`` (the ones asked for that cannot
+    * ``rq==3.0.0``, ``arq==0.28.0``, ``saq[redis]==0.26.4`` (the ones asked for that cannot
       be imported) with ``sys.executable -m pip install``.
 It exits with status 2 when something needed cannot be installed, 1 when a run
 failed, 0 otherwise.
@@ -61,7 +61,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # RQ imports noo
 
 LIBRARIES: tuple[str, ...] = ("rq", "arq", "saq", "trioqueue")
 # The versions docs/benchmarks.md was measured with.
-PINNED: dict[str, str] = {"rq": "rq==3.0.0", "arq": "arq==0.28.0", "saq": "saq==0.26.4"}
+PINNED: dict[str, str] = {"rq": "rq==3.0.0", "arq": "arq==0.28.0",
+                          "saq": "saq[redis]==0.26.4"}  # saq needs its redis extra
 INSTALL_TIMEOUT_S = 900.0
 
 Run = dict[str, Any]

@@ -197,7 +197,7 @@ def test_missing_python_library_is_pip_installed_pinned(
                         lambda lib: "ModuleNotFoundError" if lib == "saq" and not run.seen
                         else None)
     pyq.ensure_python_libraries(["rq", "saq", "trioqueue"], no_install=False, run=run)
-    assert run.seen == [[sys.executable, "-m", "pip", "install", "saq==0.26.4"]]
+    assert run.seen == [[sys.executable, "-m", "pip", "install", "saq[redis]==0.26.4"]]
 
 
 def test_missing_python_library_with_no_install_is_a_setup_error(
