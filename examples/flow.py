@@ -6,7 +6,7 @@ their results, which it reads as its children's values.
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from trioqueue.client import Connection, FlowProducer, Job, Queue, Worker
 
@@ -30,9 +30,9 @@ async def main(conn: Connection) -> dict[str, int]:
     print("parent", node.job.id, await node.job.get_state())  # waiting-children
     chapters = Worker("chapters", write_chapter, conn, concurrency=3)
     reports = Worker("reports", assemble_report, conn)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(chapters.run)
-        await nursery.start(reports.run)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(chapters.run)
+        await tasks.start(reports.run)
         result = await Queue("reports", conn).wait_job_until_finished(node.job.id, ttl=30)
         await chapters.close()
         await reports.close()

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from trioqueue.client import Connection, Job, Queue, QueueEvents, Worker
 
@@ -21,8 +21,8 @@ async def main(conn: Connection) -> list[str]:
     async with QueueEvents("mail", conn) as events:
         job = await Queue("mail", conn).add("send", {"to": "a@b.c"}, backoff=0)
         worker = Worker("mail", flaky, conn)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(worker.run)
             async for event in events:
                 extra = f" terminal={event.terminal}" if event.name == "failed" else ""
                 print(f"{event.name:<10} {event.job_id or ''}{extra}")

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from trioqueue.client import Connection, Job, Queue, Worker
 
 
 async def add_numbers(job: Job) -> int:
-    await trio.sleep(0)  # a real processor would do I/O here
+    await anyio.sleep(0)  # a real processor would do I/O here
     return int(job.data["a"]) + int(job.data["b"])
 
 
@@ -19,7 +19,7 @@ async def main(conn: Connection) -> dict[str, int]:
     queue = Queue("sums", conn)
     jobs = await queue.add_bulk([{"name": "add", "data": {"a": i, "b": i * 10}}
                                  for i in range(10)])
-    done = trio.Event()
+    done = anyio.Event()
     finished: list[str] = []
 
     def on_completed(job: Job, result: int) -> None:
@@ -29,8 +29,8 @@ async def main(conn: Connection) -> dict[str, int]:
 
     worker = Worker("sums", add_numbers, conn, concurrency=4)
     worker.on("completed", on_completed)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(worker.run)
         await done.wait()
         await worker.close()
     results = {job.id: await queue.get_result(job.id) for job in jobs}

@@ -6,7 +6,7 @@ progress events as they happen; afterwards the logs are read back.
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from trioqueue.client import Connection, Job, Queue, QueueEvents, Worker
 
@@ -26,13 +26,13 @@ async def main(conn: Connection) -> dict[str, object]:
         events.on("progress", lambda event: seen.append(event.progress or 0))
         job = await queue.add("import", {"rows": 1000})
         worker = Worker("imports", import_rows, conn)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(worker.run)
             result = await queue.wait_job_until_finished(job.id, events, ttl=30)
             await worker.close()
-        with trio.fail_after(5):  # the last progress events may still be on their way
+        with anyio.fail_after(5):  # the last progress events may still be on their way
             while len(seen) < 4:
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
     logs = await queue.get_job_logs(job.id)
     for entry in logs["logs"]:
         print(entry["level"], entry["message"])

@@ -6,7 +6,7 @@ job that fails for good raises JobFailed with its last error.
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from trioqueue.client import Connection, Job, JobFailed, Queue, QueueEvents, Worker
 
@@ -21,8 +21,8 @@ async def main(conn: Connection) -> dict[str, object]:
     queue = Queue("images", conn)
     worker = Worker("images", resize, conn, concurrency=2)
     out: dict[str, object] = {}
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(worker.run)
         # removeOnComplete: the broker keeps the result a while for the waiter
         job = await queue.add("resize", {"width": 800}, remove_on_complete=True)
         out["without_events"] = await queue.wait_job_until_finished(job.id, ttl=10)

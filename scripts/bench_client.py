@@ -176,3 +176,197 @@ CLIENT_ROW_FUNCS: dict[str, Callable[[Any, str, Any], None]] = {
 }
 
 CLIENT_ROWS: tuple[str, ...] = tuple(CLIENT_ROW_FUNCS)
+
+
+# ---------------------------------------------------------------------------------
+# Standalone: the client on trio, on asyncio, and bunqueue's own Python client.
+#
+#   python scripts/bench_client.py [--n 5000] [--worker-n 20000] [--repeat 3]
+#       [--target HOST:PORT] [--codec cbor|msgpack] [--time-limit-s 60] [--json out.json]
+#
+# Against one trioqueue broker (a `trioqueue serve` it starts on 127.0.0.1, LMDB in a
+# temporary directory, fsync interval, unless --target names one), in rounds (every
+# row once per round, so a slow spell of the shared machine hits all of them alike):
+#
+#   add_seq[trio|asyncio]   --n Queue.add one at a time (await each)
+#   add_seq[bunqueue]       --n bunqueue-client Queue.add one at a time (it blocks)
+#   worker_c10[trio|asyncio]  --worker-n jobs preloaded with add_bulk (untimed), then
+#                           a Worker at concurrency 10 runs a no-op on each, until
+#                           every "completed" event
+#
+# Each row is bounded by its count and by --time-limit-s. Printed: median [min-max]
+# jobs/s per row, and the ratios the issue asks about (from the medians).
+# ---------------------------------------------------------------------------------
+
+
+def _add_seq_anyio(host: str, port: int, codec: str, queue_name: str, n: int,
+                   limit_s: float, backend: str) -> tuple[int, float]:
+    import anyio
+
+    async def main() -> tuple[int, float]:
+        async with open_connection(host, port, codec=codec) as conn:
+            queue = Queue(queue_name, conn)
+            done = 0
+            t0 = perf()
+            with anyio.move_on_after(limit_s):
+                for i in range(n):
+                    await queue.add("bench", {"i": i})
+                    done += 1
+            elapsed = perf() - t0
+            await queue.obliterate()
+            return done, elapsed
+
+    result: tuple[int, float] = anyio.run(main, backend=backend)
+    return result
+
+
+def _add_seq_bunqueue(host: str, port: int, queue_name: str, n: int, limit_s: float
+                      ) -> tuple[int, float]:
+    from bunqueue import Queue as BunqueueQueue
+
+    queue = BunqueueQueue(queue_name, host=host, port=port)
+    done = 0
+    t0 = perf()
+    try:
+        for i in range(n):
+            queue.add("bench", {"i": i})
+            done += 1
+            if perf() - t0 > limit_s:
+                break
+        return done, perf() - t0
+    finally:
+        queue.close()
+
+
+def _worker_anyio(host: str, port: int, codec: str, queue_name: str, n: int,
+                  limit_s: float, backend: str, concurrency: int = 10) -> tuple[int, float]:
+    import anyio
+
+    async def main() -> tuple[int, float]:
+        async with open_connection(host, port, codec=codec) as conn:
+            queue = Queue(queue_name, conn)
+            for start in range(0, n, 1000):
+                await queue.add_bulk([{"name": "bench", "data": {"i": i}}
+                                      for i in range(start, min(n, start + 1000))])
+            all_done = anyio.Event()
+            completed = 0
+
+            async def noop(job: Any) -> None:
+                return None
+
+            def on_completed(job: Any, result: Any) -> None:
+                nonlocal completed
+                completed += 1
+                if completed >= n:
+                    all_done.set()
+
+            worker = Worker(queue_name, noop, conn, concurrency=concurrency)
+            worker.on("completed", on_completed)
+            async with anyio.create_task_group() as tasks:
+                t0 = perf()
+                await tasks.start(worker.run)
+                with anyio.move_on_after(limit_s):
+                    await all_done.wait()
+                elapsed = perf() - t0
+                await worker.close(timeout=5)
+            await queue.obliterate()
+            return completed, elapsed
+
+    result: tuple[int, float] = anyio.run(main, backend=backend)
+    return result
+
+
+def _start_broker() -> tuple[Any, int, str]:
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    data = tempfile.mkdtemp(prefix="bench-client-")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1", "--tcp-port",
+         str(port), "--ws-port", "0", "--data-dir", data, "--log-level", "warning"])
+    deadline = perf() + 30
+    while perf() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port, data
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit("the broker did not start")
+
+
+def _summary(runs: list[tuple[int, float]]) -> tuple[float, float, float]:
+    import statistics
+
+    rates = [done / elapsed for done, elapsed in runs if elapsed > 0]
+    return statistics.median(rates), min(rates), max(rates)
+
+
+def compare(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import shutil
+
+    parser = argparse.ArgumentParser(description="trioqueue's client on trio and asyncio "
+                                                 "beside bunqueue-client, one broker")
+    parser.add_argument("--n", type=int, default=5000)
+    parser.add_argument("--worker-n", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--codec", choices=("cbor", "msgpack"), default="cbor")
+    parser.add_argument("--time-limit-s", type=float, default=60.0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--rows", choices=("all", "add", "worker"), default="all")
+    args = parser.parse_args(argv)
+    process = data = None
+    if args.target:
+        host, _, port_text = args.target.rpartition(":")
+        port = int(port_text)
+    else:
+        process, port, data = _start_broker()
+        host = "127.0.0.1"
+    rows: dict[str, list[tuple[int, float]]] = {}
+    try:
+        for round_no in range(args.repeat):
+            for backend in ("trio", "asyncio") if args.rows != "worker" else ():
+                rows.setdefault(f"add_seq[{backend}]", []).append(_add_seq_anyio(
+                    host, port, args.codec, f"bc-add-{backend}-{round_no}", args.n,
+                    args.time_limit_s, backend))
+            if args.rows != "worker":
+                rows.setdefault("add_seq[bunqueue-client]", []).append(_add_seq_bunqueue(
+                    host, port, f"bc-add-bq-{round_no}", args.n, args.time_limit_s))
+            for backend in ("trio", "asyncio") if args.rows != "add" else ():
+                rows.setdefault(f"worker_c10[{backend}]", []).append(_worker_anyio(
+                    host, port, args.codec, f"bc-w-{backend}-{round_no}", args.worker_n,
+                    args.time_limit_s, backend))
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(30)
+            shutil.rmtree(str(data), ignore_errors=True)
+    medians = {}
+    for name, runs in rows.items():
+        median, low, high = _summary(runs)
+        medians[name] = median
+        print(f"{name:28} {median:9,.0f}/s [{low:,.0f}-{high:,.0f}]")
+    if args.rows != "worker":
+        add_t, add_a = medians["add_seq[trio]"], medians["add_seq[asyncio]"]
+        add_b = medians["add_seq[bunqueue-client]"]
+        print(f"add_seq: asyncio/trio {add_a / add_t:.2f}x; vs bunqueue-client: trio "
+              f"{add_t / add_b:.2f}x, asyncio {add_a / add_b:.2f}x")
+    if args.rows != "add":
+        w_t, w_a = medians["worker_c10[trio]"], medians["worker_c10[asyncio]"]
+        print(f"worker_c10: asyncio/trio {w_a / w_t:.2f}x")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": vars(args), "runs": rows}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(compare())

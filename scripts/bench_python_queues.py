@@ -17,11 +17,15 @@ against a ``trioqueue serve`` it starts (LMDB, fsync ``interval``: every
 acknowledgement committed). Everything started is stopped, also on Ctrl-C, SIGTERM
 or an error.
 
-What it installs, unless ``--no-install`` (then it exits with status 2 instead):
+When no redis-server can be had (none on PATH, and ``--no-install`` or no way to
+install one), RQ, arq and saq are skipped with a line saying so, and trioqueue's row
+is still measured (status 2 when nothing is left to run).
+
+What it installs, unless ``--no-install``:
     * ``redis-server`` from Debian's packages (``apt-get install -y redis-server``,
       after ``apt-get update`` if the first attempt fails; through ``sudo`` when not
       root), when it is not on PATH and RQ, arq or saq is asked for;
-    * ``rq==3.0.0``, ``arq==0.28.0``, ``saq==0.26.4`` (the ones asked for that cannot
+    * ``rq==3.0.0``, ``arq==0.28.0``, ``saq[redis]==0.26.4`` (the ones asked for that cannot
       be imported) with ``sys.executable -m pip install``.
 It exits with status 2 when something needed cannot be installed, 1 when a run
 failed, 0 otherwise.
@@ -57,7 +61,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # RQ imports noo
 
 LIBRARIES: tuple[str, ...] = ("rq", "arq", "saq", "trioqueue")
 # The versions docs/benchmarks.md was measured with.
-PINNED: dict[str, str] = {"rq": "rq==3.0.0", "arq": "arq==0.28.0", "saq": "saq==0.26.4"}
+PINNED: dict[str, str] = {"rq": "rq==3.0.0", "arq": "arq==0.28.0",
+                          "saq": "saq[redis]==0.26.4"}  # saq needs its redis extra
 INSTALL_TIMEOUT_S = 900.0
 
 Run = dict[str, Any]
@@ -187,12 +192,25 @@ def ensure_python_libraries(libraries: Sequence[str], no_install: bool,
         raise SetupError(f"installed, yet still cannot import: {still}")
 
 
-def prepare(libraries: Sequence[str], no_install: bool) -> str | None:
-    """Install what ``libraries`` need; the path of redis-server when one is needed."""
-    ensure_python_libraries(libraries, no_install)
-    if any(lib != "trioqueue" for lib in libraries):
-        return ensure_redis_server(no_install)
-    return None
+def prepare(libraries: Sequence[str], no_install: bool) -> tuple[list[str], str | None]:
+    """Install what ``libraries`` need: the libraries that can run, and the path of
+    redis-server when one is needed. Without a redis-server (none on PATH, and none
+    may or can be installed) RQ, arq and saq are skipped, with a line saying so; a
+    SetupError only when nothing is left to run."""
+    kept = list(libraries)
+    server = None
+    needs_redis = [lib for lib in kept if lib != "trioqueue"]
+    if needs_redis:
+        try:
+            server = ensure_redis_server(no_install)
+        except SetupError as exc:
+            kept = [lib for lib in kept if lib == "trioqueue"]
+            if not kept:
+                raise
+            print(f"bench_python_queues: {exc}: skipping {', '.join(needs_redis)} (they "
+                  "need a local redis-server)", file=sys.stderr, flush=True)
+    ensure_python_libraries(kept, no_install)
+    return kept, server
 
 
 def library_versions(libraries: Sequence[str]) -> dict[str, str]:
@@ -589,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     libraries: list[str] = args.libraries
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        redis_server = prepare(libraries, args.no_install)
+        libraries, redis_server = prepare(libraries, args.no_install)
     except SetupError as exc:
         print(f"bench_python_queues: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
 """``trioqueue serve``: flags, ``TRIOQUEUE_*`` variables, and bunqueue's own variable names.
+(``trioqueue worker`` runs a Worker; its flags are in :mod:`trioqueue.client.runner`.)
 
 Precedence: flags > ``TRIOQUEUE_*`` > bunqueue's names (``TCP_PORT``, ``HTTP_PORT``,
 ``HOST``, ``AUTH_TOKENS``, ``BUNQUEUE_DATA_PATH``...) > defaults, so a deployment or a
@@ -277,6 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after a pause of the broker itself (SIGSTOP, a frozen VM), "
                             "no lease expires for this many seconds, so holders can "
                             "renew first (default 10; 0 disables)")
+    from .client.runner import add_arguments
+
+    worker = sub.add_parser("worker", help="run a Worker on module:function until a signal",
+                            description="Process the jobs of --queue with module:function "
+                                        "(async def f(job) or def f(job)). The first "
+                                        "SIGTERM/Ctrl-C stops pulling and lets running "
+                                        "jobs finish within --grace-s; a second hands them "
+                                        "back to the broker at once.")
+    add_arguments(worker)
     limits = serve.add_argument_group("connection limits")
     for setting, (kind, text) in LIMIT_FLAGS.items():
         limits.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
@@ -286,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "worker":
+        from .client import runner
+
+        return runner.main(args)
     config = config_from(args, os.environ if env is None else env)
     try:
         config.validate()

@@ -6,8 +6,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
-import trio
 
 from trioqueue.client import (
     AuthenticationError,
@@ -19,7 +20,8 @@ from trioqueue.client import (
 )
 from trioqueue.client.errors import CommandTimeout, JobExists
 from trioqueue.config import Config
-from trioqueue.server import Server
+
+pytestmark = pytest.mark.anyio
 
 
 async def test_many_commands_in_flight_at_once(conn: Connection) -> None:
@@ -29,7 +31,7 @@ async def test_many_commands_in_flight_at_once(conn: Connection) -> None:
     async def add(i: int) -> None:
         ids.append((await queue.add("n", i)).id)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for i in range(300):
             nursery.start_soon(add, i)
     assert len(set(ids)) == 300 and await queue.count() == 300
@@ -47,7 +49,7 @@ async def test_frames_larger_than_the_socket_buffer_are_never_interleaved(
     async def add(i: int) -> None:
         ids[i] = (await queue.add("n", big.get(i, i))).id
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for i in range(40):
             nursery.start_soon(add, i)
     for i, job_id in ids.items():
@@ -69,15 +71,14 @@ async def test_data_is_never_shared_with_the_broker(conn: Connection) -> None:
 
 
 @pytest.mark.parametrize("codec", ["cbor", "msgpack"])
-async def test_both_codecs(nursery: trio.Nursery, tmp_path: Path, codec: str) -> None:
-    server: Server = await nursery.start(Server(Config(tcp_port=0, ws_port=0,
-                                                       memory=True)).run)
-    async with open_connection(port=server.tcp_port, codec=codec) as conn:
+async def test_both_codecs(brokers: Any, codec: str) -> None:
+    broker = await brokers.start(Config(host="127.0.0.1", tcp_port=0, ws_port=0,
+                                        memory=True))
+    async with open_connection(port=broker.tcp_port, codec=codec) as conn:
         queue = Queue("c-codec", conn)
         job = await queue.add("n", {"big": 2**40, "neg": -1, "f": 0.5})
         stored = await queue.get_job(job.id)
         assert stored is not None and stored.data == {"big": 2**40, "neg": -1, "f": 0.5}
-    server.stop()
     with pytest.raises(ValueError, match="codec"):
         async with open_connection(codec="json"):
             pass
@@ -89,15 +90,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_a_restarted_broker_is_reconnected_to(tmp_path: Path) -> None:
+async def test_a_restarted_broker_is_reconnected_to(tmp_path: Path, brokers: Any) -> None:
     port = free_port()
-    config = Config(tcp_port=port, ws_port=0, data_dir=str(tmp_path / "data"))
-    async with trio.open_nursery() as nursery:
-        first: Server = await nursery.start(Server(config).run)
+    config = Config(host="127.0.0.1", tcp_port=port, ws_port=0,
+                    data_dir=str(tmp_path / "data"))
+    async with anyio.create_task_group() as nursery:
+        first = await brokers.start(config)
         async with open_connection(port=port, pool_size=1) as conn:
             queue = Queue("c-restart", conn)
             job = await queue.add("n", 1)
-            waiting = trio.Event()
+            waiting = anyio.Event()
             outcome: dict[str, Any] = {}
 
             async def long_poll() -> None:
@@ -109,27 +111,27 @@ async def test_a_restarted_broker_is_reconnected_to(tmp_path: Path) -> None:
 
             nursery.start_soon(long_poll)
             await waiting.wait()
-            first.stop()  # the broker goes away with a command in flight
-            with trio.fail_after(10):
+            await first.stop()  # the broker goes away with a command in flight
+            with anyio.fail_after(10):
                 while "lost" not in outcome:
-                    await trio.sleep(0.01)
-            second: Server = await nursery.start(Server(config).run)
+                    await anyio.sleep(0.01)
+            await brokers.start(config)
             # the next command opens a new socket to the new broker
-            with trio.fail_after(10):
+            with anyio.fail_after(10):
                 assert (await queue.get_job(job.id)) is not None
-            second.stop()
 
 
 async def test_connecting_to_nothing_fails_after_the_timeout() -> None:
     port = free_port()
     async with open_connection(port=port, connect_timeout_s=0.3) as conn:
-        with trio.fail_after(5), pytest.raises(ConnectionLost, match="cannot connect"):
+        with anyio.fail_after(5), pytest.raises(ConnectionLost, match="cannot connect"):
             await conn.call("Ping")
 
 
-async def test_tokens(nursery: trio.Nursery) -> None:
-    config = Config(tcp_port=0, ws_port=0, memory=True, auth_tokens=["s3cret"])
-    server: Server = await nursery.start(Server(config).run)
+async def test_tokens(brokers: Any, anyio_backend: str) -> None:
+    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, memory=True,
+                    auth_tokens=["s3cret"])
+    server = await brokers.start(config)
     async with open_connection(port=server.tcp_port) as anonymous:
         with pytest.raises(AuthenticationError, match="Not authenticated"):
             await Queue("c-auth", anonymous).count()
@@ -138,14 +140,29 @@ async def test_tokens(nursery: trio.Nursery) -> None:
             await wrong.call("Ping")
     async with open_connection(port=server.tcp_port, token="s3cret") as good:
         assert await Queue("c-auth", good).count() == 0
-    server.stop()
+    if anyio_backend != "trio":
+        return
     # embedded: the broker's own token is used
     async with open_connection(embedded=True, config=Config(memory=True,
                                                             auth_tokens=["t"])) as inner:
         assert await Queue("c-auth", inner).count() == 0
 
 
-async def test_embedded_broker_keeps_its_lmdb_store(tmp_path: Path) -> None:
+async def test_embedded_mode_under_asyncio_is_refused_in_one_sentence(
+        anyio_backend: str) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("embedded mode is refused under asyncio only")
+    with pytest.raises(RuntimeError) as refused:
+        async with open_connection(embedded=True):
+            pass
+    assert str(refused.value).startswith("embedded mode needs trio; under asyncio connect "
+                                         "over TCP to a `trioqueue serve` broker")
+
+
+async def test_embedded_broker_keeps_its_lmdb_store(tmp_path: Path, anyio_backend: str
+                                                    ) -> None:
+    if anyio_backend != "trio":
+        pytest.skip("embedded mode needs trio")
     config = Config(data_dir=str(tmp_path / "data"))
     async with open_connection(embedded=True, config=config) as conn:
         job = await Queue("c-lmdb", conn).add("n", {"kept": True})
@@ -169,21 +186,23 @@ async def test_the_callers_exception_comes_out_unwrapped(connect_args: dict[str,
 
 async def test_a_broker_that_does_not_answer_times_out() -> None:
     """A listener that accepts and never replies: the command fails, it does not hang."""
-    listener = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listener[0].socket.getsockname()[1]
-    accepted: list[trio.SocketStream] = []
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    accepted: list[anyio.abc.SocketStream] = []
 
-    async def accept_and_ignore() -> None:
-        accepted.append(await listener[0].accept())
+    async def accept_and_ignore(stream: anyio.abc.SocketStream) -> None:
+        accepted.append(stream)
+        await anyio.sleep_forever()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(accept_and_ignore)
+    async with anyio.create_task_group() as nursery:
+        nursery.start_soon(listener.serve, accept_and_ignore)
         async with open_connection(port=port, command_timeout_s=0.2) as conn:
-            with trio.fail_after(5), pytest.raises(CommandTimeout, match="no reply to Ping"):
+            with anyio.fail_after(5), pytest.raises(CommandTimeout, match="no reply to Ping"):
                 await conn.call("Ping")
+        nursery.cancel_scope.cancel()
     for stream in accepted:
         await stream.aclose()
-    await listener[0].aclose()
+    await listener.aclose()
 
 
 async def test_a_taken_flow_id_is_job_exists(conn: Connection) -> None:

@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
-import trio
-import trio.testing
 
 from trioqueue.client import (
     Connection,
@@ -20,7 +20,8 @@ from trioqueue.client import (
     open_connection,
 )
 from trioqueue.config import Config
-from trioqueue.server import Server
+
+pytestmark = pytest.mark.anyio
 
 DEADLINE_S = 5.0
 
@@ -35,7 +36,7 @@ async def pull(conn: Connection, queue: str, **fields: Any) -> dict[str, Any]:
 async def take(events: QueueEvents, job_id: str | None, until: str) -> list[QueueEvent]:
     """Events (of ``job_id`` and queue-wide ones) until the first ``until`` among them."""
     seen: list[QueueEvent] = []
-    with trio.fail_after(DEADLINE_S):
+    with anyio.fail_after(DEADLINE_S):
         async for event in events:
             if event.job_id not in (job_id, None):
                 continue
@@ -46,9 +47,9 @@ async def take(events: QueueEvents, job_id: str | None, until: str) -> list[Queu
 
 
 async def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    with trio.move_on_after(DEADLINE_S):
+    with anyio.move_on_after(DEADLINE_S):
         while not predicate():
-            await trio.sleep(0.005)
+            await anyio.sleep(0.005)
         return
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -107,13 +108,13 @@ async def test_callbacks_sync_and_async(conn: Connection) -> None:
     sync_seen: list[tuple[str | None, Any]] = []
     async_seen: list[tuple[str | None, Any]] = []
     failed_seen: list[str | None] = []
-    both_done = trio.Event()
+    both_done = anyio.Event()
 
     def on_completed(event: QueueEvent) -> None:
         sync_seen.append((event.job_id, event.return_value))
 
     async def on_completed_async(event: QueueEvent) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         async_seen.append((event.job_id, event.return_value))
         if len(async_seen) == 2:
             both_done.set()
@@ -135,7 +136,7 @@ async def test_callbacks_sync_and_async(conn: Connection) -> None:
         await queue.add("x", None, job_id="c3", attempts=1)
         await pull(conn, "ev-cb")
         await queue.move_job_to_failed("c3", "nope")
-        with trio.fail_after(DEADLINE_S):
+        with anyio.fail_after(DEADLINE_S):
             await both_done.wait()
         await wait_until(lambda: failed_seen == ["nope"], "the failed callback")
         events.off("completed", on_completed)
@@ -164,7 +165,7 @@ async def test_iteration_ends_with_the_block(conn: Connection) -> None:
     queue = Queue("ev-end", conn)
     names: list[str] = []
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         async with QueueEvents("ev-end", conn) as events:
             async def read() -> None:
                 async for event in events:
@@ -180,15 +181,8 @@ async def test_iteration_ends_with_the_block(conn: Connection) -> None:
 # ---------------------------------------------------------------- broker restart
 
 
-async def _run_server(config: Config, stopped: trio.Event, *,
-                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    try:
-        await Server(config).run(task_status=task_status)
-    finally:
-        stopped.set()
-
-
-async def test_survives_broker_restart(mode: str, broker_config: Config) -> None:
+async def test_survives_broker_restart(mode: str, broker_config: Config, brokers: Any
+                                       ) -> None:
     """Stop the broker under a QueueEvents and two waits, start a new one on the same
     port (and data dir): the stream says ``reconnected`` and both waits settle after
     it (with the result on LMDB; on memory the job is gone: Job not found)."""
@@ -198,53 +192,48 @@ async def test_survives_broker_restart(mode: str, broker_config: Config) -> None
     order: list[str] = []
     outcomes: dict[str, Any] = {}
 
-    async with trio.open_nursery() as servers:
-        stopped = trio.Event()
-        first: Server = await servers.start(_run_server, broker_config, stopped)
-        port = first.tcp_port
-        assert port is not None
-        async with open_connection(port=port) as conn:
-            queue = Queue("ev-restart", conn)
-            async with QueueEvents("ev-restart", conn) as events:
-                reconnected = trio.Event()
+    first = await brokers.start(broker_config)
+    port = first.tcp_port
+    assert port is not None
+    async with open_connection(port=port) as conn:
+        queue = Queue("ev-restart", conn)
+        async with QueueEvents("ev-restart", conn) as events:
+            reconnected = anyio.Event()
 
-                def on_reconnected(event: QueueEvent) -> None:
-                    order.append("reconnected")
-                    reconnected.set()
+            def on_reconnected(event: QueueEvent) -> None:
+                order.append("reconnected")
+                reconnected.set()
 
-                events.on("reconnected", on_reconnected)
-                await queue.add("x", {"n": 1}, job_id="r1")
+            events.on("reconnected", on_reconnected)
+            await queue.add("x", {"n": 1}, job_id="r1")
 
-                async def wait(key: str, with_events: bool) -> None:
-                    try:
-                        outcomes[key] = await queue.wait_job_until_finished(
-                            "r1", events if with_events else None, ttl=20)
-                    except JobNotFound as exc:
-                        outcomes[key] = exc
-                    order.append(key)
+            async def wait(key: str, with_events: bool) -> None:
+                try:
+                    outcomes[key] = await queue.wait_job_until_finished(
+                        "r1", events if with_events else None, ttl=20)
+                except JobNotFound as exc:
+                    outcomes[key] = exc
+                order.append(key)
 
-                with trio.fail_after(DEADLINE_S * 3):
-                    async with trio.open_nursery() as waits:
-                        waits.start_soon(wait, "with-events", True)
-                        waits.start_soon(wait, "holds", False)
-                        await trio.testing.wait_all_tasks_blocked()
+            with anyio.fail_after(DEADLINE_S * 3):
+                async with anyio.create_task_group() as waits:
+                    waits.start_soon(wait, "with-events", True)
+                    waits.start_soon(wait, "holds", False)
+                    await anyio.wait_all_tasks_blocked()
 
-                        first.stop()
-                        await stopped.wait()
-                        assert outcomes == {}
-                        stopped = trio.Event()
-                        config = dataclasses.replace(broker_config, tcp_port=port)
-                        second: Server = await servers.start(_run_server, config, stopped)
-                        assert second.tcp_port == port
-                        await reconnected.wait()
-                        names = [e.name for e in await take(events, "r1", "reconnected")]
-                        assert names[0] == "waiting" and names[-1] == "reconnected"
-                        if mode == "tcp-lmdb":
-                            assert await queue.get_job_state("r1") == "waiting"
-                            await pull(conn, "ev-restart")
-                            await queue.move_job_to_completed("r1", "after the restart")
-                        # The waits end with this nursery.
-            second.stop()
+                    await first.stop()
+                    assert outcomes == {}
+                    config = dataclasses.replace(broker_config, tcp_port=port)
+                    second = await brokers.start(config)
+                    assert second.tcp_port == port
+                    await reconnected.wait()
+                    names = [e.name for e in await take(events, "r1", "reconnected")]
+                    assert names[0] == "waiting" and names[-1] == "reconnected"
+                    if mode == "tcp-lmdb":
+                        assert await queue.get_job_state("r1") == "waiting"
+                        await pull(conn, "ev-restart")
+                        await queue.move_job_to_completed("r1", "after the restart")
+                    # The waits end with this nursery.
 
     assert reconnected.is_set() and sorted(outcomes) == ["holds", "with-events"]
     if mode == "tcp-lmdb":

@@ -9,10 +9,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
-import trio
 
-from trioqueue.client import Connection
+from trioqueue.client import Connection, Worker, open_connection
+from trioqueue.config import Config
+
+pytestmark = pytest.mark.anyio
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,7 +59,7 @@ async def test_live_events(conn: Connection) -> None:
 async def test_sync_producer(connect_args: dict[str, Any], mode: str) -> None:
     if not mode.startswith("tcp"):
         pytest.skip("the sync facade example connects to a broker over TCP")
-    out = await trio.to_thread.run_sync(example("sync_producer").main, "127.0.0.1",
+    out = await anyio.to_thread.run_sync(example("sync_producer").main, "127.0.0.1",
                                         connect_args["port"])
     assert out["state"] == "waiting" and out["waiting"] == 1
 
@@ -64,3 +68,42 @@ def test_an_example_runs_as_a_script() -> None:
     done = subprocess.run([sys.executable, "flow.py", "--embedded"], cwd=EXAMPLES,
                           capture_output=True, text=True, timeout=60, check=True)
     assert "report: {'chapters': 3, 'pages': 19}" in done.stdout
+
+
+async def test_fastapi_app_enqueues_and_answers_with_the_result(
+        brokers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The FastAPI example against a real broker: a request adds a job, a worker runs
+    the example's own function, and the response carries the job's result."""
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    module = example("fastapi_app")
+    broker = await brokers.start(Config(host="127.0.0.1", tcp_port=0, ws_port=0,
+                                        memory=True))
+    monkeypatch.setenv("TRIOQUEUE_PORT", str(broker.tcp_port))
+    app = module.app
+    async with open_connection(port=broker.tcp_port) as conn:
+        worker = Worker(module.QUEUE, module.resize, conn, concurrency=2)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(worker.run)
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://app") as client:
+                    with anyio.fail_after(20):
+                        made = await client.post("/thumbnails",
+                                                 json={"url": "u.png", "width": 200})
+                        assert made.status_code == 200, made.text
+                        body = made.json()
+                        assert body["result"] == {"url": "u.png", "width": 200,
+                                                  "height": 150}
+                        read = await client.get(f"/thumbnails/{body['job_id']}")
+                        assert read.json() == {"job_id": body["job_id"],
+                                               "state": "completed",
+                                               "result": body["result"]}
+                        missing = await client.get("/thumbnails/nope")
+                        assert missing.status_code == 404
+                        refused = await client.post("/thumbnails",
+                                                    json={"url": "u.png", "width": 0})
+                        assert refused.status_code == 422
+            await worker.close()
+    assert worker.processed_count == 1

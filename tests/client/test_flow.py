@@ -17,6 +17,8 @@ from trioqueue.client import (
 )
 from trioqueue.client.flow import MAX_DEPTH, MAX_FLOW_JOBS, plan_flow, plan_flows
 
+pytestmark = pytest.mark.anyio
+
 
 async def work(conn: Connection, queue: str, result: Any = None) -> str:
     """Pull one job of ``queue`` and complete it with ``result``; its id."""

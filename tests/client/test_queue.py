@@ -16,6 +16,8 @@ from trioqueue.client import (
     ValidationError,
 )
 
+pytestmark = pytest.mark.anyio
+
 
 async def pull(conn: Connection, queue: str, owner: str | None = "w") -> tuple[str, str]:
     """Pull one job as a worker would; returns (id, token)."""

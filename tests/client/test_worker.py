@@ -1,6 +1,6 @@
 """Worker over every mode (TCP and embedded, LMDB and memory).
 
-Synchronisation is by trio.Event gates inside processors and by wait-until loops with a
+Synchronisation is by anyio.Event gates inside processors and by wait-until loops with a
 deadline on what the broker reports; the one real-time wait is the lock-renewal test,
 whose point is that time passes beyond the lock duration.
 """
@@ -14,8 +14,9 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
-import trio
 
 from trioqueue.client import (
     Connection,
@@ -24,10 +25,11 @@ from trioqueue.client import (
     Queue,
     UnrecoverableError,
     Worker,
-    open_connection,
 )
 from trioqueue.client.worker import EVENTS
 from trioqueue.config import Config
+
+pytestmark = pytest.mark.anyio
 
 
 class Recorder:
@@ -52,8 +54,8 @@ class Gate:
     def __init__(self, result: Callable[[Job], Any]) -> None:
         self.held: dict[str, Job] = {}
         self._result = result
-        self._open = trio.Event()
-        self._arrived = trio.Event()
+        self._open = anyio.Event()
+        self._arrived = anyio.Event()
 
     async def __call__(self, job: Job) -> Any:
         self.held[job.id] = job
@@ -62,9 +64,9 @@ class Gate:
         return self._result(job)
 
     async def holding(self, n: int) -> None:
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             while len(self.held) < n:
-                self._arrived = trio.Event()
+                self._arrived = anyio.Event()
                 await self._arrived.wait()
 
     def open(self) -> None:
@@ -74,25 +76,25 @@ class Gate:
 @asynccontextmanager
 async def started(worker: Worker) -> AsyncIterator[Worker]:
     """The worker running in a nursery; force-closed on the way out if still running."""
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         await nursery.start(worker.run)
         try:
             yield worker
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await worker.close(force=True)
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool] | bool],
                      timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
+    with anyio.fail_after(timeout):
         while True:
             value = predicate()
             if inspect.isawaitable(value):
                 value = await value
             if value:
                 return
-            await trio.sleep(0.01)
+            await anyio.sleep(0.01)
 
 
 async def wait_job(conn: Connection, job_id: str) -> dict[str, Any]:
@@ -154,8 +156,8 @@ async def test_sync_processor_runs_in_a_thread_and_reaches_the_job(conn: Connect
 
     def processor(job: Job) -> int:
         in_worker_thread.append(threading.current_thread() is not threading.main_thread())
-        trio.from_thread.run(job.update_progress, 50)
-        trio.from_thread.run(job.log, "from a thread")
+        anyio.from_thread.run(job.update_progress, 50)
+        anyio.from_thread.run(job.log, "from a thread")
         return int(job.data["n"]) + 1
 
     worker = Worker("w-sync", processor, conn)
@@ -175,7 +177,7 @@ async def test_sync_processor_runs_in_a_thread_and_reaches_the_job(conn: Connect
 async def test_concurrency_limit_is_respected(conn: Connection) -> None:
     queue = Queue("w-conc", conn)
     jobs = await queue.add_bulk([{"name": "j", "data": {"i": i}} for i in range(7)])
-    gate = trio.Event()
+    gate = anyio.Event()
     running = 0
     peak = 0
 
@@ -271,8 +273,8 @@ async def test_unencodable_result_fails_the_job(conn: Connection) -> None:
 async def test_progress_is_visible_while_running(conn: Connection) -> None:
     queue = Queue("w-progress", conn)
     job = await queue.add("long", {})
-    progressed = trio.Event()
-    gate = trio.Event()
+    progressed = anyio.Event()
+    gate = anyio.Event()
 
     async def processor(job: Job) -> str:
         await job.update_progress(42, "halfway")
@@ -284,7 +286,7 @@ async def test_progress_is_visible_while_running(conn: Connection) -> None:
     worker = Worker("w-progress", processor, conn)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await progressed.wait()
         assert await queue.get_progress(job.id) == {"progress": 42, "message": "halfway"}
         assert [(j.id, p) for j, p in events.of("progress")] == [(job.id, 42)]
@@ -321,8 +323,8 @@ async def test_graceful_close_waits_for_running_jobs_and_hands_back_the_rest(
         conn: Connection) -> None:
     queue = Queue("w-close", conn)
     first = await queue.add("a", {})
-    entered = trio.Event()
-    gate = trio.Event()
+    entered = anyio.Event()
+    gate = anyio.Event()
     seen: list[str] = []
 
     async def processor(job: Job) -> str:
@@ -333,15 +335,15 @@ async def test_graceful_close_waits_for_running_jobs_and_hands_back_the_rest(
 
     worker = Worker("w-close", processor, conn, concurrency=2)
     events = Recorder(worker)
-    close_done = trio.Event()
+    close_done = anyio.Event()
 
     async def close() -> None:
         await worker.close()
         close_done.set()
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         await nursery.start(worker.run)
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await entered.wait()
         # The free slot's long-poll is parked at the broker (a sequencing aid only).
         await wait_until(lambda: worker._pull_in_flight)
@@ -352,7 +354,7 @@ async def test_graceful_close_waits_for_running_jobs_and_hands_back_the_rest(
         await wait_until(handed_back(queue, second.id))
         assert not close_done.is_set()  # still waiting for the running job
         gate.set()
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await close_done.wait()
     assert seen == [first.id]
     assert await queue.get_result(first.id) == "a done"
@@ -365,20 +367,20 @@ async def test_graceful_close_waits_for_running_jobs_and_hands_back_the_rest(
 async def test_force_close_cancels_and_hands_back_running_jobs(conn: Connection) -> None:
     queue = Queue("w-force", conn)
     job = await queue.add("stuck", {}, attempts=3)
-    entered = trio.Event()
+    entered = anyio.Event()
     cancelled: list[str] = []
 
     async def processor(job: Job) -> None:
         entered.set()
         try:
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
         finally:
             cancelled.append(job.id)
 
     worker = Worker("w-force", processor, conn)
     events = Recorder(worker)
     async with started(worker):
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await entered.wait()
             await worker.close(force=True)
     assert cancelled == [job.id]
@@ -391,15 +393,15 @@ async def test_force_close_cancels_and_hands_back_running_jobs(conn: Connection)
 async def test_close_timeout_hands_back_jobs_still_running(conn: Connection) -> None:
     queue = Queue("w-timeout", conn)
     job = await queue.add("slow", {})
-    entered = trio.Event()
+    entered = anyio.Event()
 
     async def processor(job: Job) -> None:
         entered.set()
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
 
     worker = Worker("w-timeout", processor, conn)
     async with started(worker):
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await entered.wait()
             await worker.close(timeout=0.1)
     back = await queue.get_job(job.id)
@@ -409,17 +411,17 @@ async def test_close_timeout_hands_back_jobs_still_running(conn: Connection) -> 
 async def test_cancelled_worker_hands_back_its_jobs(conn: Connection) -> None:
     queue = Queue("w-cancel", conn)
     job = await queue.add("stuck", {})
-    entered = trio.Event()
+    entered = anyio.Event()
 
     async def processor(job: Job) -> None:
         entered.set()
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
 
     worker = Worker("w-cancel", processor, conn, concurrency=2)
     events = Recorder(worker)
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         await nursery.start(worker.run)
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             await entered.wait()
         await wait_until(lambda: worker._pull_in_flight)  # the free slot's long-poll
         nursery.cancel_scope.cancel()
@@ -446,8 +448,8 @@ async def test_close_from_a_listener_or_a_processor(conn: Connection) -> None:
 
     worker = Worker("w-self", processor, conn, poll_timeout_ms=50)
     worker.on("drained", worker.close)
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(worker.run)  # the nursery ends when the worker closed itself
     assert worker.is_closed
     for job in jobs:
@@ -462,8 +464,8 @@ async def test_close_from_a_listener_or_a_processor(conn: Connection) -> None:
         return "closed myself"
 
     worker2 = Worker("w-self", closing_processor, conn)
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(worker2.run)
     assert worker2.is_closed
     assert await queue.get_result(last.id) == "closed myself"
@@ -512,7 +514,7 @@ async def test_locks_are_renewed_past_the_lock_duration(conn: Connection) -> Non
         pulled = await conn.call("PULLB", queue="w-norenew", count=1, owner="nobody",
                                  lockTtl=lock_ms)
         assert [j["id"] for j in pulled["jobs"]] == [control.id]
-        await trio.sleep(3 * lock_ms / 1000)  # real time: three lock durations
+        await anyio.sleep(3 * lock_ms / 1000)  # real time: three lock durations
         expired = await control_queue.get_job(control.id)
         assert expired is not None and expired.attempts_made == 1  # charged, requeued
         renewed = await kept_queue.get_job(kept.id)
@@ -621,10 +623,9 @@ async def test_obliterated_while_processing_emits_nothing(conn: Connection) -> N
 # ---------------------------------------------------------------------- single mode
 
 
-async def test_pull_errors_are_reported_and_retried() -> None:
+async def test_pull_errors_are_reported_and_retried(connect_to: Any) -> None:
     # A broker that refuses a second queue: every pull of the worker is refused.
-    async with open_connection(embedded=True,
-                               config=Config(memory=True, max_queues=1)) as conn:
+    async with connect_to(Config(memory=True, max_queues=1)) as conn:
         await Queue("taken", conn).add("j", {})
 
         async def processor(job: Job) -> None:
@@ -640,8 +641,8 @@ async def test_pull_errors_are_reported_and_retried() -> None:
         assert all("Too many queues" in str(exc) for exc in errors)
 
 
-async def test_arguments_events_and_lifecycle() -> None:
-    async with open_connection(embedded=True) as conn:
+async def test_arguments_events_and_lifecycle(connect_to: Any) -> None:
+    async with connect_to() as conn:
 
         async def processor(job: Job) -> None:
             return None

@@ -197,7 +197,7 @@ def test_missing_python_library_is_pip_installed_pinned(
                         lambda lib: "ModuleNotFoundError" if lib == "saq" and not run.seen
                         else None)
     pyq.ensure_python_libraries(["rq", "saq", "trioqueue"], no_install=False, run=run)
-    assert run.seen == [[sys.executable, "-m", "pip", "install", "saq==0.26.4"]]
+    assert run.seen == [[sys.executable, "-m", "pip", "install", "saq[redis]==0.26.4"]]
 
 
 def test_missing_python_library_with_no_install_is_a_setup_error(
@@ -329,3 +329,12 @@ async def test_bench_attacks_runs_an_attack_beside_the_healthy_client(tmp_path: 
     assert [row["attack"] for row in rows] == ["baseline", "big_preauth", "malformed"]
     assert all(row["calls"] > 0 and row["errors"] == 0 for row in rows), rows
     assert json.loads(rows[1]["attacker"])["frames"] > 0
+
+
+def test_without_redis_server_the_redis_queues_are_skipped_and_trioqueue_still_runs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_which(monkeypatch, present=set())
+    assert pyq.prepare(["saq", "trioqueue"], no_install=True) == (["trioqueue"], None)
+    said = capsys.readouterr().err
+    assert "redis-server is not on PATH" in said
+    assert "skipping saq (they need a local redis-server)" in said

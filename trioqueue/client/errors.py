@@ -21,8 +21,13 @@ class ConnectionLost(TrioqueueError):
 
 
 class CommandTimeout(ConnectionLost):
-    """No reply came within the connection's ``command_timeout_s``; as with a lost
-    connection, the command may or may not have been applied."""
+    """No reply came within the connection's ``command_timeout_s`` (30 s by default,
+    plus the hold of a long-poll); as with a lost connection, the command may or may
+    not have been applied, and its socket is dropped.
+
+    Never raised for a refusal: a refused command raises its :class:`CommandError` at
+    once, and a value the wire cannot carry is refused before anything is sent
+    (:class:`ValidationError`)."""
 
 
 class CommandError(TrioqueueError):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
@@ -133,15 +133,16 @@ class _Buffer:
 
     Full, it drops its oldest event; the reader then gets one ``overflow`` event
     (before the kept ones) saying how many were lost. ``get`` returns None once the
-    buffer is closed and empty. A ParkingLot rather than an Event, so that several
-    readers can wait at once without one of them missing the wake-up.
+    buffer is closed and empty. Readers wait on one shared event, made by the first
+    of them and replaced at each wake-up, so that several can wait at once without one
+    of them missing it (and a buffer can be made outside an event loop).
     """
 
     def __init__(self, queue: str, size: int) -> None:
         self._queue = queue
         self._size = size
         self._items: deque[QueueEvent] = deque()
-        self._lot = trio.lowlevel.ParkingLot()
+        self._wake: anyio.Event | None = None
         self._unreported = 0
         self.dropped = 0
         self.closed = False
@@ -154,11 +155,16 @@ class _Buffer:
             self._unreported += 1
             self.dropped += 1
         self._items.append(event)
-        self._lot.unpark_all()
+        self._wake_readers()
 
     def close(self) -> None:
         self.closed = True
-        self._lot.unpark_all()
+        self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.set()
 
     async def get(self) -> QueueEvent | None:
         # Cancel-safe: nothing is taken out before the last checkpoint.
@@ -170,7 +176,9 @@ class _Buffer:
                 return self._items.popleft()
             if self.closed:
                 return None
-            await self._lot.park()
+            if self._wake is None:
+                self._wake = anyio.Event()
+            await self._wake.wait()
 
 
 class JobWatch:
@@ -250,7 +258,7 @@ class QueueEvents:
         # The subscription (with its reconnecting reader) encloses the dispatcher, so
         # the dispatcher is cancelled first and never reads a half-closed stream.
         async with self.connection.subscribe(self.name) as stream:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(self._dispatch, stream)
                 nursery.start_soon(self._run_callbacks)
                 self.running = True

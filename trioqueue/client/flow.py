@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import trio
+import anyio
 
 from ..core import fields
 from ..core.errors import Refused
@@ -451,9 +451,9 @@ class FlowProducer:
         """
         found: dict[str, dict[str, Any]] = {}
         errors: list[TrioqueueError] = []
-        limiter = trio.CapacityLimiter(_GET_FLOW_CONCURRENCY)
+        limiter = anyio.CapacityLimiter(_GET_FLOW_CONCURRENCY)
 
-        async def get(job_id: str, cancel_scope: trio.CancelScope) -> None:
+        async def get(job_id: str, cancel_scope: anyio.CancelScope) -> None:
             async with limiter:
                 try:
                     reply = await self.connection.call("GetJob", id=job_id)
@@ -465,7 +465,7 @@ class FlowProducer:
                     return
             found[job_id] = reply["job"]
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             for job_id in ids:
                 nursery.start_soon(get, job_id, nursery.cancel_scope)
         if errors:

@@ -15,7 +15,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from .errors import CommandError, ConnectionLost, TrioqueueError
 from .lease import MAX_BATCH_SIZE
@@ -28,7 +28,7 @@ _WORKER_NOT_FOUND = "Worker not found"
 
 async def _heartbeat_loop(w: Worker) -> None:
     while True:
-        await trio.sleep(w.heartbeat_interval_s)
+        await anyio.sleep(w.heartbeat_interval_s)
         await w._renew_locks()
         await w._registry_heartbeat()
 

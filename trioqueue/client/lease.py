@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from .job import Job
 
@@ -45,8 +45,8 @@ class Lease:
         self.job = job
         self.token = token
         self.state = RUNNING
-        self.scope = trio.CancelScope()  # cancels this processor alone (force close)
-        self.task: trio.lowlevel.Task | None = None
+        self.scope = anyio.CancelScope()  # cancels this processor alone (force close)
+        self.task: int | None = None  # the id of the processor's task while it runs
         self.error: Exception | None = None  # set once the processor failed
 
 

@@ -1,54 +1,177 @@
-"""Job options in Python names, mapped to the wire names the broker knows.
+"""Job options in Python names and Python types, checked here, sent in wire names.
 
-Every option bunqueue's PUSH takes has a snake_case name here; values pass through
-unchanged (the broker validates them and answers with a clear error), except the two
-composite options BullMQ users know: ``deduplication={"id", "ttl", "extend",
+:class:`JobOptions` lists every option of ``Queue.add`` (and of ``add_bulk``'s
+``opts``, a flow node's ``opts``) with its type, so a type checker sees a typo or a
+wrong type; :func:`job_options` checks the same at run time, before anything is sent,
+and names the **Python argument** when it refuses one (``attempts must be an integer
+of at least 1, not '3' (str)``), not the wire field.
+
+The types are Python's, stricter than the wire's (which, for bunqueue's clients,
+accepts numeric strings and fractions): times are whole milliseconds (``int``), counts
+are ``int``, flags are ``bool`` and ids are non-empty ``str``. The two composite
+options BullMQ users know are mapped: ``deduplication={"id", "ttl", "extend",
 "replace"}`` becomes ``uniqueKey`` plus ``dedup``, and ``backoff={"type", "delay",
-"max_delay"}`` renames ``max_delay``. An unknown option is refused here, before anything
-is sent: a typo must not silently become "no option".
+"max_delay"}`` renames ``max_delay``. ``None`` means "not given". An unknown option is
+refused: a typo must not silently become "no option".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Required, TypedDict
 
 from .errors import ValidationError
 
-# Python name -> wire name.
-JOB_OPTIONS: dict[str, str] = {
-    "priority": "priority",
-    "delay": "delay",
-    "attempts": "maxAttempts",
-    "backoff": "backoff",
-    "ttl": "ttl",
-    "timeout": "timeout",
-    "unique_key": "uniqueKey",
-    "depends_on": "dependsOn",
-    "parent_id": "parentId",
-    "children_ids": "childrenIds",
-    "tags": "tags",
-    "group_id": "groupId",
-    "group_max_size": "groupMaxSize",
-    "lifo": "lifo",
-    "remove_on_complete": "removeOnComplete",
-    "remove_on_fail": "removeOnFail",
-    "durable": "durable",
-    "repeat": "repeat",
-    "stall_timeout": "stallTimeout",
-    "stack_trace_limit": "stackTraceLimit",
-    "keep_logs": "keepLogs",
-    "size_limit": "sizeLimit",
-    "debounce_id": "debounceId",
-    "debounce_ttl": "debounceTtl",
-    "timestamp": "timestamp",
-    "fail_parent_on_failure": "failParentOnFailure",
-    "remove_dependency_on_failure": "removeDependencyOnFailure",
-    "continue_parent_on_failure": "continueParentOnFailure",
-    "ignore_dependency_on_failure": "ignoreDependencyOnFailure",
+
+class Backoff(TypedDict, total=False):
+    """``backoff`` as a mapping: the retry delay's shape (ms)."""
+
+    type: Literal["fixed", "exponential"]
+    delay: int
+    max_delay: int
+
+
+class Deduplication(TypedDict, total=False):
+    """``deduplication``: BullMQ's shape; ``ttl`` in ms."""
+
+    id: Required[str]
+    ttl: int
+    extend: bool
+    replace: bool
+
+
+class JobOptions(TypedDict, total=False):
+    """Every option a job takes (all optional); times in milliseconds."""
+
+    job_id: str
+    priority: int
+    delay: int
+    attempts: int
+    backoff: int | Backoff
+    ttl: int
+    timeout: int
+    unique_key: str
+    deduplication: Deduplication
+    depends_on: Sequence[str]
+    parent_id: str
+    children_ids: Sequence[str]
+    tags: Sequence[str]
+    group_id: str
+    group_max_size: int
+    lifo: bool
+    remove_on_complete: bool
+    remove_on_fail: bool
+    durable: bool
+    repeat: Mapping[str, Any]
+    stall_timeout: int
+    stack_trace_limit: int
+    keep_logs: int
+    size_limit: int
+    debounce_id: str
+    debounce_ttl: int
+    timestamp: int
+    fail_parent_on_failure: bool
+    remove_dependency_on_failure: bool
+    continue_parent_on_failure: bool
+    ignore_dependency_on_failure: bool
+
+
+class BulkJob(TypedDict, total=False):
+    """One item of ``Queue.add_bulk``: BullMQ's ``{name, data, opts}``."""
+
+    name: Required[str]
+    data: Any
+    opts: JobOptions
+
+
+def _show(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _whole(name: str, value: Any, minimum: int | None, unit: str = "") -> int:
+    if type(value) is not int or (minimum is not None and value < minimum):
+        floor = "" if minimum is None else f" of at least {minimum}"
+        raise ValidationError(f"{name} must be {unit or 'an integer'}{floor}, "
+                              f"not {_show(value)}")
+    return value
+
+
+def _count(minimum: int) -> Callable[[str, Any], int]:
+    return lambda name, value: _whole(name, value, minimum)
+
+
+def _ms(name: str, value: Any) -> int:
+    return _whole(name, value, 0, "whole milliseconds (an int)")
+
+
+def _any_int(name: str, value: Any) -> int:
+    return _whole(name, value, None)
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{name} must be a non-empty string, not {_show(value)}")
+    return value
+
+
+def _texts(name: str, value: Any) -> list[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+            isinstance(item, str) and item for item in value):
+        raise ValidationError(f"{name} must be a list of non-empty strings, "
+                              f"not {_show(value)}")
+    return list(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise ValidationError(f"{name} must be True or False, not {_show(value)}")
+    return value
+
+
+def _mapping(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"{name} must be a mapping, not {_show(value)}")
+    return dict(value)
+
+
+# Python name -> (wire name, check). The check returns the value to send.
+_Check = Callable[[str, Any], Any]
+_SIMPLE: dict[str, tuple[str, _Check]] = {
+    "priority": ("priority", _any_int),
+    "delay": ("delay", _ms),
+    "attempts": ("maxAttempts", _count(1)),
+    "ttl": ("ttl", _ms),
+    "timeout": ("timeout", _ms),
+    "unique_key": ("uniqueKey", _text),
+    "depends_on": ("dependsOn", _texts),
+    "parent_id": ("parentId", _text),
+    "children_ids": ("childrenIds", _texts),
+    "tags": ("tags", _texts),
+    "group_id": ("groupId", _text),
+    "group_max_size": ("groupMaxSize", _count(1)),
+    "lifo": ("lifo", _flag),
+    "remove_on_complete": ("removeOnComplete", _flag),
+    "remove_on_fail": ("removeOnFail", _flag),
+    "durable": ("durable", _flag),
+    "repeat": ("repeat", _mapping),
+    "stall_timeout": ("stallTimeout", _ms),
+    "stack_trace_limit": ("stackTraceLimit", _count(0)),
+    "keep_logs": ("keepLogs", _count(0)),
+    "size_limit": ("sizeLimit", _count(1)),
+    "debounce_id": ("debounceId", _text),
+    "debounce_ttl": ("debounceTtl", _ms),
+    "timestamp": ("timestamp", _count(0)),
+    "fail_parent_on_failure": ("failParentOnFailure", _flag),
+    "remove_dependency_on_failure": ("removeDependencyOnFailure", _flag),
+    "continue_parent_on_failure": ("continueParentOnFailure", _flag),
+    "ignore_dependency_on_failure": ("ignoreDependencyOnFailure", _flag),
 }
-_DEDUP_KEYS = frozenset({"id", "ttl", "extend", "replace"})
-_BACKOFF_KEYS = {"type": "type", "delay": "delay", "max_delay": "maxDelay"}
+#: Python name -> wire name, for every option (``job_id``'s depends on the command).
+JOB_OPTIONS: dict[str, str] = {
+    **{name: wire for name, (wire, _) in _SIMPLE.items()},
+    "job_id": "jobId", "backoff": "backoff", "deduplication": "uniqueKey",
+}
+_BACKOFF_TYPES = ("fixed", "exponential")
 
 
 def job_options(options: Mapping[str, Any], *, custom_id_key: str = "jobId"
@@ -59,38 +182,49 @@ def job_options(options: Mapping[str, Any], *, custom_id_key: str = "jobId"
     for name, value in options.items():
         if value is None:
             continue
-        if name == "job_id":
-            wire[custom_id_key] = value
+        simple = _SIMPLE.get(name)
+        if simple is not None:
+            wire[simple[0]] = simple[1](name, value)
+        elif name == "job_id":
+            wire[custom_id_key] = _text(name, value)
         elif name == "deduplication":
             wire.update(_deduplication(value))
-        elif name == "backoff" and isinstance(value, Mapping):
-            wire["backoff"] = _backoff(value)
+        elif name == "backoff":
+            wire["backoff"] = (_backoff(value) if isinstance(value, Mapping)
+                               else _ms(name, value))
         else:
-            key = JOB_OPTIONS.get(name)
-            if key is None:
-                raise ValidationError(f"unknown job option: {name}")
-            wire[key] = value
+            raise ValidationError(f"unknown job option: {name}")
     return wire
 
 
 def _deduplication(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping) or "id" not in value:
         raise ValidationError("deduplication must be a mapping with an 'id'")
-    unknown = set(value) - _DEDUP_KEYS
+    unknown = set(value) - {"id", "ttl", "extend", "replace"}
     if unknown:
         raise ValidationError(f"unknown deduplication option: {sorted(unknown)[0]}")
-    dedup = {k: value[k] for k in ("ttl", "extend", "replace") if value.get(k) is not None}
-    wire: dict[str, Any] = {"uniqueKey": value["id"]}
+    wire: dict[str, Any] = {"uniqueKey": _text("deduplication['id']", value["id"])}
+    dedup: dict[str, Any] = {}
+    if value.get("ttl") is not None:
+        dedup["ttl"] = _ms("deduplication['ttl']", value["ttl"])
+    for key in ("extend", "replace"):
+        if value.get(key) is not None:
+            dedup[key] = _flag(f"deduplication[{key!r}]", value[key])
     if dedup:
         wire["dedup"] = dedup
     return wire
 
 
 def _backoff(value: Mapping[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for name, item in value.items():
-        key = _BACKOFF_KEYS.get(name)
-        if key is None:
+        if name == "type":
+            if item not in _BACKOFF_TYPES:
+                raise ValidationError(f"backoff['type'] must be 'fixed' or 'exponential', "
+                                      f"not {_show(item)}")
+            out["type"] = item
+        elif name in ("delay", "max_delay"):
+            out["delay" if name == "delay" else "maxDelay"] = _ms(f"backoff[{name!r}]", item)
+        else:
             raise ValidationError(f"unknown backoff option: {name}")
-        out[key] = item
     return out

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
-from .errors import CommandError, ConnectionLost, TrioqueueError
+from .errors import CommandError, ConnectionLost, TrioqueueError, ValidationError
 from .lease import ACKING, FAILING, MAX_BATCH_SIZE, Lease, log
 from .queue import error_text
+from .values import check_value
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -48,7 +49,7 @@ async def _release(w: Worker, leases: Iterable[Lease]) -> None:
             log.info("worker %s: handing back %s: %r", w.name, lease.job.id, exc)
         w._leases.discard(lease)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for lease in leases:
             nursery.start_soon(one, lease)
 
@@ -65,7 +66,7 @@ async def _ack_loop(w: Worker) -> None:
     delay_s = w.ack_batch_delay_ms / 1000
     while True:
         await w._ack_ready.wait()
-        with trio.move_on_after(delay_s):
+        with anyio.move_on_after(delay_s):
             await w._ack_now.wait()
         await w._flush_acks()
 
@@ -76,11 +77,11 @@ async def _flush_acks(w: Worker) -> None:
             batch = w._acks[:MAX_BATCH_SIZE]
             del w._acks[:len(batch)]
             if not w._acks:
-                w._ack_ready = trio.Event()
-                w._ack_now = trio.Event()
+                w._ack_ready = anyio.Event()
+                w._ack_now = anyio.Event()
             try:
                 await w._send_acks(batch)
-            except trio.Cancelled:
+            except anyio.get_cancelled_exc_class():
                 # Interrupted (the worker is being cancelled): the batch goes back
                 # so that the final cleanup sends it. If it had reached the broker,
                 # the resend is answered "ignored", and nothing is emitted twice.
@@ -95,15 +96,19 @@ async def _send_acks(w: Worker, batch: list[tuple[Lease, Any]]) -> None:
     The broker checks every token before applying anything, so one lease that is
     no longer ours refuses the whole batch: then each job is acknowledged alone,
     so that the others still count and the refused one is reported by itself. A
-    result the codec cannot encode also fails the batch before anything is sent;
-    alone, that job is failed with the encoding error (its processor's bug, and
-    retrying it shows the error where the job's owner looks).
+    result the wire cannot carry is refused before anything is sent (the processor's
+    result is checked as it returns, so this is a second line): that job is failed
+    with the error naming the value (its processor's bug, and retrying it shows the
+    error where the job's owner looks), and the rest of the batch is acknowledged.
     """
     fields = {"ids": [lease.job.id for lease, _ in batch],
               "tokens": [lease.token for lease, _ in batch],
               "results": [result for _, result in batch]}
     try:
         reply = await w._call_retrying("ACKB", **fields)
+    except ValidationError as exc:  # refused here, before sending
+        await _ack_sendable(w, batch, exc)
+        return
     except CommandError as exc:
         if len(batch) > 1:
             for item in batch:
@@ -136,6 +141,26 @@ async def _send_acks(w: Worker, batch: list[tuple[Lease, Any]]) -> None:
             continue  # not applied: the job was removed or finished meanwhile
         w.processed_count += 1
         w._emit("completed", lease.job, result)
+
+
+async def _ack_sendable(w: Worker, batch: list[tuple[Lease, Any]],
+                        exc: ValidationError) -> None:
+    """Fail the jobs of ``batch`` whose result cannot be sent; acknowledge the rest."""
+    sendable = []
+    for lease, result in batch:
+        try:
+            check_value(result, "result")
+        except ValidationError as refused:
+            await w._send_fail(lease, refused)
+        else:
+            sendable.append((lease, result))
+    if len(sendable) == len(batch):  # not a result: a bug of ours, told as it is
+        for lease, _ in batch:
+            w._leases.discard(lease)
+        w._report(exc, "ack")
+        return
+    if sendable:
+        await w._send_acks(sendable)
 
 
 async def _send_fail(w: Worker, lease: Lease, error: Exception) -> None:
@@ -171,6 +196,6 @@ async def _call_retrying(w: Worker, cmd: str, **fields: Any) -> dict[str, Any]:
         except ConnectionLost:
             if delay is None:
                 raise
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
     raise AssertionError("unreachable")
 

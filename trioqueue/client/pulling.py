@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from .connection import backoff_s
 from .errors import ConnectionLost, TrioqueueError, error_for
 from .job import Job
 from .lease import RELEASING, Lease, WorkerJob
+from .values import check_value
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -38,7 +39,7 @@ async def _pull_loop(w: Worker) -> None:
     while True:
         if w._stopping:
             # Ended by run() once the outcomes are settled.
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
         free = w._concurrency - w._running
         if w._paused or free <= 0:
             await w._changed.wait()
@@ -48,12 +49,12 @@ async def _pull_loop(w: Worker) -> None:
         try:
             reply = await w._pull(count)
         except ConnectionLost:
-            await trio.sleep(backoff_s(attempt))
+            await anyio.sleep(backoff_s(attempt))
             attempt += 1
             continue
         except TrioqueueError as exc:
             w._report(exc, "pull")
-            await trio.sleep(backoff_s(attempt))
+            await anyio.sleep(backoff_s(attempt))
             attempt += 1
             continue
         finally:
@@ -81,7 +82,7 @@ async def _pull_loop(w: Worker) -> None:
             w._drained = True
             w._emit("drained")
         if not leases:
-            await trio.sleep(drain_delay_s)
+            await anyio.sleep(drain_delay_s)
 
 
 async def _pull(w: Worker, count: int) -> dict[str, Any]:
@@ -93,7 +94,7 @@ async def _pull(w: Worker, count: int) -> dict[str, Any]:
     msg = {"cmd": "PULLB", "queue": w.queue_name, "count": count,
            "timeout": w.poll_timeout_ms, "owner": w.id,
            "lockTtl": w.lock_duration_ms}
-    with trio.move_on_after(w.poll_timeout_ms / 1000 + _PULL_REPLY_GRACE_S) as scope:
+    with anyio.move_on_after(w.poll_timeout_ms / 1000 + _PULL_REPLY_GRACE_S) as scope:
         reply = await channel.call(msg)
     if scope.cancelled_caught:
         # The broker is not answering; its reply may yet lease jobs to us. Closing
@@ -109,7 +110,7 @@ async def _pull(w: Worker, count: int) -> dict[str, Any]:
 async def _close_pull_channel(w: Worker) -> None:
     channel, w._pull_channel = w._pull_channel, None
     if channel is not None:
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             await channel.aclose()
 
 
@@ -125,7 +126,9 @@ def _start(w: Worker, lease: Lease) -> None:
 async def _process(w: Worker, lease: Lease) -> None:
     """Run the processor on one lease and send its outcome.
 
-    The lease's own cancel scope lets a forced close cancel this processor and
+    A result the wire cannot carry (see :mod:`.values`) is a failure of the attempt,
+    with the :class:`~trioqueue.client.errors.ValidationError` naming the bad value as
+    its error. The lease's own cancel scope lets a forced close cancel this processor and
     nothing else; when it did, the job goes back uncharged. A cancellation of the
     whole worker is not caught here: it propagates, and :meth:`Worker._finish` hands the
     job back. The slot is freed as soon as the processor returns, before the
@@ -136,11 +139,14 @@ async def _process(w: Worker, lease: Lease) -> None:
     error: Exception | None = None
     try:
         try:
-            lease.task = trio.lowlevel.current_task()
+            lease.task = anyio.get_current_task().id
             with lease.scope:
                 w._emit("active", job)
                 try:
                     result = await w._call_processor(job)
+                    # A result the wire cannot carry fails this job alone, with the
+                    # reason as its error, before it could join (and spoil) an ACKB.
+                    check_value(result, "result")
                 except Exception as exc:
                     error = exc
         finally:
@@ -164,6 +170,6 @@ async def _call_processor(w: Worker, job: Job) -> Any:
         return await w.processor(job)
     # abandon_on_cancel: a thread cannot be interrupted, and a forced close must not
     # wait for it; the thread finishes on its own and its result is dropped.
-    return await trio.to_thread.run_sync(w.processor, job, limiter=w._limiter,
+    return await anyio.to_thread.run_sync(w.processor, job, limiter=w._limiter,
                                          abandon_on_cancel=True)
 

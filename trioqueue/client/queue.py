@@ -10,14 +10,14 @@ not exist raises :class:`~trioqueue.client.errors.JobNotFound`.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
-from .options import job_options
+from .options import BulkJob, JobOptions, job_options
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -54,9 +54,11 @@ class Queue:
 
     # ------------------------------------------------------------------ adding
 
-    async def add(self, name: str, data: Any = None, **options: Any) -> Job:
-        """Add one job. Options: see :mod:`trioqueue.client.options` (``job_id``,
-        ``priority``, ``delay`` ms, ``attempts``, ``backoff``, ``deduplication``, ...).
+    async def add(self, name: str, data: Any = None, **options: Unpack[JobOptions]) -> Job:
+        """Add one job. Options: :class:`~trioqueue.client.options.JobOptions`
+        (``job_id``, ``priority``, ``delay`` ms, ``attempts``, ``backoff``,
+        ``deduplication``, ...), each checked for its Python type before anything is
+        sent (:class:`~trioqueue.client.errors.ValidationError` names the argument).
 
         With a ``job_id`` of a job that is still live, nothing is added and the
         existing job is returned (idempotent adds).
@@ -65,12 +67,16 @@ class Queue:
         reply = await self._call("PUSH", queue=self.name, name=name, data=data, **wire)
         return self._added(reply["id"], name, data, wire)
 
-    async def add_bulk(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job]:
+    async def add_bulk(self, jobs: Iterable[BulkJob]) -> list[Job]:
         """Add many jobs in one command: all or none (the first invalid one refuses
-        the batch). Each item: ``{"name", "data", "opts": {...}}`` (BullMQ's shape)."""
+        the batch). Each item: ``{"name", "data", "opts": {...}}`` (BullMQ's shape,
+        :class:`~trioqueue.client.options.BulkJob`)."""
         items, wires = [], []
-        for job in jobs:
-            wire = job_options(job.get("opts") or {}, custom_id_key="customId")
+        for index, job in enumerate(jobs):
+            try:
+                wire = job_options(job.get("opts") or {}, custom_id_key="customId")
+            except ValidationError as exc:
+                raise ValidationError(f"jobs[{index}].opts: {exc.message}") from None
             wires.append(wire)
             items.append({"name": job.get("name", "default"), "data": job.get("data"),
                           **wire})

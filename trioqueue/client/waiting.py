@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-import trio
+import anyio
 
 from .connection import backoff_s
 from .errors import CommandError, ConnectionLost, JobFailed, WaitTimeout
@@ -67,9 +68,32 @@ _EARLY_MARGIN_S = 0.05  # a hold answered this much before its timeout was refus
 _TRANSIENT_TEXTS = ("Rate limit exceeded", "Command timeout", "Not connected",
                     "Connection lost")
 
+class _Lot:
+    """Where waits past a connection's hold limit park, woken one at a time (oldest
+    first) as holds on that connection return."""
+
+    __slots__ = ("_parked",)
+
+    def __init__(self) -> None:
+        self._parked: deque[anyio.Event] = deque()
+
+    async def park(self) -> None:
+        event = anyio.Event()
+        self._parked.append(event)
+        try:
+            await event.wait()
+        finally:
+            if not event.is_set():
+                self._parked.remove(event)
+
+    def unpark_one(self) -> None:
+        if self._parked:
+            self._parked.popleft().set()
+
+
 # Waits past the hold limit of a connection park here and are woken one by one as
 # holds on that connection return. Weak, so a closed connection takes its lot along.
-_freed: WeakKeyDictionary[Connection, trio.lowlevel.ParkingLot] = WeakKeyDictionary()
+_freed: WeakKeyDictionary[Connection, _Lot] = WeakKeyDictionary()
 
 
 class _Done:
@@ -95,7 +119,7 @@ async def wait_until_finished(queue: Queue, job_id: str,
         raise ValueError(f"QueueEvents of queue {queue_events.name!r} cannot report "
                          f"jobs of queue {queue.name!r}")
     deadline = _deadline(ttl)
-    with trio.move_on_at(deadline):
+    with anyio.move_on_at(deadline):
         if queue_events is not None:
             return await _wait_with_events(queue, job_id, queue_events, deadline)
         return await _wait_with_holds(queue, job_id, deadline)
@@ -106,7 +130,7 @@ async def wait_until_finished(queue: Queue, job_id: str,
 def _deadline(ttl: float | None) -> float:
     if ttl is None or not 0 < ttl < math.inf:  # also NaN
         return math.inf
-    return trio.current_time() + ttl
+    return anyio.current_time() + ttl
 
 
 def _transient(queue: Queue, exc: Exception) -> bool:
@@ -129,10 +153,10 @@ def _settled(job_id: str, reply: dict[str, Any]) -> _Done | None:
     return None
 
 
-def _lot(connection: Connection) -> trio.lowlevel.ParkingLot:
+def _lot(connection: Connection) -> _Lot:
     lot = _freed.get(connection)
     if lot is None:
-        lot = _freed[connection] = trio.lowlevel.ParkingLot()
+        lot = _freed[connection] = _Lot()
     return lot
 
 
@@ -141,28 +165,28 @@ async def _wait_with_holds(queue: Queue, job_id: str, deadline: float) -> Any:
     failures = 0
     pause = PAUSE_FIRST_S
     while True:
-        hold_s = max(min(deadline - trio.current_time(), HOLD_MAX_S), 0.0)
-        asked = trio.current_time()
+        hold_s = max(min(deadline - anyio.current_time(), HOLD_MAX_S), 0.0)
+        asked = anyio.current_time()
         try:
             reply = await queue.connection.call("WaitJob", id=job_id,
                                                 timeout=int(hold_s * 1000))
         except Exception as exc:
             if not _transient(queue, exc):
                 raise
-            await trio.sleep(backoff_s(failures))
+            await anyio.sleep(backoff_s(failures))
             failures += 1
             continue
         failures = 0
         early = (not reply.get("completed") and not reply.get("failed")
                  and hold_s > 2 * _EARLY_MARGIN_S
-                 and trio.current_time() < asked + hold_s - _EARLY_MARGIN_S)
+                 and anyio.current_time() < asked + hold_s - _EARLY_MARGIN_S)
         if not early:
-            lot.unpark(count=1)  # a hold returned: its slot is free for a parked wait
+            lot.unpark_one()  # a hold returned: its slot is free for a parked wait
         done = _settled(job_id, reply)
         if done is not None:
             return done.result
         if early:  # past the connection's hold limit: ask again later, not at once
-            with trio.move_on_after(pause * (1 + random.random() * 0.3)):
+            with anyio.move_on_after(pause * (1 + random.random() * 0.3)):
                 await lot.park()
             pause = min(pause * 2, PAUSE_MAX_S)
         else:
@@ -172,11 +196,11 @@ async def _wait_with_holds(queue: Queue, job_id: str, deadline: float) -> Any:
 async def _wait_with_events(queue: Queue, job_id: str, queue_events: QueueEvents,
                             deadline: float) -> Any:
     with queue_events.watch(job_id) as watch:
-        probe_at = trio.current_time()
+        probe_at = anyio.current_time()
         interval = PROBE_FIRST_S
         failures = 0
         while True:
-            if trio.current_time() >= probe_at:
+            if anyio.current_time() >= probe_at:
                 try:
                     reply = await queue.connection.call("WaitJob", id=job_id, timeout=0)
                 except Exception as exc:
@@ -184,17 +208,17 @@ async def _wait_with_events(queue: Queue, job_id: str, queue_events: QueueEvents
                         raise
                     # Keep listening meanwhile: the event may come before the broker
                     # answers commands again.
-                    probe_at = trio.current_time() + backoff_s(failures)
+                    probe_at = anyio.current_time() + backoff_s(failures)
                     failures += 1
                 else:
                     failures = 0
                     done = _settled(job_id, reply)
                     if done is not None:
                         return done.result
-                    probe_at = trio.current_time() + interval * (1 + random.random() * 0.3)
+                    probe_at = anyio.current_time() + interval * (1 + random.random() * 0.3)
                     interval = min(interval * 2, PROBE_MAX_S)
             got = False
-            with trio.move_on_at(probe_at):
+            with anyio.move_on_at(probe_at):
                 event = await watch.next()
                 got = True
             if not got:
@@ -208,5 +232,5 @@ async def _wait_with_events(queue: Queue, job_id: str, queue_events: QueueEvents
                     raise JobFailed(job_id, event.failed_reason)
                 continue  # a retry is pending: not the outcome
             # reconnected, overflow, removed, stalled: the state read tells what changed.
-            probe_at = trio.current_time()
+            probe_at = anyio.current_time()
     return await _wait_with_holds(queue, job_id, deadline)

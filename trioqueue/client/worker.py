@@ -1,11 +1,12 @@
 """Worker: lease jobs from one queue, run a processor on each, report the outcomes.
 
-A trio-native worker: it runs inside a nursery of yours and ends when you close it or
-cancel it, so its lifetime is that of a block of your program::
+A worker runs inside a task group of yours (a trio nursery, an anyio task group, an
+asyncio task) and ends when you close it or cancel it, so its lifetime is that of a
+block of your program::
 
     async with open_connection(embedded=True) as conn:
         worker = Worker("emails", send_email, conn, concurrency=8)
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             await nursery.start(worker.run)   # returns once registered and pulling
             ...
             await worker.close()              # graceful: finish what runs, hand back the rest
@@ -14,15 +15,16 @@ cancel it, so its lifetime is that of a block of your program::
 worker is registered and its pull loop is running.
 
 **Processors.** ``async def processor(job)`` runs in the worker's nursery;
-a plain function runs in a thread (``trio.to_thread.run_sync``, at most
-``concurrency`` threads through a :class:`trio.CapacityLimiter`). Either gets a
+a plain function runs in a thread (``anyio.to_thread.run_sync``, at most
+``concurrency`` threads through a :class:`anyio.CapacityLimiter`). Either gets a
 :class:`~trioqueue.client.job.Job` with ``job.token`` set to its lease. An async
 processor awaits job methods as usual (``await job.update_progress(50)``,
-``await job.log("...")``); a thread reaches them through trio:
-``trio.from_thread.run(job.update_progress, 50)``. What a processor returns is the
-job's result (it must be encodable by the connection's codec, or the job fails with
-the encoding error); raising fails the attempt, and the broker retries it with the
-job's backoff until its attempts are spent (the worker never retries by itself).
+``await job.log("...")``); a thread reaches them through anyio:
+``anyio.from_thread.run(job.update_progress, 50)``. What a processor returns is the
+job's result (it must be a value the wire carries, see :mod:`.values`, or the job
+fails with the :class:`~trioqueue.client.errors.ValidationError` naming it); raising
+fails the attempt, and the broker retries it with the job's backoff until its
+attempts are spent (the worker never retries by itself).
 :class:`UnrecoverableError` fails the job for good at once.
 
 **Leases.** One pull (``PULLB`` with ``owner`` = :attr:`Worker.id` and
@@ -67,16 +69,19 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
+import anyio.abc
 
-from . import heartbeats, outcomes, pulling
+from . import heartbeats, outcomes, pulling, shutdown
 from .job import Job
 from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
 from .outcomes import UnrecoverableError
 from .queue import Queue
+from .shutdown import DEFAULT_GRACE_S
 
 if TYPE_CHECKING:
-    from .connection import Connection, _Channel
+    from .channels import Channel
+    from .connection import Connection
 
 __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS", "Listener",
            "Processor", "UnrecoverableError", "Worker"]
@@ -99,7 +104,7 @@ class Worker:
     """Processes the jobs of one queue; see the module docstring for the model.
 
     :param queue_name: the queue to take jobs from.
-    :param processor: ``async def f(job)`` (runs in trio) or ``def f(job)`` (runs in a
+    :param processor: ``async def f(job)`` (runs in the event loop) or ``def f(job)`` (runs in a
         thread); its return value is the job's result.
     :param connection: a :class:`~trioqueue.client.connection.Connection`. Outcomes,
         heartbeats and progress go through its pool; long-polls get a channel of their
@@ -166,7 +171,7 @@ class Worker:
 
         self._is_async = _is_async_callable(processor)
         self._concurrency = concurrency
-        self._limiter = trio.CapacityLimiter(concurrency)
+        self._limiter = anyio.CapacityLimiter(concurrency)
         self._listeners: dict[str, list[Listener]] = {event: [] for event in EVENTS}
         self._state = _NEW
         self._paused = False
@@ -177,17 +182,19 @@ class Worker:
         self._leases: set[Lease] = set()
         self._running = 0  # slots held: leases whose processor has not returned
         self._tasks = 0    # processor tasks alive (they also send FAIL or release)
-        self._changed = trio.Event()  # set (and replaced) whenever slots or flags change
+        self._changed = anyio.Event()  # set (and replaced) whenever slots or flags change
         self._acks: list[tuple[Lease, Any]] = []
-        self._ack_ready = trio.Event()  # set while results wait
-        self._ack_now = trio.Event()    # set when they should go without waiting
-        self._ack_lock = trio.Lock()    # one ACKB at a time: keeps the counters simple
-        self._pull_channel: _Channel | None = None
-        self._close_requested = trio.Event()
-        self._closed_event = trio.Event()
-        self._graceful = trio.CancelScope()  # the graceful wait of close(); its deadline
-        self._listener_nursery: trio.Nursery | None = None
-        self._work_nursery: trio.Nursery | None = None
+        self._ack_ready = anyio.Event()  # set while results wait
+        self._ack_now = anyio.Event()    # set when they should go without waiting
+        self._ack_lock = anyio.Lock()    # one ACKB at a time: keeps the counters simple
+        self._pull_channel: Channel | None = None
+        self._close_requested = anyio.Event()
+        self._closed_event = anyio.Event()
+        # The graceful wait of close() and its deadline; made by run(), as a cancel scope
+        # belongs to an event loop.
+        self._graceful: anyio.CancelScope | None = None
+        self._listener_nursery: anyio.abc.TaskGroup | None = None
+        self._work_nursery: anyio.abc.TaskGroup | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} on {self.queue_name} ({self._state})>"
@@ -293,13 +300,17 @@ class Worker:
 
     def _notify(self) -> None:
         self._changed.set()
-        self._changed = trio.Event()
+        self._changed = anyio.Event()
 
     # ------------------------------------------------------------------ lifetime
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  signals: bool = False, grace_s: float = DEFAULT_GRACE_S) -> None:
         """Process jobs until :meth:`close` (then return) or cancellation (then raise).
+
+        ``signals=True`` (in the main thread) shuts down warmly on SIGTERM/Ctrl-C, as
+        ``trioqueue worker`` does: the first signal is ``close(timeout=grace_s)``, a
+        second one ``close(force=True)`` (:mod:`.shutdown`).
 
         With ``nursery.start(worker.run)`` the start returns once the worker is
         registered and its loops are running.
@@ -321,18 +332,21 @@ class Worker:
         if self._state != _NEW:
             raise RuntimeError("a Worker runs once; make a new one")
         self._state = _STARTED
-        async with trio.open_nursery() as listeners:
+        self._graceful = anyio.CancelScope()
+        async with anyio.create_task_group() as listeners:
             # Listener tasks outlive the work so that one that awaits close() (say, on
             # "drained") is not waited for by the very close it waits for.
             self._listener_nursery = listeners
             try:
-                async with trio.open_nursery() as work:
+                async with anyio.create_task_group() as work:
                     self._work_nursery = work
                     await self._register()
-                    async with trio.open_nursery() as loops:
+                    async with anyio.create_task_group() as loops:
                         loops.start_soon(self._pull_loop)
                         loops.start_soon(self._ack_loop)
                         loops.start_soon(self._heartbeat_loop)
+                        if signals:
+                            loops.start_soon(shutdown.watch_signals, self, grace_s)
                         task_status.started()
                         await self._close_requested.wait()
                         await self._drain()
@@ -341,7 +355,7 @@ class Worker:
                         loops.cancel_scope.cancel()
             finally:
                 self._work_nursery = None
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await self._finish()
                 self._state = _CLOSED
                 self._closed_event.set()
@@ -379,15 +393,17 @@ class Worker:
             return
         self._stopping = True
         if timeout is not None:
+            assert self._graceful is not None  # made by run(), which set _STARTED
             self._graceful.deadline = min(self._graceful.deadline,
-                                          trio.current_time() + max(timeout, 0))
+                                          anyio.current_time() + max(timeout, 0))
         if force:
+            assert self._graceful is not None
             self._graceful.cancel()
             self._cancel_running()
         self._close_requested.set()
         self._notify()
-        current = trio.lowlevel.current_task()
-        if any(lease.task is current for lease in self._leases):
+        current = anyio.get_current_task().id
+        if any(lease.task == current for lease in self._leases):
             return
         await self._closed_event.wait()
 
@@ -404,6 +420,7 @@ class Worker:
         uncharged. Then every result still waiting is acknowledged, while the
         heartbeat loop still renews the leases of the jobs being settled.
         """
+        assert self._graceful is not None
         with self._graceful:
             await self._wait_tasks_idle()
         self._cancel_running()
@@ -421,17 +438,17 @@ class Worker:
         channel is not, as it is what hands back whatever is left, including jobs a
         pull in flight had leased that we never saw.
         """
-        with trio.move_on_after(_FINISH_S):
+        with anyio.move_on_after(_FINISH_S):
             await self._flush_acks()
             leftovers = list(self._leases)
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for lease in leftovers:
                     if lease.error is not None:
                         nursery.start_soon(self._send_fail, lease, lease.error)
                 nursery.start_soon(self._release,
                                    [lease for lease in leftovers if lease.error is None])
         await self._close_pull_channel()
-        with trio.move_on_after(_FINISH_S):
+        with anyio.move_on_after(_FINISH_S):
             await self._unregister()
 
     async def _wait_tasks_idle(self) -> None:

@@ -1,0 +1,424 @@
+"""The client's paths to a broker: one pipelined channel each, over TCP or in process.
+
+A channel carries many commands at once; each gets a ``reqId`` and waits for the reply
+with that id. The waiting and the socket I/O are the one place where the client is
+written twice, once per event loop, because they are its hot path:
+
+- **trio**: the socket's file descriptor is written at once
+  (:mod:`trioqueue.transport.sockio`, shared with the broker) and read directly by a
+  reader task, which reschedules each waiting command's task itself;
+- **asyncio**: an :class:`asyncio.Protocol`, whose ``data_received`` settles the
+  waiting commands' futures itself, so a reply wakes its caller without a reader task
+  in between;
+- **embedded** (trio only): a broker session fed in process, no socket.
+
+Everything above the channels (the pool, Queue, Worker, ...) is written once, on anyio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import socket
+import time
+from typing import Any
+
+import cbor2
+import sniffio
+import trio
+
+from ..transport.codec import CBOR, Codec
+from ..transport.framing import FrameDecoder, encode_frame
+from ..transport.sockio import write_now
+from .errors import CommandTimeout, ConnectionLost
+from .values import check_message
+
+log = logging.getLogger("trioqueue.client")
+
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 30.0
+MAX_FRAME_BYTES = 64 * 1024 * 1024 + 1024
+_READ_BYTES = 1 << 16
+
+EMBEDDED_NEEDS_TRIO = ("embedded mode needs trio; under asyncio connect over TCP to a "
+                       "`trioqueue serve` broker: open_connection(host, port)")
+
+
+def backoff_s(attempt: int) -> float:
+    """Reconnect delay before attempt ``attempt`` (0-based): doubling, capped, 0-30%
+    jitter so that many clients of a restarted broker do not come back in step."""
+    base = min(RECONNECT_FIRST_S * (2 ** attempt), RECONNECT_MAX_S)
+    return float(base * (1 + random.random() * 0.3))
+
+
+def current_backend() -> str:
+    """``"trio"`` or ``"asyncio"``: the event loop running the caller."""
+    name = sniffio.current_async_library()
+    if name not in ("trio", "asyncio"):
+        raise RuntimeError(f"trioqueue's client runs on trio or asyncio, not {name}")
+    return name
+
+
+class Channel:
+    """One pipelined path to the broker. Subclasses provide the slot a command waits
+    on and the way a frame goes out."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._pending: dict[Any, Any] = {}
+        # reqId -> (deadline on time.monotonic(), the limit it came from), for the
+        # connection's sweeper: one timer task per connection, not a cancel scope per
+        # command (a scope costs about a fifth of a round trip's client time).
+        self._deadlines: dict[Any, tuple[float, float]] = {}
+        self.broken = False
+        self.on_event: Any = None  # called with each event frame's ``event`` map
+
+    @property
+    def load(self) -> int:
+        return len(self._pending)
+
+    def _settle(self, reply: dict[str, Any]) -> None:
+        req_id = reply.get("reqId")
+        if req_id is None:
+            self._unaddressed(reply)
+            return
+        slot = self._pending.pop(req_id, None)
+        if slot is not None:
+            self._fill(slot, reply)
+
+    def _unaddressed(self, reply: dict[str, Any]) -> None:
+        if reply.get("type") == "event":
+            if self.on_event is not None:
+                self.on_event(reply.get("event") or {})
+            return
+        if reply.get("ok") is False and self._pending:
+            # The broker refused a frame it could not read, so its answer names no
+            # reqId. With one command in flight the answer is that command's; with
+            # more it cannot be told whose it is, and waiting would hang the one it
+            # was: the channel is given up (ConnectionLost for all of them) instead.
+            if len(self._pending) == 1:
+                req_id, slot = self._pending.popitem()
+                self._fill(slot, {**reply, "reqId": req_id})
+                return
+            log.warning("the broker refused a frame it could not read (%s); dropping "
+                        "the connection, as its answer does not say which command",
+                        reply.get("error"))
+            self._break()
+
+    def _break(self) -> None:
+        """Every command in flight here fails; the pool will not use this one again."""
+        if self.broken:
+            return
+        self.broken = True
+        pending, self._pending = self._pending, {}
+        for slot in pending.values():
+            self._fill(slot, None)  # reply None: ConnectionLost
+        self._on_broken()
+
+    async def call(self, msg: dict[str, Any], limit_s: float | None = None
+                   ) -> dict[str, Any]:
+        """Send ``msg`` and return its reply. With ``limit_s``, a reply that has not
+        come by then (as the connection's sweeper sees it) fails the command with
+        CommandTimeout and drops the channel."""
+        if self.broken:
+            raise ConnectionLost("connection closed")
+        check_message(msg)
+        req_id = f"c{next(self._ids)}"
+        slot = self._pending[req_id] = self._new_slot()
+        if limit_s is not None:
+            self._deadlines[req_id] = (time.monotonic() + limit_s, limit_s)
+        try:
+            await self._send({**msg, "reqId": req_id})
+            reply = await self._wait(slot)
+        finally:
+            self._pending.pop(req_id, None)
+            if limit_s is not None:
+                self._deadlines.pop(req_id, None)
+        if reply is None:
+            raise ConnectionLost(f"connection lost before the reply to {msg.get('cmd')}")
+        if reply is _TIMED_OUT:
+            assert limit_s is not None
+            raise CommandTimeout(f"no reply to {msg.get('cmd')} within {limit_s:g} s")
+        return reply
+
+    def expire(self, now: float) -> bool:
+        """Fail the commands whose deadline has passed (CommandTimeout) and, if there
+        were any, the channel (a broker that does not answer one command is not
+        trusted with the next). True when it did."""
+        late = [req_id for req_id, (deadline, _) in self._deadlines.items() if deadline <= now]
+        if not late:
+            return False
+        for req_id in late:
+            slot = self._pending.pop(req_id, None)
+            if slot is not None:
+                self._fill(slot, _TIMED_OUT)
+        self._break()
+        return True
+
+    # ------------------------------------------------------------------ per backend
+
+    def _new_slot(self) -> Any:
+        raise NotImplementedError
+
+    def _fill(self, slot: Any, reply: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    async def _wait(self, slot: Any) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    async def wait_broken(self) -> None:
+        raise NotImplementedError
+
+    def _on_broken(self) -> None:
+        pass
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        self._break()
+
+
+_TIMED_OUT: Any = {"ok": False, "error": "(no reply in time)"}  # compared by identity
+
+
+class _TrioSlot:
+    """Where one command waits: its task parked on trio's lowest level, rescheduled by
+    the reply (an Event per command cost a few microseconds more per round trip)."""
+
+    __slots__ = ("filled", "reply", "task")
+
+    def __init__(self) -> None:
+        self.filled = False
+        self.reply: dict[str, Any] | None = None
+        self.task: trio.lowlevel.Task | None = None
+
+
+def _abort_wait(slot: _TrioSlot) -> Any:
+    def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
+        slot.task = None  # cancelled: a reply that comes later wakes nobody
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    return abort
+
+
+class _TrioChannel(Channel):
+    """Waiting the trio way: the task parks until its reply reschedules it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._broken_event = trio.Event()
+
+    def _new_slot(self) -> _TrioSlot:
+        return _TrioSlot()
+
+    def _fill(self, slot: _TrioSlot, reply: dict[str, Any] | None) -> None:
+        if slot.filled:
+            return
+        slot.filled = True
+        slot.reply = reply
+        task, slot.task = slot.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def _wait(self, slot: _TrioSlot) -> dict[str, Any] | None:
+        if slot.filled:  # answered while it was being sent (embedded)
+            await trio.lowlevel.checkpoint()
+        else:
+            slot.task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_abort_wait(slot))
+        return slot.reply
+
+    def _on_broken(self) -> None:
+        self._broken_event.set()
+
+    async def wait_broken(self) -> None:
+        await self._broken_event.wait()
+
+
+def _reply_decoder(codec: Codec) -> Any:
+    # Replies come from the broker the caller chose to trust: CBOR is decoded as is,
+    # without the validating walk the broker runs over client input (a fifth of a
+    # worker's time). msgpack keeps the codec, which also maps bunqueue's ext-0
+    # ``undefined`` to absent.
+    return cbor2.loads if codec is CBOR else codec.decode
+
+
+class TrioTcpChannel(_TrioChannel):
+    def __init__(self, stream: trio.SocketStream, codec: Codec) -> None:
+        super().__init__()
+        self.stream = stream
+        self.codec = codec
+        self._send_lock = trio.Lock()
+        self._fd = stream.socket.fileno()  # for direct reads and writes (transport.sockio)
+        self._decode = _reply_decoder(codec)
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        frame = encode_frame(self.codec.encode(msg))
+        lock = self._send_lock
+        try:
+            if lock.locked():
+                await lock.acquire()
+                written = 0
+            else:
+                # Nobody is sending: write at once, in this scheduler pass (most frames
+                # fit in the socket buffer). The lock is held until the frame is
+                # whole, so a partly written one is finished before any other starts.
+                lock.acquire_nowait()
+                written = write_now(self._fd, frame)
+            try:
+                if written < len(frame):
+                    await self.stream.send_all(memoryview(frame)[written:])
+            finally:
+                lock.release()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._break()
+            raise ConnectionLost(f"connection lost: {exc}") from exc
+
+    async def read_loop(self) -> None:
+        decoder = FrameDecoder(MAX_FRAME_BYTES)
+        fd, size = self._fd, _READ_BYTES
+        drained = True  # the last read left the socket empty: wait before reading
+        try:
+            while True:
+                if drained:
+                    await trio.lowlevel.wait_readable(fd)
+                try:
+                    data = os.read(fd, size)
+                except BlockingIOError:
+                    drained = True
+                    continue
+                if not data:
+                    break
+                # A short read emptied the socket, so the next read would only fail:
+                # wait first (one syscall and one exception less per reply). After a
+                # full read, yield before reading on, so a flood cannot hog the loop.
+                drained = len(data) < size
+                for payload in decoder.feed(data):
+                    self._settle(self._decode(payload))
+                if not drained:
+                    await trio.lowlevel.checkpoint()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        except Exception:  # a corrupt stream: nothing after it can be trusted
+            pass
+        finally:
+            self._break()
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def aclose(self) -> None:
+        self._break()
+        await self.stream.aclose()
+
+
+class EmbeddedChannel(_TrioChannel):
+    """A broker session fed in process: the same command handling as a socket's."""
+
+    def __init__(self, broker: Any) -> None:
+        from ..transport.session import SENT, Session
+
+        super().__init__()
+        self._sent = SENT
+        self.session = Session(broker, send_now=self._send_now)
+
+    def _send_now(self, replies: list[dict[str, Any]]) -> str:
+        for reply in replies:
+            self._settle(CBOR.decode(CBOR.encode(reply)))  # never share an object
+        return self._sent
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        payload = CBOR.encode(msg)
+        await self.session.handle([(CBOR.decode(payload), len(payload), None)])
+
+    async def aclose(self) -> None:
+        self._break()
+        self.session.close()
+
+
+class AsyncioTcpChannel(Channel, asyncio.Protocol):
+    """A channel that is its own asyncio protocol: replies are settled as they are
+    read, in the loop's callback, and the waiting command's future wakes it."""
+
+    def __init__(self, codec: Codec) -> None:
+        super().__init__()
+        self.codec = codec
+        self._decode = _reply_decoder(codec)
+        self._decoder = FrameDecoder(MAX_FRAME_BYTES)
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._broken_future = self._loop.create_future()
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for payload in self._decoder.feed(data):
+                self._settle(self._decode(payload))
+        except Exception:  # a corrupt stream: nothing after it can be trusted
+            self._break()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._break()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    # Channel
+    def _new_slot(self) -> asyncio.Future[Any]:
+        return self._loop.create_future()
+
+    def _fill(self, slot: asyncio.Future[Any], reply: dict[str, Any] | None) -> None:
+        if not slot.done():
+            slot.set_result(reply)
+
+    async def _wait(self, slot: asyncio.Future[Any]) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await slot
+        return result
+
+    def _on_broken(self) -> None:
+        if not self._broken_future.done():
+            self._broken_future.set_result(None)
+        self.resume_writing()
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def wait_broken(self) -> None:
+        await asyncio.shield(self._broken_future)
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        frame = encode_frame(self.codec.encode(msg))
+        while self._writable is not None and not self.broken:
+            await asyncio.shield(self._writable)  # the transport's buffer is full
+        transport = self._transport
+        if self.broken or transport is None or transport.is_closing():
+            self._break()
+            raise ConnectionLost("connection lost")
+        transport.write(frame)  # a whole frame per write: frames never interleave
+
+
+async def open_tcp(host: str, port: int, codec: Codec) -> tuple[Channel, Any]:
+    """One connection attempt: the channel and, on trio, the read loop to run."""
+    if current_backend() == "trio":
+        stream = await trio.open_tcp_stream(host, port)
+        channel = TrioTcpChannel(stream, codec)
+        return channel, channel.read_loop
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_connection(lambda: AsyncioTcpChannel(codec), host, port)
+    return protocol, None
