@@ -27,7 +27,12 @@ MAX_DEPTH: Final = 64
 
 
 class DecodeError(Exception):
-    """The payload is not a well-formed message in the connection's codec."""
+    """The payload is not a well-formed message in the connection's codec.
+
+    ``req_id``: the frame's ``reqId`` when a lenient reading still found one
+    (:mod:`~trioqueue.transport.req_ids`), so the error is answered on it."""
+
+    req_id: str | None = None
 
 
 class _Absent:

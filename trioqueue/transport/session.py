@@ -262,7 +262,10 @@ class Session:
     def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
                  ) -> tuple[Command, Request] | None:
         if isinstance(msg, DecodeError):
-            self._refuse(replier, {"ok": False, "error": BAD_FORMAT})
+            refusal: dict[str, Any] = {"ok": False, "error": BAD_FORMAT}
+            if msg.req_id is not None:
+                refusal["reqId"] = msg.req_id
+            self._refuse(replier, refusal)
             return None
         if not isinstance(msg, dict):
             self._refuse(replier, {"ok": False, "error": BAD_COMMAND})

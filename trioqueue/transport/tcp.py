@@ -44,6 +44,7 @@ from .framing import HEADER_SIZE, MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, 
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
+from .req_ids import salvage_req_id
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now
 
@@ -456,7 +457,9 @@ class TcpConnection:
                 # A fresh error, never raised: the raised one's traceback (and that of
                 # its cause) reaches this frame, and so `messages`: a reference cycle
                 # that only a full pass of the cyclic GC would free.
-                messages.append((DecodeError(str(exc)), len(payload), None))
+                fresh = DecodeError(str(exc))
+                fresh.req_id = salvage_req_id(codec.name, payload)
+                messages.append((fresh, len(payload), None))
         return messages
 
     async def _decode_large(self, messages: list[Message]) -> None:

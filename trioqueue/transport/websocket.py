@@ -28,6 +28,7 @@ from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
 from .large_frames import decode_large
 from .limits import Shell
+from .req_ids import salvage_req_id
 from .session import Session, SessionHost
 
 if TYPE_CHECKING:
@@ -254,6 +255,8 @@ class WsConnection:
                             # a fresh error: the raised one's traceback holds this
                             # frame, which would hold it (a cycle only a full GC frees)
                             decoded = DecodeError(str(exc))
+                            if isinstance(raw, bytes):
+                                decoded.req_id = salvage_req_id(codec.name, raw)
                     if isinstance(decoded, dict) and decoded.get("cmd") in (
                             "Subscribe", "Unsubscribe"):
                         self._subscription_command(decoded, codec)
