@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,57 @@ async def test_a_taken_flow_id_is_job_exists(conn: Connection) -> None:
     with pytest.raises(JobExists):
         await conn.call("PUSHF", jobs=[{"id": "taken", "queue": "c-exists",
                                         "input": {"name": "n", "data": {}}}])
+
+
+async def test_a_broker_restarted_while_nothing_was_in_flight_is_reconnected_to(
+        tmp_path: Path, brokers: Any) -> None:
+    """The socket the broker closed while it was idle is not used again: the next
+    command goes out on a new one, it does not fail."""
+    port = free_port()
+    config = Config(host="127.0.0.1", tcp_port=port, ws_port=0,
+                    data_dir=str(tmp_path / "data"))
+    first = await brokers.start(config)
+    async with open_connection(port=port, pool_size=1) as conn:
+        queue = Queue("c-idle", conn)
+        job = await queue.add("n", 1)
+        await first.stop()
+        await brokers.start(config)
+        with anyio.fail_after(10):
+            assert (await queue.get_job(job.id)) is not None
+
+
+async def test_a_cancelled_command_leaves_the_others_on_its_socket_answered(
+        connect_args: dict[str, Any]) -> None:
+    """Two long-polls on one socket; the first is cancelled while both wait. The
+    second still gets its job when one is added (whichever of them was reading the
+    socket for both), by another connection, so that the add does not read for it.
+    (Embedded, a second connection would be a second broker: the add goes on the
+    same one.)"""
+    async with AsyncExitStack() as stack:
+        conn = await stack.enter_async_context(
+            open_connection(**{**connect_args, "pool_size": 1}))
+        other = conn if connect_args.get("embedded") else (
+            await stack.enter_async_context(open_connection(**connect_args)))
+        first = anyio.CancelScope()
+        got: list[Any] = []
+        answered = anyio.Event()
+
+        async def first_poll() -> None:
+            with first:
+                await conn.call("PULL", queue="c-never", timeout=20_000)
+
+        async def second_poll() -> None:
+            got.append((await conn.call("PULL", queue="c-second", timeout=20_000))["job"])
+            answered.set()
+
+        async with anyio.create_task_group() as nursery:
+            nursery.start_soon(first_poll)
+            await anyio.wait_all_tasks_blocked()
+            nursery.start_soon(second_poll)
+            await anyio.wait_all_tasks_blocked()
+            first.cancel()
+            await anyio.wait_all_tasks_blocked()
+            await Queue("c-second", other).add("n", {"x": 1})
+            with anyio.fail_after(10):
+                await answered.wait()
+        assert first.cancelled_caught and got[0]["data"] == {"x": 1}

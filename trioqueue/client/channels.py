@@ -4,9 +4,9 @@ A channel carries many commands at once; each gets a ``reqId`` and waits for the
 with that id. The waiting and the socket I/O are the one place where the client is
 written twice, once per event loop, because they are its hot path:
 
-- **trio**: the socket's file descriptor is written at once
+- **trio** (:mod:`.trio_tcp`): the socket's file descriptor is written at once
   (:mod:`trioqueue.transport.sockio`, shared with the broker) and read directly by a
-  reader task, which reschedules each waiting command's task itself;
+  waiting command, which reschedules the others waiting beside it itself;
 - **asyncio**: an :class:`asyncio.Protocol`, whose ``data_received`` settles the
   waiting commands' futures itself, so a reply wakes its caller without a reader task
   in between;
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import random
 import socket
 import time
@@ -32,7 +31,6 @@ import trio
 
 from ..transport.codec import CBOR, Codec
 from ..transport.framing import FrameDecoder, encode_frame
-from ..transport.sockio import write_now
 from .errors import CommandTimeout, ConnectionLost
 from .values import check_message
 
@@ -41,7 +39,6 @@ log = logging.getLogger("trioqueue.client")
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 30.0
 MAX_FRAME_BYTES = 64 * 1024 * 1024 + 1024
-_READ_BYTES = 1 << 16
 
 EMBEDDED_NEEDS_TRIO = ("embedded mode needs trio; under asyncio connect over TCP to a "
                        "`trioqueue serve` broker: open_connection(host, port)")
@@ -79,6 +76,10 @@ class Channel:
     @property
     def load(self) -> int:
         return len(self._pending)
+
+    def stale(self) -> bool:
+        """True when this channel cannot take a command (the pool opens another)."""
+        return self.broken
 
     def _settle(self, reply: dict[str, Any]) -> None:
         req_id = reply.get("reqId")
@@ -247,74 +248,6 @@ def _reply_decoder(codec: Codec) -> Any:
     return cbor2.loads if codec is CBOR else codec.decode
 
 
-class TrioTcpChannel(_TrioChannel):
-    def __init__(self, stream: trio.SocketStream, codec: Codec) -> None:
-        super().__init__()
-        self.stream = stream
-        self.codec = codec
-        self._send_lock = trio.Lock()
-        self._fd = stream.socket.fileno()  # for direct reads and writes (transport.sockio)
-        self._decode = _reply_decoder(codec)
-
-    async def _send(self, msg: dict[str, Any]) -> None:
-        frame = encode_frame(self.codec.encode(msg))
-        lock = self._send_lock
-        try:
-            if lock.locked():
-                await lock.acquire()
-                written = 0
-            else:
-                # Nobody is sending: write at once, in this scheduler pass (most frames
-                # fit in the socket buffer). The lock is held until the frame is
-                # whole, so a partly written one is finished before any other starts.
-                lock.acquire_nowait()
-                written = write_now(self._fd, frame)
-            try:
-                if written < len(frame):
-                    await self.stream.send_all(memoryview(frame)[written:])
-            finally:
-                lock.release()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._break()
-            raise ConnectionLost(f"connection lost: {exc}") from exc
-
-    async def read_loop(self) -> None:
-        decoder = FrameDecoder(MAX_FRAME_BYTES)
-        fd, size = self._fd, _READ_BYTES
-        drained = True  # the last read left the socket empty: wait before reading
-        try:
-            while True:
-                if drained:
-                    await trio.lowlevel.wait_readable(fd)
-                try:
-                    data = os.read(fd, size)
-                except BlockingIOError:
-                    drained = True
-                    continue
-                if not data:
-                    break
-                # A short read emptied the socket, so the next read would only fail:
-                # wait first (one syscall and one exception less per reply). After a
-                # full read, yield before reading on, so a flood cannot hog the loop.
-                drained = len(data) < size
-                for payload in decoder.feed(data):
-                    self._settle(self._decode(payload))
-                if not drained:
-                    await trio.lowlevel.checkpoint()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        except Exception:  # a corrupt stream: nothing after it can be trusted
-            pass
-        finally:
-            self._break()
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
-
-    async def aclose(self) -> None:
-        self._break()
-        await self.stream.aclose()
-
-
 class EmbeddedChannel(_TrioChannel):
     """A broker session fed in process: the same command handling as a socket's."""
 
@@ -413,12 +346,16 @@ class AsyncioTcpChannel(Channel, asyncio.Protocol):
         transport.write(frame)  # a whole frame per write: frames never interleave
 
 
-async def open_tcp(host: str, port: int, codec: Codec) -> tuple[Channel, Any]:
-    """One connection attempt: the channel and, on trio, the read loop to run."""
+async def open_tcp(host: str, port: int, codec: Codec, events: bool = False
+                   ) -> tuple[Channel, Any]:
+    """One connection attempt: the channel and, on trio for a channel with ``events``,
+    the read loop to run (a command channel is read by its waiting commands)."""
     if current_backend() == "trio":
+        from .trio_tcp import TrioTcpChannel
+
         stream = await trio.open_tcp_stream(host, port)
-        channel = TrioTcpChannel(stream, codec)
-        return channel, channel.read_loop
+        channel = TrioTcpChannel(stream, codec, events)
+        return channel, channel.read_loop if events else None
     loop = asyncio.get_running_loop()
     _, protocol = await loop.create_connection(lambda: AsyncioTcpChannel(codec), host, port)
     return protocol, None

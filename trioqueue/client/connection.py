@@ -21,10 +21,11 @@ and runs under trio or asyncio alike (it is written on anyio; the channels of
 Event subscriptions (``SubscribeEvents``) get a channel of their own; see
 :meth:`Connection.subscribe`.
 
-Why a task group: a TCP channel on trio has a reader task and a subscription a
-reconnecting reader, so the connection is an async context manager that owns them,
-and closing it cancels them; a command still waiting then fails with
-:class:`ConnectionLost`.
+Why a task group: a subscription has a reconnecting reader (on trio also a task
+reading its socket), and command timeouts a sweeper task, so the connection is an
+async context manager that owns them, and closing it cancels them; a command still
+waiting then fails with :class:`ConnectionLost`. (A trio command channel has no task
+of its own: its waiting commands read it, see :mod:`.trio_tcp`.)
 """
 
 from __future__ import annotations
@@ -127,18 +128,18 @@ class Connection:
                 return None
             if best is None or channel.load < best.load:
                 best = channel
-        return best
+        return None if best is None or best.stale() else best
 
     async def _channel(self) -> Channel:
         # The least busy slot, so that a slot held by long-polls does not slow others.
         index = min(range(self.pool_size),
                     key=lambda i: -1 if self._slots[i] is None else self._slots[i].load)  # type: ignore[union-attr]
         channel = self._slots[index]
-        if channel is not None and not channel.broken:
+        if channel is not None and not channel.stale():
             return channel
         async with self._slot_locks[index]:
             channel = self._slots[index]
-            if channel is None or channel.broken:
+            if channel is None or channel.stale():
                 channel = self._slots[index] = await self.open_channel()
         return channel
 
@@ -151,7 +152,7 @@ class Connection:
         if self.broker is not None:
             channel = EmbeddedChannel(self.broker)
         else:
-            channel = await self._open_tcp()
+            channel = await self._open_tcp(events=on_event is not None)
         channel.on_event = on_event
         # Forget channels that broke (a reconnecting subscription makes one per outage).
         self._others = {other for other in self._others if not other.broken}
@@ -163,13 +164,13 @@ class Connection:
                 raise error_for(str(reply.get("error", "")), "Auth")
         return channel
 
-    async def _open_tcp(self) -> Channel:
+    async def _open_tcp(self, events: bool) -> Channel:
         attempt = 0
         last: Exception | None = None
         with anyio.move_on_after(self.connect_timeout_s):
             while True:
                 try:
-                    channel, reader = await open_tcp(self.host, self.port, self.codec)
+                    channel, reader = await open_tcp(self.host, self.port, self.codec, events)
                     break
                 except OSError as exc:
                     last = exc
