@@ -123,11 +123,15 @@ class Connection:
         if self.closed:
             raise ConnectionLost("connection closed")
         best: Channel | None = None
+        least = -1
         for channel in self._slots:
             if channel is None or channel.broken:
                 return None
-            if best is None or channel.load < best.load:
-                best = channel
+            load = channel.load
+            if best is None or load < least:
+                best, least = channel, load
+                if not load:
+                    break  # an idle one: none is less busy
         return None if best is None or best.stale() else best
 
     async def _channel(self) -> Channel:

@@ -33,7 +33,8 @@ def check_message(msg: dict[str, Any]) -> None:
     """Raise :class:`ValidationError` for the first value in ``msg`` the wire cannot
     carry, naming its path from the command's fields."""
     for key, value in msg.items():
-        if type(value) in _SCALARS and type(value) is not int:
+        kind = type(value)
+        if kind in _SCALARS and (kind is not int or value.bit_length() <= _MAX_INT_BITS):
             continue
         problem = _problem(value, 1)
         if problem is not None:
@@ -74,8 +75,9 @@ def _problem(value: Any, depth: int) -> tuple[list[Any], str] | None:
         for key, item in value.items():
             if type(key) is not str:
                 return [], f"map key {key!r} is not a string ({type(key).__name__})"
-            if type(item) in _SCALARS and type(item) is not int:
-                continue
+            kind = type(item)
+            if kind in _SCALARS and (kind is not int or item.bit_length() <= _MAX_INT_BITS):
+                continue  # the common shapes, without a call per value
             problem = _problem(item, depth + 1)
             if problem is not None:
                 problem[0].append(key)
@@ -83,7 +85,8 @@ def _problem(value: Any, depth: int) -> tuple[list[Any], str] | None:
         return None
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            if type(item) in _SCALARS and type(item) is not int:
+            kind = type(item)
+            if kind in _SCALARS and (kind is not int or item.bit_length() <= _MAX_INT_BITS):
                 continue
             problem = _problem(item, depth + 1)
             if problem is not None:
