@@ -66,10 +66,10 @@ class Channel:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self._pending: dict[Any, Any] = {}
-        # reqId -> (deadline on time.monotonic(), the limit it came from), for the
-        # connection's sweeper: one timer task per connection, not a cancel scope per
-        # command (a scope costs about a fifth of a round trip's client time).
-        self._deadlines: dict[Any, tuple[float, float]] = {}
+        # reqId -> deadline on time.monotonic(), for the connection's sweeper: one
+        # timer task per connection, not a cancel scope per command (a scope costs
+        # about a fifth of a round trip's client time).
+        self._deadlines: dict[Any, float] = {}
         self.broken = False
         self.on_event: Any = None  # called with each event frame's ``event`` map
 
@@ -121,18 +121,19 @@ class Channel:
 
     async def call(self, msg: dict[str, Any], limit_s: float | None = None
                    ) -> dict[str, Any]:
-        """Send ``msg`` and return its reply. With ``limit_s``, a reply that has not
-        come by then (as the connection's sweeper sees it) fails the command with
-        CommandTimeout and drops the channel."""
+        """Send ``msg`` (a map of the caller's making, which gets our ``reqId``) and
+        return its reply. With ``limit_s``, a reply that has not come by then (as the
+        connection's sweeper sees it) fails the command with CommandTimeout and drops
+        the channel."""
         if self.broken:
             raise ConnectionLost("connection closed")
         check_message(msg)
-        req_id = f"c{next(self._ids)}"
+        req_id = msg["reqId"] = f"c{next(self._ids)}"
         slot = self._pending[req_id] = self._new_slot()
         if limit_s is not None:
-            self._deadlines[req_id] = (time.monotonic() + limit_s, limit_s)
+            self._deadlines[req_id] = time.monotonic() + limit_s
         try:
-            await self._send({**msg, "reqId": req_id})
+            await self._send(msg)
             reply = await self._wait(slot)
         finally:
             self._pending.pop(req_id, None)
@@ -149,7 +150,7 @@ class Channel:
         """Fail the commands whose deadline has passed (CommandTimeout) and, if there
         were any, the channel (a broker that does not answer one command is not
         trusted with the next). True when it did."""
-        late = [req_id for req_id, (deadline, _) in self._deadlines.items() if deadline <= now]
+        late = [req_id for req_id, deadline in self._deadlines.items() if deadline <= now]
         if not late:
             return False
         for req_id in late:

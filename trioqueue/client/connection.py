@@ -89,13 +89,16 @@ class Connection:
 
     async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
         """Send one command; its reply (``ok`` true), or the typed refusal raised."""
-        reply = await self.request({"cmd": cmd, **fields})
+        reply = await self._request({"cmd": cmd, **fields})
         if not reply.get("ok"):
             raise error_for(str(reply.get("error", "")), cmd)
         return reply
 
     async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one command and return its reply as the broker sent it."""
+        return await self._request(dict(msg))  # the copy gets the reqId, not ``msg``
+
+    async def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
         channel = self._ready_channel() or await self._channel()
         if self.command_timeout_s is None:
             return await channel.call(msg)

@@ -89,7 +89,7 @@ async def _pull(w: Worker, count: int) -> dict[str, Any]:
     if w.connection.closed:
         raise ConnectionLost("connection closed")
     channel = w._pull_channel
-    if channel is None or channel.broken:
+    if channel is None or channel.stale():
         channel = w._pull_channel = await w.connection.open_channel()
     msg = {"cmd": "PULLB", "queue": w.queue_name, "count": count,
            "timeout": w.poll_timeout_ms, "owner": w.id,

@@ -63,8 +63,9 @@ class Queue:
         With a ``job_id`` of a job that is still live, nothing is added and the
         existing job is returned (idempotent adds).
         """
-        wire = job_options(options)
-        reply = await self._call("PUSH", queue=self.name, name=name, data=data, **wire)
+        wire = job_options(options) if options else {}
+        reply = await self.connection.call("PUSH", queue=self.name, name=name, data=data,
+                                           **wire)
         return self._added(reply["id"], name, data, wire)
 
     async def add_bulk(self, jobs: Iterable[BulkJob]) -> list[Job]:
