@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from trioqueue.config import Config
 from trioqueue.transport.codec import DecodeError
 from trioqueue.transport.session import SENT, Session
@@ -44,40 +42,3 @@ async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None
     assert answers[2]["error"] == "Unknown command: NoSuch"
     assert all(a["ok"] is False for a in answers[::4])
 
-
-class _InlineRouter:
-    """Answers every command at once, as a queue actor's inline step answers reads."""
-
-    def __init__(self) -> None:
-        self.dispatched = 0
-
-    async def dispatch(self, routed: list[Any]) -> None:
-        for _command, request in routed:
-            request.replier.deliver({"ok": True, "reqId": request.msg["reqId"]})
-        self.dispatched += len(routed)
-
-
-async def test_a_long_pipeline_answered_inline_lets_other_tasks_run_between_chunks(
-) -> None:
-    host = _Host()
-    host.router = _InlineRouter()
-    written: list[int] = []
-    session = Session(host, send_now=lambda replies: written.append(len(replies)) or SENT)
-    limit = host.config.max_inflight_per_connection
-    messages = [({"cmd": "GetJob", "id": f"j{i}", "reqId": f"r{i}"}, 30, None)
-                for i in range(4 * limit)]
-    seen: list[int] = []  # commands dispatched each time the other task ran
-
-    async def other() -> None:
-        while True:
-            seen.append(host.router.dispatched)
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other)
-        await trio.lowlevel.checkpoint()
-        await session.handle(messages)
-        nursery.cancel_scope.cancel()
-    assert sum(written) == 4 * limit and session.inflight == 0
-    # the other task ran while the pipeline was half done, not only before and after
-    assert any(0 < n < 4 * limit for n in seen), seen

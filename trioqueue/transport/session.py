@@ -248,11 +248,6 @@ class Session:
                 if routed:
                     await self.router.dispatch(routed)
                     routed = []
-                if self.inflight < limit:
-                    # Answered inline (reads): the next commands of a long pipeline are
-                    # another step, so other tasks run between (400 GetJob of a 200 KB
-                    # job, pipelined, were one step of 95-155 ms).
-                    await trio.lowlevel.checkpoint()
                 while self.inflight >= limit:
                     self._slot = trio.Event()
                     await self._slot.wait()
