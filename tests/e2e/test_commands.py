@@ -99,7 +99,8 @@ async def test_pushb_returns_ids_in_order_and_rejects_whole_batch(client: RawCli
     assert bad["ok"] is False and bad["error"].startswith("jobs[990]: priority"), bad
     assert (await client.ok("Count", queue="b3"))["count"] == 0
     jobs[990] = {"name": "a", "data": 990, "customId": "c990"}  # (one step, after)
-    ok = await client.ok("PUSHB", queue="b3", jobs=jobs)
+    with trio.fail_after(30):  # (its admission reads the store first: it hung once)
+        ok = await client.ok("PUSHB", queue="b3", jobs=jobs)
     assert len(ok["ids"]) == 1_000 and ok["ids"][990] == "c990"
     assert (await client.ok("Count", queue="b3"))["count"] == 1_000
 

@@ -29,6 +29,8 @@ import os
 import resource
 import socket
 import struct
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections import Counter
@@ -49,8 +51,8 @@ from trioqueue.testing.deadline import wait_until
 from trioqueue.testing.tasks import count_tasks, wait_for_task_count
 from trioqueue.transport import tcp, websocket
 from trioqueue.transport.codec import CBOR, MSGPACK, Codec, detect_codec
-from trioqueue.transport.framing import FrameDecoder, encode_frame
-from trioqueue.transport.session import OVERFLOW_NOTICE, Session
+from trioqueue.transport.framing import FrameDecoder, Payload, encode_frame
+from trioqueue.transport.session import OVERFLOW_NOTICE, Message, Session
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -152,7 +154,7 @@ class TrackedSession(Session):
         super().__init__(*args, **kwargs)
         TrackedSession.instances.append(self)
 
-    async def handle(self, messages: list[tuple[Any, int]], tag: Any = None) -> None:
+    async def handle(self, messages: list[Message], tag: Any = None) -> None:
         self.received += len(messages)
         self.max_read_frames = max(self.max_read_frames, len(messages))
         self.max_unanswered = max(self.max_unanswered, self.received - self.answered)
@@ -789,7 +791,10 @@ def cbor_cases() -> list[Case]:
 def check_answer(name: str, reply: dict[str, Any], expected: str) -> None:
     assert is_clear_answer(reply), f"{name}: {reply}"
     if expected == "format":
-        assert reply == {"ok": False, "error": FORMAT}, f"{name}: {reply}"
+        # on the frame's own reqId when a lenient reading finds one (transport/req_ids.py)
+        assert reply.get("reqId") in (None, "hostile"), f"{name}: {reply}"
+        rest = {key: value for key, value in reply.items() if key != "reqId"}
+        assert rest == {"ok": False, "error": FORMAT}, f"{name}: {reply}"
     elif expected == "ok":
         assert reply.get("ok") is True, f"{name}: {reply}"
 
@@ -1044,7 +1049,7 @@ def frames_of(data: bytes, limit: int) -> tuple[list[bytes], int | None, bool]:
     return payloads, None, offset < len(data)
 
 
-def decode_reply(payload: bytes) -> dict[str, Any]:
+def decode_reply(payload: Payload) -> dict[str, Any]:
     """A reply in whichever codec the connection answers in (replies are maps)."""
     codec = CBOR if 0xA0 <= payload[0] <= 0xBF else MSGPACK
     reply: dict[str, Any] = codec.decode(payload)
@@ -1152,39 +1157,6 @@ async def test_random_streams_many_examples(start_server: StartServer) -> None:
 # -------------------------------------------------------------------- 5. slow clients
 
 
-async def slow_client(server: Server, interval_s: float, offset_s: float,
-                      cut_after: list[float], ready: trio.Event,
-                      trickling: list[int]) -> None:
-    """Send a PUSH one byte every ``interval_s``, starting ``offset_s`` late, until cut.
-
-    Appends to ``trickling`` once its first byte is out, and to ``cut_after`` how long
-    after that first byte the broker closed it.
-    """
-    client = await connect(server)
-    frame = client.frame({"cmd": "PUSH", "queue": "slowloris", "name": "n",
-                          "data": {"pad": "s" * 100}})
-    await ready.wait()
-    await trio.sleep(offset_s)  # pacing: spread the clients' bytes evenly in time
-    started = trio.current_time()
-    closed = False
-    for i in range(len(frame) - 1):  # never the last byte: the frame stays partial
-        try:
-            await client.send_raw(frame[i: i + 1])
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            closed = True
-            break
-        if i == 0:
-            trickling.append(1)
-        with trio.move_on_after(interval_s):  # the pace, cut short by the close
-            closed = await client.is_closed()
-            if not closed:
-                raise AssertionError("the broker answered a frame that never completed")
-            break
-    assert closed, "the whole frame but its last byte went through without a cut"
-    cut_after.append(trio.current_time() - started)
-    await client.aclose()
-
-
 def latency_report(baseline: list[float], during: list[float]) -> str:
     def ms(samples: list[float], q: float) -> str:
         return f"{quantile(samples, q) * 1000:.2f}"
@@ -1200,26 +1172,51 @@ def within_latency_budget(baseline: list[float], during: list[float]) -> bool:
     return all(quantile(during, q) <= 2 * quantile(baseline, q) + slack for q in (0.5, 0.99))
 
 
+class Lines:
+    """The lines a subprocess prints, one at a time."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def next(self) -> str:
+        while b"\n" not in self.buffer:
+            chunk = await self.stream.receive_some(1 << 16)
+            if not chunk:
+                raise EOFError(f"the program ended; it had printed {self.buffer!r}")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
 async def slowloris_wave(server: Server, healthy: Healthy, count: int,
                          interval_s: float) -> list[float]:
-    """``count`` slow clients at once; returns the healthy cycles measured meanwhile."""
+    """``count`` slow clients at once, run by ``trioqueue.testing.slow_clients`` in a
+    process of their own (see there why); returns the healthy cycles measured meanwhile."""
     timeout = server.config.partial_frame_timeout_s
-    cut_after: list[float] = []
-    trickling: list[int] = []
-    ready = trio.Event()
     during: list[float] = []
-    with trio.fail_after(timeout + 20):
-        async with trio.open_nursery() as nursery:
-            for i in range(count):
-                nursery.start_soon(slow_client, server, interval_s, interval_s * i / count,
-                                   cut_after, ready, trickling)
+    args = [sys.executable, "-m", "trioqueue.testing.slow_clients",
+            str(server.tcp_port), str(count), str(interval_s)]
+    with trio.fail_after(timeout + 30):
+        process = await trio.lowlevel.open_process(args, stdin=subprocess.PIPE,
+                                                   stdout=subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        lines = Lines(process.stdout)
+        try:
+            assert await lines.next() == "connected"
             await wait_until(lambda: open_connections(server) == count + 1,
-                             "the slow clients to connect")
-            ready.set()
-            await wait_until(lambda: len(trickling) == count, "every slow client to start")
+                             "the slow clients to be served")
+            await process.stdin.send_all(b"go\n")
+            assert await lines.next() == "trickling"
             while open_connections(server) > 1:
                 if (elapsed := await healthy.sample()) is not None:
                     during.append(elapsed)
+            result = await lines.next()
+            assert await process.wait() == 0, result
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    cut_after = json.loads(result)["cut_after_s"]
     assert len(cut_after) == count
     # Cut by the partial-frame timeout: not before it, and not long after on 2 cores.
     assert min(cut_after) >= timeout - 0.05, sorted(cut_after)[:5]
@@ -1252,8 +1249,11 @@ async def test_slowloris_clients_are_cut_and_a_healthy_client_keeps_its_latency(
     first byte (trickling does not restart the clock), none of the partial frames is
     applied, and a healthy client doing PUSH/PULL/ACK cycles meanwhile keeps its latency.
 
-    The latency rule, made for a noisy 2-core machine running broker, abusers and the
-    healthy client in one process (one thread): a baseline of 400 cycles is taken right
+    The slow clients run in a process of their own (on the other core, as abusers on
+    other machines would): in the broker's thread they cost it as much CPU as it spends
+    reading them, and the test measured its own harness. The latency rule, made for a
+    noisy 2-core machine running broker and healthy client in one process (one thread)
+    and the abusers next to it: a baseline of 400 cycles is taken right
     before the wave, then every cycle while the slow clients are connected (several
     hundred, at least 100); both the median and the p99 during must be at most 2x the
     baseline's plus 2 ms. Cycles during which the OS preempted the thread (an

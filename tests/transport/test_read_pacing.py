@@ -11,13 +11,15 @@ import trio
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.transport import tcp
 
 StartServer = Callable[..., Awaitable[Server]]
 
 # msgpack arrays nested 1,100 deep (past msgpack's own limit): about 1 KB to send and
-# 0.05-0.15 ms to refuse; 200 of them fit one read.
+# 0.05-0.15 ms to refuse; 60 of them (66 KB) fit one read and the socket's window.
 NESTED = b"\x91" * 1_100 + b"\xc0"
-FLOOD = b"".join(len(NESTED).to_bytes(4, "big") + NESTED for _ in range(200))
+FLOOD_FRAMES = 60
+FLOOD = b"".join(len(NESTED).to_bytes(4, "big") + NESTED for _ in range(FLOOD_FRAMES))
 
 
 async def connect(server: Server) -> RawClient:
@@ -27,30 +29,37 @@ async def connect(server: Server) -> RawClient:
     return RawClient(trio.SocketStream(sock))
 
 
-@pytest.mark.parametrize("step_ms", [1.0, 0.0], ids=["stepped", "at-once"])
+@pytest.mark.parametrize("step_ms", [0.02, 0.0], ids=["stepped", "at-once"])
 async def test_other_connections_are_served_between_the_steps_of_one_read(
-    start_server: StartServer, step_ms: float,
+    start_server: StartServer, step_ms: float, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A look at the clock after every frame, and steps of 20 us: about a step a frame,
+    # so that the healthy client's round trip fits well inside the read's 60 steps.
+    monkeypatch.setattr(tcp, "FRAMES_PER_LOOK", 1)
+    # Every pause after bad frames is 0.3 s: time for the whole flood to be in the
+    # broker's socket buffer, so that the broker takes it in one read.
     server = await start_server(memory=True, max_read_step_ms=step_ms,
-                                bad_frame_pause_ratio=0.0)
+                                bad_frame_pause_ratio=1e6, bad_frame_pause_max_ms=300.0)
     healthy = await connect(server)
     await healthy.ok("Ping")
     hog = await connect(server)
-    await hog.send_raw(FLOOD)
+    await hog.send_raw(hog.frame({"cmd": "NoSuch"}))
+    assert (await hog.receive())["error"] == "Unknown command: NoSuch"
+    await hog.send_raw(FLOOD)  # read once the pause is over
     with trio.fail_after(30):
         first = await hog.receive()  # the broker is on the read (or done with it)
     assert first == {"ok": False, "error": "Invalid command format"}
     with trio.fail_after(30):
         assert (await healthy.call("Ping"))["ok"] is True
-    # What the hog has received by now: in steps of 1 ms the Ping came between two of
-    # them, long before the read's 200 answers; at once, they all came in one write.
+    # What the hog has received by now: stepped, the Ping came between two of
+    # them, long before the read's last answer; at once, they all came in one write.
     answered = 1 + hog.ready_now()
     if step_ms:
-        assert answered < 200
+        assert answered < FLOOD_FRAMES
     else:
-        assert answered == 200
+        assert answered == FLOOD_FRAMES
     with trio.fail_after(30):
-        for _ in range(200 - answered):
+        for _ in range(FLOOD_FRAMES - answered):
             assert (await hog.receive())["error"] == "Invalid command format"
     assert (await hog.call("Ping"))["ok"] is True  # the frames kept their order
 

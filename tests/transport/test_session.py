@@ -41,3 +41,4 @@ async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None
     assert [a.get("reqId") for a in answers[1:8]] == ["p0", "n0", None, None, "p1", "n1", None]
     assert answers[2]["error"] == "Unknown command: NoSuch"
     assert all(a["ok"] is False for a in answers[::4])
+

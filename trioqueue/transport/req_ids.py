@@ -18,6 +18,7 @@ from typing import Any
 import cbor2
 import msgpack
 
+from .codec import _CBOR_NATIVE_TAGS as CBOR_NATIVE_TAGS
 from .datamodel import MAX_DEPTH
 from .framing import Payload
 
@@ -32,10 +33,8 @@ def _placeholder(*_args: Any) -> None:
 
 
 # Every tag cbor2 would decode natively (dates, shared references that can make cycles,
-# sets...) and every other tag read as None.
-_CBOR_ANY_TAG = {tag: _placeholder for tag in (
-    0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004,
-    43000, 55799)}
+# sets...), and the bignums, read as None; any other tag goes to the tag hook.
+_CBOR_ANY_TAG = {tag: _placeholder for tag in (*CBOR_NATIVE_TAGS, 2, 3)}
 
 
 def _msgpack_map(payload: Payload) -> Any:

@@ -13,6 +13,7 @@ from ..backoff import backoff_delay_ms
 from ..errors import Refused
 from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
+from ..split_dict import SplitDict
 from .leases import Lock, lease_deadline
 from .views import completed_reply, failed_reply
 
@@ -73,7 +74,10 @@ def pull(
             heapq.heappush(q._lock_heap, (expires, job.id, token))
         if conn is not None and not (detach and owner is None):
             q.owner_conn[job.id] = conn
-            q.conn_jobs.setdefault(conn, set()).add(job.id)
+            held = q.conn_jobs.get(conn)
+            if held is None:
+                held = q.conn_jobs[conn] = SplitDict()
+            held[job.id] = None
         q._persist(job)
         if q._next_stall_check is None or job.timeout:  # (the calls only when they act)
             q._watch(job, now)

@@ -74,9 +74,8 @@ def _release_resources(q: QueueState, job: JobRecord) -> None:
         # 30k acks/s that is 900k dead entries, each keeping its token and job id.
         # Rebuild from the live locks once most entries are dead (amortised O(1)).
         heap = q._lock_heap
-        live = len(q.locks)
         if (LOCK_HEAP_SLACK < len(heap) <= 4 * LOCK_HEAP_REBUILD_MAX
-                and len(heap) > 2 * live):
+                and len(heap) > 2 * len(q.locks)):
             q._lock_heap = [(lock.expires_at, job_id, lock.token)
                             for job_id, lock in q.locks.items()]
             heapq.heapify(q._lock_heap)
@@ -84,7 +83,7 @@ def _release_resources(q: QueueState, job: JobRecord) -> None:
     if conn is not None:
         jobs = q.conn_jobs.get(conn)
         if jobs is not None:
-            jobs.discard(job.id)
+            jobs.pop(job.id, None)
             if not jobs:
                 del q.conn_jobs[conn]
 

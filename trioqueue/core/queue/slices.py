@@ -255,12 +255,12 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
             yield None
             specs.extend(parse(start, min(count, start + SLICE_JOBS)))
         if parse.linked:
+            yield None  # the admission is a step of its own
             while True:
-                yield None
                 try:
                     return admit_batch(q, specs, True, now, storage_full)
                 except NeedData as need:
-                    yield need
+                    yield need  # fetched before this step runs again
         if storage_full:  # the whole batch: PUSHB admits all of its jobs or none
             raise Refused(STORAGE_FULL)
         ids: list[str] = []

@@ -76,11 +76,13 @@ class QueueState:
         # delayed heap: (runAt, seq, id); moved to ready when due
         self._delayed: list[tuple[int, int, str]] = []
         self._seq = 0
-        self.locks: dict[str, Lock] = {}
+        self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
         self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
         self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
-        self.owner_conn: dict[str, Any] = {}  # job id -> connection it was delivered to
-        self.conn_jobs: dict[Any, set[str]] = {}
+        # job id -> connection it was delivered to, and each connection's job ids (a map
+        # to None: one connection may hold a million, and a set grows as a dict does)
+        self.owner_conn: SplitDict[str, Any] = SplitDict()
+        self.conn_jobs: dict[Any, SplitDict[str, None]] = {}
         self.dedup: dict[str, DedupKey] = {}
         self.parked = Parked()
         self.logs: dict[str, list[dict[str, Any]]] = {}
