@@ -18,6 +18,7 @@ Everything above the channels (the pool, Queue, Worker, ...) is written once, on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -183,6 +184,18 @@ class Channel:
     async def aclose(self) -> None:
         self._break()
 
+    async def aclose_confirmed(self, limit_s: float) -> None:
+        """Close, and wait up to ``limit_s`` until the broker has closed its side.
+
+        The broker hands back what a connection held (the jobs its pulls leased, a
+        long-poll still parked) before it closes the socket, so once this returns a
+        command on any other connection sees them back in their queue. A plain
+        :meth:`aclose` resets the socket and returns at once: the broker may not have
+        noticed yet. Here: our side is half-closed (no more commands), and replies
+        that still come are read and dropped until the broker's end of stream.
+        """
+        await self.aclose()  # in process (embedded): the session closes on the spot
+
 
 _TIMED_OUT: Any = {"ok": False, "error": "(no reply in time)"}  # compared by identity
 
@@ -335,6 +348,15 @@ class AsyncioTcpChannel(Channel, asyncio.Protocol):
 
     async def wait_broken(self) -> None:
         await asyncio.shield(self._broken_future)
+
+    async def aclose_confirmed(self, limit_s: float) -> None:
+        transport = self._transport
+        if not self.broken and transport is not None and transport.can_write_eof():
+            transport.write_eof()  # the broker's close then ends in connection_lost
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(limit_s):
+                    await self.wait_broken()
+        await self.aclose()
 
     async def _send(self, msg: dict[str, Any]) -> None:
         frame = encode_frame(self.codec.encode(msg))

@@ -107,11 +107,16 @@ async def _pull(w: Worker, count: int) -> dict[str, Any]:
     return reply
 
 
-async def _close_pull_channel(w: Worker) -> None:
+async def _close_pull_channel(w: Worker, confirm_s: float = 0.0) -> None:
+    """Close the pull channel, which hands back what its pulls leased; with
+    ``confirm_s``, wait (that long at most) for the broker to have done so."""
     channel, w._pull_channel = w._pull_channel, None
     if channel is not None:
         with anyio.CancelScope(shield=True):
-            await channel.aclose()
+            if confirm_s:
+                await channel.aclose_confirmed(confirm_s)
+            else:
+                await channel.aclose()
 
 
 def _start(w: Worker, lease: Lease) -> None:

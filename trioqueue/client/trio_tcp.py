@@ -169,3 +169,18 @@ class TrioTcpChannel(_TrioChannel):
     async def aclose(self) -> None:
         self._break()
         await self.stream.aclose()
+
+    async def aclose_confirmed(self, limit_s: float) -> None:
+        # Only when no command is reading or writing (a worker's last cleanup, after
+        # its tasks are gone): two tasks may not wait on one socket.
+        if not (self.broken or self._reading or self._writing):
+            with trio.move_on_after(limit_s):
+                try:
+                    await self.stream.send_eof()
+                    while not self.broken:  # _read_once breaks it at the end of stream
+                        await trio.lowlevel.wait_readable(self._fd)
+                        while self._read_once():
+                            pass
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+        await self.aclose()

@@ -434,9 +434,10 @@ class Worker:
         where outcomes are settled: results computed are acknowledged, failures whose
         FAIL was interrupted are sent again (a duplicate is answered
         ``applied: false`` or refused, both harmless), and jobs still leased are
-        handed back. The network part is bounded by ``_FINISH_S``; closing the pull
-        channel is not, as it is what hands back whatever is left, including jobs a
-        pull in flight had leased that we never saw.
+        handed back. The network part is bounded by ``_FINISH_S``. Closing the pull
+        channel always happens, as it is what hands back whatever is left, including
+        jobs a pull in flight had leased that we never saw; it waits (``_FINISH_S`` at
+        most) for the broker's close, so when this returns the jobs are back.
         """
         with anyio.move_on_after(_FINISH_S):
             await self._flush_acks()
@@ -447,7 +448,9 @@ class Worker:
                         nursery.start_soon(self._send_fail, lease, lease.error)
                 nursery.start_soon(self._release,
                                    [lease for lease in leftovers if lease.error is None])
-        await self._close_pull_channel()
+        # Confirmed: a long-poll still parked there takes the jobs handed back above,
+        # and only the broker's close of that connection returns them for good.
+        await self._close_pull_channel(_FINISH_S)
         with anyio.move_on_after(_FINISH_S):
             await self._unregister()
 
