@@ -142,6 +142,45 @@ def test_a_large_pushb_is_admitted_in_slices_in_order() -> None:
     assert h.q.jobs["c0"].data == 0
 
 
+def test_a_large_pullb_leases_in_slices_in_priority_order() -> None:
+    """A PULLB of more than SLICE_JOBS jobs leases the first SLICE_JOBS at once, then
+    SLICE_JOBS more a step; the reply, after the last slice, holds every job in the
+    order one step would have leased them, each with its own token and one lock
+    deadline for all. A queue that runs out ends the work early; a small PULLB, or
+    one the queue cannot fill past the first slice, stays one plain step."""
+    from trioqueue.core.queue.slices import SLICE_JOBS
+
+    h = QueueHarness()
+    n = 3 * SLICE_JOBS + 7
+    for i in range(n):  # priorities interleaved with creation order
+        h.call("push", [parse_job_input({"data": i, "priority": i % 3},
+                                        custom_id_key="jobId")], T0)
+    expected = sorted(range(n), key=lambda i: (-(i % 3), i))
+    msg = {"count": n - 2, "timeout": 0, "owner": "w", "lockTtl": 30_000}
+    work = QUEUE_HANDLERS["PULLB"](h.q, msg, Ctx(T0))
+    assert isinstance(work, Sliced)
+    h.commit()
+    active = [h.q.counts(T0)["active"]]
+    while not work.step():
+        active.append(h.q.counts(T0)["active"])
+        h.commit()
+    assert active == [SLICE_JOBS, 2 * SLICE_JOBS, 3 * SLICE_JOBS]
+    reply = work.reply()
+    assert [job["data"] for job in reply["jobs"]] == expected[:n - 2]
+    assert len(set(reply["tokens"])) == n - 2
+    assert len({h.q.locks[job["id"]].expires_at for job in reply["jobs"]}) == 1
+    # what is left (2 jobs) cannot fill a slice: one plain step
+    rest = QUEUE_HANDLERS["PULLB"](h.q, {**msg, "count": SLICE_JOBS + 1}, Ctx(T0))
+    assert isinstance(rest, dict)
+    assert [job["data"] for job in rest["jobs"]] == expected[n - 2:]
+    # a queue that runs out midway ends the work with what it had
+    for i in range(SLICE_JOBS + 3):
+        h.call("push", [parse_job_input({"data": i}, custom_id_key="jobId")], T0)
+    work = QUEUE_HANDLERS["PULLB"](h.q, {**msg, "count": 3 * SLICE_JOBS}, Ctx(T0))
+    assert isinstance(work, Sliced)
+    assert [job["data"] for job in work.run()[0]] == list(range(SLICE_JOBS + 3))
+
+
 def test_a_large_pushb_with_a_bad_job_in_a_later_slice_admits_nothing() -> None:
     from trioqueue.core.queue.slices import SLICE_JOBS
 

@@ -21,7 +21,7 @@ from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced
 from .queue.dependencies import push_reads
-from .queue.slices import SLICE_JOBS, admit_batch, pushb_sliced
+from .queue.slices import SLICE_JOBS, admit_batch, pullb_sliced, pushb_sliced
 
 # ------------------------------------------------------------------ producing
 
@@ -93,7 +93,8 @@ class JobsParser:
 # ------------------------------------------------------------------ consuming
 
 
-def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool) -> Reply | PullWaiter:
+def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
+          ) -> Reply | PullWaiter | Sliced:
     timeout = fields.pull_timeout(msg.get("timeout"))
     count = fields.pullb_count(msg.get("count")) if batch else 1
     owner = msg.get("owner")
@@ -101,19 +102,22 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool) -> Reply | 
         raise Refused("owner must be a string")
     lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
     detach = msg.get("detach") is True
-    jobs, tokens = q.pull(ctx.now, count=count, owner=owner, lock_ttl=lock_ttl,
-                          conn=ctx.conn, detach=detach)
+    jobs, tokens = q.pull(ctx.now, count=min(count, SLICE_JOBS), owner=owner,
+                          lock_ttl=lock_ttl, conn=ctx.conn, detach=detach)
+    if len(jobs) == SLICE_JOBS < count:  # more to lease: in slices (queue/slices.py)
+        return pullb_sliced(q, jobs, tokens, count, ctx.now, owner=owner, lock_ttl=lock_ttl,
+                            conn=ctx.conn, detach=detach)
     if jobs or timeout <= 0:
         return q.pull_reply(jobs, tokens, batch=batch, owner=owner)
     return PullWaiter(handle=None, count=count, batch=batch, owner=owner, lock_ttl=lock_ttl,
                       conn=ctx.conn, detach=detach, deadline_ms=int(ctx.now + timeout))
 
 
-def pull(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter:
+def pull(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter | Sliced:
     return _pull(q, msg, ctx, batch=False)
 
 
-def pullb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter:
+def pullb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | PullWaiter | Sliced:
     return _pull(q, msg, ctx, batch=True)
 
 

@@ -16,6 +16,8 @@ replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.
 - a partial frame that does not complete within ``partial_frame_timeout_s`` (slowloris)
   closes the connection; the partial frames of all connections together are bounded
   by ``max_partial_frame_total_bytes`` (the largest holders are cut past it);
+- a reply with a long list of jobs (PULLB of 1,000) is encoded by the sender task a
+  slice per scheduler pass, not by the step that released it (``reply_slices.py``);
 - unsent replies are bounded per connection (``max_write_queue_bytes``) and all
   together (``max_write_queue_total_bytes``);
 - with tokens set, a connection not authenticated within ``auth_timeout_s`` is closed;
@@ -33,23 +35,21 @@ import logging
 import math
 import socket
 import struct
-from collections import deque
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
-from .framing import HEADER_SIZE, MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
+from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
+from .reply_slices import SlicedFrame, is_long
 from .req_ids import salvage_req_id
+from .send_queue import SendQueue, rest_of_frame
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("trioqueue.tcp")
 
@@ -57,7 +57,6 @@ RECEIVE_BYTES = 256 * 1024
 # The size slot of a message _decode left undecoded (a large payload), until
 # _decode_large puts the payload's real size there.
 _LARGE = -1
-COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
 # What a deliberately closed connection may still have sent us, read and dropped before
 # the close, so that the close is a FIN (its last frame arrives) rather than a reset.
 DISCARD_ON_CLOSE_BYTES = 1 << 20
@@ -72,25 +71,13 @@ def preauth_frame_too_large(size: int, limit: int) -> dict[str, Any]:
                                   f"exceeds maximum {limit} (send Auth first)"}
 
 
-def _rest_of_frame(data: bytes, written: int) -> int:
-    """Bytes after ``written`` that finish the frame the socket took part of (0: none)."""
-    pos = 0
-    while pos < written:
-        pos += HEADER_SIZE + int.from_bytes(data[pos: pos + HEADER_SIZE], "big")
-    return pos - written
-
-
 class TcpConnection:
     def __init__(self, broker: SessionHost, stream: trio.SocketStream, shell: Shell) -> None:
         self.stream = stream
         self._fd = stream.socket.fileno()
         self._shell = shell
         self._limits = limits = shell.limits
-        # Encoded replies the socket has not taken yet, as they were encoded (chunks of
-        # whole frames, but for the head): never copied into one growing buffer.
-        self._pending: deque[bytes | memoryview] = deque()
-        self._pending_bytes = 0
-        self._head = 0  # bytes at the front of _pending that end a frame already begun
+        self._pending = SendQueue()  # what the socket has not taken yet
         self._sending = 0  # bytes handed to send_all and not yet all sent
         self._flushing = False
         self._reader = DirectReader(self._fd, RECEIVE_BYTES)
@@ -134,30 +121,46 @@ class TcpConnection:
         bytes are bounded by ``max_write_queue_bytes``: a client that does not read its
         replies is cut off rather than allowed to grow the broker's memory.
         """
-        data = encode_frames(self._codec(), replies)
         if self._pending or self._flushing or self._closing:
-            return self._queue(data)  # behind what waits; nothing after a last frame
+            # behind what waits (counted against the write-queue bound: so a client
+            # that reads nothing gets nothing encoded lazily); nothing after a last frame
+            return self._queue(encode_frames(self._codec(), replies))
+        for i, reply in enumerate(replies):
+            if is_long(reply):  # encoded by the sender task, in slices (reply_slices.py)
+                return self._queue_long(replies, i)
+        data = encode_frames(self._codec(), replies)
         written = write_now(self._fd, data)
         if written == len(data):
             return SENT
         if written:
-            self._head = _rest_of_frame(data, written)
+            self._pending.head = rest_of_frame(data, written)
         return self._queue(memoryview(data)[written:])
+
+    def _queue_long(self, replies: list[dict[str, Any]], i: int) -> str:
+        """Queue ``replies`` (nothing waits before them) with the long one at ``i``
+        left to the sender to encode."""
+        if i:
+            self._send_now(replies[:i])
+        if self._pending or self._closing:  # the ones before it did not all go
+            return self._send_now(replies[i:])
+        self._pending.push(SlicedFrame(self._codec(), replies[i]))
+        if i + 1 < len(replies):
+            self._send_now(replies[i + 1:])  # queued behind it: the order is kept
+        return KEPT
 
     def _queue(self, data: bytes | memoryview) -> str:
         if self._closing:
             return KEPT  # closing: nothing more is queued behind the last frame
-        self._pending.append(data)
-        self._pending_bytes += len(data)
+        self._pending.push(data)
         limit = self._limits.max_write_queue_bytes
-        if limit and self._pending_bytes > limit:
+        if limit and self._pending.bytes > limit:
             self._overflow()
         else:
             self._charge_replies()
         return KEPT
 
     def _charge_replies(self) -> None:
-        self._shell.replies.set(self, self._pending_bytes + self._sending)
+        self._shell.replies.set(self, self._pending.bytes + self._sending)
 
     def _overflow(self) -> None:
         """Drop what the client did not read, tell it why, and close.
@@ -176,13 +179,12 @@ class TcpConnection:
             return
         self._closing = True
         if drop_unsent:
-            self._drop_unsent()
+            self._pending.drop_unsent()
         data: bytes | memoryview = encode_frames(self._codec(), [reply])
         if not self._pending and not self._flushing:
             data = memoryview(data)[write_now(self._fd, data):]
         if data:
-            self._pending.append(data)
-            self._pending_bytes += len(data)
+            self._pending.push(data)
         self._charge_replies()
         if not self._pending and not self._flushing:
             self._scope.cancel()
@@ -190,16 +192,6 @@ class TcpConnection:
         deadline = trio.current_time() + self._limits.overflow_notice_s
         self._scope.deadline = min(self._scope.deadline, deadline)
         self.session.flush_soon()
-
-    def _drop_unsent(self) -> None:
-        """Forget the queued replies but the end of a frame already begun on the wire."""
-        head = b""
-        if self._head and self._pending:
-            head = bytes(memoryview(self._pending[0])[:self._head])
-        self._pending.clear()
-        self._pending_bytes = len(head)
-        if head:
-            self._pending.append(head)
 
     def cut(self, budget: str) -> None:
         """A broker-wide budget sheds this connection: drop what it holds, close now.
@@ -219,7 +211,6 @@ class TcpConnection:
         # Freed now, not when the connection's objects are collected: the budget has
         # already stopped counting them.
         self._pending.clear()
-        self._pending_bytes = 0
         unmap_soon(self.decoder.discard())
         self._scope.cancel()
 
@@ -228,7 +219,10 @@ class TcpConnection:
         self._flushing = True
         try:
             while self._pending:
-                data = self._next_chunk()
+                data = self._pending.next_chunk()
+                if data is None:  # a slice of a long reply encoded: others run now
+                    await trio.lowlevel.checkpoint()
+                    continue
                 self._sending = len(data)
                 await self.stream.send_all(data)
                 self._sending = 0
@@ -237,24 +231,6 @@ class TcpConnection:
             self._flushing = False
         if self._closing:
             self._scope.cancel()  # the last frame is out: close
-
-    def _next_chunk(self) -> bytes | memoryview:
-        """The next bytes to send: a large chunk as it is, small ones joined (up to
-        ``COALESCE_BYTES``), so a client that fell behind is not sent one frame per
-        ``send_all``."""
-        pending = self._pending
-        data = pending.popleft()
-        self._head = 0  # the head, if any, is on its way
-        if len(data) < COALESCE_BYTES and pending and len(pending[0]) < COALESCE_BYTES:
-            parts = [data]
-            size = len(data)
-            while pending and size < COALESCE_BYTES and len(pending[0]) < COALESCE_BYTES:
-                part = pending.popleft()
-                parts.append(part)
-                size += len(part)
-            data = b"".join(parts)
-        self._pending_bytes -= len(data)
-        return data
 
     # ------------------------------------------------------------------ clocks
 

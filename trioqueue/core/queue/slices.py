@@ -272,6 +272,35 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
     return Sliced(steps(), _ids_reply)
 
 
+def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], count: int,
+                 now: int, *, owner: str | None, lock_ttl: float, conn: Any,
+                 detach: bool) -> Sliced:
+    """The rest of a large PULLB whose first ``SLICE_JOBS`` jobs (``jobs``, ``tokens``)
+    are leased: ``SLICE_JOBS`` more a step, until ``count`` or the queue runs out.
+
+    One job leased costs 30-50 us at a million active (its lock, its record rewritten,
+    its wire form): a PULLB of 1,000 held every other client for 30-100 ms in one step.
+    Every slice leases with the command's ``now``, so all of its jobs share one lock
+    deadline, as in one step. Nothing else of the queue runs before the last slice, so
+    no other pull can take a job between two of them.
+    """
+    def steps() -> Steps:
+        while True:
+            want = min(SLICE_JOBS, count - len(jobs))
+            more, more_tokens = q.pull(now, count=want, owner=owner, lock_ttl=lock_ttl,
+                                       conn=conn, detach=detach)
+            jobs.extend(more)
+            tokens.extend(more_tokens)
+            if len(more) < want or len(jobs) == count:  # full, or the queue ran out
+                return jobs, tokens
+            yield None
+
+    def reply(result: tuple[list[dict[str, Any]], list[str]]) -> dict[str, Any]:
+        return q.pull_reply(*result, batch=True, owner=owner)
+
+    return Sliced(steps(), reply)
+
+
 def admit_batch(q: QueueState, specs: list[dict[str, Any]], linked: bool, now: int,
                 storage_full: bool) -> list[str]:
     """Admit a PUSHB's validated jobs at once; their ids. ``linked``: some have custom

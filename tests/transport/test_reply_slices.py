@@ -1,0 +1,132 @@
+"""A long reply is encoded in slices, to the same bytes (transport/reply_slices.py), and
+a large PULLB leases in slices (core/queue/slices.py): other clients are served
+meanwhile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioqueue.core import handlers
+from trioqueue.core.queue import slices
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+from trioqueue.transport import reply_slices
+from trioqueue.transport.codec import CBOR, MSGPACK, Codec, encode_frames
+from trioqueue.transport.reply_slices import SlicedFrame, array_header, map_header
+from trioqueue.transport.send_queue import SendQueue
+
+StartServer = Callable[..., Awaitable[Server]]
+CODECS = [CBOR, MSGPACK]
+# Around every width change of both codecs' headers.
+SIZES = [0, 1, 15, 16, 23, 24, 255, 256, 65_535, 65_536]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+@pytest.mark.parametrize("n", SIZES)
+def test_headers_are_what_the_codec_writes(codec: Codec, n: int) -> None:
+    items = list(range(n))
+    whole = codec.encode(items)
+    assert whole == array_header(codec, n) + b"".join(codec.encode(i) for i in items)
+    mapping = {str(i): i for i in items}
+    assert codec.encode(mapping) == map_header(codec, n) + b"".join(
+        codec.encode(k) + codec.encode(v) for k, v in mapping.items())
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8)
+# A few distinct job maps, repeated to a long list (hypothesis draws little data).
+job_pool = st.lists(st.dictionaries(st.sampled_from(["id", "data", "createdAt"]), values),
+                    min_size=1, max_size=4)
+lengths = st.integers(reply_slices.LONG_LIST_ITEMS + 1,
+                      reply_slices.LONG_LIST_ITEMS + 2 * reply_slices.SLICE_ITEMS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pool=job_pool, n=lengths,
+       before=st.dictionaries(st.sampled_from(["ok", "a"]), values),
+       after=st.dictionaries(st.sampled_from(["reqId", "tokens"]), values))
+def test_a_long_reply_in_slices_is_the_frame_encoded_at_once(
+    pool: list[dict[str, Any]], n: int, before: dict[str, Any], after: dict[str, Any],
+) -> None:
+    items = [pool[i % len(pool)] for i in range(n)]
+    reply = {**before, "jobs": items, **after}
+    assert reply_slices.is_long(reply)
+    for codec in CODECS:
+        frame = SlicedFrame(codec, reply)
+        steps = 1
+        while (out := frame.step()) is None:
+            steps += 1
+        assert out == encode_frames(codec, [reply])
+        assert steps == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
+
+
+def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
+    reply = {"jobs": [{"i": i} for i in range(reply_slices.LONG_LIST_ITEMS + 1)]}
+    queue = SendQueue()
+    queue.push(b"first")
+    queue.push(SlicedFrame(CBOR, reply))
+    queue.push(b"last")
+    assert queue.bytes == len(b"first") + len(b"last")  # the long one: once encoded
+    sent = []
+    while queue:
+        chunk = queue.next_chunk()
+        if chunk is not None:
+            sent.append(bytes(chunk))
+    assert sent == [b"first", encode_frames(CBOR, [reply]) + b"last"]  # joined: small
+    assert queue.bytes == 0
+
+
+async def connect(server: Server, codec: str) -> RawClient:
+    assert server.tcp_port is not None
+    return await RawClient.connect(server.tcp_port, codec)
+
+
+@pytest.mark.parametrize("sliced", [True, False], ids=["sliced", "at-once"])
+@pytest.mark.parametrize("codec", ["cbor", "msgpack"])
+async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encoded(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, sliced: bool, codec: str,
+) -> None:
+    # Slices of 10 jobs: a PULLB of 1,000 is 100 lease steps and 100 encode passes, so
+    # a client doing round trips meanwhile gets many in (about 100 here); done at once,
+    # it gets one or two in (before or after the PULLB's single step, and while the
+    # rest of the reply is read), never many.
+    lease, encode = (10, 10) if sliced else (10_000, 10_000)
+    monkeypatch.setattr(slices, "SLICE_JOBS", lease)
+    monkeypatch.setattr(handlers, "SLICE_JOBS", lease)
+    monkeypatch.setattr(reply_slices, "SLICE_ITEMS", encode)
+    monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 200 if sliced else 10_000)
+    server = await start_server()
+    worker, other = await connect(server, codec), await connect(server, codec)
+    for start in range(0, 1000, 250):
+        await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
+                                                    for i in range(start, start + 250)])
+    await other.ok("Ping")
+    req_id = await worker.send("PULLB", queue="big", count=1000, timeout=0, owner="w",
+                               lockTtl=60_000)
+    round_trips = 0
+    with trio.fail_after(30):
+        while not worker.ready_now():
+            await other.ok("Ping")
+            round_trips += 1
+    reply = await worker.reply_to(req_id)
+    assert reply["ok"] is True, reply
+    assert [job["data"] for job in reply["jobs"]] == list(range(1000))
+    assert len(set(reply["tokens"])) == 1000
+    counts = (await other.ok("GetJobCounts", queue="big"))["counts"]
+    assert counts["active"] == 1000 and counts["waiting"] == 0
+    if sliced:
+        assert round_trips >= 20, round_trips
+    else:
+        assert round_trips < 10, round_trips
+    await worker.aclose()
+    await other.aclose()

@@ -1,0 +1,91 @@
+"""What a TCP connection has to send and the socket has not taken yet.
+
+Encoded replies wait here as they were encoded (chunks of whole frames, but for the
+head): never copied into one growing buffer. A long reply waits as a
+:class:`~trioqueue.transport.reply_slices.SlicedFrame`, encoded a slice per
+:meth:`SendQueue.next_chunk` by the sender task; what queues after it waits behind it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .framing import HEADER_SIZE
+from .reply_slices import SlicedFrame
+
+COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
+
+Chunk = bytes | memoryview
+
+
+def rest_of_frame(data: bytes, written: int) -> int:
+    """Bytes after ``written`` that finish the frame the socket took part of (0: none)."""
+    pos = 0
+    while pos < written:
+        pos += HEADER_SIZE + int.from_bytes(data[pos: pos + HEADER_SIZE], "big")
+    return pos - written
+
+
+def _small(part: Chunk | SlicedFrame) -> bool:
+    return not isinstance(part, SlicedFrame) and len(part) < COALESCE_BYTES
+
+
+class SendQueue:
+    """The queue, its size in bytes (long replies count once encoded) and its head."""
+
+    __slots__ = ("chunks", "bytes", "head")
+
+    def __init__(self) -> None:
+        self.chunks: deque[Chunk | SlicedFrame] = deque()
+        self.bytes = 0
+        self.head = 0  # bytes at the front that end a frame already begun on the wire
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks)
+
+    def push(self, data: Chunk | SlicedFrame) -> None:
+        self.chunks.append(data)
+        if not isinstance(data, SlicedFrame):
+            self.bytes += len(data)
+
+    def next_chunk(self) -> Chunk | None:
+        """The next bytes to send: a large chunk as it is, small ones joined (up to
+        ``COALESCE_BYTES``), so a client that fell behind is not sent one frame per
+        ``send_all``. None after encoding a slice of a long reply not yet whole."""
+        chunks = self.chunks
+        first = chunks.popleft()
+        if isinstance(first, SlicedFrame):
+            frame = first.step()
+            if frame is None:
+                chunks.appendleft(first)
+                return None
+            self.bytes += len(frame)
+            first = frame
+        data: Chunk = first
+        self.head = 0  # the head, if any, is on its way
+        if len(data) < COALESCE_BYTES and chunks and _small(chunks[0]):
+            parts = [data]
+            size = len(data)
+            while chunks and size < COALESCE_BYTES and _small(chunks[0]):
+                part = chunks.popleft()
+                assert not isinstance(part, SlicedFrame)  # (_small said so)
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+        self.bytes -= len(data)
+        return data
+
+    def drop_unsent(self) -> None:
+        """Forget the queued replies but the end of a frame already begun on the wire."""
+        head = b""
+        if self.head and self.chunks:
+            first = self.chunks[0]
+            assert not isinstance(first, SlicedFrame)  # (a head is of bytes half sent)
+            head = bytes(memoryview(first)[:self.head])
+        self.clear()
+        if head:
+            self.push(head)
+
+    def clear(self) -> None:
+        self.chunks.clear()
+        self.bytes = 0
