@@ -78,7 +78,7 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
     queue.push(b"last")
     assert queue.bytes == len(b"first") + len(b"last")  # the long one: once encoded
     sent = []
-    while queue:
+    while queue.chunks:
         chunk = queue.next_chunk()
         if chunk is not None:
             sent.append(bytes(chunk))

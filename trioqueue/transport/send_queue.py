@@ -40,9 +40,6 @@ class SendQueue:
         self.bytes = 0
         self.head = 0  # bytes at the front that end a frame already begun on the wire
 
-    def __bool__(self) -> bool:
-        return bool(self.chunks)
-
     def push(self, data: Chunk | SlicedFrame) -> None:
         self.chunks.append(data)
         if not isinstance(data, SlicedFrame):

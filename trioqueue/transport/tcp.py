@@ -45,7 +45,7 @@ from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
-from .reply_slices import SlicedFrame, is_long
+from .reply_slices import LIST_KEY, SlicedFrame, is_long
 from .req_ids import salvage_req_id
 from .send_queue import SendQueue, rest_of_frame
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
@@ -121,13 +121,14 @@ class TcpConnection:
         bytes are bounded by ``max_write_queue_bytes``: a client that does not read its
         replies is cut off rather than allowed to grow the broker's memory.
         """
-        if self._pending or self._flushing or self._closing:
+        if self._pending.chunks or self._flushing or self._closing:
             # behind what waits (counted against the write-queue bound: so a client
             # that reads nothing gets nothing encoded lazily); nothing after a last frame
             return self._queue(encode_frames(self._codec(), replies))
-        for i, reply in enumerate(replies):
-            if is_long(reply):  # encoded by the sender task, in slices (reply_slices.py)
-                return self._queue_long(replies, i)
+        for reply in replies:
+            if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
+                # encoded by the sender task, in slices (reply_slices.py)
+                return self._queue_long(replies, replies.index(reply))
         data = encode_frames(self._codec(), replies)
         written = write_now(self._fd, data)
         if written == len(data):
@@ -141,7 +142,7 @@ class TcpConnection:
         left to the sender to encode."""
         if i:
             self._send_now(replies[:i])
-        if self._pending or self._closing:  # the ones before it did not all go
+        if self._pending.chunks or self._closing:  # the ones before it did not all go
             return self._send_now(replies[i:])
         self._pending.push(SlicedFrame(self._codec(), replies[i]))
         if i + 1 < len(replies):
@@ -181,12 +182,12 @@ class TcpConnection:
         if drop_unsent:
             self._pending.drop_unsent()
         data: bytes | memoryview = encode_frames(self._codec(), [reply])
-        if not self._pending and not self._flushing:
+        if not self._pending.chunks and not self._flushing:
             data = memoryview(data)[write_now(self._fd, data):]
         if data:
             self._pending.push(data)
         self._charge_replies()
-        if not self._pending and not self._flushing:
+        if not self._pending.chunks and not self._flushing:
             self._scope.cancel()
             return
         deadline = trio.current_time() + self._limits.overflow_notice_s
@@ -202,7 +203,7 @@ class TcpConnection:
         """
         if self._scope.cancel_called:
             return
-        self._abort = bool(self._pending) or self._flushing
+        self._abort = bool(self._pending.chunks) or self._flushing
         if not self._abort:  # the wire is between frames
             notice = {"ok": False, "error": f"Connection cut: the broker's {budget} "
                                             "was reached and this connection held the most"}
@@ -218,7 +219,7 @@ class TcpConnection:
         # TCP replies never wait in the session's outbox: _send_now took them all.
         self._flushing = True
         try:
-            while self._pending:
+            while self._pending.chunks:
                 data = self._pending.next_chunk()
                 if data is None:  # a slice of a long reply encoded: others run now
                     await trio.lowlevel.checkpoint()
