@@ -294,41 +294,46 @@ sd_contains(SplitDictObject *self, PyObject *key)
     return PyDict_Contains(bucket, key);
 }
 
+/* The argument check and lookup that get and pop share: -1 error, 0 missing, 1 found
+ * (the bucket and the borrowed value then set). */
+static int
+lookup_args(SplitDictObject *self, PyObject *const *args, Py_ssize_t nargs,
+            const char *name, PyObject **bucket, PyObject **value)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "%s expected 1 or 2 arguments", name);
+        return -1;
+    }
+    Py_hash_t h;
+    *bucket = bucket_of(self, args[0], &h);
+    if (*bucket == NULL)
+        return -1;
+    *value = PyDict_GetItemWithError(*bucket, args[0]);
+    if (*value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return 1;
+}
+
 static PyObject *
 sd_get(SplitDictObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "get expected 1 or 2 arguments");
+    PyObject *bucket, *value;
+    int found = lookup_args(self, args, nargs, "get", &bucket, &value);
+    if (found < 0)
         return NULL;
-    }
-    Py_hash_t h;
-    PyObject *bucket = bucket_of(self, args[0], &h);
-    if (bucket == NULL)
-        return NULL;
-    PyObject *value = PyDict_GetItemWithError(bucket, args[0]);
-    if (value == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
+    if (!found)
         value = nargs == 2 ? args[1] : Py_None;
-    }
     return Py_NewRef(value);
 }
 
 static PyObject *
 sd_pop(SplitDictObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "pop expected 1 or 2 arguments");
+    PyObject *bucket, *value;
+    int found = lookup_args(self, args, nargs, "pop", &bucket, &value);
+    if (found < 0)
         return NULL;
-    }
-    Py_hash_t h;
-    PyObject *bucket = bucket_of(self, args[0], &h);
-    if (bucket == NULL)
-        return NULL;
-    PyObject *value = PyDict_GetItemWithError(bucket, args[0]);
-    if (value == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
+    if (!found) {
         if (nargs == 2)
             return Py_NewRef(args[1]);
         set_key_error(args[0]);
