@@ -731,6 +731,41 @@ def test_release_connection_requeues_unrenewed_jobs_only(h: Harness) -> None:
     assert h.q.jobs[renewed].stall_count == 1
 
 
+def test_a_connection_holding_many_jobs_is_released_in_slices(
+    h: Harness, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RELEASE_CONNECTION of more than SLICE_JOBS jobs is long work: each step requeues
+    at most SLICE_JOBS of them; renewed locks and other connections' jobs stay active,
+    and the connection is forgotten at the end."""
+    from trioqueue.core.commands import QUEUE_HANDLERS, RELEASE_CONNECTION
+    from trioqueue.core.queue import Sliced, slices
+
+    monkeypatch.setattr(slices, "SLICE_JOBS", 4)
+    conn, other = object(), object()
+    for _ in range(12):
+        h.push(NOW)
+    held = [h.take(NOW, conn=conn, owner="w") for _ in range(11)]
+    elsewhere, _ = h.take(NOW, conn=other)
+    renewed, token = held[5]
+    assert h.call("extend_lock", renewed, NOW + 1, token=token, duration=30_000)
+    work = QUEUE_HANDLERS[RELEASE_CONNECTION](h.q, {}, handlers.Ctx(NOW + 2, conn=conn))
+    assert isinstance(work, Sliced)
+    waiting = [h.counts(NOW + 2)["waiting"]]
+    while not work.step():
+        waiting.append(h.counts(NOW + 2)["waiting"])
+        h.commit()
+    waiting.append(h.counts(NOW + 2)["waiting"])
+    steps = list(zip(waiting, waiting[1:], strict=False))
+    assert len(steps) == 3 and all(0 <= b - a <= 4 for a, b in steps), waiting
+    assert work.result == 10 and h.counts(NOW + 2)["waiting"] == 10
+    assert h.state(renewed, NOW + 2) == h.state(elsewhere, NOW + 2) == "active"
+    assert conn not in h.q.conn_jobs and other in h.q.conn_jobs
+    # a few jobs: one plain step
+    few = h.take(NOW + 3, conn=conn)[0]
+    assert QUEUE_HANDLERS[RELEASE_CONNECTION](h.q, {}, handlers.Ctx(NOW + 3, conn=conn)) == {}
+    assert h.state(few, NOW + 3) == "waiting"
+
+
 def test_release_connection_drops_its_parked_pulls(h: Harness) -> None:
     conn = object()
     h.q.park(waiter("a", conn=conn, deadline=NOW + 1000))

@@ -20,7 +20,7 @@ from . import query_handlers as qh
 from . import states as st
 from .context import Handler
 from .errors import JOB_NOT_FOUND
-from .queue import QueueState, completed_reply
+from .queue import QueueState, Sliced, completed_reply, slices
 from .registry import (
     BROKER,
     BY_CUSTOM_ID,
@@ -45,8 +45,11 @@ from .workers import WorkerRegistry
 RELEASE_CONNECTION = "__release_connection__"
 
 
-def _release_connection(q: QueueState, msg: dict[str, Any], ctx: h.Ctx) -> Reply:
-    q.release_connection(ctx.conn, ctx.now)
+def _release_connection(q: QueueState, msg: dict[str, Any], ctx: h.Ctx) -> Reply | Sliced:
+    work = q.release_connection_work(ctx.conn, ctx.now)
+    if len(q.conn_jobs.get(ctx.conn, ())) > slices.SLICE_JOBS:
+        return work  # long work: a slice a step (queue/leases.py)
+    work.run()
     return {}
 
 

@@ -235,6 +235,7 @@ class QueueState:
     hold_expiry = leases.hold_expiry
     _requeue = leases._requeue
     release_connection = leases.release_connection
+    release_connection_work = leases.release_connection_work
 
     # stalls.py: the stall detector (StallWatch) and processing timeouts
     @property
