@@ -11,6 +11,7 @@ start, they go straight back.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -178,3 +179,10 @@ async def _call_processor(w: Worker, job: Job) -> Any:
     return await anyio.to_thread.run_sync(w.processor, job, limiter=w._limiter,
                                          abandon_on_cancel=True)
 
+
+def is_async_callable(fn: Any) -> bool:
+    """``async def`` functions, also behind ``functools.partial`` or as ``__call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an instance's async __call__
+    return call is not None and inspect.iscoroutinefunction(call)

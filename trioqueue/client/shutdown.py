@@ -56,16 +56,10 @@ async def react(worker: Worker, received: AsyncIterator[int], grace_s: float) ->
                 log.info("worker %s: %s: stopping: no more pulls; %d running job(s) get "
                          "%g s to finish (send it again to hand them back now)",
                          worker.name, name, worker.active_count, grace_s)
+                # (the worker logs it if the grace period runs out with jobs running)
                 closing.start_soon(partial(worker.close, timeout=grace_s))
-                closing.start_soon(_tell_when_grace_ends, worker, grace_s)
             elif count == 2:
                 log.warning("worker %s: %s again: handing back %d running job(s) now "
                             "(no attempt charged)", worker.name, name, worker.active_count)
                 closing.start_soon(partial(worker.close, force=True))
 
-
-async def _tell_when_grace_ends(worker: Worker, grace_s: float) -> None:
-    await anyio.sleep(grace_s)
-    if not worker.is_closed and worker.active_count:
-        log.warning("worker %s: the grace period of %g s is over: handing back %d running "
-                    "job(s) (no attempt charged)", worker.name, grace_s, worker.active_count)

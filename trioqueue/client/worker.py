@@ -169,7 +169,7 @@ class Worker:
         self.processed_count = 0
         self.failed_count = 0
 
-        self._is_async = _is_async_callable(processor)
+        self._is_async = pulling.is_async_callable(processor)
         self._concurrency = concurrency
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._listeners: dict[str, list[Listener]] = {event: [] for event in EVENTS}
@@ -193,6 +193,7 @@ class Worker:
         # The graceful wait of close() and its deadline; made by run(), as a cancel scope
         # belongs to an event loop.
         self._graceful: anyio.CancelScope | None = None
+        self._grace_s = 0.0  # the timeout of close() that bounds _graceful
         self._listener_nursery: anyio.abc.TaskGroup | None = None
         self._work_nursery: anyio.abc.TaskGroup | None = None
 
@@ -394,6 +395,7 @@ class Worker:
         self._stopping = True
         if timeout is not None:
             assert self._graceful is not None  # made by run(), which set _STARTED
+            self._grace_s = timeout  # (named in the log line when it runs out)
             self._graceful.deadline = min(self._graceful.deadline,
                                           anyio.current_time() + max(timeout, 0))
         if force:
@@ -423,6 +425,10 @@ class Worker:
         assert self._graceful is not None
         with self._graceful:
             await self._wait_tasks_idle()
+        if self._running and anyio.current_time() >= self._graceful.deadline:  # not forced
+            log.warning("worker %s: the grace period of %g s is over: handing back %d "
+                        "running job(s) (no attempt charged)", self.name, self._grace_s,
+                        self._running)
         self._cancel_running()
         await self._wait_tasks_idle()
         await self._flush_acks()
@@ -489,10 +495,3 @@ def _check_concurrency(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError("concurrency must be an integer of at least 1")
 
-
-def _is_async_callable(fn: Any) -> bool:
-    """``async def`` functions, also behind ``functools.partial`` or as ``__call__``."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - an instance's async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
