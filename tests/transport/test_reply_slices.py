@@ -13,7 +13,6 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioqueue.core import handlers
 from trioqueue.core.queue import slices
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
@@ -102,7 +101,6 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     # rest of the reply is read), never many.
     lease, encode = (10, 10) if sliced else (10_000, 10_000)
     monkeypatch.setattr(slices, "SLICE_JOBS", lease)
-    monkeypatch.setattr(handlers, "SLICE_JOBS", lease)
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", encode)
     monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 200 if sliced else 10_000)
     server = await start_server()

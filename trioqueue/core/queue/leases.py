@@ -207,10 +207,9 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
                     continue
                 q._requeue(job, now)
                 released += 1
-            if q.conn_jobs.get(conn) is held and not held:
-                del q.conn_jobs[conn]
-            if q.conn_jobs.get(conn):
+            if held:
                 yield None
+        q.conn_jobs.pop(conn, None)  # (emptied by skips alone, it is still there)
         return released
 
     return Sliced(steps(), _released_reply)
