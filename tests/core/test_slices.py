@@ -73,3 +73,68 @@ def test_obliterate_removes_live_and_finished_jobs_slice_by_slice() -> None:
     assert steps >= (9 + 6) // slices.SLICE_JOBS
     assert live(h) == 0
     assert all(h.storage.get_finished(i) is None for i in done)
+
+
+def test_jobs_that_fall_due_together_are_promoted_a_slice_per_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A million jobs delayed to one instant would be promoted in one step; past
+    PROMOTE_MAX_JOBS a promotion stops, the queue wakes at once, and each tick promotes
+    the next slice. The counters and listings stay exact throughout."""
+    from trioqueue.core.queue import lifecycle
+
+    monkeypatch.setattr(lifecycle, "PROMOTE_MAX_JOBS", 3)
+    h = QueueHarness()
+    ids = push(h, 10, delay=1_000)
+    t = NOW + 2_000
+    seen = []
+    while True:
+        counts = h.q.counts(t)
+        listed = h.q.list_jobs(["waiting"], t, asc=True, offset=0, limit=100)
+        assert len(listed) == counts["waiting"]
+        assert counts["waiting"] + counts["delayed"] == 10
+        seen.append(counts["waiting"])
+        if not counts["delayed"]:
+            break
+        deadline = h.q.next_deadline()
+        assert deadline is not None and deadline <= t  # the next slice comes at once
+        h.call("tick", t)
+    assert seen == [3, 6, 9, 10]
+    # Promoted in runAt order, then admission order: FIFO as if promoted at once.
+    pulled = [pull_one(h, t) for _ in ids]
+    assert pulled == ids
+
+
+def test_a_promotion_backlog_keeps_every_counter_right(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs that leave the queue while some due jobs are not promoted yet (cancelled,
+    pulled, drained) leave the counter they are in; a pull takes what is promoted and
+    a pull of many does not promote a slice per job."""
+    from trioqueue.core.queue import lifecycle
+
+    monkeypatch.setattr(lifecycle, "PROMOTE_MAX_JOBS", 3)
+    h = QueueHarness()
+    ids = push(h, 10, delay=1_000)
+    t = NOW + 2_000
+    assert h.q.counts(t)["delayed"] == 7  # ids[0:3] promoted, ids[3:] not yet
+    h.call("cancel", ids[9], t)  # due, not promoted
+    h.call("cancel", ids[0], t)  # promoted
+    assert h.q.counts(t) | {"waiting": 2, "delayed": 6} == h.q.counts(t)
+    jobs, _ = h.call("pull", t, count=5, owner=None, lock_ttl=30_000, conn=None)
+    assert [j["id"] for j in jobs] == ids[1:3]
+    assert h.q.counts(t)["active"] == 2 and h.q.counts(t)["delayed"] == 6
+    while h.q.counts(t)["delayed"]:
+        h.call("tick", t)
+    assert h.q.counts(t)["waiting"] == 6
+    drained = h.q.drain_work(t)
+    while not drained.step():
+        pass
+    counts = h.q.counts(t)
+    assert counts["waiting"] == counts["delayed"] == 0 and counts["active"] == 2
+    h.call("tick", t)
+    deadline = h.q.next_deadline()
+    assert deadline is not None and deadline > t  # no promotion wake-up is left
+
+
+def pull_one(h: QueueHarness, now: int) -> str:
+    jobs, _ = h.call("pull", now, count=1, owner=None, lock_ttl=30_000, conn=None)
+    return str(jobs[0]["id"])

@@ -138,6 +138,33 @@ def test_many_stale_jobs_are_swept_in_bounded_slices(monkeypatch: pytest.MonkeyP
     assert not h.q.stall_watch.suspects
 
 
+def test_a_sweep_stalls_a_bounded_number_of_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stalling a job costs far more than suspecting it, so a sweep stalls at most
+    STALL_SWEEP_MAX_STALLED jobs: the rest stall in the next slices, none is lost and
+    none is charged twice."""
+    from trioqueue.core.queue import stalls
+
+    monkeypatch.setattr(stalls, "STALL_SWEEP_MAX_STALLED", 3)
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
+    ids = [push(h, NOW, backoff=0) for _ in range(10)]
+    for _ in ids:
+        pull(h, NOW)
+    h.call("tick", NOW + STALL_CHECK_MS)
+    assert len(h.q.stall_watch.suspects) == 10  # suspecting is not bounded by it
+    t = NOW + 2 * STALL_CHECK_MS
+    h.call("tick", t)
+    waiting = [sum(job(h, i, t)["state"] == "waiting" for i in ids)]
+    while h.q.next_deadline() == t + 1:
+        t += 1
+        h.call("tick", t)
+        waiting.append(sum(job(h, i, t)["state"] == "waiting" for i in ids))
+    assert waiting[:4] == [3, 6, 9, 10]
+    assert [job(h, i, t)["stallCount"] for i in ids] == [1] * 10
+    assert [job(h, i, t)["attempts"] for i in ids] == [1] * 10
+    assert not h.q.stall_watch.suspects
+
+
 def test_a_heartbeat_clears_a_suspect() -> None:
     h = QueueHarness()
     h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})

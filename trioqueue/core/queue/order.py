@@ -73,6 +73,10 @@ class CreationOrder:
             insort(present, created_at)
         return group
 
+    def holds(self, created_at: int, job_id: str) -> bool:
+        group = self._groups.get(created_at)
+        return group is not None and job_id in group
+
     def discard(self, created_at: int, job_id: str) -> None:
         group = self._groups.get(created_at)
         if group is None or job_id not in group:

@@ -4,8 +4,9 @@ The detector never walks the queue: :class:`StallWatch` keeps the active jobs or
 their last heartbeat (an ``OrderedDict`` per stall limit; a heartbeat moves a job to the
 end in O(1)), so a sweep reads only the jobs whose heartbeat is older than their limit,
 oldest first, and stops at the first fresh one. A sweep handles at most
-``STALL_SWEEP_MAX_JOBS`` jobs; when it has more, the next sweep comes at once (in a
-later step, so other queues are served in between) rather than after ``STALL_CHECK_MS``.
+``STALL_SWEEP_MAX_JOBS`` jobs and stalls at most ``STALL_SWEEP_MAX_STALLED`` of them;
+when it has more, the next sweep comes at once (in a later step, so other queues are
+served in between) rather than after ``STALL_CHECK_MS``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ if TYPE_CHECKING:
 
 STALL_CHECK_MS = 5_000
 # Jobs one sweep examines at most: a million stale jobs are handled in slices, with
-# other queues served between them.
-STALL_SWEEP_MAX_JOBS = 10_000
+# other queues served between them. Suspecting a job costs about 1 us, stalling one
+# (attempt charged, event, retry or burial, its write) about 14 us, measured in
+# process: so a sweep suspects up to 5,000 (5 ms) but stalls at most 300 (4 ms).
+STALL_SWEEP_MAX_JOBS = 5_000
+STALL_SWEEP_MAX_STALLED = 300
 
 
 def set_stall_config(q: QueueState, config: dict[str, Any]) -> None:
@@ -102,9 +106,10 @@ def check_stalls(q: QueueState, now: int) -> bool:
         return False
     grace, interval = cfg["gracePeriod"], cfg["stallInterval"]
     budget = STALL_SWEEP_MAX_JOBS
+    stall_budget = STALL_SWEEP_MAX_STALLED
     stalled: list[JobRecord] = []
     suspects = watch.suspects
-    while suspects and budget:
+    while suspects and budget and stall_budget:
         job_id, since = next(iter(suspects.items()))
         if now - since < STALL_CHECK_MS:
             break
@@ -116,9 +121,12 @@ def check_stalls(q: QueueState, now: int) -> bool:
             # Back in its order until it leaves ACTIVE (leave() finds it there).
             watch.by_limit[job.stall_timeout][job_id] = None
             stalled.append(job)
+            stall_budget -= 1
         else:  # the configuration changed: not stale any more, keep its age
             watch.by_limit[job.stall_timeout][job_id] = None
             watch.by_limit[job.stall_timeout].move_to_end(job_id, last=False)
+    if not stall_budget:  # suspects left to settle: the new ones wait for that
+        budget = 0
     for key, order in watch.by_limit.items():
         limit = interval if key is None else key
         for job_id in list(_stale_prefix(q, order, now, limit, budget)):

@@ -75,6 +75,7 @@ class QueueState:
         self._ready: list[tuple[float, int, int, int, str]] = []
         # delayed heap: (runAt, seq, id); moved to ready when due
         self._delayed: list[tuple[int, int, str]] = []
+        self._due_left = False  # due jobs past one promotion's bound: lifecycle
         self._seq = 0
         self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
         self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
@@ -150,8 +151,10 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
-        if parked.pulls and self._delayed and not self.settings.paused:
-            at = self._delayed[0][0]  # a parked pull wants it when due
+        if self._delayed and (self._due_left
+                              or parked.pulls and not self.settings.paused):
+            # a promotion's next slice, or a parked pull wants it when due
+            at = self._delayed[0][0]
             if best is None or at < best:
                 best = at
         at = self._next_stall_check
@@ -169,6 +172,8 @@ class QueueState:
             self.expire_locks(now)
         if self._timeouts and self._timeouts[0][0] <= now:
             self.expire_timeouts(now)
+        if self._due_left:
+            self._promote_slice(now)
         if self._next_stall_check is not None and now >= self._next_stall_check:
             more = self.check_stalls(now)
             # More stale jobs than one sweep takes: the next slice in a later step.
@@ -194,6 +199,7 @@ class QueueState:
     _enqueue = lifecycle._enqueue
     _push_ready = lifecycle._push_ready
     _promote_due = lifecycle._promote_due
+    _promote_slice = lifecycle._promote_slice
     _pop_delayed = lifecycle._pop_delayed
     _remove_live = lifecycle._remove_live
 
