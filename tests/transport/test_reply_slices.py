@@ -12,13 +12,20 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trio_websocket import open_websocket_url
 
 from trioqueue.core.queue import slices
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import reply_slices
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec, encode_frames
-from trioqueue.transport.reply_slices import SlicedFrame, array_header, map_header
+from trioqueue.transport.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
+from trioqueue.transport.reply_slices import (
+    SlicedFrame,
+    SlicedJson,
+    SlicedPayload,
+    array_header,
+    map_header,
+)
 from trioqueue.transport.send_queue import SendQueue
 
 StartServer = Callable[..., Awaitable[Server]]
@@ -66,6 +73,25 @@ def test_a_long_reply_in_slices_is_the_frame_encoded_at_once(
         while (out := frame.step()) is None:
             steps += 1
         assert out == encode_frames(codec, [reply])
+        assert steps == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pool=job_pool, n=lengths,
+       before=st.dictionaries(st.sampled_from(["ok", "a"]), values),
+       after=st.dictionaries(st.sampled_from(["reqId", "tokens"]), values))
+def test_a_long_websocket_reply_in_slices_is_the_message_encoded_at_once(
+    pool: list[dict[str, Any]], n: int, before: dict[str, Any], after: dict[str, Any],
+) -> None:
+    items = [pool[i % len(pool)] for i in range(n)]
+    reply = {**before, "jobs": items, **after}
+    sliced: list[Any] = [SlicedJson(reply)] + [SlicedPayload(c, reply) for c in CODECS]
+    wholes: list[Any] = [JSON.encode_text(reply)] + [c.encode(reply) for c in CODECS]
+    for message, whole in zip(sliced, wholes, strict=True):
+        steps = 1
+        while (out := message.step()) is None:
+            steps += 1
+        assert out == whole
         assert steps == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
 
 
@@ -127,4 +153,60 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     else:
         assert round_trips < 10, round_trips
     await worker.aclose()
+    await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["text", "binary"])
+async def test_other_clients_are_served_while_a_websocket_pullb_is_encoded(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, kind: str,
+) -> None:
+    # As the TCP test above, for a WebSocket's JSON text and CBOR binary replies: their
+    # sender task encodes a long reply a slice per pass. A client counts its round trips
+    # until a PULLB of 1,000 jobs has come back over a WebSocket, with the reply encoded
+    # at once, then in slices of 5 jobs. The client's own reading of the reply lets the
+    # pings through in both runs (about 100-150 here); the 200 slices add about 100.
+    monkeypatch.setattr(slices, "SLICE_JOBS", 10_000)  # leased in one step: as before
+    monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 5)
+    server = await start_server()
+    other = await connect(server, "cbor")
+    codec: Codec = JSON if kind == "text" else CBOR
+    counts = {}
+    for long_items in (10_000, 200):  # at once, then in slices
+        monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", long_items)
+        for start in range(0, 1000, 250):
+            await other.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
+                                                       for i in range(start, start + 250)])
+        request = {"cmd": "PULLB", "queue": "big", "count": 1000, "timeout": 0,
+                   "owner": "w", "lockTtl": 60_000, "reqId": "pull"}
+        replied = trio.Event()
+        reply: dict[str, Any] = {}
+
+        async def await_reply(ws: Any, reply: dict[str, Any], replied: trio.Event) -> None:
+            while True:  # (a WebSocket may get event frames too)
+                message = await ws.get_message()
+                if isinstance(message, str) != (kind == "text"):
+                    continue
+                decoded = codec.decode(message)
+                if decoded.get("reqId") == "pull":
+                    reply.update(decoded)
+                    replied.set()
+                    return
+
+        async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws",
+                                      max_message_size=64 << 20) as ws:
+            round_trips = 0
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(await_reply, ws, reply, replied)
+                await other.ok("Ping")
+                await ws.send_message(JSON.encode_text(request) if kind == "text"
+                                      else CBOR.encode(request))
+                with trio.fail_after(30):
+                    while not replied.is_set():
+                        await other.ok("Ping")
+                        round_trips += 1
+        assert reply["ok"] is True, reply
+        assert [job["data"] for job in reply["jobs"]] == list(range(1000))
+        counts[long_items] = round_trips
+        await other.ok("Obliterate", queue="big", force=True)
+    assert counts[200] >= counts[10_000] + 50, counts
     await other.aclose()

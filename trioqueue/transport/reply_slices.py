@@ -8,6 +8,8 @@ encoded by that step: it takes its place in the connection's send queue as a
 :class:`SlicedFrame`, and the connection's sender task encodes :data:`SLICE_ITEMS` jobs
 per scheduler pass, then sends the frame whole (its length header needs the whole
 payload). Replies released after it queue behind it, so the order on the wire is kept.
+A WebSocket session does the same with :class:`SlicedPayload` (a binary message) or
+:class:`SlicedJson` (a text message): its sender task steps them, then sends the message.
 
 The bytes are the ones encoding it at once gives: in both codecs a map is its header
 followed by its keys and values in order, and an array its header followed by its
@@ -20,7 +22,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from .codec import CBOR, Codec
+from .codec import CBOR, JSON, Codec
 from .datamodel import ABSENT
 from .framing import frame_header
 
@@ -68,9 +70,10 @@ def array_header(codec: Codec, n: int) -> bytes:
     return _cbor_head(4, n) if codec is CBOR else _msgpack_head(0x90, 0xDC, n)
 
 
-class SlicedFrame:
+class SlicedPayload:
     """One long reply on its way to bytes: :meth:`step` encodes a slice, and returns
-    the whole frame once the last one is done (None before)."""
+    the whole payload once the last one is done (None before). A WebSocket binary
+    message carries the payload as it is."""
 
     __slots__ = ("_codec", "_items", "_done", "_parts", "_rest")
 
@@ -103,5 +106,59 @@ class SlicedFrame:
         self._done = end
         if end < len(items):
             return None
-        payload = b"".join(self._parts + self._rest)
-        return frame_header(len(payload)) + payload
+        return b"".join(self._parts + self._rest)
+
+
+class SlicedFrame(SlicedPayload):
+    """A :class:`SlicedPayload` whose last step gives the TCP frame (its length header,
+    which needs the whole payload, then the payload)."""
+
+    __slots__ = ()
+
+    def step(self) -> bytes | None:
+        payload = super().step()
+        return None if payload is None else frame_header(len(payload)) + payload
+
+
+class SlicedJson:
+    """A long reply to a WebSocket text message, as JSON text a slice at a time.
+
+    JSON has no length headers, so the text around the list is fixed at the start:
+    ``{`` and the entries before the list, the list's items joined by commas, then
+    the entries after it and ``}``, with the separators the JSON codec writes; an
+    item whose values JSON cannot carry as they are is rewritten by the codec alone,
+    as the whole reply would have been.
+    """
+
+    __slots__ = ("_items", "_done", "_parts", "_head", "_tail")
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        encode = JSON.encode_text
+        items: list[Any] = reply[LIST_KEY]
+        self._items = items
+        self._done = 0
+        self._parts: list[str] = []
+        before: list[str] = []
+        after: list[str] = []
+        target = before
+        for key, value in reply.items():
+            if key == LIST_KEY:
+                target = after
+            elif value is not ABSENT:  # (encode's rule)
+                target.append(f"{encode(key)}:{encode(value)}")
+        self._head = "{" + "".join(entry + "," for entry in before) + encode(LIST_KEY) + ":["
+        self._tail = "]" + "".join("," + entry for entry in after) + "}"
+
+    def step(self) -> str | None:
+        items = self._items
+        end = min(self._done + SLICE_ITEMS, len(items))
+        encode = JSON.encode_text
+        self._parts.extend(encode(item) for item in items[self._done:end])
+        self._done = end
+        if end < len(items):
+            return None
+        return self._head + ",".join(self._parts) + self._tail
+
+
+# What a WebSocket sender steps until whole (see Session.send_frames).
+SlicedMessage = SlicedPayload | SlicedJson

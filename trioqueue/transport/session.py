@@ -27,6 +27,7 @@ from ..core.errors import Refused
 from ..core.registry import SESSION, Command
 from .codec import DecodeError
 from .commands import COMMANDS
+from .reply_slices import is_long
 
 log = logging.getLogger("trioqueue.session")
 
@@ -88,6 +89,7 @@ class Session:
         encode: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_overflow: Callable[[], None] | None = None,
         on_outbox_bytes: Callable[[int], None] | None = None,
+        encode_later: Callable[[Any, dict[str, Any]], Any] | None = None,
     ) -> None:
         self.config = broker.config
         self.router = broker.router
@@ -100,6 +102,10 @@ class Session:
         # WebSocket); bounded by max_write_queue_bytes like TCP's unsent bytes. The tag
         # of a reply picks its encoding (WebSocket answers each message in its kind).
         self._encode = encode
+        # A long reply (reply_slices.is_long) that waits behind nothing is not encoded
+        # here, in the step that released it: ``encode_later`` gives what the sender
+        # task encodes a slice per pass (WebSocket; TCP does this in its send_now).
+        self._encode_later = encode_later
         self._on_overflow = on_overflow
         self._outbox: list[Any] = []
         self._answers: list[dict[str, Any]] = []  # of the read being handled
@@ -148,7 +154,13 @@ class Session:
             return  # closing: nothing more is queued behind the notice
         encode = self._encode
         assert encode is not None, "a transport without send_now must give encode"
+        later = self._encode_later
         for reply in replies:
+            if later is not None and not self._outbox and is_long(reply):
+                # Nothing waits before it: so a client that reads nothing gets nothing
+                # encoded lazily, and its unsent bytes stay bounded (as on TCP).
+                self._outbox.append(later(tag, reply))
+                continue
             message = encode(tag, reply)
             self._outbox.append(message)
             self._outbox_bytes += len(message)
@@ -163,6 +175,12 @@ class Session:
             self._on_overflow()
         self._report_outbox()
         self._wake.set()
+
+    def sending(self, nbytes: int) -> None:
+        """The sender encoded ``nbytes`` more it is sending (a long reply, once whole):
+        they count against the broker-wide bound until the send is done."""
+        self._sending_bytes += nbytes
+        self._report_outbox()
 
     def _report_outbox(self) -> None:
         if self._on_outbox_bytes is not None:

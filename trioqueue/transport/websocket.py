@@ -28,6 +28,7 @@ from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
 from .large_frames import decode_large
 from .limits import Shell
+from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload
 from .req_ids import salvage_req_id
 from .session import Session, SessionHost
 
@@ -76,7 +77,8 @@ class WsConnection:
         self._limits = limits = shell.limits
         self._scope = trio.CancelScope()
         self.session = Session(broker, encode=self._encode, on_overflow=self._overflow,
-                               on_outbox_bytes=self._charge_replies)
+                               on_outbox_bytes=self._charge_replies,
+                               encode_later=self._encode_later)
         self.queue = queue  # the path's queue filter (None: every queue)
         self.event_codec = event_codec
         self.patterns: list[str] | None = None  # None: legacy mode, raw events
@@ -138,6 +140,11 @@ class WsConnection:
         # Each reply goes out in the kind (codec) of the message it answers.
         return JSON.encode_text(reply) if codec is JSON else codec.encode(reply)
 
+    @staticmethod
+    def _encode_later(codec: Any, reply: dict[str, Any]) -> SlicedMessage:
+        # A long reply, encoded a slice per pass by _send (transport/reply_slices.py).
+        return SlicedJson(reply) if codec is JSON else SlicedPayload(codec, reply)
+
     def _overflow(self) -> None:
         # The session queued the notice; close once it is sent, or after a grace.
         self._scope.deadline = trio.current_time() + self._limits.overflow_notice_s
@@ -195,8 +202,15 @@ class WsConnection:
                  self._limits.idle_timeout_s)
         self._close(1001, "Idle timeout")
 
-    async def _send(self, messages: list[str | bytes]) -> None:
+    async def _send(self, messages: list[str | bytes | SlicedMessage]) -> None:
         for message in messages:
+            if isinstance(message, SlicedPayload | SlicedJson):
+                # Every other task runs between two slices: a PULLB of 1,000 jobs is
+                # not one 15-30 ms hold of the loop.
+                while (whole := message.step()) is None:
+                    await trio.lowlevel.checkpoint()
+                self.session.sending(len(whole))
+                message = whole
             await self.ws.send_message(message)
         if self.session.overflowed and not self.session.outbox_pending:
             self._scope.cancel()  # the notice is out: close
