@@ -69,6 +69,7 @@ WINDOW = 4  # PUSHB batches in flight
 OWNER = "bench-scale"
 LONG_LOCK_MS = 3_600_000  # active jobs must not expire during the run
 LONG_DELAY_MS = 3_600_000  # delayed jobs must not come due during the run
+DUE_DELAY_MS = 2_000  # "fall due together": due 2 s after the last push at the latest
 HOLD_TIMEOUT_MS = 600_000  # WaitJob's maximum: holds outlive the run
 HOLDS_PER_CONN = 40  # the broker's default max_wait_holds_per_connection
 PAGE = 100
@@ -522,6 +523,38 @@ class Bench:
                            queue=q)
         if reply.get("count") != pushed:
             self.run.errors.append(f"PromoteJobs moved {reply.get('count')} of {pushed}")
+        self.main.call("Obliterate", queue=q)
+        self.fall_due()
+
+    def fall_due(self) -> None:
+        """N delayed jobs that all fell due: promotion is lazy, so the first call that
+        looks at the queue promotes them (a slice per step since issue 11, all in one
+        step before). The probe watches from that call until none is delayed."""
+        q = self.queue("due")
+        pushed, _ = self.push(q, self.n, delay_ms=DUE_DELAY_MS)
+        time.sleep(DUE_DELAY_MS / 1000)  # the last pushed is due now: nothing promoted yet
+        first = len(self.slow) if self.slow is not None else 0
+        deadline = perf() + self.time_limit_s
+        with self.probe.watch() as seen:
+            t0 = perf()
+            while perf() < deadline:  # bounded by time; one call per pass
+                counts = ok(self.main.call("GetJobCounts", queue=q), "GetJobCounts")
+                if not counts["counts"]["delayed"]:
+                    break
+            secs = perf() - t0
+        note = f"probe error {seen['error']}" if "error" in seen else ""
+        if counts["counts"]["delayed"]:
+            self.run.errors.append(f"{counts['counts']['delayed']} still delayed")
+        if self.slow is not None:
+            time.sleep(0.2)  # the broker's log lines reach the reader thread
+            note = (note + " " + slow_text(self.slow[first:])).strip()
+        self.run.add("delayed", f"stall: {pushed:,} delayed jobs fall due together",
+                     f"all promoted in {secs * 1000:,.1f} ms, probe max "
+                     f"{seen['max_ms']:,.1f} ms (p99 {seen['p99_ms']:.1f} ms, "
+                     f"{seen['over_10ms']:.0f} of {seen['calls']:.0f} calls over 10 ms)",
+                     note=note, own_ms=ms(secs), probe_max_ms=seen["max_ms"],
+                     probe_p99_ms=seen["p99_ms"], probe_over_10ms=seen["over_10ms"],
+                     probe_calls=seen["calls"])
         self.main.call("Obliterate", queue=q)
 
     def section_active(self, window_s: float) -> None:

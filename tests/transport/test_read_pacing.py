@@ -12,6 +12,7 @@ import trio
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import tcp
+from trioqueue.transport.read_pacing import BadFrameClock
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -84,3 +85,36 @@ async def test_a_read_with_bad_frames_pauses_its_connection(
     assert trio.current_time() - start < 1.0
     assert (await client.call("Ping"))["ok"] is True
     assert trio.current_time() - start >= 1.4  # this connection was left unread
+
+
+def test_connections_sending_bad_frames_wait_for_each_other() -> None:
+    # Four reads of 1 ms each, finished at once: each waits for those before it.
+    clock = BadFrameClock(ratio=4, max_s=0.25)
+    waits = [clock.pause_s(0.001, 10.0) for _ in range(4)]
+    assert waits == pytest.approx([0.004, 0.008, 0.012, 0.016])
+    # Once the clock is past, a read pays from now only.
+    assert clock.pause_s(0.001, 11.0) == pytest.approx(0.004)
+    # The clock never runs more than max_s ahead: no wait is longer.
+    assert max(clock.pause_s(0.001, 12.0) for _ in range(1_000)) == pytest.approx(0.25)
+    assert clock.pause_s(0.001, 13.0) == pytest.approx(0.004)
+
+
+async def test_connections_sending_garbage_take_turns(start_server: StartServer) -> None:
+    # One flood of 60 deeply nested frames costs the broker milliseconds; at 200 times
+    # that, its sender is left unread for a second or so. Another connection's one cheap
+    # bad frame right after it costs microseconds, but it waits for the flood's pause:
+    # so four connections sending garbage share one bounded part of the broker, where
+    # with a clock per connection each got its own (55% of the broker's CPU together).
+    server = await start_server(memory=True, bad_frame_pause_ratio=200.0,
+                                bad_frame_pause_max_ms=5_000.0)
+    hog, other = await connect(server), await connect(server)
+    await hog.send_raw(FLOOD)
+    with trio.fail_after(30):
+        for _ in range(FLOOD_FRAMES):
+            assert (await hog.receive())["error"] == "Invalid command format"
+    await other.send_raw(other.frame({"cmd": "NoSuchCommand", "reqId": "x"}))
+    assert (await other.receive())["error"] == "Unknown command: NoSuchCommand"
+    start = trio.current_time()
+    with trio.fail_after(30):
+        assert (await other.call("Ping"))["ok"] is True
+    assert trio.current_time() - start >= 0.3

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from .read_pacing import BadFrameClock
 
 log = logging.getLogger("trioqueue.limits")
 
@@ -260,3 +261,6 @@ class Shell:
                                   "max_write_queue_total_bytes")
         self.timers = Timers()
         self.refusals = Refusals(config.max_connections)
+        # one clock for every connection's bad frames (read_pacing.py)
+        self.bad_frames = BadFrameClock(config.bad_frame_pause_ratio,
+                                        config.bad_frame_pause_max_ms / 1000)
