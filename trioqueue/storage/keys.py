@@ -130,7 +130,7 @@ def decode_job_key(key: bytes) -> str:
 def queue_key(queue: str) -> bytes:
     """Key of ``queue_meta``: the queue name in UTF-8."""
     key = queue.encode("utf-8")
-    if not key or b"\x00" in key or len(key) > MAX_KEY_BYTES:
+    if not key or 0 in key or len(key) > MAX_KEY_BYTES:  # (0: a memchr, see codec.py)
         if len(key) > MAX_KEY_BYTES:
             raise _too_long("queue name", key)
         raise ValueError(f"queue name must be non-empty and contain no NUL: {queue!r}")
