@@ -49,6 +49,7 @@ import lmdb
 from ..core.writes import Writes
 from . import keys as K
 from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
+from .lmdb_growth import HighWaterMark
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import BLOCK, page_window
@@ -118,6 +119,8 @@ class LmdbStorage(Storage):
         try:
             self._open_dbs()
             self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
+            self._mark = HighWaterMark(self._measure_mark, self._psize,
+                                       self.max_map_size_bytes)
         except BaseException:
             self._env.close()
             self._closed = True
@@ -148,8 +151,7 @@ class LmdbStorage(Storage):
         self._counts = dbs[K.DB_COUNTS]
         self._deps = dbs[K.DB_DEPS]
         self._meta = dbs[K.DB_META]
-        # the main database holds one record per named database: a page or so, counted
-        # in used_bytes for completeness
+        # the main database: a record per named database, counted for completeness
         self._space_dbs = (env.open_db(None), *dbs.values())
         self._psize: int = env.stat()["psize"]
 
@@ -195,10 +197,13 @@ class LmdbStorage(Storage):
                 + 2 * live_jobs * (allowance_bytes + _FINISH_JOB_BYTES))
 
     def used_bytes_bound(self) -> int:
-        """The high-water mark of the file (highest page ever used), an upper bound of
-        :meth:`used_bytes` for a tenth of its cost. It never goes down, so once a store
-        has been nearly full, callers fall back to the exact figure."""
+        """An upper bound of the file's high-water mark (highest page ever used), so of
+        :meth:`used_bytes`, mostly without a call to LMDB (lmdb_growth.py). It never
+        goes down: once a store was nearly full, callers take the exact figure."""
         self._check_open()
+        return self._mark.bound()
+
+    def _measure_mark(self) -> int:
         return (self._env.info()["last_pgno"] + 1) * self._psize
 
     # --- writes ---------------------------------------------------------------------
@@ -213,9 +218,11 @@ class LmdbStorage(Storage):
         while True:
             try:
                 self._write(ops)
+                self._mark.committed(ops)
                 return
             except lmdb.MapFullError:
                 pass
+            self._mark.forget()  # (a no-op commit or a reserve may follow)
             if self._env.info()["map_size"] < self.max_map_size_bytes:
                 self._grow()
             elif all(op[0] == K.OP_DELETE for op in ops):
