@@ -105,17 +105,23 @@ def test_stall_config_is_stored_and_restored() -> None:
     assert h.q.stall["maxStalls"] == 7 and h.q.stall["stallInterval"] == 1234
 
 
+def ten_active_jobs() -> tuple[QueueHarness, list[str]]:
+    """A queue with a 1 s stall interval, no grace, and ten jobs pulled at NOW."""
+    h = QueueHarness()
+    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
+    ids = [push(h, NOW, backoff=0) for _ in range(10)]
+    for _ in ids:
+        pull(h, NOW)
+    return h, ids
+
+
 def test_many_stale_jobs_are_swept_in_bounded_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep handles at most STALL_SWEEP_MAX_JOBS jobs; the rest follow in the next
     slices, each a step of its own, and every job still stalls only after two sweeps."""
     from trioqueue.core.queue import stalls
 
     monkeypatch.setattr(stalls, "STALL_SWEEP_MAX_JOBS", 4)
-    h = QueueHarness()
-    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
-    ids = [push(h, NOW, backoff=0) for _ in range(10)]
-    for _ in ids:
-        pull(h, NOW)
+    h, ids = ten_active_jobs()
     t = NOW + STALL_CHECK_MS  # all ten are stale: suspected four at a time
     h.call("tick", t)
     assert len(h.q.stall_watch.suspects) == 4
@@ -145,11 +151,7 @@ def test_a_sweep_stalls_a_bounded_number_of_jobs(monkeypatch: pytest.MonkeyPatch
     from trioqueue.core.queue import stalls
 
     monkeypatch.setattr(stalls, "STALL_SWEEP_MAX_STALLED", 3)
-    h = QueueHarness()
-    h.call("set_stall_config", {"stallInterval": 1_000, "gracePeriod": 0})
-    ids = [push(h, NOW, backoff=0) for _ in range(10)]
-    for _ in ids:
-        pull(h, NOW)
+    h, ids = ten_active_jobs()
     h.call("tick", NOW + STALL_CHECK_MS)
     assert len(h.q.stall_watch.suspects) == 10  # suspecting is not bounded by it
     t = NOW + 2 * STALL_CHECK_MS
