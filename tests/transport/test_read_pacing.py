@@ -8,10 +8,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+from trio_websocket import open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import tcp
+from trioqueue.transport.codec import JSON
 from trioqueue.transport.read_pacing import BadFrameClock
 
 StartServer = Callable[..., Awaitable[Server]]
@@ -118,3 +120,27 @@ async def test_connections_sending_garbage_take_turns(start_server: StartServer)
     with trio.fail_after(30):
         assert (await other.call("Ping"))["ok"] is True
     assert trio.current_time() - start >= 0.3
+
+
+async def test_a_websocket_message_with_a_bad_frame_pauses_its_connection(
+    start_server: StartServer,
+) -> None:
+    # As test_a_read_with_bad_frames_pauses_its_connection, for WebSocket messages.
+    server = await start_server(memory=True, bad_frame_pause_ratio=1e6,
+                                bad_frame_pause_max_ms=1_500.0)
+    other = await connect(server)
+    async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws") as ws:
+        await ws.send_message(JSON.encode_text({"cmd": "Ping", "reqId": "a"}))
+        start = trio.current_time()
+        assert JSON.decode(await ws.get_message())["ok"] is True  # no pause
+        assert trio.current_time() - start < 1.0
+        await ws.send_message(JSON.encode_text({"cmd": "NoSuchCommand", "reqId": "b"}))
+        reply = JSON.decode(await ws.get_message())
+        assert reply["error"] == "Unknown command: NoSuchCommand"
+        start = trio.current_time()
+        await ws.send_message(JSON.encode_text({"cmd": "Ping", "reqId": "c"}))
+        assert (await other.call("Ping"))["ok"] is True  # everyone else as before
+        assert trio.current_time() - start < 1.0
+        with trio.fail_after(30):
+            assert JSON.decode(await ws.get_message())["reqId"] == "c"
+        assert trio.current_time() - start >= 1.4  # this connection was left unread

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
@@ -252,6 +253,7 @@ class WsConnection:
                 large = self._limits.large_frame_bytes
                 while True:
                     message = await self.ws.get_message()
+                    started = perf_counter()
                     if idle:
                         self._rx_at = trio.current_time()
                     codec: Codec = JSON if isinstance(message, str) else CBOR
@@ -279,6 +281,12 @@ class WsConnection:
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf
+                    if session.refused_frames:
+                        # As on TCP (read_pacing.py), on the broker's one pause clock:
+                        # a client sending garbage gets a bounded share of the loop.
+                        session.refused_frames = 0
+                        now = perf_counter()
+                        await trio.sleep(self._shell.bad_frames.pause_s(now - started, now))
             finally:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
