@@ -81,3 +81,32 @@ def test_a_page_far_into_a_large_order_touches_one_span() -> None:
         (T0 + 2500, "025000"), (T0 + 2500, "025001"), (T0 + 2500, "025002")]
     assert page([order], asc=False, offset=0, limit=2) == [
         (T0 + 4999, "049999"), (T0 + 4999, "049998")]
+
+
+def test_emptied_groups_are_dropped_a_few_per_removal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs pushed one per millisecond make a group each; pulling them all empties every
+    group. Empty groups are dropped DROP_PER_CALL per removal once more than
+    EMPTY_SLACK are left, so no removal walks the order (the sweep that dropped them
+    all at once held the loop for a walk of every group: 1M of them for jobs pushed
+    over hours), and at most EMPTY_SLACK + 1 empty groups are kept."""
+    monkeypatch.setattr(order_mod, "EMPTY_SLACK", 10)
+    order = CreationOrder()
+    for i in range(1_000):
+        order.add(T0 + i, f"{i:06d}")
+    def groups() -> int:
+        return sum(map(len, order._groups.values()))
+
+    dropped = []
+    for i in range(1_000):
+        before = groups()
+        order.discard(T0 + i, f"{i:06d}")
+        dropped.append(before - groups())
+        assert groups() - (999 - i) <= 11  # empty groups kept
+    assert max(dropped) <= order_mod.DROP_PER_CALL
+    assert len(order) == 0 and groups() <= 11
+    # An emptied group filled again is skipped, not dropped.
+    order.add(T0 + 995, "again")
+    for i in range(20):
+        order.add(T0 + 5_000 + i, f"x{i}")
+        order.discard(T0 + 5_000 + i, f"x{i}")
+    assert list(order.ids()) == ["again"]

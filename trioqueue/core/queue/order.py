@@ -24,35 +24,40 @@ millisecond or span, or removing the last, costs a ``bisect`` insert into a shor
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 SPAN_BITS = 14  # 16,384 ms per span
-EMPTY_SLACK = 1024  # empty groups kept before a sweep drops them
+EMPTY_SLACK = 1024  # empty groups kept before the oldest emptied are dropped
+DROP_PER_CALL = 4  # emptied groups a removal drops at most: no removal walks the order
 
 
 class CreationOrder:
-    __slots__ = ("_groups", "_spans", "_span_n", "_span_ms", "size", "_empty")
+    __slots__ = ("_groups", "_spans", "_span_n", "_span_ms", "size", "_empties")
 
     def __init__(self) -> None:
-        self._groups: dict[int, dict[str, None]] = {}  # createdAt ms -> ids
+        # span key -> createdAt ms -> ids. Per span: jobs pushed over hours have a group
+        # per millisecond, a million of them, and one dict that size copies itself whole
+        # as it grows (32 ms at a million int keys here); a span's holds at most 16,384.
+        self._groups: dict[int, dict[int, dict[str, None]]] = {}
         self._spans: list[int] = []  # span keys present, sorted
         self._span_n: dict[int, int] = {}  # span key -> jobs in it
         self._span_ms: dict[int, list[int]] = {}  # span key -> ms present, sorted
         self.size = 0
-        # Groups left empty: kept (a worker taking and finishing jobs of one
-        # millisecond would otherwise build and drop the same group per job) until
-        # they are as many as the live ones, then dropped together (amortised O(1)).
-        self._empty = 0
+        # The milliseconds whose group was left empty, oldest first: kept (a worker
+        # taking and finishing jobs of one millisecond would otherwise build and drop
+        # the same group per job) until more than EMPTY_SLACK, then the oldest are
+        # dropped, DROP_PER_CALL at a time (one filled again meanwhile is skipped).
+        self._empties: deque[int] = deque()
 
     def __len__(self) -> int:
         return self.size
 
     def add(self, created_at: int, job_id: str) -> None:
-        group = self._groups.get(created_at)
+        by_ms = self._groups.get(created_at >> SPAN_BITS)
+        group = None if by_ms is None else by_ms.get(created_at)
         if group is None:
             group = self._new_group(created_at)
-        elif not group:
-            self._empty -= 1
         group[job_id] = None
         # a group's span is counted from the group's making on (see _new_group)
         self._span_n[created_at >> SPAN_BITS] += 1
@@ -62,23 +67,29 @@ class CreationOrder:
         """The group of a millisecond not present yet, with its span made present (and
         counted, from 0) if it was not: the hot path then only adds to the counts."""
         group: dict[str, None] = {}
-        self._groups[created_at] = group
         span = created_at >> SPAN_BITS
         present = self._span_ms.get(span)
         if present is None:
             self._span_ms[span] = [created_at]
             self._span_n[span] = 0
+            self._groups[span] = {created_at: group}
             insort(self._spans, span)
         else:
             insort(present, created_at)
+            self._groups[span][created_at] = group
         return group
 
+    def _group(self, ms: int) -> dict[str, None] | None:
+        by_ms = self._groups.get(ms >> SPAN_BITS)
+        return None if by_ms is None else by_ms.get(ms)
+
     def holds(self, created_at: int, job_id: str) -> bool:
-        group = self._groups.get(created_at)
+        group = self._group(created_at)
         return group is not None and job_id in group
 
     def discard(self, created_at: int, job_id: str) -> None:
-        group = self._groups.get(created_at)
+        by_ms = self._groups.get(created_at >> SPAN_BITS)
+        group = None if by_ms is None else by_ms.get(created_at)
         if group is None or job_id not in group:
             return
         del group[job_id]
@@ -86,22 +97,29 @@ class CreationOrder:
         span = created_at >> SPAN_BITS
         self._span_n[span] -= 1
         if not group:
-            self._empty += 1
-            if self._empty > EMPTY_SLACK and self._empty * 2 > len(self._groups):
+            empties = self._empties
+            empties.append(created_at)
+            if len(empties) > EMPTY_SLACK:
                 self._drop_empty()
 
     def _drop_empty(self) -> None:
-        groups = self._groups
-        for ms in [ms for ms, group in groups.items() if not group]:
-            del groups[ms]
+        empties = self._empties
+        for _ in range(DROP_PER_CALL):
+            if len(empties) <= EMPTY_SLACK:
+                break
+            ms = empties.popleft()
             span = ms >> SPAN_BITS
+            by_ms = self._groups.get(span)
+            if by_ms is None or by_ms.get(ms, True):
+                continue  # dropped already, or filled again
+            del by_ms[ms]
             present = self._span_ms[span]
             del present[bisect_left(present, ms)]
             if not present:
+                del self._groups[span]
                 del self._span_ms[span]
                 del self._span_n[span]
                 del self._spans[bisect_left(self._spans, span)]
-        self._empty = 0
 
     def ids(self) -> Iterator[str]:
         """Every id in ascending order."""
@@ -114,7 +132,7 @@ class CreationOrder:
         it reaches them, and a group dropped meanwhile is skipped)."""
         for span in list(self._spans):
             for ms in list(self._span_ms.get(span, ())):
-                group = self._groups.get(ms)
+                group = self._group(ms)
                 if group:
                     yield group
 
@@ -138,7 +156,7 @@ def page(orders: Sequence[CreationOrder], *, asc: bool, offset: int,
             seen += n
             continue
         for ms in _merged(o._span_ms.get(span, ()) for o in orders):
-            groups = [g for o in orders if (g := o._groups.get(ms))]
+            groups = [g for o in orders if (g := o._group(ms))]
             size = sum(map(len, groups))
             if seen + size <= start:
                 seen += size

@@ -1,8 +1,9 @@
 """The stall detector and processing timeouts.
 
 The detector never walks the queue: :class:`StallWatch` keeps the active jobs ordered by
-their last heartbeat (an ``OrderedDict`` per stall limit; a heartbeat moves a job to the
-end in O(1)), so a sweep reads only the jobs whose heartbeat is older than their limit,
+their last heartbeat (a :class:`~trioqueue.core.chained_order.ChainedOrder` per stall
+limit, an ordered map that never copies itself whole as it grows; a heartbeat moves a
+job to the end in O(1)), so a sweep reads only the jobs whose heartbeat is older than their limit,
 oldest first, and stops at the first fresh one. A sweep handles at most
 ``STALL_SWEEP_MAX_JOBS`` jobs and stalls at most ``STALL_SWEEP_MAX_STALLED`` of them;
 when it has more, the next sweep comes at once (in a later step, so other queues are
@@ -12,11 +13,11 @@ served in between) rather than after ``STALL_CHECK_MS``.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
+from ..chained_order import ChainedOrder
 from ..job import ACTIVE, JobRecord
 from .leases import lease_deadline
 
@@ -60,13 +61,13 @@ class StallWatch:
 
     def __init__(self) -> None:
         # None: the queue's stallInterval; a number: jobs with that stallTimeout.
-        self.by_limit: dict[float | None, OrderedDict[str, None]] = {None: OrderedDict()}
-        self.suspects: OrderedDict[str, int] = OrderedDict()  # id -> suspected at (ms)
+        self.by_limit: dict[float | None, ChainedOrder[None]] = {None: ChainedOrder()}
+        self.suspects: ChainedOrder[int] = ChainedOrder()  # id -> suspected at (ms)
 
     def enter(self, job: JobRecord) -> None:
         order = self.by_limit.get(job.stall_timeout)
         if order is None:
-            order = self.by_limit[job.stall_timeout] = OrderedDict()
+            order = self.by_limit[job.stall_timeout] = ChainedOrder()
         order[job.id] = None
 
     def leave(self, job: JobRecord) -> None:
@@ -110,7 +111,7 @@ def check_stalls(q: QueueState, now: int) -> bool:
     stalled: list[JobRecord] = []
     suspects = watch.suspects
     while suspects and budget and stall_budget:
-        job_id, since = next(iter(suspects.items()))
+        job_id, since = suspects.first()
         if now - since < STALL_CHECK_MS:
             break
         budget -= 1
@@ -149,7 +150,7 @@ def check_stalls(q: QueueState, now: int) -> bool:
     return budget <= 0
 
 
-def _stale_prefix(q: QueueState, order: OrderedDict[str, None], now: int, limit: float,
+def _stale_prefix(q: QueueState, order: ChainedOrder[None], now: int, limit: float,
                   budget: int) -> Iterator[str]:
     """The oldest ids of ``order`` whose heartbeat is older than ``limit`` (at most
     ``budget``); the walk stops at the first fresh job."""
