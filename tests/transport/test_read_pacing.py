@@ -67,12 +67,17 @@ async def test_other_connections_are_served_between_the_steps_of_one_read(
     assert (await hog.call("Ping"))["ok"] is True  # the frames kept their order
 
 
+async def start_capped(start_server: StartServer) -> Server:
+    """A broker where every pause after bad frames is 1.5 s: any read's cost times a
+    million passes the cap."""
+    return await start_server(memory=True, bad_frame_pause_ratio=1e6,
+                              bad_frame_pause_max_ms=1_500.0)
+
+
 async def test_a_read_with_bad_frames_pauses_its_connection(
     start_server: StartServer,
 ) -> None:
-    # Any read's cost times a million passes the cap, so every pause is the cap.
-    server = await start_server(memory=True, bad_frame_pause_ratio=1e6,
-                                bad_frame_pause_max_ms=1_500.0)
+    server = await start_capped(start_server)
     client = await connect(server)
     other = await connect(server)
     await client.ok("Ping")
@@ -126,8 +131,7 @@ async def test_a_websocket_message_with_a_bad_frame_pauses_its_connection(
     start_server: StartServer,
 ) -> None:
     # As test_a_read_with_bad_frames_pauses_its_connection, for WebSocket messages.
-    server = await start_server(memory=True, bad_frame_pause_ratio=1e6,
-                                bad_frame_pause_max_ms=1_500.0)
+    server = await start_capped(start_server)
     other = await connect(server)
     async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws") as ws:
         await ws.send_message(JSON.encode_text({"cmd": "Ping", "reqId": "a"}))

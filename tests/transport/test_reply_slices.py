@@ -61,32 +61,17 @@ lengths = st.integers(reply_slices.LONG_LIST_ITEMS + 1,
 @given(pool=job_pool, n=lengths,
        before=st.dictionaries(st.sampled_from(["ok", "a"]), values),
        after=st.dictionaries(st.sampled_from(["reqId", "tokens"]), values))
-def test_a_long_reply_in_slices_is_the_frame_encoded_at_once(
+def test_a_long_reply_in_slices_is_what_encoding_it_at_once_gives(
     pool: list[dict[str, Any]], n: int, before: dict[str, Any], after: dict[str, Any],
 ) -> None:
+    # TCP frames (both codecs), WebSocket binary payloads (both) and JSON text.
     items = [pool[i % len(pool)] for i in range(n)]
     reply = {**before, "jobs": items, **after}
     assert reply_slices.is_long(reply)
-    for codec in CODECS:
-        frame = SlicedFrame(codec, reply)
-        steps = 1
-        while (out := frame.step()) is None:
-            steps += 1
-        assert out == encode_frames(codec, [reply])
-        assert steps == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
-
-
-@settings(max_examples=40, deadline=None)
-@given(pool=job_pool, n=lengths,
-       before=st.dictionaries(st.sampled_from(["ok", "a"]), values),
-       after=st.dictionaries(st.sampled_from(["reqId", "tokens"]), values))
-def test_a_long_websocket_reply_in_slices_is_the_message_encoded_at_once(
-    pool: list[dict[str, Any]], n: int, before: dict[str, Any], after: dict[str, Any],
-) -> None:
-    items = [pool[i % len(pool)] for i in range(n)]
-    reply = {**before, "jobs": items, **after}
-    sliced: list[Any] = [SlicedJson(reply)] + [SlicedPayload(c, reply) for c in CODECS]
-    wholes: list[Any] = [JSON.encode_text(reply)] + [c.encode(reply) for c in CODECS]
+    sliced: list[Any] = ([SlicedFrame(c, reply) for c in CODECS]
+                         + [SlicedPayload(c, reply) for c in CODECS] + [SlicedJson(reply)])
+    wholes: list[Any] = ([encode_frames(c, [reply]) for c in CODECS]
+                         + [c.encode(reply) for c in CODECS] + [JSON.encode_text(reply)])
     for message, whole in zip(sliced, wholes, strict=True):
         steps = 1
         while (out := message.step()) is None:

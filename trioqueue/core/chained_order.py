@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from .split_dict import SplitDict
 
@@ -27,6 +27,8 @@ D = TypeVar("D")
 
 # A link's own growth copies at most this many entries: well under a millisecond.
 LINK_MAX_ENTRIES = 8192
+
+_MISSING = object()
 
 class ChainedOrder(Generic[V]):
     """``str`` keys in order, each with a value; see the module docstring."""
@@ -74,21 +76,14 @@ class ChainedOrder(Generic[V]):
         return tail
 
     def __delitem__(self, key: str) -> None:
-        self._take(key)
+        if self.pop(key, _MISSING) is _MISSING:
+            raise KeyError(key)
 
     def pop(self, key: str, default: D) -> V | D:
         """Remove ``key`` and return its value, or ``default`` when it is absent."""
         no = self._where.pop(key, None)  # (per ack: written out, no helper call)
         if no is None:
             return default
-        link = self._links[no]
-        value = link.pop(key)
-        if not link:
-            self._drop(no)
-        return value
-
-    def _take(self, key: str) -> V:
-        no = self._where.pop(key)  # KeyError when absent
         link = self._links[no]
         value = link.pop(key)
         if not link:
@@ -121,7 +116,8 @@ class ChainedOrder(Generic[V]):
             return
         first_no = next(iter(self._links))
         if no != first_no:  # into the first link (which may pass the bound: rare)
-            self._links[first_no][key] = self._take(key)
+            value = cast(V, self.pop(key, _MISSING))  # (present: looked up above)
+            self._links[first_no][key] = value
             self._where[key] = first_no
         self._links[first_no].move_to_end(key, last=False)
 
