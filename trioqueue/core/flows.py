@@ -28,6 +28,7 @@ from . import fields
 from .errors import Refused
 from .job import QUEUED, WAITING_CHILDREN, JobRecord, new_timeline
 from .options import MAX_DATA_CHARS, parse_job_input
+from .split_dict import SplitDict
 
 # Outcome kinds, as stored in an outcome row.
 COMPLETED = "completed"
@@ -128,7 +129,9 @@ class Dependents:
     __slots__ = ("_parents",)
 
     def __init__(self) -> None:
-        self._parents: dict[str, set[str]] = {}
+        # A SplitDict: one entry per child of a waiting parent, up to a million with
+        # large flows, and a dict that size copies itself whole as it grows.
+        self._parents: SplitDict[str, set[str]] = SplitDict()
 
     def add(self, child_id: str, parent_id: str) -> None:
         self._parents.setdefault(child_id, set()).add(parent_id)

@@ -84,7 +84,9 @@ class QueueState:
         # to None: one connection may hold a million, and a set grows as a dict does)
         self.owner_conn: SplitDict[str, Any] = SplitDict()
         self.conn_jobs: dict[Any, SplitDict[str, None]] = {}
-        self.dedup: dict[str, DedupKey] = {}
+        # uniqueKey -> holder; a SplitDict, as jobs and locks are: one entry per live
+        # job when every job has a uniqueKey
+        self.dedup: SplitDict[str, DedupKey] = SplitDict()
         self.parked = Parked()
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.stall_watch = StallWatch()
