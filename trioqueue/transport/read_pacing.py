@@ -57,15 +57,20 @@ class BadFrameClock:
         self.until = min(start + cost_s * self.ratio, now + self.max_s)
         return self.until - now
 
+    def pause_after(self, started: float) -> float:
+        """:meth:`pause_s` for a read (TCP) or message (WebSocket) with refused frames
+        that began at ``started`` (``perf_counter``) and ends now."""
+        now = perf_counter()
+        return self.pause_s(now - started, now)
+
 
 class ReadPacer:
     """The clock of one connection's current read."""
 
-    __slots__ = ("step_s", "bad_frames", "started")
+    __slots__ = ("step_s", "started")
 
-    def __init__(self, limits: ConnectionLimits, bad_frames: BadFrameClock) -> None:
+    def __init__(self, limits: ConnectionLimits) -> None:
         self.step_s = limits.max_read_step_ms / 1000 or float("inf")
-        self.bad_frames = bad_frames
         self.started = 0.0
 
     def start(self) -> None:
@@ -74,9 +79,3 @@ class ReadPacer:
 
     def step_is_over(self) -> bool:
         return perf_counter() - self.started > self.step_s
-
-    def pause_after_bad_frames(self, read_started: float) -> float:
-        """Seconds to leave the connection unread after a read with bad frames that
-        began at ``read_started`` (``perf_counter``)."""
-        now = perf_counter()
-        return self.bad_frames.pause_s(now - read_started, now)

@@ -95,7 +95,7 @@ class TcpConnection:
         # a payload is large (never, when large_frame_bytes is 0)
         self._large = False
         self._large_bytes = limits.large_frame_bytes or MAX_WIRE_LENGTH + 1
-        self._pacer = ReadPacer(limits, shell.bad_frames)
+        self._pacer = ReadPacer(limits)
         self._rest = 0  # where the read's next step of decoding starts (0: none left)
         # The clocks (trio time); the shell's timers call _expire when one may be due.
         self._timer = shell.timers.handle(self._expire)
@@ -335,7 +335,7 @@ class TcpConnection:
                         await self._serve_rest(payloads)
                 if session.refused_frames:
                     session.refused_frames = 0
-                    await trio.sleep(self._pacer.pause_after_bad_frames(read_started))
+                    await trio.sleep(self._shell.bad_frames.pause_after(read_started))
                 continue
             await self._last_frame(too_large)
 

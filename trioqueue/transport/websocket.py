@@ -205,7 +205,7 @@ class WsConnection:
 
     async def _send(self, messages: list[str | bytes | SlicedMessage]) -> None:
         for message in messages:
-            if isinstance(message, SlicedPayload | SlicedJson):
+            if isinstance(message, SlicedMessage):
                 # Every other task runs between two slices: a PULLB of 1,000 jobs is
                 # not one 15-30 ms hold of the loop.
                 while (whole := message.step()) is None:
@@ -285,8 +285,7 @@ class WsConnection:
                         # As on TCP (read_pacing.py), on the broker's one pause clock:
                         # a client sending garbage gets a bounded share of the loop.
                         session.refused_frames = 0
-                        now = perf_counter()
-                        await trio.sleep(self._shell.bad_frames.pause_s(now - started, now))
+                        await trio.sleep(self._shell.bad_frames.pause_after(started))
             finally:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
