@@ -54,6 +54,7 @@ class CreationOrder:
         return self.size
 
     def add(self, created_at: int, job_id: str) -> None:
+        # (_group written out here and in discard: once per job pushed and pulled)
         by_ms = self._groups.get(created_at >> SPAN_BITS)
         group = None if by_ms is None else by_ms.get(created_at)
         if group is None:
