@@ -20,7 +20,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from trioqueue.core.errors import Refused
 
@@ -257,29 +260,26 @@ def strict_number(
     return _check_number(value, field, minimum, maximum, integer)
 
 
-def lenient_number(
-    value: Any,
-    field: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    integer: bool = False,
-    default: float | None = None,
-    required: bool = False,
-) -> float | None:
+class NumberRules(TypedDict, total=False):
+    """The rules :func:`strict_number` takes, named once for :func:`lenient_number`."""
+
+    minimum: float | None
+    maximum: float | None
+    integer: bool
+    default: float | None
+    required: bool
+
+
+def lenient_number(value: Any, field: str, **rules: Unpack[NumberRules]) -> float | None:
     """Like :func:`strict_number`, but a plain decimal numeric string counts as its number.
 
     Accepted strings: optional JS whitespace, optional sign, ASCII digits, optional
     ``.digits`` (bunqueue's rule). ``"1e3"``, ``"0x10"``, ``".5"``, ``""``, ``"  "`` and
     ``"Infinity"`` are not numbers (``<field> must be a number``).
     """
-    if value is None:
-        if required:
-            raise Refused(f"{field} is required")
-        return default
     if isinstance(value, str):
         value = coerce_numeric_string(value)
-    return _check_number(value, field, minimum, maximum, integer)
+    return strict_number(value, field, **rules)
 
 
 def lenient_bool(value: Any) -> bool:

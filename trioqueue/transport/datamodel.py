@@ -99,24 +99,24 @@ def _clean_map(m: dict[Any, Any], depth: int) -> None:
             continue
         if vt is dict:
             _clean_map(value, depth + 1)
-        elif vt is list:
-            _clean_list(value, depth + 1)
-        elif _is_absent(value):
+        elif _clean_other(value, vt, depth):
             rebuild = True
-        else:
-            raise DecodeError(f"value of type {vt.__name__} is not allowed")
     if rebuild:
-        items = list(m.items())
-        m.clear()
-        for key, value in items:
-            if _is_absent(value):
-                continue
-            m[key if type(key) is str else _key_to_str(key)] = value
+        _rebuild_map(m)
+
+
+def _rebuild_map(m: dict[Any, Any]) -> None:
+    """``m`` in place without its absent entries and with every key a string; a decoder
+    produced it and nobody else holds it (the slow path: most maps need none of it)."""
+    items = list(m.items())
+    m.clear()
+    for key, value in items:
+        if _is_absent(value):
+            continue
+        m[key if type(key) is str else _key_to_str(key)] = value
 
 
 def _clean_list(items: list[Any], depth: int) -> None:
-    # The dispatch of _clean_map, written out again: a helper shared by the two would
-    # cost a call per decoded value, on every frame.
     if depth > MAX_DEPTH:
         raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
     for i, value in enumerate(items):
@@ -125,12 +125,22 @@ def _clean_list(items: list[Any], depth: int) -> None:
             continue
         if vt is dict:
             _clean_map(value, depth + 1)
-        elif vt is list:
-            _clean_list(value, depth + 1)
-        elif _is_absent(value):
+        elif _clean_other(value, vt, depth):
             items[i] = None
-        else:
-            raise DecodeError(f"value of type {vt.__name__} is not allowed")
+
+
+def _clean_other(value: Any, vt: type, depth: int) -> bool:
+    """The rest of the dispatch of a member of a map or array at ``depth`` that is neither
+    a leaf nor a map: an array is cleaned, True for an absent marker (the caller drops a
+    map entry, or nulls an array slot), anything else is refused. Leaves and maps, by far
+    the most common members, are decided by the caller inline, at no call per value.
+    """
+    if vt is list:
+        _clean_list(value, depth + 1)
+        return False
+    if _is_absent(value):
+        return True
+    raise DecodeError(f"value of type {vt.__name__} is not allowed")
 
 
 def validated(value: Any) -> Any:
@@ -223,12 +233,7 @@ def _map_steps(m: dict[Any, Any], depth: int, slicer: Slicer) -> Steps[int]:
         if slicer.due():
             yield
     if rebuild:
-        items = list(m.items())
-        m.clear()
-        for key, value in items:
-            if _is_absent(value):
-                continue
-            m[key if type(key) is str else _key_to_str(key)] = value
+        _rebuild_map(m)
     return chars
 
 

@@ -12,6 +12,7 @@ never mutated.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from ..core.job import CLIENT_VALUED, JobWire
@@ -108,58 +109,56 @@ class _Rewriter:
         return job if new is None else new
 
     def _map(self, m: dict[Any, Any]) -> dict[Any, Any]:
-        untouched = self._untouched
-        value = self._value
-        new: dict[Any, Any] | None = None
-        for k, v in m.items():
-            vt = type(v)
-            # Exact ints and floats reach these branches only in the modes that check
-            # them (otherwise they are untouched); inlined as they are the common case.
-            if vt in untouched:
-                nv = v
-            elif vt is int:
-                nv = v if _INT_MIN <= v <= _INT_MAX else _int_to_float(v)
-            elif vt is float:
-                nv = v if _isfinite(v) else None
-            else:
-                nv = value(v)
-            if nv is v and v is not ABSENT:
-                continue
-            if new is None:
-                # A C-level copy, patched below, beats rebuilding entry by entry.
-                new = dict(m)
-            if nv is ABSENT:
-                del new[k]
-            else:
-                new[k] = nv
-        return m if new is None else new
+        return self._patched(m, m.items(), dict, True)
 
     def _seq(self, s: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
-        untouched = self._untouched
-        if len(s) > 8 and untouched.issuperset(map(type, s)):
+        if len(s) > 8 and self._untouched.issuperset(map(type, s)):
             return s  # e.g. a PULLB reply's tokens: decided at C speed
+        return self._patched(s, enumerate(s), list, False)
+
+    def _patched(
+        self,
+        container: Any,
+        entries: Iterable[tuple[Any, Any]],
+        copy: Callable[[Any], Any],
+        drop_absent: bool,
+    ) -> Any:
+        """``container`` with each of its ``(key, value)`` entries rewritten, one loop for
+        maps and arrays: copied (by ``copy``, a C-level copy patched below, cheaper than
+        rebuilding entry by entry) at the first entry that changes, else returned as it
+        is. An :data:`ABSENT` entry is dropped from a map and becomes null in an array.
+        """
+        untouched = self._untouched
         value = self._value
-        new: list[Any] | None = None
-        # The leaf dispatch of _map, written out again for the same reason: no call per
-        # member on the path every reply with a job takes.
-        for i, v in enumerate(s):
+        new: Any = None
+        for k, v in entries:
             vt = type(v)
+            # Exact ints and floats reach these branches only in the modes that check
+            # them (otherwise they are untouched); inlined as they are the common case,
+            # on the path every reply with a job takes.
             if vt in untouched:
-                nv = v
-            elif vt is int:
-                nv = v if _INT_MIN <= v <= _INT_MAX else _int_to_float(v)
+                continue
+            if vt is int:
+                if _INT_MIN <= v <= _INT_MAX:
+                    continue
+                nv = _int_to_float(v)
             elif vt is float:
-                nv = v if _isfinite(v) else None
+                if _isfinite(v):
+                    continue
+                nv = None
             else:
                 nv = value(v)
-            if nv is ABSENT:
-                nv = None
-            if nv is v:
-                continue
+                if nv is v and v is not ABSENT:
+                    continue
             if new is None:
-                new = list(s)
-            new[i] = nv
-        return s if new is None else new
+                new = copy(container)
+            if nv is not ABSENT:
+                new[k] = nv
+            elif drop_absent:
+                del new[k]
+            else:
+                new[k] = None
+        return container if new is None else new
 
 
 _CLIENT_VALUED_ORDER: Final = tuple(sorted(CLIENT_VALUED))
