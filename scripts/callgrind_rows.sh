@@ -13,7 +13,8 @@
 # that long (measured first, 10 s idle per tree): under callgrind a row takes seconds,
 # so timer work weighs about 50 times what it does in a real run.
 # Needs valgrind (callgrind_control, callgrind_annotate) and bc. Every broker is bound
-# to 127.0.0.1 and stopped by its pid.
+# to 127.0.0.1 and stopped by its pid. KEEP_DIR=dir keeps each row's callgrind output
+# there (ROW.N.out, N the tree's position), for callgrind_annotate.
 set -euo pipefail
 [[ $# -ge 3 ]] || { sed -n 2,16p "$0"; exit 2; }
 N=$1; ROWS=$2; shift 2
@@ -42,6 +43,9 @@ start() {  # start TREE: a broker under callgrind, instrumentation off
 stop() {  # sets IR: the instructions counted (not in a $(...): wait needs this shell)
   callgrind_control -d "$pid" > /dev/null 2>&1
   kill -INT "$pid"; wait "$pid" 2> /dev/null || true; pid=""
+  if [[ -n "${KEEP_DIR:-}" && -n "${KEEP_AS:-}" ]]; then
+    mkdir -p "$KEEP_DIR"; cat "$D"/cg.out* > "$KEEP_DIR/$KEEP_AS.out"
+  fi
   IR=$(for f in "$D"/cg.out*; do
          callgrind_annotate "$f" 2> /dev/null | grep -m1 "PROGRAM TOTALS" || true
        done | awk '{gsub(",", "", $1); s += $1} END {printf "%.0f", s}')
@@ -66,9 +70,11 @@ done
 
 printf '%-18s %-40s %12s %9s %14s\n' row tree per_job window_s per_job_less_idle
 for row in ${ROWS//,/ }; do
+  position=0
   for tree in "$@"; do
     tree=$(cd "$tree" && pwd)
     start "$tree"
+    KEEP_AS="$row.$((++position))"
     bench "$row" 1000  # warm-up: lazily imported paths
     callgrind_control -i on "$pid" > /dev/null 2>&1
     t0=$(date +%s.%N)
@@ -76,6 +82,7 @@ for row in ${ROWS//,/ }; do
     t1=$(date +%s.%N)
     callgrind_control -i off "$pid" > /dev/null 2>&1
     stop
+    KEEP_AS=""
     window=$(echo "$t1 - $t0" | bc)
     less=$(echo "($IR - ${IDLE[$tree]} * $window) / $N" | bc)
     printf '%-18s %-40s %12d %9.2f %14d\n' "$row" "$tree" $((IR / N)) "$window" "$less"

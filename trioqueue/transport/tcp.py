@@ -410,33 +410,37 @@ class TcpConnection:
         place, as ``(payload, _LARGE, None)``, for :meth:`_decode_large` (``_large`` says
         so). Past ``max_read_step_ms`` it stops; ``_rest`` says where to go on."""
         messages: list[Message] = []
+        append = messages.append
         large = self._large_bytes
         self._rest = 0
+        codec = self.codec
         look = len(payloads) - start > FRAMES_PER_LOOK
         if look:
             self._pacer.start()
-        for i in range(start, len(payloads)):
+        i = start
+        for payload in payloads[start:] if start else payloads:
             if look and i > start and not (i - start) % FRAMES_PER_LOOK and (
                     self._pacer.step_is_over()):
                 self._rest = i
                 break
-            payload = payloads[i]
-            if self.codec is None and payload:
-                self.codec = detect_codec(payload[0])
-            if len(payload) >= large:
-                messages.append((payload, _LARGE, None))
+            i += 1
+            if codec is None and payload:
+                # the connection's first byte decides; until then, bunqueue's msgpack
+                codec = self.codec = detect_codec(payload[0])
+            size = len(payload)
+            if size >= large:
+                append((payload, _LARGE, None))
                 self._large = True
                 continue
-            codec = self._codec()
             try:
-                messages.append((codec.decode(payload), len(payload), None))
+                append(((codec or MSGPACK).decode(payload), size, None))
             except DecodeError as exc:
                 # A fresh error, never raised: the raised one's traceback (and that of
                 # its cause) reaches this frame, and so `messages`: a reference cycle
                 # that only a full pass of the cyclic GC would free.
                 fresh = DecodeError(str(exc))
-                fresh.req_id = salvage_req_id(codec.name, payload)
-                messages.append((fresh, len(payload), None))
+                fresh.req_id = salvage_req_id((codec or MSGPACK).name, payload)
+                append((fresh, size, None))
         return messages
 
     async def _decode_large(self, messages: list[Message]) -> None:
