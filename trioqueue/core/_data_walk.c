@@ -38,6 +38,7 @@ static Py_ssize_t max_depth;     /* datamodel.MAX_DEPTH */
 static PyObject *unsure_exc;     /* job_data._Unsure */
 static PyObject *json_bound_py;  /* job_data's Python _json_bound(value, depth) */
 static Py_ssize_t fast_depth;    /* job_data._FAST_DEPTH */
+static PyObject *uint64_max;     /* 2**64 - 1, made at import */
 
 /* ------------------------------------------------------------------------ validated */
 
@@ -209,12 +210,10 @@ is_scalar(PyObject *v, PyTypeObject *t)
         return 1;
     if (overflow < 0)
         return 0;
-    unsigned long long u = PyLong_AsUnsignedLongLong(v);
-    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();  /* past 2**64 - 1: an answer, not an error */
-        return 0;
-    }
-    return 1;
+    /* Past 2**63 - 1: compared with 2**64 - 1, which for exact ints neither fails nor
+     * allocates (PyLong_AsUnsignedLongLong would raise, and an allocation may run a
+     * collection, thus finalizers, while this walk holds borrowed references). */
+    return PyObject_RichCompareBool(v, uint64_max, Py_LE) == 1;
 }
 
 /* total += a * k + b, OVERFLOW on overflow (the Python function has no limit). */
@@ -373,11 +372,14 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_data_walk", NULL, -1, methods,
+    PyModuleDef_HEAD_INIT, "_data_walk", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__data_walk(void)
 {
+    uint64_max = PyLong_FromUnsignedLongLong(UINT64_MAX);
+    if (uint64_max == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }
