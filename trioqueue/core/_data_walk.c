@@ -187,7 +187,7 @@ configure_validated(PyObject *Py_UNUSED(module), PyObject *args)
 
 /* ----------------------------------------------------------------------- json_bound */
 
-/* The constants of job_data._json_bound: a scalar's text is at most 24 characters, an
+/* The constants of job_data._json_bound_py: a scalar's text is at most 24 characters, an
  * int only within [-(2**63), 2**64 - 1]; bytes are sized as a Buffer's JSON. */
 #define SCALAR_BOUND 24
 #define UNSURE (-2)
@@ -259,7 +259,7 @@ array_bound(PyObject *seq, Py_ssize_t depth)
     return total;
 }
 
-/* job_data._json_bound. */
+/* job_data._json_bound_py. */
 static bound_t
 bound(PyObject *value, Py_ssize_t depth)
 {
