@@ -12,6 +12,7 @@ settle is encoded and measured in UTF-16 code units, as JavaScript's ``length`` 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from trioqueue.core.errors import Refused
@@ -47,7 +48,7 @@ _SCALAR_BOUND = 24
 _SCALARS = frozenset({float, bool, type(None)})
 
 
-def _json_bound(value: Any, depth: int) -> int:
+def _json_bound_py(value: Any, depth: int) -> int:
     """An upper bound of ``len(JSON.stringify(value))``; raises :class:`_Unsure`.
 
     A recursive type check over the plain types a codec produces (dict with str keys,
@@ -74,7 +75,7 @@ def _json_bound(value: Any, depth: int) -> int:
             elif item_kind in _SCALARS or (item_kind is int and _INT64_MIN <= item <= _UINT64_MAX):
                 total += 6 * len(key) + 4 + _SCALAR_BOUND
             else:
-                total += 6 * len(key) + 4 + _json_bound(item, depth + 1)
+                total += 6 * len(key) + 4 + _json_bound_py(item, depth + 1)
         return total
     if kind is list or kind is tuple:
         return _array_bound(value, depth)
@@ -86,7 +87,7 @@ def _json_bound(value: Any, depth: int) -> int:
 
 
 def _array_bound(value: list[Any] | tuple[Any, ...], depth: int) -> int:
-    """:func:`_json_bound` of an array (a map's members are sized in that function
+    """:func:`_json_bound_py` of an array (a map's members are sized in that function
     itself: maps are the common top level, and this saves them a call)."""
     if depth > _FAST_DEPTH:
         raise _Unsure
@@ -98,8 +99,25 @@ def _array_bound(value: list[Any] | tuple[Any, ...], depth: int) -> int:
         elif item_kind in _SCALARS or (item_kind is int and _INT64_MIN <= item <= _UINT64_MAX):
             total += 1 + _SCALAR_BOUND
         else:
-            total += 1 + _json_bound(item, depth + 1)
+            total += 1 + _json_bound_py(item, depth + 1)
     return total
+
+
+_json_bound: Callable[[Any, int], int]
+""":func:`_json_bound_py`, in C where the extension is built
+(``trioqueue.core._data_walk.json_bound``): the same integers, and :class:`_Unsure` for
+the same values, at no bytecode per value; the Python function stays the rule (the C
+form also hands it a bound past 64 bits)."""
+
+try:
+    from trioqueue.core._data_walk import configure_json_bound, json_bound
+except ImportError:  # no compiler where the package was installed
+    _json_bound = _json_bound_py
+    IMPLEMENTATION = "Python"
+else:
+    configure_json_bound(_Unsure, _json_bound_py, _FAST_DEPTH)
+    _json_bound = json_bound
+    IMPLEMENTATION = "C"
 
 
 def _json_floor(value: Any) -> int:

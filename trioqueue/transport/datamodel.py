@@ -16,6 +16,7 @@ the JSON text of the value (``core/job_data.py`` then need not measure job data 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import cbor2
@@ -143,7 +144,8 @@ def _clean_other(value: Any, vt: type, depth: int) -> bool:
     raise DecodeError(f"value of type {vt.__name__} is not allowed")
 
 
-def validated(value: Any) -> Any:
+def validated_py(value: Any) -> Any:
+    """:func:`validated` in Python: the rules, and what the C form falls back on."""
     vt = type(value)
     if vt is dict:
         _clean_map(value, 1)
@@ -154,6 +156,25 @@ def validated(value: Any) -> Any:
     elif vt not in _LEAF_TYPES:
         raise DecodeError(f"value of type {vt.__name__} is not allowed")
     return value
+
+
+validated: Callable[[Any], Any]
+"""``value`` checked and cleaned in place (see the module docstring); raises
+:class:`DecodeError`. It runs on every decoded frame, so where the extension is built it
+is ``trioqueue.core._data_walk.validated``: C settles the trees that need no change and
+hands any container that does (or that it refuses) to :func:`_clean_map` or
+:func:`_clean_list`, so the rules and texts are only those of the Python walk."""
+
+try:
+    from ..core._data_walk import configure_validated
+    from ..core._data_walk import validated as _c_validated
+except ImportError:  # no compiler where the package was installed
+    validated = validated_py
+    IMPLEMENTATION = "Python"
+else:
+    configure_validated(_clean_map, _clean_list, validated_py, MAX_DEPTH)
+    validated = _c_validated
+    IMPLEMENTATION = "C"
 
 
 # ----------------------------------------------------------------- in slices, with a bound
