@@ -316,3 +316,37 @@ def test_the_methods_keep_their_names_and_python_forms() -> None:
     assert JobRecord.to_record.__name__ == "to_record"
     assert getattr(JobRecord.to_wire, "__wrapped__", JobRecord.to_wire) is _py_to_wire
     assert "push" in (JobRecord.admit.__doc__ or "")
+
+
+class Relabelled(JobRecord):
+    """A class of JobRecord's layout that a job's __class__ may be assigned to."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[misc]
+    def timeline(self) -> list[Any]:  # shadows the slot: read by name, as Python does
+        return ["relabelled"]
+
+
+def test_a_job_relabelled_midway_is_read_by_name_as_python_does() -> None:
+    def run(method: Any) -> tuple[Any, ...]:
+        job = JobRecord()
+
+        class Relabels:
+            def __ne__(self, other: object) -> bool:
+                job.__class__ = Relabelled
+                return True
+
+        job.backoff = Relabels()
+        return outcome(method, job)
+
+    for method, py in ((JobRecord.to_record, _py_to_record), (JobRecord.to_wire, _py_to_wire)):
+        c, p = run(method), run(py)
+        assert c[0] == p[0] == "ok" and list(c[1]) == list(p[1])
+        assert c[1]["timeline"] == p[1]["timeline"]
+    assert run(JobRecord.to_record)[1]["timeline"] == ["relabelled"]
+
+    fresh = fresh_str("default")
+    job = JobRecord.admit("j", "q", 1, 2, 3, [], {"__class__": Relabelled, "name": fresh})
+    py = _py_admit("j", "q", 1, 2, 3, [], {"__class__": Relabelled, "name": fresh})
+    assert type(job) is type(py) is Relabelled and job.name is py.name is sys.intern(fresh)

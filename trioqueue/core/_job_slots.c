@@ -56,10 +56,15 @@ static PyObject *empty_tuple;
 
 #define SLOT(obj, s) (*(PyObject **)((char *)(obj) + (s)->offset))
 
-/* A new reference to the slot's value; NULL with Python's AttributeError if unset. */
+/* A new reference to the slot's value; NULL with Python's AttributeError if unset.
+ * The object is of the class when a call starts; should Python code run by a step
+ * (a comparison, a truth test) assign its __class__ (to a class of the same layout),
+ * it is read by name from then on, as the generated code reads it. */
 static inline PyObject *
-read_slot(PyObject *obj, Step *s)
+read_slot(FastObject *f, PyObject *obj, Step *s)
 {
+    if (!Py_IS_TYPE(obj, f->cls))
+        return PyObject_GetAttr(obj, PyDescr_NAME(s->descr));
     PyObject *v = SLOT(obj, s);
     if (v == NULL)
         return PyMember_GetOne((const char *)obj, s->member);  /* raises */
@@ -82,7 +87,7 @@ run_steps(FastObject *f, PyObject *obj, PyObject *d)
 {
     for (Py_ssize_t i = 0; i < f->n; i++) {
         Step *s = &f->steps[i];
-        PyObject *v = read_slot(obj, s);
+        PyObject *v = read_slot(f, obj, s);
         if (v == NULL)
             return -1;
         int keep;
@@ -127,7 +132,7 @@ run_steps(FastObject *f, PyObject *obj, PyObject *d)
                 return -1;
             if (!keep)
                 continue;
-            v = read_slot(obj, s);  /* the store reads the attribute anew */
+            v = read_slot(f, obj, s);  /* the store reads the attribute anew */
             if (v == NULL)
                 return -1;
             break;
@@ -234,12 +239,19 @@ admit(FastObject *f, PyObject *const *args)
         goto fail;
     /* if type(self.name) is str: self.name = intern(self.name) */
     Step *s = &f->steps[f->name_step];
-    PyObject *name = read_slot(obj, s);
+    PyObject *name = read_slot(f, obj, s);
     if (name == NULL)
         goto fail;
     if (PyUnicode_CheckExact(name)) {
         PyUnicode_InternInPlace(&name);
-        Py_XSETREF(SLOT(obj, s), name);
+        if (Py_IS_TYPE(obj, f->cls))
+            Py_XSETREF(SLOT(obj, s), name);
+        else {  /* an option assigned __class__ */
+            int done = PyObject_SetAttr(obj, PyDescr_NAME(s->descr), name);
+            Py_DECREF(name);
+            if (done < 0)
+                goto fail;
+        }
     }
     else
         Py_DECREF(name);
