@@ -1,10 +1,12 @@
-"""The C extensions: trioqueue.core._split_dict (see trioqueue/core/split_dict.py) and
+"""The C extensions: trioqueue.core._split_dict (see trioqueue/core/split_dict.py),
 trioqueue.core._data_walk (the common case of transport/datamodel.py's validated and of
-core/job_data.py's _json_bound).
+core/job_data.py's _json_bound) and trioqueue.core._job_slots (a job's record, wire dict
+and admission; see trioqueue/core/job_plan.py).
 
 Optional: where they cannot be built the package uses the same algorithms in Python,
 which are correct but cost a broker more per job (about 12% for the split dict);
-tests/core/test_split_dict.py and tests/core/test_data_walk.py fail then, so CI tells.
+tests/core/test_split_dict.py, test_data_walk.py and test_job_slots.py fail then, so CI
+tells.
 """
 
 from setuptools import Extension, setup
@@ -12,4 +14,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("trioqueue.core._split_dict", ["trioqueue/core/_split_dict.c"], optional=True),
     Extension("trioqueue.core._data_walk", ["trioqueue/core/_data_walk.c"], optional=True),
+    Extension("trioqueue.core._job_slots", ["trioqueue/core/_job_slots.c"], optional=True),
 ])

@@ -12,6 +12,18 @@ from __future__ import annotations
 from sys import intern
 from typing import Any, Final
 
+from . import job_plan
+from .job_plan import (
+    ALWAYS,
+    FLOAT,
+    FLOAT_NOT_NONE,
+    IS_NOT,
+    IS_NOT_NE,
+    TRUTHY,
+    AdmitSlot,
+    Step,
+)
+
 # Where a job lives. The fine-grained states a client sees (waiting, prioritized,
 # delayed) are derived from a QUEUED job's runAt and priority at the time of asking;
 # see trioqueue.core.states.
@@ -190,21 +202,27 @@ def _init_source() -> str:
     return f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
 
 
-# Set by admit() from its arguments; every other field starts at its default.
+# Set by admit() from its arguments, in this order; every other field starts at its
+# default (and lastHeartbeat at created_at).
 _ADMIT_ARGS = ("id", "queue", "created_at", "run_at", "seq", "timeline")
 
 
-def _admit_source() -> str:
-    lines = ["def admit(id, queue, created_at, run_at, seq, timeline, options):",
-             "    self = _new(JobRecord)"]
+def _admit_slots() -> tuple[AdmitSlot, ...]:
+    """What admit stores in each slot before the options: an argument or the default."""
+    slots = []
     for _, attr, default in _FIELDS + tuple((n, n, d) for n, d in _INTERNAL):
-        if attr in _ADMIT_ARGS:
-            lines.append(f"    self.{attr} = {attr}")
-        elif attr == "last_heartbeat":
-            lines.append("    self.last_heartbeat = created_at")
-        else:
-            # defaults are immutable (the list fields share the empty tuple)
-            lines.append(f"    self.{attr} = {_ref(attr, default)}")
+        source = "created_at" if attr == "last_heartbeat" else attr
+        slots.append((attr, _ADMIT_ARGS.index(source) if source in _ADMIT_ARGS else -1,
+                      default))
+    return tuple(slots)
+
+
+def _admit_source() -> str:
+    lines = [f"def admit({', '.join(_ADMIT_ARGS)}, options):", "    self = _new(JobRecord)"]
+    for attr, arg, default in _admit_slots():
+        # defaults are immutable (the list fields share the empty tuple)
+        value = _ADMIT_ARGS[arg] if arg >= 0 else _ref(attr, default)
+        lines.append(f"    self.{attr} = {value}")
     lines += [
         "    for attr, value in options.items():",
         "        if attr in _LIST_ATTRS:",
@@ -218,20 +236,45 @@ def _admit_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _to_wire_source() -> str:
+def _step_source(var: str, step: Step) -> str:
+    """One line of a generated to_wire or to_record: the store of ``step``'s field into
+    ``var`` under the test its kind names (see trioqueue.core.job_plan)."""
+    key, attr, kind, default = step
+    value = f"float(self.{attr})" if kind in (FLOAT, FLOAT_NOT_NONE) else f"self.{attr}"
+    store = f"{var}[{key!r}] = {value}"
+    if kind in (ALWAYS, FLOAT):
+        return f"    {store}"
+    if kind == TRUTHY:
+        test = f"self.{attr}"
+    elif kind == FLOAT_NOT_NONE:
+        test = f"self.{attr} is not None"
+    else:
+        ref = _is_ref(attr, default)
+        test = f"self.{attr} is not {ref}"
+        if kind == IS_NOT_NE:
+            test += f" and self.{attr} != {ref}"
+    return f"    if {test}: {store}"
+
+
+def _wire_steps() -> tuple[Step, ...]:
     # A copy of the defaults' Job object (a C copy of its key table), then a store only
     # for the fields that are not their default object: most of a job's 47 fields are,
     # and a test of identity costs a fifth of a store (and of building 47 entries anew).
     # The result is the same dict, keys in field order, as building it whole.
-    lines = ["def to_wire(self):", "    w = JobWire(_WIRE_DEFAULTS)"]
+    steps: list[Step] = []
     for wire, attr, default in _FIELDS:
         if wire in ("createdAt", "runAt", "lastHeartbeat"):
-            lines.append(f"    w[{wire!r}] = float(self.{attr})")
+            steps.append((wire, attr, FLOAT, None))
         elif wire in _TIMESTAMPS:
-            lines.append(f"    if self.{attr} is not None: w[{wire!r}] = float(self.{attr})")
+            steps.append((wire, attr, FLOAT_NOT_NONE, None))
         else:
-            lines.append(f"    if self.{attr} is not {_is_ref(attr, default)}: "
-                         f"w[{wire!r}] = self.{attr}")
+            steps.append((wire, attr, IS_NOT, default))
+    return tuple(steps)
+
+
+def _to_wire_source() -> str:
+    lines = ["def to_wire(self):", "    w = JobWire(_WIRE_DEFAULTS)"]
+    lines += [_step_source("w", step) for step in _wire_steps()]
     lines.append("    return w")
     return "\n".join(lines) + "\n"
 
@@ -240,34 +283,31 @@ def _to_wire_source() -> str:
 _ALWAYS = frozenset({"id", "queue", "name", "data", "createdAt", "runAt"})
 
 
-def _to_record_source() -> str:
-    lines = ["def to_record(self):"]
-    always = [f"{w!r}: self.{a}" for w, a, _ in _FIELDS if w in _ALWAYS]
-    always += [f"{n!r}: self.{n}" for n in _INTERNAL_ALWAYS]
-    lines.append("    r = {" + ", ".join(always) + "}")
+def _record_steps() -> tuple[Step, ...]:
+    steps: list[Step] = [(w, a, ALWAYS, d) for w, a, d in _FIELDS if w in _ALWAYS]
+    steps += [(n, n, ALWAYS, None) for n in _INTERNAL_ALWAYS]
     # A default is recognised by identity first (see _DEFAULTS), equality only after.
     for name, default in _INTERNAL:
-        if name in _INTERNAL_ALWAYS:
-            continue
-        if default is None:  # (these hold None, a dict, a list or a number)
-            lines.append(f"    if self.{name} is not None: r[{name!r}] = self.{name}")
-        else:
-            ref = _is_ref(name, default)
-            lines.append(f"    if self.{name} is not {ref} and self.{name} != {ref}: "
-                         f"r[{name!r}] = self.{name}")
+        if name not in _INTERNAL_ALWAYS:  # (None ones hold None, a dict, a list or a number)
+            steps.append((name, name, IS_NOT if default is None else IS_NOT_NE, default))
     for wire, attr, default in _FIELDS:
         if wire in _ALWAYS:
             continue
         if isinstance(default, tuple):
-            lines.append(f"    if self.{attr}: r[{wire!r}] = self.{attr}")
-        elif default is None:
-            lines.append(f"    if self.{attr} is not None: r[{wire!r}] = self.{attr}")
-        elif isinstance(default, bool):
-            lines.append(f"    if self.{attr} is not {default!r}: r[{wire!r}] = self.{attr}")
+            steps.append((wire, attr, TRUTHY, default))
+        elif default is None or isinstance(default, bool):
+            steps.append((wire, attr, IS_NOT, default))
         else:
-            ref = _is_ref(attr, default)
-            lines.append(f"    if self.{attr} is not {ref} and self.{attr} != {ref}: "
-                         f"r[{wire!r}] = self.{attr}")
+            steps.append((wire, attr, IS_NOT_NE, default))
+    return tuple(steps)
+
+
+def _to_record_source() -> str:
+    steps = _record_steps()
+    lead = next(i for i, step in enumerate(steps) if step[2] != ALWAYS)
+    lines = ["def to_record(self):",
+             "    r = {" + ", ".join(f"{k!r}: self.{a}" for k, a, _, _ in steps[:lead]) + "}"]
+    lines += [_step_source("r", step) for step in steps[lead:]]
     lines.append("    return r")
     return "\n".join(lines) + "\n"
 
@@ -383,3 +423,14 @@ class JobRecord:
 _LIST_ATTRS: Final = frozenset(attr for wire, attr, _ in _FIELDS if wire in _LISTS)
 _admit = _compile("admit", _admit_source(), JobRecord=JobRecord, _new=object.__new__,
                   _LIST_ATTRS=_LIST_ATTRS, _intern=intern)
+# The generated methods, which define what the C forms do (and serve where it is absent).
+_py_to_wire = JobRecord.to_wire
+_py_to_record = JobRecord.to_record
+_py_admit = _admit
+
+# "C" where trioqueue.core._job_slots is built: to_record, to_wire and admit then run the
+# same steps in C (tests/core/test_job_slots.py holds them to the Python forms).
+IMPLEMENTATION: Final = job_plan.install(
+    JobRecord, record_steps=_record_steps(), wire_steps=_wire_steps(),
+    admit_slots=_admit_slots(), admit_args=len(_ADMIT_ARGS), wire_cls=JobWire,
+    wire_defaults=_WIRE_DEFAULTS, list_attrs=_LIST_ATTRS)
