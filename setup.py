@@ -14,5 +14,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("trioqueue.core._split_dict", ["trioqueue/core/_split_dict.c"], optional=True),
     Extension("trioqueue.core._data_walk", ["trioqueue/core/_data_walk.c"], optional=True),
-    Extension("trioqueue.core._job_slots", ["trioqueue/core/_job_slots.c"], optional=True),
+    Extension("trioqueue.core._job_slots",
+              ["trioqueue/core/_job_slots.c", "trioqueue/core/_job_slots_plan.c"],
+              depends=["trioqueue/core/_job_slots.h"], optional=True),
 ])
