@@ -68,9 +68,10 @@ hand_over(PyObject *fn, PyObject *container, Py_ssize_t depth)
 
 static int walk_list(PyObject *items, Py_ssize_t depth);
 
-/* A member of a container at `depth` that is itself a container (exact dict or list):
- * walked at depth + 1. 1 when it is neither (the caller hands its container over). */
-static int walk_member(PyObject *value, PyTypeObject *t, Py_ssize_t depth);
+/* A member of a container at `depth`: 0 for a leaf, or a container (exact dict or list)
+ * walked at depth + 1 that needed nothing; -1 with an error; 1 for anything else (the
+ * caller hands its own container over). One body for a map's and an array's members. */
+static inline int walk_member(PyObject *value, Py_ssize_t depth);
 
 static int
 walk_map(PyObject *m, Py_ssize_t depth)
@@ -80,16 +81,9 @@ walk_map(PyObject *m, Py_ssize_t depth)
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(m, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key))
-            return hand_over(clean_map_py, m, depth);
-        PyTypeObject *t = Py_TYPE(value);
-        if (is_leaf(t))
-            continue;
-        int r = walk_member(value, t, depth);
-        if (r < 0)
-            return -1;
-        if (r > 0)
-            return hand_over(clean_map_py, m, depth);
+        int r = PyUnicode_CheckExact(key) ? walk_member(value, depth) : 1;
+        if (r != 0)
+            return r < 0 ? -1 : hand_over(clean_map_py, m, depth);
     }
     return 0;
 }
@@ -102,22 +96,19 @@ walk_list(PyObject *items, Py_ssize_t depth)
     /* The size is read again each round: a fallback may only replace slots, but an
      * index past the end must never be read whatever it does. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        PyObject *value = PyList_GET_ITEM(items, i);
-        PyTypeObject *t = Py_TYPE(value);
-        if (is_leaf(t))
-            continue;
-        int r = walk_member(value, t, depth);
-        if (r < 0)
-            return -1;
-        if (r > 0)
-            return hand_over(clean_list_py, items, depth);
+        int r = walk_member(PyList_GET_ITEM(items, i), depth);
+        if (r != 0)
+            return r < 0 ? -1 : hand_over(clean_list_py, items, depth);
     }
     return 0;
 }
 
-static int
-walk_member(PyObject *value, PyTypeObject *t, Py_ssize_t depth)
+static inline int
+walk_member(PyObject *value, Py_ssize_t depth)
 {
+    PyTypeObject *t = Py_TYPE(value);
+    if (is_leaf(t))
+        return 0;
     int r;
     if (t == &PyDict_Type) {
         Py_INCREF(value);
