@@ -17,6 +17,7 @@ after the outcomes the crash cut off from their notices have settled.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,7 +221,9 @@ class DependencyMachine(RuleBasedStateMachine):
             assert dependents.parents_of(child) == expected, child
 
 
+# TRIOQUEUE_MODEL_SCALE=10 runs the machine ten times as many examples (README).
+MODEL_SCALE = int(os.environ.get("TRIOQUEUE_MODEL_SCALE", "1"))
 DependencyMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=40, deadline=None,
+    max_examples=300 * MODEL_SCALE, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestDependencyModel = DependencyMachine.TestCase

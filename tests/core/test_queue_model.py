@@ -23,6 +23,7 @@ implementation.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -646,8 +647,10 @@ class QueueMachine(RuleBasedStateMachine):
             assert key not in self.acked
 
 
+# TRIOQUEUE_MODEL_SCALE=10 runs the machine ten times as many examples (README).
+MODEL_SCALE = int(os.environ.get("TRIOQUEUE_MODEL_SCALE", "1"))
 QueueMachine.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=60 * MODEL_SCALE,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
