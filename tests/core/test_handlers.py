@@ -181,6 +181,51 @@ def test_a_large_pullb_leases_in_slices_in_priority_order() -> None:
     assert [job["data"] for job in work.run()[0]] == list(range(SLICE_JOBS + 3))
 
 
+def test_a_large_ackb_completes_in_slices_after_checking_every_token() -> None:
+    """An ACKB of more than SLICE_JOBS jobs checks every token first (a wrong one in
+    the last slice refuses the batch with nothing completed), then completes SLICE_JOBS
+    jobs a step; the reply, after the last slice, names the ignored ids as one step
+    would, and every result is kept."""
+    from trioqueue.core.queue.slices import SLICE_JOBS
+
+    h = QueueHarness()
+    n = 2 * SLICE_JOBS + 3
+    for i in range(n):
+        h.call("push", [parse_job_input({"data": i}, custom_id_key="jobId")], T0)
+    lease = QUEUE_HANDLERS["PULLB"](h.q, {"count": n, "timeout": 0, "owner": "w"}, Ctx(T0))
+    assert isinstance(lease, Sliced)
+    lease.run()
+    pulled = lease.reply()
+    h.commit()
+    ids = [job["id"] for job in pulled["jobs"]]
+    tokens = list(pulled["tokens"])
+    msg = {"ids": [*ids, "no-such-job", ids[0]], "tokens": [*tokens, None, tokens[0]],
+           "results": [{"r": i} for i in range(n + 2)]}
+    wrong = {**msg, "tokens": [*tokens[:-1], "not-the-token", None, tokens[0]]}
+    with pytest.raises(Refused):
+        QUEUE_HANDLERS["ACKB"](h.q, wrong, Ctx(T0))
+    assert h.q.counts(T0)["active"] == n and not h.q.take_writes()
+    work = QUEUE_HANDLERS["ACKB"](h.q, msg, Ctx(T0))
+    assert isinstance(work, Sliced)
+    active = []
+    while not work.step():
+        active.append(h.q.counts(T0)["active"])
+        h.commit()
+    h.commit()
+    assert active == [n - SLICE_JOBS, n - 2 * SLICE_JOBS]
+    assert h.q.counts(T0)["active"] == 0 and h.q.counts(T0)["completed"] == n
+    assert work.reply() == {"data": {"ignoredIds": ["no-such-job", ids[0]],
+                                     "ignoredIndices": [n, n + 1]}}
+    assert h.storage.get_result(ids[-1]) == (True, {"r": n - 1})
+    # a batch of at most SLICE_JOBS stays one plain step
+    for i in range(2):
+        h.call("push", [parse_job_input({"data": i}, custom_id_key="jobId")], T0)
+    small = QUEUE_HANDLERS["PULLB"](h.q, {"count": 2, "timeout": 0, "owner": "w"}, Ctx(T0))
+    assert isinstance(small, dict)
+    assert QUEUE_HANDLERS["ACKB"](h.q, {"ids": [j["id"] for j in small["jobs"]],
+                                        "tokens": small["tokens"]}, Ctx(T0)) == {}
+
+
 def test_a_large_pushb_with_a_bad_job_in_a_later_slice_admits_nothing() -> None:
     from trioqueue.core.queue.slices import SLICE_JOBS
 

@@ -141,6 +141,43 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     await other.aclose()
 
 
+@pytest.mark.parametrize("sliced", [True, False], ids=["sliced", "at-once"])
+async def test_other_clients_are_served_while_a_large_ackb_completes(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, sliced: bool,
+) -> None:
+    # As for PULLB above: an ACKB of 1,000 in slices of 10 jobs is 100 steps, between
+    # which another client's round trips are answered; at once, one step.
+    monkeypatch.setattr(slices, "SLICE_JOBS", 10 if sliced else 10_000)
+    monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 10_000)
+    monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 10_000)
+    server = await start_server()
+    worker, other = await connect(server, "msgpack"), await connect(server, "msgpack")
+    for start in range(0, 1000, 250):
+        await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
+                                                    for i in range(start, start + 250)])
+    leased = await worker.ok("PULLB", queue="big", count=1000, timeout=0, owner="w")
+    ids = [job["id"] for job in leased["jobs"]]
+    await other.ok("Ping")
+    req_id = await worker.send("ACKB", ids=ids, tokens=leased["tokens"],
+                               results=[{"n": i} for i in range(1000)])
+    round_trips = 0
+    with trio.fail_after(30):
+        while not worker.ready_now():
+            await other.ok("Ping")
+            round_trips += 1
+    reply = await worker.reply_to(req_id)
+    assert reply["ok"] is True, reply
+    counts = (await other.ok("GetJobCounts", queue="big"))["counts"]
+    assert counts["active"] == 0 and counts["completed"] == 1000
+    assert (await other.ok("GetResult", id=ids[-1]))["result"] == {"n": 999}
+    if sliced:
+        assert round_trips >= 20, round_trips
+    else:
+        assert round_trips < 10, round_trips
+    await worker.aclose()
+    await other.aclose()
+
+
 @pytest.mark.parametrize("kind", ["text", "binary"])
 async def test_other_clients_are_served_while_a_websocket_pullb_is_encoded(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch, kind: str,

@@ -21,7 +21,7 @@ from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced, slices
 from .queue.dependencies import push_reads
-from .queue.slices import admit_batch, pullb_sliced, pushb_sliced
+from .queue.slices import ackb_sliced, admit_batch, pullb_sliced, pushb_sliced
 
 # ------------------------------------------------------------------ producing
 
@@ -160,12 +160,21 @@ def ackb_args(msg: dict[str, Any]) -> tuple[list[str], list[Any] | None, list[An
     return ids, tokens, results, removes
 
 
-def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     ids, tokens, results, removes = ackb_args(msg)
-    ignored = q.ackb(ids, ctx.now, tokens=tokens, results=results, removes=removes)
-    if ignored:
-        return {"data": {"ignoredIds": [ids[i] for i in ignored], "ignoredIndices": ignored}}
-    return {}
+    checked, ignored = q.ackb_check(ids, tokens)  # every token, before any change
+
+    def reply() -> Reply:
+        if ignored:
+            return {"data": {"ignoredIds": [ids[i] for i in ignored],
+                             "ignoredIndices": ignored}}
+        return {}
+
+    if len(checked) > slices.SLICE_JOBS:
+        return ackb_sliced(q, checked, ctx.now, results=results, removes=removes,
+                           reply=reply)
+    q.ackb_apply(checked, ctx.now, results=results, removes=removes)
+    return reply()
 
 
 def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:

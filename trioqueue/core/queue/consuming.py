@@ -4,6 +4,7 @@ the way into the dead-letter queue."""
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
@@ -171,6 +172,16 @@ def ackb(
     Returns the indices that were ignored because the job was not active (a
     duplicate ACK of a finished job is a no-op, not an error, in a batch).
     """
+    checked, ignored = q.ackb_check(ids, tokens)
+    q.ackb_apply(checked, now, results=results, removes=removes)
+    return ignored
+
+
+def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
+               ) -> tuple[list[tuple[int, JobRecord]], list[int]]:
+    """The first half of :func:`ackb`, which changes nothing: the jobs to acknowledge
+    (index, job), their tokens checked (``Refused`` at the first wrong one), and the
+    indices to ignore."""
     checked: list[tuple[int, JobRecord]] = []
     ignored: list[int] = []
     seen: set[str] = set()
@@ -188,6 +199,13 @@ def ackb(
             continue
         q._check_token(job, tokens[i] if tokens is not None else None)
         checked.append((i, job))
+    return checked, ignored
+
+
+def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int, *,
+               results: list[Any] | None, removes: list[Any] | None) -> None:
+    """The second half of :func:`ackb`: complete the jobs :func:`ackb_check` passed (a
+    part of them at a time, for a batch acknowledged in slices)."""
     for i, job in checked:
         if job.state == QUEUED:
             q._transition(job, st.RECLAIM, now)
@@ -195,7 +213,6 @@ def ackb(
         result = results[i] if results is not None else None
         remove = bool(removes[i]) if removes is not None and removes[i] is True else None
         q._complete(job, now, has_result, result, remove)
-    return ignored
 
 
 def fail(

@@ -301,6 +301,29 @@ def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], c
     return Sliced(steps(), reply)
 
 
+def ackb_sliced(q: QueueState, checked: list[tuple[int, Any]], now: int, *,
+                results: list[Any] | None, removes: list[Any] | None,
+                reply: Callable[[], dict[str, Any]]) -> Sliced:
+    """The jobs of a large ACKB (``checked``: every token already checked, nothing
+    changed yet) completed ``SLICE_JOBS`` a step, each slice its own commit.
+
+    One job completed costs 20-60 us at a million finished (its record rewritten, its
+    finished-index entry, its result): an ACKB of 1,000 held every other queue for
+    20-60 ms in one step. Every slice completes with the command's ``now``, and nothing
+    else of the queue runs before the last one, so the tokens checked first still hold.
+    A crash midway leaves the first slices completed without a reply: an ACKB sent
+    again ignores those jobs (not active), as it does any job already acknowledged.
+    """
+    def steps() -> Steps:
+        for start in range(0, len(checked), SLICE_JOBS):
+            if start:
+                yield None
+            q.ackb_apply(checked[start:start + SLICE_JOBS], now, results=results,
+                         removes=removes)
+
+    return Sliced(steps(), lambda _: reply())
+
+
 def admit_batch(q: QueueState, specs: list[dict[str, Any]], linked: bool, now: int,
                 storage_full: bool) -> list[str]:
     """Admit a PUSHB's validated jobs at once; their ids. ``linked``: some have custom

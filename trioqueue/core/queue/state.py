@@ -220,6 +220,8 @@ class QueueState:
     ack = consuming.ack
     _complete = consuming._complete
     ackb = consuming.ackb
+    ackb_check = consuming.ackb_check
+    ackb_apply = consuming.ackb_apply
     fail = consuming.fail
     _retry_later = consuming._retry_later
     _bury = consuming._bury
