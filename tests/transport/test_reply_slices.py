@@ -101,6 +101,18 @@ async def connect(server: Server, codec: str) -> RawClient:
     return await RawClient.connect(server.tcp_port, codec)
 
 
+async def pings_until_reply(worker: RawClient, other: RawClient, req_id: Any
+                            ) -> tuple[int, dict[str, Any]]:
+    """The round trips ``other`` made while ``worker`` waited for ``req_id``'s reply
+    (how often the broker served another client meanwhile), and that reply."""
+    round_trips = 0
+    with trio.fail_after(30):
+        while not worker.ready_now():
+            await other.ok("Ping")
+            round_trips += 1
+    return round_trips, await worker.reply_to(req_id)
+
+
 @pytest.mark.parametrize("sliced", [True, False], ids=["sliced", "at-once"])
 @pytest.mark.parametrize("codec", ["cbor", "msgpack"])
 async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encoded(
@@ -122,12 +134,7 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     await other.ok("Ping")
     req_id = await worker.send("PULLB", queue="big", count=1000, timeout=0, owner="w",
                                lockTtl=60_000)
-    round_trips = 0
-    with trio.fail_after(30):
-        while not worker.ready_now():
-            await other.ok("Ping")
-            round_trips += 1
-    reply = await worker.reply_to(req_id)
+    round_trips, reply = await pings_until_reply(worker, other, req_id)
     assert reply["ok"] is True, reply
     assert [job["data"] for job in reply["jobs"]] == list(range(1000))
     assert len(set(reply["tokens"])) == 1000
@@ -160,12 +167,7 @@ async def test_other_clients_are_served_while_a_large_ackb_completes(
     await other.ok("Ping")
     req_id = await worker.send("ACKB", ids=ids, tokens=leased["tokens"],
                                results=[{"n": i} for i in range(1000)])
-    round_trips = 0
-    with trio.fail_after(30):
-        while not worker.ready_now():
-            await other.ok("Ping")
-            round_trips += 1
-    reply = await worker.reply_to(req_id)
+    round_trips, reply = await pings_until_reply(worker, other, req_id)
     assert reply["ok"] is True, reply
     counts = (await other.ok("GetJobCounts", queue="big"))["counts"]
     assert counts["active"] == 0 and counts["completed"] == 1000
