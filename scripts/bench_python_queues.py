@@ -4,7 +4,8 @@
 Each library enqueues ``--n`` no-op jobs one at a time, then its own worker processes
 them with concurrency ``--concurrency`` (RQ: that many ``SimpleWorker`` processes, as
 an RQ worker runs one job at a time; arq: ``max_jobs``; saq: ``concurrency``;
-trioqueue: ``Worker(concurrency=...)``). Each phase is bounded by ``--time-limit-s``.
+trioqueue: ``Worker(concurrency=...)``, on trio, and as ``trioqueue-asyncio`` the same
+client code on asyncio). Each phase is bounded by ``--time-limit-s``.
 This is repeated ``--repeat`` times, one round over every library at a time (so a
 slow spell of the machine hits all of them alike), each run on fresh state: Redis
 flushed, a new trioqueue queue (the previous one obliterated). The table shows the
@@ -32,7 +33,8 @@ failed, 0 otherwise.
 
 Usage:
     python scripts/bench_python_queues.py [--n 20000] [--concurrency 10] [--repeat 3]
-        [--libraries rq,arq,saq,trioqueue] [--time-limit-s 60] [--json out.json]
+        [--libraries rq,arq,saq,trioqueue,trioqueue-asyncio] [--time-limit-s 60]
+        [--json out.json]
         [--plot out.png] [--no-install]
 """
 
@@ -59,7 +61,9 @@ from typing import Any
 perf = time.perf_counter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # RQ imports noop by name
 
-LIBRARIES: tuple[str, ...] = ("rq", "arq", "saq", "trioqueue")
+LIBRARIES: tuple[str, ...] = ("rq", "arq", "saq", "trioqueue", "trioqueue-asyncio")
+# trioqueue's client on both of its backends (the same code; asyncio through anyio).
+TRIOQUEUE_ROWS: frozenset[str] = frozenset({"trioqueue", "trioqueue-asyncio"})
 # The versions docs/benchmarks.md was measured with.
 PINNED: dict[str, str] = {"rq": "rq==3.0.0", "arq": "arq==0.28.0",
                           "saq": "saq[redis]==0.26.4"}  # saq needs its redis extra
@@ -199,12 +203,12 @@ def prepare(libraries: Sequence[str], no_install: bool) -> tuple[list[str], str 
     SetupError only when nothing is left to run."""
     kept = list(libraries)
     server = None
-    needs_redis = [lib for lib in kept if lib != "trioqueue"]
+    needs_redis = [lib for lib in kept if lib not in TRIOQUEUE_ROWS]
     if needs_redis:
         try:
             server = ensure_redis_server(no_install)
         except SetupError as exc:
-            kept = [lib for lib in kept if lib == "trioqueue"]
+            kept = [lib for lib in kept if lib in TRIOQUEUE_ROWS]
             if not kept:
                 raise
             print(f"bench_python_queues: {exc}: skipping {', '.join(needs_redis)} (they "
@@ -351,8 +355,10 @@ def run_saq(url: str, n: int, concurrency: int, limit_s: float) -> Run:
 
 
 def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
-                  limit_s: float) -> Run:
-    import trio
+                  limit_s: float, backend: str = "trio") -> Run:
+    """trioqueue's client on ``backend`` ("trio" or "asyncio"), the same code on both
+    (anyio): the issue asks for each backend's own figure."""
+    import anyio
 
     from trioqueue.client import Queue, Worker, open_connection
 
@@ -362,7 +368,7 @@ def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
             count, enqueue = await enqueue_one_at_a_time(
                 lambda i: queue.add("noop", i), n, limit_s)
             done = 0
-            finished = trio.Event()
+            finished = anyio.Event()
 
             async def processor(job: Any) -> Any:
                 return job.data
@@ -376,9 +382,9 @@ def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
             worker = Worker(queue_name, processor, conn, concurrency=concurrency)
             worker.on("completed", on_completed)
             t0 = perf()
-            async with trio.open_nursery() as nursery:
-                await nursery.start(worker.run)
-                with trio.move_on_after(limit_s):
+            async with anyio.create_task_group() as group:
+                await group.start(worker.run)
+                with anyio.move_on_after(limit_s):
                     await finished.wait()
                 elapsed = perf() - t0
                 await worker.close(timeout=5)
@@ -387,7 +393,7 @@ def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
             return {"jobs": count, "enqueue_per_s": enqueue, "processed": done,
                     "process_per_s": done / elapsed}
 
-    return trio.run(main)
+    return anyio.run(main, backend=backend)
 
 
 # --------------------------------------------------------------------------- servers
@@ -443,7 +449,7 @@ def measure(args: argparse.Namespace, libraries: Sequence[str],
             started.append(proc)
             wait_port(redis_port, proc)
             url = f"redis://127.0.0.1:{redis_port}/0"
-        if "trioqueue" in libraries:
+        if TRIOQUEUE_ROWS & set(libraries):
             proc, tq_port = start_trioqueue(workdir)
             started.append(proc)
             wait_port(tq_port, proc)
@@ -465,8 +471,9 @@ def measure(args: argparse.Namespace, libraries: Sequence[str],
 def run_library(lib: str, run: int, redis_url: str, tq_port: int,
                 args: argparse.Namespace) -> Run:
     n, conc, limit = args.n, args.concurrency, args.time_limit_s
-    if lib == "trioqueue":
-        return run_trioqueue(tq_port, f"bench-{run}", n, conc, limit)
+    if lib in TRIOQUEUE_ROWS:
+        backend = "asyncio" if lib == "trioqueue-asyncio" else "trio"
+        return run_trioqueue(tq_port, f"bench-{lib}-{run}", n, conc, limit, backend)
     runner = {"rq": run_rq, "arq": run_arq, "saq": run_saq}[lib]
     return runner(redis_url, n, conc, limit)
 
@@ -503,7 +510,7 @@ def summarize(libraries: Sequence[str], runs: Sequence[Run]) -> dict[str, dict[s
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """trioqueue's processing rate over the fastest other library's median, if any."""
     tq = summary.get("trioqueue", {})
-    others = {lib: s for lib, s in summary.items() if lib != "trioqueue" and s["runs"]}
+    others = {lib: s for lib, s in summary.items() if lib not in TRIOQUEUE_ROWS and s["runs"]}
     if not tq.get("runs") or not others:
         return None
     best = max(others, key=lambda lib: others[lib]["process_per_s_median"])
