@@ -46,7 +46,7 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     if not isinstance(jobs, list):
         raise Refused("jobs must be an array")
     parse = JobsParser(q, jobs, ctx)
-    if len(jobs) <= slices.SLICE_JOBS:
+    if not slices.is_long(len(jobs)):
         specs = parse(0, len(jobs))
         return {"ids": admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)}
     # Validation as well as admission in slices (1,000 jobs took 6-12 ms to validate):
@@ -170,7 +170,7 @@ def ackb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
                              "ignoredIndices": ignored}}
         return {}
 
-    if len(checked) > slices.SLICE_JOBS:
+    if slices.is_long(len(checked)):
         return ackb_sliced(q, checked, ctx.now, results=results, removes=removes,
                            reply=reply)
     q.ackb_apply(checked, ctx.now, results=results, removes=removes)

@@ -35,6 +35,14 @@ SLICE_JOBS = 100
 # Stale heap entries one slice frees (a tuple each: far cheaper than a job).
 TRIM_ENTRIES = 20_000
 
+
+def is_long(jobs: int) -> bool:
+    """Whether work on ``jobs`` known jobs runs in slices: the rule PUSHB, ACKB and a
+    closed connection's release ask (a PULLB leases a first slice at once, and goes on
+    in slices when it filled it: how many jobs it gets is known only then)."""
+    return jobs > SLICE_JOBS
+
+
 # A step yields None (a slice is done) or the reads the next slice needs first.
 Steps = Generator["NeedData | None", None, Any]
 
