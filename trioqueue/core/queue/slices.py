@@ -24,6 +24,7 @@ from ..job import COMPLETED, FAILED
 from .finished import NeedData
 
 if TYPE_CHECKING:
+    from ..job import JobRecord
     from .order import CreationOrder
     from .state import QueueState
 
@@ -310,7 +311,7 @@ def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], c
     return Sliced(steps(), reply)
 
 
-def ackb_sliced(q: QueueState, checked: list[tuple[int, Any]], now: int, *,
+def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *,
                 results: list[Any] | None, removes: list[Any] | None,
                 reply: Callable[[], dict[str, Any]]) -> Sliced:
     """The jobs of a large ACKB (``checked``: every token already checked, nothing
