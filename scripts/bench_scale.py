@@ -15,7 +15,8 @@ an already running one with ``--target HOST:PORT``), with ``--jobs`` N (default
   N active jobs, in which the stall sweep runs every 5 s);
 - the broker's own slow steps (started here with ``--log-slow-step-ms``, default 10):
   for each heavy command and each section, how many task steps held the event loop
-  10 ms or more, the worst by wall time and by CPU time (CPU time excludes the time the
+  10 ms or more, and how many passes of its loop did (kind ``pass``: the steps run
+  between two polls of the sockets, which is what bounds the probe's latency), the worst by wall time and by CPU time (CPU time excludes the time the
   OS gave the core to another process, so it tells the broker's slow steps from a
   noisy machine's);
 - WaitJob holds: broker time per hold registered at the first ``--holds-low`` holds and
@@ -75,6 +76,10 @@ HOLDS_PER_CONN = 40  # the broker's default max_wait_holds_per_connection
 PAGE = 100
 READY = re.compile(rb"trioqueue ready: tcp [^:]+:(\d+) ws [^:]+:(\d+)")
 SLOW = re.compile(rb"slow step: (.+) held the event loop ([\d.]+) ms \(([\d.]+) ms CPU\)")
+# A pass of trio's loop (every step run between two polls of the sockets) that long:
+# what another queue's client waits for, counted under the kind "pass".
+SLOW_PASS = re.compile(rb"slow pass: \d+ steps held the event loop ([\d.]+) ms "
+                       rb"\(([\d.]+) ms CPU\)")
 
 
 class StepError(Exception):
@@ -167,6 +172,9 @@ class LocalBroker:
             if slow:
                 self.slow.append((slow[1].decode(errors="replace"), float(slow[2]),
                                   float(slow[3])))
+            slow = SLOW_PASS.search(line)
+            if slow:
+                self.slow.append(("pass", float(slow[1]), float(slow[2])))
             if not self.port:
                 match = READY.search(line)
                 if match:
@@ -715,7 +723,9 @@ def slow_text(steps: list[tuple[str, float, float]]) -> str:
     parts = [f"{kind} {len(cpus)} (CPU max {max(cpus):.1f}, "
              f"{sum(1 for c in cpus if c >= 10)} >= 10 ms CPU)"
              for kind, cpus in sorted(kinds.items(), key=lambda kv: -max(kv[1]))]
-    return f"broker: {len(steps)} steps >= 10 ms wall: " + "; ".join(parts)
+    passes = sum(1 for task, _wall, _cpu in steps if task == "pass")
+    return (f"broker: {len(steps) - passes} steps, {passes} loop passes >= 10 ms wall: "
+            + "; ".join(parts))
 
 
 def offsets(n: int) -> list[int]:

@@ -34,11 +34,39 @@ async def test_a_step_over_the_threshold_is_logged_with_its_cpu_time(
                 nursery.start_soon(busy, name="busy-task")
     finally:
         trio.lowlevel.remove_instrument(watch)
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("slow step: ")]
     assert watch.slow == len(lines) >= 1
     assert any("busy-task held the event loop" in line for line in lines), lines
     assert not any("quick-task" in line for line in lines)
     assert watch.worst_cpu_ms >= 30
+
+
+async def test_short_steps_that_add_up_in_one_pass_are_logged_as_a_slow_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Three steps of 12 ms each, runnable together: no step reaches 20 ms, but the
+    # pass that runs them holds every socket for 36 ms.
+    watch = SlowSteps(threshold_ms=20)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        async def busy() -> None:
+            end = time.thread_time() + 0.012
+            while time.thread_time() < end:
+                pass
+
+        with caplog.at_level(logging.WARNING, logger="trioqueue.slow_steps"):
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(busy, name=f"part-{i}")
+    finally:
+        trio.lowlevel.remove_instrument(watch)
+    lines = [r.getMessage() for r in caplog.records]
+    assert watch.slow == 0, lines
+    passes = [line for line in lines if line.startswith("slow pass: ")]
+    assert watch.slow_passes == len(passes) >= 1, lines
+    steps = int(passes[0].split()[2])
+    assert steps >= 3 and "longest part-" in passes[0], passes
 
 
 def test_the_flag_and_variable() -> None:

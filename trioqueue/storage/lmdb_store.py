@@ -48,6 +48,7 @@ import lmdb
 
 from ..core.writes import Writes
 from . import keys as K
+from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
 from .lmdb_growth import HighWaterMark
 from .ops import validate_writes
@@ -80,7 +81,7 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(Storage):
+class LmdbStorage(KeyedFinishedReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
 
     def __init__(
@@ -435,22 +436,14 @@ class LmdbStorage(Storage):
             raw = txn.get(jkey, db=self._results)
         return (False, None) if raw is None else (True, K.decode_result(raw))
 
-    def count_finished(self, queue: str, state: str) -> int:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
-            return 0
+    def _count_at(self, prefix: bytes) -> int:
         with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
         return K.decode_count(raw) if raw is not None else 0
 
-    def list_finished(
-        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
-    ) -> list[dict[str, Any]]:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
-            return []
+    def _window_at(
+        self, prefix: bytes, *, asc: bool, offset: int, limit: int
+    ) -> list[bytes | None]:
         with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
             total = K.decode_count(raw) if raw is not None else 0
@@ -461,9 +454,7 @@ class LmdbStorage(Storage):
             if not asc:
                 keys.reverse()
             finished = self._finished
-            values = [txn.get(jkey, db=finished) for jkey in keys]
-        loads = K.decode_value  # decoded after the read transaction ends: it stays short
-        return [loads(value) for value in values if value is not None]
+            return [txn.get(jkey, db=finished) for jkey in keys]
 
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
@@ -487,10 +478,6 @@ class LmdbStorage(Storage):
         return {K.dep_child_id(k): loads(v) for k, v in rows}
 
     # --- lifecycle ------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("storage is closed")
 
     def close(self) -> None:
         if not self._closed:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.writes import Writes
 from . import keys as K
+from .keyed_reads import KeyedFinishedReads
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import page_window
@@ -30,7 +31,7 @@ from .positions import page_window
 _MISSING: Any = object()
 
 
-class MemoryStorage(Storage):
+class MemoryStorage(KeyedFinishedReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` in dicts.
 
     ``max_bytes`` simulates a full store: when applying a call would make the total
@@ -254,27 +255,20 @@ class MemoryStorage(Storage):
         raw = None if jkey is None else self._results.get(jkey)
         return (False, None) if raw is None else (True, K.decode_result(raw))
 
-    def count_finished(self, queue: str, state: str) -> int:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        raw = None if prefix is None else self._counts.get(prefix)
+    def _count_at(self, prefix: bytes) -> int:
+        raw = self._counts.get(prefix)
         return K.decode_count(raw) if raw is not None else 0
 
-    def list_finished(
-        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
-    ) -> list[dict[str, Any]]:
-        self._check_open()
-        prefix = K.lookup_prefix(queue, state)
-        if prefix is None:
-            return []
+    def _window_at(
+        self, prefix: bytes, *, asc: bool, offset: int, limit: int
+    ) -> list[bytes | None]:
         entries = self._idx.get(prefix, [])
         start, take = page_window(len(entries), asc=asc, offset=offset, limit=limit)
         window = entries[start : start + take]
         if not asc:
             window.reverse()
         cut = len(prefix) + K.CREATED_LEN
-        records = [self._finished.get(key[cut:]) for key in window]
-        return [K.decode_value(raw) for raw in records if raw is not None]
+        return [self._finished.get(key[cut:]) for key in window]
 
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
@@ -297,10 +291,6 @@ class MemoryStorage(Storage):
         return {K.dep_child_id(k): loads(group[k]) for k in sorted(group)}
 
     # --- lifecycle ------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("storage is closed")
 
     def close(self) -> None:
         self._closed = True

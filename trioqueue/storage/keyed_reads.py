@@ -1,0 +1,52 @@
+"""The finished-job reads that the key-value adapters (LMDB, in-memory) share.
+
+Both keep finished jobs under :mod:`~trioqueue.storage.keys`' prefixes, with a count
+per queue and state beside them, so finding the prefix, refusing a closed store and
+decoding the records are the same; each adapter supplies only how it reads a count and
+a window of records under a prefix. A store with another layout (PostgreSQL) implements
+the :class:`~trioqueue.storage.port.Storage` methods itself.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from . import keys as K
+
+
+class KeyedFinishedReads(abc.ABC):
+    """``count_finished`` and ``list_finished`` over keys.py's finished prefixes."""
+
+    _closed: bool
+
+    @abc.abstractmethod
+    def _count_at(self, prefix: bytes) -> int:
+        """The stored count of the finished prefix ``prefix`` (0 when none)."""
+
+    @abc.abstractmethod
+    def _window_at(
+        self, prefix: bytes, *, asc: bool, offset: int, limit: int
+    ) -> list[bytes | None]:
+        """The encoded records of a page under ``prefix``, in the page's order (None
+        for an index entry whose record is gone), read in one snapshot."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        return 0 if prefix is None else self._count_at(prefix)
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        if prefix is None:
+            return []
+        values = self._window_at(prefix, asc=asc, offset=offset, limit=limit)
+        loads = K.decode_value  # after the adapter's read ended: it stays short
+        return [loads(value) for value in values if value is not None]
