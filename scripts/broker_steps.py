@@ -12,6 +12,16 @@ they can tell which of their rows a step fell in), and written as JSON to
     python scripts/broker_steps.py --steps-out steps.json [--min-ms 2] serve [serve flags]
 
 The bench scripts start it with ``--broker-steps``.
+
+With ``--stacks-after-ms T``, a timer signal (``ITIMER_REAL``) is armed at the start of
+every step and fires T ms into it, then every 1 ms while the step lasts; each time, the
+Python stack that is running is counted. The handler runs between two bytecodes, so a
+long call into C (a commit, an encode) is counted at the Python line that made it.
+``--stacks-out`` then gets, per task kind, the stacks seen inside long steps, most
+often first: where the broker's slow steps spend their time, without guessing.
+
+    python scripts/broker_steps.py --steps-out s.json --stacks-after-ms 8 \
+        --stacks-out stacks.txt serve --tcp-port 6789 ...
 """
 
 from __future__ import annotations
@@ -20,9 +30,12 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from types import FrameType
 
 import trio
 
@@ -48,10 +61,60 @@ class StepClock(trio.abc.Instrument):
                                task.name.rsplit(".", 1)[-1]))
 
 
+class StackSampler(trio.abc.Instrument):
+    """Counts the stacks running ``after_s`` into a step, then every millisecond."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self.task = ""
+        self._busy = False
+        self.stacks: Counter[tuple[str, tuple[str, ...]]] = Counter()
+        signal.signal(signal.SIGALRM, self._sample)
+
+    def _sample(self, signum: int, frame: FrameType | None) -> None:
+        # Cheap and never raising: it runs inside whatever the broker was doing (trio's
+        # own code included), and must not be re-entered by the next tick.
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            lines: list[str] = []
+            while frame is not None and len(lines) < 14:
+                code = frame.f_code
+                lines.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
+                frame = frame.f_back
+            self.stacks[(self.task, tuple(reversed(lines)))] += 1
+        except BaseException:  # noqa: S110 - a lost sample, never a broken broker
+            pass
+        finally:
+            self._busy = False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.task = task.name.rsplit(".", 1)[-1]
+        signal.setitimer(signal.ITIMER_REAL, self.after_s, 0.001)
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def text(self) -> str:
+        by_task: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+        for (task, lines), n in self.stacks.items():
+            by_task.setdefault(task, []).append((n, lines))
+        out = []
+        for task, rows in sorted(by_task.items(), key=lambda kv: -sum(n for n, _ in kv[1])):
+            out.append(f"== {task}: {sum(n for n, _ in rows)} samples")
+            for n, lines in sorted(rows, reverse=True)[:12]:
+                out.append(f"-- {n}")
+                out.extend("   " + line for line in lines)
+        return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps-out", required=True)
     parser.add_argument("--min-ms", type=float, default=2.0)
+    parser.add_argument("--stacks-after-ms", type=float, default=0.0)
+    parser.add_argument("--stacks-out", default=None)
     ours, rest = parser.parse_known_args(argv)
     args = build_parser().parse_args(rest)
     config = config_from(args, os.environ)
@@ -59,9 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     clock = StepClock(ours.min_ms / 1000)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    instruments: list[trio.abc.Instrument] = [clock]
+    sampler = None
+    if ours.stacks_after_ms > 0:
+        sampler = StackSampler(ours.stacks_after_ms / 1000)
+        instruments.append(sampler)
     try:
-        trio.run(serve, config, None, instruments=[clock])
+        trio.run(serve, config, None, instruments=instruments)
     finally:
+        if sampler is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if ours.stacks_out:
+                Path(ours.stacks_out).write_text(sampler.text())
         Path(ours.steps_out).write_text(json.dumps([
             {"began": began, "wall_ms": round(wall * 1000, 2),
              "cpu_ms": round(cpu * 1000, 2), "task": name}

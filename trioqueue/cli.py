@@ -35,6 +35,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "store_finish_allowance_bytes": ("TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES",),
     "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
     "log_slow_step_ms": ("TRIOQUEUE_LOG_SLOW_STEP_MS",),
+    "slice_budget_ms": ("TRIOQUEUE_SLICE_BUDGET_MS",),
 }
 
 # The connection limits of Config, each a flag (--max-connections) and a TRIOQUEUE_*
@@ -193,7 +194,8 @@ def _auth_tokens_from(config: Config, args: argparse.Namespace,
 
 def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
     for setting, unit in (("lease_grace_after_pause_s", "seconds"),
-                          ("log_slow_step_ms", "milliseconds")):
+                          ("log_slow_step_ms", "milliseconds"),
+                          ("slice_budget_ms", "milliseconds")):
         raw = getattr(args, setting)
         if raw is None:
             raw = _env(env, setting)
@@ -265,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="log a warning for every step of a task that holds the event "
                             "loop this long, with its CPU time (default 0: off; it costs "
                             "a few percent while on)")
+    serve.add_argument("--slice-budget-ms", dest="slice_budget_ms",
+                       help="how long one slice of long work (Drain, a large PULLB, ...) "
+                            "may take before a queue takes fewer jobs a slice (default 3; "
+                            "0: fixed slices)")
     serve.add_argument("--store-max-bytes",
                        help="most the store may hold, e.g. 10GiB (default 1TiB for LMDB, "
                             "unlimited with --memory)")

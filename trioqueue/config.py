@@ -59,6 +59,10 @@ class Config:
     # Log every task step that holds the event loop this long (0: off; standalone
     # broker only; see trioqueue/actors/slow_steps.py).
     log_slow_step_ms: float = 0.0
+    # Long work (Drain, a PULLB of 1,000, ...) runs in slices of at most SLICE_JOBS jobs;
+    # a queue whose slices take longer than this takes fewer jobs a slice, measured as
+    # it goes (actors/slice_budget.py). 0: always SLICE_JOBS.
+    slice_budget_ms: float = 3.0
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
@@ -147,8 +151,9 @@ class Config:
                 raise ValueError(f"{name} must be between 0 and 65535")
         if self.fsync_interval_s <= 0:
             raise ValueError("fsync_interval_s must be positive")
-        if not 0 <= self.log_slow_step_ms < math.inf:
-            raise ValueError("log_slow_step_ms must be a finite number, 0 or more")
+        for name in ("log_slow_step_ms", "slice_budget_ms"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number, 0 or more")
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:

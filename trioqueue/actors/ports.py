@@ -73,6 +73,7 @@ class QueueLimits:
     queue_inbox_batches: int
     actor_restart_window_s: float
     actor_max_restarts: int
+    slice_budget_ms: float
 
 
 @dataclass(frozen=True, slots=True)

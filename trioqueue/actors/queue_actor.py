@@ -45,6 +45,7 @@ from ..storage.reads import fetch
 from .clock import PauseWatch
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
+from .slice_budget import SliceBudget
 from .writer import StorageFailure
 
 log = logging.getLogger("trioqueue.queue")
@@ -89,6 +90,7 @@ class QueueActor:
         # A command whose work is done in slices (Drain, ..., a large PUSHB): see _slice.
         self._long: tuple[Request, Sliced] | None = None
         self._refetches = 0  # rounds of reads the current command asked for
+        self._budget = SliceBudget(limits.slice_budget_ms)  # sizes the slices: _slice
         self._need: NeedData | None = None  # reads a blocking store must answer first
         self.crashes: list[float] = []
         self._fatal: Exception | None = None  # see _crashed
@@ -157,13 +159,7 @@ class QueueActor:
             notices = rebuild(self._storage.load(), self._clock.now_ms(),
                               state_for={self.name: state}.get, locate=self._index.locate,
                               dependents=self._index.dependents, charge_active=False)
-        # Parked pulls lived in the dead state: answer them empty so clients re-poll.
-        for waiter in old.waiters:
-            if not waiter.done and waiter.handle is not None:
-                req = waiter.handle
-                self._deliveries.append(
-                    (req.replier, req.reply(old.pull_reply([], [], batch=waiter.batch,
-                                                           owner=waiter.owner))))
+        self._answer_waiters(old.abandon_pulls())  # they lived in the dead state
         writer.submit(state.take_writes())
         if notices:
             self._post_notices(notices)  # for other queues' jobs
@@ -285,10 +281,12 @@ class QueueActor:
             if self._idle is not None:
                 self._idle.cancel()
             return
+        self._budget.begin()
         answers = q.tick(now)
         if answers:
             self._answer_waiters(answers)
         self._finish_batch()
+        self._budget.promoted(q)
 
     def _answer_waiters(self, answers: list[WaiterAnswer]) -> None:
         for delivery in answers:
@@ -380,6 +378,7 @@ class QueueActor:
         grows with the queue.
         """
         assert self._long is not None
+        self._budget.begin()
         req, work = self._long
         self._current = req
         self.state.events_enabled = self._events.active
@@ -397,6 +396,7 @@ class QueueActor:
             self._deliveries.append((req.replier, work.answer(req)))
         self._current = None
         self._finish_batch()
+        self._budget.sliced(self.state)
 
     def holds_jobs_of(self, conn: Any) -> bool:
         """Whether a job delivered over ``conn`` is still active here (a read on the one

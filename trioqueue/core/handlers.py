@@ -102,7 +102,7 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
         raise Refused("owner must be a string")
     lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
     detach = msg.get("detach") is True
-    first = slices.SLICE_JOBS  # (read here, as the slices read it: one setting)
+    first = slices.slice_jobs(q)  # (read here, as the slices read it: one setting)
     jobs, tokens = q.pull(ctx.now, count=min(count, first), owner=owner,
                           lock_ttl=lock_ttl, conn=ctx.conn, detach=detach)
     if len(jobs) == first < count:  # more to lease: in slices (queue/slices.py)

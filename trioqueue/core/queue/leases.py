@@ -184,7 +184,7 @@ def release_connection(q: QueueState, conn: Any, now: int) -> int:
 
 
 def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
-    """The release of a closed connection's jobs, ``SLICE_JOBS`` jobs a step.
+    """The release of a closed connection's jobs, a slice (``slice_jobs``) a step.
 
     A renewed lock means the worker heartbeats, possibly over another pooled
     connection, so that job is left to lock expiry instead. A job requeued costs about
@@ -198,7 +198,7 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
         while (held := q.conn_jobs.get(conn)):
             # a slice of the ids, copied before they leave the set (_requeue removes
             # each from it, and drops the set once empty)
-            for job_id in list(islice(held, slices.SLICE_JOBS)):
+            for job_id in list(islice(held, slices.slice_jobs(q))):
                 job = q.jobs.get(job_id)
                 lock = q.locks.get(job_id)
                 if (job is None or job.state != ACTIVE

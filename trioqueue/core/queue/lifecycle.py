@@ -147,7 +147,8 @@ def _promote_slice(q: QueueState, now: int) -> None:
     """
     d = q._delayed
     places = q.places
-    budget = PROMOTE_MAX_JOBS
+    cap = q.promote_cap
+    budget = PROMOTE_MAX_JOBS if not cap or cap >= PROMOTE_MAX_JOBS else cap
     while d and d[0][0] <= now:
         if not budget:
             q._due_left = True

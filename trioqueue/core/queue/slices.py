@@ -2,10 +2,12 @@
 the admission of a large PUSHB.
 
 A command whose cost grows with the queue (a million jobs drained is seconds of work)
-is written as a generator that does at most ``SLICE_JOBS`` jobs' worth of work between
-two ``yield``s. Its handler returns a :class:`Sliced`; the queue actor runs one slice
-per step, commits what the slice wrote, and lets the other queues run before the next
-(trio's checkpoint between steps). While the work lasts, the queue takes nothing else
+is written as a generator that does at most ``slice_jobs(q)`` jobs' worth of work
+between two ``yield``s (``SLICE_JOBS``, or fewer where the queue actor measured slices
+of that many running past its time budget). Its handler returns a :class:`Sliced`;
+the queue actor runs one slice per step, commits what the slice wrote, and lets the
+other queues run before the next (trio's checkpoint between steps). While the work
+lasts, the queue takes nothing else
 (its commands, notices and timers wait in their inboxes), so no command of the queue
 sees the work half done; only a crash can cut it short, leaving it partly done and
 unacknowledged, like any command whose reply was never sent.
@@ -35,6 +37,33 @@ if TYPE_CHECKING:
 SLICE_JOBS = 100
 # Stale heap entries one slice frees (a tuple each: far cheaper than a job).
 TRIM_ENTRIES = 20_000
+
+
+# The fewest jobs a slice takes however slow its jobs are (see slice_jobs).
+MIN_SLICE_JOBS = 4
+
+
+def slice_jobs(q: QueueState) -> int:
+    """How many jobs the next slice of ``q``'s long work takes: ``SLICE_JOBS``, or fewer
+    where the driver measured that slices of that many hold the loop past its budget
+    (``q.slice_cap``, set by the queue actor from each slice's duration; 0 until then).
+
+    The core keeps no clock: the count is all it is told, so a test that sets none gets
+    ``SLICE_JOBS`` slices. Read at the start of each slice, so one long command follows
+    a cap that changes while it runs (a million leases at 50 us each, or 100 jobs of a
+    megabyte, take far longer per job than a drain's removals)."""
+    cap = q.slice_cap
+    return SLICE_JOBS if not cap or cap >= SLICE_JOBS else cap
+
+
+def _ranges(q: QueueState, count: int) -> Iterator[tuple[int, int]]:
+    """``[start, stop)`` ranges covering ``count`` items, a slice's worth each (sized
+    when the range is taken)."""
+    start = 0
+    while start < count:
+        stop = min(count, start + slice_jobs(q))
+        yield start, stop
+        start = stop
 
 
 def is_long(jobs: int) -> bool:
@@ -107,10 +136,12 @@ class Answerable(Protocol):
 
 def _ids_page(q: QueueState, state: str, after: Any) -> Generator[
         NeedData | None, None, tuple[list[str], Any]]:
-    """A page of finished ids; until the actor supplied it, the slice asks for it."""
+    """A page of finished ids; until the actor supplied it, the slice asks for it (with
+    one size: the read asked for is the read supplied)."""
+    limit = slice_jobs(q)
     while True:
         try:
-            return q.finished.ids_page(state, after=after, limit=SLICE_JOBS)
+            return q.finished.ids_page(state, after=after, limit=limit)
         except NeedData as need:
             yield need
 
@@ -126,8 +157,8 @@ def _compact(q: QueueState, removed: int) -> None:
         q.index.compact()
 
 
-def _batches(order: CreationOrder) -> Iterator[list[str]]:
-    """The ids of ``order`` in slices of at most ``SLICE_JOBS``, for work that removes
+def _batches(q: QueueState, order: CreationOrder) -> Iterator[list[str]]:
+    """The ids of ``order`` in slices of at most ``slice_jobs(q)``, for work that removes
     every job of the place as it goes.
 
     One walk serves all the slices: starting over for each slice would skip again
@@ -139,12 +170,14 @@ def _batches(order: CreationOrder) -> Iterator[list[str]]:
     """
     while len(order):
         batch: list[str] = []
+        size = slice_jobs(q)
         for group in order.groups():
             for job_id in list(group):
                 batch.append(job_id)
-                if len(batch) == SLICE_JOBS:
+                if len(batch) >= size:
                     yield batch
                     batch = []
+                    size = slice_jobs(q)
         if batch:
             yield batch
 
@@ -177,7 +210,7 @@ def drain(q: QueueState, now: int) -> Steps:
     removed = 0
     places = q.places
     for order in (places.waiting, places.prioritized, places.delayed):
-        for ids in _batches(order):
+        for ids in _batches(q, order):
             removed += _drop(q, ids, now)
             yield None
     # Nothing is queued now, so every heap entry left is stale.
@@ -195,7 +228,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
     removed = 0
     for order in (places.waiting, places.prioritized, places.delayed, places.active,
                   places.waiting_children):
-        for ids in _batches(order):
+        for ids in _batches(q, order):
             removed += _drop(q, ids, now)
             yield None
     _compact(q, removed)
@@ -225,9 +258,8 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
     # a listing move and a put), so a slice takes half as many (in process at 200k jobs, a
     # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms).
-    per_slice = max(1, SLICE_JOBS // 2)
     while heap and (count is None or promoted < count):
-        for _ in range(per_slice):
+        for _ in range(max(1, slice_jobs(q) // 2)):
             if not heap or (count is not None and promoted >= count):
                 break
             job = q._pop_delayed()
@@ -249,9 +281,10 @@ class JobsParse(Protocol):
 
 def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
                  storage_full: bool) -> Sliced:
-    """A large PUSHB, ``SLICE_JOBS`` jobs a step: validated first (``parse`` refuses the
-    whole batch at its first bad job, before any is admitted), then admitted (one job
-    costs about 20 us: a PUSHB of 1,000 held every other queue for 20-30 ms in one step).
+    """A large PUSHB, a slice of jobs (``slice_jobs``) a step: validated first
+    (``parse`` refuses the whole batch at its first bad job, before any is admitted),
+    then admitted (one job costs about 20 us: a PUSHB of 1,000 held every other queue
+    for 20-30 ms in one step).
 
     The batch stays whole for its own queue (nothing else of the queue runs before
     its last slice). A crash midway leaves an ordered prefix committed without a
@@ -261,9 +294,9 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
     """
     def steps() -> Steps:
         specs: list[dict[str, Any]] = []
-        for start in range(0, count, SLICE_JOBS):
+        for start, stop in _ranges(q, count):
             yield None
-            specs.extend(parse(start, min(count, start + SLICE_JOBS)))
+            specs.extend(parse(start, stop))
         if parse.linked:
             yield None  # the admission is a step of its own
             while True:
@@ -274,9 +307,9 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
         if storage_full:  # the whole batch: PUSHB admits all of its jobs or none
             raise Refused(STORAGE_FULL)
         ids: list[str] = []
-        for start in range(0, len(specs), SLICE_JOBS):
+        for start, stop in _ranges(q, len(specs)):
             yield None
-            ids.extend(q.push(specs[start:start + SLICE_JOBS], now))
+            ids.extend(q.push(specs[start:stop], now))
         return ids
 
     return Sliced(steps(), _ids_reply)
@@ -285,8 +318,8 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
 def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], count: int,
                  now: int, *, owner: str | None, lock_ttl: float, conn: Any,
                  detach: bool) -> Sliced:
-    """The rest of a large PULLB whose first ``SLICE_JOBS`` jobs (``jobs``, ``tokens``)
-    are leased: ``SLICE_JOBS`` more a step, until ``count`` or the queue runs out.
+    """The rest of a large PULLB whose first slice (``jobs``, ``tokens``) is leased: a
+    slice more a step (``slice_jobs``), until ``count`` or the queue runs out.
 
     One job leased costs 30-50 us at a million active (its lock, its record rewritten,
     its wire form): a PULLB of 1,000 held every other client for 30-100 ms in one step.
@@ -296,7 +329,7 @@ def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], c
     """
     def steps() -> Steps:
         while True:
-            want = min(SLICE_JOBS, count - len(jobs))
+            want = min(slice_jobs(q), count - len(jobs))
             more, more_tokens = q.pull(now, count=want, owner=owner, lock_ttl=lock_ttl,
                                        conn=conn, detach=detach)
             jobs.extend(more)
@@ -315,7 +348,7 @@ def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *
                 results: list[Any] | None, removes: list[Any] | None,
                 reply: Callable[[], dict[str, Any]]) -> Sliced:
     """The jobs of a large ACKB (``checked``: every token already checked, nothing
-    changed yet) completed ``SLICE_JOBS`` a step, each slice its own commit.
+    changed yet) completed a slice (``slice_jobs``) a step, each its own commit.
 
     One job completed costs 20-60 us at a million finished (its record rewritten, its
     finished-index entry, its result): an ACKB of 1,000 held every other queue for
@@ -325,10 +358,10 @@ def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *
     again ignores those jobs (not active), as it does any job already acknowledged.
     """
     def steps() -> Steps:
-        for start in range(0, len(checked), SLICE_JOBS):
+        for start, stop in _ranges(q, len(checked)):
             if start:
                 yield None
-            q.ackb_apply(checked[start:start + SLICE_JOBS], now, results=results,
+            q.ackb_apply(checked[start:stop], now, results=results,
                          removes=removes)
 
     return Sliced(steps(), lambda _: reply())

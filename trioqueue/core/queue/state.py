@@ -76,6 +76,11 @@ class QueueState:
         # delayed heap: (runAt, seq, id); moved to ready when due
         self._delayed: list[tuple[int, int, str]] = []
         self._due_left = False  # due jobs past one promotion's bound: lifecycle
+        # Set by the driver from what slices cost (0: not measured): the most jobs a
+        # slice of long work takes (slices.slice_jobs) and a promotion of due jobs
+        # (lifecycle._promote_slice). The core only obeys them.
+        self.slice_cap = 0
+        self.promote_cap = 0
         self._seq = 0
         self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
         self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
@@ -231,6 +236,7 @@ class QueueState:
     expire_waits = waiting.expire_waits
     serve_waiters = waiting.serve_waiters
     drop_waiters = waiting.drop_waiters
+    abandon_pulls = waiting.abandon_pulls
     park_job_waiter = waiting.park_job_waiter
     held_waits = waiting.held_waits
     _settle = waiting._settle

@@ -211,6 +211,13 @@ def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
     return out
 
 
+def abandon_pulls(q: QueueState) -> list[WaiterAnswer]:
+    """Empty answers for the parked pulls of a state being replaced (the queue actor
+    rebuilds its state after a crash): their clients poll again."""
+    return [WaiterAnswer(w, q.pull_reply([], [], batch=w.batch, owner=w.owner))
+            for w in q.parked.pulls if not w.done and w.handle is not None]
+
+
 def drop_waiters(q: QueueState, conn: Any) -> None:
     """A closed connection's parked pulls claim nothing and its waits end."""
     q.parked.drop(conn)

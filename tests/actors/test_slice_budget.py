@@ -1,0 +1,103 @@
+"""A queue actor sizes the slices of its long work from what they cost: past
+``Config.slice_budget_ms`` the next slices take fewer jobs, under half of it more again,
+and the work's result is the same whatever the size."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.actors.slice_budget import resized
+from trioqueue.cli import build_parser, config_from
+from trioqueue.config import Config
+from trioqueue.core.queue import lifecycle, slices
+from trioqueue.testing import RawClient
+
+MOST = slices.SLICE_JOBS
+
+
+def test_a_slice_past_the_budget_makes_the_next_ones_proportionally_smaller() -> None:
+    assert resized(0, MOST, 0.008, 0.002) == MOST // 4  # 0: not measured yet, so MOST
+    assert resized(40, MOST, 0.004, 0.002) == 20
+    assert resized(8, MOST, 1.0, 0.002) == slices.MIN_SLICE_JOBS  # never below the floor
+
+
+def test_quick_slices_grow_back_a_quarter_at_a_time_up_to_the_most() -> None:
+    assert resized(40, MOST, 0.0005, 0.002) == 50
+    assert resized(5, MOST, 0.0, 0.002) == 6
+    assert resized(MOST - 1, MOST, 0.0, 0.002) == MOST
+    assert resized(0, MOST, 0.0, 0.002) == MOST
+    assert resized(40, MOST, 0.0015, 0.002) == 40  # within the budget: kept
+
+
+class QueueSteps(trio.abc.Instrument):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
+
+
+async def _pullb_steps(start_server: Callable[..., Any], budget_ms: float) -> int:
+    """The queue task's steps while a PULLB of 500 jobs runs; checks its reply."""
+    server = await start_server(slice_budget_ms=budget_ms, memory=True)  # two of them
+    client = await RawClient.connect(server.tcp_port)
+    for start in (0, 250):
+        await client.ok("PUSHB", queue="sized",
+                        jobs=[{"name": "j", "data": start + i} for i in range(250)])
+    steps = QueueSteps("queue:sized")
+    trio.lowlevel.add_instrument(steps)
+    try:
+        with trio.fail_after(20):
+            reply = await client.ok("PULLB", queue="sized", count=500, timeout=0)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert [job["data"] for job in reply["jobs"]] == list(range(500))
+    assert len({job["id"] for job in reply["jobs"]}) == 500
+    actor = server.broker.router.actors["sized"]
+    assert (actor.state.slice_cap == 0) == (budget_ms == 0)
+    return steps.steps
+
+
+async def test_slices_over_a_tiny_budget_take_fewer_jobs_each_with_the_same_reply(
+    start_server: Callable[..., Any],
+) -> None:
+    fixed = await _pullb_steps(start_server, 0)  # SLICE_JOBS a slice: a handful
+    tight = await _pullb_steps(start_server, 0.001)  # every slice is over: the floor
+    assert fixed <= 500 // MOST + 2
+    assert tight >= 4 * fixed, (fixed, tight)
+
+
+async def test_due_jobs_are_promoted_in_smaller_ticks_past_the_budget(
+    start_server: Callable[..., Any],
+) -> None:
+    server = await start_server(slice_budget_ms=0.001)
+    client = await RawClient.connect(server.tcp_port)
+    n = 3 * lifecycle.PROMOTE_MAX_JOBS
+    await client.ok("PUSHB", queue="due", jobs=[{"name": "j", "data": i, "delay": 1}
+                                                 for i in range(n)])
+    await trio.sleep(0.01)  # real time: the jobs' runAt (1 ms) must pass
+    with trio.fail_after(20):
+        while (await client.ok("GetJobCounts", queue="due"))["counts"]["delayed"]:
+            pass
+    counts = (await client.ok("GetJobCounts", queue="due"))["counts"]
+    assert counts["waiting"] == n
+    state = server.broker.router.actors["due"].state
+    assert 0 < state.promote_cap < lifecycle.PROMOTE_MAX_JOBS
+
+
+def test_the_flag_and_variable() -> None:
+    args = build_parser().parse_args(["serve", "--slice-budget-ms", "5"])
+    assert config_from(args, {}).slice_budget_ms == 5
+    args = build_parser().parse_args(["serve"])
+    assert config_from(args, {"TRIOQUEUE_SLICE_BUDGET_MS": "0"}).slice_budget_ms == 0
+    assert Config().slice_budget_ms == 3.0
+    with pytest.raises(ValueError):
+        Config(slice_budget_ms=-1).validate()
+    with pytest.raises(ValueError):
+        Config(slice_budget_ms=float("inf")).validate()

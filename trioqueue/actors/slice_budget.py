@@ -1,0 +1,61 @@
+"""How many jobs a queue's slices of long work take: sized from what they cost here.
+
+The core cuts long work (Drain, Obliterate, PromoteJobs, a PULLB or ACKB of 1,000 jobs,
+a closed connection's release) into slices of at most ``SLICE_JOBS`` jobs, and promotes
+due jobs at most ``PROMOTE_MAX_JOBS`` a tick. A fixed count is a fixed time only for
+one kind of job on one machine: a lease at a million active jobs costs 50 us, a drained
+job 5 us, and a job of a megabyte far more. trio runs every runnable task between two
+polls of the sockets, and a request crosses a few such passes, so a slice of 10 ms
+makes another queue's client wait 10-30 ms.
+
+So the queue actor times each slice (with its commit) and tells the core a smaller
+count when a slice ran past ``Config.slice_budget_ms``, and a larger one again, a
+quarter at a time, when slices take under half of it. The core only reads the counts
+(``QueueState.slice_cap``, ``promote_cap``): it keeps no clock, and its tests see the
+fixed sizes. Wall time is what other queues waited; a preempted slice shrinks the next
+ones a little, which costs some throughput and never latency.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..core.queue import lifecycle, slices
+from ..core.queue.state import QueueState
+
+
+def resized(cap: int, most: int, spent_s: float, budget_s: float) -> int:
+    """The next count of a slice that took ``spent_s`` with ``cap`` jobs at most
+    (0: ``most``): proportionally fewer past the budget, a quarter more under half."""
+    size = cap if 0 < cap < most else most
+    if spent_s > budget_s:
+        return max(slices.MIN_SLICE_JOBS, int(size * budget_s / spent_s))
+    if spent_s < budget_s / 2 and size < most:
+        return min(most, size + max(1, size // 4))
+    return size
+
+
+class SliceBudget:
+    """Times a queue actor's slices and promotions; resizes the next ones."""
+
+    __slots__ = ("budget_s", "_began")
+
+    def __init__(self, budget_ms: float) -> None:
+        self.budget_s = budget_ms / 1000  # 0: the fixed sizes
+        self._began = 0.0
+
+    def begin(self) -> None:
+        self._began = time.perf_counter()
+
+    def sliced(self, q: QueueState) -> None:
+        """A slice of long work ran (since :meth:`begin`)."""
+        if self.budget_s:
+            q.slice_cap = resized(q.slice_cap, slices.SLICE_JOBS,
+                                  time.perf_counter() - self._began, self.budget_s)
+
+    def promoted(self, q: QueueState) -> None:
+        """A tick ran (since :meth:`begin`); it promoted a full slice if due jobs are
+        left, and only such a tick tells what a full slice costs."""
+        if self.budget_s and q._due_left:
+            q.promote_cap = resized(q.promote_cap, lifecycle.PROMOTE_MAX_JOBS,
+                                    time.perf_counter() - self._began, self.budget_s)
