@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "a few percent while on)")
     serve.add_argument("--slice-budget-ms", dest="slice_budget_ms",
                        help="how long one slice of long work (Drain, a large PULLB, ...) "
-                            "may take before a queue takes fewer jobs a slice (default 3; "
+                            "may take before a queue takes fewer jobs a slice (default 4; "
                             "0: fixed slices)")
     serve.add_argument("--store-max-bytes",
                        help="most the store may hold, e.g. 10GiB (default 1TiB for LMDB, "

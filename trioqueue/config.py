@@ -61,8 +61,10 @@ class Config:
     log_slow_step_ms: float = 0.0
     # Long work (Drain, a PULLB of 1,000, ...) runs in slices of at most SLICE_JOBS jobs;
     # a queue whose slices take longer than this takes fewer jobs a slice, measured as
-    # it goes (actors/slice_budget.py). 0: always SLICE_JOBS.
-    slice_budget_ms: float = 3.0
+    # it goes (actors/slice_budget.py). 0: always SLICE_JOBS. 4 ms leaves slices of
+    # small jobs at SLICE_JOBS and held 50 KB jobs' PULLB slices to 5 ms of CPU (15 ms
+    # fixed); 3 ms cost a PULLB at 200k jobs 10% of its rate (docs/benchmarks.md).
+    slice_budget_ms: float = 4.0
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body

@@ -96,7 +96,7 @@ def test_the_flag_and_variable() -> None:
     assert config_from(args, {}).slice_budget_ms == 5
     args = build_parser().parse_args(["serve"])
     assert config_from(args, {"TRIOQUEUE_SLICE_BUDGET_MS": "0"}).slice_budget_ms == 0
-    assert Config().slice_budget_ms == 3.0
+    assert Config().slice_budget_ms == 4.0
     with pytest.raises(ValueError):
         Config(slice_budget_ms=-1).validate()
     with pytest.raises(ValueError):
