@@ -8,7 +8,7 @@ an already running one with ``--target HOST:PORT``), with ``--jobs`` N (default
 - GetJobs of a live state (waiting, delayed, active), limit 100, at offsets 0, N/2 and
   N-100, and of completed jobs at offsets 0 and min(500,000, N/2): median and max of
   ``--calls`` calls;
-- how long another queue waits while one heavy command runs: a probe thread sends
+- how long another queue waits while one heavy command runs: a probe process sends
   GetJobCounts on queue ``probe-*`` in a tight loop on its own socket; per command, its
   own duration and the probe's worst latency (GetJobs at N/2, PromoteJobs of N delayed
   jobs, Drain of N waiting jobs, Obliterate of N completed jobs, and an idle window with
@@ -16,9 +16,9 @@ an already running one with ``--target HOST:PORT``), with ``--jobs`` N (default
 - the broker's own slow steps (started here with ``--log-slow-step-ms``, default 10):
   for each heavy command and each section, how many task steps held the event loop
   10 ms or more, and how many passes of its loop did (kind ``pass``: the steps run
-  between two polls of the sockets, which is what bounds the probe's latency), the worst by wall time and by CPU time (CPU time excludes the time the
-  OS gave the core to another process, so it tells the broker's slow steps from a
-  noisy machine's);
+  between two polls of the sockets, which is what bounds the probe's latency), the
+  worst by wall time and by CPU time (CPU time excludes the time the OS gave the core
+  to another process, so it tells the broker's slow steps from a noisy machine's);
 - WaitJob holds: broker time per hold registered at the first ``--holds-low`` holds and
   at the last of ``--holds-high`` holds (40 per connection, the broker's per-connection
   limit), the latency of a WaitJob refused at that limit (it counts the holds first),
@@ -43,7 +43,9 @@ cannot be reached or started.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -58,6 +60,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -219,96 +222,95 @@ def rss_text(split: dict[str, int]) -> str:
 # --------------------------------------------------------------------------- the probe
 
 
-class Probe:
-    """Another queue's client: GetJobCounts in a tight loop on its own socket, while
-    :meth:`watch` is open; the worst latency it saw is how long the broker stalled it."""
-
-    def __init__(self, connect: Callable[[], Conn], io_timeout_s: float) -> None:
-        self.conn = connect()
-        self.queue = f"probe-{secrets.token_hex(4)}"
-        self.conn.call("GetJobCounts", queue=self.queue)  # creates the queue's actor
-        self._cond = threading.Condition()
-        self._active = False
-        self._closing = False
-        self._busy = False
-        self.samples: list[tuple[float, float]] = []  # (sent, answered)
-        self.error: str | None = None
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        conn, queue = self.conn, self.queue
+def _probe_loop(host: str, port: int, queue: str, io_timeout_s: float,
+                pipe: Connection) -> None:
+    """The probe's process: GetJobCounts on ``queue`` in a tight loop while told to
+    (``"start"`` ... ``"stop"``), then the (sent, answered) times of every call."""
+    conn = Conn(host, port, "msgpack", io_timeout_s)
+    conn.call("GetJobCounts", queue=queue)  # creates the queue's actor
+    while pipe.recv() == "start":
+        samples: list[tuple[float, float]] = []
+        error: str | None = None
+        warm = stopped = False
         while True:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-                while not self._active and not self._closing:
-                    self._cond.wait()
-                if self._closing:
-                    return
-                self._busy = True
             t0 = perf()
             try:
                 reply = conn.call("GetJobCounts", queue=queue)
             except Exception as exc:  # noqa: BLE001 - reported by watch()
-                self.error = f"{type(exc).__name__}: {exc}"
-                with self._cond:
-                    self._active = False
-                    self._busy = False
-                    self._cond.notify_all()
-                return
-            t1 = perf()
+                error = f"{type(exc).__name__}: {exc}"
+                break
+            samples.append((t0, perf()))
             if reply.get("ok") is not True:
-                self.error = repr(reply.get("error", reply))
-            with self._cond:
-                self.samples.append((t0, t1))
-                self._cond.notify_all()
+                error = repr(reply.get("error", reply))
+            if stopped:  # this call was sent after the stop: nothing is stuck behind
+                break
+            if not warm and len(samples) >= 3:
+                pipe.send("warm")
+                warm = True
+            if warm and pipe.poll():
+                pipe.recv()  # "stop"
+                stopped = True
+        if not warm:
+            pipe.send("warm")  # (failed before it was: the parent must not wait)
+        if not stopped:
+            pipe.recv()
+        pipe.send((samples, error))
+    conn.close()
+
+
+class Probe:
+    """Another queue's client: GetJobCounts in a tight loop on its own socket, while
+    :meth:`watch` is open; the worst latency it saw is how long the broker stalled it.
+
+    It runs in a process of its own: a thread of this one would share its GIL with the
+    load this process generates (decoding a PULLB of 1,000 jobs is one C call of a few
+    ms, and Python switches threads every 5 ms), and count those waits as the broker's.
+    """
+
+    def __init__(self, host: str, port: int, io_timeout_s: float) -> None:
+        self.queue = f"probe-{secrets.token_hex(4)}"
+        ctx = multiprocessing.get_context("spawn")
+        self._pipe, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_probe_loop, daemon=True,
+                                 args=(host, port, self.queue, io_timeout_s, child))
+        self._proc.start()
+        self._timeout_s = io_timeout_s
+
+    def _recv(self) -> Any:
+        if not self._pipe.poll(self._timeout_s):
+            raise TimeoutError("the probe process did not answer")
+        return self._pipe.recv()
 
     @contextmanager
-    def watch(self, timeout_s: float = 10.0) -> Iterator[dict[str, float]]:
+    def watch(self) -> Iterator[dict[str, float]]:
         """Probe while the block runs; afterwards the dict holds the probe's numbers:
         max_ms (worst latency of a call that overlapped the block), p50_ms, calls."""
         stats: dict[str, float] = {}
-        with self._cond:
-            self.samples = []
-            self._active = True
-            self._cond.notify_all()
-            # Warm: a few answered calls before the command, so the loop is running.
-            deadline = perf() + timeout_s
-            while len(self.samples) < 3 and self.error is None and perf() < deadline:
-                self._cond.wait(deadline - perf())
+        self._pipe.send("start")
+        self._recv()  # "warm": a few answered calls before the command
         start = perf()
         try:
             yield stats
         finally:
             end = perf()
-            with self._cond:
-                # One more call sent after the block, so a call stuck behind the
-                # command has been answered, then stop.
-                deadline = perf() + timeout_s
-                while (self.error is None and perf() < deadline
-                       and not any(s >= end for s, _ in self.samples[-2:])):
-                    self._cond.wait(deadline - perf())
-                self._active = False
-                while self._busy and perf() < deadline:
-                    self._cond.wait(deadline - perf())
-                seen = [(s, a) for s, a in self.samples if a >= start and s <= end]
+            self._pipe.send("stop")
+            samples, error = self._recv()
+            seen = [(s, a) for s, a in samples if a >= start and s <= end]
             lat = sorted(a - s for s, a in seen) or [0.0]
             # The max is one call: a scheduling hiccup of this 2-core machine shows there
             # as well as a stall of the broker; p99 and the calls over 10 ms tell them apart.
             stats.update(max_ms=ms(lat[-1]), p50_ms=ms(statistics.median(lat)),
                          p99_ms=ms(lat[min(len(lat) - 1, int(len(lat) * 0.99))]),
                          over_10ms=sum(1 for x in lat if x > 0.010), calls=len(seen))
-            if self.error:
-                stats["error"] = self.error  # type: ignore[assignment]
+            if error:
+                stats["error"] = error  # type: ignore[assignment]
 
     def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._active = False
-            self._cond.notify_all()
-        self._thread.join(10.0)
-        self.conn.close()
+        with contextlib.suppress(OSError):
+            self._pipe.send("close")
+        self._proc.join(10.0)
+        if self._proc.is_alive():
+            self._proc.kill()
 
 
 # --------------------------------------------------------------------------- loads
@@ -327,7 +329,7 @@ class Bench:
         # The broker's slow steps (task, wall ms, CPU ms), when it was started here.
         self.slow: list[tuple[str, float, float]] | None = None
         self.main = self.connect()
-        self.probe = Probe(self.connect, io_timeout_s)
+        self.probe = Probe(host, port, io_timeout_s)
         self.run = Run(jobs)
 
     def connect(self) -> Conn:
