@@ -15,6 +15,7 @@ from trioqueue.cli import build_parser, config_from
 from trioqueue.config import Config
 from trioqueue.core.queue import lifecycle, slices
 from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import StepCounter
 
 MOST = slices.SLICE_JOBS
 
@@ -33,16 +34,6 @@ def test_quick_slices_grow_back_a_quarter_at_a_time_up_to_the_most() -> None:
     assert resized(40, MOST, 0.0015, 0.002) == 40  # within the budget: kept
 
 
-class QueueSteps(trio.abc.Instrument):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == self.name:
-            self.steps += 1
-
-
 async def _pullb_steps(start_server: Callable[..., Any], budget_ms: float) -> int:
     """The queue task's steps while a PULLB of 500 jobs runs; checks its reply."""
     server = await start_server(slice_budget_ms=budget_ms, memory=True)  # two of them
@@ -50,7 +41,7 @@ async def _pullb_steps(start_server: Callable[..., Any], budget_ms: float) -> in
     for start in (0, 250):
         await client.ok("PUSHB", queue="sized",
                         jobs=[{"name": "j", "data": start + i} for i in range(250)])
-    steps = QueueSteps("queue:sized")
+    steps = StepCounter("queue:sized")
     trio.lowlevel.add_instrument(steps)
     try:
         with trio.fail_after(20):

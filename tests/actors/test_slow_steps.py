@@ -1,5 +1,6 @@
 """The slow-step log: a step that holds the event loop past the threshold is logged
-with its task's name, wall time and CPU time; quick steps are not."""
+with its task's name, wall time and CPU time; quick steps are not. A pass of the loop
+whose steps together reach it is logged as a slow pass."""
 
 from __future__ import annotations
 
@@ -14,28 +15,34 @@ from trioqueue.cli import build_parser, config_from
 from trioqueue.config import Config
 
 
-async def test_a_step_over_the_threshold_is_logged_with_its_cpu_time(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def _watched(caplog: pytest.LogCaptureFixture, busy_s: dict[str, float]
+                   ) -> tuple[SlowSteps, list[str]]:
+    """Run one task per name, each busy for its CPU seconds in one step (0: a bare
+    checkpoint), all runnable together, under a watch of 20 ms; its log lines."""
     watch = SlowSteps(threshold_ms=20)
     trio.lowlevel.add_instrument(watch)
     try:
-        async def busy() -> None:
-            end = time.thread_time() + 0.03  # 30 ms of CPU in one step
+        async def busy(seconds: float) -> None:
+            if not seconds:
+                await trio.lowlevel.checkpoint()
+            end = time.thread_time() + seconds
             while time.thread_time() < end:
                 pass
 
-        async def quick() -> None:
-            await trio.lowlevel.checkpoint()
-
         with caplog.at_level(logging.WARNING, logger="trioqueue.slow_steps"):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(quick, name="quick-task")
-                nursery.start_soon(busy, name="busy-task")
+                for name, seconds in busy_s.items():
+                    nursery.start_soon(busy, seconds, name=name)
     finally:
         trio.lowlevel.remove_instrument(watch)
-    lines = [r.getMessage() for r in caplog.records
-             if r.getMessage().startswith("slow step: ")]
+    return watch, [r.getMessage() for r in caplog.records]
+
+
+async def test_a_step_over_the_threshold_is_logged_with_its_cpu_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    watch, logged = await _watched(caplog, {"quick-task": 0, "busy-task": 0.03})
+    lines = [line for line in logged if line.startswith("slow step: ")]
     assert watch.slow == len(lines) >= 1
     assert any("busy-task held the event loop" in line for line in lines), lines
     assert not any("quick-task" in line for line in lines)
@@ -47,21 +54,7 @@ async def test_short_steps_that_add_up_in_one_pass_are_logged_as_a_slow_pass(
 ) -> None:
     # Three steps of 12 ms each, runnable together: no step reaches 20 ms, but the
     # pass that runs them holds every socket for 36 ms.
-    watch = SlowSteps(threshold_ms=20)
-    trio.lowlevel.add_instrument(watch)
-    try:
-        async def busy() -> None:
-            end = time.thread_time() + 0.012
-            while time.thread_time() < end:
-                pass
-
-        with caplog.at_level(logging.WARNING, logger="trioqueue.slow_steps"):
-            async with trio.open_nursery() as nursery:
-                for i in range(3):
-                    nursery.start_soon(busy, name=f"part-{i}")
-    finally:
-        trio.lowlevel.remove_instrument(watch)
-    lines = [r.getMessage() for r in caplog.records]
+    watch, lines = await _watched(caplog, {f"part-{i}": 0.012 for i in range(3)})
     assert watch.slow == 0, lines
     passes = [line for line in lines if line.startswith("slow pass: ")]
     assert watch.slow_passes == len(passes) >= 1, lines

@@ -12,18 +12,7 @@ import trio
 
 from trioqueue.actors import queue_actor
 from trioqueue.testing import RawClient
-
-
-class QueueSteps(trio.abc.Instrument):
-    """Counts the steps of one queue's task."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == self.name:
-            self.steps += 1
+from trioqueue.testing.tasks import StepCounter
 
 
 async def test_a_pipelined_burst_is_served_in_parts_in_order(
@@ -34,7 +23,7 @@ async def test_a_pipelined_burst_is_served_in_parts_in_order(
     client = await RawClient.connect(server.tcp_port)
     await client.ok("PUSH", queue="burst", name="j", data={})  # the actor exists
     n = 20 * queue_actor.BUDGET_EVERY
-    steps = QueueSteps("queue:burst")
+    steps = StepCounter("queue:burst")
     trio.lowlevel.add_instrument(steps)
     try:
         await client.send_raw(b"".join(

@@ -18,7 +18,20 @@ from collections.abc import Iterator
 
 import trio
 
-__all__ = ["count_tasks", "iter_tasks", "task_names", "wait_for_task_count"]
+__all__ = ["StepCounter", "count_tasks", "iter_tasks", "task_names", "wait_for_task_count"]
+
+
+class StepCounter(trio.abc.Instrument):
+    """Counts the steps of the tasks named ``name`` while installed: how many slices a
+    queue actor (``queue:<name>``) took for some work."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
 
 
 def iter_tasks(root: trio.lowlevel.Task | None = None) -> Iterator[trio.lowlevel.Task]:
