@@ -281,7 +281,7 @@ class QueueActor:
             if self._idle is not None:
                 self._idle.cancel()
             return
-        self._budget.begin()
+        self._budget.begin_tick(q)
         answers = q.tick(now)
         if answers:
             self._answer_waiters(answers)
