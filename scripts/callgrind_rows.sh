@@ -15,6 +15,10 @@
 # Needs valgrind (callgrind_control, callgrind_annotate) and bc. Every broker is bound
 # to 127.0.0.1 and stopped by its pid. KEEP_DIR=dir keeps each row's callgrind output
 # there (ROW.N.out, N the tree's position), for callgrind_annotate.
+# Under callgrind every slice of long work takes some 50 times its real CPU time, so a
+# tree with the slice budget (Config.slice_budget_ms) shrinks its slices to the floor
+# and pays their overhead: compare code paths with TRIOQUEUE_SLICE_BUDGET_MS=0 (the
+# fixed slices older trees have), and the budget itself in real time (slice_sizes.py).
 set -euo pipefail
 [[ $# -ge 3 ]] || { sed -n 2,16p "$0"; exit 2; }
 N=$1; ROWS=$2; shift 2
