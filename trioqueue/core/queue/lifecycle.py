@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 from .. import states as st
 from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
 
-# Delayed jobs promoted per call at most (see _promote_slice). A promotion costs about
-# 7 us in process at 100k delayed jobs (two heap operations, two listing moves), so a
-# slice holds the loop about 3 ms.
-PROMOTE_MAX_JOBS = 400
+# Delayed jobs promoted per call at most (see _promote_slice); the queue actor lowers it
+# for a queue where that many take longer than Config.slice_budget_ms. A promotion
+# costs about 7 us in process at 100k delayed jobs (two heap operations, two listing
+# moves) and 30 us at a million: the first slice of a million jobs falling due, before
+# the actor measured any, took 12.6 ms of CPU with 400 (docs/benchmarks.md).
+PROMOTE_MAX_JOBS = 200
 
 if TYPE_CHECKING:
     from .state import QueueState
