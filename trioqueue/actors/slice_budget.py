@@ -29,7 +29,7 @@ from ..core.queue.state import QueueState
 def resized(cap: int, most: int, spent_s: float, budget_s: float) -> int:
     """The next count of a slice that took ``spent_s`` with ``cap`` jobs at most
     (0: ``most``): proportionally fewer past the budget, a quarter more under half."""
-    size = cap if 0 < cap < most else most
+    size = slices.capped(cap, most)
     if spent_s > budget_s:
         return max(slices.MIN_SLICE_JOBS, int(size * budget_s / spent_s))
     if spent_s < budget_s / 2 and size < most:

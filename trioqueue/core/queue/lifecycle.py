@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import states as st
 from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
+from .slices import capped
 
 # Delayed jobs promoted per call at most (see _promote_slice); the queue actor lowers it
 # for a queue where that many take longer than Config.slice_budget_ms. A promotion
@@ -149,8 +150,7 @@ def _promote_slice(q: QueueState, now: int) -> None:
     """
     d = q._delayed
     places = q.places
-    cap = q.promote_cap
-    budget = PROMOTE_MAX_JOBS if not cap or cap >= PROMOTE_MAX_JOBS else cap
+    budget = capped(q.promote_cap, PROMOTE_MAX_JOBS)
     while d and d[0][0] <= now:
         if not budget:
             q._due_left = True

@@ -52,8 +52,13 @@ def slice_jobs(q: QueueState) -> int:
     ``SLICE_JOBS`` slices. Read at the start of each slice, so one long command follows
     a cap that changes while it runs (a million leases at 50 us each, or 100 jobs of a
     megabyte, take far longer per job than a drain's removals)."""
-    cap = q.slice_cap
-    return SLICE_JOBS if not cap or cap >= SLICE_JOBS else cap
+    return capped(q.slice_cap, SLICE_JOBS)
+
+
+def capped(cap: int, most: int) -> int:
+    """A count the driver set (``cap``; 0: not set) within its most: the one rule of
+    ``slice_cap`` and ``promote_cap``."""
+    return cap if 0 < cap < most else most
 
 
 def _ranges(q: QueueState, count: int) -> Iterator[tuple[int, int]]:
