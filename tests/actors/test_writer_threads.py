@@ -16,15 +16,11 @@ import pytest
 import trio
 import trio.testing
 
-from trioqueue.actors.broker import Broker
 from trioqueue.actors.writer import BEHIND_HOPS, StorageFailure, StorageWriter
-from trioqueue.config import Config
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
-from trioqueue.server import Server
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
-from trioqueue.testing import RawClient
 
 HOP = 4  # thread_commit_ops in these tests
 
@@ -318,56 +314,3 @@ def test_an_lmdb_read_waits_for_an_apply_in_another_thread(tmp_path: Any) -> Non
     reader.join(5)
     assert seen == [(True, 7)]  # the whole commit, never a part of it
     store.close()
-
-
-async def test_replies_held_during_a_hop_go_before_a_later_inline_one() -> None:
-    store = ThreadedStorage()
-    writer = StorageWriter(store, fsync="never", thread_commit_ops=HOP)
-    inbox = Inbox()
-    async with trio.open_nursery() as nursery:
-        writer.submit(big("b"))
-        writer.release([(inbox, {"id": "b"})])
-        nursery.start_soon(writer._cycle)  # one writer cycle only: the hop
-        await entered(store)
-        writer.submit(writes_of("x"))
-        writer.release([(inbox, {"id": "x"})])  # held: a hop is in flight
-        store.permits.release()
-        await inbox.wait_for(1)
-    # the hop is over and the writer has not run again: an inline release now
-    writer.submit(writes_of("y"))
-    writer.release([(inbox, {"id": "y"})])
-    assert inbox.replies == ["b", "x", "y"]
-
-
-class WatchedLmdb(LmdbStorage):
-    """LMDB, with the thread and size of every apply recorded."""
-
-    def __init__(self, path: Any) -> None:
-        super().__init__(path)
-        self.trio_thread = threading.get_ident()
-        self.applies: list[tuple[int, bool]] = []  # (operations, on the trio thread)
-
-    def apply(self, batches: Sequence[Writes]) -> None:
-        super().apply(batches)
-        self.applies.append((sum(map(len, batches)),
-                             threading.get_ident() == self.trio_thread))
-
-
-async def test_a_broker_on_lmdb_commits_a_pushb_in_a_thread_and_a_push_inline(
-        tmp_path: Any) -> None:
-    store = WatchedLmdb(tmp_path / "db")
-    config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=str(tmp_path))
-    async with trio.open_nursery() as nursery:
-        server: Server = await nursery.start(
-            Server(config, broker=Broker(config, storage=store)).run)
-        assert server.tcp_port is not None
-        client = await RawClient.connect(server.tcp_port)
-        await client.ok("PUSH", queue="q", name="n", data=0)
-        big_batch = [{"name": "n", "data": i} for i in range(config.thread_commit_ops)]
-        await client.ok("PUSHB", queue="q", jobs=big_batch)
-        counts = (await client.ok("GetJobCounts", queue="q"))["counts"]
-        assert counts["waiting"] == 1 + config.thread_commit_ops
-        await client.aclose()
-        server.stop()
-    assert (1, True) in store.applies  # the PUSH: inline
-    assert (config.thread_commit_ops, False) in store.applies  # the PUSHB: in a thread

@@ -1,10 +1,6 @@
 """A long reply is encoded in slices, to the same bytes (transport/reply_slices.py), and
 a large PULLB leases in slices (core/queue/slices.py): other clients are served
-meanwhile.
-
-The brokers of the slicing tests commit every batch inline (``thread_commit_ops=0``): a
-large batch's commit in a worker thread lets other clients in too, which would blur the
-contrast between slices and one step (tests/actors/test_writer_threads.py covers it)."""
+meanwhile."""
 
 from __future__ import annotations
 
@@ -130,7 +126,7 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     monkeypatch.setattr(slices, "SLICE_JOBS", lease)
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", encode)
     monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 200 if sliced else 10_000)
-    server = await start_server(thread_commit_ops=0)  # every commit inline (see top)
+    server = await start_server()
     worker, other = await connect(server, codec), await connect(server, codec)
     for start in range(0, 1000, 250):
         await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
@@ -161,7 +157,7 @@ async def test_other_clients_are_served_while_a_large_ackb_completes(
     monkeypatch.setattr(slices, "SLICE_JOBS", 10 if sliced else 10_000)
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 10_000)
     monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 10_000)
-    server = await start_server(thread_commit_ops=0)  # every commit inline (see top)
+    server = await start_server()
     worker, other = await connect(server, "msgpack"), await connect(server, "msgpack")
     for start in range(0, 1000, 250):
         await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
@@ -195,7 +191,7 @@ async def test_other_clients_are_served_while_a_websocket_pullb_is_encoded(
     # pings through in both runs (about 100-150 here); the 200 slices add about 100.
     monkeypatch.setattr(slices, "SLICE_JOBS", 10_000)  # leased in one step: as before
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 5)
-    server = await start_server(thread_commit_ops=0)  # every commit inline (see top)
+    server = await start_server()
     other = await connect(server, "cbor")
     codec: Codec = JSON if kind == "text" else CBOR
     counts = {}

@@ -57,10 +57,8 @@ log = logging.getLogger("trioqueue.writer")
 Delivery = tuple[Replier, dict[str, Any]]
 T = TypeVar("T")
 
-# How far, in operations, long work may run ahead of a commit in flight: this many hops
-# of thread_commit_ops (or of BEHIND_OPS_PER_HOP for a store that always commits there).
+# How far, in operations, long work may run ahead of a commit in flight (x the hop size).
 BEHIND_HOPS = 8
-BEHIND_OPS_PER_HOP = 64
 
 
 class StorageFailure(Exception):
@@ -88,8 +86,6 @@ class StorageWriter:
         self.thread_ops = (thread_commit_ops
                            if storage.threaded_apply and not self.off_thread else 0)
         self._pending_ops = 0  # operations in _writes
-        # How far long work may run ahead of a commit in flight (see settle).
-        self._behind_ops = BEHIND_HOPS * (self.thread_ops or BEHIND_OPS_PER_HOP)
         # A hop's apply is running in a worker thread: commit_now waits for it first.
         self._applied = threading.Event()
         self._applied.set()
@@ -140,10 +136,6 @@ class StorageWriter:
             # Writes with no reply (a timer's lock expiry, a disconnect's release) are
             # committed here too, so a crash cannot lose a transition already made.
             self.commit_now()
-            if self._committed and not self._needs_sync:
-                # replies held during a hop that just ended go first
-                deliveries = self._committed + deliveries
-                self._committed = []
             if deliveries:
                 deliver_all(deliveries)
             return
@@ -206,9 +198,8 @@ class StorageWriter:
         worker thread and ``BEHIND_HOPS`` hops' worth of operations already wait for the
         next one, wait until it finishes: long work must not run ahead of the store
         without bound (its writes are memory, and its replies wait for them anyway)."""
-        limit = self._behind_ops
-        if self._hopping and self._pending_ops >= limit:
-            while self._hopping and self._pending_ops >= limit and not self.failed:
+        if self._hopping and self._pending_ops >= BEHIND_HOPS * self.thread_ops:
+            while self._hopping and not self.failed:
                 await self._progress.wait()
             return
         await trio.lowlevel.checkpoint()
