@@ -113,7 +113,6 @@ def test_config_refuses_blank_tokens_for_an_embedded_broker() -> None:
 
 LIMIT_CASES = [
     ("--max-connections", "TRIOQUEUE_MAX_CONNECTIONS", "1500", "max_connections", 1500),
-    ("--thread-commit-ops", "TRIOQUEUE_THREAD_COMMIT_OPS", "0", "thread_commit_ops", 0),
     ("--max-frame-bytes", "TRIOQUEUE_MAX_FRAME_BYTES", "1MiB", "max_frame_bytes", 1 << 20),
     ("--max-preauth-frame-bytes", "TRIOQUEUE_MAX_PREAUTH_FRAME_BYTES", "4KiB",
      "max_preauth_frame_bytes", 4096),

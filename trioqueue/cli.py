@@ -77,9 +77,6 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "idle_timeout_s": (
         "seconds", "a connection that sends nothing this long and holds nothing is closed "
                    "(default 300; 0: never)"),
-    "thread_commit_ops": (
-        "count", "a batch of this many storage operations or more commits in a worker "
-                 "thread, other queues served meanwhile (LMDB; default 64; 0: inline)"),
 }
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
 

@@ -65,11 +65,6 @@ class Config:
     # small jobs at SLICE_JOBS and held 50 KB jobs' PULLB slices to 5 ms of CPU (15 ms
     # fixed); 3 ms cost a PULLB at 200k jobs 10% of its rate (docs/benchmarks.md).
     slice_budget_ms: float = 4.0
-    # A batch of at least this many storage operations (a slice of 100 jobs, a PUSHB)
-    # commits in a worker thread on a store whose commit releases the GIL (LMDB), so
-    # the event loop serves the other queues meanwhile; smaller ones commit inline,
-    # where a thread hop would cost more than the commit (actors/writer.py). 0: inline.
-    thread_commit_ops: int = 64
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
@@ -187,7 +182,7 @@ class Config:
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
-                     "partial_frame_timeout_s", "thread_commit_ops"):
+                     "partial_frame_timeout_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")
         total = self.max_partial_frame_total_bytes

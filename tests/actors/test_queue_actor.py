@@ -35,9 +35,6 @@ class Committer:
     async def commit(self) -> None:
         self.commit_now()
 
-    async def settle(self) -> None:
-        await trio.lowlevel.checkpoint()
-
     def submit(self, writes: Writes) -> None:
         if writes:
             self.pending.append(writes)

@@ -300,7 +300,6 @@ class BlockingStorage(MemoryStorage):
         super().__init__()
         self.permits = threading.Semaphore(0)
         self.entered = trio.Event()
-        self.token = trio.lowlevel.current_trio_token()  # made inside the test's run
         self.blocked = False  # an apply is waiting for its permit right now
         self.applies: list[int] = []  # batches per finished apply(), in order
         self.apply_threads: set[int] = set()
@@ -310,7 +309,7 @@ class BlockingStorage(MemoryStorage):
     def apply(self, batches: Sequence[Writes]) -> None:
         self.apply_threads.add(threading.get_ident())
         self.blocked = True
-        trio.from_thread.run_sync(self.entered.set, trio_token=self.token)
+        trio.from_thread.run_sync(self.entered.set)
         try:
             if not self.permits.acquire(timeout=5):
                 raise RuntimeError("the test never let this commit finish")
@@ -384,20 +383,14 @@ async def test_off_thread_one_hop_per_batch_and_later_writes_wait_for_the_next(
 ) -> None:
     store = BlockingStorage()
     writer = StorageWriter(store, fsync="always")  # the fsync rides in the same hop
-    hops: list[str] = []  # every thread started, commits and fsyncs alike
+    hops: list[str] = []
     real_run_sync = trio.to_thread.run_sync
-    real_start = trio.lowlevel.start_thread_soon
 
     async def counting_run_sync(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        hops.append("run_sync")
+        hops.append(getattr(fn, "__name__", repr(fn)))
         return await real_run_sync(fn, *args, **kw)
 
-    def counting_start(fn: Callable[[], Any], deliver: Callable[[Any], Any]) -> None:
-        hops.append("start_thread_soon")
-        real_start(fn, deliver)
-
     monkeypatch.setattr(trio.to_thread, "run_sync", counting_run_sync)
-    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", counting_start)
     first, second = Inbox(), Inbox()
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)

@@ -65,8 +65,7 @@ class Broker:
         self._finish_allowance_bytes = config.store_finish_allowance_bytes
         self._clock = clock
         self.writer = StorageWriter(self.storage, fsync=config.fsync,
-                                    fsync_interval_s=config.fsync_interval_s,
-                                    thread_commit_ops=config.thread_commit_ops)
+                                    fsync_interval_s=config.fsync_interval_s)
         self.events = EventHub()
         self.queue_limits = limits_from(config, QueueLimits)
         self.router = Router(

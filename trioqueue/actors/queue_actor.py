@@ -235,9 +235,9 @@ class QueueActor:
                     self._need, work.need = work.need, None
                     await self._fetch_off_thread()
                 self._slice(keep_view=fetched)
-                # Between two slices every other task runs: the other queues keep their
-                # latency while this one drains a million jobs (within a few commits).
-                await self._committer.settle()
+                # Between two slices every other task runs: the other queues keep
+                # their latency while this one drains a million jobs.
+                await trio.lowlevel.checkpoint()
                 continue
             if not self._backlog and not self._notices:
                 with trio.CancelScope(deadline=self._next_deadline()) as idle:
@@ -254,7 +254,7 @@ class QueueActor:
                 while recv.statistics().current_buffer_used:
                     self._take(recv.receive_nowait())
             else:  # a backlog a step's budget left (or notices): others run first
-                await self._committer.settle()
+                await trio.lowlevel.checkpoint()
             self._step()
 
     def _step(self, *, keep_view: bool = False) -> None:

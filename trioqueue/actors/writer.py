@@ -6,12 +6,10 @@ storage transaction before those replies go, so a client never sees an acknowled
 for a write that a kill -9 could lose. A failed commit or fsync is fatal
 (:class:`StorageFailure`): nothing is acknowledged from then on and the broker stops.
 
-The writer commits in one of three ways, chosen by the store
-(:attr:`~trioqueue.storage.port.Storage.apply_blocks`,
-:attr:`~trioqueue.storage.port.Storage.threaded_apply`):
+The writer commits in one of two ways, chosen by the store
+(:attr:`~trioqueue.storage.port.Storage.apply_blocks`):
 
-* **Inline** (memory, and LMDB's small batches: a commit takes microseconds). With no
-  fsync due, the commit
+* **Inline** (LMDB, memory: a commit takes microseconds). With no fsync due, the commit
   happens in the releasing actor's own scheduler pass (see :meth:`release`); with
   ``fsync="always"`` (or a ``durable`` job in the batch) the writer task commits,
   fsyncs in a worker thread once per batch (the event loop keeps serving meanwhile) and
@@ -25,26 +23,13 @@ The writer commits in one of three ways, chosen by the store
   arrive during the hop wait for the next one. :meth:`commit_now` raises
   ``RuntimeError`` here, because it would block every queue for a round trip:
   callers that need read-your-writes ``await`` :meth:`commit` instead, which works in
-  every mode (inline it is :meth:`commit_now` and returns without a checkpoint).
-* **Large batches off the trio thread** (LMDB: its puts and commit release the GIL, and
-  a batch of a slice of 100 jobs at a million jobs may take 10-20 ms of them). Once
-  ``thread_commit_ops`` operations or more are pending, or while such a hop is in
-  flight, :meth:`release` holds the replies and the writer task commits in a worker
-  thread as above; smaller batches commit inline, where a hop would cost more than
-  the commit. :meth:`commit_now` still works: during a hop it first waits for the
-  hop's apply to finish, so commits stay in submission order (the same job may be in
-  both). That blocks the event loop for the rest of that commit, which only recovery
-  and the reads that need read-your-writes ask for. Long work calls :meth:`settle`
-  between slices so it never runs more than ``8 * thread_commit_ops`` operations
-  ahead of the store.
+  both modes (inline it is :meth:`commit_now` and returns without a checkpoint).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
@@ -55,10 +40,6 @@ from .request import Replier, deliver_all
 log = logging.getLogger("trioqueue.writer")
 
 Delivery = tuple[Replier, dict[str, Any]]
-T = TypeVar("T")
-
-# How far, in operations, long work may run ahead of a commit in flight (x the hop size).
-BEHIND_HOPS = 8
 
 
 class StorageFailure(Exception):
@@ -75,22 +56,13 @@ class StorageFailure(Exception):
 
 class StorageWriter:
     def __init__(self, storage: Storage, *, fsync: str = "interval",
-                 fsync_interval_s: float = 0.2, thread_commit_ops: int = 0) -> None:
+                 fsync_interval_s: float = 0.2) -> None:
         self.storage = storage
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self.off_thread = storage.apply_blocks  # commit in a worker thread, never inline
         # release() commits on the spot unless an fsync or the store makes it wait
         self._inline = fsync != "always" and not self.off_thread
-        # Pending operations from which a batch commits in a worker thread (0: never).
-        self.thread_ops = (thread_commit_ops
-                           if storage.threaded_apply and not self.off_thread else 0)
-        self._pending_ops = 0  # operations in _writes
-        # A hop's apply is running in a worker thread: commit_now waits for it first.
-        self._applied = threading.Event()
-        self._applied.set()
-        self._hop_error: Exception | None = None  # what that apply raised
-        self._hopping = False
         self._writes: list[Writes] = []
         self._durable = False  # a durable job's writes are among _writes: fsync them
         self._held: list[Delivery] = []  # replies waiting for writes not yet committed
@@ -99,7 +71,7 @@ class StorageWriter:
         self._dirty = False  # committed but not yet fsynced (interval policy)
         self._sync_due = False  # off-thread mode: the interval asks the next hop to fsync
         self._wake = trio.Event()
-        self._in_thread = 0  # commits and fsyncs running in worker threads
+        self._in_thread = False  # a commit or an fsync is running in a worker thread
         # Off-thread commits that took writes, started and finished, and an event set
         # (then replaced) as each finishes: what commit() waits on.
         self._hops_started = 0
@@ -113,7 +85,6 @@ class StorageWriter:
     def submit(self, writes: Writes) -> None:
         if writes.ops:
             self._writes.append(writes)
-            self._pending_ops += len(writes.ops)
             if writes.durable:
                 self._durable = True
 
@@ -130,9 +101,7 @@ class StorageWriter:
         """
         if not deliveries and not self._writes:
             return
-        hop = self.thread_ops
-        if self._inline and not self._durable and not (
-                hop and (self._hopping or self._pending_ops >= hop)):
+        if self._inline and not self._durable:
             # Writes with no reply (a timer's lock expiry, a disconnect's release) are
             # committed here too, so a crash cannot lose a transition already made.
             self.commit_now()
@@ -157,13 +126,10 @@ class StorageWriter:
             raise RuntimeError(
                 f"{type(self.storage).__name__} commits in a worker thread (apply_blocks): "
                 "commit_now() would block the event loop; use 'await writer.commit()'")
-        if self._hopping:
-            self._await_hop_apply()
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
         batches, self._writes = self._writes, []
-        self._pending_ops = 0
         durable, self._durable = self._durable, False
         if batches:
             try:
@@ -182,28 +148,6 @@ class StorageWriter:
             self._held = []
             self._wake.set()
 
-    def _await_hop_apply(self) -> None:
-        """Block until the hop in flight has applied its batch (GIL released while
-        waiting), so the writes committed next come after it. A failure of that apply
-        stops everything here, as it would in the writer task."""
-        self._applied.wait()
-        error = self._hop_error
-        if error is not None and not self.failed:
-            failure = StorageFailure(f"storage commit failed: {error!r}")
-            self._fail(failure)
-            raise failure from error
-
-    async def settle(self) -> None:
-        """A checkpoint, between two slices of long work; while a commit runs in a
-        worker thread and ``BEHIND_HOPS`` hops' worth of operations already wait for the
-        next one, wait until it finishes: long work must not run ahead of the store
-        without bound (its writes are memory, and its replies wait for them anyway)."""
-        if self._hopping and self._pending_ops >= BEHIND_HOPS * self.thread_ops:
-            while self._hopping and not self.failed:
-                await self._progress.wait()
-            return
-        await trio.lowlevel.checkpoint()
-
     async def commit(self) -> None:
         """Return once every write submitted before this call is committed.
 
@@ -211,14 +155,10 @@ class StorageWriter:
         (read-your-writes). Inline this is :meth:`commit_now`, with no checkpoint (the
         hot paths that call it stay one scheduler pass). Off the trio thread it wakes
         the writer task and waits for the hop that takes these writes (or the one in
-        flight, which may hold them); it does not wait for an fsync. With a large
-        batch's hop in flight it waits for that hop (rather than block the event loop
-        in :meth:`commit_now`), then commits the rest inline. Raises
+        flight, which may hold them); it does not wait for an fsync. Raises
         :class:`StorageFailure` if that commit, or any before it, failed.
         """
         if not self.off_thread:
-            while self._hopping and not self.failed:
-                await self._progress.wait()
             self.commit_now()
             return
         if self._writes:
@@ -272,8 +212,7 @@ class StorageWriter:
             await self._cycle()
 
     async def _cycle(self) -> None:
-        hop = self.thread_ops
-        if self.off_thread or (hop and self._pending_ops >= hop):
+        if self.off_thread:
             await self._hop()
             return
         self.commit_now()
@@ -291,42 +230,30 @@ class StorageWriter:
             deliver_all(ready)
 
     async def _hop(self) -> None:
-        """Commit all that is pending (and fsync when due) in one worker-thread hop,
-        then deliver the replies that waited for it.
+        """Off-thread mode: commit all that is pending (and fsync when due) in one
+        worker-thread hop, then deliver the replies that waited for it.
 
         The replies taken here were released after their writes were submitted, so
-        those writes are in this hop's batches or in an earlier commit, which has
-        finished (a large batch's hop may follow inline commits, whose replies wait in
-        ``_committed`` for an fsync when one is due).
+        those writes are in this hop's batches or in an earlier hop, which has finished.
         """
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
         batches, self._writes = self._writes, []
-        self._pending_ops = 0
         durable, self._durable = self._durable, False
-        ready = self._committed + self._held
-        self._committed, self._held = [], []
-        sync = self._sync_due or self._needs_sync or (
-            bool(batches) and (self.fsync == "always" or durable))
-        self._sync_due = self._needs_sync = False
-        if sync:
-            self._dirty = False  # this hop's fsync covers every commit made so far
+        ready, self._held = self._held, []
+        sync = self._sync_due or (bool(batches) and (self.fsync == "always" or durable))
+        self._sync_due = False
         if batches or sync:
             if batches:
                 self._hops_started += 1
-                self._hopping = True
-                self._hop_error = None
-                self._applied.clear()
-            self._in_thread += 1
+            self._in_thread = True
             try:
-                failed = await _in_worker_thread(self._commit_blocking, batches, sync)
+                # abandon_on_cancel=False (the default): a commit in flight must finish
+                failed = await trio.to_thread.run_sync(_commit_blocking, self.storage,
+                                                       batches, sync)
             finally:
-                self._in_thread -= 1
-                self._hopping = False
-            if self.failed:  # commit_now saw this hop's apply fail, and stopped
-                raise StorageFailure("storage failed earlier; nothing more is committed",
-                                     repeated=True)
+                self._in_thread = False
             if failed is not None:
                 stage, exc = failed
                 failure = StorageFailure(f"storage {stage} failed: {exc!r}")
@@ -335,16 +262,17 @@ class StorageWriter:
             if batches:
                 self.commits += 1
                 self.committed_ops += sum(map(len, batches))
-                if not sync:
-                    self._dirty = True
+                self._dirty = not sync
                 self._hops_done += 1
                 self._progress.set()
                 self._progress = trio.Event()
+            elif sync:
+                self._dirty = False
         if ready:
             deliver_all(ready)
 
     async def _sync(self) -> None:
-        self._in_thread += 1
+        self._in_thread = True
         try:
             await trio.to_thread.run_sync(self.storage.sync)
         except Exception as exc:
@@ -354,7 +282,7 @@ class StorageWriter:
             self._fail(failure)
             raise failure from exc
         finally:
-            self._in_thread -= 1
+            self._in_thread = False
 
     async def flush(self) -> None:
         """Commit and deliver everything pending (used at shutdown)."""
@@ -382,48 +310,20 @@ class StorageWriter:
                 await self._sync()
 
 
-    def _commit_blocking(self, batches: list[Writes], sync: bool
-                         ) -> tuple[str, Exception] | None:
-        """Run in a worker thread: apply (then fsync); what failed, or None.
+def _commit_blocking(storage: Storage, batches: list[Writes], sync: bool
+                     ) -> tuple[str, Exception] | None:
+    """Run in a worker thread: apply (then fsync); what failed, or None.
 
-        The failure is returned rather than raised so the writer can say which step it
-        was. ``_applied`` is set as soon as the apply is over, before the fsync: an
-        inline commit may then follow (LMDB commits and fsyncs concurrently).
-        """
-        try:
-            if batches:
-                self.storage.apply(batches)
-        except Exception as exc:
-            self._hop_error = exc
-            return "commit", exc
-        finally:
-            self._applied.set()
-        try:
-            if sync:
-                self.storage.sync()
-        except Exception as exc:
-            return "fsync", exc
-        return None
-
-
-async def _in_worker_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a worker thread, handed to it before this task yields.
-
-    Unlike ``trio.to_thread.run_sync``, which may pass a checkpoint before it starts the
-    thread, no other task runs in between: :meth:`StorageWriter.commit_now` may block
-    the loop waiting for a hop's apply, which must then already be on its way, or the
-    wait would never end. Not cancellable (shielded): a commit in flight must finish.
+    The failure is returned rather than raised so the writer can say which step it was.
     """
-    token = trio.lowlevel.current_trio_token()
-    done = trio.Event()
-    box: list[Any] = []  # the thread's outcome.Outcome
-
-    def deliver(result: Any) -> None:  # in the worker thread
-        box.append(result)
-        token.run_sync_soon(done.set)
-
-    trio.lowlevel.start_thread_soon(lambda: fn(*args), deliver)
-    with trio.CancelScope(shield=True):
-        await done.wait()
-    value: T = box[0].unwrap()
-    return value
+    try:
+        if batches:
+            storage.apply(batches)
+    except Exception as exc:
+        return "commit", exc
+    try:
+        if sync:
+            storage.sync()
+    except Exception as exc:
+        return "fsync", exc
+    return None

@@ -17,8 +17,8 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   commit makes the pages freed by the previous commit reusable and the batch is tried
   once more, then :class:`~trioqueue.storage.port.StorageFullError` is raised with
   nothing applied. Deletes-only applies may use a small reserve above the maximum, so
-  a full store can always be emptied. Resizing is allowed because no transaction of
-  this process is open then (the store's lock, below).
+  a full store can always be emptied. Resizing is allowed because the broker drives
+  storage from a single thread and no transaction of this process is open then.
 * :meth:`LmdbStorage.used_bytes` counts the pages of every B-tree (named databases and
   the main one) plus the two meta pages; pages a delete frees leave the trees at once,
   so they count as free from that commit on (they become reusable by LMDB from the
@@ -32,10 +32,7 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   large (queue, state) range are kept in memory (:mod:`.lmdb_finished`), built when the
   store opens (one walk of those ranges, about 60 ms per million finished jobs) and
   updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
-  one thread at a time: each takes the store's lock (``threaded_apply``: the writer
-  commits large batches in a worker thread, and a read on the trio thread meanwhile
-  waits for that commit; LMDB's map resize also requires that no read of this process
-  runs during it).
+  one thread at a time (``apply_blocks`` is False: the writer commits inline).
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
   parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
@@ -44,9 +41,7 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import lmdb
@@ -56,13 +51,28 @@ from . import keys as K
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
 from .lmdb_growth import HighWaterMark
-from .lmdb_space import MIN_LIVE_NODE_BYTES, LmdbSpace
 from .ops import validate_writes
-from .port import FinishedCursor, FinishedPage, Recovered, Storage, StorageFullError
+from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import BLOCK, page_window
 
-__all__ = ["MIN_LIVE_NODE_BYTES", "LmdbStorage"]
-
+_META_PAGES = 2  # LMDB's two meta pages, in use in every environment
+# How much a live page may grow while its jobs are pulled and finished, in the worst
+# case, as a multiple of the page: a pull rewrites a record a little larger, so a page
+# packed full by a run of pushes splits in two (x2 while the jobs are active); the
+# finished copies go into B-trees that page splits in the middle may leave half full
+# (x2 again), and a live page is freed only when its last job has left it. So a live
+# page's jobs may need up to 3 more pages before the store is back to its size.
+# Measured (1 KB jobs pulled 50 at a time): live pages held 2 records, finished pages
+# about 1.1: finishing cost about 1.9 KB of pages per job before this reserve existed.
+_FINISH_PAGE_FACTOR = 3
+# What finishing one job adds beside its record, before page slack: index entry,
+# result key and node headers (the allowance is doubled for half-full pages).
+_FINISH_JOB_BYTES = 128
+# A lower bound of the bytes one live record takes in a page: a node's header (8) and
+# pointer (2), a one-letter key, and the smallest record (only fields with values are
+# stored: about 70 bytes; checked in tests/storage/test_space.py). So a page count
+# bounds the number of live jobs, for the cheap bound of space_bound.
+MIN_LIVE_NODE_BYTES = 64
 _INITIAL_MAP_BYTES = 1 << 30
 
 
@@ -71,11 +81,8 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
+class LmdbStorage(KeyedFinishedReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
-
-    # LMDB's puts and commit release the GIL: a large batch is worth a worker thread.
-    threaded_apply = True
 
     def __init__(
         self,
@@ -97,9 +104,6 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         self.max_map_size_bytes = max(max_map_size_bytes, map_size_bytes)
         self.fsync_on_commit = fsync_on_commit
         self._closed = False
-        # Held by apply and by every read (see the module docstring): a commit may run
-        # in the writer's worker thread while the trio thread reads.
-        self._lock = threading.Lock()
         self._env = lmdb.open(
             self.path,
             map_size=map_size_bytes,
@@ -122,12 +126,6 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
             self._env.close()
             self._closed = True
             raise
-
-    @contextmanager
-    def _read(self) -> Iterator[lmdb.Transaction[bytes]]:
-        """A read transaction under the store's lock (never during an apply)."""
-        with self._lock, self._env.begin() as txn:
-            yield txn
 
     def _open_dbs(self) -> None:
         env = self._env
@@ -163,13 +161,51 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
     @property
     def map_size(self) -> int:
         """The current map size in bytes (grows on demand)."""
-        with self._lock:
-            return self._env.info()["map_size"]
+        return self._env.info()["map_size"]
 
     @property
     def max_bytes(self) -> int:
         """The map's maximum: past it, writes other than deletes fail."""
         return self.max_map_size_bytes
+
+    def used_bytes(self) -> int:
+        """Bytes of the pages in use by the B-trees of the last commit, meta pages
+        included (about 8 us: one read transaction, one stat per database)."""
+        return self.space().used_bytes
+
+    def space(self) -> Space:
+        """Pages in use, and those of the live jobs, from one read transaction."""
+        self._check_open()
+        pages = _META_PAGES
+        with self._env.begin() as txn:
+            stat = txn.stat
+            for db in self._space_dbs:
+                s = stat(db)
+                pages += s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]
+            live = stat(self._live)
+        live_pages = live["branch_pages"] + live["leaf_pages"] + live["overflow_pages"]
+        return Space(pages * self._psize, live_pages * self._psize, live["entries"])
+
+    def space_bound(self) -> Space:
+        """Bounds from the file's high-water mark alone (one ``env.info()``)."""
+        bound = self.used_bytes_bound()
+        return Space(bound, bound, bound // MIN_LIVE_NODE_BYTES)
+
+    def finish_bytes(self, live_bytes: int, live_jobs: int, allowance_bytes: int) -> int:
+        """Up to three more pages per live page (see _FINISH_PAGE_FACTOR) and, per job,
+        its allowance and index entry twice over (pages half full)."""
+        return (_FINISH_PAGE_FACTOR * live_bytes
+                + 2 * live_jobs * (allowance_bytes + _FINISH_JOB_BYTES))
+
+    def used_bytes_bound(self) -> int:
+        """An upper bound of the file's high-water mark (highest page ever used), so of
+        :meth:`used_bytes`, mostly without a call to LMDB (lmdb_growth.py). It never
+        goes down: once a store was nearly full, callers take the exact figure."""
+        self._check_open()
+        return self._mark.bound()
+
+    def _measure_mark(self) -> int:
+        return (self._env.info()["last_pgno"] + 1) * self._psize
 
     # --- writes ---------------------------------------------------------------------
 
@@ -179,10 +215,6 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         ops = K.encode_ops(validate_writes(batches))
         if not ops:
             return
-        with self._lock:
-            self._apply(ops)
-
-    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
         turned_over = False
         while True:
             try:
@@ -246,8 +278,8 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
             raise StorageFullError(
                 f"LMDB map at {self.path} is full at its maximum of {current} bytes"
             ) from None
-        # No transaction of this process is open here (the one that failed is aborted,
-        # and reads wait for the lock this apply holds), which set_mapsize requires.
+        # No transaction of this process is open here (the one that failed is aborted
+        # and storage is single-threaded), which set_mapsize requires.
         self._env.set_mapsize(min(current * 2, self.max_map_size_bytes))
 
     def _write(self, ops: list[tuple[Any, ...]]) -> None:
@@ -372,7 +404,7 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with self._read() as txn:
+            with self._env.begin() as txn:
                 with txn.cursor(db=self._live) as cur:
                     out.live_jobs = [loads(v) for v in cur.iternext(keys=False, values=True)]
                 with txn.cursor(db=self._queue_meta) as cur:
@@ -391,7 +423,7 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
             return None
-        with self._read() as txn:
+        with self._env.begin() as txn:
             raw = txn.get(jkey, db=self._finished)
         return None if raw is None else K.decode_value(raw)
 
@@ -400,19 +432,19 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
             return False, None
-        with self._read() as txn:
+        with self._env.begin() as txn:
             raw = txn.get(jkey, db=self._results)
         return (False, None) if raw is None else (True, K.decode_result(raw))
 
     def _count_at(self, prefix: bytes) -> int:
-        with self._read() as txn:
+        with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
         return K.decode_count(raw) if raw is not None else 0
 
     def _window_at(
         self, prefix: bytes, *, asc: bool, offset: int, limit: int
     ) -> list[bytes | None]:
-        with self._read() as txn:
+        with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
             total = K.decode_count(raw) if raw is not None else 0
             start, take = page_window(total, asc=asc, offset=offset, limit=limit)
@@ -431,7 +463,7 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         prefix = K.lookup_page_prefix(queue, state, limit)
         if prefix is None:
             return FinishedPage([], None)
-        with self._read() as txn:
+        with self._env.begin() as txn:
             return ids_page(txn, self._idx, prefix, after, limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
@@ -439,7 +471,7 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
         prefix = K.lookup_dep_prefix(parent_id)
         if prefix is None:
             return {}
-        with self._read() as txn:
+        with self._env.begin() as txn:
             rows = scan(txn, self._deps, prefix, prefix, None, values=True)
         # decoded after the read transaction ends, so it stays short
         loads = K.decode_value
@@ -448,8 +480,7 @@ class LmdbStorage(LmdbSpace, KeyedFinishedReads, Storage):
     # --- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._env.close()
+        if not self._closed:
+            self._closed = True
+            self._env.close()
 

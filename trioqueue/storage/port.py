@@ -3,12 +3,10 @@
 Two adapters implement it: :mod:`trioqueue.storage.memory` (dicts, for tests and
 ``--memory``) and :mod:`trioqueue.storage.lmdb_store` (the default, durable). Every
 method is synchronous. The storage writer calls :meth:`Storage.apply` with the writes of
-a whole batch: on the trio thread for a store that answers in microseconds (the
-in-memory adapter, and small batches on LMDB; :meth:`Storage.sync`, an fsync, still
-goes to a worker thread), or in a worker thread, one hop per batch: always for a store
-that says its commits block (:attr:`Storage.apply_blocks`, a store across a network),
-and for large batches on a store that says a thread helps
-(:attr:`Storage.threaded_apply`, LMDB). What a write must do is
+a whole batch: on the trio thread for a store that answers in microseconds (both
+adapters here; :meth:`Storage.sync`, an fsync, still goes to a worker thread), or in a
+worker thread, one hop per batch, for a store that says its commits block
+(:attr:`Storage.apply_blocks`, a store across a network). What a write must do is
 :mod:`trioqueue.storage.ops` (validated, typed operations); how LMDB lays it out in
 bytes is :mod:`trioqueue.storage.keys`, which another store does not need.
 
@@ -89,13 +87,6 @@ class Storage(abc.ABC):
     # LMDB and in-memory adapters (LMDB's map resize even requires that no read of this
     # process runs during a commit).
     apply_blocks: bool = False
-    # Whether apply() may run in a worker thread while the trio thread reads (the
-    # adapter serialises them itself) and spends its time in calls that release the
-    # GIL. Then the writer commits a batch of Config.thread_commit_ops operations or
-    # more in a worker thread (the event loop serves the other queues meanwhile) and
-    # smaller ones inline, where a hop would cost more than the commit: LMDB. The
-    # in-memory adapter is plain Python under the GIL, which a thread would not free.
-    threaded_apply: bool = False
 
     @abc.abstractmethod
     def load(self) -> Recovered:
