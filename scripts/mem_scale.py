@@ -80,9 +80,11 @@ def structures(broker: Broker) -> dict[str, int]:
 class Driver:
     def __init__(self, broker: Broker) -> None:
         self.replies: list[dict[str, Any]] = []
+        self.arrived = trio.Event()
 
         def send_now(out: list[dict[str, Any]]) -> str:
             self.replies.extend(out)
+            self.arrived.set()
             return session.SENT
 
         self.session = session.Session(broker, send_now=send_now)
@@ -95,14 +97,17 @@ class Driver:
         payload = MSGPACK.encode({**msg, "reqId": rid})
         self.replies.clear()
         await self.session.handle([(MSGPACK.decode(payload), len(payload), None)])
-        for _ in range(1000):  # bounded: a reply normally comes in the same call
-            for reply in self.replies:
-                if reply.get("reqId") == rid:
-                    if reply.get("ok") is not True:
-                        raise RuntimeError(f"{msg['cmd']}: {reply}")
-                    return reply
-            await trio.sleep(0)
-        raise RuntimeError(f"no reply to {msg['cmd']}")
+        # bounded: a reply comes in the same call, or after its commit's worker thread
+        with trio.move_on_after(60):
+            while True:
+                for reply in self.replies:
+                    if reply.get("reqId") == rid:
+                        if reply.get("ok") is not True:
+                            raise RuntimeError(f"{msg['cmd']}: {reply}")
+                        return reply
+                self.arrived = trio.Event()
+                await self.arrived.wait()
+        raise RuntimeError(f"no reply to {msg['cmd']} within 60 s")
 
     async def push(self, n: int) -> None:
         for start in range(0, n, 1000):
