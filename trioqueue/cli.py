@@ -77,6 +77,10 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "idle_timeout_s": (
         "seconds", "a connection that sends nothing this long and holds nothing is closed "
                    "(default 300; 0: never)"),
+    "idle_spin_ms": (
+        "ms", "after each read, keep polling the sockets this long before sleeping, so a "
+              "client's next request needs no wake-up; costs CPU while traffic lasts "
+              "(default 0.5; 0: never)"),
 }
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
 

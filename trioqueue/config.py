@@ -65,6 +65,10 @@ class Config:
     # small jobs at SLICE_JOBS and held 50 KB jobs' PULLB slices to 5 ms of CPU (15 ms
     # fixed); 3 ms cost a PULLB at 200k jobs 10% of its rate (docs/benchmarks.md).
     slice_budget_ms: float = 4.0
+    # After each socket read the standalone broker keeps polling the sockets this long
+    # before its loop may sleep, so a client's next request is read without a wake-up
+    # (about 80 us a round trip here; transport/idle_spin.py). 0: sleep at once.
+    idle_spin_ms: float = 0.5
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
@@ -182,7 +186,7 @@ class Config:
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
-                     "partial_frame_timeout_s"):
+                     "partial_frame_timeout_s", "idle_spin_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")
         total = self.max_partial_frame_total_bytes

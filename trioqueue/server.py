@@ -143,10 +143,13 @@ async def serve(config: Config, broker: Broker | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
+            if config.idle_spin_ms > 0:
+                nursery.start_soon(server.shell.spin.run)
             # What recovery loaded lives long: keep it out of every later collection.
             gc.freeze()
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 server.stop()
+                server.shell.spin.close()
                 break
     log.info("trioqueue stopped")

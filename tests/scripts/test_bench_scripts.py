@@ -338,3 +338,13 @@ def test_without_redis_server_the_redis_queues_are_skipped_and_trioqueue_still_r
     said = capsys.readouterr().err
     assert "redis-server is not on PATH" in said
     assert "skipping saq (they need a local redis-server)" in said
+
+
+def test_ping_pong_prints_each_combination() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPTS / "ping_pong.py"), "--n", "200"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[:2] for row in rows] == [["block", "block"], ["block", "poll"],
+                                         ["poll", "block"], ["poll", "poll"]]
+    assert all(float(row[2]) > 0 for row in rows)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock
 
 log = logging.getLogger("trioqueue.limits")
@@ -264,3 +265,5 @@ class Shell:
         # one clock for every connection's bad frames (read_pacing.py)
         self.bad_frames = BadFrameClock(config.bad_frame_pause_ratio,
                                         config.bad_frame_pause_max_ms / 1000)
+        # poked by every TCP read; polls only where serve() runs it (standalone)
+        self.spin = IdleSpin(config.idle_spin_ms / 1000)

@@ -309,11 +309,13 @@ class TcpConnection:
         # the run's clock asked directly: trio.current_time() is three calls deep
         clock_now = trio.lowlevel.current_clock().current_time
         session = self.session
+        spin = self._shell.spin
         while True:
             data = await reader.receive()
             if not data:
                 return
             read_started = perf_counter()
+            spin.poke(read_started)
             now = clock_now() if timed else 0.0
             self._rx_at = now
             try:
