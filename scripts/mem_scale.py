@@ -97,7 +97,7 @@ class Driver:
         payload = MSGPACK.encode({**msg, "reqId": rid})
         self.replies.clear()
         await self.session.handle([(MSGPACK.decode(payload), len(payload), None)])
-        # bounded: a reply comes in the same call, or after its commit's worker thread
+        # bounded: a reply comes in the same call, or after the writer task's commit
         with trio.move_on_after(60):
             while True:
                 for reply in self.replies:

@@ -67,7 +67,7 @@ class Config:
     slice_budget_ms: float = 4.0
     # After each socket read the standalone broker keeps polling the sockets this long
     # before its loop may sleep, so a client's next request is read without a wake-up
-    # (about 80 us a round trip here; transport/idle_spin.py). 0: sleep at once.
+    # (40-80 us a round trip here; transport/idle_spin.py). 0: sleep at once.
     idle_spin_ms: float = 0.5
 
     # --- wire limits

@@ -36,7 +36,7 @@ async def test_it_polls_from_a_poke_until_the_window_has_passed_then_sleeps() ->
         spin.close()  # and the task returns
 
 
-async def test_each_tcp_read_starts_the_window(tmp_path: Path) -> None:
+async def test_each_tcp_read_starts_the_window() -> None:
     config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, memory=True,
                     idle_spin_ms=5.0)
     async with trio.open_nursery() as nursery:
@@ -61,7 +61,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def test_an_idle_standalone_broker_does_not_spin_and_stops_on_sigterm(tmp_path: Path) -> None:
+async def test_an_idle_standalone_broker_does_not_spin_and_stops_on_sigterm(
+        tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "data", "--idle-spin-ms", "0.5")
     await broker.start()
     try:

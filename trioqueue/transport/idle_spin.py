@@ -5,13 +5,13 @@ this machine a blocking ping-pong of two Python processes over loopback took 64-
 a round trip, and 22-33 us when one side polls instead (``scripts/ping_pong.py``).
 A client that sends one request at a time (``await queue.add(...)`` in a loop) pays
 that wake-up on every request it sends. So after each socket read the broker keeps its
-event loop polling, one pass of the loop after another, for ``Config.idle_spin_us``;
+event loop polling, one pass of the loop after another, for ``Config.idle_spin_ms``;
 the client's next request, if it comes within that window, is read without a wake-up.
 
 A pass of trio's loop with nothing but this task to run is a non-blocking ``epoll_wait``
 and one checkpoint, so a read waits at most one such pass. The price is CPU while
 traffic lasts: a broker serving one request at a time, back to back, keeps one core
-busy; an idle broker spins ``idle_spin_us`` after its last read and then sleeps as
+busy; an idle broker spins ``idle_spin_ms`` after its last read and then sleeps as
 before. The spinning task only ever checkpoints, so it holds no other task up.
 """
 
