@@ -355,7 +355,8 @@ def run_saq(url: str, n: int, concurrency: int, limit_s: float) -> Run:
 
 
 def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
-                  limit_s: float, backend: str = "trio") -> Run:
+                  limit_s: float, backend: str = "trio",
+                  reply_poll_ms: float | None = None) -> Run:
     """trioqueue's client on ``backend`` ("trio" or "asyncio"), the same code on both
     (anyio): the issue asks for each backend's own figure."""
     import anyio
@@ -363,7 +364,8 @@ def run_trioqueue(port: int, queue_name: str, n: int, concurrency: int,
     from trioqueue.client import Queue, Worker, open_connection
 
     async def main() -> Run:
-        async with open_connection(port=port) as conn:
+        options = {} if reply_poll_ms is None else {"reply_poll_ms": reply_poll_ms}
+        async with open_connection(port=port, **options) as conn:
             queue = Queue(queue_name, conn)
             count, enqueue = await enqueue_one_at_a_time(
                 lambda i: queue.add("noop", i), n, limit_s)
@@ -473,7 +475,8 @@ def run_library(lib: str, run: int, redis_url: str, tq_port: int,
     n, conc, limit = args.n, args.concurrency, args.time_limit_s
     if lib in TRIOQUEUE_ROWS:
         backend = "asyncio" if lib == "trioqueue-asyncio" else "trio"
-        return run_trioqueue(tq_port, f"bench-{lib}-{run}", n, conc, limit, backend)
+        return run_trioqueue(tq_port, f"bench-{lib}-{run}", n, conc, limit, backend,
+                             args.reply_poll_ms)
     runner = {"rq": run_rq, "arq": run_arq, "saq": run_saq}[lib]
     return runner(redis_url, n, conc, limit)
 
@@ -595,6 +598,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-limit-s", type=float, default=60.0,
                     help="cap on each phase (enqueue, process) of a run")
     ap.add_argument("--libraries", default=",".join(LIBRARIES))
+    ap.add_argument("--reply-poll-ms", type=float, default=None,
+                    help="trioqueue's client reply_poll_ms (default: the client's own)")
     ap.add_argument("--json", metavar="PATH", help="write every raw run and the summary here")
     ap.add_argument("--plot", metavar="PNG", help="draw the medians as a bar chart here")
     ap.add_argument("--no-install", action="store_true",
