@@ -200,40 +200,45 @@ CLIENT_ROWS: tuple[str, ...] = tuple(CLIENT_ROW_FUNCS)
 
 
 def _add_seq_anyio(host: str, port: int, codec: str, queue_name: str, n: int,
-                   limit_s: float, backend: str) -> tuple[int, float]:
+                   limit_s: float, backend: str, reply_poll_ms: float | None = None
+                   ) -> tuple[int, float, float]:
+    """(adds, seconds, client CPU seconds): the CPU is this process's, what an
+    application pays for its adds (``reply_poll_ms`` trades it for latency)."""
     import anyio
 
-    async def main() -> tuple[int, float]:
-        async with open_connection(host, port, codec=codec) as conn:
+    options = {} if reply_poll_ms is None else {"reply_poll_ms": reply_poll_ms}
+
+    async def main() -> tuple[int, float, float]:
+        async with open_connection(host, port, codec=codec, **options) as conn:
             queue = Queue(queue_name, conn)
             done = 0
-            t0 = perf()
+            t0, cpu0 = perf(), time.process_time()
             with anyio.move_on_after(limit_s):
                 for i in range(n):
                     await queue.add("bench", {"i": i})
                     done += 1
-            elapsed = perf() - t0
+            elapsed, cpu = perf() - t0, time.process_time() - cpu0
             await queue.obliterate()
-            return done, elapsed
+            return done, elapsed, cpu
 
-    result: tuple[int, float] = anyio.run(main, backend=backend)
+    result: tuple[int, float, float] = anyio.run(main, backend=backend)
     return result
 
 
 def _add_seq_bunqueue(host: str, port: int, queue_name: str, n: int, limit_s: float
-                      ) -> tuple[int, float]:
+                      ) -> tuple[int, float, float]:
     from bunqueue import Queue as BunqueueQueue
 
     queue = BunqueueQueue(queue_name, host=host, port=port)
     done = 0
-    t0 = perf()
+    t0, cpu0 = perf(), time.process_time()
     try:
         for i in range(n):
             queue.add("bench", {"i": i})
             done += 1
             if perf() - t0 > limit_s:
                 break
-        return done, perf() - t0
+        return done, perf() - t0, time.process_time() - cpu0
     finally:
         queue.close()
 
@@ -300,11 +305,19 @@ def _start_broker() -> tuple[Any, int, str]:
     raise SystemExit("the broker did not start")
 
 
-def _summary(runs: list[tuple[int, float]]) -> tuple[float, float, float]:
+def _summary(runs: list[tuple[float, ...]]) -> tuple[float, float, float]:
     import statistics
 
-    rates = [done / elapsed for done, elapsed in runs if elapsed > 0]
+    rates = [run[0] / run[1] for run in runs if run[1] > 0]
     return statistics.median(rates), min(rates), max(rates)
+
+
+def _cpu_us(runs: list[tuple[float, ...]]) -> str:
+    """The median client CPU per add, for rows that measured it."""
+    import statistics
+
+    per_add = [run[2] / run[0] * 1e6 for run in runs if len(run) > 2 and run[0]]
+    return f"  client CPU {statistics.median(per_add):,.0f} us/add" if per_add else ""
 
 
 def compare(argv: list[str] | None = None) -> int:
@@ -322,7 +335,12 @@ def compare(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=60.0)
     parser.add_argument("--json", default=None)
     parser.add_argument("--rows", choices=("all", "add", "worker"), default="all")
+    parser.add_argument("--reply-poll-ms", default=None,
+                        help="comma-separated reply_poll_ms values: an add_seq row per "
+                             "value and backend (default: the client's own only)")
     args = parser.parse_args(argv)
+    polls: list[float | None] = ([float(v) for v in args.reply_poll_ms.split(",")]
+                                 if args.reply_poll_ms else [None])
     process = data = None
     if args.target:
         host, _, port_text = args.target.rpartition(":")
@@ -330,13 +348,16 @@ def compare(argv: list[str] | None = None) -> int:
     else:
         process, port, data = _start_broker()
         host = "127.0.0.1"
-    rows: dict[str, list[tuple[int, float]]] = {}
+    rows: dict[str, list[tuple[float, ...]]] = {}
     try:
         for round_no in range(args.repeat):
             for backend in ("trio", "asyncio") if args.rows != "worker" else ():
-                rows.setdefault(f"add_seq[{backend}]", []).append(_add_seq_anyio(
-                    host, port, args.codec, f"bc-add-{backend}-{round_no}", args.n,
-                    args.time_limit_s, backend))
+                for poll in polls:
+                    name = (f"add_seq[{backend}]" if poll is None
+                            else f"add_seq[{backend}, poll {poll:g}]")
+                    rows.setdefault(name, []).append(_add_seq_anyio(
+                        host, port, args.codec, f"bc-add-{backend}-{round_no}-{poll}",
+                        args.n, args.time_limit_s, backend, poll))
             if args.rows != "worker":
                 rows.setdefault("add_seq[bunqueue-client]", []).append(_add_seq_bunqueue(
                     host, port, f"bc-add-bq-{round_no}", args.n, args.time_limit_s))
@@ -353,8 +374,8 @@ def compare(argv: list[str] | None = None) -> int:
     for name, runs in rows.items():
         median, low, high = _summary(runs)
         medians[name] = median
-        print(f"{name:28} {median:9,.0f}/s [{low:,.0f}-{high:,.0f}]")
-    if args.rows != "worker":
+        print(f"{name:28} {median:9,.0f}/s [{low:,.0f}-{high:,.0f}]{_cpu_us(runs)}")
+    if args.rows != "worker" and polls == [None]:
         add_t, add_a = medians["add_seq[trio]"], medians["add_seq[asyncio]"]
         add_b = medians["add_seq[bunqueue-client]"]
         print(f"add_seq: asyncio/trio {add_a / add_t:.2f}x; vs bunqueue-client: trio "
