@@ -114,6 +114,7 @@ def test_config_refuses_blank_tokens_for_an_embedded_broker() -> None:
 LIMIT_CASES = [
     ("--max-connections", "TRIOQUEUE_MAX_CONNECTIONS", "1500", "max_connections", 1500),
     ("--idle-spin-ms", "TRIOQUEUE_IDLE_SPIN_MS", "0.25", "idle_spin_ms", 0.25),
+    ("--heap-keep-bytes", "TRIOQUEUE_HEAP_KEEP_BYTES", "16MiB", "heap_keep_bytes", 16 << 20),
     ("--max-frame-bytes", "TRIOQUEUE_MAX_FRAME_BYTES", "1MiB", "max_frame_bytes", 1 << 20),
     ("--max-preauth-frame-bytes", "TRIOQUEUE_MAX_PREAUTH_FRAME_BYTES", "4KiB",
      "max_preauth_frame_bytes", 4096),

@@ -38,8 +38,9 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "slice_budget_ms": ("TRIOQUEUE_SLICE_BUDGET_MS",),
 }
 
-# The connection limits of Config, each a flag (--max-connections) and a TRIOQUEUE_*
-# variable (TRIOQUEUE_MAX_CONNECTIONS): setting -> (kind, help). docs/architecture.md
+# The connection limits of Config (and two tunings of the standalone broker), each a
+# flag (--max-connections) and a TRIOQUEUE_* variable (TRIOQUEUE_MAX_CONNECTIONS):
+# setting -> (kind, help). docs/architecture.md
 # ("Where each limit of Config is enforced") says what each does.
 LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "max_connections": ("count", "connections at once, TCP and WebSocket (default 10000)"),
@@ -81,6 +82,10 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
         "ms", "after each read, keep polling the sockets this long before sleeping, so a "
               "client's next request needs no wake-up; costs CPU while traffic lasts "
               "(default 0.5; 0: never)"),
+    "heap_keep_bytes": (
+        "bytes", "freed memory kept for reuse rather than given back to the OS, so large "
+                 "jobs do not fault in fresh pages (glibc only; default 64MiB; 0: the "
+                 "allocator's defaults)"),
 }
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
 

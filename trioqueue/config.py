@@ -69,6 +69,10 @@ class Config:
     # before its loop may sleep, so a client's next request is read without a wake-up
     # (40-80 us a round trip here; transport/idle_spin.py). 0: sleep at once.
     idle_spin_ms: float = 0.5
+    # Freed memory the standalone broker keeps for reuse (glibc's trim threshold; its
+    # mmap threshold is fixed at 32 MiB), so a large job's buffers do not fault in fresh
+    # pages each time: trioqueue/process_heap.py. 0: the allocator's defaults.
+    heap_keep_bytes: int = 64 * 1024 * 1024
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body
@@ -186,9 +190,11 @@ class Config:
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
-                     "partial_frame_timeout_s", "idle_spin_ms"):
+                     "partial_frame_timeout_s", "idle_spin_ms", "heap_keep_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")
+        if self.heap_keep_bytes >= 2**31:  # mallopt takes an int
+            raise ValueError("heap_keep_bytes must be under 2GiB")
         total = self.max_partial_frame_total_bytes
         # One largest frame (its 4-byte header included) must fit, or it could never
         # arrive: the connection holding it would always be the one cut.

@@ -19,6 +19,7 @@ import trio
 from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
+from .process_heap import keep_freed_heap
 from .transport.limits import Shell
 from .transport.tcp_listener import serve_tcp
 from .transport.websocket import serve_ws
@@ -137,6 +138,7 @@ def tune_gc(config: Config) -> None:
 async def serve(config: Config, broker: Broker | None = None) -> None:
     """Run until SIGINT or SIGTERM (``broker``: a prepared one, e.g. on a faulty store)."""
     tune_gc(config)
+    keep_freed_heap(config.heap_keep_bytes)
     if config.log_slow_step_ms > 0:
         trio.lowlevel.add_instrument(SlowSteps(config.log_slow_step_ms))
     server = Server(config, broker)

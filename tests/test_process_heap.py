@@ -1,0 +1,108 @@
+"""``heap_keep_bytes``: the standalone broker reuses freed memory for large buffers
+instead of faulting in fresh pages for each (trioqueue/process_heap.py).
+
+Page faults are counted by the kernel (``ru_minflt``, ``/proc/PID/stat``), so these
+tests read what the setting is for, not a proxy. Each runs in a process of its own: the
+allocator's thresholds are per process, and the test runner's must stay as they are.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from trioqueue.config import Config
+from trioqueue.process_heap import keep_freed_heap
+from trioqueue.testing import RawClient
+from trioqueue.testing.process import BrokerProcess
+
+GLIBC = ctypes.util.find_library("c") is not None and hasattr(
+    ctypes.CDLL(ctypes.util.find_library("c") or ""), "gnu_get_libc_version")
+needs_glibc = pytest.mark.skipif(not GLIBC, reason="heap_keep_bytes tunes glibc's malloc")
+
+# Three 8.5 MB buffers alive at once, then freed: what one large job costs the broker.
+FAULTS_PER_ROUND = """
+import resource, sys
+from trioqueue.process_heap import keep_freed_heap
+print(keep_freed_heap(int(sys.argv[1])))
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    bufs = [b"x" * 8_500_000 for _ in range(3)]; del bufs
+before = faults()
+for _ in range(10):
+    bufs = [b"x" * 8_500_000 for _ in range(3)]; del bufs
+print((faults() - before) / 10)
+"""
+
+
+def faults_per_round(keep_bytes: int) -> tuple[str, float]:
+    out = subprocess.run([sys.executable, "-c", FAULTS_PER_ROUND, str(keep_bytes)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    applied, faults = out.split()
+    return applied, float(faults)
+
+
+@needs_glibc
+def test_large_buffers_reuse_freed_memory() -> None:
+    applied, faults = faults_per_round(64 << 20)
+    assert applied == "True"
+    assert faults < 100  # 25.5 MB a round in fresh pages would be about 6,000 faults
+
+
+@needs_glibc
+def test_zero_leaves_the_allocator_as_it_was() -> None:
+    applied, faults = faults_per_round(0)
+    assert applied == "False"
+    assert faults > 1_000  # glibc gives the freed 25.5 MB back, and faults it in again
+
+
+def test_out_of_range_values_are_refused() -> None:
+    with pytest.raises(ValueError, match="heap_keep_bytes must be at least 0"):
+        Config(heap_keep_bytes=-1).validate()
+    with pytest.raises(ValueError, match="heap_keep_bytes must be under 2GiB"):
+        Config(heap_keep_bytes=2**31).validate()
+    assert keep_freed_heap(0) is False
+
+
+def minor_faults(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+async def faults_per_large_job(data_dir: Path, *flags: str) -> float:
+    """A standalone broker's page faults per 8.5 MB job pushed, pulled and acked,
+    after three such jobs to warm it up."""
+    broker = BrokerProcess(data_dir, *flags)
+    await broker.start()
+    try:
+        assert broker.process is not None
+        client = await RawClient.connect(broker.tcp_port)
+        data = "x" * 8_500_000
+        before = 0
+        for i in range(8):
+            if i == 3:
+                before = minor_faults(broker.process.pid)
+            with trio.fail_after(30):
+                await client.ok("PUSH", queue="big", data=data, removeOnComplete=True)
+                job = (await client.ok("PULL", queue="big", timeout=0))["job"]
+                await client.ok("ACK", id=job["id"])
+        faults = (minor_faults(broker.process.pid) - before) / 5
+        await client.aclose()
+        return faults
+    finally:
+        await broker.stop()
+
+
+@needs_glibc
+async def test_the_standalone_broker_keeps_large_jobs_off_fresh_pages(tmp_path: Path
+                                                                      ) -> None:
+    kept = await faults_per_large_job(tmp_path / "kept")
+    default = await faults_per_large_job(tmp_path / "default", "--heap-keep-bytes", "0")
+    # Each 8.5 MB buffer in fresh pages is about 2,000 faults, and a job has several.
+    assert default > 2_000, default
+    assert kept < default / 4, (kept, default)
