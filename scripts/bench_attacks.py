@@ -26,7 +26,7 @@ time (``broker_steps.py``: what the host's scheduling cannot inflate). Every loo
 bounded by a count and ``--time-limit-s``.
 
     python scripts/bench_attacks.py [--attacks all] [--repeat 1] [--window-s 4]
-        [--json out.json] [--broker-steps]
+        [--json out.json] [--broker-steps] [--broker-arg=FLAG ...]
         [--target HOST:PORT --auth-token T --broker-pid PID]
 
 Exit status 0 when every attack passed, 1 when one failed, 2 when the broker cannot be
@@ -217,6 +217,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker-steps", action="store_true",
                         help="serve with scripts/broker_steps.py: a column with the "
                              "broker's longest task step (CPU ms) in each window")
+    parser.add_argument("--broker-arg", action="append", default=[],
+                        help="a flag for the broker started here (repeatable), e.g. "
+                             "--broker-arg=--heap-keep-bytes --broker-arg=0")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     names = list(ATTACKS) if args.attacks == "all" else args.attacks.split(",")
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             args.auth_token = TOKEN
             try:
                 broker = LocalBroker(
-                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN],
+                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN, *args.broker_arg],
                     steps_out=str(Path(tmp.name) / "steps.json") if args.broker_steps
                     else None)
             except RuntimeError as exc:
