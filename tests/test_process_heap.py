@@ -8,7 +8,6 @@ allocator's thresholds are per process, and the test runner's must stay as they 
 
 from __future__ import annotations
 
-import ctypes.util
 import subprocess
 import sys
 from pathlib import Path
@@ -17,18 +16,17 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.process_heap import keep_freed_heap
+from trioqueue.process_heap import _glibc_mallopt, keep_freed_heap
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 
-GLIBC = ctypes.util.find_library("c") is not None and hasattr(
-    ctypes.CDLL(ctypes.util.find_library("c") or ""), "gnu_get_libc_version")
+GLIBC = _glibc_mallopt() is not None
 needs_glibc = pytest.mark.skipif(not GLIBC, reason="heap_keep_bytes tunes glibc's malloc")
 
 # Three 8.5 MB buffers alive at once, then freed: what one large job costs the broker.
 FAULTS_PER_ROUND = """
 import resource, sys
-from trioqueue.process_heap import keep_freed_heap
+from trioqueue.process_heap import _glibc_mallopt, keep_freed_heap
 print(keep_freed_heap(int(sys.argv[1])))
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

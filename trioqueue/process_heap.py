@@ -11,10 +11,10 @@ or more during the ``big_auth_8mb`` attack went from 166 to 7, and the healthy
 client's p99 from 15-23 ms to 6-7 ms).
 
 :func:`keep_freed_heap` therefore fixes glibc's mmap threshold at its largest (32 MiB,
-so any block the broker allocates for a frame under ``max_frame_bytes`` defaults comes
-from the heap) and lets the heap keep ``keep_bytes`` of free memory at its top. The
-price is resident memory: after a burst of large jobs the process keeps up to
-``keep_bytes`` it no longer uses, and reuses it for the next ones.
+so every block up to that size comes from the heap: a job's data is at most 10 MB) and
+lets the heap keep ``keep_bytes`` of free memory at its top. The price is resident
+memory: after a burst of large jobs the process keeps up to ``keep_bytes`` it no longer
+uses, and reuses it for the next ones.
 
 Only the standalone broker calls it (``server.serve``), as only it calls ``tune_gc``:
 an embedded broker leaves its host program's allocator alone. Off glibc (musl,

@@ -65,7 +65,7 @@ class Connection:
     def __init__(self, task_group: anyio.abc.TaskGroup, *, host: str, port: int,
                  token: str | None, pool_size: int, codec: str, connect_timeout_s: float,
                  broker: Any = None, command_timeout_s: float | None = None,
-                 reply_poll_ms: float = 0.0) -> None:
+                 reply_poll_ms: float = DEFAULT_REPLY_POLL_MS) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self._task_group = task_group

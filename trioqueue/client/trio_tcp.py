@@ -12,14 +12,15 @@ lone command (``add`` one at a time) is thus woken by its own reply in one pass.
 An event subscription's channel has frames nobody asked for, so it keeps a reader
 task (:meth:`TrioTcpChannel.read_loop`) that is the reader for good.
 
-A command alone in flight first *polls* for its reply, for ``poll_s`` (the
-connection's ``reply_poll_ms``): it yields to the scheduler and tries a non-blocking
-read, pass after pass, before it sleeps in ``wait_readable``. Waking a process from
-``epoll_wait`` costs 40-80 us a round trip on this machine (``scripts/ping_pong.py``),
-a fifth of a one-at-a-time ``add``; a reply that comes inside the window is read
-without it. Every pass is a checkpoint, so the program's other tasks run as before;
-what it costs is CPU while the command waits, never more than ``poll_s`` per command.
-With other commands in flight the program is busy anyway, and the reader just waits.
+A command alone in flight first *polls* for its reply, for ``poll_s`` (the connection's
+``reply_poll_ms``): it yields to the scheduler and tries a non-blocking read, pass after
+pass, before it sleeps in ``wait_readable``. Waking a process from ``epoll_wait`` costs
+40-80 us a round trip on this machine (``scripts/ping_pong.py``); a reply that comes
+inside the window is read without it, and ``add`` one at a time ran 1.7x as fast
+(docs/benchmarks.md, "Issue 13, eleventh pass"). Every pass is a checkpoint, so the
+program's other tasks run as before; what it costs is CPU while the command waits, never
+more than ``poll_s`` per command. With other commands in flight the program is busy
+anyway, and the reader just waits.
 
 Without a reader task nobody sees an idle socket close: before a command goes out on
 a socket with nothing in flight, :meth:`TrioTcpChannel.stale` polls it (no wait), so
