@@ -137,7 +137,7 @@ async def test_moves_follow_the_token_rule(conn: Connection) -> None:
     await queue.move_job_to_wait(job_id, token)
     assert await queue.get_job_state(job_id) == "waiting"
     job_id, token = await pull(conn, "q-move")
-    await queue.move_job_to_delayed(job_id, time.time() * 1000 + 60_000, token)
+    await queue.move_job_to_delayed(job_id, int(time.time() * 1000) + 60_000, token)
     assert await queue.get_job_state(job_id) == "delayed"
     await queue.promote_job(job_id)
     job_id, token = await pull(conn, "q-move")

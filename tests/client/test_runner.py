@@ -5,6 +5,7 @@ job (its state and attempts). The runner runs on the same event loop as the test
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ DEADLINE_S = 20.0
 # The processor: says it started (a file), then waits for the test's go (a file).
 PROCESSOR = '''
 import os
+import re
 import anyio
 
 async def work(job):
@@ -227,3 +229,77 @@ async def test_worker_run_with_signals_shuts_down_the_same_way(
             assert await exited(process) == 0
         assert "closed 1" in output.text
         assert await queue.get_result(job.id) == {"done": 7}
+
+
+def closed_port() -> int:
+    """A port nothing listens on (it was bound a moment ago, then let go)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+ATTEMPT = re.compile(r"\(attempt (\d+); retrying in ([\d.]+) s\)")
+
+
+async def test_the_backoff_keeps_growing_past_the_first_connect_window(
+        workdir: Path, anyio_backend: str) -> None:
+    closed = closed_port()
+    command = worker_command(closed, "r-none", anyio_backend)
+    async with running(command, workdir) as (process, output):
+        # Attempts 1-6 fit in one 5 s connect window (0.1 + ... + 1.6 s, with jitter at
+        # most 4.1 s); the 7th comes after it, and must not start the backoff over.
+        await output.wait_for("(attempt 7; retrying in", timeout=15)
+        process.send_signal(signal.SIGTERM)
+        assert await exited(process) == 0
+    found = [(int(n), float(s)) for n, s in ATTEMPT.findall(output.text)]
+    assert [n for n, _ in found] == list(range(1, len(found) + 1))
+    delays = [s for _, s in found]
+    assert delays == sorted(delays)  # doubling with 0-30% jitter never goes down
+    assert delays[6] >= 6.4 * 0.95  # the 7th waits 6.4 s (+ jitter), not 0.1 s
+    assert " ready: " not in output.text
+
+
+async def test_a_broker_started_after_the_worker_is_reached_and_said_so(
+        workdir: Path, brokers: Any, anyio_backend: str) -> None:
+    port = closed_port()
+    command = worker_command(port, "r-late", anyio_backend)
+    async with running(command, workdir) as (process, output):
+        await output.wait_for(f"cannot connect to 127.0.0.1:{port}: ", timeout=5)
+        await brokers.start(Config(host="127.0.0.1", tcp_port=port, ws_port=0,
+                                   memory=True))
+        await output.wait_for(f"connected to 127.0.0.1:{port}")
+        await output.wait_for(" ready: queue r-late")
+        assert output.text.count(f"connected to 127.0.0.1:{port}") == 1
+        async with open_connection(port=port) as conn:
+            queue = Queue("r-late", conn)
+            job = await queue.add("n", 5, attempts=3)
+            await wait_for_file(workdir / f"started-{job.id}")
+            (workdir / f"release-{job.id}").touch()
+            with anyio.fail_after(DEADLINE_S):
+                while await queue.get_job_state(job.id) != "completed":
+                    await anyio.sleep(0.01)  # polling the broker's view, with a deadline
+            process.send_signal(signal.SIGTERM)
+            assert await exited(process) == 0
+            assert await queue.get_result(job.id) == {"done": 5}
+    assert "stopped: 1 processed, 0 failed" in output.text
+
+
+async def test_worker_run_second_signal_hands_the_running_job_back_uncharged(
+        workdir: Path, port: int, anyio_backend: str) -> None:
+    async with open_connection(port=port) as conn:
+        queue = Queue("r-code", conn)
+        job = await queue.add("n", 8, attempts=3)
+        command = [sys.executable, "program.py", str(port), anyio_backend]
+        async with running(command, workdir) as (process, output):
+            await output.wait_for("ready")
+            await wait_for_file(workdir / f"started-{job.id}")
+            assert await queue.get_job_state(job.id) == "active"
+            process.send_signal(signal.SIGTERM)
+            await output.wait_for("SIGTERM: stopping")
+            process.send_signal(signal.SIGINT)
+            await output.wait_for("SIGINT again: handing back 1 running job(s) now")
+            assert await exited(process) == 0
+        assert "closed 0" in output.text
+        assert await state_and_attempts(queue, job.id) == ("waiting", 0)

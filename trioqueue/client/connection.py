@@ -83,6 +83,7 @@ class Connection:
         self._slot_locks = [anyio.Lock() for _ in range(pool_size)]
         self._others: set[Channel] = set()
         self._sweeping = False
+        self._failed_attempts = 0  # since the last success (see _open_tcp)
         self.closed = False
 
     @property
@@ -176,8 +177,11 @@ class Connection:
         return channel
 
     async def _open_tcp(self, events: bool) -> Channel:
-        attempt = 0
+        # The failed attempts are counted on the connection, not per call: the backoff
+        # keeps growing across connect_timeout_s windows while the broker stays away,
+        # and the first success after any failure says so once.
         last: Exception | None = None
+        deadline = time.monotonic() + self.connect_timeout_s
         with anyio.move_on_after(self.connect_timeout_s):
             while True:
                 try:
@@ -186,15 +190,18 @@ class Connection:
                     break
                 except OSError as exc:
                     last = exc
-                    delay = backoff_s(attempt)
+                    attempt = self._failed_attempts
+                    self._failed_attempts += 1
+                    # What is waited: the backoff, or what is left of the window.
+                    delay = max(min(backoff_s(attempt), deadline - time.monotonic()), 0.0)
                     # Said at once, not after connect_timeout_s: a worker pointed at a
                     # closed port must not look idle.
                     log.warning("cannot connect to %s:%s: %s (attempt %d; retrying in "
                                 "%.1f s)", self.host, self.port, _reason(exc), attempt + 1,
                                 delay)
                     await anyio.sleep(delay)
-                    attempt += 1
-            if attempt:
+            if self._failed_attempts:
+                self._failed_attempts = 0
                 log.warning("connected to %s:%s", self.host, self.port)
             if reader is not None:
                 self._task_group.start_soon(reader)

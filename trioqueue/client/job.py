@@ -130,13 +130,13 @@ class Job:
     async def promote(self) -> None:
         await self.queue.promote_job(self.id)
 
-    async def change_delay(self, delay_ms: float) -> None:
+    async def change_delay(self, delay_ms: int) -> None:
         await self.queue.change_job_delay(self.id, delay_ms, self.token)
 
-    async def change_priority(self, priority: float = 0, lifo: bool | None = None) -> None:
+    async def change_priority(self, priority: int = 0, lifo: bool | None = None) -> None:
         await self.queue.change_job_priority(self.id, priority, lifo)
 
-    async def extend_lock(self, duration_ms: float, token: str | None = None) -> None:
+    async def extend_lock(self, duration_ms: int, token: str | None = None) -> None:
         await self.queue.extend_job_lock(self.id, duration_ms, token or self.token)
 
     async def remove(self) -> None:
@@ -166,7 +166,7 @@ class Job:
     async def move_to_wait(self, token: str | None = None) -> None:
         await self.queue.move_job_to_wait(self.id, token or self.token)
 
-    async def move_to_delayed(self, timestamp_ms: float, token: str | None = None) -> None:
+    async def move_to_delayed(self, timestamp_ms: int, token: str | None = None) -> None:
         await self.queue.move_job_to_delayed(self.id, timestamp_ms, token or self.token)
 
     async def move_to_waiting_children(self, token: str | None = None) -> bool:

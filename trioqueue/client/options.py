@@ -134,6 +134,25 @@ def _mapping(name: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+# The same rules for the numbers and flags other Queue and Job methods take (one
+# copy of each rule): each returns the value to send or raises ValidationError naming
+# ``name``, the Python argument.
+
+def check_ms(name: str, value: Any) -> int:
+    """A duration or delay: whole milliseconds (an int) of at least 0."""
+    return _ms(name, value)
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """An int (no bool, no float, no str), of at least ``minimum`` when given."""
+    return _whole(name, value, minimum)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """True or False (not 1, not "yes")."""
+    return _flag(name, value)
+
+
 # Python name -> (wire name, check). The check returns the value to send.
 _Check = Callable[[str, Any], Any]
 _SIMPLE: dict[str, tuple[str, _Check]] = {

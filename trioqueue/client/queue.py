@@ -17,7 +17,7 @@ from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
-from .options import BulkJob, JobOptions, job_options
+from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, job_options
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -143,8 +143,7 @@ class Queue:
                        end: int = -1, asc: bool = True) -> list[Job]:
         """Jobs in ``states`` (all states when None), ordered by creation time, from
         ``start`` to ``end`` inclusive (-1: to the last)."""
-        if start < 0:
-            raise ValidationError("start must be at least 0")
+        start, end = _span(start, end)
         state = [states] if isinstance(states, str) else (
             list(states) if states is not None else None)
         out: list[Job] = []
@@ -166,6 +165,7 @@ class Queue:
     async def get_job_logs(self, job_id: str, start: int = 0, end: int = -1
                            ) -> dict[str, Any]:
         """``{"logs": [{"timestamp", "level", "message"}], "count"}``."""
+        start, end = _span(start, end)
         return dict((await self._call("GetLogs", id=job_id, start=start, end=end))["data"])
 
     async def get_children_values(self, job_id: str) -> dict[str, Any]:
@@ -189,6 +189,7 @@ class Queue:
         without ``type``."""
         if type is None:
             return await self.get_job_dependencies(job_id)
+        start, end = _span(start, end)
         reply = await self._call("GetDependencies", id=job_id, type=type, start=start,
                                  end=end)
         return dict(reply["data"])
@@ -219,7 +220,7 @@ class Queue:
         await self._call("AddLog", id=job_id, message=message, level=level)
 
     async def clear_job_logs(self, job_id: str, keep: int = 0) -> None:
-        await self._call("ClearLogs", id=job_id, keepLogs=keep)
+        await self._call("ClearLogs", id=job_id, keepLogs=check_int("keep", keep, 0))
 
     # ------------------------------------------------------------------ job changes
 
@@ -240,26 +241,28 @@ class Queue:
     async def promote_jobs(self, count: int | None = None) -> int:
         fields: dict[str, Any] = {"queue": self.name}
         if count is not None:
-            fields["count"] = count
+            fields["count"] = check_int("count", count, 0)
         return int((await self._call("PromoteJobs", **fields))["count"])
 
     async def update_job_data(self, job_id: str, data: Any) -> None:
         await self._call("Update", id=job_id, data=data)
 
-    async def change_job_priority(self, job_id: str, priority: float = 0,
+    async def change_job_priority(self, job_id: str, priority: int = 0,
                                   lifo: bool | None = None) -> None:
-        fields: dict[str, Any] = {"id": job_id, "priority": priority}
+        fields: dict[str, Any] = {"id": job_id, "priority": check_int("priority", priority)}
         if lifo is not None:
-            fields["lifo"] = lifo
+            fields["lifo"] = check_flag("lifo", lifo)
         await self._call("ChangePriority", **fields)
 
-    async def change_job_delay(self, job_id: str, delay_ms: float,
+    async def change_job_delay(self, job_id: str, delay_ms: int,
                                token: str | None = None) -> None:
-        await self._call("ChangeDelay", id=job_id, delay=delay_ms, **_token(token))
+        delay = check_ms("delay_ms", delay_ms)
+        await self._call("ChangeDelay", id=job_id, delay=delay, **_token(token))
 
-    async def extend_job_lock(self, job_id: str, duration_ms: float,
+    async def extend_job_lock(self, job_id: str, duration_ms: int,
                               token: str | None = None) -> None:
-        await self._call("ExtendLock", id=job_id, duration=duration_ms, **_token(token))
+        duration = check_ms("duration_ms", duration_ms)
+        await self._call("ExtendLock", id=job_id, duration=duration, **_token(token))
 
     async def remove_child_dependency(self, job_id: str) -> bool:
         return bool((await self._call("RemoveChildDependency", id=job_id))["removed"])
@@ -287,12 +290,13 @@ class Queue:
     async def move_job_to_wait(self, job_id: str, token: str | None = None) -> None:
         await self._call("MoveToWait", id=job_id, **_token(token))
 
-    async def move_job_to_delayed(self, job_id: str, timestamp_ms: float,
+    async def move_job_to_delayed(self, job_id: str, timestamp_ms: int,
                                   token: str | None = None) -> None:
         """Delay an active job until ``timestamp_ms`` (epoch milliseconds), as BullMQ."""
         import time
 
-        delay = max(timestamp_ms - time.time() * 1000, 0)
+        until = check_int("timestamp_ms", timestamp_ms, 0)
+        delay = max(until - int(time.time() * 1000), 0)
         await self._call("MoveToDelayed", id=job_id, delay=delay, **_token(token))
 
     async def move_job_to_waiting_children(self, job_id: str,
@@ -345,8 +349,10 @@ class Queue:
         unknown = set(config) - set(names)
         if unknown:
             raise ValidationError(f"unknown stall option: {sorted(unknown)[0]}")
-        await self._call("SetStallConfig", queue=self.name,
-                         config={names[k]: v for k, v in config.items()})
+        wire = {names[k]: (check_flag(k, v) if k == "enabled" else
+                           check_int(k, v, 0) if k == "max_stalls" else check_ms(k, v))
+                for k, v in config.items() if v is not None}
+        await self._call("SetStallConfig", queue=self.name, config=wire)
 
     async def get_stall_config(self) -> dict[str, Any]:
         return dict((await self._call("GetStallConfig", queue=self.name))["config"])
@@ -354,6 +360,11 @@ class Queue:
 
 def _token(token: str | None) -> dict[str, Any]:
     return {} if token is None else {"token": token}
+
+
+def _span(start: Any, end: Any) -> tuple[int, int]:
+    """A slice's ``start`` (an int of at least 0) and inclusive ``end`` (-1: the last)."""
+    return check_int("start", start, 0), check_int("end", end, -1)
 
 
 def _number(key: str) -> int | float:

@@ -122,16 +122,27 @@ async def serve(args: argparse.Namespace, processor: Callable[..., Any]) -> int:
 
 
 async def _reach(conn: Connection) -> None:
-    """Until the broker answers a Ping; every failed attempt is logged by the
-    connection (at once, with its retry delay), so this never waits in silence."""
-    attempt = 0
-    while True:
-        try:
-            await conn.call("Ping")
-            return
-        except ConnectionLost:
-            await anyio.sleep(backoff_s(attempt))
-            attempt += 1
+    """Until the broker answers a Ping. The connection opens its socket here with no
+    ``connect_timeout_s`` window, so its backoff keeps growing while the broker stays
+    away and each failed attempt is logged at once with the delay really waited (a
+    window would cut that sleep short and start the backoff over); the first success
+    after failures logs ``connected to HOST:PORT``. Never waits in silence."""
+    window = conn.connect_timeout_s
+    conn.connect_timeout_s = math.inf
+    try:
+        attempt = 0
+        while True:
+            try:
+                await conn.call("Ping")
+                return
+            except ConnectionLost as exc:  # opened, then lost before the reply
+                delay = backoff_s(attempt)
+                log.warning("broker %s:%s: %s (retrying in %.1f s)", conn.host, conn.port,
+                            exc, delay)
+                await anyio.sleep(delay)
+                attempt += 1
+    finally:
+        conn.connect_timeout_s = window
 
 
 async def _stop_before_ready(received: Any, scope: anyio.CancelScope) -> None:
