@@ -50,6 +50,21 @@ async def test_json_commands_over_websocket(server: Server) -> None:
         assert (await next_json(ws))["error"] == "Unknown command: Nope"
 
 
+@pytest.mark.parametrize("text", [
+    '{"cmd": "PUSH", "queue": "wsr", "data": {"x": NaN}, "reqId": "mine"}',
+    '{"cmd": "PUSH", "queue": "wsr", "data": ' + "[" * 100 + "]" * 100 + ', "reqId": "mine"}',
+])
+async def test_a_refused_json_message_is_answered_on_its_req_id(server: Server, text: str
+                                                                 ) -> None:
+    url = f"ws://127.0.0.1:{server.ws_port}/ws"
+    async with open_websocket_url(url) as ws:
+        await ws.send_message(text)
+        reply = await next_json(ws)
+        assert reply["ok"] is False and reply["reqId"] == "mine"
+        await ws.send_message(json.dumps({"cmd": "Ping", "reqId": "after"}))
+        assert (await next_json(ws))["reqId"] == "after"  # the session goes on
+
+
 async def test_cbor_commands_over_websocket(server: Server) -> None:
     url = f"ws://127.0.0.1:{server.ws_port}/ws"
     async with open_websocket_url(url) as ws:
