@@ -296,3 +296,30 @@ async def test_a_broker_started_after_the_worker_is_reached_and_said_so(
             assert await exited(process) == 0
             assert await queue.get_result(job.id) == {"done": 5}
     assert "stopped: 1 processed, 0 failed" in output.text
+
+
+async def test_a_broker_restarted_under_a_running_worker_is_reached_again_and_said_so(
+        workdir: Path, brokers: Any, anyio_backend: str) -> None:
+    port = closed_port()
+    config = Config(host="127.0.0.1", tcp_port=port, ws_port=0, memory=True)
+    broker = await brokers.start(config)
+    command = worker_command(port, "r-back", anyio_backend)
+    async with running(command, workdir) as (process, output):
+        await output.wait_for(" ready: queue r-back")
+        assert f"connected to 127.0.0.1:{port}" not in output.text  # no failure yet
+        await broker.stop()
+        await output.wait_for(f"cannot connect to 127.0.0.1:{port}: ")
+        await brokers.start(config)
+        await output.wait_for(f"connected to 127.0.0.1:{port}")
+        async with open_connection(port=port) as conn:
+            queue = Queue("r-back", conn)
+            job = await queue.add("n", 6, attempts=3)
+            await wait_for_file(workdir / f"started-{job.id}")
+            (workdir / f"release-{job.id}").touch()
+            with anyio.fail_after(DEADLINE_S):
+                while await queue.get_job_state(job.id) != "completed":
+                    await anyio.sleep(0.01)  # polling the broker's view, with a deadline
+            process.send_signal(signal.SIGTERM)
+            assert await exited(process) == 0
+            assert await queue.get_result(job.id) == {"done": 6}
+    assert output.text.count(f"connected to 127.0.0.1:{port}") == 1
