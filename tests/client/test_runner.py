@@ -273,6 +273,23 @@ async def test_the_backoff_keeps_growing_past_the_first_connect_window(
     assert " ready: " not in output.text
 
 
+async def process_one_then_stop(port: int, queue_name: str, value: int, workdir: Path,
+                                process: Any) -> None:
+    """A job added now is processed by the running worker, which then stops on SIGTERM
+    with exit status 0."""
+    async with open_connection(port=port) as conn:
+        queue = Queue(queue_name, conn)
+        job = await queue.add("n", value, attempts=3)
+        await wait_for_file(workdir / f"started-{job.id}")
+        (workdir / f"release-{job.id}").touch()
+        with anyio.fail_after(DEADLINE_S):
+            while await queue.get_job_state(job.id) != "completed":
+                await anyio.sleep(0.01)  # polling the broker's view, with a deadline
+        process.send_signal(signal.SIGTERM)
+        assert await exited(process) == 0
+        assert await queue.get_result(job.id) == {"done": value}
+
+
 async def test_a_broker_started_after_the_worker_is_reached_and_said_so(
         workdir: Path, brokers: Any, anyio_backend: str) -> None:
     port = closed_port()
@@ -284,17 +301,7 @@ async def test_a_broker_started_after_the_worker_is_reached_and_said_so(
         await output.wait_for(f"connected to 127.0.0.1:{port}")
         await output.wait_for(" ready: queue r-late")
         assert output.text.count(f"connected to 127.0.0.1:{port}") == 1
-        async with open_connection(port=port) as conn:
-            queue = Queue("r-late", conn)
-            job = await queue.add("n", 5, attempts=3)
-            await wait_for_file(workdir / f"started-{job.id}")
-            (workdir / f"release-{job.id}").touch()
-            with anyio.fail_after(DEADLINE_S):
-                while await queue.get_job_state(job.id) != "completed":
-                    await anyio.sleep(0.01)  # polling the broker's view, with a deadline
-            process.send_signal(signal.SIGTERM)
-            assert await exited(process) == 0
-            assert await queue.get_result(job.id) == {"done": 5}
+        await process_one_then_stop(port, "r-late", 5, workdir, process)
     assert "stopped: 1 processed, 0 failed" in output.text
 
 
@@ -311,15 +318,5 @@ async def test_a_broker_restarted_under_a_running_worker_is_reached_again_and_sa
         await output.wait_for(f"cannot connect to 127.0.0.1:{port}: ")
         await brokers.start(config)
         await output.wait_for(f"connected to 127.0.0.1:{port}")
-        async with open_connection(port=port) as conn:
-            queue = Queue("r-back", conn)
-            job = await queue.add("n", 6, attempts=3)
-            await wait_for_file(workdir / f"started-{job.id}")
-            (workdir / f"release-{job.id}").touch()
-            with anyio.fail_after(DEADLINE_S):
-                while await queue.get_job_state(job.id) != "completed":
-                    await anyio.sleep(0.01)  # polling the broker's view, with a deadline
-            process.send_signal(signal.SIGTERM)
-            assert await exited(process) == 0
-            assert await queue.get_result(job.id) == {"done": 6}
+        await process_one_then_stop(port, "r-back", 6, workdir, process)
     assert output.text.count(f"connected to 127.0.0.1:{port}") == 1
