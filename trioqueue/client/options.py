@@ -88,7 +88,9 @@ def _show(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def _whole(name: str, value: Any, minimum: int | None, unit: str = "") -> int:
+# check_int, check_ms and check_flag are also the checks of Queue's and Job's other
+# methods (queue.py): one copy of each rule, naming the Python argument.
+def check_int(name: str, value: Any, minimum: int | None = None, unit: str = "") -> int:
     if type(value) is not int or (minimum is not None and value < minimum):
         floor = "" if minimum is None else f" of at least {minimum}"
         raise ValidationError(f"{name} must be {unit or 'an integer'}{floor}, "
@@ -97,15 +99,15 @@ def _whole(name: str, value: Any, minimum: int | None, unit: str = "") -> int:
 
 
 def _count(minimum: int) -> Callable[[str, Any], int]:
-    return lambda name, value: _whole(name, value, minimum)
+    return lambda name, value: check_int(name, value, minimum)
 
 
-def _ms(name: str, value: Any) -> int:
-    return _whole(name, value, 0, "whole milliseconds (an int)")
+def check_ms(name: str, value: Any) -> int:
+    return check_int(name, value, 0, "whole milliseconds (an int)")
 
 
 def _any_int(name: str, value: Any) -> int:
-    return _whole(name, value, None)
+    return check_int(name, value, None)
 
 
 def _text(name: str, value: Any) -> str:
@@ -122,7 +124,7 @@ def _texts(name: str, value: Any) -> list[str]:
     return list(value)
 
 
-def _flag(name: str, value: Any) -> bool:
+def check_flag(name: str, value: Any) -> bool:
     if type(value) is not bool:
         raise ValidationError(f"{name} must be True or False, not {_show(value)}")
     return value
@@ -134,33 +136,14 @@ def _mapping(name: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-# The same rules for the numbers and flags other Queue and Job methods take (one
-# copy of each rule): each returns the value to send or raises ValidationError naming
-# ``name``, the Python argument.
-
-def check_ms(name: str, value: Any) -> int:
-    """A duration or delay: whole milliseconds (an int) of at least 0."""
-    return _ms(name, value)
-
-
-def check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    """An int (no bool, no float, no str), of at least ``minimum`` when given."""
-    return _whole(name, value, minimum)
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """True or False (not 1, not "yes")."""
-    return _flag(name, value)
-
-
 # Python name -> (wire name, check). The check returns the value to send.
 _Check = Callable[[str, Any], Any]
 _SIMPLE: dict[str, tuple[str, _Check]] = {
     "priority": ("priority", _any_int),
-    "delay": ("delay", _ms),
+    "delay": ("delay", check_ms),
     "attempts": ("maxAttempts", _count(1)),
-    "ttl": ("ttl", _ms),
-    "timeout": ("timeout", _ms),
+    "ttl": ("ttl", check_ms),
+    "timeout": ("timeout", check_ms),
     "unique_key": ("uniqueKey", _text),
     "depends_on": ("dependsOn", _texts),
     "parent_id": ("parentId", _text),
@@ -168,22 +151,22 @@ _SIMPLE: dict[str, tuple[str, _Check]] = {
     "tags": ("tags", _texts),
     "group_id": ("groupId", _text),
     "group_max_size": ("groupMaxSize", _count(1)),
-    "lifo": ("lifo", _flag),
-    "remove_on_complete": ("removeOnComplete", _flag),
-    "remove_on_fail": ("removeOnFail", _flag),
-    "durable": ("durable", _flag),
+    "lifo": ("lifo", check_flag),
+    "remove_on_complete": ("removeOnComplete", check_flag),
+    "remove_on_fail": ("removeOnFail", check_flag),
+    "durable": ("durable", check_flag),
     "repeat": ("repeat", _mapping),
-    "stall_timeout": ("stallTimeout", _ms),
+    "stall_timeout": ("stallTimeout", check_ms),
     "stack_trace_limit": ("stackTraceLimit", _count(0)),
     "keep_logs": ("keepLogs", _count(0)),
     "size_limit": ("sizeLimit", _count(1)),
     "debounce_id": ("debounceId", _text),
-    "debounce_ttl": ("debounceTtl", _ms),
+    "debounce_ttl": ("debounceTtl", check_ms),
     "timestamp": ("timestamp", _count(0)),
-    "fail_parent_on_failure": ("failParentOnFailure", _flag),
-    "remove_dependency_on_failure": ("removeDependencyOnFailure", _flag),
-    "continue_parent_on_failure": ("continueParentOnFailure", _flag),
-    "ignore_dependency_on_failure": ("ignoreDependencyOnFailure", _flag),
+    "fail_parent_on_failure": ("failParentOnFailure", check_flag),
+    "remove_dependency_on_failure": ("removeDependencyOnFailure", check_flag),
+    "continue_parent_on_failure": ("continueParentOnFailure", check_flag),
+    "ignore_dependency_on_failure": ("ignoreDependencyOnFailure", check_flag),
 }
 #: Python name -> wire name, for every option (``job_id``'s depends on the command).
 JOB_OPTIONS: dict[str, str] = {
@@ -210,7 +193,7 @@ def job_options(options: Mapping[str, Any], *, custom_id_key: str = "jobId"
             wire.update(_deduplication(value))
         elif name == "backoff":
             wire["backoff"] = (_backoff(value) if isinstance(value, Mapping)
-                               else _ms(name, value))
+                               else check_ms(name, value))
         else:
             raise ValidationError(f"unknown job option: {name}")
     return wire
@@ -225,10 +208,10 @@ def _deduplication(value: Any) -> dict[str, Any]:
     wire: dict[str, Any] = {"uniqueKey": _text("deduplication['id']", value["id"])}
     dedup: dict[str, Any] = {}
     if value.get("ttl") is not None:
-        dedup["ttl"] = _ms("deduplication['ttl']", value["ttl"])
+        dedup["ttl"] = check_ms("deduplication['ttl']", value["ttl"])
     for key in ("extend", "replace"):
         if value.get(key) is not None:
-            dedup[key] = _flag(f"deduplication[{key!r}]", value[key])
+            dedup[key] = check_flag(f"deduplication[{key!r}]", value[key])
     if dedup:
         wire["dedup"] = dedup
     return wire
@@ -243,7 +226,7 @@ def _backoff(value: Mapping[str, Any]) -> dict[str, Any]:
                                       f"not {_show(item)}")
             out["type"] = item
         elif name in ("delay", "max_delay"):
-            out["delay" if name == "delay" else "maxDelay"] = _ms(f"backoff[{name!r}]", item)
+            out["delay" if name == "delay" else "maxDelay"] = check_ms(f"backoff[{name!r}]", item)
         else:
             raise ValidationError(f"unknown backoff option: {name}")
     return out
