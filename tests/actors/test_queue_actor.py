@@ -96,7 +96,8 @@ async def test_a_queue_actor_runs_push_and_pull_without_a_broker() -> None:
     notices: list[Any] = []
     actor = QueueActor(
         "jobs", committer=committer, index=index, clock=TrioClock(),
-        post_notices=notices.extend, events=Events(), admission=None,
+        post_notices=notices.extend, post_to=lambda queue, notice: False,
+        events=Events(), admission=None,
         limits=limits_from(Config(memory=True), QueueLimits), storage=storage)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)

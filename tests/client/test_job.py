@@ -119,6 +119,25 @@ async def test_remove_unprocessed_children_frees_the_parent(conn: Connection) ->
     assert await parent.get_state() == "waiting"
 
 
+@pytest.mark.parametrize("other_queues", [False, True], ids=["same-queue", "other-queues"])
+async def test_dependencies_read_after_removing_unprocessed_children_are_empty(
+        conn: Connection, other_queues: bool) -> None:
+    """The reply comes once the removals settled the parent, as in BullMQ's one script:
+    the very next read of the parent sees no children (the notices went round the
+    children's queues and back after the reply, before; about half the reads saw them).
+    Several flows, so a race would show."""
+    for i in range(6):
+        children = [{"queue_name": f"j-rx{n}" if other_queues else "j-rx", "opts": {
+            "job_id": f"rx{i}-{n}"}} for n in range(2)]
+        node = await FlowProducer(conn).add({"queue_name": "j-rx", "opts": {
+            "job_id": f"rx{i}"}, "children": children})
+        await node.job.remove_unprocessed_children()
+        deps = await node.job.get_dependencies()
+        assert deps["unprocessed"] == [] and deps["processed"] == {}
+        assert (await node.job.get_dependencies_count())["unprocessed"] == 0
+        assert await node.job.get_state() == "waiting"
+
+
 async def test_move_to_waiting_children_without_children_stays_active(
         conn: Connection) -> None:
     queue = Queue("j-mwc", conn)

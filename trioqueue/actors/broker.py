@@ -141,7 +141,8 @@ class Broker:
         router = self.router
         actor = QueueActor(
             name, committer=self.writer, index=router, clock=self.clock,
-            post_notices=router.post_notices, events=self.events,
+            post_notices=router.post_notices, post_to=router.post_to,
+            events=self.events,
             admission=self.admission_factory, limits=self.queue_limits,
             storage=self.storage, pauses=self.pauses)
         self._nursery.start_soon(actor.run, name=f"queue:{name}")

@@ -37,12 +37,13 @@ from ..core.clock import Clock
 from ..core.commands import ADMITS, QUEUE_HANDLERS
 from ..core.errors import INTERNAL_ERROR, Refused
 from ..core.handlers import Ctx
-from ..core.queue import JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
+from ..core.queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
 from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from ..storage.reads import fetch
 from .clock import PauseWatch
+from .notices import Notices, QueuePoster
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .slice_budget import SliceBudget
@@ -60,7 +61,7 @@ STEP_BUDGET_MS, BUDGET_EVERY = 5, 32
 
 class QueueActor:
     def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
-                 post_notices: NoticePoster, events: EventSink,
+                 post_notices: NoticePoster, post_to: QueuePoster, events: EventSink,
                  admission: AdmissionFactory | None, limits: QueueLimits,
                  storage: Storage, pauses: PauseWatch | None = None) -> None:
         self.name = name
@@ -79,11 +80,9 @@ class QueueActor:
         self._view = FinishedView(name)
         self.state = QueueState(name, index, self._view)
         self._backlog: deque[Request] = deque()
-        # Notices from other queues (a child settled, adopt a flow's jobs, ...): an
-        # unbounded deque rather than the inbox, so that a queue never blocks on
-        # another's full inbox (two queues notifying each other could deadlock). They
-        # are few (one per dependency edge) and always applied before the inbox.
-        self._notices: deque[tuple[Any, ...]] = deque()
+        # Notices from other queues and for this queue's own jobs, and replies held
+        # until other queues applied this queue's (see actors.notices).
+        self._notices = Notices(name, post_notices, post_to)
         self._idle: trio.CancelScope | None = None
         self._current: Request | None = None
         self._deliveries: list[tuple[Any, dict[str, Any]]] = []
@@ -269,7 +268,8 @@ class QueueActor:
         if not keep_view and self._view.known:
             self._view.known.clear()  # other queues may have written since the last step
         if self._notices:
-            self._apply_notices(now)
+            self._notices.apply(q, now, self._deliveries)
+            self._committer.submit(q.take_writes())
         self._apply_backlog(now)
         if self._backlog and self._idle is not None:
             self._idle.cancel()  # an inline step left some: the actor's task goes on
@@ -329,6 +329,8 @@ class QueueActor:
             q.park_job_waiter(result)
         elif isinstance(result, Sliced):
             self._long = (req, result)
+        elif isinstance(result, AfterQueues):
+            self._notices.hold(req.replier, req.reply(result.reply), result)
         else:  # a reply of a dict subclass
             self._deliveries.append((req.replier, req.reply(result)))
 
@@ -466,6 +468,8 @@ class QueueActor:
                     deliveries.append((req.replier, req.reply(result)))
                 else:
                     self._park_or_begin(req, result)
+            if q.notices:  # its effects on this queue's jobs, before the next command
+                self._notices.apply(q, now, deliveries)
             if q.writes.ops:  # (.ops, not the Writes: a Python-level __bool__ per command)
                 submit(q.take_writes())
                 if view.known:  # what it fetched may be stale now
@@ -474,13 +478,6 @@ class QueueActor:
                 self._refetches = 0
         self._current = None
 
-    def _apply_notices(self, now: int) -> None:
-        q = self.state
-        notices = self._notices
-        while notices:
-            q.apply_notice(notices.popleft(), now)
-        self._committer.submit(q.take_writes())
-
     def _finish_batch(self) -> None:
         q = self.state
         committer = self._committer
@@ -488,8 +485,7 @@ class QueueActor:
             committer.submit(q.take_writes())
         # Posted before the replies go out: a client that saw this batch's reply and
         # then asks another queue finds the notice applied there first.
-        if q.notices:  # (looked at first: each take makes a new list)
-            self._post_notices(q.take_notices())
+        self._notices.send(q, self._deliveries)
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
         committer.release(deliveries)

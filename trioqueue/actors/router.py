@@ -159,6 +159,14 @@ class Router(DependentsIndex):
             if queue is not None:
                 self.actors[queue].post(notice)
 
+    def post_to(self, queue: str, notice: tuple[Any, ...]) -> bool:
+        """Hand a notice to queue ``queue``; False when there is no such queue."""
+        actor = self.actors.get(queue)
+        if actor is None:
+            return False
+        actor.post(notice)
+        return True
+
     def forget_queue(self, queue: str) -> None:
         for job_id in [j for j, q in self._index.items() if q == queue]:
             del self._index[job_id]

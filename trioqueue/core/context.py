@@ -10,7 +10,7 @@ from typing import Any
 from . import fields
 from .errors import STORAGE_FULL, Refused
 from .options import MAX_DATA_CHARS
-from .queue import JobWaiter, PullWaiter, QueueState, Sliced
+from .queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced
 
 Reply = dict[str, Any]
 
@@ -41,7 +41,7 @@ def _refuse_if_full(ctx: Ctx) -> None:
 
 
 Handler = Callable[[QueueState, dict[str, Any], Ctx],
-                   "Reply | PullWaiter | JobWaiter | Sliced"]
+                   "Reply | PullWaiter | JobWaiter | Sliced | AfterQueues"]
 
 def _token(msg: dict[str, Any]) -> str | None:
     token = msg.get("token")

@@ -10,7 +10,7 @@ from . import states as st
 from .context import Ctx, Reply, _opt_int, _token
 from .errors import JOB_NOT_FOUND, Refused
 from .job import COMPLETED
-from .queue import JobWaiter, QueueState, completed_reply, failed_reply
+from .queue import AfterQueues, JobWaiter, QueueState, completed_reply, failed_reply
 
 # ------------------------------------------------------------------ queries
 
@@ -117,9 +117,12 @@ def remove_child_dependency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Rep
     return {"removed": q.remove_child_dependency(fields.job_id(msg.get("id")), ctx.now)}
 
 
-def remove_unprocessed_children(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.remove_unprocessed_children(fields.job_id(msg.get("id")))
-    return {}
+def remove_unprocessed_children(q: QueueState, msg: dict[str, Any],
+                                ctx: Ctx) -> Reply | AfterQueues:
+    """Answered once the children's queues removed them and settled the parent here:
+    what BullMQ does in one script."""
+    queues = q.remove_unprocessed_children(fields.job_id(msg.get("id")))
+    return AfterQueues({}, queues) if queues else {}
 
 
 def update_parent(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:

@@ -16,10 +16,10 @@ from .slices import Sliced
 from .stalls import STALL_CHECK_MS
 from .state import QueueState
 from .views import completed_reply, failed_reply, finished_wire
-from .waiters import JobWaiter, PullWaiter, WaiterAnswer
+from .waiters import AfterQueues, JobWaiter, PullWaiter, WaiterAnswer
 
 __all__ = [
-    "ADOPT", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
+    "ADOPT", "AfterQueues", "DEFAULT_MAX_STALLS", "DEFAULT_STALL_CONFIG", "REMOVE_CHILD", "SETTLED",
     "SET_PARENT", "STALL_CHECK_MS", "FinishedReader", "FinishedView", "JobIndex", "JobWaiter",
     "Lock", "PullWaiter", "QueueSettings", "QueueState", "Sliced", "WaiterAnswer",
     "completed_reply", "failed_reply", "finished_wire", "normalise_progress",

@@ -331,15 +331,21 @@ def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
     return bool(parents) or had_parent
 
 
-def remove_unprocessed_children(q: QueueState, parent_id: str) -> None:
-    """Remove the children the parent still waits for that have not started."""
+def remove_unprocessed_children(q: QueueState, parent_id: str) -> frozenset[str]:
+    """Remove the children the parent still waits for that have not started; returns
+    the other queues asked to (their removals settle the parent by notice)."""
     job = q.jobs.get(parent_id)
     if job is None:
         if q.finished.get(parent_id) is None:
             raise Refused(JOB_NOT_FOUND)
-        return
+        return frozenset()
+    queues: set[str] = set()
     for child_id in job.pending or ():
         q.notices.append((child_id, (REMOVE_CHILD, child_id, parent_id)))
+        queue = q.index.locate(child_id)
+        if queue is not None and queue != q.name:
+            queues.add(queue)
+    return frozenset(queues)
 
 
 def _child_queue(q: QueueState, child_id: str) -> str | None:

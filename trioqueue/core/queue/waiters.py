@@ -32,6 +32,21 @@ class PullWaiter:
     done: bool = False
 
 
+@dataclass(slots=True)
+class AfterQueues:
+    """A reply to send once ``queues`` have applied the notices this step sent them.
+
+    For a command whose effect goes round other queues and back (the parent's queue
+    asks each child's queue to remove the child, and each removal settles the parent
+    here): answered at once, a client reading the parent next would still see the
+    children. The shell holds the reply until each queue has answered an echo sent
+    after those notices.
+    """
+
+    reply: dict[str, Any]
+    queues: frozenset[str]
+
+
 @dataclass(slots=True, eq=False)  # identity: a hold is kept in sets per connection
 class JobWaiter:
     """A parked WaitJob: answered when its job settles, or ``completed: false`` at its
