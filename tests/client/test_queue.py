@@ -104,6 +104,16 @@ async def test_listing_and_counting(conn: Connection) -> None:
     assert await queue.drain() == 6 and await queue.count() == 0
 
 
+@pytest.mark.parametrize("states", [123, ["waiting", 1], {"waiting": 1}, b"waiting"])
+async def test_get_jobs_refuses_states_that_are_not_state_names(
+        conn: Connection, states: Any) -> None:
+    queue = Queue("q-list-bad", conn)
+    with pytest.raises(ValidationError, match="states must be a state name"):
+        await queue.get_jobs(states)
+    with pytest.raises(ValidationError, match="asc must be True or False"):
+        await queue.get_jobs("waiting", asc="no")  # type: ignore[arg-type]
+
+
 async def test_results_progress_and_logs(conn: Connection) -> None:
     queue = Queue("q-prog", conn)
     job = await queue.add("n", {}, job_id="p1")

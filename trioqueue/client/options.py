@@ -124,6 +124,19 @@ def _texts(name: str, value: Any) -> list[str]:
     return list(value)
 
 
+def check_states(name: str, value: Any) -> list[str] | None:
+    """A state name, a sequence of them, or None (every state)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if (isinstance(value, (list, tuple, set, frozenset))
+            and all(isinstance(state, str) for state in value)):
+        return list(value)
+    raise ValidationError(f"{name} must be a state name or a list of state names, "
+                          f"not {_show(value)}")
+
+
 def check_flag(name: str, value: Any) -> bool:
     if type(value) is not bool:
         raise ValidationError(f"{name} must be True or False, not {_show(value)}")

@@ -17,7 +17,7 @@ from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
-from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, job_options
+from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check_states, job_options
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -144,8 +144,8 @@ class Queue:
         """Jobs in ``states`` (all states when None), ordered by creation time, from
         ``start`` to ``end`` inclusive (-1: to the last)."""
         start, end = _span(start, end)
-        state = [states] if isinstance(states, str) else (
-            list(states) if states is not None else None)
+        state = check_states("states", states)
+        asc = check_flag("asc", asc)
         out: list[Job] = []
         offset = start
         while True:
