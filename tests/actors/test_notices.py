@@ -63,7 +63,7 @@ def test_notices_for_the_queues_own_jobs_are_applied_in_the_same_step() -> None:
     broker.notices["a"].append(("spawn", "a:j", 3))
     assert broker.step("a") == []
     assert [n[2] for n in broker.queues["a"].applied] == [3, 2, 1, 0]
-    assert not broker.notices["a"]
+    assert not broker.notices["a"].pending
 
 
 def test_same_queue_rounds_are_bounded_and_the_rest_waits_for_the_next_step() -> None:
@@ -71,7 +71,7 @@ def test_same_queue_rounds_are_bounded_and_the_rest_waits_for_the_next_step() ->
     broker.notices["a"].append(("spawn", "a:j", NOTICE_ROUNDS + 5))
     broker.step("a")
     assert len(broker.queues["a"].applied) == NOTICE_ROUNDS
-    assert broker.notices["a"]  # still there, ahead of the next step's commands
+    assert broker.notices["a"].pending  # still there, ahead of the next step's commands
     broker.step("a")
     assert len(broker.queues["a"].applied) == NOTICE_ROUNDS + 6
 

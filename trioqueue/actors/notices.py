@@ -45,21 +45,19 @@ class Notices:
     def __init__(self, name: str, post_notices: NoticePoster, post_to: QueuePoster) -> None:
         self._name = name
         self._post_notices, self._post_to = post_notices, post_to
-        self._pending: deque[tuple[Any, ...]] = deque()
+        # Looked at by the actor's loop on every step: a plain deque's truth is a C call.
+        self.pending: deque[tuple[Any, ...]] = deque()
         # Held replies by token: [replier, reply, queues still to answer].
         self._held: dict[int, list[Any]] = {}
         self._echoes: list[tuple[str, int]] = []  # to post after this step's notices
         self._tokens = count()
 
-    def __bool__(self) -> bool:
-        return bool(self._pending)
-
     def append(self, notice: tuple[Any, ...]) -> None:
-        self._pending.append(notice)
+        self.pending.append(notice)
 
     def apply(self, q: QueueState, now: int, deliveries: Deliveries) -> None:
         """Apply what arrived, then the notices that made for this queue, in rounds."""
-        pending = self._pending
+        pending = self.pending
         for _ in range(NOTICE_ROUNDS):
             while pending:
                 notice = pending.popleft()

@@ -208,7 +208,7 @@ class QueueActor:
                     idle.cancel()
                     return True
                 # As the actor's loop would: the rest of the batch is served next.
-                if not (self._backlog or self._notices):
+                if not (self._backlog or self._notices.pending):
                     break
         deadline = self._next_deadline()
         if deadline != idle.deadline:  # setting it costs trio a deadline-heap update
@@ -238,7 +238,7 @@ class QueueActor:
                 # their latency while this one drains a million jobs.
                 await trio.lowlevel.checkpoint()
                 continue
-            if not self._backlog and not self._notices:
+            if not self._backlog and not self._notices.pending:
                 with trio.CancelScope(deadline=self._next_deadline()) as idle:
                     # Set only while parked on the receive: run_inline's sign that the
                     # actor cannot be in the middle of a step (reset however it ends).
@@ -267,7 +267,7 @@ class QueueActor:
         q.events_enabled = self._events.active
         if not keep_view and self._view.known:
             self._view.known.clear()  # other queues may have written since the last step
-        if self._notices:
+        if self._notices.pending:
             self._notices.apply(q, now, self._deliveries)
             self._committer.submit(q.take_writes())
         self._apply_backlog(now)
