@@ -124,3 +124,40 @@ def test_the_actors_do_not_import_the_broker() -> None:
         assert "broker" not in imported and "actors.broker" not in imported, module
         assert not any(isinstance(node, ast.Attribute) and node.attr == "broker"
                        for node in ast.walk(tree)), module
+
+
+async def test_a_read_pipelined_behind_a_same_queue_removal_sees_it_settled() -> None:
+    """RemoveUnprocessedChildren and GetDependencies in one batch: the removal's notices
+    (remove the child, which settles the parent) are applied between the two."""
+    storage = MemoryStorage()
+    actor: QueueActor
+
+    def post_notices(notices: list[Any]) -> None:
+        for _, notice in notices:
+            actor.post(notice)
+
+    actor = QueueActor(
+        "jobs", committer=Committer(storage), index=Index(), clock=TrioClock(),
+        post_notices=post_notices, post_to=lambda queue, notice: False,
+        events=Events(), admission=None,
+        limits=limits_from(Config(memory=True), QueueLimits), storage=storage)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await ask(actor, "PUSH", queue="jobs", data={}, jobId="child", delay=60_000)
+        parent = await ask(actor, "PUSH", queue="jobs", data={}, jobId="parent",
+                           dependsOn=["child"])
+        assert parent["ok"] is True
+        removed, deps = Reply(), Reply()
+        actor.batches_in_flight += 1
+        await actor.send.send([
+            Request("RemoveUnprocessedChildren", {"cmd": "RemoveUnprocessedChildren",
+                                                  "queue": "jobs", "id": "parent"}, removed),
+            Request("GetDependencies", {"cmd": "GetDependencies", "queue": "jobs",
+                                        "id": "parent"}, deps)])
+        with trio.fail_after(5):
+            await deps.arrived.wait()
+        assert removed.got is not None and removed.got["ok"] is True
+        assert deps.got is not None and deps.got["data"]["unprocessed"] == []
+        state = await ask(actor, "GetState", queue="jobs", id="parent")
+        assert state["state"] == "waiting"
+        nursery.cancel_scope.cancel()
