@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import trioqueue
@@ -15,6 +16,7 @@ from trioqueue.actors.ports import QueueLimits, limits_from
 from trioqueue.actors.queue_actor import QueueActor
 from trioqueue.actors.request import Replier, Request, deliver_all
 from trioqueue.config import Config
+from trioqueue.core.commands import QUEUE_HANDLERS
 from trioqueue.core.writes import Writes
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing.queue import DictIndex
@@ -160,4 +162,48 @@ async def test_a_read_pipelined_behind_a_same_queue_removal_sees_it_settled() ->
         assert deps.got is not None and deps.got["data"]["unprocessed"] == []
         state = await ask(actor, "GetState", queue="jobs", id="parent")
         assert state["state"] == "waiting"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reply_held_for_another_queue_is_not_lost_to_a_later_crash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command after the held one crashes the batch: the held reply's echo still goes
+    out (here to a queue that does not exist, so the reply comes at once)."""
+    storage = MemoryStorage()
+    index = Index()
+    index["child"] = "other"  # a child in another queue
+    echoes: list[tuple[str, Any]] = []
+
+    def post_to(queue: str, notice: Any) -> bool:
+        echoes.append((queue, notice[0]))
+        return False
+
+    actor = QueueActor(
+        "jobs", committer=Committer(storage), index=index, clock=TrioClock(),
+        post_notices=lambda notices: None, post_to=post_to, events=Events(),
+        admission=None, limits=limits_from(Config(memory=True), QueueLimits),
+        storage=storage)
+
+    def crash(*args: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        parent = await ask(actor, "PUSH", queue="jobs", data={}, jobId="parent",
+                           dependsOn=["child"])
+        assert parent["ok"] is True
+        monkeypatch.setitem(QUEUE_HANDLERS, "GetState", crash)
+        removed, crashed = Reply(), Reply()
+        actor.batches_in_flight += 1
+        await actor.send.send([
+            Request("RemoveUnprocessedChildren", {"cmd": "RemoveUnprocessedChildren",
+                                                  "queue": "jobs", "id": "parent"}, removed),
+            Request("GetState", {"cmd": "GetState", "queue": "jobs", "id": "parent"},
+                    crashed)])
+        with trio.fail_after(5):
+            await removed.arrived.wait()
+            await crashed.arrived.wait()
+        assert removed.got is not None and removed.got["ok"] is True
+        assert crashed.got is not None and crashed.got["ok"] is False
+        assert echoes == [("other", "echo")]
         nursery.cancel_scope.cancel()

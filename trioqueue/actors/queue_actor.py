@@ -162,6 +162,9 @@ class QueueActor:
         writer.submit(state.take_writes())
         if notices:
             self._post_notices(notices)  # for other queues' jobs
+        # Echoes of replies held by commands before the crash go out now: the queue
+        # may go idle next, and they would wait for its next step.
+        self._notices.send(state, self._deliveries)
         writer.release(self._deliveries)
         self._deliveries = []
 
