@@ -81,6 +81,18 @@ class Reply:
         self.arrived.set()
 
 
+def fake_actor(storage: MemoryStorage, *, committer: Committer | None = None,
+               index: Index | None = None, post_notices: Any = lambda notices: None,
+               post_to: Any = lambda queue, notice: False) -> QueueActor:
+    """Queue ``jobs`` from the fakes above; by default its notices go nowhere."""
+    return QueueActor(
+        "jobs", committer=Committer(storage) if committer is None else committer,
+        index=Index() if index is None else index,  # (an empty Index is falsy)
+        clock=TrioClock(), post_notices=post_notices, post_to=post_to, events=Events(),
+        admission=None, limits=limits_from(Config(memory=True), QueueLimits),
+        storage=storage)
+
+
 async def ask(actor: QueueActor, cmd: str, **msg: Any) -> dict[str, Any]:
     reply = Reply()
     actor.batches_in_flight += 1  # as the router counts a batch until the actor takes it
@@ -96,11 +108,8 @@ async def test_a_queue_actor_runs_push_and_pull_without_a_broker() -> None:
     committer = Committer(storage)
     index = Index()
     notices: list[Any] = []
-    actor = QueueActor(
-        "jobs", committer=committer, index=index, clock=TrioClock(),
-        post_notices=notices.extend, post_to=lambda queue, notice: False,
-        events=Events(), admission=None,
-        limits=limits_from(Config(memory=True), QueueLimits), storage=storage)
+    actor = fake_actor(storage, committer=committer, index=index,
+                       post_notices=notices.extend)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         pushed = await ask(actor, "PUSH", queue="jobs", data={"n": 1})
@@ -138,11 +147,7 @@ async def test_a_read_pipelined_behind_a_same_queue_removal_sees_it_settled() ->
         for _, notice in notices:
             actor.post(notice)
 
-    actor = QueueActor(
-        "jobs", committer=Committer(storage), index=Index(), clock=TrioClock(),
-        post_notices=post_notices, post_to=lambda queue, notice: False,
-        events=Events(), admission=None,
-        limits=limits_from(Config(memory=True), QueueLimits), storage=storage)
+    actor = fake_actor(storage, post_notices=post_notices)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         await ask(actor, "PUSH", queue="jobs", data={}, jobId="child", delay=60_000)
@@ -178,11 +183,7 @@ async def test_a_reply_held_for_another_queue_is_not_lost_to_a_later_crash(
         echoes.append((queue, notice[0]))
         return False
 
-    actor = QueueActor(
-        "jobs", committer=Committer(storage), index=index, clock=TrioClock(),
-        post_notices=lambda notices: None, post_to=post_to, events=Events(),
-        admission=None, limits=limits_from(Config(memory=True), QueueLimits),
-        storage=storage)
+    actor = fake_actor(storage, index=index, post_to=post_to)
 
     def crash(*args: Any) -> Any:
         raise RuntimeError("a bug")
