@@ -138,6 +138,40 @@ async def test_dependencies_read_after_removing_unprocessed_children_are_empty(
         assert await node.job.get_state() == "waiting"
 
 
+async def test_failed_children_values_and_ignored_failures_hold_the_errors(
+        conn: Connection) -> None:
+    """One child failing under continueParentOnFailure, one under
+    ignoreDependencyOnFailure: each error is read back under its own query."""
+    node = await FlowProducer(conn).add({"queue_name": "j-fcv", "opts": {"job_id": "fp"},
+                                         "children": [
+        {"queue_name": "j-fcv", "opts": {"job_id": "fi", "attempts": 1,
+                                         "ignore_dependency_on_failure": True}},
+        {"queue_name": "j-fcv", "opts": {"job_id": "fc", "attempts": 1,
+                                         "continue_parent_on_failure": True}}]})
+    parent = node.job
+    for _ in range(2):
+        child = await leased(conn, parent.queue)
+        await child.move_to_failed(f"boom {child.id}")
+    ignored = await parent.get_ignored_children_failures()
+    failed = await parent.get_failed_children_values()
+    assert list(ignored.values()) == ["boom fi"] and "fi" in next(iter(ignored))
+    assert list(failed.values()) == ["boom fc"] and "fc" in next(iter(failed))
+    assert await parent.get_state() == "waiting"  # continueParentOnFailure released it
+
+
+async def test_move_to_waiting_children_with_a_pending_child_parks_the_job(
+        conn: Connection) -> None:
+    queue = Queue("j-mwcp", conn)
+    await queue.add("n", {}, job_id="mp")
+    parent = await leased(conn, queue)
+    await queue.add("n", {}, job_id="mc", delay=60_000)
+    # A child linked to the running parent: now it has something to wait for.
+    await conn.call("UpdateParent", queue="j-mwcp", childId="mc", parentId="mp")
+    assert (await parent.get_dependencies_count())["unprocessed"] == 1
+    assert await parent.move_to_waiting_children() is True
+    assert await parent.get_state() == "waiting-children"
+
+
 async def test_move_to_waiting_children_without_children_stays_active(
         conn: Connection) -> None:
     queue = Queue("j-mwc", conn)
