@@ -137,9 +137,18 @@ def _json_string_end(s: str, i: int) -> int:
             i += 1
 
 
+def _json_space_end(s: str, i: int) -> int:
+    """The offset of the first non-whitespace at or after ``i`` (no copy of the rest:
+    a copy per key made the walk quadratic in a frame of many keys)."""
+    n = len(s)
+    while i < n and s[i] in " \t\n\r":
+        i += 1
+    return i
+
+
 def _json_top_req_id(p: Payload) -> str | None:
     s = bytes(p).decode("utf-8", "replace")
-    i, n = len(s) - len(s.lstrip()), len(s)
+    i, n = _json_space_end(s, 0), len(s)
     if i >= n or s[i] != "{":
         return None
     depth, key_next = 1, True
@@ -150,11 +159,10 @@ def _json_top_req_id(p: Payload) -> str | None:
             end = _json_string_end(s, i)
             if depth == 1 and key_next:
                 key = s[i:end]
-                j = end + len(s[end:]) - len(s[end:].lstrip())
+                j = _json_space_end(s, end)
                 if s[j] != ":":
                     return None
-                j += 1
-                j += len(s[j:]) - len(s[j:].lstrip())
+                j = _json_space_end(s, j + 1)
                 if key == '"reqId"':
                     if s[j] != '"':
                         return None
