@@ -34,7 +34,11 @@ that hits the limit stops, and its row says so.
     python scripts/bench_scale.py [--jobs 1000000] [--target HOST:PORT [--broker-pid PID]]
         [--sections memory,live,delayed,active,completed,holds] [--calls 3]
         [--holds-low 1000] [--holds-high 40000] [--cycles 3] [--stall-window-s 11]
-        [--time-limit-s 300] [--json out.json]
+        [--time-limit-s 300] [--json out.json] [--broker-cpus 0 --load-cpus 1]
+
+On a machine of two cores, three busy processes (broker, load, probe) make the probe
+measure the host's scheduler as much as the broker; ``--broker-cpus 0 --load-cpus 1``
+gives the broker a core of its own, as a production broker would have.
 
 Exit status: 0 when every step finished without an error, 1 otherwise, 2 when the broker
 cannot be reached or started.
@@ -149,7 +153,7 @@ class LocalBroker:
     """``python -m trioqueue serve`` on a temporary LMDB directory and free ports."""
 
     def __init__(self, data_dir: str, fsync: str, timeout_s: float = 30.0,
-                 slow_step_ms: float = 0) -> None:
+                 slow_step_ms: float = 0, cpus: set[int] | None = None) -> None:
         args = [sys.executable, "-m", "trioqueue", "serve", "--host", "127.0.0.1",
                 "--tcp-port", "0", "--ws-port", "0", "--data-dir", data_dir,
                 "--fsync", fsync, "--log-slow-step-ms", str(slow_step_ms)]
@@ -157,7 +161,10 @@ class LocalBroker:
         self.slow: list[tuple[str, float, float]] = []
         # stderr carries the ready line (and the log): a thread reads it to the end,
         # keeping the last few kilobytes, so the broker never blocks on a full pipe.
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Pinned before exec, so every thread the broker starts inherits the mask.
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=pin)
         self.pid = self.proc.pid
         self.tail = b""
         self.port = 0
@@ -748,6 +755,18 @@ def check_acks(reply: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- driver
 
 
+def parse_cpus(text: str) -> set[int]:
+    try:
+        cpus = {int(p) for p in text.split(",") if p.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of CPU numbers: {text!r}"
+                                         ) from None
+    if not cpus or not cpus <= os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(
+            f"CPUs {text!r}: choose from {sorted(os.sched_getaffinity(0))}")
+    return cpus
+
+
 def parse_sections(text: str) -> list[str]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if parts == ["all"]:
@@ -781,6 +800,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit-s", type=float, default=300.0, help="cap per load step")
     ap.add_argument("--io-timeout-s", type=float, default=120.0, help="socket timeout")
     ap.add_argument("--json", metavar="PATH", help="write the rows here")
+    ap.add_argument("--broker-cpus", type=parse_cpus, default=None,
+                    help="pin the broker started here to these CPUs (e.g. 0)")
+    ap.add_argument("--load-cpus", type=parse_cpus, default=None,
+                    help="pin this process and the probe to these CPUs (e.g. 1)")
     ap.add_argument("--slow-step-ms", type=float, default=10.0,
                     help="the broker started here logs its steps this long (0: off); "
                          "the rows and each section report them")
@@ -798,13 +821,16 @@ def main(argv: list[str] | None = None) -> int:
             tmp = tempfile.TemporaryDirectory(prefix="bench-scale-")
             data_dir = os.path.join(tmp.name, "data")
         try:
-            broker = LocalBroker(data_dir, args.fsync, slow_step_ms=args.slow_step_ms)
+            broker = LocalBroker(data_dir, args.fsync, slow_step_ms=args.slow_step_ms,
+                                 cpus=args.broker_cpus)
         except Exception as exc:  # noqa: BLE001
             print(f"cannot start a broker: {exc}", file=sys.stderr)
             return 2
         host, port, pid = "127.0.0.1", broker.port, broker.pid
     else:
         (host, port), pid = args.target, args.broker_pid
+    if args.load_cpus is not None:
+        os.sched_setaffinity(0, args.load_cpus)  # the probe, spawned later, inherits it
     try:
         try:
             bench = Bench(host, port, args.jobs, args.time_limit_s, args.io_timeout_s,
