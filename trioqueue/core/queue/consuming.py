@@ -3,7 +3,6 @@ the way into the dead-letter queue."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +24,9 @@ if TYPE_CHECKING:
 def _next_ready(q: QueueState, now: int) -> JobRecord | None:
     """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
     q._promote_due(now)
-    ready = q._ready
-    while ready:
-        *_, seq, job_id = heapq.heappop(ready)
+    pop = q._ready.pop
+    while (entry := pop()) is not None:
+        *_, seq, job_id = entry
         job = q.jobs.get(job_id)
         if job is None or job.state != QUEUED or job.seq != seq:
             continue
@@ -72,7 +71,7 @@ def pull(
         if owner is not None:
             token = uuid7(now)
             q.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
-            heapq.heappush(q._lock_heap, (expires, job.id, token))
+            q._lock_heap.push((expires, job.id, token))
         if conn is not None and not (detach and owner is None):
             q.owner_conn[job.id] = conn
             held = q.conn_jobs.get(conn)

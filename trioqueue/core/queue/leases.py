@@ -3,7 +3,6 @@ jobs a connection holds."""
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from itertools import islice
@@ -13,6 +12,7 @@ from .. import attempts as at
 from .. import states as st
 from ..errors import Refused
 from ..job import ACTIVE, JobRecord
+from ..split_heap import SplitHeap
 from . import slices
 from .slices import Sliced, Steps
 
@@ -79,9 +79,8 @@ def _release_resources(q: QueueState, job: JobRecord) -> None:
         heap = q._lock_heap
         if (LOCK_HEAP_SLACK < len(heap) <= 4 * LOCK_HEAP_REBUILD_MAX
                 and len(heap) > 2 * len(q.locks)):
-            q._lock_heap = [(lock.expires_at, job_id, lock.token)
-                            for job_id, lock in q.locks.items()]
-            heapq.heapify(q._lock_heap)
+            q._lock_heap = SplitHeap((lock.expires_at, job_id, lock.token)
+                                     for job_id, lock in q.locks.items())
     conn = q.owner_conn.pop(job.id, None)
     if conn is not None:
         jobs = q.conn_jobs.get(conn)
@@ -106,7 +105,7 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
     lock.expires_at = lease_deadline(now, duration)
     lock.renewals += 1
     q.stall_watch.beat(job, now)
-    heapq.heappush(q._lock_heap, (lock.expires_at, job_id, lock.token))
+    q._lock_heap.push((lock.expires_at, job_id, lock.token))
     return True
 
 
@@ -132,9 +131,10 @@ def expire_locks(q: QueueState, now: int) -> None:
         return  # the broker was paused: holders may still renew (see hold_expiry)
     heap = q._lock_heap
     budget = LOCK_EXPIRY_MAX_ENTRIES  # the rest next step: the heap top is still due
-    while heap and heap[0][0] <= now and budget:
+    while budget and (top := heap.first()) is not None and top[0] <= now:
         budget -= 1
-        _, job_id, token = heapq.heappop(heap)
+        heap.pop()
+        _, job_id, token = top
         lock = q.locks.get(job_id)
         if lock is None or lock.token != token or lock.expires_at > now:
             continue

@@ -3,7 +3,6 @@ per-state counters, the ready and delayed heaps, and forgetting a job."""
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -110,7 +109,7 @@ def _enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False)
     else:
         job.seq = q._next_seq()
     if job.run_at > now:
-        heapq.heappush(q._delayed, (job.run_at, job.seq, job.id))
+        q._delayed.push((job.run_at, job.seq, job.id))
     else:
         q._push_ready(job)
     q._count(job, +1, now)
@@ -123,7 +122,7 @@ def _push_ready(q: QueueState, job: JobRecord) -> None:
         # Ints, not floats: within one priority lifo and fifo entries differ in the
         # second element, so the third is only compared within one kind.
         key = (-job.priority, 1, job.run_at, job.seq, job.id)
-    heapq.heappush(q._ready, key)
+    q._ready.push(key)
 
 
 def _promote_due(q: QueueState, now: int) -> None:
@@ -133,8 +132,8 @@ def _promote_due(q: QueueState, now: int) -> None:
     Callers run per pull and per job that leaves the queue; while a backlog is left
     (``q._due_left``) they promote nothing, or a PULLB of 200 jobs would promote 200
     slices in one step: the queue's tick promotes one slice a step instead."""
-    d = q._delayed
-    if d and d[0][0] <= now and not q._due_left:
+    top = q._delayed.first()
+    if top is not None and top[0] <= now and not q._due_left:
         _promote_slice(q, now)
 
 
@@ -148,10 +147,10 @@ def _promote_slice(q: QueueState, now: int) -> None:
     job that fell due but is not promoted yet still sits in the delayed place and
     counter (``_count`` asks the place), and pulls take from what is promoted.
     """
-    d = q._delayed
+    first = q._delayed.first
     places = q.places
     budget = capped(q.promote_cap, PROMOTE_MAX_JOBS)
-    while d and d[0][0] <= now:
+    while (top := first()) is not None and top[0] <= now:
         if not budget:
             q._due_left = True
             return
@@ -174,7 +173,10 @@ def _promote_slice(q: QueueState, now: int) -> None:
 
 def _pop_delayed(q: QueueState) -> JobRecord | None:
     """Pop the earliest entry of the delayed heap: its job, or None for a stale entry."""
-    _, seq, job_id = heapq.heappop(q._delayed)
+    entry = q._delayed.pop()
+    if entry is None:
+        return None
+    _, seq, job_id = entry
     job = q.jobs.get(job_id)
     if job is None or job.state != QUEUED or job.seq != seq:
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,14 +74,14 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     c = q.c
     priority = job.priority
     if delayed:
-        heapq.heappush(q._delayed, (run_at, job.seq, job_id))
+        q._delayed.push((run_at, job.seq, job_id))
         c.delayed += 1
         q.places.delayed.add(created, job_id)
     else:
         if job.lifo:
-            heapq.heappush(q._ready, (-priority, 0, -job.seq, job.seq, job_id))
+            q._ready.push((-priority, 0, -job.seq, job.seq, job_id))
         else:
-            heapq.heappush(q._ready, (-priority, 1, run_at, job.seq, job_id))
+            q._ready.push((-priority, 1, run_at, job.seq, job_id))
         if priority > 0:
             c.prioritized += 1
             q.places.prioritized.add(created, job_id)

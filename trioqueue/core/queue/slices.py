@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import STORAGE_FULL, Refused
 from ..job import COMPLETED, FAILED
+from ..split_heap import SplitHeap
 from .finished import NeedData
 
 if TYPE_CHECKING:
@@ -200,13 +201,10 @@ def _drop(q: QueueState, ids: list[str], now: int) -> int:
     return n
 
 
-def _trim(heap: list[Any]) -> Steps:
-    """Empty a heap whose entries are all stale, a slice at a time (dropping entries
-    from the end keeps the rest a heap)."""
-    while heap:
-        del heap[-TRIM_ENTRIES:]
-        if heap:
-            yield None
+def _trim(heap: SplitHeap[Any]) -> Steps:
+    """Empty a heap whose entries are all stale, a slice at a time."""
+    while heap.trim(TRIM_ENTRIES):
+        yield None
 
 
 def drain(q: QueueState, now: int) -> Steps:

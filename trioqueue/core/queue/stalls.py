@@ -12,7 +12,6 @@ served in between) rather than after ``STALL_CHECK_MS``.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +43,7 @@ def _watch(q: QueueState, job: JobRecord, now: int) -> None:
         q._next_stall_check = now + STALL_CHECK_MS
     if job.timeout:
         # As a lease: never before ``timeout`` ms have passed on the ms clock (issue 12)
-        heapq.heappush(q._timeouts, (lease_deadline(now, job.timeout), job.id, now))
+        q._timeouts.push((lease_deadline(now, job.timeout), job.id, now))
 
 
 class StallWatch:
@@ -174,8 +173,9 @@ def _unsuspect_all(q: QueueState, watch: StallWatch) -> None:
 def expire_timeouts(q: QueueState, now: int) -> None:
     """Fail jobs still active past ``startedAt + timeout`` (reason ``timeout``)."""
     heap = q._timeouts
-    while heap and heap[0][0] <= now:
-        _, job_id, started_at = heapq.heappop(heap)
+    while (top := heap.first()) is not None and top[0] <= now:
+        heap.pop()
+        _, job_id, started_at = top
         job = q.jobs.get(job_id)
         if job is None or job.state != ACTIVE or job.started_at != started_at:
             continue  # finished, or a later delivery with its own deadline

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..job import JobRecord
 from ..split_dict import SplitDict
+from ..split_heap import SplitHeap
 from ..writes import Writes
 from . import (
     consuming,
@@ -72,9 +73,9 @@ class QueueState:
         # Events cost a dict per transition; nobody pays for them until someone listens.
         self.events_enabled = False
         # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
-        self._ready: list[tuple[float, int, int, int, str]] = []
+        self._ready: SplitHeap[tuple[float, int, int, int, str]] = SplitHeap()
         # delayed heap: (runAt, seq, id); moved to ready when due
-        self._delayed: list[tuple[int, int, str]] = []
+        self._delayed: SplitHeap[tuple[int, int, str]] = SplitHeap()
         self._due_left = False  # due jobs past one promotion's bound: lifecycle
         # Set by the driver from what slices cost (0: not measured): the most jobs a
         # slice of long work takes (slices.slice_jobs) and a promotion of due jobs
@@ -83,7 +84,7 @@ class QueueState:
         self.promote_cap = 0
         self._seq = 0
         self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
-        self._lock_heap: list[tuple[int, str, str]] = []  # (expires_at, id, token)
+        self._lock_heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
         self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
         # job id -> connection it was delivered to, and each connection's job ids (a map
         # to None: one connection may hold a million, and a set grows as a dict does)
@@ -96,7 +97,7 @@ class QueueState:
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.stall_watch = StallWatch()
         self._next_stall_check: int | None = None
-        self._timeouts: list[tuple[int, str, int]] = []  # (deadline, job id, startedAt)
+        self._timeouts: SplitHeap[tuple[int, str, int]] = SplitHeap()  # (deadline, id, startedAt)
         # Messages for other jobs' queues (target job id, notice), posted by the caller
         # after the batch: how a child's outcome reaches a parent in another queue.
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
@@ -147,8 +148,9 @@ class QueueState:
         at: int | None
         if self.settings.timed:
             best = self.settings.next_wakeup()
-        if self._lock_heap:
-            at = self._lock_heap[0][0]
+        lock_top = self._lock_heap.first()
+        if lock_top is not None:
+            at = lock_top[0]
             if at < self._expiry_held_until:
                 at = self._expiry_held_until
             if best is None or at < best:
@@ -158,26 +160,30 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
-        if self._delayed and (self._due_left
-                              or parked.pulls and not self.settings.paused):
+        delayed_top = self._delayed.first()
+        if delayed_top is not None and (self._due_left
+                                        or parked.pulls and not self.settings.paused):
             # a promotion's next slice, or a parked pull wants it when due
-            at = self._delayed[0][0]
+            at = delayed_top[0]
             if best is None or at < best:
                 best = at
         at = self._next_stall_check
         if at is not None and (best is None or at < best):
             best = at
-        if self._timeouts:
-            at = self._timeouts[0][0]
+        timeout_top = self._timeouts.first()
+        if timeout_top is not None:
+            at = timeout_top[0]
             if best is None or at < best:
                 best = at
         return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
         # Every batch ticks: each part is called only when its heap's head is due.
-        if self._lock_heap and self._lock_heap[0][0] <= now:
+        lock_top = self._lock_heap.first()
+        if lock_top is not None and lock_top[0] <= now:
             self.expire_locks(now)
-        if self._timeouts and self._timeouts[0][0] <= now:
+        timeout_top = self._timeouts.first()
+        if timeout_top is not None and timeout_top[0] <= now:
             self.expire_timeouts(now)
         if self._due_left:
             self._promote_slice(now)

@@ -1,0 +1,141 @@
+"""A min-heap that never copies more than one chunk of itself to grow.
+
+``heapq`` keeps a heap in one Python list, and a list grows by copying itself into a
+block an eighth larger. A queue's ready, delayed, lock and timeout heaps hold one entry
+per job, so at a million jobs that copy is 8 MB into memory never touched before: on
+this machine kind (a KVM guest) its page faults cost 15-35 ms of CPU in one step, and
+every queue waits for it (measured: each 100-job slice of a PULLB at a million jobs that
+took 13-34 ms grew one of these heaps; ``docs/benchmarks.md``, issue 11, thirteenth
+pass). :class:`~trioqueue.core.split_dict.SplitDict` does the same for the maps.
+
+So the entries live in chunks of at most ``CHUNK_ENTRIES``, each an ordinary heapq list.
+Pushes go to the open chunk (the *tail*); a full tail is sealed and a new one opened.
+A sealed chunk takes no more pushes, so its smallest entry only changes when it is
+popped, and a small heap of ``(smallest entry, serial, chunk)``, one per sealed chunk,
+finds the smallest overall against the tail's own head. No entry is ever stale there,
+and no list is ever longer than a chunk (the small heap holds one entry per
+``CHUNK_ENTRIES`` jobs). A push costs one heapq push into a list of at most a chunk, a
+pop one or two heapq operations: O(log n) as before, about 100 ns more per operation
+(Python method calls).
+
+Entries are compared as heapq compares them (``<``), so they must be totally ordered;
+equal entries may come out in any order, as with heapq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from heapq import heapify, heappop, heappush, heapreplace
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+T = TypeVar("T", bound="SupportsRichComparison")
+
+# A chunk's list is 64 KB of pointers at most: growing it copies little, and a sealed
+# chunk that empties frees its 8,192 entries in about half a millisecond.
+CHUNK_ENTRIES = 8192
+
+
+class SplitHeap(Generic[T]):
+    """A min-heap of ``T``: :meth:`push`, :meth:`pop`, :meth:`first`, ``len``."""
+
+    __slots__ = ("_tops", "_tail", "_len", "_serial", "_chunk_entries")
+
+    def __init__(self, items: Iterable[T] = (), *, chunk_entries: int = CHUNK_ENTRIES
+                 ) -> None:
+        if chunk_entries < 1:
+            raise ValueError("chunk_entries must be at least 1")
+        self._chunk_entries = chunk_entries
+        # (smallest entry, serial, chunk) per sealed chunk; the serial breaks ties, so
+        # two chunks' lists are never compared
+        self._tops: list[tuple[T, int, list[T]]] = []
+        self._tail: list[T] = []
+        self._len = 0
+        self._serial = 0
+        entries = list(items)
+        for start in range(0, len(entries), chunk_entries):
+            chunk = entries[start:start + chunk_entries]
+            heapify(chunk)
+            self._tail = chunk
+            if len(chunk) >= chunk_entries:
+                self._seal()
+        self._len = len(entries)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"<SplitHeap of {self._len} entries, {len(self._tops)} sealed chunks>"
+
+    def _seal(self) -> None:
+        tail = self._tail
+        self._serial += 1
+        heappush(self._tops, (tail[0], self._serial, tail))
+        self._tail = []
+
+    def push(self, item: T) -> None:
+        tail = self._tail
+        if len(tail) >= self._chunk_entries:
+            self._seal()
+            tail = self._tail
+        heappush(tail, item)
+        self._len += 1
+
+    def pop(self) -> T | None:
+        """Remove and return the smallest entry; None when the heap is empty."""
+        tail = self._tail
+        tops = self._tops
+        if tops:
+            least, serial, chunk = tops[0]
+            if not tail or least < tail[0]:  # type: ignore[operator]
+                item = heappop(chunk)
+                if chunk:
+                    heapreplace(tops, (chunk[0], serial, chunk))
+                else:
+                    heappop(tops)
+                self._len -= 1
+                return item
+        if tail:
+            self._len -= 1
+            return heappop(tail)
+        return None
+
+    def first(self) -> T | None:
+        """The smallest entry, left in place; None when the heap is empty."""
+        tail = self._tail
+        tops = self._tops
+        if tops:
+            least = tops[0][0]
+            if not tail or least < tail[0]:  # type: ignore[operator]
+                return least
+        return tail[0] if tail else None
+
+    def trim(self, most: int) -> bool:
+        """Drop up to ``most`` entries, whichever are cheapest to drop (for a heap whose
+        entries are all stale, emptied a slice at a time); True while some are left.
+
+        Entries go from the ends of the lists, which keeps every chunk a heap with the
+        same head, so the heap stays valid between two calls."""
+        tops = self._tops
+        while most > 0 and self._len:
+            if tops:
+                chunk = tops[-1][2]  # the small heap's last entry: removing it keeps a heap
+                if len(chunk) <= most:
+                    del tops[-1]
+                    taken = len(chunk)
+                else:
+                    del chunk[-most:]
+                    taken = most
+            else:
+                taken = min(most, len(self._tail))
+                del self._tail[len(self._tail) - taken:]
+            most -= taken
+            self._len -= taken
+        return self._len > 0
+
+    def chunk_lengths(self) -> list[int]:
+        """The length of every list the heap holds (the tail's first): what a growth can
+        copy. For tests and diagnostics."""
+        return [len(self._tail)] + [len(chunk) for _, _, chunk in self._tops]
