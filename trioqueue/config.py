@@ -125,7 +125,7 @@ class Config:
     actor_restart_window_s: float = 10.0
     # Young-generation collections only, every this many allocations (standalone broker
     # only; see server.tune_gc); 0 keeps Python's own policy.
-    gc_gen0_threshold: int = 10_000
+    gc_gen0_threshold: int = 2_000
 
     # --- leases: after a pause of the broker itself (SIGSTOP, a frozen VM) no lock
     # expires for this long, so holders can renew first; 0 disables (guarantees.md)
