@@ -231,6 +231,17 @@ def rss_text(split: dict[str, int]) -> str:
 # --------------------------------------------------------------------------- the probe
 
 
+def probe_text(seen: dict[str, float]) -> str:
+    return (f"probe max {seen['max_ms']:,.1f} ms (p99 {seen['p99_ms']:.1f} ms, "
+            f"{seen['over_10ms']:.0f} of {seen['calls']:.0f} calls over 10 ms)")
+
+
+def probe_numbers(seen: dict[str, float]) -> dict[str, float]:
+    return {"probe_max_ms": seen["max_ms"], "probe_p50_ms": seen["p50_ms"],
+            "probe_p99_ms": seen["p99_ms"], "probe_over_10ms": seen["over_10ms"],
+            "probe_calls": seen["calls"]}
+
+
 def _probe_loop(host: str, port: int, queue: str, io_timeout_s: float,
                 pipe: Connection) -> None:
     """The probe's process: GetJobCounts on ``queue`` in a tight loop while told to
@@ -469,12 +480,8 @@ class Bench:
             time.sleep(0.2)  # the broker's log lines reach the reader thread
             note = (note + " " + slow_text(self.slow[first:])).strip()
         self.run.add(section, f"stall: {label}",
-                     f"own {secs * 1000:,.1f} ms, probe max {seen['max_ms']:,.1f} ms "
-                     f"(p99 {seen['p99_ms']:.1f} ms, {seen['over_10ms']:.0f} of "
-                     f"{seen['calls']:.0f} calls over 10 ms)",
-                     note=note, own_ms=ms(secs), probe_max_ms=seen["max_ms"],
-                     probe_p50_ms=seen["p50_ms"], probe_p99_ms=seen["p99_ms"],
-                     probe_over_10ms=seen["over_10ms"], probe_calls=seen["calls"])
+                     f"own {secs * 1000:,.1f} ms, {probe_text(seen)}",
+                     note=note, own_ms=ms(secs), **probe_numbers(seen))
         return reply
 
     # ------------------------------------------------------------------- sections
@@ -588,10 +595,12 @@ class Bench:
                           config={"stallInterval": LONG_LOCK_MS, "gracePeriod": LONG_LOCK_MS}),
            "SetStallConfig")
         worker = self.connect()
-        got, secs, stopped = self.pull_all(q, pushed, ack=False, conn=worker)
+        with self.probe.watch() as seen:
+            got, secs, stopped = self.pull_all(q, pushed, ack=False, conn=worker)
         self.run.add("active", f"PULLB {BATCH} of {pushed:,} (no ack)",
-                     f"{got:,} in {secs:.1f} s", note="time limit" if stopped else "",
-                     jobs=got, seconds=round(secs, 3))
+                     f"{got:,} in {secs:.1f} s, {probe_text(seen)}",
+                     note="time limit" if stopped else "", jobs=got, seconds=round(secs, 3),
+                     **probe_numbers(seen))
         self.get_jobs("active", q, "active", offsets(got), got)
         with self.probe.watch() as seen:
             t_end = perf() + window_s
@@ -610,10 +619,13 @@ class Bench:
     def section_completed(self) -> None:
         q = self.queue("completed")
         pushed, _ = self.push(q, self.n)
-        got, secs, stopped = self.pull_all(q, pushed, ack=True)
+        with self.probe.watch() as seen:
+            got, secs, stopped = self.pull_all(q, pushed, ack=True)
         self.run.add("completed", f"PULLB+ACKB {BATCH} of {pushed:,}",
-                     f"{got:,} in {secs:.1f} s, {got / max(secs, 1e-9):,.0f} jobs/s",
-                     note="time limit" if stopped else "", jobs=got, seconds=round(secs, 3))
+                     f"{got:,} in {secs:.1f} s, {got / max(secs, 1e-9):,.0f} jobs/s, "
+                     f"{probe_text(seen)}",
+                     note="time limit" if stopped else "", jobs=got, seconds=round(secs, 3),
+                     **probe_numbers(seen))
         far = min(500_000, got // 2)
         self.get_jobs("completed", q, "completed", [0, far], got)
         self.stall("completed", f"GetJobs completed offset {far:,}", "GetJobs", queue=q,

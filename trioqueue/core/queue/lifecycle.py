@@ -172,7 +172,8 @@ def _promote_slice(q: QueueState, now: int) -> None:
 
 
 def _pop_delayed(q: QueueState) -> JobRecord | None:
-    """Pop the earliest entry of the delayed heap: its job, or None for a stale entry."""
+    """Pop the earliest entry of the delayed heap: its job, or None for a stale entry
+    (or an empty heap)."""
     entry = q._delayed.pop()
     if entry is None:
         return None
