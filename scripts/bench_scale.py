@@ -12,7 +12,9 @@ an already running one with ``--target HOST:PORT``), with ``--jobs`` N (default
   GetJobCounts on queue ``probe-*`` in a tight loop on its own socket; per command, its
   own duration and the probe's worst latency (GetJobs at N/2, PromoteJobs of N delayed
   jobs, Drain of N waiting jobs, Obliterate of N completed jobs, and an idle window with
-  N active jobs, in which the stall sweep runs every 5 s);
+  N active jobs, in which the stall sweep runs every 5 s); each probe row also gives
+  the worst latency less the time the probe itself waited for its core (Linux's
+  ``schedstat``: it shares a core with the load), which is what the broker held it;
 - the broker's own slow steps (started here with ``--log-slow-step-ms``, default 10):
   for each heavy command and each section, how many task steps held the event loop
   10 ms or more, and how many passes of its loop did (kind ``pass``: the steps run
@@ -233,13 +235,27 @@ def rss_text(split: dict[str, int]) -> str:
 
 def probe_text(seen: dict[str, float]) -> str:
     return (f"probe max {seen['max_ms']:,.1f} ms (p99 {seen['p99_ms']:.1f} ms, "
-            f"{seen['over_10ms']:.0f} of {seen['calls']:.0f} calls over 10 ms)")
+            f"{seen['over_10ms']:.0f} of {seen['calls']:.0f} calls over 10 ms; less the "
+            f"probe's own wait for its core: max {seen['held_max_ms']:,.1f} ms, "
+            f"{seen['held_over_10ms']:.0f} over 10 ms)")
 
 
 def probe_numbers(seen: dict[str, float]) -> dict[str, float]:
     return {"probe_max_ms": seen["max_ms"], "probe_p50_ms": seen["p50_ms"],
             "probe_p99_ms": seen["p99_ms"], "probe_over_10ms": seen["over_10ms"],
-            "probe_calls": seen["calls"]}
+            "probe_calls": seen["calls"], "probe_held_max_ms": seen["held_max_ms"],
+            "probe_held_over_10ms": seen["held_over_10ms"]}
+
+
+def _run_queue_wait() -> Callable[[], float]:
+    """Seconds this thread has so far spent runnable but waiting for a CPU (Linux's
+    ``schedstat``; 0 where there is none). The probe shares its core with the load: a
+    call that waited that long for the probe's own turn was not stalled by the broker."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return lambda: 0.0
+    return lambda: int(os.pread(fd, 64, 0).split()[1]) / 1e9
 
 
 def _probe_loop(host: str, port: int, queue: str, io_timeout_s: float,
@@ -248,18 +264,20 @@ def _probe_loop(host: str, port: int, queue: str, io_timeout_s: float,
     (``"start"`` ... ``"stop"``), then the (sent, answered) times of every call."""
     conn = Conn(host, port, "msgpack", io_timeout_s)
     conn.call("GetJobCounts", queue=queue)  # creates the queue's actor
+    waited = _run_queue_wait()
     while pipe.recv() == "start":
-        samples: list[tuple[float, float]] = []
+        samples: list[tuple[float, float, float]] = []
         error: str | None = None
         warm = stopped = False
         while True:
+            w0 = waited()
             t0 = perf()
             try:
                 reply = conn.call("GetJobCounts", queue=queue)
             except Exception as exc:  # noqa: BLE001 - reported by watch()
                 error = f"{type(exc).__name__}: {exc}"
                 break
-            samples.append((t0, perf()))
+            samples.append((t0, perf(), waited() - w0))
             if reply.get("ok") is not True:
                 error = repr(reply.get("error", reply))
             if stopped:  # this call was sent after the stop: nothing is stuck behind
@@ -315,13 +333,17 @@ class Probe:
             end = perf()
             self._pipe.send("stop")
             samples, error = self._recv()
-            seen = [(s, a) for s, a in samples if a >= start and s <= end]
-            lat = sorted(a - s for s, a in seen) or [0.0]
+            seen = [(s, a, w) for s, a, w in samples if a >= start and s <= end]
+            lat = sorted(a - s for s, a, _ in seen) or [0.0]
+            # Less the time the probe itself waited for its core: what the broker held it.
+            held = sorted(a - s - w for s, a, w in seen) or [0.0]
             # The max is one call: a scheduling hiccup of this 2-core machine shows there
             # as well as a stall of the broker; p99 and the calls over 10 ms tell them apart.
             stats.update(max_ms=ms(lat[-1]), p50_ms=ms(statistics.median(lat)),
                          p99_ms=ms(lat[min(len(lat) - 1, int(len(lat) * 0.99))]),
-                         over_10ms=sum(1 for x in lat if x > 0.010), calls=len(seen))
+                         over_10ms=sum(1 for x in lat if x > 0.010), calls=len(seen),
+                         held_max_ms=ms(held[-1]),
+                         held_over_10ms=sum(1 for x in held if x > 0.010))
             if error:
                 stats["error"] = error  # type: ignore[assignment]
 

@@ -22,6 +22,11 @@ often first: where the broker's slow steps spend their time, without guessing.
 
     python scripts/broker_steps.py --steps-out s.json --stacks-after-ms 8 \
         --stacks-out stacks.txt serve --tcp-port 6789 ...
+
+With ``--passes-out``, every pass of trio's loop of at least ``--pass-min-ms`` (default
+3) wall milliseconds is written there too: when it began, its wall and CPU time, and
+per task the steps it ran in it and their CPU time. A request crosses a pass or two
+before its reply is written, so these say whose work another queue's client waited on.
 """
 
 from __future__ import annotations
@@ -59,6 +64,43 @@ class StepClock(trio.abc.Instrument):
         if cpu >= self.min_s:
             self.steps.append((self.started, time.perf_counter() - self.started, cpu,
                                task.name.rsplit(".", 1)[-1]))
+
+
+class PassClock(trio.abc.Instrument):
+    """Every pass of trio's loop (the steps run between two polls of the sockets) of at
+    least ``min_s`` wall time: when it began, its wall and CPU time, and the CPU time of
+    its steps per task. A client's request and reply each wait for a pass or two, so
+    this says which tasks another queue's client waited for."""
+
+    def __init__(self, min_s: float) -> None:
+        self.min_s = min_s
+        self.passes: list[dict[str, object]] = []
+        self._wall = time.perf_counter()
+        self._cpu = time.thread_time()
+        self._step_cpu = 0.0
+        self._tasks: dict[str, list[float]] = {}
+
+    def after_io_wait(self, timeout: float) -> None:
+        self._wall = time.perf_counter()
+        self._cpu = time.thread_time()
+        self._tasks = {}
+
+    def before_io_wait(self, timeout: float) -> None:
+        wall = time.perf_counter() - self._wall
+        if wall >= self.min_s:
+            self.passes.append({
+                "began": self._wall, "wall_ms": round(wall * 1000, 2),
+                "cpu_ms": round((time.thread_time() - self._cpu) * 1000, 2),
+                "tasks": {name: [int(n), round(cpu * 1000, 2)]
+                          for name, (n, cpu) in self._tasks.items()}})
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._step_cpu = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        row = self._tasks.setdefault(task.name.rsplit(".", 1)[-1], [0, 0.0])
+        row[0] += 1
+        row[1] += time.thread_time() - self._step_cpu
 
 
 class StackSampler(trio.abc.Instrument):
@@ -115,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-ms", type=float, default=2.0)
     parser.add_argument("--stacks-after-ms", type=float, default=0.0)
     parser.add_argument("--stacks-out", default=None)
+    parser.add_argument("--passes-out", default=None)
+    parser.add_argument("--pass-min-ms", type=float, default=3.0)
     ours, rest = parser.parse_known_args(argv)
     args = build_parser().parse_args(rest)
     config = config_from(args, os.environ)
@@ -124,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     instruments: list[trio.abc.Instrument] = [clock]
     sampler = None
+    passes = PassClock(ours.pass_min_ms / 1000) if ours.passes_out else None
+    if passes is not None:
+        instruments.append(passes)
     if ours.stacks_after_ms > 0:
         sampler = StackSampler(ours.stacks_after_ms / 1000)
         instruments.append(sampler)
@@ -134,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if ours.stacks_out:
                 Path(ours.stacks_out).write_text(sampler.text())
+        if passes is not None:
+            Path(ours.passes_out).write_text(json.dumps(passes.passes))
         Path(ours.steps_out).write_text(json.dumps([
             {"began": began, "wall_ms": round(wall * 1000, 2),
              "cpu_ms": round(cpu * 1000, 2), "task": name}

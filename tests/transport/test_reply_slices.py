@@ -76,6 +76,15 @@ def test_a_long_reply_in_slices_is_what_encoding_it_at_once_gives(
         steps = 1
         while (out := message.step()) is None:
             steps += 1
+        if isinstance(message, SlicedFrame):  # then the frame's other pieces
+            pieces = [out]
+            while not message.sent:
+                piece = message.step()
+                assert piece is not None
+                pieces.append(piece)
+            # a piece per slice of jobs
+            assert len(pieces) == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
+            out = b"".join(pieces)
         assert out == whole
         assert steps == math.ceil(len(items) / reply_slices.SLICE_ITEMS)
 
@@ -92,8 +101,41 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
         chunk = queue.next_chunk()
         if chunk is not None:
             sent.append(bytes(chunk))
-    assert sent == [b"first", encode_frames(CBOR, [reply]) + b"last"]  # joined: small
+    # the long frame a piece per slice, the small reply behind it joined to its last
+    pieces = math.ceil(len(reply["jobs"]) / reply_slices.SLICE_ITEMS)
+    assert len(sent) == 1 + pieces
+    assert sent[0] == b"first"
+    assert b"".join(sent[1:]) == encode_frames(CBOR, [reply]) + b"last"
     assert queue.bytes == 0
+
+
+def test_a_long_frame_begun_on_the_wire_is_finished_when_the_unsent_are_dropped() -> None:
+    reply = {"jobs": [{"i": i} for i in range(3 * reply_slices.SLICE_ITEMS)]}
+    frame = encode_frames(CBOR, [reply])
+    queue = SendQueue()
+    queue.push(SlicedFrame(CBOR, reply))
+    queue.push(b"dropped")
+    while (first := queue.next_chunk()) is None:
+        pass
+    assert queue.bytes == len(frame) - len(first) + len(b"dropped")  # counted once encoded
+    queue.drop_unsent()
+    assert queue.bytes == len(frame) - len(first)
+    rest = []
+    while queue.chunks:
+        chunk = queue.next_chunk()
+        assert chunk is not None
+        rest.append(bytes(chunk))
+    assert bytes(first) + b"".join(rest) == frame  # whole, and nothing after it
+    assert queue.bytes == 0
+
+
+def test_a_long_frame_not_begun_is_dropped_whole() -> None:
+    reply = {"jobs": [{"i": i} for i in range(3 * reply_slices.SLICE_ITEMS)]}
+    queue = SendQueue()
+    queue.push(SlicedFrame(CBOR, reply))
+    assert queue.next_chunk() is None  # a slice encoded, nothing given yet
+    queue.drop_unsent()
+    assert not queue.chunks and queue.bytes == 0
 
 
 async def connect(server: Server, codec: str) -> RawClient:

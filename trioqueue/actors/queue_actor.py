@@ -44,6 +44,7 @@ from ..storage.port import Storage
 from ..storage.reads import fetch
 from .clock import PauseWatch
 from .notices import Notices, QueuePoster
+from .passes import give_way
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .slice_budget import SliceBudget
@@ -237,9 +238,9 @@ class QueueActor:
                     self._need, work.need = work.need, None
                     await self._fetch_off_thread()
                 self._slice(keep_view=fetched)
-                # Between two slices every other task runs: the other queues keep
-                # their latency while this one drains a million jobs.
-                await trio.lowlevel.checkpoint()
+                # Between two slices every other task runs, a pass without this one:
+                # the other queues keep their latency while this one drains a million.
+                await give_way()
                 continue
             if not self._backlog and not self._notices.pending:
                 with trio.CancelScope(deadline=self._next_deadline()) as idle:
@@ -256,7 +257,7 @@ class QueueActor:
                 while recv.statistics().current_buffer_used:
                     self._take(recv.receive_nowait())
             else:  # a backlog a step's budget left (or notices): others run first
-                await trio.lowlevel.checkpoint()
+                await give_way()
             self._step()
 
     def _step(self, *, keep_view: bool = False) -> None:

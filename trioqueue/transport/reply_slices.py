@@ -6,8 +6,9 @@ on a loaded host, inside the step that released it, and every other client waite
 long. So a TCP reply whose ``jobs`` list is longer than :data:`LONG_LIST_ITEMS` is not
 encoded by that step: it takes its place in the connection's send queue as a
 :class:`SlicedFrame`, and the connection's sender task encodes :data:`SLICE_ITEMS` jobs
-per scheduler pass, then sends the frame whole (its length header needs the whole
-payload). Replies released after it queue behind it, so the order on the wire is kept.
+per scheduler pass, then sends the frame a slice's bytes per pass (its length header,
+which needs the whole payload, in front of the first). Replies released after it queue
+behind it, so the order on the wire is kept.
 A WebSocket session does the same with :class:`SlicedPayload` (a binary message) or
 :class:`SlicedJson` (a text message): its sender task steps them, then sends the message.
 
@@ -20,6 +21,7 @@ items, so the parts encoded one by one and joined are the same payload
 from __future__ import annotations
 
 import struct
+from collections import deque
 from typing import Any
 
 from .codec import CBOR, JSON, Codec
@@ -98,26 +100,72 @@ class SlicedPayload:
             else:
                 target.append(encode(value))
 
-    def step(self) -> bytes | None:
+    def _encode_slice(self) -> list[bytes]:
+        """The next :data:`SLICE_ITEMS` items, encoded."""
         items = self._items
         end = min(self._done + SLICE_ITEMS, len(items))
         encode = self._codec.encode
-        self._parts.extend(encode(item) for item in items[self._done:end])
+        encoded = [encode(item) for item in items[self._done:end]]
         self._done = end
-        if end < len(items):
+        return encoded
+
+    def step(self) -> bytes | None:
+        self._parts.extend(self._encode_slice())
+        if self._done < len(self._items):
             return None
         return b"".join(self._parts + self._rest)
 
 
 class SlicedFrame(SlicedPayload):
-    """A :class:`SlicedPayload` whose last step gives the TCP frame (its length header,
-    which needs the whole payload, then the payload)."""
+    """A long reply on its way to the wire as one TCP frame, in pieces.
 
-    __slots__ = ()
+    :meth:`step` encodes a slice per call (None), then gives the frame a piece per
+    call: a slice's bytes each, the length header (which needs the whole payload) and
+    the map's head in front of the first, the entries after the list behind the last.
+    The sender sends each piece in a pass of its own. Joined whole, a PULLB of 1,000
+    jobs is one buffer of about 800 KB, copied twice more (the join, then the header
+    in front), and sent in one system call; at a million jobs in the broker those
+    copies and that send took 1-11 ms of the final step (fresh heap pages, the
+    kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth.
+    """
+
+    __slots__ = ("_pieces", "unsent_bytes")
+
+    def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
+        super().__init__(codec, reply)
+        self._parts = [b"".join(self._parts)]  # the head: then one part per slice
+        self._pieces: deque[bytes] | None = None  # once encoded, what is still to give
+        self.unsent_bytes = 0  # the pieces' bytes not yet given (0 while encoding)
+
+    @property
+    def begun(self) -> bool:
+        """Whether a piece has been given: the rest of the frame must follow it."""
+        return self._pieces is not None
+
+    @property
+    def sent(self) -> bool:
+        """Whether every piece has been given."""
+        return self._pieces is not None and not self._pieces
 
     def step(self) -> bytes | None:
-        payload = super().step()
-        return None if payload is None else frame_header(len(payload)) + payload
+        pieces = self._pieces
+        if pieces is None:
+            self._parts.append(b"".join(self._encode_slice()))
+            if self._done < len(self._items):
+                return None
+            pieces = self._pieces = self._frame_pieces()
+            self.unsent_bytes = sum(map(len, pieces))
+        piece = pieces.popleft()
+        self.unsent_bytes -= len(piece)
+        return piece
+
+    def _frame_pieces(self) -> deque[bytes]:
+        head, *slices = self._parts
+        rest = b"".join(self._rest)
+        size = len(head) + sum(map(len, slices)) + len(rest)
+        slices[0] = b"".join((frame_header(size), head, slices[0]))
+        slices[-1] += rest
+        return deque(slices)
 
 
 class SlicedJson:

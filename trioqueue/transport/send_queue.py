@@ -3,7 +3,8 @@
 Encoded replies wait here as they were encoded (chunks of whole frames, but for the
 head): never copied into one growing buffer. A long reply waits as a
 :class:`~trioqueue.transport.reply_slices.SlicedFrame`, encoded a slice per
-:meth:`SendQueue.next_chunk` by the sender task; what queues after it waits behind it.
+:meth:`SendQueue.next_chunk` by the sender task, then sent a piece per call; what
+queues after it waits behind it.
 """
 
 from __future__ import annotations
@@ -42,22 +43,28 @@ class SendQueue:
 
     def push(self, data: Chunk | SlicedFrame) -> None:
         self.chunks.append(data)
-        if not isinstance(data, SlicedFrame):
-            self.bytes += len(data)
+        self.bytes += data.unsent_bytes if isinstance(data, SlicedFrame) else len(data)
 
     def next_chunk(self) -> Chunk | None:
         """The next bytes to send: a large chunk as it is, small ones joined (up to
         ``COALESCE_BYTES``), so a client that fell behind is not sent one frame per
-        ``send_all``. None after encoding a slice of a long reply not yet whole."""
+        ``send_all``. None after encoding a slice of a long reply not yet whole; a
+        piece of it once it is (nothing goes between two pieces of one frame)."""
         chunks = self.chunks
         first = chunks.popleft()
         if isinstance(first, SlicedFrame):
-            frame = first.step()
-            if frame is None:
+            before = first.unsent_bytes
+            piece = first.step()
+            if piece is None:
                 chunks.appendleft(first)
                 return None
-            self.bytes += len(frame)
-            first = frame
+            self.bytes += first.unsent_bytes + len(piece) - before  # once encoded
+            if not first.sent:
+                chunks.appendleft(first)
+                self.head = 0
+                self.bytes -= len(piece)
+                return piece
+            first = piece
         data: Chunk = first
         self.head = 0  # the head, if any, is on its way
         if len(data) < COALESCE_BYTES and chunks and _small(chunks[0]):
@@ -74,13 +81,15 @@ class SendQueue:
 
     def drop_unsent(self) -> None:
         """Forget the queued replies but the end of a frame already begun on the wire."""
-        head = b""
-        if self.head and self.chunks:
-            first = self.chunks[0]
-            assert not isinstance(first, SlicedFrame)  # (a head is of bytes half sent)
+        head: Chunk | SlicedFrame | None = None
+        first = self.chunks[0] if self.chunks else None
+        if isinstance(first, SlicedFrame):
+            if first.begun:  # its other pieces
+                head = first
+        elif self.head and first is not None:  # (a head is of bytes half sent)
             head = bytes(memoryview(first)[:self.head])
         self.clear()
-        if head:
+        if head is not None:
             self.push(head)
 
     def clear(self) -> None:

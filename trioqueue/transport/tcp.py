@@ -40,6 +40,7 @@ from typing import Any
 
 import trio
 
+from ..actors.passes import give_way
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
@@ -222,7 +223,7 @@ class TcpConnection:
             while self._pending.chunks:
                 data = self._pending.next_chunk()
                 if data is None:  # a slice of a long reply encoded: others run now
-                    await trio.lowlevel.checkpoint()
+                    await give_way()
                     continue
                 self._sending = len(data)
                 await self.stream.send_all(data)

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
+from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
@@ -209,7 +210,7 @@ class WsConnection:
                 # Every other task runs between two slices: a PULLB of 1,000 jobs is
                 # not one 15-30 ms hold of the loop.
                 while (whole := message.step()) is None:
-                    await trio.lowlevel.checkpoint()
+                    await give_way()
                 self.session.sending(len(whole))
                 message = whole
             await self.ws.send_message(message)
