@@ -59,11 +59,8 @@ class SendQueue:
                 chunks.appendleft(first)
                 return None
             self.bytes += first.unsent_bytes + len(piece) - before  # once encoded
-            if not first.sent:
+            if not first.sent:  # its next piece comes next: nothing is joined to this one
                 chunks.appendleft(first)
-                self.head = 0
-                self.bytes -= len(piece)
-                return piece
             first = piece
         data: Chunk = first
         self.head = 0  # the head, if any, is on its way
