@@ -93,3 +93,96 @@ def test_the_flag_and_variable() -> None:
         Config(slice_budget_ms=-1).validate()
     with pytest.raises(ValueError):
         Config(slice_budget_ms=float("inf")).validate()
+
+
+def test_the_budget_is_each_slices_deadline_by_the_wall_clock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core asks ``q.slice_over`` part-way through a slice; the budget answers by the
+    wall clock from the slice's start, and a queue without a budget has no clock."""
+    from trioqueue.actors import slice_budget
+    from trioqueue.testing.queue import QueueHarness
+
+    now = [100.0]
+    monkeypatch.setattr(slice_budget, "_wall", lambda: now[0])
+    q = QueueHarness().q
+    budget = slice_budget.SliceBudget(4.0)
+    budget.begin(q)
+    over = q.slice_over
+    assert over is not None
+    now[0] += 0.0039
+    assert not over()
+    now[0] += 0.0002
+    assert over()
+    budget.begin(q)  # the next slice: a fresh deadline
+    assert not over()
+    budget.begin_tick(q)  # a tick has one too
+    now[0] += 0.005
+    assert over()
+    slice_budget.SliceBudget(0).begin(q)
+    assert q.slice_over is None
+
+
+async def test_a_parked_pullb_met_by_a_pushb_is_leased_in_slices(
+    start_server: Callable[..., Any],
+) -> None:
+    """A worker's long-poll PULLB of 500 parked on an empty queue; a PUSHB of 500
+    arrives. The jobs are leased a slice a step in the queue's task (at a million
+    active jobs, 500 leases in one step held every other queue for 15-25 ms), and the
+    worker's reply holds all 500 in order."""
+    server = await start_server(slice_budget_ms=0, memory=True)
+    worker = await RawClient.connect(server.tcp_port)
+    producer = await RawClient.connect(server.tcp_port)
+    steps = StepCounter("queue:parked")
+    result: dict[str, Any] = {}
+
+    async def pull() -> None:
+        result.update(await worker.ok("PULLB", queue="parked", count=500, timeout=10_000,
+                                       owner="w"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        actor = None
+        with trio.fail_after(10):
+            while actor is None or not actor.state.waiters:
+                await trio.sleep(0)  # yields until the PULLB is parked (no clock time)
+                actor = server.broker.router.actors.get("parked")
+        trio.lowlevel.add_instrument(steps)
+        try:
+            with trio.fail_after(20):
+                await producer.ok("PUSHB", queue="parked",
+                                  jobs=[{"name": "j", "data": i} for i in range(500)])
+                while not result:
+                    await trio.sleep(0)
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert [job["data"] for job in result["jobs"]] == list(range(500))
+    assert len(set(result["tokens"])) == 500
+    assert steps.steps >= 500 // MOST  # a slice a step at least
+
+
+async def test_a_pull_parked_before_a_sliced_pushb_is_served_when_the_push_ends(
+    start_server: Callable[..., Any],
+) -> None:
+    """The last slice of long work runs the queue's timers and serves its parked pulls:
+    a long-poll PULL parked on an empty queue used to wait for its own deadline (here
+    30 s) when the jobs came in a PUSHB long enough to be admitted in slices."""
+    server = await start_server(memory=True)
+    worker = await RawClient.connect(server.tcp_port)
+    producer = await RawClient.connect(server.tcp_port)
+    got: list[dict[str, Any]] = []
+
+    async def pull() -> None:
+        got.append(await worker.ok("PULL", queue="late", timeout=30_000))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        with trio.fail_after(10):
+            while not ((actor := server.broker.router.actors.get("late"))
+                       and actor.state.waiters):
+                await trio.sleep(0)
+        ids = (await producer.ok("PUSHB", queue="late", jobs=[
+            {"name": "j", "data": i} for i in range(3 * MOST)]))["ids"]
+        with trio.fail_after(5):  # far less than the pull's own 30 s
+            while not got:
+                await trio.sleep(0)
+    assert got[0]["job"]["id"] == ids[0]

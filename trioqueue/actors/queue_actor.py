@@ -16,10 +16,8 @@ a short window re-raise, taking the broker down rather than looping forever.
 Full storage: commands that create jobs (``admits`` in core.commands) are refused with
 ``Storage full`` while the store is nearly full. The actor measures the store at most
 once per batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``;
-they refuse before they change anything: a refused job leaves no trace.
-
-What the actor needs of the broker is passed in as the narrow interfaces of
-:mod:`trioqueue.actors.ports`, never the broker itself.
+they refuse before they change anything: a refused job leaves no trace. What the actor
+needs of the broker comes as the narrow interfaces of :mod:`trioqueue.actors.ports`.
 """
 
 from __future__ import annotations
@@ -139,8 +137,7 @@ class QueueActor:
         self.state.take_writes()  # the crashing command's partial writes: dropped
         # Long work that crashed is answered below (it is the crashed request); its
         # committed slices stay done, as after any crash mid-way.
-        self._long = None
-        self._need = None
+        self._long = self._need = None
         if crashed is not None and crashed.replier is not None:
             self._deliveries.append((crashed.replier, crashed.error_reply(INTERNAL_ERROR)))
         self._current = None
@@ -172,11 +169,8 @@ class QueueActor:
     # ------------------------------------------------------------------ the loop
 
     def post(self, notice: tuple[Any, ...]) -> None:
-        """Queue a notice for this actor and wake it if it is idle.
-
-        Waking is cancelling the idle receive: trio's ``receive`` is cancel-safe (no
-        batch is lost), and a cancel that lands after a batch arrived does nothing.
-        """
+        """Queue a notice for this actor and wake it if it is idle: by cancelling the idle
+        receive, which is cancel-safe (no batch is lost; a late cancel does nothing)."""
         self._notices.append(notice)
         if self._idle is not None:
             self._idle.cancel()
@@ -185,14 +179,12 @@ class QueueActor:
         """Apply ``batch`` now, in the caller's task, if the actor is idle; else False.
 
         The actor stays the only owner of its state: this runs the actor's own step
-        while the actor task is parked on an empty inbox with nothing pending, at a
-        point where trio guarantees it cannot run (the step never awaits). What it
-        saves is the hop into the actor's task, a whole scheduler pass that costs a
-        one-request-at-a-time client about a fifth of its round trip. The actor's
-        timer is then moved to the state's new next deadline (a parked pull, a fresh
-        lock), which is all the actor would have recomputed before parking again.
-        A crash is handled as in the actor's loop (see :meth:`_crashed`).
-        """
+        while its task is parked on an empty inbox with nothing pending, where trio
+        guarantees it cannot run (the step never awaits). It saves the hop into the
+        actor's task, a scheduler pass that costs a one-request-at-a-time client a
+        fifth of its round trip. The actor's timer then moves to the state's next
+        deadline, all the actor would have recomputed before parking again. A crash is
+        handled as in the actor's loop (see :meth:`_crashed`)."""
         idle = self._idle
         if (idle is None or self.batches_in_flight or self._backlog or self._fatal is not None
                 or self._long is not None or self._need is not None):
@@ -220,7 +212,10 @@ class QueueActor:
         return True
 
     def _next_deadline(self) -> float:
-        """When the parked actor must wake for its timers (trio time; inf: never)."""
+        """When the parked actor must wake for its timers (trio time; inf: never), or
+        for long work a tick of an inline step began (at once)."""
+        if self._long is not None:
+            return -math.inf
         deadline_ms = self.state.next_deadline()
         return math.inf if deadline_ms is None else self._clock.deadline_for(deadline_ms)
 
@@ -232,15 +227,15 @@ class QueueActor:
                 self._step(keep_view=True)
                 continue
             if self._long is not None:
+                # Before each slice (the first too) every other task runs, a pass without
+                # this one: the other queues keep their latency while this one drains 1M.
+                await give_way()
                 work = self._long[1]
                 fetched = work.need is not None and self._committer.off_thread
                 if fetched:
                     self._need, work.need = work.need, None
                     await self._fetch_off_thread()
                 self._slice(keep_view=fetched)
-                # Between two slices every other task runs, a pass without this one:
-                # the other queues keep their latency while this one drains a million.
-                await give_way()
                 continue
             if not self._backlog and not self._notices.pending:
                 with trio.CancelScope(deadline=self._next_deadline()) as idle:
@@ -263,6 +258,7 @@ class QueueActor:
     def _step(self, *, keep_view: bool = False) -> None:
         """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
         q = self.state
+        self._budget.start_clock(q)  # the step's deadline, for its slices and its tick
         now = self._clock.now_ms()
         pauses = self._pauses  # looked at before anything here can judge a lock
         if pauses is not None and pauses.check(now) != self._pauses_told:
@@ -295,9 +291,12 @@ class QueueActor:
     def _answer_waiters(self, answers: list[WaiterAnswer]) -> None:
         for delivery in answers:
             req = delivery.waiter.handle
-            reply = (req.error_reply(delivery.error) if delivery.error is not None
-                     else req.reply(delivery.reply))
-            self._deliveries.append((req.replier, reply))
+            if delivery.work is not None:  # a parked PULLB's jobs came: long work next
+                self._park_or_begin(req, delivery.work)
+            elif delivery.error is not None:
+                self._deliveries.append((req.replier, req.error_reply(delivery.error)))
+            else:
+                self._deliveries.append((req.replier, req.reply(delivery.reply)))
 
     def _fetch(self, need: NeedData, q: QueueState) -> None:
         """Answer the core's reads, then the command runs again (never awaits).
@@ -379,12 +378,11 @@ class QueueActor:
         """One slice of the long work in progress (never awaits); the last one answers.
 
         While long work lasts the queue takes nothing else: its commands, notices and
-        timers wait, so none of them sees the work half done. Each slice's writes are
-        committed on their own (a release with no reply commits), so no transaction
-        grows with the queue.
-        """
+        timers wait, so none of them sees the work half done; the last slice runs the
+        timers. Each slice's writes are committed on their own (a release with no reply
+        commits), so no transaction grows with the queue."""
         assert self._long is not None
-        self._budget.begin()
+        self._budget.begin(self.state)
         req, work = self._long
         self._current = req
         self.state.events_enabled = self._events.active
@@ -395,10 +393,13 @@ class QueueActor:
             self._fetch(work.need, self.state)
             work.need = None
         done = work.step()
-        # Holds on jobs the slice removed are answered with it (timers wait).
-        self._answer_waiters(self.state.parked.take_settled())
-        if done:
+        if done:  # (cleared first: the tick below may begin a parked PULLB's work)
             self._long = None
+        # Holds on jobs the slice removed are answered with it; after the last slice,
+        # what waited for the work runs (timers, the parked pulls it made servable).
+        q = self.state
+        self._answer_waiters(q.tick(self._clock.now_ms()) if done else q.parked.take_settled())
+        if done:
             self._deliveries.append((req.replier, work.answer(req)))
         self._current = None
         self._finish_batch()

@@ -21,7 +21,7 @@ from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced, slices
 from .queue.dependencies import push_reads
-from .queue.slices import ackb_sliced, admit_batch, pullb_sliced, pushb_sliced
+from .queue.slices import ackb_sliced, admit_batch, pushb_sliced
 
 # ------------------------------------------------------------------ producing
 
@@ -102,12 +102,13 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
         raise Refused("owner must be a string")
     lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
     detach = msg.get("detach") is True
-    first = slices.slice_jobs(q)  # (read here, as the slices read it: one setting)
-    jobs, tokens = q.pull(ctx.now, count=min(count, first), owner=owner,
-                          lock_ttl=lock_ttl, conn=ctx.conn, detach=detach)
-    if len(jobs) == first < count:  # more to lease: in slices (queue/slices.py)
-        return pullb_sliced(q, jobs, tokens, count, ctx.now, owner=owner, lock_ttl=lock_ttl,
-                            conn=ctx.conn, detach=detach)
+    # A PULLB of many: its first slice now, ended by the step's deadline as the later
+    # ones are, and the rest as long work (queue/slices.py).
+    leased = slices.lease(q, count, ctx.now, owner=owner, lock_ttl=lock_ttl,
+                          conn=ctx.conn, detach=detach)
+    if isinstance(leased, Sliced):
+        return leased
+    jobs, tokens = leased
     if jobs or timeout <= 0:
         return q.pull_reply(jobs, tokens, batch=batch, owner=owner)
     return PullWaiter(handle=None, count=count, batch=batch, owner=owner, lock_ttl=lock_ttl,

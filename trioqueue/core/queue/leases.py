@@ -195,10 +195,12 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
     def steps() -> Steps:
         q.drop_waiters(conn)
         released = 0
+        fill = slices.SliceFill(q)
         while (held := q.conn_jobs.get(conn)):
-            # a slice of the ids, copied before they leave the set (_requeue removes
+            # a piece of the ids, copied before they leave the set (_requeue removes
             # each from it, and drops the set once empty)
-            for job_id in list(islice(held, slices.slice_jobs(q))):
+            piece = list(islice(held, fill.room()))
+            for job_id in piece:
                 job = q.jobs.get(job_id)
                 lock = q.locks.get(job_id)
                 if (job is None or job.state != ACTIVE
@@ -207,7 +209,7 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
                     continue
                 q._requeue(job, now)
                 released += 1
-            if held:
+            if held and fill.took(len(piece)):
                 yield None
         q.conn_jobs.pop(conn, None)  # (emptied by skips alone, it is still there)
         return released

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .. import states as st
 from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
-from .slices import capped
+from .slices import LOOK_EVERY_JOBS, capped
 
 # Delayed jobs promoted per call at most (see _promote_slice); the queue actor lowers it
 # for a queue where that many take longer than Config.slice_budget_ms. A promotion
@@ -150,11 +150,18 @@ def _promote_slice(q: QueueState, now: int) -> None:
     first = q._delayed.first
     places = q.places
     budget = capped(q.promote_cap, PROMOTE_MAX_JOBS)
+    over = q.slice_over  # the driver's clock (slices.SliceFill), asked every few jobs
+    look = LOOK_EVERY_JOBS
     while (top := first()) is not None and top[0] <= now:
         if not budget:
             q._due_left = True
             return
         budget -= 1
+        look -= 1
+        if not look:
+            look = LOOK_EVERY_JOBS
+            if over is not None and over():
+                budget = 0  # the tick's time is up: the next due job waits for the next
         job = q._pop_delayed()
         if job is None:
             continue

@@ -4,10 +4,11 @@ the admission of a large PUSHB.
 A command whose cost grows with the queue (a million jobs drained is seconds of work)
 is written as a generator that does at most ``slice_jobs(q)`` jobs' worth of work
 between two ``yield``s (``SLICE_JOBS``, or fewer where the queue actor measured slices
-of that many running past its time budget). Its handler returns a :class:`Sliced`;
-the queue actor runs one slice per step, commits what the slice wrote, and lets the
-other queues run before the next (trio's checkpoint between steps). While the work
-lasts, the queue takes nothing else
+of that many running past its time budget, or fewer still when the actor's clock says
+the slice under way has used its time: :class:`SliceFill`). Its handler returns a
+:class:`Sliced`; the queue actor runs one slice per step, commits what the slice wrote,
+and lets the other queues run before the next (trio's checkpoint between steps). While
+the work lasts, the queue takes nothing else
 (its commands, notices and timers wait in their inboxes), so no command of the queue
 sees the work half done; only a crash can cut it short, leaving it partly done and
 unacknowledged, like any command whose reply was never sent.
@@ -62,13 +63,70 @@ def capped(cap: int, most: int) -> int:
     return cap if 0 < cap < most else most
 
 
-def _ranges(q: QueueState, count: int) -> Iterator[tuple[int, int]]:
-    """``[start, stop)`` ranges covering ``count`` items, a slice's worth each (sized
-    when the range is taken)."""
+# Jobs a slice does between two looks at the driver's clock, when it keeps one
+# (``QueueState.slice_over``): a lease at a million active jobs costs 30-50 us, so a
+# slice that runs slow (a busy host, a cold cache) overruns its time by about half a
+# millisecond at most, instead of by the rest of its count.
+LOOK_EVERY_JOBS = 10
+
+
+class SliceFill:
+    """How far the current slice of a long command has gone: the jobs it did against
+    ``slice_jobs(q)``, and the driver's word that its time is up.
+
+    The count alone is set from what earlier slices cost (``slice_cap``), so a slice
+    that runs four times slower than the last ones (seen at a million jobs: 100 leases
+    in 15-24 ms of CPU against 3-4 ms) holds every other queue for its whole count. So a
+    slice is done in pieces of at most ``LOOK_EVERY_JOBS`` jobs, and after each piece
+    it asks ``q.slice_over`` (the driver's clock; None: no clock, and a piece is the
+    whole rest of the slice, as in the tests and the synchronous forms).
+    """
+
+    __slots__ = ("_q", "_size", "_taken")
+
+    def __init__(self, q: QueueState) -> None:
+        self._q = q
+        self._next_slice()
+
+    def _next_slice(self) -> None:
+        self._taken = 0
+        self._size = slice_jobs(self._q)  # read again: the driver may have resized it
+
+    def room(self) -> int:
+        """The most jobs the next piece takes."""
+        left = self._size - self._taken
+        return left if self._q.slice_over is None else min(left, LOOK_EVERY_JOBS)
+
+    def took(self, jobs: int) -> bool:
+        """A piece of ``jobs`` jobs was done; True when the slice is over (the work then
+        yields, and the next slice begins with the count read again)."""
+        self._taken += jobs
+        over = self._q.slice_over
+        if self._taken < self._size and (over is None or not over()):
+            return False
+        self._next_slice()
+        return True
+
+    def close(self) -> bool:
+        """End the slice under way before work of another kind (a heap's trim, a page
+        of finished jobs); True when it did any jobs (the work then yields)."""
+        if not self._taken:
+            return False
+        self._next_slice()
+        return True
+
+
+def _ranges(q: QueueState, count: int) -> Iterator[tuple[int, int, bool]]:
+    """``[start, stop)`` ranges covering ``count`` items, a piece of a slice each
+    (:class:`SliceFill`), with whether the range begins a slice (the work yields
+    before it, except before the first where it says so)."""
+    fill = SliceFill(q)
     start = 0
+    begins = True
     while start < count:
-        stop = min(count, start + slice_jobs(q))
-        yield start, stop
+        stop = min(count, start + fill.room())
+        yield start, stop, begins
+        begins = fill.took(stop - start)
         start = stop
 
 
@@ -163,9 +221,9 @@ def _compact(q: QueueState, removed: int) -> None:
         q.index.compact()
 
 
-def _batches(q: QueueState, order: CreationOrder) -> Iterator[list[str]]:
-    """The ids of ``order`` in slices of at most ``slice_jobs(q)``, for work that removes
-    every job of the place as it goes.
+def _batches(order: CreationOrder, fill: SliceFill) -> Iterator[list[str]]:
+    """The ids of ``order`` in pieces of at most ``fill.room()``, for work that removes
+    every job of the place as it goes (and tells ``fill`` what each piece took).
 
     One walk serves all the slices: starting over for each slice would skip again
     every millisecond already emptied, and sort again the group it stopped in (a
@@ -176,14 +234,14 @@ def _batches(q: QueueState, order: CreationOrder) -> Iterator[list[str]]:
     """
     while len(order):
         batch: list[str] = []
-        size = slice_jobs(q)
+        size = fill.room()
         for group in order.groups():
             for job_id in list(group):
                 batch.append(job_id)
                 if len(batch) >= size:
                     yield batch
                     batch = []
-                    size = slice_jobs(q)
+                    size = fill.room()
         if batch:
             yield batch
 
@@ -212,10 +270,14 @@ def drain(q: QueueState, now: int) -> Steps:
     waiting for children stay. No per-job event, as in bunqueue. Returns the count."""
     removed = 0
     places = q.places
+    fill = SliceFill(q)
     for order in (places.waiting, places.prioritized, places.delayed):
-        for ids in _batches(q, order):
+        for ids in _batches(order, fill):
             removed += _drop(q, ids, now)
-            yield None
+            if fill.took(len(ids)):
+                yield None
+    if fill.close():
+        yield None
     # Nothing is queued now, so every heap entry left is stale.
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
@@ -229,11 +291,15 @@ def obliterate(q: QueueState, now: int) -> Steps:
     results, the stored settings. Parked pulls keep waiting."""
     places = q.places
     removed = 0
+    fill = SliceFill(q)
     for order in (places.waiting, places.prioritized, places.delayed, places.active,
                   places.waiting_children):
-        for ids in _batches(q, order):
+        for ids in _batches(order, fill):
             removed += _drop(q, ids, now)
-            yield None
+            if fill.took(len(ids)):
+                yield None
+    if fill.close():
+        yield None
     _compact(q, removed)
     for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
         yield from _trim(heap)
@@ -260,16 +326,20 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     promoted = 0
     # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
     # a listing move and a put), so a slice takes half as many (in process at 200k jobs, a
-    # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms).
+    # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms): each counts
+    # two in the slice's fill.
+    fill = SliceFill(q)
     while heap and (count is None or promoted < count):
-        for _ in range(max(1, slice_jobs(q) // 2)):
+        piece = max(1, fill.room() // 2)
+        for _ in range(piece):
             if not heap or (count is not None and promoted >= count):
                 break
             job = q._pop_delayed()
             if job is not None:
                 q._reschedule(job, now, run_at=now)
                 promoted += 1
-        yield None
+        if fill.took(2 * piece):
+            yield None
     return promoted
 
 
@@ -297,8 +367,9 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
     """
     def steps() -> Steps:
         specs: list[dict[str, Any]] = []
-        for start, stop in _ranges(q, count):
-            yield None
+        for start, stop, begins in _ranges(q, count):
+            if begins:
+                yield None
             specs.extend(parse(start, stop))
         if parse.linked:
             yield None  # the admission is a step of its own
@@ -310,19 +381,20 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
         if storage_full:  # the whole batch: PUSHB admits all of its jobs or none
             raise Refused(STORAGE_FULL)
         ids: list[str] = []
-        for start, stop in _ranges(q, len(specs)):
-            yield None
+        for start, stop, begins in _ranges(q, len(specs)):
+            if begins:
+                yield None
             ids.extend(q.push(specs[start:stop], now))
         return ids
 
     return Sliced(steps(), _ids_reply)
 
 
-def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], count: int,
-                 now: int, *, owner: str | None, lock_ttl: float, conn: Any,
-                 detach: bool) -> Sliced:
-    """The rest of a large PULLB whose first slice (``jobs``, ``tokens``) is leased: a
-    slice more a step (``slice_jobs``), until ``count`` or the queue runs out.
+def pullb_sliced(q: QueueState, count: int, now: int, *, owner: str | None,
+                 lock_ttl: float, conn: Any, detach: bool) -> Sliced:
+    """A large PULLB: a slice (``slice_jobs``, or less when the slice's time is up) a
+    step, until ``count`` or the queue runs out. The handler runs the first step in
+    the command's own step; a PULLB done by then is answered as any pull.
 
     One job leased costs 30-50 us at a million active (its lock, its record rewritten,
     its wire form): a PULLB of 1,000 held every other client for 30-100 ms in one step.
@@ -330,21 +402,42 @@ def pullb_sliced(q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], c
     deadline, as in one step. Nothing else of the queue runs before the last slice, so
     no other pull can take a job between two of them.
     """
+    jobs: list[dict[str, Any]] = []
+    tokens: list[str] = []
+
     def steps() -> Steps:
+        fill = SliceFill(q)
         while True:
-            want = min(slice_jobs(q), count - len(jobs))
+            want = min(fill.room(), count - len(jobs))
             more, more_tokens = q.pull(now, count=want, owner=owner, lock_ttl=lock_ttl,
                                        conn=conn, detach=detach)
             jobs.extend(more)
             tokens.extend(more_tokens)
             if len(more) < want or len(jobs) == count:  # full, or the queue ran out
                 return jobs, tokens
-            yield None
+            if fill.took(want):
+                yield None
 
     def reply(result: tuple[list[dict[str, Any]], list[str]]) -> dict[str, Any]:
         return q.pull_reply(*result, batch=True, owner=owner)
 
     return Sliced(steps(), reply)
+
+
+def lease(q: QueueState, count: int, now: int, *, owner: str | None, lock_ttl: float,
+          conn: Any, detach: bool) -> tuple[list[dict[str, Any]], list[str]] | Sliced:
+    """A pull's jobs and tokens, leased at once; or, for a PULLB of more than
+    ``LOOK_EVERY_JOBS``, its long work with the first slice done (the jobs, once that
+    slice was all of it). The one rule of a PULLB sent and a parked one served."""
+    if count <= LOOK_EVERY_JOBS:
+        return q.pull(now, count=count, owner=owner, lock_ttl=lock_ttl, conn=conn,
+                      detach=detach)
+    work = pullb_sliced(q, count, now, owner=owner, lock_ttl=lock_ttl, conn=conn,
+                        detach=detach)
+    if not work.step():
+        return work
+    leased: tuple[list[dict[str, Any]], list[str]] = work.result
+    return leased
 
 
 def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *,
@@ -361,8 +454,8 @@ def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *
     again ignores those jobs (not active), as it does any job already acknowledged.
     """
     def steps() -> Steps:
-        for start, stop in _ranges(q, len(checked)):
-            if start:
+        for start, stop, begins in _ranges(q, len(checked)):
+            if begins and start:
                 yield None
             q.ackb_apply(checked[start:stop], now, results=results,
                          removes=removes)

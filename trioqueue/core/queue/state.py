@@ -26,6 +26,7 @@ rules themselves are in :mod:`trioqueue.core.states`, the attempt rules in
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..job import JobRecord
@@ -82,6 +83,9 @@ class QueueState:
         # (lifecycle._promote_slice). The core only obeys them.
         self.slice_cap = 0
         self.promote_cap = 0
+        # The driver's word that the slice (or tick) under way has used its time, asked
+        # every few jobs (slices.SliceFill); None: no clock, slices go by count alone.
+        self.slice_over: Callable[[], bool] | None = None
         self._seq = 0
         self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
         self._lock_heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
