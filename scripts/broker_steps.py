@@ -35,6 +35,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 import time
@@ -70,27 +71,38 @@ class PassClock(trio.abc.Instrument):
     """Every pass of trio's loop (the steps run between two polls of the sockets) of at
     least ``min_s`` wall time: when it began, its wall and CPU time, and the CPU time of
     its steps per task. A client's request and reply each wait for a pass or two, so
-    this says which tasks another queue's client waited for."""
+    this says which tasks another queue's client waited for. A pass whose wall time is
+    far over its CPU time was off the CPU: ``vcsw`` counts the thread's voluntary
+    context switches in it (it blocked in the kernel: a write, a fault on the disk),
+    ``ivcsw`` the involuntary ones (another thread or the host took the core), with
+    its system time and page faults (``getrusage(RUSAGE_THREAD)``, one call a pass)."""
 
     def __init__(self, min_s: float) -> None:
         self.min_s = min_s
         self.passes: list[dict[str, object]] = []
         self._wall = time.perf_counter()
         self._cpu = time.thread_time()
+        self._usage = resource.getrusage(resource.RUSAGE_THREAD)
         self._step_cpu = 0.0
         self._tasks: dict[str, list[float]] = {}
 
     def after_io_wait(self, timeout: float) -> None:
         self._wall = time.perf_counter()
         self._cpu = time.thread_time()
+        self._usage = resource.getrusage(resource.RUSAGE_THREAD)
         self._tasks = {}
 
     def before_io_wait(self, timeout: float) -> None:
         wall = time.perf_counter() - self._wall
         if wall >= self.min_s:
+            was, now = self._usage, resource.getrusage(resource.RUSAGE_THREAD)
             self.passes.append({
                 "began": self._wall, "wall_ms": round(wall * 1000, 2),
                 "cpu_ms": round((time.thread_time() - self._cpu) * 1000, 2),
+                "sys_ms": round((now.ru_stime - was.ru_stime) * 1000, 2),
+                "vcsw": now.ru_nvcsw - was.ru_nvcsw, "ivcsw": now.ru_nivcsw - was.ru_nivcsw,
+                "minflt": now.ru_minflt - was.ru_minflt,
+                "majflt": now.ru_majflt - was.ru_majflt,
                 "tasks": {name: [int(n), round(cpu * 1000, 2)]
                           for name, (n, cpu) in self._tasks.items()}})
 

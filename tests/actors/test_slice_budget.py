@@ -109,7 +109,8 @@ def test_the_budget_is_each_slices_deadline_by_the_wall_clock(
     budget.begin(q)
     over = q.slice_over
     assert over is not None
-    now[0] += 0.0039
+    work_s = 0.004 * slice_budget.WORK_SHARE  # the rest of the budget: the commit's
+    now[0] += work_s - 0.0001
     assert not over()
     now[0] += 0.0002
     assert over()
@@ -186,3 +187,35 @@ async def test_a_pull_parked_before_a_sliced_pushb_is_served_when_the_push_ends(
             while not got:
                 await trio.sleep(0)
     assert got[0]["job"]["id"] == ids[0]
+
+
+async def test_a_parked_pullb_whose_lease_goes_on_after_an_inline_step_is_answered(
+    start_server: Callable[..., Any],
+) -> None:
+    """A PUSHB short enough for one step, run inline by the producer's connection, fills
+    a parked PULLB's first slice: the rest of its lease is long work begun in someone
+    else's task, and the queue's own task must wake for it, not sleep to the pull's
+    deadline."""
+    server = await start_server(slice_budget_ms=0, memory=True)
+    worker = await RawClient.connect(server.tcp_port)
+    producer = await RawClient.connect(server.tcp_port)
+    got: list[dict[str, Any]] = []
+
+    async def pull() -> None:
+        got.append(await worker.ok("PULLB", queue="woken", count=3 * MOST,
+                                   timeout=30_000, owner="w"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        with trio.fail_after(10):
+            while not ((actor := server.broker.router.actors.get("woken"))
+                       and actor.state.waiters):
+                await trio.sleep(0)
+        ids = (await producer.ok("PUSHB", queue="woken", jobs=[
+            {"name": "j", "data": i} for i in range(MOST)]))["ids"]
+        # Far less than the pull's own 30 s, and than the 5 s at which the stall sweep
+        # of the jobs leased so far would wake the queue anyway.
+        with trio.fail_after(2):
+            while not got:
+                await trio.sleep(0)
+    assert [job["id"] for job in got[0]["jobs"]] == ids

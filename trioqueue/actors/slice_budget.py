@@ -20,11 +20,12 @@ that costs throughput (a commit and a scheduler pass per slice).
 A count set from the last slices does not bound the slice under way, though: at a
 million jobs a slice of 100 leases that usually takes 3-4 ms of CPU now and then took
 15-24 (a cold cache, a busy host), and every other queue waited for all of it. So the
-budget is also the slice's deadline by the wall clock, which is what the other queues
-wait by: the core asks :meth:`SliceBudget.over` every few jobs
-(``slices.LOOK_EVERY_JOBS``, ``QueueState.slice_over``) and ends the slice early when
-it says so. In a quiet spell slices end by their count and the deadline costs one
-clock read per few jobs (50 ns against 30-50 us of work).
+budget is also the slice's deadline by the wall clock (``WORK_SHARE`` of it, the rest
+left for the slice's commit), which is what the other queues wait by: the core asks
+:meth:`SliceBudget.over` every few jobs (``slices.LOOK_EVERY_JOBS``,
+``QueueState.slice_over``) and ends the slice early when it says so. In a quiet spell
+slices end by their count and the deadline costs one clock read per few jobs (50 ns
+against 30-50 us of work).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ from ..core.queue import lifecycle, slices
 from ..core.queue.state import QueueState
 
 _wall = time.perf_counter  # (a vDSO read, 50 ns; thread_time is a system call, 0.6 us)
+
+# The share of the budget a slice's own work may take by the wall clock. Its commit
+# follows in the same step, and a slice that ran slow commits slowly too: with the
+# whole budget as the deadline, steps of 8 ms of CPU were left at a million jobs; with
+# half, another queue's calls over 10 ms fell from 13-87 to 1-4 of about 115,000 a run
+# (docs/benchmarks.md, issue 11, fifteenth pass).
+WORK_SHARE = 0.5
 
 
 def resized(cap: int, most: int, spent_s: float, budget_s: float) -> int:
@@ -67,7 +75,7 @@ class SliceBudget:
         budget): a step's first slice of a PULLB and its tick's promotions are bounded
         by it. Set each time: the state is replaced when the actor restarts."""
         if self.budget_s:
-            self._deadline = _wall() + self.budget_s
+            self._deadline = _wall() + self.budget_s * WORK_SHARE
             q.slice_over = self.over
         else:
             q.slice_over = None
