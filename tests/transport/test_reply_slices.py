@@ -168,7 +168,9 @@ async def test_other_clients_are_served_while_a_large_pullb_is_leased_and_encode
     monkeypatch.setattr(slices, "SLICE_JOBS", lease)
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", encode)
     monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 200 if sliced else 10_000)
-    server = await start_server()
+    # No slice budget: the slices go by count alone (with one, the queue's clock would
+    # end the "at once" lease early on a slow machine).
+    server = await start_server(slice_budget_ms=0)
     worker, other = await connect(server, codec), await connect(server, codec)
     for start in range(0, 1000, 250):
         await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
@@ -199,7 +201,7 @@ async def test_other_clients_are_served_while_a_large_ackb_completes(
     monkeypatch.setattr(slices, "SLICE_JOBS", 10 if sliced else 10_000)
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 10_000)
     monkeypatch.setattr(reply_slices, "LONG_LIST_ITEMS", 10_000)
-    server = await start_server()
+    server = await start_server(slice_budget_ms=0)  # by count alone, as above
     worker, other = await connect(server, "msgpack"), await connect(server, "msgpack")
     for start in range(0, 1000, 250):
         await worker.ok("PUSHB", queue="big", jobs=[{"name": "n", "data": i}
@@ -233,7 +235,7 @@ async def test_other_clients_are_served_while_a_websocket_pullb_is_encoded(
     # pings through in both runs (about 100-150 here); the 200 slices add about 100.
     monkeypatch.setattr(slices, "SLICE_JOBS", 10_000)  # leased in one step: as before
     monkeypatch.setattr(reply_slices, "SLICE_ITEMS", 5)
-    server = await start_server()
+    server = await start_server(slice_budget_ms=0)  # (no clock to end that step early)
     other = await connect(server, "cbor")
     codec: Codec = JSON if kind == "text" else CBOR
     counts = {}
