@@ -131,31 +131,10 @@ async def test_a_parked_pullb_met_by_a_pushb_is_leased_in_slices(
     active jobs, 500 leases in one step held every other queue for 15-25 ms), and the
     worker's reply holds all 500 in order."""
     server = await start_server(slice_budget_ms=0, memory=True)
-    worker = await RawClient.connect(server.tcp_port)
-    producer = await RawClient.connect(server.tcp_port)
     steps = StepCounter("queue:parked")
-    result: dict[str, Any] = {}
-
-    async def pull() -> None:
-        result.update(await worker.ok("PULLB", queue="parked", count=500, timeout=10_000,
-                                       owner="w"))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(pull)
-        actor = None
-        with trio.fail_after(10):
-            while actor is None or not actor.state.waiters:
-                await trio.sleep(0)  # yields until the PULLB is parked (no clock time)
-                actor = server.broker.router.actors.get("parked")
-        trio.lowlevel.add_instrument(steps)
-        try:
-            with trio.fail_after(20):
-                await producer.ok("PUSHB", queue="parked",
-                                  jobs=[{"name": "j", "data": i} for i in range(500)])
-                while not result:
-                    await trio.sleep(0)
-        finally:
-            trio.lowlevel.remove_instrument(steps)
+    result, _ = await park_then_push(
+        server, {"cmd": "PULLB", "count": 500, "timeout": 10_000, "owner": "w"}, 500,
+        answer_within_s=20, counting=steps)
     assert [job["data"] for job in result["jobs"]] == list(range(500))
     assert len(set(result["tokens"])) == 500
     assert steps.steps >= 500 // MOST  # a slice a step at least
@@ -168,25 +147,9 @@ async def test_a_pull_parked_before_a_sliced_pushb_is_served_when_the_push_ends(
     a long-poll PULL parked on an empty queue used to wait for its own deadline (here
     30 s) when the jobs came in a PUSHB long enough to be admitted in slices."""
     server = await start_server(memory=True)
-    worker = await RawClient.connect(server.tcp_port)
-    producer = await RawClient.connect(server.tcp_port)
-    got: list[dict[str, Any]] = []
-
-    async def pull() -> None:
-        got.append(await worker.ok("PULL", queue="late", timeout=30_000))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(pull)
-        with trio.fail_after(10):
-            while not ((actor := server.broker.router.actors.get("late"))
-                       and actor.state.waiters):
-                await trio.sleep(0)
-        ids = (await producer.ok("PUSHB", queue="late", jobs=[
-            {"name": "j", "data": i} for i in range(3 * MOST)]))["ids"]
-        with trio.fail_after(5):  # far less than the pull's own 30 s
-            while not got:
-                await trio.sleep(0)
-    assert got[0]["job"]["id"] == ids[0]
+    got, ids = await park_then_push(server, {"cmd": "PULL", "timeout": 30_000},
+                                    3 * MOST, answer_within_s=5)  # far less than 30 s
+    assert got["job"]["id"] == ids[0]
 
 
 async def test_a_parked_pullb_whose_lease_goes_on_after_an_inline_step_is_answered(
@@ -197,25 +160,44 @@ async def test_a_parked_pullb_whose_lease_goes_on_after_an_inline_step_is_answer
     else's task, and the queue's own task must wake for it, not sleep to the pull's
     deadline."""
     server = await start_server(slice_budget_ms=0, memory=True)
+    # Answered in far less than the pull's own 30 s, and than the 5 s at which the stall
+    # sweep of the jobs leased so far would wake the queue anyway.
+    got, ids = await park_then_push(
+        server, {"cmd": "PULLB", "count": 3 * MOST, "timeout": 30_000, "owner": "w"},
+        MOST, answer_within_s=2)
+    assert [job["id"] for job in got["jobs"]] == ids
+
+
+async def park_then_push(
+    server: Any, pull: dict[str, Any], jobs: int, *, answer_within_s: float,
+    counting: StepCounter | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Park ``pull`` on an empty queue, push ``jobs`` jobs in one PUSHB from another
+    connection, and return the pull's answer (within ``answer_within_s``) and the ids;
+    ``counting`` counts the steps from the push to the answer."""
     worker = await RawClient.connect(server.tcp_port)
     producer = await RawClient.connect(server.tcp_port)
     got: list[dict[str, Any]] = []
+    fields = {k: v for k, v in pull.items() if k != "cmd"}
 
-    async def pull() -> None:
-        got.append(await worker.ok("PULLB", queue="woken", count=3 * MOST,
-                                   timeout=30_000, owner="w"))
+    async def run_pull() -> None:
+        got.append(await worker.ok(pull["cmd"], queue="parked", **fields))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(pull)
+        nursery.start_soon(run_pull)
         with trio.fail_after(10):
-            while not ((actor := server.broker.router.actors.get("woken"))
+            while not ((actor := server.broker.router.actors.get("parked"))
                        and actor.state.waiters):
                 await trio.sleep(0)
-        ids = (await producer.ok("PUSHB", queue="woken", jobs=[
-            {"name": "j", "data": i} for i in range(MOST)]))["ids"]
-        # Far less than the pull's own 30 s, and than the 5 s at which the stall sweep
-        # of the jobs leased so far would wake the queue anyway.
-        with trio.fail_after(2):
-            while not got:
-                await trio.sleep(0)
-    assert [job["id"] for job in got[0]["jobs"]] == ids
+        if counting is not None:
+            trio.lowlevel.add_instrument(counting)
+        try:
+            with trio.fail_after(answer_within_s):
+                ids = (await producer.ok("PUSHB", queue="parked", jobs=[
+                    {"name": "j", "data": i} for i in range(jobs)]))["ids"]
+                while not got:
+                    await trio.sleep(0)  # yields only (no clock time passes)
+        finally:
+            if counting is not None:
+                trio.lowlevel.remove_instrument(counting)
+    return got[0], ids
