@@ -7,6 +7,7 @@ checks what a client observes: a held-back reply, an error frame, a closed conne
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,10 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.transport import limits
 from trioqueue.transport.codec import MSGPACK
 from trioqueue.transport.framing import encode_frame
-from trioqueue.transport.limits import ByteBudget, Timers
+from trioqueue.transport.limits import ByteBudget, Teardowns, Timers
 
 StartServer = Callable[..., Any]
 
@@ -221,6 +223,71 @@ async def test_max_connections_turns_away_extra_connections_until_one_closes(
             await trio.sleep(0.02)
     await second.ok("Ping")
     await replacement.ok("Ping")
+
+
+# ------------------------------------------------------------------ connections ending at once
+
+async def test_teardowns_give_turns_in_order_and_a_holder_takes_one_once() -> None:
+    teardowns = Teardowns(2)
+    a, b, c = object(), object(), object()
+    await teardowns.turn(a)
+    await teardowns.turn(a)  # (its end goes on: no second turn)
+    await teardowns.turn(b)
+    assert teardowns.ending == 2
+    began = trio.Event()
+
+    async def third() -> None:
+        await teardowns.turn(c)
+        began.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(third)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not began.is_set()  # two are ending: the third waits
+        teardowns.done(a)
+        with trio.fail_after(1):
+            await began.wait()
+    assert teardowns.ending == 2
+    teardowns.done(b)
+    teardowns.done(c)
+    teardowns.done(c)  # (done twice, or never begun: nothing to give back)
+    assert teardowns.ending == 0
+
+
+async def test_connections_closing_together_end_a_few_at_a_time_and_hand_back_their_jobs(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 30 workers each hold a job and close at once; at most 3 connections end at a time
+    # (their steps would otherwise all land in the same passes of the loop, and another
+    # queue's client waited for all of them), and every job goes back to waiting.
+    monkeypatch.setattr(limits, "TEARDOWNS_AT_ONCE", 3)
+    most = 0
+    turn = Teardowns.turn
+
+    async def counted_turn(self: Teardowns, holder: object) -> None:
+        nonlocal most
+        await turn(self, holder)
+        most = max(most, self.ending)
+
+    monkeypatch.setattr(Teardowns, "turn", counted_turn)
+    server = await start_server()
+    producer = await connect(server)
+    await producer.ok("PUSHB", queue="held", jobs=[{"name": "n", "data": i}
+                                                   for i in range(30)])
+    workers = [await connect(server) for _ in range(30)]
+    for worker in workers:
+        assert (await worker.ok("PULL", queue="held"))["job"] is not None
+    assert (await producer.ok("GetJobCounts", queue="held"))["counts"]["active"] == 30
+    for worker in workers:  # every FIN sent before the broker runs again
+        assert isinstance(worker.stream, trio.SocketStream)
+        worker.stream.socket.shutdown(socket.SHUT_WR)
+    with trio.fail_after(5):
+        while (await producer.ok("GetJobCounts", queue="held"))["counts"]["waiting"] < 30:
+            await trio.sleep(0.01)
+    assert most == 3, most
+    await producer.ok("Ping")
+    for worker in workers:
+        await worker.aclose()
 
 
 # ------------------------------------------------------------------ WebSocket

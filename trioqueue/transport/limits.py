@@ -267,3 +267,54 @@ class Shell:
                                         config.bad_frame_pause_max_ms / 1000)
         # poked by every TCP read; polls only where serve() runs it (standalone)
         self.spin = IdleSpin(config.idle_spin_ms / 1000)
+        self.teardowns = Teardowns(TEARDOWNS_AT_ONCE)
+
+
+
+# Connections that tear down at once: the rest wait their turn (see Teardowns).
+TEARDOWNS_AT_ONCE = 32
+
+
+class Teardowns:
+    """At most ``TEARDOWNS_AT_ONCE`` connections end at once; the others wait in turn.
+
+    A connection's end is a few task steps of 20-30 us each (its read loop sees the
+    EOF, its sender is cancelled, its session hands back its jobs and holds, its socket
+    closes). Trio runs every task that is ready in one pass of its loop, so when a
+    thousand clients go at once (a fleet restarted, a network cut) those steps all land
+    in the same few passes, and another queue's client waited for them: 975 closed
+    connections with 40 WaitJob holds each made passes of 16-33 ms and a probe call of
+    39-55 ms (docs/benchmarks.md, issue 11). In turns of 32, a pass holds at most 32
+    connections' steps. The turn is taken shielded: a connection that ends must still
+    hand back what it holds, even while the broker is being cancelled, and it waits only
+    on other endings, each bounded (the socket's close has its own 1 s limit).
+    """
+
+    __slots__ = ("_limiter", "_holders")
+
+    def __init__(self, at_once: int = TEARDOWNS_AT_ONCE) -> None:
+        self._limiter = trio.CapacityLimiter(at_once)
+        self._holders: set[object] = set()
+
+    async def turn(self, holder: object) -> None:
+        """Wait for ``holder``'s turn to end (at once when it already has it)."""
+        if holder in self._holders:
+            return
+        self._holders.add(holder)
+        try:
+            # no checkpoint when a turn is free: most ends are not in a crowd
+            self._limiter.acquire_on_behalf_of_nowait(holder)
+        except trio.WouldBlock:
+            with trio.CancelScope(shield=True):
+                await self._limiter.acquire_on_behalf_of(holder)
+
+    def done(self, holder: object) -> None:
+        """``holder`` has ended: the next one in line begins."""
+        if holder in self._holders:
+            self._holders.discard(holder)
+            self._limiter.release_on_behalf_of(holder)
+
+    @property
+    def ending(self) -> int:
+        """How many connections hold a turn now."""
+        return int(self._limiter.borrowed_tokens)

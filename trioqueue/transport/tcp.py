@@ -286,20 +286,31 @@ class TcpConnection:
             # this in an ExceptionGroup: it must end this connection, never the broker.
             pass
         finally:
-            self._timer.cancel()
-            self._shell.partial_frames.release(self)
-            self._shell.replies.release(self)
-            self._pending.clear()
-            unmap_soon(self.decoder.discard())
-            session.close()
-            if self._abort:
-                with contextlib.suppress(OSError):
-                    self.stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
-            elif self._closing:
-                discard_unread(self._fd, DISCARD_ON_CLOSE_BYTES)
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await self.stream.aclose()
+            # in turns when many end at once (limits.Teardowns; taken at the EOF already)
+            teardowns = self._shell.teardowns
+            await teardowns.turn(self)
+            try:
+                self._hand_back()
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self.stream.aclose()
+            finally:
+                teardowns.done(self)
+
+    def _hand_back(self) -> None:
+        """The connection is ending: its budgets, timers and session's holdings go."""
+        session = self.session
+        self._timer.cancel()
+        self._shell.partial_frames.release(self)
+        self._shell.replies.release(self)
+        self._pending.clear()
+        unmap_soon(self.decoder.discard())
+        session.close()
+        if self._abort:
+            with contextlib.suppress(OSError):
+                self.stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+        elif self._closing:
+            discard_unread(self._fd, DISCARD_ON_CLOSE_BYTES)
 
     async def _read_loop(self) -> None:
         reader = self._reader
@@ -314,6 +325,9 @@ class TcpConnection:
         while True:
             data = await reader.receive()
             if not data:
+                # The end begins here, in turn: the sender's cancellation and the
+                # nursery's exit are steps of the ending too (limits.Teardowns).
+                await self._shell.teardowns.turn(self)
                 return
             read_started = perf_counter()
             spin.poke(read_started)
