@@ -230,18 +230,13 @@ class WsConnection:
             # ExceptionGroup, which must end this connection, never the broker.
             pass
         finally:
-            # in turns when many end at once, as TCP connections do (limits.Teardowns)
-            await self._shell.teardowns.turn(self)
             self._timer.cancel()
             self._shell.replies.release(self)
             session.close()
-        try:
-            if self._close_with is not None:
-                # Cancelled (grace 0 included), aclose still closes the socket.
-                with trio.move_on_after(self._close_grace_s):
-                    await self.ws.aclose(*self._close_with)
-        finally:
-            self._shell.teardowns.done(self)
+        if self._close_with is not None:
+            # Cancelled (grace 0 included), aclose still closes the socket.
+            with trio.move_on_after(self._close_grace_s):
+                await self.ws.aclose(*self._close_with)
 
     async def _serve(self, session: Session) -> None:
         self.session.events.subscribe(self._on_events)
