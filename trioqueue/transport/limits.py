@@ -267,8 +267,7 @@ class Shell:
                                         config.bad_frame_pause_max_ms / 1000)
         # poked by every TCP read; polls only where serve() runs it (standalone)
         self.spin = IdleSpin(config.idle_spin_ms / 1000)
-        self.teardowns = Teardowns(TEARDOWNS_AT_ONCE)
-
+        self.teardowns = Teardowns(TEARDOWNS_AT_ONCE)  # (read here: tests lower it)
 
 
 # Connections that tear down at once: the rest wait their turn (see Teardowns).
@@ -284,15 +283,18 @@ class Teardowns:
     thousand clients go at once (a fleet restarted, a network cut) those steps all land
     in the same few passes, and another queue's client waited for them: 975 closed
     connections with 40 WaitJob holds each made passes of 16-33 ms and a probe call of
-    39-55 ms (docs/benchmarks.md, issue 11). In turns of 32, a pass holds at most 32
-    connections' steps. The turn is taken shielded: a connection that ends must still
-    hand back what it holds, even while the broker is being cancelled, and it waits only
-    on other endings, each bounded (the socket's close has its own 1 s limit).
+    73-86 ms (docs/benchmarks.md, "Connections ending together"). In turns of 32, a
+    pass holds the later steps of at most 32 ending connections; the step in which each
+    read returns the EOF comes before its turn, and trio still wakes those all in one
+    pass (12-23 ms left at 975). The turn is taken shielded: a connection that ends must
+    still hand back what it holds, even while the broker is being cancelled, and it
+    waits only on other endings, none of which waits on a client (a TCP socket's close
+    returns at once).
     """
 
     __slots__ = ("_limiter", "_holders")
 
-    def __init__(self, at_once: int = TEARDOWNS_AT_ONCE) -> None:
+    def __init__(self, at_once: int) -> None:
         self._limiter = trio.CapacityLimiter(at_once)
         self._holders: set[object] = set()
 
