@@ -291,7 +291,9 @@ class TcpConnection:
             await teardowns.turn(self)
             try:
                 self._hand_back()
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                # (A socket stream's close never waits, so no deadline: an exited scope's
+                # deadline stays in trio's heap until it passes, one per closed connection.)
+                with trio.CancelScope(shield=True):
                     await self.stream.aclose()
             finally:
                 teardowns.done(self)
