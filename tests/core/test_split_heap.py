@@ -80,3 +80,57 @@ def test_from_items_equals_pushing_them() -> None:
 def test_chunk_entries_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="chunk_entries must be at least 1"):
         SplitHeap(chunk_entries=0)
+
+
+@given(st.lists(entries, max_size=150), st.integers(1, 8), st.integers(0, 40),
+       st.integers(-50, 50), st.lists(entries, max_size=30))
+def test_sweep_drops_what_keep_refuses_one_list_a_call(
+        items: list[tuple[int, int]], chunk: int, pops_first: int, cut: int,
+        pushed_between: list[tuple[int, int]]) -> None:
+    heap: SplitHeap[tuple[int, int]] = SplitHeap(chunk_entries=chunk)
+    left: Counter[tuple[int, int]] = Counter()
+    for item in items:
+        heap.push(item)
+        left[item] += 1
+    for _ in range(min(pops_first, len(items))):
+        popped = heap.pop()
+        assert popped is not None
+        left[popped] -= 1
+
+    def keep(entry: tuple[int, int]) -> bool:
+        return entry[0] >= cut
+
+    refused = sum(n for e, n in left.items() if not keep(e))
+    # One list a call: a sweep never examines more than a chunk's worth.
+    lists = len(heap.chunk_lengths())
+    dropped = 0
+    for i in range(lists):
+        before = len(heap)
+        went = heap.sweep(keep)
+        assert 0 <= went <= chunk and len(heap) == before - went
+        dropped += went
+        if i == 0:  # the heap stays a heap between two calls: pushes and pops go on
+            for item in pushed_between:
+                heap.push(item)
+                left[item] += 1
+                refused += not keep(item)
+    rest = [e for _ in range(len(heap)) if (e := heap.pop()) is not None]
+    assert rest == sorted(rest)
+    assert not Counter(rest) - left
+    # every entry the sweeps passed over that keep refuses went (pushes made after the
+    # first call may land in lists already swept this round)
+    assert dropped + sum(1 for e in rest if not keep(e)) == refused
+    assert all(n <= chunk for n in heap.chunk_lengths())
+
+
+def test_sweeps_go_round_every_list_and_merge_thinned_chunks() -> None:
+    heap: SplitHeap[tuple[int, int]] = SplitHeap(chunk_entries=100)
+    for i in range(1000):
+        heap.push((i, i))
+    assert len(heap.chunk_lengths()) == 10  # the tail (full, not yet sealed) + 9 sealed
+    drops = [heap.sweep(lambda e: e[0] % 10 == 0) for _ in range(10)]
+    assert sorted(drops) == [90] * 10  # one list a call, each list once in the round
+    assert len(heap) == 100
+    # chunks left under a quarter full were merged: 100 entries in at most two lists
+    assert len(heap.chunk_lengths()) <= 2
+    assert [heap.pop() for _ in range(100)] == [(i, i) for i in range(0, 1000, 10)]

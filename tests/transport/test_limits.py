@@ -254,6 +254,36 @@ async def test_teardowns_give_turns_in_order_and_a_holder_takes_one_once() -> No
     assert teardowns.ending == 0
 
 
+async def test_a_connection_in_line_to_end_is_not_cancelled_out_of_it() -> None:
+    # A connection that ends must hand back what it holds even while the broker is
+    # being cancelled: its wait for a turn outlasts a cancellation and ends when a
+    # turn is passed on to it.
+    teardowns = Teardowns(1)
+    first, second = object(), object()
+    await teardowns.turn(first)
+    got_turn = trio.Event()
+
+    async def in_line(scope_box: list[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            scope_box.append(scope)
+            await teardowns.turn(second)
+            got_turn.set()
+
+    box: list[trio.CancelScope] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(in_line, box)
+        await trio.testing.wait_all_tasks_blocked()
+        box[0].cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not got_turn.is_set()  # still in line, cancelled or not
+        teardowns.done(first)
+        with trio.fail_after(1):
+            await got_turn.wait()
+    assert teardowns.ending == 1
+    teardowns.done(second)
+    assert teardowns.ending == 0
+
+
 async def test_connections_closing_together_end_a_few_at_a_time_and_hand_back_their_jobs(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

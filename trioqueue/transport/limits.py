@@ -25,6 +25,7 @@ import heapq
 import itertools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
@@ -286,37 +287,51 @@ class Teardowns:
     73-86 ms (docs/benchmarks.md, "Connections ending together"). In turns of 32, a
     pass holds the later steps of at most 32 ending connections; the step in which each
     read returns the EOF comes before its turn, and trio still wakes those all in one
-    pass (12-23 ms left at 975). The turn is taken shielded: a connection that ends must
-    still hand back what it holds, even while the broker is being cancelled, and it
-    waits only on other endings, none of which waits on a client (a TCP socket's close
-    returns at once).
+    pass, so what that step costs is kept small: a free turn is taken without a
+    checkpoint, and a connection with none joins a line (a deque) and parks on the
+    scheduler itself; ``done`` hands its turn to the first in line. A
+    ``trio.CapacityLimiter`` taken shielded did the same with an exception, a cancel
+    scope and a parking lot per connection: about 5 us more per EOF step, 975 of them
+    in one pass (``docs/benchmarks.md``, "issue 11, seventeenth pass").
+
+    A connection in line cannot be cancelled out of it (its abort is refused, as a
+    shielded wait would be): a connection that ends must still hand back what it holds,
+    even while the broker is being cancelled, and it waits only on other endings, none
+    of which waits on a client (a TCP socket's close returns at once).
     """
 
-    __slots__ = ("_limiter", "_holders")
+    __slots__ = ("_at_once", "_free", "_holders", "_line")
 
     def __init__(self, at_once: int) -> None:
-        self._limiter = trio.CapacityLimiter(at_once)
-        self._holders: set[object] = set()
+        self._at_once = self._free = at_once
+        self._holders: set[object] = set()  # holding a turn or in line for one
+        self._line: deque[trio.lowlevel.Task] = deque()
 
     async def turn(self, holder: object) -> None:
         """Wait for ``holder``'s turn to end (at once when it already has it)."""
         if holder in self._holders:
             return
         self._holders.add(holder)
-        try:
-            # no checkpoint when a turn is free: most ends are not in a crowd
-            self._limiter.acquire_on_behalf_of_nowait(holder)
-        except trio.WouldBlock:
-            with trio.CancelScope(shield=True):
-                await self._limiter.acquire_on_behalf_of(holder)
+        if self._free:  # no checkpoint when a turn is free: most ends are not in a crowd
+            self._free -= 1
+            return
+        self._line.append(trio.lowlevel.current_task())
+        await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
 
     def done(self, holder: object) -> None:
-        """``holder`` has ended: the next one in line begins."""
+        """``holder`` has ended: the first one in line begins (its turn passed on)."""
         if holder in self._holders:
             self._holders.discard(holder)
-            self._limiter.release_on_behalf_of(holder)
+            if self._line:
+                trio.lowlevel.reschedule(self._line.popleft())
+            else:
+                self._free += 1
 
     @property
     def ending(self) -> int:
         """How many connections hold a turn now."""
-        return int(self._limiter.borrowed_tokens)
+        return self._at_once - self._free
+
+
+def _refuse_abort(_: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
