@@ -259,6 +259,21 @@ def _drop(q: QueueState, ids: list[str], now: int) -> int:
     return n
 
 
+def _drop_places(q: QueueState, orders: tuple[Any, ...], now: int
+                 ) -> Generator[None, None, int]:
+    """Drop every job in these listing orders, a slice at a time; how many went."""
+    removed = 0
+    fill = SliceFill(q)
+    for order in orders:
+        for ids in _batches(order, fill):
+            removed += _drop(q, ids, now)
+            if fill.took(len(ids)):
+                yield None
+    if fill.close():
+        yield None
+    return removed
+
+
 def _trim(heap: SplitHeap[Any]) -> Steps:
     """Empty a heap whose entries are all stale, a slice at a time."""
     while heap.trim(TRIM_ENTRIES):
@@ -268,16 +283,9 @@ def _trim(heap: SplitHeap[Any]) -> Steps:
 def drain(q: QueueState, now: int) -> Steps:
     """Remove every queued job (waiting, prioritized, delayed); active jobs and jobs
     waiting for children stay. No per-job event, as in bunqueue. Returns the count."""
-    removed = 0
     places = q.places
-    fill = SliceFill(q)
-    for order in (places.waiting, places.prioritized, places.delayed):
-        for ids in _batches(order, fill):
-            removed += _drop(q, ids, now)
-            if fill.took(len(ids)):
-                yield None
-    if fill.close():
-        yield None
+    removed = yield from _drop_places(
+        q, (places.waiting, places.prioritized, places.delayed), now)
     # Nothing is queued now, so every heap entry left is stale.
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
@@ -290,16 +298,9 @@ def obliterate(q: QueueState, now: int) -> Steps:
     worker then finds it gone), finished jobs with their results, logs, retained
     results, the stored settings. Parked pulls keep waiting."""
     places = q.places
-    removed = 0
-    fill = SliceFill(q)
-    for order in (places.waiting, places.prioritized, places.delayed, places.active,
-                  places.waiting_children):
-        for ids in _batches(order, fill):
-            removed += _drop(q, ids, now)
-            if fill.took(len(ids)):
-                yield None
-    if fill.close():
-        yield None
+    removed = yield from _drop_places(
+        q, (places.waiting, places.prioritized, places.delayed, places.active,
+            places.waiting_children), now)
     _compact(q, removed)
     for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
         yield from _trim(heap)
