@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -348,3 +350,45 @@ def test_ping_pong_prints_each_combination() -> None:
     assert [row[:2] for row in rows] == [["block", "block"], ["block", "poll"],
                                          ["poll", "block"], ["poll", "poll"]]
     assert all(float(row[2]) > 0 for row in rows)
+
+
+def free_tcp_port() -> int:
+    """A port free on loopback with the one after it free too (ab.sh's WebSocket port)."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return int(port)
+    raise RuntimeError("no two free ports in a row on 127.0.0.1")
+
+
+async def test_ab_alternates_two_trees_and_prints_rates_cpu_and_ratios(tmp_path: Path) -> None:
+    # Two trees that are the same checkout under two names: each row and round gets a
+    # broker of its own, a rate and the broker's CPU per job, then the medians and B / A.
+    repo = SCRIPTS.parent
+    other = tmp_path / "same-tree"
+    other.symlink_to(repo, target_is_directory=True)
+    port = free_tcp_port()
+    env = {**os.environ, "N": "200", "REPEAT": "1", "PORT": str(port),
+           "PYTHON": sys.executable}
+    with trio.fail_after(120):
+        result = await trio.run_process(
+            ["bash", str(SCRIPTS / "ab.sh"), "push_seq,pushb_100", "1", str(repo),
+             str(other)], capture_stdout=True, capture_stderr=True, check=False, env=env)
+    text = output(result)
+    assert result.returncode == 0, text
+    runs = [line.split() for line in text.splitlines() if line.startswith("round ")]
+    assert [(r[2], r[3]) for r in runs] == [
+        ("push_seq", str(repo)), ("push_seq", str(other)),
+        ("pushb_100", str(repo)), ("pushb_100", str(other))]
+    for r in runs:
+        assert int(r[4]) > 0 and r[5] == "jobs/s"  # jobs/s
+        assert float(r[7]) > 0 and r[8] == "us"  # the broker's CPU per job
+    summary = text.split("medians of 1 rounds", 1)[1].splitlines()
+    ratios = {line.split()[0]: line.split()[-2:] for line in summary[2:] if line.strip()}
+    assert set(ratios) == {"push_seq", "pushb_100"}
+    assert all(float(v) > 0 for pair in ratios.values() for v in pair)
