@@ -7,12 +7,13 @@
 # Per run it prints the row's jobs/s (the median of REPEAT runs of `bench.py --n N`) and
 # the broker's CPU time per job over those runs, each with its set-up and clean-up, after
 # an untimed warm-up (all its threads, from /proc/PID/task/*/schedstat: what the broker
-# spent, whatever the load around it did to the wall clock); at the end the median of the rounds per row and tree, and B / A.
+# spent, whatever the load around it did to the wall clock); at the end the median of
+# the rounds per row and tree, and B / A (the last tree against the first).
 # BROKER_CPUS=0 LOAD_CPUS=1 pin the broker and the load (taskset) so they do not take
 # turns on one core. N (20000) and REPEAT (3) set bench.py's --n and --repeat;
 # BENCH_ARGS adds to the timed runs' arguments (e.g. --no-cleanup: the CPU of the row alone).
 set -euo pipefail
-[[ $# -ge 4 ]] || { sed -n 2,12p "$0"; exit 2; }
+[[ $# -ge 4 ]] || { sed -n 2,14p "$0"; exit 2; }
 ROWS=$1; ROUNDS=$2; shift 2
 PY=${PYTHON:-python3}
 PORT=${PORT:-16799}

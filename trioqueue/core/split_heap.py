@@ -150,8 +150,10 @@ class SplitHeap(Generic[T]):
         new head, so the heap stays valid between two calls.
         """
         tops = self._tops
-        later = [i for i, top in enumerate(tops) if top[1] > self._swept]
-        if not later:  # every sealed chunk swept since the last round: the tail's turn
+        # the sealed chunk next in turn: the lowest serial above the last one swept
+        turn = min(((top[1], i) for i, top in enumerate(tops) if top[1] > self._swept),
+                   default=None)
+        if turn is None:  # every sealed chunk swept since the last round: the tail's turn
             self._swept = 0
             tail = self._tail
             kept = [e for e in tail if keep(e)]
@@ -161,8 +163,8 @@ class SplitHeap(Generic[T]):
                 self._tail = kept
                 self._len -= dropped
             return dropped
-        at = min(later, key=lambda i: tops[i][1])
-        _, serial, chunk = tops[at]
+        serial, at = turn
+        chunk = tops[at][2]
         self._swept = serial
         kept = [e for e in chunk if keep(e)]
         dropped = len(chunk) - len(kept)

@@ -134,6 +134,12 @@ class Parked:
             mine[waiter] = None
         self._arm(waiter)
 
+    def pull_served(self, waiter: PullWaiter) -> None:
+        """A parked pull got its jobs before its deadline (it is already off ``pulls``)."""
+        waiter.done = True
+        self._forget_pull(waiter)
+        self._answered()
+
     def _forget_pull(self, waiter: PullWaiter) -> None:
         mine = self.pulls_by_conn.get(waiter.conn)
         if mine is not None:
@@ -267,9 +273,7 @@ def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
         else:
             break  # nothing ready
         pulls.popleft()
-        w.done = True
-        q.parked._forget_pull(w)
-        q.parked._answered()
+        q.parked.pull_served(w)
         out.append(answer)
         if answer.work is not None:
             break
