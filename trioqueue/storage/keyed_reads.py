@@ -10,9 +10,11 @@ the :class:`~trioqueue.storage.port.Storage` methods itself.
 from __future__ import annotations
 
 import abc
+from functools import partial
 from typing import Any
 
 from . import keys as K
+from .kept_data import KEPT_FIELD, with_data
 
 
 class KeyedFinishedReads(abc.ABC):
@@ -30,6 +32,10 @@ class KeyedFinishedReads(abc.ABC):
     ) -> list[bytes | None]:
         """The encoded records of a page under ``prefix``, in the page's order (None
         for an index entry whose record is gone), read in one snapshot."""
+
+    @abc.abstractmethod
+    def _data_at(self, jkey: bytes) -> bytes | None:
+        """The ``data`` row of a job whose data was kept apart (kept_data.py)."""
 
     def _check_open(self) -> None:
         if self._closed:
@@ -49,4 +55,8 @@ class KeyedFinishedReads(abc.ABC):
             return []
         values = self._window_at(prefix, asc=asc, offset=offset, limit=limit)
         loads = K.decode_value  # after the adapter's read ended: it stays short
-        return [loads(value) for value in values if value is not None]
+        records = [loads(value) for value in values if value is not None]
+        for record in records:
+            if KEPT_FIELD in record:  # its data in a read of its own (kept_data.py)
+                with_data(record, partial(self._data_at, K.job_key(record["id"])), loads)
+        return records

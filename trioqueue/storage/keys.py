@@ -17,6 +17,7 @@ sub-database       key                                              value
 ``queue_meta``     queue (utf-8)                                    V(meta)
 ``counts``         queue + NUL + state byte                         u64 big-endian
 ``deps``           u16 len(parent id) + parent id + child id        V(outcome)
+``data``           job id (utf-8)                                   V({"d": data})
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
 
@@ -39,6 +40,11 @@ sub-database       key                                              value
   exactly one parent's prefix, and a cursor walk gives its children in code point
   order. Adding this sub-database did not change the schema: LMDB creates it when an
   older data directory is opened, empty, which is exactly its content there.
+* ``data`` holds the data of a job whose record was large (see :mod:`.kept_data`):
+  such a record has no ``data`` and ``dataKept`` set, and is rewritten without the
+  data at later state changes. Deleted with the job. Schema 3: a version-2 store has
+  no such row and is read as it is (its version is raised when it is opened, so an
+  older trioqueue does not read records whose data it would not find).
 
 Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
 ``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
@@ -54,12 +60,13 @@ child pair when the flow is added, since at commit time the ValueError stops the
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cbor2
 import msgpack
 
+from .kept_data import KEEP_DATA_BYTES, KeptData, kept_record
 from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
 from .port import FinishedCursor, FinishedPage
 from .positions import check_page_limit
@@ -73,6 +80,7 @@ DB_RESULTS = b"results"
 DB_QUEUE_META = b"queue_meta"
 DB_COUNTS = b"counts"
 DB_DEPS = b"deps"
+DB_DATA = b"data"
 DB_META = b"meta"
 ALL_DBS = (
     DB_LIVE,
@@ -82,11 +90,14 @@ ALL_DBS = (
     DB_QUEUE_META,
     DB_COUNTS,
     DB_DEPS,
+    DB_DATA,
     DB_META,
 )
 
 SCHEMA_KEY = b"schema"
-SCHEMA_VERSION = 2  # 2: values in msgpack, CBOR fallback
+SCHEMA_VERSION = 3  # 2: values in msgpack, CBOR fallback; 3: large data kept apart
+#: The versions this trioqueue opens (a 2 is raised to 3 when opened).
+READABLE_SCHEMAS = (2, 3)
 
 MAX_KEY_BYTES = 511  # LMDB's compile-time default (mdb_env_get_maxkeysize)
 
@@ -370,27 +381,31 @@ def decode_schema(raw: bytes) -> int:
 #   (OP_DELETE, job key, deps prefix | None)
 #   (OP_META, queue key, V(meta))
 #   (OP_DEP, deps key, V(outcome))
+#   (OP_DATA, job key, V({"d": data}))      a large record's data, kept apart
 # Consecutive puts travel as one list so the LMDB adapter writes them with one
 # ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
 # is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
 # own a row, see dep_scan_prefix): the adapter deletes that whole key range, the job's
-# rows as a parent, in the same transaction. Rows where the job is the child are not in
-# the range (they belong to their parent and live as long as it does).
+# rows as a parent, in the same transaction, and its ``data`` row. Rows where the job
+# is the child are not in the range (they belong to their parent and live as long as
+# it does). OP_DATA comes before the record that needs it.
 OP_PUTS = 0
 OP_FINISH = 1
 OP_DELETE = 2
 OP_META = 3
 OP_DEP = 4
+OP_DATA = 5
 
 
-def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
+def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[Any, ...]]:
     """LMDB's keys and values for operations already checked by
     :func:`~trioqueue.storage.ops.validate_writes`, in order.
 
     What the layout itself refuses (an overlong key, a createdAt beyond 64 bits) raises
     :class:`ValueError` here, before a transaction exists, so an adapter applying the
     result only meets storage errors, and a retry after growing the map needs no
-    re-encoding.
+    re-encoding. With ``kept``, a large record's data is kept apart (see
+    :mod:`.kept_data`); the adapter settles ``kept`` once the result is committed.
     """
     out: list[tuple[Any, ...]] = []
     append = out.append
@@ -411,10 +426,21 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
             key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
             if len(key) > MAX_KEY_BYTES:
                 raise _too_long("job id", key)
+            # (a long string as the data is known large before it is encoded: encoded
+            # whole first, it would be encoded twice)
+            if kept is None or not (kept.active or (
+                    type(data := record.get("data")) is str and len(data) >= KEEP_DATA_BYTES)):
+                value = dumps(record)
+                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                    value = _kept_value(job_id, key, record, kept, append, value)
+                    puts = None  # an OP_DATA may have come in between
+            else:
+                value = _kept_value(job_id, key, record, kept, append, None)
+                puts = None
             if puts is None:
                 puts = []
                 append((OP_PUTS, puts))
-            puts.append((key, dumps(record)))
+            puts.append((key, value))
             continue
         puts = None
         if cls is FinishJob:
@@ -423,19 +449,38 @@ def encode_ops(ops: Sequence[Op]) -> list[tuple[Any, ...]]:
             if queue != last_queue or state != last_state:
                 prefix = finished_prefix(queue, state)
                 last_queue, last_state = queue, state
-            append((OP_FINISH, jkey, dumps(record),
+            if kept is not None and kept.active:
+                value = _kept_value(job_id, jkey, record, kept, append, None)
+                kept.stage(job_id, None)  # its last write, normally (see kept_data)
+            else:
+                value = dumps(record)
+                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                    value = _kept_value(job_id, jkey, record, kept, append, value)
+                    kept.stage(job_id, None)
+            append((OP_FINISH, jkey, value,
                     finished_idx_key(prefix, created_at, jkey),  # checks the length
                     prefix, encode_result(result) if has_result else None))
         elif cls is DeleteJob:
             jkey = op[0].encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:
                 raise _too_long("job id", jkey)
+            if kept is not None and kept.active:
+                kept.stage(op[0], None)
             # the deps prefix inline (see dep_scan_prefix): None when no row can fit
             dep_prefix = _U16.pack(len(jkey)) + jkey
             append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
         else:
             append(_encode_other(op))
     return out
+
+
+def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
+                append: Callable[[tuple[Any, ...]], None], value: bytes | None) -> bytes:
+    """:func:`~.kept_data.kept_record`'s value, its OP_DATA appended first if any."""
+    value, data_value = kept_record(job_id, record, kept, encode_value, value)
+    if data_value is not None:
+        append((OP_DATA, key, data_value))
+    return value
 
 
 def _encode_other(op: Op) -> tuple[Any, ...]:

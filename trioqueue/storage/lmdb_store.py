@@ -39,7 +39,6 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -48,12 +47,13 @@ import lmdb
 
 from ..core.writes import Writes
 from . import keys as K
-from .keyed_reads import KeyedFinishedReads
-from .lmdb_finished import FinishedIndex, Moves, ids_page, scan
+from .kept_data import KeptData
+from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
+from .lmdb_reads import LmdbReads
 from .ops import validate_writes
-from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
-from .positions import BLOCK, page_window
+from .port import Space, Storage, StorageFullError
+from .positions import BLOCK
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 # How much a live page may grow while its jobs are pulled and finished, in the worst
@@ -81,7 +81,7 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(KeyedFinishedReads, Storage):
+class LmdbStorage(LmdbReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
 
     def __init__(
@@ -107,7 +107,7 @@ class LmdbStorage(KeyedFinishedReads, Storage):
         self._env = lmdb.open(
             self.path,
             map_size=map_size_bytes,
-            max_dbs=16,  # len(K.ALL_DBS) is 8: room to add sub-databases without a bump
+            max_dbs=16,  # len(K.ALL_DBS) is 9: room to add sub-databases without a bump
             subdir=True,
             create=True,
             sync=fsync_on_commit,
@@ -136,11 +136,16 @@ class LmdbStorage(KeyedFinishedReads, Storage):
                     raw = txn.get(K.SCHEMA_KEY, db=dbs[K.DB_META])
                     if raw is None:
                         txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION), db=dbs[K.DB_META])
-                    elif K.decode_schema(raw) != K.SCHEMA_VERSION:
+                    elif K.decode_schema(raw) not in K.READABLE_SCHEMAS:
                         raise RuntimeError(
                             f"{self.path}: storage schema version {K.decode_schema(raw)}, "
-                            f"this trioqueue reads version {K.SCHEMA_VERSION}"
+                            f"this trioqueue reads versions {K.READABLE_SCHEMAS}"
                         )
+                    elif K.decode_schema(raw) != K.SCHEMA_VERSION:
+                        # raised so that an older trioqueue refuses the store: it would
+                        # not find the data of the records written from now on
+                        txn.put(K.SCHEMA_KEY, K.encode_schema(K.SCHEMA_VERSION),
+                                db=dbs[K.DB_META])
                 break
             except lmdb.MapFullError:
                 self._grow()
@@ -151,7 +156,9 @@ class LmdbStorage(KeyedFinishedReads, Storage):
         self._queue_meta = dbs[K.DB_QUEUE_META]
         self._counts = dbs[K.DB_COUNTS]
         self._deps = dbs[K.DB_DEPS]
+        self._data = dbs[K.DB_DATA]
         self._meta = dbs[K.DB_META]
+        self._kept = KeptData()
         # the main database: a record per named database, counted for completeness
         self._space_dbs = (env.open_db(None), *dbs.values())
         self._psize: int = env.stat()["psize"]
@@ -212,9 +219,16 @@ class LmdbStorage(KeyedFinishedReads, Storage):
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
         # ValueError on bad input, before any transaction
-        ops = K.encode_ops(validate_writes(batches))
-        if not ops:
-            return
+        try:
+            ops = K.encode_ops(validate_writes(batches), self._kept)
+            if ops:
+                self._apply(ops)
+        except BaseException:
+            self._kept.discard()
+            raise
+        self._kept.settle()
+
+    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
         turned_over = False
         while True:
             try:
@@ -294,7 +308,7 @@ class LmdbStorage(KeyedFinishedReads, Storage):
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
-            deps_empty: bool | None = None  # not asked yet (see _delete)
+            empty: list[bool | None] = [None, None]  # deps, data: not asked yet (_delete)
             for op in ops:
                 kind = op[0]
                 if kind == K.OP_PUTS:
@@ -325,10 +339,13 @@ class LmdbStorage(KeyedFinishedReads, Storage):
                     if moves is None:
                         moves = Moves()
                         deltas = moves.deltas
-                    deps_empty = self._delete(txn, op, moves, deps_empty)
+                    self._delete(txn, op, moves, empty)
                 elif kind == K.OP_DEP:
                     put(op[1], op[2], db=self._deps)
-                    deps_empty = False
+                    empty[0] = False
+                elif kind == K.OP_DATA:
+                    put(op[1], op[2], db=self._data)
+                    empty[1] = False
                 else:  # K.OP_META
                     put(op[1], op[2], db=self._queue_meta)
             if moves is None:
@@ -338,10 +355,11 @@ class LmdbStorage(KeyedFinishedReads, Storage):
         self._index.after_commit(moves, sizes)
 
     def _delete(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...], moves: Moves,
-                deps_empty: bool | None) -> bool | None:
-        """One OP_DELETE inside ``txn``; returns whether the deps table is empty, as far as
-        this commit knows (one stat, at its first delete that could own rows: most
-        stores hold no dependency rows, and then no cursor need look for them)."""
+                empty: list[bool | None]) -> None:
+        """One OP_DELETE inside ``txn``. ``empty`` says whether the deps and the data
+        tables are empty, as far as this commit knows (a stat each, at its first delete
+        that could own rows there: most stores hold neither dependency rows nor large
+        data, and then no cursor or lookup need look for them)."""
         _, jkey, dep_prefix = op
         txn.delete(jkey, db=self._live)
         old = txn.pop(jkey, db=self._finished)
@@ -349,11 +367,14 @@ class LmdbStorage(KeyedFinishedReads, Storage):
             self._unindex(txn, jkey, old, moves)
             txn.delete(jkey, db=self._results)
         if dep_prefix is not None:
-            if deps_empty is None:
-                deps_empty = txn.stat(self._deps)["entries"] == 0
-            if not deps_empty:
+            if empty[0] is None:
+                empty[0] = txn.stat(self._deps)["entries"] == 0
+            if not empty[0]:
                 self._delete_deps(txn, dep_prefix)
-        return deps_empty
+        if empty[1] is None:
+            empty[1] = txn.stat(self._data)["entries"] == 0
+        if not empty[1]:
+            txn.delete(jkey, db=self._data)
 
     def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
                  moves: Moves) -> None:
@@ -392,90 +413,6 @@ class LmdbStorage(KeyedFinishedReads, Storage):
     def sync(self) -> None:
         self._check_open()
         self._env.sync(True)
-
-    # --- reads ----------------------------------------------------------------------
-
-    def load(self) -> Recovered:
-        self._check_open()
-        out = Recovered()
-        loads = K.decode_value
-        # Decoding 100k records makes millions of objects that all survive: the cyclic
-        # GC would rescan them again and again (3x the decode time). None is garbage.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with self._env.begin() as txn:
-                with txn.cursor(db=self._live) as cur:
-                    out.live_jobs = [loads(v) for v in cur.iternext(keys=False, values=True)]
-                with txn.cursor(db=self._queue_meta) as cur:
-                    for k, v in cur:
-                        out.queue_meta[K.decode_queue_key(k)] = loads(v)
-                with txn.cursor(db=self._counts) as cur:
-                    for k, v in cur:
-                        out.finished_counts[K.decode_count_key(k)] = K.decode_count(v)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        return out
-
-    def get_finished(self, job_id: str) -> dict[str, Any] | None:
-        self._check_open()
-        jkey = K.lookup_job_key(job_id)
-        if jkey is None:
-            return None
-        with self._env.begin() as txn:
-            raw = txn.get(jkey, db=self._finished)
-        return None if raw is None else K.decode_value(raw)
-
-    def get_result(self, job_id: str) -> tuple[bool, Any]:
-        self._check_open()
-        jkey = K.lookup_job_key(job_id)
-        if jkey is None:
-            return False, None
-        with self._env.begin() as txn:
-            raw = txn.get(jkey, db=self._results)
-        return (False, None) if raw is None else (True, K.decode_result(raw))
-
-    def _count_at(self, prefix: bytes) -> int:
-        with self._env.begin() as txn:
-            raw = txn.get(prefix, db=self._counts)
-        return K.decode_count(raw) if raw is not None else 0
-
-    def _window_at(
-        self, prefix: bytes, *, asc: bool, offset: int, limit: int
-    ) -> list[bytes | None]:
-        with self._env.begin() as txn:
-            raw = txn.get(prefix, db=self._counts)
-            total = K.decode_count(raw) if raw is not None else 0
-            start, take = page_window(total, asc=asc, offset=offset, limit=limit)
-            if not take:
-                return []
-            keys = self._index.job_keys_at(txn, prefix, start, take)
-            if not asc:
-                keys.reverse()
-            finished = self._finished
-            return [txn.get(jkey, db=finished) for jkey in keys]
-
-    def finished_ids_page(
-        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
-    ) -> FinishedPage:
-        self._check_open()
-        prefix = K.lookup_page_prefix(queue, state, limit)
-        if prefix is None:
-            return FinishedPage([], None)
-        with self._env.begin() as txn:
-            return ids_page(txn, self._idx, prefix, after, limit)
-
-    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
-        self._check_open()
-        prefix = K.lookup_dep_prefix(parent_id)
-        if prefix is None:
-            return {}
-        with self._env.begin() as txn:
-            rows = scan(txn, self._deps, prefix, prefix, None, values=True)
-        # decoded after the read transaction ends, so it stays short
-        loads = K.decode_value
-        return {K.dep_child_id(k): loads(v) for k, v in rows}
 
     # --- lifecycle ------------------------------------------------------------------
 

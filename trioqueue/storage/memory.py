@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from ..core.writes import Writes
 from . import keys as K
+from .kept_data import KEPT_FIELD, KeptData, with_data
 from .keyed_reads import KeyedFinishedReads
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
@@ -52,6 +54,8 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         # deps prefix (one parent) -> {deps key: value}: the LMDB rows grouped by parent,
         # so deleting a parent drops one dict instead of scanning every row
         self._deps: dict[bytes, dict[bytes, bytes]] = {}
+        self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
+        self._kept = KeptData()
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
         self._closed = False
@@ -76,11 +80,9 @@ class MemoryStorage(KeyedFinishedReads, Storage):
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
         # ValueError on bad input, before any change
-        ops = K.encode_ops(validate_writes(batches))
-        if not ops:
-            return
         undo: list[Callable[[], None]] = []
         try:
+            ops = K.encode_ops(validate_writes(batches), self._kept)
             for op in ops:
                 self._apply_one(op, undo)
             limit = self._max_bytes
@@ -91,7 +93,9 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         except BaseException:
             for action in reversed(undo):
                 action()
+            self._kept.discard()
             raise
+        self._kept.settle()
 
     def _apply_one(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
         kind = op[0]
@@ -120,8 +124,12 @@ class MemoryStorage(KeyedFinishedReads, Storage):
                 self._set(self._results, jkey, _MISSING, undo)
             if dep_prefix is not None:
                 self._drop_deps(dep_prefix, undo)
+            if self._data:
+                self._set(self._data, jkey, _MISSING, undo)
         elif kind == K.OP_DEP:
             self._put_dep(op[1], op[2], undo)
+        elif kind == K.OP_DATA:
+            self._set(self._data, op[1], op[2], undo)
         else:  # K.OP_META
             self._set(self._queue_meta, op[1], op[2], undo)
 
@@ -233,8 +241,14 @@ class MemoryStorage(KeyedFinishedReads, Storage):
     def load(self) -> Recovered:
         self._check_open()
         loads = K.decode_value
+        live_jobs = [loads(self._live[k]) for k in sorted(self._live)]
+        held = self._kept.held
+        for record in live_jobs:
+            if KEPT_FIELD in record:
+                with_data(record, partial(self._data_at, K.job_key(record["id"])), loads)
+                held[record["id"]] = record["data"]
         return Recovered(
-            live_jobs=[loads(self._live[k]) for k in sorted(self._live)],
+            live_jobs=live_jobs,
             queue_meta={
                 K.decode_queue_key(k): loads(self._queue_meta[k]) for k in sorted(self._queue_meta)
             },
@@ -247,7 +261,12 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         self._check_open()
         jkey = K.lookup_job_key(job_id)
         raw = None if jkey is None else self._finished.get(jkey)
-        return None if raw is None else K.decode_value(raw)
+        if raw is None or jkey is None:
+            return None
+        return with_data(K.decode_value(raw), partial(self._data_at, jkey), K.decode_value)
+
+    def _data_at(self, jkey: bytes) -> bytes | None:
+        return self._data.get(jkey)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
         self._check_open()

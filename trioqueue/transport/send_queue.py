@@ -10,8 +10,11 @@ queues after it waits behind it.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
+from typing import Any
 
-from .framing import HEADER_SIZE
+from .codec import Codec
+from .framing import HEADER_SIZE, frame_header
 from .reply_slices import SlicedFrame
 
 COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
@@ -19,12 +22,54 @@ COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this 
 Chunk = bytes | memoryview
 
 
-def rest_of_frame(data: bytes, written: int) -> int:
+def frame_parts(codec: Codec, objs: Iterable[Any]) -> tuple[list[bytes], list[int]]:
+    """Replies encoded and framed for one send: small frames joined into one chunk, a
+    payload of ``COALESCE_BYTES`` or more left as it is behind its header (joining it
+    would copy it once more: about 1 ms of the event loop for an 8.5 MB job); and the
+    offsets at which frames end, so a partial write can tell where the frame it began
+    ends (:func:`rest_of_parts`)."""
+    parts: list[bytes] = []
+    ends: list[int] = []
+    run: list[bytes] = []
+    at = 0
+    for obj in objs:
+        payload = codec.encode(obj)
+        header = frame_header(len(payload))
+        at += HEADER_SIZE + len(payload)
+        ends.append(at)
+        if len(payload) < COALESCE_BYTES:
+            run += (header, payload)
+            continue
+        if run:
+            parts.append(b"".join(run))
+            run = []
+        parts += (header, payload)
+    if run:
+        parts.append(b"".join(run) if len(run) > 1 else run[0])
+    return parts, ends
+
+
+def rest_of_parts(ends: list[int], written: int) -> int:
     """Bytes after ``written`` that finish the frame the socket took part of (0: none)."""
-    pos = 0
-    while pos < written:
-        pos += HEADER_SIZE + int.from_bytes(data[pos: pos + HEADER_SIZE], "big")
-    return pos - written
+    if written:
+        for end in ends:
+            if end >= written:
+                return end - written
+    return 0
+
+
+def unsent_parts(parts: list[bytes], written: int) -> list[Chunk]:
+    """What of ``parts`` is left after the socket took ``written`` bytes, not copied."""
+    out: list[Chunk] = []
+    for part in parts:
+        if written >= len(part):
+            written -= len(part)
+        elif written:
+            out.append(memoryview(part)[written:])
+            written = 0
+        else:
+            out.append(part)
+    return out
 
 
 def _small(part: Chunk | SlicedFrame) -> bool:

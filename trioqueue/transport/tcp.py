@@ -48,9 +48,9 @@ from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
 from .reply_slices import LIST_KEY, SlicedFrame, is_long
 from .req_ids import salvage_req_id
-from .send_queue import SendQueue, rest_of_frame
+from .send_queue import SendQueue, frame_parts, rest_of_parts, unsent_parts
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
-from .sockio import DirectReader, discard_unread, write_now
+from .sockio import DirectReader, discard_unread, write_now, writev_now
 
 log = logging.getLogger("trioqueue.tcp")
 
@@ -125,18 +125,20 @@ class TcpConnection:
         if self._pending.chunks or self._flushing or self._closing:
             # behind what waits (counted against the write-queue bound: so a client
             # that reads nothing gets nothing encoded lazily); nothing after a last frame
-            return self._queue(encode_frames(self._codec(), replies))
+            return self._queue(*frame_parts(self._codec(), replies)[0])
         for reply in replies:
             if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
                 # encoded by the sender task, in slices (reply_slices.py)
                 return self._queue_long(replies, replies.index(reply))
-        data = encode_frames(self._codec(), replies)
-        written = write_now(self._fd, data)
-        if written == len(data):
+        if not replies:
             return SENT
-        if written:
-            self._pending.head = rest_of_frame(data, written)
-        return self._queue(memoryview(data)[written:])
+        parts, ends = frame_parts(self._codec(), replies)
+        written = (write_now(self._fd, parts[0]) if len(parts) == 1
+                   else writev_now(self._fd, parts))
+        if written == ends[-1]:
+            return SENT
+        self._pending.head = rest_of_parts(ends, written)
+        return self._queue(*unsent_parts(parts, written))
 
     def _queue_long(self, replies: list[dict[str, Any]], i: int) -> str:
         """Queue ``replies`` (nothing waits before them) with the long one at ``i``
@@ -150,10 +152,11 @@ class TcpConnection:
             self._send_now(replies[i + 1:])  # queued behind it: the order is kept
         return KEPT
 
-    def _queue(self, data: bytes | memoryview) -> str:
+    def _queue(self, *chunks: bytes | memoryview) -> str:
         if self._closing:
             return KEPT  # closing: nothing more is queued behind the last frame
-        self._pending.push(data)
+        for data in chunks:
+            self._pending.push(data)
         limit = self._limits.max_write_queue_bytes
         if limit and self._pending.bytes > limit:
             self._overflow()

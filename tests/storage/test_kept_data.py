@@ -1,0 +1,165 @@
+"""Large job data kept apart from its record (storage/kept_data.py), on both adapters:
+read back whole everywhere a record is read, written once however often the record is
+rewritten, deleted with the job, and a failed write never leaves data marked stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import lmdb
+import pytest
+
+from trioqueue.core.job import JobRecord
+from trioqueue.core.writes import Writes
+from trioqueue.storage import keys as K
+from trioqueue.storage.kept_data import KEEP_DATA_BYTES, KEPT_FIELD, KeptData
+from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.memory import MemoryStorage
+from trioqueue.storage.port import Storage, StorageFullError
+
+MIB = 1024 * 1024
+
+
+def rec(job_id: str, state: str = "queued", **attrs: Any) -> dict[str, Any]:
+    return JobRecord(id=job_id, queue="q", state=state, created_at=1, **attrs).to_record()
+
+
+def big(tag: str = "x") -> dict[str, Any]:
+    return {"blob": tag * KEEP_DATA_BYTES, "n": 1}
+
+
+def put(store: Storage, *records: dict[str, Any]) -> None:
+    w = Writes()
+    for r in records:
+        w.put_job(r)
+    store.apply([w])
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
+    s: Storage = (MemoryStorage() if request.param == "memory"
+                  else LmdbStorage(tmp_path / "db", map_size_bytes=8 * MIB))
+    yield s
+    s.close()
+
+
+def data_ops(ops: list[tuple[Any, ...]]) -> list[bytes]:
+    return [op[1] for op in ops if op[0] == K.OP_DATA]
+
+
+def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
+    kept = KeptData()
+    data = big()
+    queued = rec("a", data=data)
+    w = Writes()
+    w.put_job(queued)
+    first = K.encode_ops(w.ops, kept)
+    kept.settle()
+    assert data_ops(first) == [b"a"]
+    record_value = first[-1][1][0][1]
+    assert len(record_value) < 1024 and K.decode_value(record_value)[KEPT_FIELD] is True
+    # pulled: the same data object, a new state; the record alone is written
+    w = Writes()
+    w.put_job(rec("a", state="active", data=data))
+    again = K.encode_ops(w.ops, kept)
+    kept.settle()
+    assert data_ops(again) == []
+    # new data (UpdateData gives a new object): written again, even if equal
+    w = Writes()
+    w.put_job(rec("a", state="active", data=dict(data)))
+    assert data_ops(K.encode_ops(w.ops, kept)) == [b"a"]
+    # new small data: written in the record, and the old data object not held any more
+    kept.settle()
+    w = Writes()
+    w.put_job(rec("a", state="active", data={"small": 2}))
+    small_again = K.encode_ops(w.ops, kept)
+    kept.settle()
+    assert data_ops(small_again) == [] and "a" not in kept.held
+    assert K.decode_value(small_again[0][1][0][1])["data"] == {"small": 2}
+    # a long string as the data: kept apart too (known large before it is encoded)
+    w = Writes()
+    w.put_job(rec("c", data="y" * KEEP_DATA_BYTES))
+    text = K.encode_ops(w.ops, KeptData())
+    assert data_ops(text) == [b"c"] and KEPT_FIELD in K.decode_value(text[-1][1][0][1])
+    # a small record is written whole, with no data row
+    w = Writes()
+    w.put_job(rec("b", data={"small": 1}))
+    small = K.encode_ops(w.ops, KeptData())
+    assert data_ops(small) == [] and K.decode_value(small[0][1][0][1])["data"] == {"small": 1}
+
+
+def test_kept_data_is_read_back_everywhere(store: Storage) -> None:
+    data = big()
+    put(store, rec("a", data=data), rec("b", data={"s": 1}))
+    assert [r["data"] for r in store.load().live_jobs] == [data, {"s": 1}]
+    w = Writes()
+    w.finish_job(rec("a", state="completed", data=data), True, "r")
+    store.apply([w])
+    got = store.get_finished("a")
+    assert got is not None and got["data"] == data and KEPT_FIELD not in got
+    page = store.list_finished("q", "completed", asc=True, offset=0, limit=10)
+    assert [r["data"] for r in page] == [data]
+
+
+def test_deleting_a_job_deletes_its_data(store: Storage) -> None:
+    put(store, rec("keep", data={"s": 1}))
+    before = store.used_bytes()
+    put(store, rec("a", data=big()))
+    assert store.used_bytes() >= before + KEEP_DATA_BYTES
+    w = Writes()
+    w.delete_job("a")
+    store.apply([w])
+    if isinstance(store, MemoryStorage):
+        assert store.used_bytes() == before
+    else:  # LMDB: pages, and the data's overflow pages are gone with it
+        assert store.used_bytes() < before + KEEP_DATA_BYTES // 2
+    # the same id again, with new data: stored and read back
+    put(store, rec("a", data=big("y")))
+    assert store.load().live_jobs[0]["data"] == big("y")
+
+
+def test_a_failed_write_does_not_count_the_data_as_stored() -> None:
+    store = MemoryStorage(max_bytes=KEEP_DATA_BYTES // 2)
+    data = big()
+    with pytest.raises(StorageFullError):
+        put(store, rec("a", data=data))
+    store._max_bytes = None  # room now: the same job and data object again
+    put(store, rec("a", state="active", data=data))
+    assert store.load().live_jobs[0]["data"] == data
+
+
+def test_kept_data_survives_a_reopen_and_is_not_rewritten(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    data = big()
+    s = LmdbStorage(path, map_size_bytes=8 * MIB)
+    put(s, rec("a", data=data))
+    s.close()
+    s = LmdbStorage(path, map_size_bytes=8 * MIB)
+    loaded = s.load().live_jobs[0]
+    assert loaded["data"] == data
+    # the recovered record's data object is held as stored: a pull writes no data
+    w = Writes()
+    w.put_job(rec("a", state="active", data=loaded["data"]))
+    assert data_ops(K.encode_ops(w.ops, s._kept)) == []
+    s.close()
+
+
+def test_a_version_2_store_opens_and_is_raised_to_3(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    s = LmdbStorage(path)
+    put(s, rec("a", data={"s": 1}))
+    s.close()
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        db = env.open_db(K.DB_META, txn=txn)
+        txn.put(K.SCHEMA_KEY, K.encode_schema(2), db=db)
+    env.close()
+    s = LmdbStorage(path)
+    assert s.load().live_jobs[0]["data"] == {"s": 1}
+    s.close()
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin() as txn:
+        raw = txn.get(K.SCHEMA_KEY, db=env.open_db(K.DB_META, txn=txn))
+    env.close()
+    assert raw is not None and K.decode_schema(raw) == 3

@@ -1,0 +1,139 @@
+"""The reads of the LMDB store (:mod:`.lmdb_store`): recovery's load, finished jobs by
+id and by page, results and dependency outcomes.
+
+Each read is one short read transaction; values are copied out and decoded after it
+ends where that is possible, so no reader holds a snapshot that keeps freed pages from
+reuse. Large job data kept apart from its record (:mod:`.kept_data`) is put back here.
+"""
+
+from __future__ import annotations
+
+import gc
+from functools import partial
+from typing import Any
+
+import lmdb
+
+from . import keys as K
+from .kept_data import KEPT_FIELD, KeptData, with_data
+from .keyed_reads import KeyedFinishedReads
+from .lmdb_finished import FinishedIndex, ids_page, scan
+from .port import FinishedCursor, FinishedPage, Recovered
+from .positions import page_window
+
+
+class LmdbReads(KeyedFinishedReads):
+    """The read half of :class:`~trioqueue.storage.lmdb_store.LmdbStorage`."""
+
+    _env: lmdb.Environment
+    _live: Any
+    _finished: Any
+    _results: Any
+    _queue_meta: Any
+    _counts: Any
+    _deps: Any
+    _data: Any
+    _idx: Any
+    _index: FinishedIndex
+    _kept: KeptData
+
+    def load(self) -> Recovered:
+        self._check_open()
+        out = Recovered()
+        loads = K.decode_value
+        # Decoding 100k records makes millions of objects that all survive: the cyclic
+        # GC would rescan them again and again (3x the decode time). None is garbage.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self._env.begin() as txn:
+                with txn.cursor(db=self._live) as cur:
+                    out.live_jobs = [loads(v) for v in cur.iternext(keys=False, values=True)]
+                self._put_data_back(txn, out.live_jobs)
+                with txn.cursor(db=self._queue_meta) as cur:
+                    for k, v in cur:
+                        out.queue_meta[K.decode_queue_key(k)] = loads(v)
+                with txn.cursor(db=self._counts) as cur:
+                    for k, v in cur:
+                        out.finished_counts[K.decode_count_key(k)] = K.decode_count(v)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return out
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        if jkey is None:
+            return None
+        with self._env.begin() as txn:
+            raw = txn.get(jkey, db=self._finished)
+            if raw is None:
+                return None
+            return with_data(K.decode_value(raw), partial(txn.get, jkey, db=self._data),
+                             K.decode_value)
+
+    def _put_data_back(self, txn: lmdb.Transaction[bytes], records: list[dict[str, Any]]
+                       ) -> None:
+        """The data of recovered live records kept apart, put back and held as stored."""
+        held = self._kept.held
+        data = self._data
+        for record in records:
+            if KEPT_FIELD in record:
+                jkey = K.job_key(record["id"])
+                with_data(record, partial(txn.get, jkey, db=data), K.decode_value)
+                held[record["id"]] = record["data"]
+
+    def _data_at(self, jkey: bytes) -> bytes | None:
+        with self._env.begin() as txn:
+            return txn.get(jkey, db=self._data)
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        jkey = K.lookup_job_key(job_id)
+        if jkey is None:
+            return False, None
+        with self._env.begin() as txn:
+            raw = txn.get(jkey, db=self._results)
+        return (False, None) if raw is None else (True, K.decode_result(raw))
+
+    def _count_at(self, prefix: bytes) -> int:
+        with self._env.begin() as txn:
+            raw = txn.get(prefix, db=self._counts)
+        return K.decode_count(raw) if raw is not None else 0
+
+    def _window_at(
+        self, prefix: bytes, *, asc: bool, offset: int, limit: int
+    ) -> list[bytes | None]:
+        with self._env.begin() as txn:
+            raw = txn.get(prefix, db=self._counts)
+            total = K.decode_count(raw) if raw is not None else 0
+            start, take = page_window(total, asc=asc, offset=offset, limit=limit)
+            if not take:
+                return []
+            keys = self._index.job_keys_at(txn, prefix, start, take)
+            if not asc:
+                keys.reverse()
+            finished = self._finished
+            return [txn.get(jkey, db=finished) for jkey in keys]
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        prefix = K.lookup_page_prefix(queue, state, limit)
+        if prefix is None:
+            return FinishedPage([], None)
+        with self._env.begin() as txn:
+            return ids_page(txn, self._idx, prefix, after, limit)
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        prefix = K.lookup_dep_prefix(parent_id)
+        if prefix is None:
+            return {}
+        with self._env.begin() as txn:
+            rows = scan(txn, self._deps, prefix, prefix, None, values=True)
+        # decoded after the read transaction ends, so it stays short
+        loads = K.decode_value
+        return {K.dep_child_id(k): loads(v) for k, v in rows}
