@@ -101,6 +101,10 @@ async def test_the_standalone_broker_keeps_large_jobs_off_fresh_pages(tmp_path: 
                                                                       ) -> None:
     kept = await faults_per_large_job(tmp_path / "kept")
     default = await faults_per_large_job(tmp_path / "default", "--heap-keep-bytes", "0")
-    # Each 8.5 MB buffer in fresh pages is about 2,000 faults, and a job has several.
-    assert default > 2_000, default
-    assert kept < default / 4, (kept, default)
+    # Each 8.5 MB buffer in fresh pages is about 2,075 faults (4 KiB pages). Kept, the
+    # only fresh one is the frame's own mapping (a large frame is received into an
+    # mmap of its own, unmapped off the loop: framing.py); with glibc's defaults at
+    # least one more buffer a job is fresh memory.
+    pages = 8_500_000 // 4096
+    assert kept < 1.2 * pages, (kept, default)
+    assert default > kept + pages // 2, (kept, default)

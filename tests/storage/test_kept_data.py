@@ -81,7 +81,9 @@ def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
     w = Writes()
     w.put_job(rec("c", data="y" * KEEP_DATA_BYTES))
     text = K.encode_ops(w.ops, KeptData())
-    assert data_ops(text) == [b"c"] and KEPT_FIELD in K.decode_value(text[-1][1][0][1])
+    assert data_ops(text) == [b"c"] and K.decode_value(text[-1][1][0][1])[KEPT_FIELD] == "text"
+    row = text[0][2]  # the string's own UTF-8 bytes, not an encoding of them
+    assert isinstance(row, memoryview) and bytes(row) == b"y" * KEEP_DATA_BYTES
     # a small record is written whole, with no data row
     w = Writes()
     w.put_job(rec("b", data={"small": 1}))
@@ -89,8 +91,8 @@ def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
     assert data_ops(small) == [] and K.decode_value(small[0][1][0][1])["data"] == {"small": 1}
 
 
-def test_kept_data_is_read_back_everywhere(store: Storage) -> None:
-    data = big()
+@pytest.mark.parametrize("data", [big(), "é" * KEEP_DATA_BYTES], ids=["map", "text"])
+def test_kept_data_is_read_back_everywhere(store: Storage, data: Any) -> None:
     put(store, rec("a", data=data), rec("b", data={"s": 1}))
     assert [r["data"] for r in store.load().live_jobs] == [data, {"s": 1}]
     w = Writes()
@@ -129,9 +131,9 @@ def test_a_failed_write_does_not_count_the_data_as_stored() -> None:
     assert store.load().live_jobs[0]["data"] == data
 
 
-def test_kept_data_survives_a_reopen_and_is_not_rewritten(tmp_path: Any) -> None:
+@pytest.mark.parametrize("data", [big(), "€" * KEEP_DATA_BYTES], ids=["map", "text"])
+def test_kept_data_survives_a_reopen_and_is_not_rewritten(tmp_path: Any, data: Any) -> None:
     path = tmp_path / "db"
-    data = big()
     s = LmdbStorage(path, map_size_bytes=8 * MIB)
     put(s, rec("a", data=data))
     s.close()

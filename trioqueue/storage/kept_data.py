@@ -5,7 +5,8 @@ its data inside, an 8.5 MB job cost three 8.5 MB encodings, puts and commits, ea
 call that held the event loop for milliseconds (docs/benchmarks.md, "Issue 12, twelfth
 pass"). A record whose encoding reaches :data:`KEEP_DATA_BYTES` therefore goes to the
 store in two values: the record without its data (and :data:`KEPT_FIELD` set), and the
-data alone under the job's key in the ``data`` sub-database (``V({"d": data})``).
+data alone under the job's key in the ``data`` sub-database (``V({"d": data})``, or a
+string's UTF-8 bytes as they are, written from the string's own buffer).
 
 Later writes of the same job skip the data as long as it is the same object: the core
 replaces a job's data when it changes (UpdateData, a flow's parent), it never edits it
@@ -24,11 +25,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..utf8_views import utf8_view
+
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
 KEEP_DATA_BYTES: Final = 64 * 1024
-#: The record field that says its data is in the ``data`` sub-database.
+#: The record field that says its data is in the ``data`` sub-database: True for a
+#: row of ``V({"d": data})``, :data:`TEXT` for a string's UTF-8 bytes as they are.
 KEPT_FIELD: Final = "dataKept"
+TEXT: Final = "text"
+#: A data row's value: encoded, or a view of a string's own bytes.
+Row = bytes | memoryview
 _UNSET: Any = object()
 
 
@@ -90,19 +97,21 @@ def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
 
 
 def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
-               dumps: Callable[[Any], bytes]) -> tuple[bytes, bytes]:
+               dumps: Callable[[Any], bytes]) -> tuple[bytes, Row]:
     """The encoded record without its data (``KEPT_FIELD`` set) and the data's own
     value, for a record found large; staged as stored for ``job_id``."""
     rest = dict(record)
     data = rest.pop("data")
-    rest[KEPT_FIELD] = True
     kept.stage(job_id, data)
-    return dumps(rest), dumps({"d": data})
+    # a string's row is its UTF-8 bytes, read from the string itself (not copied first)
+    view = utf8_view(data) if type(data) is str else None
+    rest[KEPT_FIELD] = True if view is None else TEXT
+    return dumps(rest), dumps({"d": data}) if view is None else view
 
 
 def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
                 dumps: Callable[[Any], bytes], value: bytes | None
-                ) -> tuple[bytes, bytes | None]:
+                ) -> tuple[bytes, Row | None]:
     """A record's value with ``kept`` in play, and its data's value when that is to be
     written apart (its row put before the record). Without the data when it is stored
     already; kept apart when ``value`` (the record encoded whole, made here if None) is
@@ -124,13 +133,14 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
     return value, None
 
 
-def with_data(record: dict[str, Any], read: Callable[[], bytes | None],
+def with_data(record: dict[str, Any], read: Callable[[], Row | None],
               loads: Callable[[bytes], Any]) -> dict[str, Any]:
     """``record`` with its data back in place when it was kept apart; ``read`` gives
     the ``data`` row. A row missing is a broken store: it raises, naming the job."""
-    if record.pop(KEPT_FIELD, False):
+    kept = record.pop(KEPT_FIELD, False)
+    if kept:
         raw = read()
         if raw is None:
             raise RuntimeError(f"job {record.get('id')!r}: its data row is missing")
-        record["data"] = loads(raw)["d"]
+        record["data"] = str(raw, "utf-8") if kept == TEXT else loads(bytes(raw))["d"]
     return record

@@ -228,12 +228,13 @@ def cbor_decoder(stream: io.BytesIO | mmap.mmap) -> cbor2.CBORDecoder:
                              semantic_decoders=_CBOR_SEMANTIC_DECODERS, max_depth=MAX_DEPTH)
 
 
-def msgpack_unpacker(size: int) -> msgpack.Unpacker:
+def msgpack_unpacker(size: int, buffer_bytes: int | None = None) -> msgpack.Unpacker:
     """A resumable decoder with the rules of :meth:`MsgpackCodec.decode`, for one payload
     of ``size`` bytes fed in parts. Its buffer is allocated at once (``read_size``):
-    grown by doubling, it would copy what it holds at each step, 20 MB at the last."""
+    grown by doubling, it would copy what it holds at each step, 20 MB at the last. A
+    caller that feeds it less than ``size`` says so with ``buffer_bytes``."""
     return msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_msgpack_ext,
-                            max_buffer_size=size, read_size=size)
+                            max_buffer_size=size, read_size=buffer_bytes or size)
 
 
 def _cbor_default(_encoder: Any, obj: Any) -> NoReturn:

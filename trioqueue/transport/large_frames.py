@@ -6,9 +6,9 @@ frame takes: a thread would not help. Here the work of a frame of at least
 ``Config.large_frame_bytes`` is cut into slices of about ``slicing.SLICE_S`` each, and
 the transport awaits a checkpoint between two (:func:`decode_large`):
 
-- **msgpack**: msgpack's ``Unpacker`` is resumable. It is fed the payload
-  ``FEED_BYTES`` at a time and parses what it got, so a slice costs what decoding that
-  much costs (16 KiB of the worst content, empty maps, takes about 2 ms here).
+- **msgpack**: arrays and maps are opened by :mod:`.large_msgpack`, at every depth, and
+  msgpack decodes their items in runs that fit in a window (16 KiB of the worst
+  content, empty maps, takes about 2 ms here).
 - **CBOR**: cbor2 is not resumable, so definite-length arrays and maps are opened here,
   at every depth, and cbor2 decodes their items in runs that fit in ``WINDOW_BYTES``
   (see :class:`_CborWalk`). Not cut: an indefinite-length item too large for the
@@ -18,9 +18,9 @@ the transport awaits a checkpoint between two (:func:`decode_large`):
   bytes of the payload counted on top (a slice per ``COUNT_BYTES``), that bound lets the
   core skip measuring job data that fits (``core/job_data.py``).
 
-Not cut: one string is made by one call, so a frame carrying a 40 MB string holds the
-loop for the time it takes to create it (one pass over fresh memory; long strings are
-decoded straight from the payload, not copied first).
+Long strings (64 KiB and more) are made a piece at a time by both walks
+(:mod:`.long_strings`): an ASCII one or a byte string in slices; other text is decoded
+in slices and joined in one copy.
 
 Frames below the threshold keep the plain inline decode: these generators cost more
 per value than the C decoders, which is only worth paying where a frame is large.
@@ -35,24 +35,23 @@ from functools import partial
 from typing import Any, Final
 
 import cbor2
-import msgpack
 import trio
 
-from .codec import CBOR, MSGPACK, Codec, cbor_decoder, msgpack_unpacker
+from .codec import CBOR, MSGPACK, Codec, cbor_decoder
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
 from .framing import Payload
+from .large_msgpack import LONG_BYTES, msgpack_steps
+from .long_strings import bytes_steps, text_steps
 from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
 
-__all__ = ["COUNT_BYTES", "FEED_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
+__all__ = ["COUNT_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
            "unmap_soon"]
 
-#: msgpack bytes fed to the Unpacker at once.
-FEED_BYTES: Final = 16 * 1024
 #: Payload bytes scanned for escapable characters at once.
 COUNT_BYTES: Final = 64 * 1024
-#: A CBOR string at least this long is made from a view of the payload, not a slice of
-#: it (a slice is a copy: a second pass over it), and the clock is looked at after it.
-LONG_STRING_BYTES: Final = 64 * 1024
+#: A CBOR string at least this long is made from a view of the payload a piece at a
+#: time (msgpack's walk has the same threshold, large_msgpack.LONG_BYTES).
+LONG_STRING_BYTES: Final = LONG_BYTES
 #: CBOR bytes one cbor2 call may decode: a run of items must fit in them.
 WINDOW_BYTES: Final = 16 * 1024
 #: The most items one cbor2 call decodes (a run doubles after each fit, up to this).
@@ -103,7 +102,7 @@ def decode_steps(codec: Codec, payload: Payload, slicer: Slicer, bound_up_to: in
                  ) -> Steps[tuple[Any, int | None]]:
     """The work of :func:`decode_large`, as a generator that yields between slices."""
     if codec is MSGPACK:
-        value = yield from _msgpack_steps(payload, slicer)
+        value = yield from msgpack_steps(payload, slicer)
     elif codec is CBOR:
         value = yield from _cbor_steps(payload, slicer)
     else:  # JSON (WebSocket text): json has no resumable decoder; decoded whole
@@ -113,29 +112,6 @@ def decode_steps(codec: Codec, payload: Payload, slicer: Slicer, bound_up_to: in
         return value, None
     escapable = yield from _escapable_steps(payload, slicer)
     return value, chars + _ESCAPE_CHARS * escapable
-
-
-def _msgpack_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
-    size = len(payload)
-    unpacker = msgpack_unpacker(size)
-    with memoryview(payload) as view:
-        try:
-            for start in range(0, size, FEED_BYTES):
-                unpacker.feed(view[start:start + FEED_BYTES])
-                try:
-                    value = unpacker.unpack()
-                except msgpack.OutOfData:
-                    if slicer.due(CHECK_EVERY):
-                        yield
-                    continue
-                if unpacker.tell() != size:
-                    raise DecodeError("invalid msgpack payload: extra bytes after the item")
-                return value
-        except DecodeError:
-            raise
-        except Exception as exc:
-            raise DecodeError(f"invalid msgpack payload: {exc}") from exc
-    raise DecodeError("invalid msgpack payload: incomplete item")
 
 
 def _escapable_steps(payload: Payload, slicer: Slicer) -> Steps[int]:
@@ -245,11 +221,11 @@ class _CborWalk:
                 out.update(run) if major == 5 else out.extend(run)
                 left -= count
             else:  # one item too large for the window
-                key = self.leaf() if major == 5 else None
+                key = (yield from self.leaf()) if major == 5 else None
                 if _walked(self.buf[self.pos]):
                     value = yield from self.container(depth + 1)
                 else:
-                    value = self.leaf()
+                    value = yield from self.leaf()
                 if major == 5:
                     out[key] = value  # a key that is a container: refused by validation
                 else:
@@ -259,10 +235,10 @@ class _CborWalk:
                 yield
         return out
 
-    def leaf(self) -> Any:
+    def leaf(self) -> Steps[Any]:
         """The item at ``pos``, decoded whole; moves ``pos`` past it. A long string is
-        made straight from a view of the payload (cbor2 would copy it out of the stream
-        first: a second pass over it)."""
+        made from a view of the payload a piece at a time (:mod:`.long_strings`; cbor2
+        would copy it out of the stream first, then make it in one call)."""
         pos = self.pos
         initial = self.buf[pos]
         if 0x40 <= initial < 0x80 and 25 <= (initial & 31) < 28:  # maybe a long string
@@ -273,9 +249,11 @@ class _CborWalk:
                 if end > len(self.buf):
                     raise DecodeError("invalid CBOR payload: truncated string")
                 with self.view[start:end] as part:
-                    value = str(part, "utf-8") if initial >= 0x60 else bytes(part)
+                    if initial >= 0x60:
+                        value: Any = yield from text_steps(part, self.slicer)
+                    else:
+                        value = yield from bytes_steps(part, self.slicer)
                 self.pos = end
-                self.slicer.look_soon()
                 return value
         fp = self.fp
         fp.seek(pos)
@@ -290,7 +268,7 @@ def _cbor_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
         if _walked(payload[0]):
             value = yield from walk.container(1)
         else:
-            value = walk.leaf()
+            value = yield from walk.leaf()
         if walk.pos != len(payload):
             raise DecodeError("trailing bytes after the CBOR item")
         return value

@@ -63,7 +63,7 @@ def write_now(fd: int, data: bytes | bytearray | memoryview) -> int:
 WRITEV_PARTS = 64
 
 
-def writev_now(fd: int, parts: list[bytes]) -> int:
+def writev_now(fd: int, parts: list[bytes | memoryview]) -> int:
     """:func:`write_now` of several buffers in one call, none of them copied."""
     try:
         return os.writev(fd, parts[:WRITEV_PARTS])

@@ -1,0 +1,74 @@
+"""Replies whose job data is a long string are framed around that string's own bytes
+(transport/text_splice.py) and put exactly the bytes of the whole encoding on the wire."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioqueue.core.job import JobWire
+from trioqueue.transport.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
+from trioqueue.transport.send_queue import frame_parts
+from trioqueue.transport.text_splice import SPLICE_CHARS, long_job_text, spliced
+from trioqueue.utf8_views import utf8_view
+
+
+def pull_reply(data: Any, **job: Any) -> dict[str, Any]:
+    wire = JobWire({"id": "j1", "name": "n", "data": data, "attempts": 2,
+                    "timestamp": 1.7e12, **job})
+    return {"ok": True, "job": wire, "token": "t", "reqId": "7"}
+
+
+TEXTS = st.builds(lambda unit, n: unit * n,
+                  st.sampled_from(["x", "é", "€", "😀", "a\x00\"\\"]),
+                  st.integers(SPLICE_CHARS // 4, SPLICE_CHARS + 10))
+
+
+@settings(max_examples=30, deadline=None)
+@given(TEXTS, st.sampled_from([MSGPACK, CBOR]))
+def test_the_spliced_reply_is_the_whole_encoding(text: str, codec: Codec) -> None:
+    obj = pull_reply(text, opts={"big": 2**40})  # an int the msgpack codec rewrites
+    whole = codec.encode(obj)
+    if len(text) < SPLICE_CHARS:
+        assert long_job_text(obj) is None
+        return
+    assert long_job_text(obj) is text
+    view = utf8_view(text)
+    assert view is not None
+    pieces = spliced(codec, obj, text, view)
+    assert pieces is not None and any(piece is view for piece in pieces)
+    assert b"".join(pieces) == whole
+    parts, _ = frame_parts(codec, [{"ok": True, "reqId": "1"}, obj, {"ok": False}])
+    assert b"".join(parts) == encode_frames(codec, [{"ok": True, "reqId": "1"}, obj,
+                                                    {"ok": False}])
+
+
+def test_a_client_cannot_plant_the_placeholder() -> None:
+    text = "y" * SPLICE_CHARS
+    obj = pull_reply(text, name="\x00trioqueue-long-text-" + "0" * 32)
+    view = utf8_view(text)
+    assert view is not None
+    pieces = spliced(MSGPACK, obj, text, view)
+    assert pieces is not None and b"".join(pieces) == MSGPACK.encode(obj)
+
+
+def test_json_replies_and_short_or_other_data_are_not_spliced() -> None:
+    text = "z" * SPLICE_CHARS
+    view = utf8_view(text)
+    assert view is not None
+    assert spliced(JSON, pull_reply(text), text, view) is None
+    assert long_job_text(pull_reply({"t": text})) is None
+    assert long_job_text(pull_reply("z" * (SPLICE_CHARS - 1))) is None
+    assert long_job_text({"ok": True, "job": None}) is None
+
+
+def test_a_view_keeps_its_string_alive() -> None:
+    view = utf8_view("".join(["q"] * SPLICE_CHARS))  # a string only the view holds
+    gc.collect()
+    assert view is not None and bytes(view) == b"q" * SPLICE_CHARS
+    with pytest.raises(TypeError):
+        view[0] = 1  # type: ignore[index]

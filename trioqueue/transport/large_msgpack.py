@@ -1,0 +1,186 @@
+"""A large msgpack payload, walked so that no single call makes all of a long string.
+
+msgpack's ``Unpacker`` is resumable but makes each string in one call, once all of it
+has been fed: a 40 MB string held the loop for about 25 ms. Here arrays and maps are
+opened by this walk, at every depth, and their items decoded by msgpack in runs that
+fit in ``WINDOW_BYTES`` (as :class:`~trioqueue.transport.large_frames._CborWalk` does
+for CBOR: a head for ``batch`` items put in front of the next window, halved while the
+items do not fit). An item too large for the window is walked into if it is an array
+or a map; a long string or byte string is made a piece at a time
+(:mod:`.long_strings`); anything else (an ext type, a short string near a window's end)
+is decoded alone.
+
+The rules are the codec's: the same ``Unpacker`` options decode every run, so what comes
+out, and what is refused, is what :meth:`MsgpackCodec.decode` gives (tests/transport/
+test_large_frames.py compares them).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import msgpack
+
+from .codec import msgpack_unpacker
+from .datamodel import MAX_DEPTH, DecodeError
+from .framing import Payload
+from .long_strings import bytes_steps, text_steps
+from .slicing import CHECK_EVERY, Slicer, Steps
+
+__all__ = ["msgpack_steps"]
+
+#: msgpack bytes one run of items may take.
+WINDOW_BYTES: Final = 16 * 1024
+#: The most items one run decodes (a run doubles after each fit, up to this).
+MAX_BATCH: Final = 4096
+#: A string or byte string at least this long is made a piece at a time.
+LONG_BYTES: Final = 64 * 1024
+
+_MAP, _ARRAY, _STR, _BIN = 0, 1, 2, 3
+# initial byte -> (kind, width of the length that follows)
+_SIZED: Final = {0xDE: (_MAP, 2), 0xDF: (_MAP, 4), 0xDC: (_ARRAY, 2), 0xDD: (_ARRAY, 4),
+                 0xD9: (_STR, 1), 0xDA: (_STR, 2), 0xDB: (_STR, 4),
+                 0xC4: (_BIN, 1), 0xC5: (_BIN, 2), 0xC6: (_BIN, 4)}
+
+
+def _head(kind: int, count: int) -> bytes:
+    """The head of an array (map) of ``count`` items (entries), in the shortest form."""
+    if count < 16:
+        return bytes([(0x80 if kind == _MAP else 0x90) | count])
+    if count < 1 << 16:
+        return bytes([0xDE if kind == _MAP else 0xDC]) + struct.pack(">H", count)
+    return bytes([0xDF if kind == _MAP else 0xDD]) + struct.pack(">I", count)
+
+
+class _MsgpackWalk:
+    """One msgpack payload, walked (``pos``: where the next item starts)."""
+
+    __slots__ = ("buf", "view", "pos", "slicer", "batch")
+
+    def __init__(self, payload: Payload, slicer: Slicer) -> None:
+        self.buf = payload
+        self.view = memoryview(payload)
+        self.pos = 0
+        self.slicer = slicer
+        self.batch = MAX_BATCH
+
+    def _sized(self) -> tuple[int, int, int] | None:
+        """(kind, length or count, head size) of the item at ``pos`` if it is a map,
+        an array, a string or a byte string; None for anything else."""
+        initial = self.buf[self.pos]
+        if 0x80 <= initial <= 0x8F:
+            return _MAP, initial & 0x0F, 1
+        if 0x90 <= initial <= 0x9F:
+            return _ARRAY, initial & 0x0F, 1
+        if 0xA0 <= initial <= 0xBF:
+            return _STR, initial & 0x1F, 1
+        sized = _SIZED.get(initial)
+        if sized is None:
+            return None
+        kind, width = sized
+        start = self.pos + 1
+        if start + width > len(self.buf):
+            raise DecodeError("invalid msgpack payload: truncated item head")
+        return kind, int.from_bytes(self.buf[start:start + width], "big"), 1 + width
+
+    def _run(self, kind: int, left: int) -> tuple[Any, int]:
+        """Up to ``left`` items (map entries) at ``pos`` decoded in one msgpack call, as
+        a list (dict), and how many; (None, 0) if not even one fits in the window."""
+        while True:
+            count = min(left, self.batch)
+            head = _head(kind, count)
+            window = head + self.buf[self.pos:self.pos + WINDOW_BYTES]
+            unpacker = msgpack_unpacker(len(window))
+            unpacker.feed(window)
+            try:
+                value = unpacker.unpack()
+            except (msgpack.OutOfData, ValueError):
+                # ValueError: a string longer than the window is refused by its length
+                # (the limit is the window's); alone, it gets the payload's limit
+                if count == 1:
+                    return None, 0
+                self.batch = max(1, count // 2)
+                continue
+            self.pos += unpacker.tell() - len(head)
+            self.batch = min(MAX_BATCH, 2 * count)
+            return value, count
+
+    def item(self, depth: int) -> Steps[Any]:
+        """The item at ``pos``; moves ``pos`` past it."""
+        sized = self._sized()
+        if sized is not None:
+            kind, size, head = sized
+            if kind in (_MAP, _ARRAY) and size:
+                return (yield from self._container(kind, size, head, depth))
+            if kind in (_STR, _BIN) and size >= LONG_BYTES:
+                return (yield from self._long(kind, size, head))
+        return self._alone()
+
+    def _container(self, kind: int, left: int, head: int, depth: int) -> Steps[Any]:
+        if depth > MAX_DEPTH:
+            raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
+        self.pos += head
+        out: Any = {} if kind == _MAP else []
+        while left:
+            run, count = self._run(kind, left)
+            if count:
+                # a map's later entries win, as in msgpack (so does update)
+                out.update(run) if kind == _MAP else out.extend(run)
+                left -= count
+            else:  # one item too large for the window
+                if kind == _MAP:
+                    key = yield from self.item(depth + 1)
+                    out[key] = yield from self.item(depth + 1)
+                else:
+                    out.append((yield from self.item(depth + 1)))
+                left -= 1
+            if self.slicer.due(CHECK_EVERY):
+                yield
+        return out
+
+    def _long(self, kind: int, size: int, head: int) -> Steps[Any]:
+        start = self.pos + head
+        end = start + size
+        if end > len(self.buf):
+            raise DecodeError("invalid msgpack payload: truncated string")
+        with self.view[start:end] as part:
+            if kind == _STR:
+                value: Any = yield from text_steps(part, self.slicer)
+            else:
+                value = yield from bytes_steps(part, self.slicer)
+        self.pos = end
+        return value
+
+    def _alone(self) -> Any:
+        """The item at ``pos`` decoded by itself (it is not a long string)."""
+        rest = len(self.buf) - self.pos
+        first = min(rest, LONG_BYTES + WINDOW_BYTES)  # more than any item here but an ext
+        unpacker = msgpack_unpacker(rest, first)
+        unpacker.feed(self.view[self.pos:self.pos + first])
+        try:
+            value = unpacker.unpack()
+        except msgpack.OutOfData:  # a long ext type: fed the rest
+            unpacker.feed(self.view[self.pos + first:])
+            value = unpacker.unpack()
+        self.pos += unpacker.tell()
+        return value
+
+
+def msgpack_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
+    """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
+    would, in slices."""
+    walk = _MsgpackWalk(payload, slicer)
+    try:
+        if not len(payload):
+            raise DecodeError("invalid msgpack payload: empty")
+        value = yield from walk.item(1)
+        if walk.pos != len(payload):
+            raise DecodeError("invalid msgpack payload: extra bytes after the item")
+        return value
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(f"invalid msgpack payload: {exc}") from exc
+    finally:
+        walk.view.release()

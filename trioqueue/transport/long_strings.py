@@ -1,0 +1,72 @@
+"""Long strings of a large frame, made a slice at a time (issue 12, item 2).
+
+Python makes a ``str`` (or ``bytes``) in one call over all of its content: a 40 MB
+string held the event loop for about 25 ms while it was made, whatever slicing went on
+around it. Here a long string is allocated first and filled a piece of
+:data:`PIECE_BYTES` at a time by the C helper ``_pieces`` (the walk yields between
+pieces when its slice is over):
+
+- **ASCII** text (base64, JSON, most large payloads) and byte strings: filled as they
+  are, one ``memcpy`` a piece; an ASCII ``str`` is its UTF-8 bytes.
+- **other text**: decoded as UTF-8 a piece at a time, then the pieces are joined once
+  (one copy, no decoding): not cut, so a long non-ASCII string still holds the loop
+  for that copy (about 1 ms per 8 MB here).
+
+Without the compiled helper (no compiler where the package was installed) every long
+string takes the second path. Errors are those of decoding UTF-8 (``UnicodeError``).
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Final
+
+from .slicing import CHECK_EVERY, Slicer, Steps
+
+try:
+    from ._pieces import fill, new_ascii, new_bytes
+except ImportError:  # no compiler where the package was installed
+    HAVE_PIECES = False
+else:
+    HAVE_PIECES = True
+
+__all__ = ["HAVE_PIECES", "PIECE_BYTES", "bytes_steps", "text_steps"]
+
+#: Bytes copied (or decoded) between two looks at the slice's clock.
+PIECE_BYTES: Final = 128 * 1024
+
+
+def text_steps(view: memoryview, slicer: Slicer) -> Steps[str]:
+    """The string whose UTF-8 encoding is ``view``."""
+    size = len(view)
+    if HAVE_PIECES:
+        text = new_ascii(size)
+        for start in range(0, size, PIECE_BYTES):
+            if not fill(text, start, view[start:start + PIECE_BYTES]):
+                break  # not ASCII: decoded below
+            if slicer.due(CHECK_EVERY):
+                yield
+        else:
+            return text
+        del text
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = []
+    for start in range(0, size, PIECE_BYTES):
+        parts.append(decoder.decode(view[start:start + PIECE_BYTES]))
+        if slicer.due(CHECK_EVERY):
+            yield
+    parts.append(decoder.decode(b"", True))
+    return "".join(parts)
+
+
+def bytes_steps(view: memoryview, slicer: Slicer) -> Steps[bytes]:
+    """A copy of ``view``, made a piece at a time."""
+    if not HAVE_PIECES:
+        return bytes(view)
+    size = len(view)
+    out = new_bytes(size)
+    for start in range(0, size, PIECE_BYTES):
+        fill(out, start, view[start:start + PIECE_BYTES])
+        if slicer.due(CHECK_EVERY):
+            yield
+    return out
