@@ -12,6 +12,7 @@ import pytest
 
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
+from trioqueue.storage import encoding as E
 from trioqueue.storage import keys as K
 from trioqueue.storage.kept_data import KEEP_DATA_BYTES, KEPT_FIELD, KeptData
 from trioqueue.storage.lmdb_store import LmdbStorage
@@ -45,7 +46,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
 
 
 def data_ops(ops: list[tuple[Any, ...]]) -> list[bytes]:
-    return [op[1] for op in ops if op[0] == K.OP_DATA]
+    return [op[1] for op in ops if op[0] == E.OP_DATA]
 
 
 def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
@@ -54,7 +55,7 @@ def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
     queued = rec("a", data=data)
     w = Writes()
     w.put_job(queued)
-    first = K.encode_ops(w.ops, kept)
+    first = E.encode_ops(w.ops, kept)
     kept.settle()
     assert data_ops(first) == [b"a"]
     record_value = first[-1][1][0][1]
@@ -62,32 +63,32 @@ def test_a_large_record_keeps_its_data_apart_and_writes_it_once() -> None:
     # pulled: the same data object, a new state; the record alone is written
     w = Writes()
     w.put_job(rec("a", state="active", data=data))
-    again = K.encode_ops(w.ops, kept)
+    again = E.encode_ops(w.ops, kept)
     kept.settle()
     assert data_ops(again) == []
     # new data (UpdateData gives a new object): written again, even if equal
     w = Writes()
     w.put_job(rec("a", state="active", data=dict(data)))
-    assert data_ops(K.encode_ops(w.ops, kept)) == [b"a"]
+    assert data_ops(E.encode_ops(w.ops, kept)) == [b"a"]
     # new small data: written in the record, and the old data object not held any more
     kept.settle()
     w = Writes()
     w.put_job(rec("a", state="active", data={"small": 2}))
-    small_again = K.encode_ops(w.ops, kept)
+    small_again = E.encode_ops(w.ops, kept)
     kept.settle()
     assert data_ops(small_again) == [] and "a" not in kept.held
     assert K.decode_value(small_again[0][1][0][1])["data"] == {"small": 2}
     # a long string as the data: kept apart too (known large before it is encoded)
     w = Writes()
     w.put_job(rec("c", data="y" * KEEP_DATA_BYTES))
-    text = K.encode_ops(w.ops, KeptData())
+    text = E.encode_ops(w.ops, KeptData())
     assert data_ops(text) == [b"c"] and K.decode_value(text[-1][1][0][1])[KEPT_FIELD] == "text"
     row = text[0][2]  # the string's own UTF-8 bytes, not an encoding of them
     assert isinstance(row, memoryview) and bytes(row) == b"y" * KEEP_DATA_BYTES
     # a small record is written whole, with no data row
     w = Writes()
     w.put_job(rec("b", data={"small": 1}))
-    small = K.encode_ops(w.ops, KeptData())
+    small = E.encode_ops(w.ops, KeptData())
     assert data_ops(small) == [] and K.decode_value(small[0][1][0][1])["data"] == {"small": 1}
 
 
@@ -143,7 +144,7 @@ def test_kept_data_survives_a_reopen_and_is_not_rewritten(tmp_path: Any, data: A
     # the recovered record's data object is held as stored: a pull writes no data
     w = Writes()
     w.put_job(rec("a", state="active", data=loaded["data"]))
-    assert data_ops(K.encode_ops(w.ops, s._kept)) == []
+    assert data_ops(E.encode_ops(w.ops, s._kept)) == []
     s.close()
 
 

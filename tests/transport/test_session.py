@@ -10,13 +10,14 @@ from trioqueue.transport.session import SENT, Session
 
 
 class _Host:
-    """The three things a session takes from the broker; none is used by these reads
-    (no message here reaches the router)."""
+    """The things a session takes from the broker; none is used by these reads (no
+    message here reaches the router)."""
 
     def __init__(self) -> None:
         self.config = Config()
         self.router: Any = None
         self.events: Any = None
+        self.ahead: Any = None
 
 
 async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None:

@@ -25,6 +25,7 @@ from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .admission import Admission, admit_estimate
+from .ahead_writes import AheadWriter
 from .clock import PauseWatch, TrioClock
 from .events import EventHub
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
@@ -72,6 +73,12 @@ class Broker:
             committer=self.writer, find_finished=self._find_finished,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn)
+        # A PUSH's long data string is written before the command runs, a piece at a
+        # time (None: the store takes no writes ahead).
+        self.ahead = (AheadWriter(self.storage,
+                                  self if self.admit_limit_bytes is not None else None,
+                                  config.max_data_bytes)
+                      if self.storage.ahead_piece_bytes else None)
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None

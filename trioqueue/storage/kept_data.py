@@ -23,99 +23,179 @@ adapters knows where it was.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..utf8_views import utf8_view
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
 KEEP_DATA_BYTES: Final = 64 * 1024
-#: The record field that says its data is in the ``data`` sub-database: True for a
-#: row of ``V({"d": data})``, :data:`TEXT` for a string's UTF-8 bytes as they are.
+#: The record field that says where its data is: True for a row of ``V({"d": data})``
+#: under the job's key in ``data``, :data:`TEXT` for a string's UTF-8 bytes there as
+#: they are, ``[TEXT, row key, pieces]`` for a string written ahead of its record in
+#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`).
 KEPT_FIELD: Final = "dataKept"
 TEXT: Final = "text"
 #: A data row's value: encoded, or a view of a string's own bytes.
 Row = bytes | memoryview
-_UNSET: Any = object()
+
+
+class AheadClaim(NamedTuple):
+    """A record takes the rows written ahead for its data (its commit claims them)."""
+
+    row_key: bytes
+    pieces: int
 
 
 class KeptData:
-    """Which jobs' data the store holds apart, as which object (see the module).
+    """Which jobs' data the store holds apart, as which object and where (the module),
+    and the strings written ahead of their records, not yet taken by one.
 
-    An adapter's encoding stages changes (:meth:`stage`); they take effect with
-    :meth:`settle` once the commit succeeded, and are dropped by :meth:`discard` when
-    it failed, so a failed write never makes a later one skip data that is not stored.
+    An adapter's encoding stages changes (:meth:`stage`, :meth:`take_ahead`); they take
+    effect with :meth:`settle` once the commit succeeded, and are dropped by
+    :meth:`discard` when it failed, so a failed write never makes a later one skip data
+    that is not stored.
     """
 
-    __slots__ = ("held", "_staged")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active")
 
     def __init__(self) -> None:
-        self.held: dict[str, Any] = {}
-        self._staged: dict[str, Any] = {}
+        # job id -> (data object, the record's KEPT_FIELD value)
+        self.held: dict[str, tuple[Any, Any]] = {}
+        # id(text) -> (text, its claim): rows written ahead, not taken by a record yet
+        self.ahead: dict[int, tuple[str, AheadClaim]] = {}
+        self._staged: dict[str, tuple[Any, Any] | None] = {}
+        self._taken: list[int] = []
+        # Whether any job's data is held, staged or written ahead (commonly none): an
+        # attribute kept up to date, read for every record written
+        self.active = False
 
-    @property
-    def active(self) -> bool:
-        """Whether any job's data is held or staged (the common case: none)."""
-        return bool(self.held or self._staged)
+    def _refresh(self) -> None:
+        self.active = bool(self.held or self._staged or self.ahead)
 
-    def stored_as(self, job_id: str) -> Any:
-        """The data object whose bytes are stored for ``job_id``, as far as the writes
-        encoded so far know; a sentinel no data is when none."""
-        staged = self._staged.get(job_id, _UNSET)
-        if staged is not _UNSET:
-            return _UNSET if staged is None else staged
-        return self.held.get(job_id, _UNSET)
+    def stored_as(self, job_id: str) -> tuple[Any, Any] | None:
+        """(data object, KEPT_FIELD value) stored for ``job_id``, as far as the writes
+        encoded so far know; None when none."""
+        if job_id in self._staged:
+            return self._staged[job_id]
+        return self.held.get(job_id)
 
-    def stage(self, job_id: str, data: Any | None) -> None:
-        """``data`` is stored for ``job_id`` by the write being encoded (None: no data
-        is held for it any more)."""
-        self._staged[job_id] = data
+    def stage(self, job_id: str, data: Any | None, kept: Any = True) -> None:
+        """``data`` is stored for ``job_id`` (where ``kept`` says) by the write being
+        encoded (None: no data is held for it any more)."""
+        self._staged[job_id] = None if data is None else (data, kept)
+        self.active = True
+
+    def hold(self, job_id: str, data: Any, kept: Any) -> None:
+        """A recovered record's data, as stored (the store's own reads, not staged)."""
+        self.held[job_id] = (data, kept)
+        self.active = True
+
+    def ahead_for(self, text: Any) -> AheadClaim | None:
+        """The rows written ahead for this very string object, if any and not taken."""
+        entry = self.ahead.get(id(text))
+        if entry is None or entry[0] is not text or id(text) in self._taken:
+            return None
+        return entry[1]
+
+    def take_ahead(self, text: str) -> None:
+        self._taken.append(id(text))
+
+    def add_ahead(self, text: str, claim: AheadClaim) -> None:
+        """Rows were written ahead for ``text``: the next record with it takes them."""
+        self.ahead[id(text)] = (text, claim)
+        self.active = True
+
+    def forget_ahead(self, text: str) -> AheadClaim | None:
+        """No record will take ``text``'s rows now: the claim to drop, if none took them."""
+        entry = self.ahead.get(id(text))
+        if entry is None or entry[0] is not text:
+            return None
+        del self.ahead[id(text)]
+        self._refresh()
+        return entry[1]
 
     def settle(self) -> None:
         held = self.held
-        for job_id, data in self._staged.items():
-            if data is None:
+        for job_id, stored in self._staged.items():
+            if stored is None:
                 held.pop(job_id, None)
             else:
-                held[job_id] = data
+                held[job_id] = stored
         self._staged.clear()
+        for key in self._taken:
+            self.ahead.pop(key, None)
+        self._taken.clear()
+        self._refresh()
 
     def discard(self) -> None:
         self._staged.clear()
+        self._taken.clear()
+        self._refresh()
+
+
+class KeptAheadRows:
+    """``expect_ahead`` / ``release_ahead`` of an adapter that keeps a :class:`KeptData`
+    (both key-value adapters)."""
+
+    _kept: KeptData
+
+    def drop_ahead(self, claim: AheadClaim) -> None:
+        raise NotImplementedError
+
+    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
+        self._kept.add_ahead(text, AheadClaim(row_key, pieces))
+
+    def release_ahead(self, text: str) -> None:
+        claim = self._kept.forget_ahead(text)
+        if claim is not None:
+            self.drop_ahead(claim)
+
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        self.drop_ahead(AheadClaim(row_key, pieces))
 
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
                 dumps: Callable[[Any], bytes]) -> bytes | None:
     """The encoded record without its data when that data is the object already stored
     for ``job_id``; None when it is not (the record is then encoded as it is)."""
-    if "data" not in record or kept.stored_as(job_id) is not record["data"]:
+    stored = kept.stored_as(job_id)
+    if stored is None or "data" not in record or stored[0] is not record["data"]:
         return None
     rest = dict(record)
     del rest["data"]
-    rest[KEPT_FIELD] = True
+    rest[KEPT_FIELD] = stored[1]
     return dumps(rest)
 
 
 def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
-               dumps: Callable[[Any], bytes]) -> tuple[bytes, Row]:
-    """The encoded record without its data (``KEPT_FIELD`` set) and the data's own
-    value, for a record found large; staged as stored for ``job_id``."""
+               dumps: Callable[[Any], bytes]) -> tuple[bytes, Row | AheadClaim]:
+    """The encoded record without its data (``KEPT_FIELD`` set) and the data's own row,
+    or the claim of the rows written ahead for it, for a record found large; staged as
+    stored for ``job_id``."""
     rest = dict(record)
     data = rest.pop("data")
-    kept.stage(job_id, data)
+    claim = kept.ahead_for(data) if kept.ahead else None
+    if claim is not None:
+        kept.take_ahead(data)
+        rest[KEPT_FIELD] = where = [TEXT, claim.row_key, claim.pieces]
+        kept.stage(job_id, data, where)
+        return dumps(rest), claim
     # a string's row is its UTF-8 bytes, read from the string itself (not copied first)
     view = utf8_view(data) if type(data) is str else None
     rest[KEPT_FIELD] = True if view is None else TEXT
+    kept.stage(job_id, data, rest[KEPT_FIELD])
     return dumps(rest), dumps({"d": data}) if view is None else view
 
 
 def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
                 dumps: Callable[[Any], bytes], value: bytes | None
-                ) -> tuple[bytes, Row | None]:
-    """A record's value with ``kept`` in play, and its data's value when that is to be
-    written apart (its row put before the record). Without the data when it is stored
-    already; kept apart when ``value`` (the record encoded whole, made here if None) is
-    large, or when the data is a long string (known large before any encoding)."""
+                ) -> tuple[bytes, Row | AheadClaim | None]:
+    """A record's value with ``kept`` in play, and its data's row (or the claim of rows
+    written ahead) when that is to be written apart (put before the record). Without
+    the data when it is stored already; kept apart when ``value`` (the record encoded
+    whole, made here if None) is large, or when the data is a long string (known large
+    before any encoding)."""
     if value is None:
         held = held_record(job_id, record, kept, dumps)
         if held is not None:
@@ -126,21 +206,23 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
         value = dumps(record)
     if len(value) >= KEEP_DATA_BYTES and "data" in record:
         return keep_apart(job_id, record, kept, dumps)
-    if kept.active and kept.stored_as(job_id) is not _UNSET:
+    if kept.active and kept.stored_as(job_id) is not None:
         # new data, small, written in the record: the old object is not held any more
         # (its row stays until the job is deleted, counted as used meanwhile)
         kept.stage(job_id, None)
     return value, None
 
 
-def with_data(record: dict[str, Any], read: Callable[[], Row | None],
+def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
               loads: Callable[[bytes], Any]) -> dict[str, Any]:
     """``record`` with its data back in place when it was kept apart; ``read`` gives
-    the ``data`` row. A row missing is a broken store: it raises, naming the job."""
+    the row (all pieces, for rows written ahead), given the record's KEPT_FIELD value.
+    A row missing is a broken store: it raises, naming the job."""
     kept = record.pop(KEPT_FIELD, False)
     if kept:
-        raw = read()
+        raw = read(kept)
         if raw is None:
             raise RuntimeError(f"job {record.get('id')!r}: its data row is missing")
-        record["data"] = str(raw, "utf-8") if kept == TEXT else loads(bytes(raw))["d"]
+        text = kept == TEXT or (type(kept) is list and kept[0] == TEXT)
+        record["data"] = str(raw, "utf-8") if text else loads(bytes(raw))["d"]
     return record

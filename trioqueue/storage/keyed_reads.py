@@ -34,8 +34,9 @@ class KeyedFinishedReads(abc.ABC):
         for an index entry whose record is gone), read in one snapshot."""
 
     @abc.abstractmethod
-    def _data_at(self, jkey: bytes) -> bytes | None:
-        """The ``data`` row of a job whose data was kept apart (kept_data.py)."""
+    def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
+        """The data row of a job whose data was kept apart where its record's
+        KEPT_FIELD value ``kept`` says (kept_data.py)."""
 
     def _check_open(self) -> None:
         if self._closed:

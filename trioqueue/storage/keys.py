@@ -1,5 +1,6 @@
-"""LMDB's byte layout in one module: every key layout, the value codecs, and the
-encoder that turns the typed operations of :mod:`.ops` into keys and values.
+"""LMDB's byte layout in one module: every key layout and the value codecs (the encoder
+that turns the typed operations of :mod:`.ops` into these keys and values is
+:mod:`.encoding`).
 
 Both adapters (:mod:`.lmdb_store` and :mod:`.memory`) store exactly these bytes, so that
 ordering, key limits and sizes are the same in both. Which operations are valid is not
@@ -17,7 +18,9 @@ sub-database       key                                              value
 ``queue_meta``     queue (utf-8)                                    V(meta)
 ``counts``         queue + NUL + state byte                         u64 big-endian
 ``deps``           u16 len(parent id) + parent id + child id        V(outcome)
-``data``           job id (utf-8)                                   V({"d": data})
+``data``           job id (utf-8)                                   V({"d": data}) | text
+``ahead``          row key (16 random bytes) + u32 piece index      UTF-8 bytes
+``ahead_claims``   job id (utf-8)                                   row key + u32 pieces
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
 
@@ -45,6 +48,11 @@ sub-database       key                                              value
   data at later state changes. Deleted with the job. Schema 3: a version-2 store has
   no such row and is read as it is (its version is raised when it is opened, so an
   older trioqueue does not read records whose data it would not find).
+* ``ahead`` holds long data strings written before their job existed, a piece a
+  transaction (``LmdbStorage.write_ahead``), so that no step writes all of one; the
+  record's commit adds its ``ahead_claims`` row, deleted with the job along with the
+  pieces. Pieces no claim points to (a push refused, or a crash before its record) are
+  deleted when the store opens.
 
 Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
 ``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
@@ -60,14 +68,11 @@ child pair when the flow is added, since at commit time the ValueError stops the
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import cbor2
 import msgpack
 
-from .kept_data import KEEP_DATA_BYTES, KeptData, kept_record
-from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
 from .port import FinishedCursor, FinishedPage
 from .positions import check_page_limit
 
@@ -81,6 +86,8 @@ DB_QUEUE_META = b"queue_meta"
 DB_COUNTS = b"counts"
 DB_DEPS = b"deps"
 DB_DATA = b"data"
+DB_AHEAD = b"ahead"
+DB_AHEAD_CLAIMS = b"ahead_claims"
 DB_META = b"meta"
 ALL_DBS = (
     DB_LIVE,
@@ -91,6 +98,8 @@ ALL_DBS = (
     DB_COUNTS,
     DB_DEPS,
     DB_DATA,
+    DB_AHEAD,
+    DB_AHEAD_CLAIMS,
     DB_META,
 )
 
@@ -101,8 +110,8 @@ READABLE_SCHEMAS = (2, 3)
 
 MAX_KEY_BYTES = 511  # LMDB's compile-time default (mdb_env_get_maxkeysize)
 
-_U16 = struct.Struct(">H")
-_DEP_LEN = _U16.size
+U16 = struct.Struct(">H")
+_DEP_LEN = U16.size
 MAX_DEP_IDS_BYTES = MAX_KEY_BYTES - _DEP_LEN  # parent id + child id, UTF-8, in a deps key
 
 STATE_BYTES: dict[str, bytes] = {"completed": b"c", "failed": b"f"}
@@ -117,7 +126,7 @@ CREATED_LEN = 8
 # --- keys ---------------------------------------------------------------------------
 
 
-def _too_long(what: str, key: bytes) -> ValueError:
+def too_long(what: str, key: bytes) -> ValueError:
     return ValueError(
         f"{what} key is {len(key)} bytes, over LMDB's {MAX_KEY_BYTES}-byte limit "
         f"(job ids and queue names must be validated by the broker before storage)"
@@ -130,7 +139,7 @@ def job_key(job_id: str) -> bytes:
     if not key or len(key) > MAX_KEY_BYTES:
         if not key:
             raise ValueError("job id must be a non-empty string")
-        raise _too_long("job id", key)
+        raise too_long("job id", key)
     return key
 
 
@@ -143,7 +152,7 @@ def queue_key(queue: str) -> bytes:
     key = queue.encode("utf-8")
     if not key or 0 in key or len(key) > MAX_KEY_BYTES:  # (0: a memchr, see codec.py)
         if len(key) > MAX_KEY_BYTES:
-            raise _too_long("queue name", key)
+            raise too_long("queue name", key)
         raise ValueError(f"queue name must be non-empty and contain no NUL: {queue!r}")
     return key
 
@@ -160,7 +169,7 @@ def finished_prefix(queue: str, state: str) -> bytes:
         raise ValueError(f"not a finished state: {state!r}") from None
     key = queue_key(queue) + b"\x00" + state_byte
     if len(key) > MAX_KEY_BYTES:
-        raise _too_long("finished prefix", key)
+        raise too_long("finished prefix", key)
     return key
 
 
@@ -197,7 +206,7 @@ def finished_idx_key(prefix: bytes, created_at: int, jkey: bytes) -> bytes:
     """``finished_idx`` key from a :func:`finished_prefix` and a :func:`job_key`."""
     key = prefix + encode_created(created_at) + jkey
     if len(key) > MAX_KEY_BYTES:
-        raise _too_long("finished index", key)
+        raise too_long("finished index", key)
     return key
 
 
@@ -261,14 +270,14 @@ def dep_prefix(parent_id: str) -> bytes:
     have an id too long for any row (see :func:`dep_scan_prefix`) and still be deleted.
     """
     jkey = job_key(parent_id)
-    return _U16.pack(len(jkey)) + jkey
+    return U16.pack(len(jkey)) + jkey
 
 
 def dep_key(parent_id: str, child_id: str) -> bytes:
     """``deps`` key of one (parent, child) row: :func:`dep_prefix` + child job key."""
     key = dep_prefix(parent_id) + job_key(child_id)
     if len(key) > MAX_KEY_BYTES:
-        raise _too_long("dependency (parent id + child id)", key)
+        raise too_long("dependency (parent id + child id)", key)
     return key
 
 
@@ -279,23 +288,23 @@ def dep_scan_prefix(jkey: bytes) -> bytes | None:
     bytes or more can own no row; returning None then spares the adapters a seek that
     can find nothing, with a key longer than any LMDB stores.
     """
-    prefix = _U16.pack(len(jkey)) + jkey
+    prefix = U16.pack(len(jkey)) + jkey
     return prefix if len(prefix) < MAX_KEY_BYTES else None
 
 
 def dep_key_prefix(key: bytes) -> bytes:
     """The :func:`dep_prefix` (the parent's part) of a ``deps`` key."""
-    return key[: _DEP_LEN + _U16.unpack_from(key)[0]]
+    return key[: _DEP_LEN + U16.unpack_from(key)[0]]
 
 
 def dep_child_id(key: bytes) -> str:
     """The child id of a ``deps`` key (the parent's length says where it starts)."""
-    return key[_DEP_LEN + _U16.unpack_from(key)[0] :].decode("utf-8")
+    return key[_DEP_LEN + U16.unpack_from(key)[0] :].decode("utf-8")
 
 
 def split_dep_key(key: bytes) -> tuple[str, str]:
     """``deps`` key -> ``(parent id, child id)``."""
-    cut = _DEP_LEN + _U16.unpack_from(key)[0]
+    cut = _DEP_LEN + U16.unpack_from(key)[0]
     return key[_DEP_LEN:cut].decode("utf-8"), key[cut:].decode("utf-8")
 
 
@@ -322,6 +331,24 @@ def lookup_page_prefix(queue: str, state: str, limit: int) -> bytes | None:
     """:func:`lookup_prefix` for a page of ids, whose ``limit`` must be positive."""
     check_page_limit(limit)
     return lookup_prefix(queue, state)
+
+
+#: The length of an ``ahead`` row key (random bytes: rows exist before their job does).
+AHEAD_ROW_KEY_BYTES = 16
+
+
+def ahead_piece_key(row_key: bytes, index: int) -> bytes:
+    """Key of one piece of a string written ahead (``ahead``); pieces sort in order."""
+    return row_key + _U32.pack(index)
+
+
+def encode_claim(row_key: bytes, pieces: int) -> bytes:
+    """An ``ahead_claims`` value: the row key and how many pieces it has."""
+    return row_key + _U32.pack(pieces)
+
+
+def decode_claim(raw: bytes) -> tuple[bytes, int]:
+    return bytes(raw[:AHEAD_ROW_KEY_BYTES]), _U32.unpack(raw[AHEAD_ROW_KEY_BYTES:])[0]
 
 
 # --- values -------------------------------------------------------------------------
@@ -371,121 +398,3 @@ def encode_schema(version: int) -> bytes:
 
 def decode_schema(raw: bytes) -> int:
     return _U32.unpack(raw)[0]
-
-
-# --- operations ---------------------------------------------------------------------
-
-# Encoded operations, the same for both adapters:
-#   (OP_PUTS, [(job key, V(record)), ...])  a run of consecutive put_job operations
-#   (OP_FINISH, job key, V(record), finished_idx key, counts key, V(result) | None)
-#   (OP_DELETE, job key, deps prefix | None)
-#   (OP_META, queue key, V(meta))
-#   (OP_DEP, deps key, V(outcome))
-#   (OP_DATA, job key, V({"d": data}))      a large record's data, kept apart
-# Consecutive puts travel as one list so the LMDB adapter writes them with one
-# ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
-# is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
-# own a row, see dep_scan_prefix): the adapter deletes that whole key range, the job's
-# rows as a parent, in the same transaction, and its ``data`` row. Rows where the job
-# is the child are not in the range (they belong to their parent and live as long as
-# it does). OP_DATA comes before the record that needs it.
-OP_PUTS = 0
-OP_FINISH = 1
-OP_DELETE = 2
-OP_META = 3
-OP_DEP = 4
-OP_DATA = 5
-
-
-def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[Any, ...]]:
-    """LMDB's keys and values for operations already checked by
-    :func:`~trioqueue.storage.ops.validate_writes`, in order.
-
-    What the layout itself refuses (an overlong key, a createdAt beyond 64 bits) raises
-    :class:`ValueError` here, before a transaction exists, so an adapter applying the
-    result only meets storage errors, and a retry after growing the map needs no
-    re-encoding. With ``kept``, a large record's data is kept apart (see
-    :mod:`.kept_data`); the adapter settles ``kept`` once the result is committed.
-    """
-    out: list[tuple[Any, ...]] = []
-    append = out.append
-    dumps = encode_value
-    puts: list[tuple[bytes, bytes]] | None = None
-    # the prefix of the last finished range: a batch finishes jobs of few queues
-    last_queue = last_state = ""
-    prefix = b""
-    # Any: the class is compared by identity below, which mypy does not narrow by
-    typed: Sequence[Any] = ops
-    for op in typed:
-        # NamedTuples unpacked rather than read by attribute: one specialised opcode;
-        # their class read once and compared by identity (validate_writes admits only
-        # these five classes, no subclasses)
-        cls = type(op)
-        if cls is PutJob:
-            job_id, record = op
-            key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
-            if len(key) > MAX_KEY_BYTES:
-                raise _too_long("job id", key)
-            # (a long string as the data is known large before it is encoded: encoded
-            # whole first, it would be encoded twice)
-            if kept is None or not (kept.active or (
-                    type(data := record.get("data")) is str and len(data) >= KEEP_DATA_BYTES)):
-                value = dumps(record)
-                if len(value) >= KEEP_DATA_BYTES and kept is not None:
-                    value = _kept_value(job_id, key, record, kept, append, value)
-                    puts = None  # an OP_DATA may have come in between
-            else:
-                value = _kept_value(job_id, key, record, kept, append, None)
-                puts = None
-            if puts is None:
-                puts = []
-                append((OP_PUTS, puts))
-            puts.append((key, value))
-            continue
-        puts = None
-        if cls is FinishJob:
-            job_id, queue, state, created_at, record, has_result, result = op
-            jkey = job_id.encode("utf-8")
-            if queue != last_queue or state != last_state:
-                prefix = finished_prefix(queue, state)
-                last_queue, last_state = queue, state
-            if kept is not None and kept.active:
-                value = _kept_value(job_id, jkey, record, kept, append, None)
-                kept.stage(job_id, None)  # its last write, normally (see kept_data)
-            else:
-                value = dumps(record)
-                if len(value) >= KEEP_DATA_BYTES and kept is not None:
-                    value = _kept_value(job_id, jkey, record, kept, append, value)
-                    kept.stage(job_id, None)
-            append((OP_FINISH, jkey, value,
-                    finished_idx_key(prefix, created_at, jkey),  # checks the length
-                    prefix, encode_result(result) if has_result else None))
-        elif cls is DeleteJob:
-            jkey = op[0].encode("utf-8")
-            if len(jkey) > MAX_KEY_BYTES:
-                raise _too_long("job id", jkey)
-            if kept is not None and kept.active:
-                kept.stage(op[0], None)
-            # the deps prefix inline (see dep_scan_prefix): None when no row can fit
-            dep_prefix = _U16.pack(len(jkey)) + jkey
-            append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
-        else:
-            append(_encode_other(op))
-    return out
-
-
-def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
-                append: Callable[[tuple[Any, ...]], None], value: bytes | None) -> bytes:
-    """:func:`~.kept_data.kept_record`'s value, its OP_DATA appended first if any."""
-    value, data_value = kept_record(job_id, record, kept, encode_value, value)
-    if data_value is not None:
-        append((OP_DATA, key, data_value))
-    return value
-
-
-def _encode_other(op: Op) -> tuple[Any, ...]:
-    if isinstance(op, PutQueueMeta):
-        return (OP_META, queue_key(op.queue), encode_value(op.meta))
-    if isinstance(op, PutDepOutcome):
-        return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
-    raise TypeError(f"not a storage operation: {op!r}")

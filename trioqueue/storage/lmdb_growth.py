@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from . import keys as K
+from . import encoding as E
 
 # A B-tree of depth 8 with 4 KiB pages holds far more records than a map can.
 DEPTH_PAGES = 8
@@ -54,13 +54,13 @@ class HighWaterMark:
         return self._mark + self._slack
 
     def committed(self, ops: Sequence[tuple[Any, ...]]) -> None:
-        """``ops`` (encoded, :func:`~trioqueue.storage.keys.encode_ops`) were committed."""
+        """``ops`` (encoded, :func:`~trioqueue.storage.encoding.encode_ops`) were committed."""
         if self._mark is None:
             return
         psize = self._psize
         pages = COMMIT_PAGES
         for op in ops:
-            if op[0] != K.OP_PUTS:
+            if op[0] != E.OP_PUTS:
                 self._mark = None  # growth not bounded here: measure again
                 return
             puts = op[1]

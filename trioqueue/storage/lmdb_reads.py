@@ -70,23 +70,34 @@ class LmdbReads(KeyedFinishedReads):
             raw = txn.get(jkey, db=self._finished)
             if raw is None:
                 return None
-            return with_data(K.decode_value(raw), partial(txn.get, jkey, db=self._data),
+            return with_data(K.decode_value(raw), partial(self._kept_row, txn, jkey),
                              K.decode_value)
 
     def _put_data_back(self, txn: lmdb.Transaction[bytes], records: list[dict[str, Any]]
                        ) -> None:
         """The data of recovered live records kept apart, put back and held as stored."""
-        held = self._kept.held
-        data = self._data
         for record in records:
-            if KEPT_FIELD in record:
+            kept = record.get(KEPT_FIELD)
+            if kept:
                 jkey = K.job_key(record["id"])
-                with_data(record, partial(txn.get, jkey, db=data), K.decode_value)
-                held[record["id"]] = record["data"]
+                with_data(record, partial(self._kept_row, txn, jkey), K.decode_value)
+                self._kept.hold(record["id"], record["data"], kept)
 
-    def _data_at(self, jkey: bytes) -> bytes | None:
+    def _kept_row(self, txn: lmdb.Transaction[bytes], jkey: bytes, kept: Any
+                  ) -> bytes | None:
+        """A kept record's data row: under its key in ``data``, or its pieces written
+        ahead, joined (kept_data.py)."""
+        if type(kept) is list:
+            return self._ahead_text(txn, kept[1], kept[2])
+        return txn.get(jkey, db=self._data)
+
+    def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
+                    ) -> bytes | None:
+        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
+
+    def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
         with self._env.begin() as txn:
-            return txn.get(jkey, db=self._data)
+            return self._kept_row(txn, jkey, kept)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
         self._check_open()

@@ -46,8 +46,10 @@ from typing import Any
 import lmdb
 
 from ..core.writes import Writes
+from . import encoding as E
 from . import keys as K
-from .kept_data import KeptData
+from .kept_data import KeptAheadRows, KeptData
+from .lmdb_ahead import LmdbAhead
 from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
 from .lmdb_reads import LmdbReads
@@ -81,7 +83,7 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(LmdbReads, Storage):
+class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
 
     def __init__(
@@ -122,6 +124,7 @@ class LmdbStorage(LmdbReads, Storage):
             self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
             self._mark = HighWaterMark(self._measure_mark, self._psize,
                                        self.max_map_size_bytes)
+            self.sweep_ahead()  # pieces of pushes that never got their record
         except BaseException:
             self._env.close()
             self._closed = True
@@ -157,6 +160,8 @@ class LmdbStorage(LmdbReads, Storage):
         self._counts = dbs[K.DB_COUNTS]
         self._deps = dbs[K.DB_DEPS]
         self._data = dbs[K.DB_DATA]
+        self._ahead = dbs[K.DB_AHEAD]
+        self._claims = dbs[K.DB_AHEAD_CLAIMS]
         self._meta = dbs[K.DB_META]
         self._kept = KeptData()
         # the main database: a record per named database, counted for completeness
@@ -220,7 +225,7 @@ class LmdbStorage(LmdbReads, Storage):
         self._check_open()
         # ValueError on bad input, before any transaction
         try:
-            ops = K.encode_ops(validate_writes(batches), self._kept)
+            ops = E.encode_ops(validate_writes(batches), self._kept)
             if ops:
                 self._apply(ops)
         except BaseException:
@@ -240,7 +245,7 @@ class LmdbStorage(LmdbReads, Storage):
             self._mark.forget()  # (a no-op commit or a reserve may follow)
             if self._env.info()["map_size"] < self.max_map_size_bytes:
                 self._grow()
-            elif all(op[0] == K.OP_DELETE for op in ops):
+            elif all(op[0] == E.OP_DELETE for op in ops):
                 self._write_in_reserve(ops)
                 return
             elif not turned_over:
@@ -308,17 +313,18 @@ class LmdbStorage(LmdbReads, Storage):
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
-            empty: list[bool | None] = [None, None]  # deps, data: not asked yet (_delete)
+            # deps, data, ahead claims: not asked yet (see _delete)
+            empty: list[bool | None] = [None, None, None]
             for op in ops:
                 kind = op[0]
-                if kind == K.OP_PUTS:
+                if kind == E.OP_PUTS:
                     puts = op[1]
                     if len(puts) == 1:  # one job: a cursor costs more than it saves
                         put(puts[0][0], puts[0][1], db=live)
                     else:
                         with txn.cursor(db=live) as cur:
                             cur.putmulti(puts)
-                elif kind == K.OP_FINISH:
+                elif kind == E.OP_FINISH:
                     _, jkey, value, idx_key, ckey, result = op
                     if moves is None:
                         moves = Moves()
@@ -335,24 +341,36 @@ class LmdbStorage(LmdbReads, Storage):
                         moves.added[ckey].append(idx_key)
                     if result is not None:
                         put(jkey, result, db=results)
-                elif kind == K.OP_DELETE:
+                elif kind == E.OP_DELETE:
                     if moves is None:
                         moves = Moves()
                         deltas = moves.deltas
                     self._delete(txn, op, moves, empty)
-                elif kind == K.OP_DEP:
-                    put(op[1], op[2], db=self._deps)
-                    empty[0] = False
-                elif kind == K.OP_DATA:
-                    put(op[1], op[2], db=self._data)
-                    empty[1] = False
-                else:  # K.OP_META
-                    put(op[1], op[2], db=self._queue_meta)
+                else:
+                    self._write_other(txn, op, empty)
             if moves is None:
                 return
             sizes = self._count(txn, moves.deltas)
         # committed: only now may the in-memory positions move
         self._index.after_commit(moves, sizes)
+
+    def _write_other(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...],
+                     empty: list[bool | None]) -> None:
+        """OP_DEP, OP_DATA, OP_CLAIM or OP_META inside ``txn`` (see _delete: ``empty``)."""
+        kind = op[0]
+        if kind == E.OP_DEP:
+            txn.put(op[1], op[2], db=self._deps)
+            empty[0] = False
+        elif kind == E.OP_DATA:
+            if not self._claims_empty(txn, empty):
+                self._drop_claim(txn, op[1])  # new data: the old rows go
+            txn.put(op[1], op[2], db=self._data)
+            empty[1] = False
+        elif kind == E.OP_CLAIM:
+            self._claim(txn, op[1], op[2], op[3])
+            empty[2] = False
+        else:  # E.OP_META
+            txn.put(op[1], op[2], db=self._queue_meta)
 
     def _delete(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...], moves: Moves,
                 empty: list[bool | None]) -> None:
@@ -375,6 +393,14 @@ class LmdbStorage(LmdbReads, Storage):
             empty[1] = txn.stat(self._data)["entries"] == 0
         if not empty[1]:
             txn.delete(jkey, db=self._data)
+        if not self._claims_empty(txn, empty):
+            self._drop_claim(txn, jkey)
+
+    def _claims_empty(self, txn: lmdb.Transaction[bytes], empty: list[bool | None]
+                      ) -> bool:
+        if empty[2] is None:
+            empty[2] = txn.stat(self._claims)["entries"] == 0
+        return bool(empty[2])
 
     def _unindex(self, txn: lmdb.Transaction[bytes], jkey: bytes, old: bytes,
                  moves: Moves) -> None:

@@ -23,9 +23,11 @@ from functools import partial
 from typing import Any
 
 from ..core.writes import Writes
+from . import encoding as E
 from . import keys as K
-from .kept_data import KEPT_FIELD, KeptData, with_data
+from .kept_data import KEPT_FIELD, AheadClaim, KeptAheadRows, KeptData, Row, with_data
 from .keyed_reads import KeyedFinishedReads
+from .lmdb_ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import page_window
@@ -33,7 +35,7 @@ from .positions import page_window
 _MISSING: Any = object()
 
 
-class MemoryStorage(KeyedFinishedReads, Storage):
+class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` in dicts.
 
     ``max_bytes`` simulates a full store: when applying a call would make the total
@@ -55,6 +57,8 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         # so deleting a parent drops one dict instead of scanning every row
         self._deps: dict[bytes, dict[bytes, bytes]] = {}
         self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
+        self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
+        self._claims: dict[bytes, bytes] = {}
         self._kept = KeptData()
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
@@ -82,7 +86,7 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         # ValueError on bad input, before any change
         undo: list[Callable[[], None]] = []
         try:
-            ops = K.encode_ops(validate_writes(batches), self._kept)
+            ops = E.encode_ops(validate_writes(batches), self._kept)
             for op in ops:
                 self._apply_one(op, undo)
             limit = self._max_bytes
@@ -99,11 +103,11 @@ class MemoryStorage(KeyedFinishedReads, Storage):
 
     def _apply_one(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
         kind = op[0]
-        if kind == K.OP_PUTS:
+        if kind == E.OP_PUTS:
             live = self._live
             for key, value in op[1]:
                 self._set(live, key, value, undo)
-        elif kind == K.OP_FINISH:
+        elif kind == E.OP_FINISH:
             _, jkey, value, idx_key, ckey, result = op
             self._set(self._live, jkey, _MISSING, undo)
             old = self._set(self._finished, jkey, value, undo)
@@ -115,7 +119,7 @@ class MemoryStorage(KeyedFinishedReads, Storage):
             self._count_add(ckey, 1, undo)
             if result is not None:
                 self._set(self._results, jkey, result, undo)
-        elif kind == K.OP_DELETE:
+        elif kind == E.OP_DELETE:
             _, jkey, dep_prefix = op
             self._set(self._live, jkey, _MISSING, undo)
             old = self._set(self._finished, jkey, _MISSING, undo)
@@ -126,11 +130,27 @@ class MemoryStorage(KeyedFinishedReads, Storage):
                 self._drop_deps(dep_prefix, undo)
             if self._data:
                 self._set(self._data, jkey, _MISSING, undo)
-        elif kind == K.OP_DEP:
+            if self._claims:
+                self._drop_claim(jkey, undo)
+        else:
+            self._apply_other(op, undo)
+
+    def _apply_other(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
+        """OP_DEP, OP_DATA, OP_CLAIM or OP_META."""
+        kind = op[0]
+        if kind == E.OP_DEP:
             self._put_dep(op[1], op[2], undo)
-        elif kind == K.OP_DATA:
+        elif kind == E.OP_DATA:
+            if self._claims:
+                self._drop_claim(op[1], undo)  # new data: the old rows go
             self._set(self._data, op[1], op[2], undo)
-        else:  # K.OP_META
+        elif kind == E.OP_CLAIM:
+            _, jkey, row_key, pieces = op
+            old = self._claims.get(jkey)
+            if old is not None and K.decode_claim(old)[0] != row_key:
+                self._drop_claim(jkey, undo)
+            self._set(self._claims, jkey, K.encode_claim(row_key, pieces), undo)
+        else:  # E.OP_META
             self._set(self._queue_meta, op[1], op[2], undo)
 
     def _set(
@@ -242,11 +262,11 @@ class MemoryStorage(KeyedFinishedReads, Storage):
         self._check_open()
         loads = K.decode_value
         live_jobs = [loads(self._live[k]) for k in sorted(self._live)]
-        held = self._kept.held
         for record in live_jobs:
             if KEPT_FIELD in record:
+                kept = record[KEPT_FIELD]
                 with_data(record, partial(self._data_at, K.job_key(record["id"])), loads)
-                held[record["id"]] = record["data"]
+                self._kept.hold(record["id"], record["data"], kept)
         return Recovered(
             live_jobs=live_jobs,
             queue_meta={
@@ -265,8 +285,42 @@ class MemoryStorage(KeyedFinishedReads, Storage):
             return None
         return with_data(K.decode_value(raw), partial(self._data_at, jkey), K.decode_value)
 
-    def _data_at(self, jkey: bytes) -> bytes | None:
-        return self._data.get(jkey)
+    def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
+        if type(kept) is not list:
+            return self._data.get(jkey)
+        parts: list[bytes] = []
+        for index in range(kept[2]):
+            part = self._ahead.get(K.ahead_piece_key(kept[1], index))
+            if part is None:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    # --- writes ahead (see lmdb_ahead.py) ------------------------------------------
+
+    ahead_piece_bytes = AHEAD_PIECE_BYTES
+
+    def write_ahead(self, row_key: bytes, index: int, piece: Row) -> None:
+        key = K.ahead_piece_key(row_key, index)
+        size = len(key) + len(piece)
+        limit = self._max_bytes
+        if limit is not None and self._bytes + size > limit:
+            raise StorageFullError("no room to write a job's data ahead")
+        self._ahead[key] = bytes(piece)
+        self._bytes += size
+
+    def drop_ahead(self, claim: AheadClaim) -> None:
+        self._delete_pieces(claim.row_key, claim.pieces, [])
+
+    def _delete_pieces(self, row_key: bytes, pieces: int, undo: list[Callable[[], None]]
+                       ) -> None:
+        for index in range(pieces):
+            self._set(self._ahead, K.ahead_piece_key(row_key, index), _MISSING, undo)
+
+    def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]]) -> None:
+        old = self._set(self._claims, jkey, _MISSING, undo)
+        if old is not _MISSING:
+            self._delete_pieces(*K.decode_claim(old), undo)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
         self._check_open()

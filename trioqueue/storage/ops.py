@@ -3,7 +3,7 @@
 The core records the typed operations of :mod:`trioqueue.core.writes` (re-exported here)
 in a :class:`~trioqueue.core.writes.Writes`; :func:`validate_writes` checks a whole group
 of them and hands them on, in order. An adapter then maps those onto its own layout: the
-LMDB adapter and the in-memory one through :func:`trioqueue.storage.keys.encode_ops`
+LMDB adapter and the in-memory one through :func:`trioqueue.storage.encoding.encode_ops`
 (LMDB's byte layout), a SQL adapter into statements. Nothing here knows how a store
 keeps its data, so an adapter needs only this module to know what it must write.
 

@@ -88,6 +88,30 @@ class Storage(abc.ABC):
     # process runs during a commit).
     apply_blocks: bool = False
 
+    #: Bytes of one piece of a long data string written ahead of its job, one short
+    #: transaction a piece (storage/lmdb_ahead.py, actors/ahead_writes.py); 0 when this
+    #: store takes no writes ahead (a job's data is then written with its record).
+    ahead_piece_bytes: int = 0
+
+    def write_ahead(self, row_key: bytes, index: int, piece: bytes | memoryview) -> None:
+        """Write one piece of a string ahead of its job (its own transaction).
+        Raises :class:`StorageFullError` with nothing of the piece written."""
+        raise NotImplementedError
+
+    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``: the next record whose data is
+        this very object takes them instead of writing its data again."""
+        raise NotImplementedError
+
+    def release_ahead(self, text: str) -> None:
+        """No record will take ``text``'s pieces now: those no record took are
+        deleted."""
+        raise NotImplementedError
+
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        """Delete pieces written ahead that were never expected (a write cut short)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def load(self) -> Recovered:
         """Read back everything needed to rebuild every queue after a restart."""

@@ -61,8 +61,17 @@ class EventSource(Protocol):
     def unsubscribe(self, subscriber: EventSubscriber) -> None: ...
 
 
+class AheadWrites(Protocol):
+    """Writes a PUSH's long data string to the store before the command runs
+    (actors/ahead_writes.py)."""
+
+    def text_of(self, request: Request) -> str | None: ...
+    async def write(self, request: Request, text: str) -> bool: ...
+
+
 class SessionHost(Protocol):
-    """What a session needs of the broker: its config, its router, its events."""
+    """What a session needs of the broker: its config, its router, its events, and
+    its writer of long data ahead (None: the store takes none)."""
 
     @property
     def config(self) -> Config: ...
@@ -70,6 +79,8 @@ class SessionHost(Protocol):
     def router(self) -> SessionRouter: ...
     @property
     def events(self) -> EventSource: ...
+    @property
+    def ahead(self) -> AheadWrites | None: ...
 
 
 OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
@@ -94,6 +105,7 @@ class Session:
         self.config = broker.config
         self.router = broker.router
         self.events = broker.events
+        self._ahead = broker.ahead
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
@@ -270,9 +282,19 @@ class Session:
                     self._slot = trio.Event()
                     await self._slot.wait()
             item = self._prepare(msg, size, bound, replier)
-            if item is not None:
-                self.inflight += 1
-                routed.append(item)
+            if item is None:
+                continue
+            ahead = self._ahead
+            if ahead is not None and (text := ahead.text_of(item[1])) is not None:
+                # its long data is written first, a piece at a time; what came before
+                # it goes now, so it does not wait for that
+                self._flush_answers(replier)
+                if routed:
+                    await self.router.dispatch(routed)
+                    routed = []
+                await ahead.write(item[1], text)
+            self.inflight += 1
+            routed.append(item)
         self._flush_answers(replier)
         if routed:
             await self.router.dispatch(routed)

@@ -1,0 +1,144 @@
+"""The typed write operations of :mod:`.ops`, encoded into LMDB's keys and values.
+
+Both key-value adapters (:mod:`.lmdb_store`, :mod:`.memory`) apply exactly what
+:func:`encode_ops` gives, so they store the same bytes; the layouts themselves are in
+:mod:`.keys`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record
+from .keys import (
+    MAX_KEY_BYTES,
+    U16,
+    dep_key,
+    encode_result,
+    encode_value,
+    finished_idx_key,
+    finished_prefix,
+    queue_key,
+    too_long,
+)
+from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
+
+# Encoded operations, the same for both adapters:
+#   (OP_PUTS, [(job key, V(record)), ...])  a run of consecutive put_job operations
+#   (OP_FINISH, job key, V(record), finished_idx key, counts key, V(result) | None)
+#   (OP_DELETE, job key, deps prefix | None)
+#   (OP_META, queue key, V(meta))
+#   (OP_DEP, deps key, V(outcome))
+#   (OP_DATA, job key, row)                 a large record's data, kept apart
+#   (OP_CLAIM, job key, row key, pieces)    a record takes rows written ahead
+# Consecutive puts travel as one list so the LMDB adapter writes them with one
+# ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
+# is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
+# own a row, see dep_scan_prefix): the adapter deletes that whole key range, the job's
+# rows as a parent, in the same transaction, and its ``data`` row. Rows where the job
+# is the child are not in the range (they belong to their parent and live as long as
+# it does). OP_DATA comes before the record that needs it.
+OP_PUTS = 0
+OP_FINISH = 1
+OP_DELETE = 2
+OP_META = 3
+OP_DEP = 4
+OP_DATA = 5
+OP_CLAIM = 6
+
+
+def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[Any, ...]]:
+    """LMDB's keys and values for operations already checked by
+    :func:`~trioqueue.storage.ops.validate_writes`, in order.
+
+    What the layout itself refuses (an overlong key, a createdAt beyond 64 bits) raises
+    :class:`ValueError` here, before a transaction exists, so an adapter applying the
+    result only meets storage errors, and a retry after growing the map needs no
+    re-encoding. With ``kept``, a large record's data is kept apart (see
+    :mod:`.kept_data`); the adapter settles ``kept`` once the result is committed.
+    """
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    dumps = encode_value
+    puts: list[tuple[bytes, bytes]] | None = None
+    # the prefix of the last finished range: a batch finishes jobs of few queues
+    last_queue = last_state = ""
+    prefix = b""
+    # Any: the class is compared by identity below, which mypy does not narrow by
+    typed: Sequence[Any] = ops
+    for op in typed:
+        # NamedTuples unpacked rather than read by attribute: one specialised opcode;
+        # their class read once and compared by identity (validate_writes admits only
+        # these five classes, no subclasses)
+        cls = type(op)
+        if cls is PutJob:
+            job_id, record = op
+            key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
+            if len(key) > MAX_KEY_BYTES:
+                raise too_long("job id", key)
+            # (a long string as the data is known large before it is encoded: encoded
+            # whole first, it would be encoded twice)
+            if kept is None or not (kept.active or (
+                    type(data := record.get("data")) is str and len(data) >= KEEP_DATA_BYTES)):
+                value = dumps(record)
+                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                    value = _kept_value(job_id, key, record, kept, append, value)
+                    puts = None  # an OP_DATA may have come in between
+            else:
+                value = _kept_value(job_id, key, record, kept, append, None)
+                puts = None
+            if puts is None:
+                puts = []
+                append((OP_PUTS, puts))
+            puts.append((key, value))
+            continue
+        puts = None
+        if cls is FinishJob:
+            job_id, queue, state, created_at, record, has_result, result = op
+            jkey = job_id.encode("utf-8")
+            if queue != last_queue or state != last_state:
+                prefix = finished_prefix(queue, state)
+                last_queue, last_state = queue, state
+            if kept is not None and kept.active:
+                value = _kept_value(job_id, jkey, record, kept, append, None)
+                kept.stage(job_id, None)  # its last write, normally (see kept_data)
+            else:
+                value = dumps(record)
+                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                    value = _kept_value(job_id, jkey, record, kept, append, value)
+                    kept.stage(job_id, None)
+            append((OP_FINISH, jkey, value,
+                    finished_idx_key(prefix, created_at, jkey),  # checks the length
+                    prefix, encode_result(result) if has_result else None))
+        elif cls is DeleteJob:
+            jkey = op[0].encode("utf-8")
+            if len(jkey) > MAX_KEY_BYTES:
+                raise too_long("job id", jkey)
+            if kept is not None and kept.active:
+                kept.stage(op[0], None)
+            # the deps prefix inline (see dep_scan_prefix): None when no row can fit
+            dep_prefix = U16.pack(len(jkey)) + jkey
+            append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
+        else:
+            append(_encode_other(op))
+    return out
+
+
+def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
+                append: Callable[[tuple[Any, ...]], None], value: bytes | None) -> bytes:
+    """:func:`~.kept_data.kept_record`'s value, its OP_DATA or OP_CLAIM appended first."""
+    value, row = kept_record(job_id, record, kept, encode_value, value)
+    if type(row) is AheadClaim:
+        append((OP_CLAIM, key, row.row_key, row.pieces))
+    elif row is not None:
+        append((OP_DATA, key, row))
+    return value
+
+
+def _encode_other(op: Op) -> tuple[Any, ...]:
+    if isinstance(op, PutQueueMeta):
+        return (OP_META, queue_key(op.queue), encode_value(op.meta))
+    if isinstance(op, PutDepOutcome):
+        return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
+    raise TypeError(f"not a storage operation: {op!r}")

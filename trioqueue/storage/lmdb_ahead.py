@@ -1,0 +1,104 @@
+"""Long data strings written to LMDB ahead of their job, a piece a transaction.
+
+A large job's data row was put and committed in the push's own commit: one step of
+about 2 ms for 8.5 MB, during which no other write could commit (one writer, one
+LMDB write lock). Written ahead instead (``actors/ahead_writes.py`` drives it), each
+piece of :data:`AHEAD_PIECE_BYTES` is its own short transaction, and other commits
+run between two. The record's commit then only claims the rows (``ahead_claims``, in
+the same transaction as the record): a crash before it leaves pieces no claim points
+to, which :meth:`LmdbAhead.sweep_ahead` deletes when the store opens; a push that is
+refused leaves its pieces to :meth:`LmdbAhead.drop_ahead`. Deleting a job deletes its
+claim and pieces (``LmdbStorage._delete``); so does writing it new data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import lmdb
+
+from . import keys as K
+from .kept_data import AheadClaim, Row
+from .lmdb_growth import HighWaterMark
+from .port import StorageFullError
+
+#: Bytes of one piece, one transaction each (about 0.25 ms to put and commit here).
+AHEAD_PIECE_BYTES: Final = 1 << 20
+
+
+class LmdbAhead:
+    """The ``ahead`` rows of :class:`~trioqueue.storage.lmdb_store.LmdbStorage`."""
+
+    _env: lmdb.Environment
+    _ahead: Any
+    _claims: Any
+    _mark: HighWaterMark
+    max_map_size_bytes: int
+    ahead_piece_bytes = AHEAD_PIECE_BYTES
+
+    def _grow(self) -> None:
+        raise NotImplementedError
+
+    def write_ahead(self, row_key: bytes, index: int, piece: Row) -> None:
+        """Put one piece in a transaction of its own. A full store raises
+        :class:`StorageFullError` with nothing written (the caller drops the pieces
+        before it and takes the ordinary path, which admission decides)."""
+        key = K.ahead_piece_key(row_key, index)
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    txn.put(key, piece, db=self._ahead)
+                break
+            except lmdb.MapFullError:
+                if self._env.info()["map_size"] >= self.max_map_size_bytes:
+                    raise StorageFullError("no room to write a job's data ahead") from None
+                self._grow()
+        self._mark.forget()  # (grown by an unencoded write: measured again when asked)
+
+    def drop_ahead(self, claim: AheadClaim) -> None:
+        """Delete the pieces of rows no record took (a refused push, a failed write)."""
+        with self._env.begin(write=True) as txn:
+            self._delete_pieces(txn, claim.row_key, claim.pieces)
+
+    def _delete_pieces(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
+                       ) -> None:
+        for index in range(pieces):
+            txn.delete(K.ahead_piece_key(row_key, index), db=self._ahead)
+
+    def _drop_claim(self, txn: lmdb.Transaction[bytes], jkey: bytes) -> None:
+        """The job's claim, if any, and its pieces, deleted inside ``txn``."""
+        raw = txn.pop(jkey, db=self._claims)
+        if raw is not None:
+            self._delete_pieces(txn, *K.decode_claim(raw))
+
+    def _claim(self, txn: lmdb.Transaction[bytes], jkey: bytes, row_key: bytes,
+               pieces: int) -> None:
+        old = txn.replace(jkey, K.encode_claim(row_key, pieces), db=self._claims)
+        if old is not None and bytes(old[:K.AHEAD_ROW_KEY_BYTES]) != row_key:
+            self._delete_pieces(txn, *K.decode_claim(old))
+
+    def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
+                    ) -> bytes | None:
+        parts = []
+        for index in range(pieces):
+            part = txn.get(K.ahead_piece_key(row_key, index), db=self._ahead)
+            if part is None:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    def sweep_ahead(self) -> int:
+        """Delete the pieces no claim points to; how many (run when the store opens)."""
+        with self._env.begin(write=True) as txn:
+            if not txn.stat(self._ahead)["entries"]:
+                return 0
+            with txn.cursor(db=self._claims) as cur:
+                claimed = {K.decode_claim(raw)[0] for raw in cur.iternext(keys=False)}
+            stale = []
+            with txn.cursor(db=self._ahead) as cur:
+                for key in cur.iternext(values=False):
+                    if bytes(key[:K.AHEAD_ROW_KEY_BYTES]) not in claimed:
+                        stale.append(bytes(key))
+            for key in stale:
+                txn.delete(key, db=self._ahead)
+        return len(stale)
