@@ -30,17 +30,20 @@ from trioqueue.process_heap import _glibc_mallopt, keep_freed_heap
 print(keep_freed_heap(int(sys.argv[1])))
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+size, count = int(sys.argv[2]), int(sys.argv[3])
 for _ in range(3):
-    bufs = [b"x" * 8_500_000 for _ in range(3)]; del bufs
+    bufs = [b"x" * size for _ in range(count)]; del bufs
 before = faults()
 for _ in range(10):
-    bufs = [b"x" * 8_500_000 for _ in range(3)]; del bufs
+    bufs = [b"x" * size for _ in range(count)]; del bufs
 print((faults() - before) / 10)
 """
 
 
-def faults_per_round(keep_bytes: int) -> tuple[str, float]:
-    out = subprocess.run([sys.executable, "-c", FAULTS_PER_ROUND, str(keep_bytes)],
+def faults_per_round(keep_bytes: int, size: int = 8_500_000, count: int = 3
+                     ) -> tuple[str, float]:
+    out = subprocess.run([sys.executable, "-c", FAULTS_PER_ROUND, str(keep_bytes), str(size),
+                          str(count)],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     applied, faults = out.split()
     return applied, float(faults)
@@ -51,6 +54,17 @@ def test_large_buffers_reuse_freed_memory() -> None:
     applied, faults = faults_per_round(64 << 20)
     assert applied == "True"
     assert faults < 100  # 25.5 MB a round in fresh pages would be about 6,000 faults
+
+
+@needs_glibc
+def test_a_block_past_the_mmap_threshold_reuses_freed_memory_too() -> None:
+    # 40 MB: past glibc's largest mmap threshold (32 MiB), so mapped on its own and
+    # unmapped when freed, unless no block is mapped on its own (M_MMAP_MAX 0)
+    applied, faults = faults_per_round(64 << 20, 40_000_000, 1)
+    assert applied == "True"
+    assert faults < 100, faults  # 40 MB in fresh pages would be about 9,800 faults
+    _, default = faults_per_round(0, 40_000_000, 1)
+    assert default > 5_000, default
 
 
 @needs_glibc

@@ -5,6 +5,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import lmdb
+
+from trioqueue.storage import keys as K
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 
@@ -159,6 +162,51 @@ async def test_kill_9_keeps_a_flow_and_the_resolutions_it_acknowledged(
         assert (await client.ok("GetState", id="root"))["state"] == "waiting"
         failed = await client.ok("GetFailedChildrenValues", id="root")
         assert failed["values"] == {"kf-c:c2": "broken"}
+        await client.aclose()
+    finally:
+        await broker.stop()
+
+
+def ahead_rows(data_dir: Path) -> tuple[int, int]:
+    """(pieces, claims) of the data written ahead, read beside the running broker."""
+    env = lmdb.open(str(data_dir), readonly=True, max_dbs=16, lock=True)
+    try:
+        with env.begin() as txn:
+            pieces = txn.stat(env.open_db(K.DB_AHEAD, txn=txn, create=False))["entries"]
+            claims = txn.stat(env.open_db(K.DB_AHEAD_CLAIMS, txn=txn,
+                                          create=False))["entries"]
+    finally:
+        env.close()
+    return pieces, claims
+
+
+async def test_kill_9_while_large_data_is_written_ahead(tmp_path: Path) -> None:
+    """Large pushes in flight when the broker dies: every acknowledged one comes back
+    whole, and no piece written ahead is left without its job."""
+    size = 8 * 1024 * 1024 + 10  # 9 pieces of 1 MiB a job
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        texts = {i: chr(ord("a") + i) * size for i in range(6)}
+        await client.send_raw(b"".join(
+            client.frame({"cmd": "PUSH", "queue": "big", "data": text, "reqId": f"p{i}"})
+            for i, text in texts.items()))
+        acked: dict[int, str] = {}
+        while len(acked) < 2:
+            reply = await client.receive()
+            assert reply["ok"] is True
+            acked[int(reply["reqId"][1:])] = reply["id"]
+        await broker.kill(signal.SIGKILL)  # the next pushes are on their way
+        await client.aclose()
+
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        count = (await client.ok("Count", queue="big"))["count"]
+        assert len(acked) <= count <= len(texts)
+        for i, job_id in acked.items():
+            assert (await client.ok("GetJob", id=job_id))["job"]["data"] == texts[i]
+        assert ahead_rows(tmp_path / "data") == (9 * count, count)
         await client.aclose()
     finally:
         await broker.stop()
