@@ -53,6 +53,7 @@ class AheadWriter:
         self._max_chars = max_chars  # the data limit: longer is refused anyway
         self._piece = storage.ahead_piece_bytes
         self._taken = 0  # room held by writes ahead under way
+        self.min_chars = AHEAD_MIN_BYTES  # (a shorter string is never written ahead)
 
     def text_of(self, request: Request) -> str | None:
         """The data string of a PUSH worth writing ahead, else None."""

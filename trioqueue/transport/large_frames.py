@@ -40,7 +40,7 @@ import trio
 from .codec import CBOR, MSGPACK, Codec, cbor_decoder
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
 from .framing import Payload
-from .large_msgpack import LONG_BYTES, msgpack_steps
+from .large_msgpack import LONG_BYTES, msgpack_steps, walked
 from .long_strings import bytes_steps, text_steps
 from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
 
@@ -264,17 +264,10 @@ class _CborWalk:
 
 def _cbor_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
     walk = _CborWalk(payload, slicer)
-    try:
-        if _walked(payload[0]):
-            value = yield from walk.container(1)
-        else:
-            value = yield from walk.leaf()
-        if walk.pos != len(payload):
-            raise DecodeError("trailing bytes after the CBOR item")
-        return value
-    except DecodeError:
-        raise
-    except Exception as exc:
-        raise DecodeError(f"invalid CBOR payload: {exc}") from exc
-    finally:
-        walk.view.release()
+    return (yield from walked(walk, _cbor_top(walk), "CBOR"))
+
+
+def _cbor_top(walk: _CborWalk) -> Steps[Any]:
+    if _walked(walk.buf[0]):
+        return (yield from walk.container(1))
+    return (yield from walk.leaf())

@@ -18,7 +18,7 @@ test_large_frames.py compares them).
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgpack
 
@@ -28,7 +28,7 @@ from .framing import Payload
 from .long_strings import bytes_steps, text_steps
 from .slicing import CHECK_EVERY, Slicer, Steps
 
-__all__ = ["msgpack_steps"]
+__all__ = ["msgpack_steps", "walked"]
 
 #: msgpack bytes one run of items may take.
 WINDOW_BYTES: Final = 16 * 1024
@@ -171,16 +171,26 @@ def msgpack_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
     """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
     would, in slices."""
     walk = _MsgpackWalk(payload, slicer)
+    return (yield from walked(walk, walk.item(1), "msgpack"))
+
+
+class _Walk(Protocol):
+    pos: int
+    view: memoryview
+
+
+def walked(walk: _Walk, top: Steps[Any], what: str) -> Steps[Any]:
+    """``top``, a walk's one item, run to its end: it must be the whole payload, and any
+    failure is a :class:`DecodeError` naming ``what`` (the codec); the walk's view of
+    the payload is released however it ends. (The CBOR walk's too: large_frames.py.)"""
     try:
-        if not len(payload):
-            raise DecodeError("invalid msgpack payload: empty")
-        value = yield from walk.item(1)
-        if walk.pos != len(payload):
-            raise DecodeError("invalid msgpack payload: extra bytes after the item")
+        value = yield from top
+        if walk.pos != len(walk.view):
+            raise DecodeError(f"invalid {what} payload: extra bytes after the item")
         return value
     except DecodeError:
         raise
     except Exception as exc:
-        raise DecodeError(f"invalid msgpack payload: {exc}") from exc
+        raise DecodeError(f"invalid {what} payload: {exc}") from exc
     finally:
         walk.view.release()

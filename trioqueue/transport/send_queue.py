@@ -24,55 +24,58 @@ COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this 
 Chunk = bytes | memoryview
 
 
-def frame_parts(codec: Codec, objs: Iterable[Any]) -> tuple[list[Chunk], list[int]]:
-    """Replies encoded and framed for one send: small frames joined into one chunk, a
-    payload of ``COALESCE_BYTES`` or more left as it is behind its header (joining it
-    would copy it once more: about 1 ms of the event loop for an 8.5 MB job), a job's
-    long data string as a view of its own bytes (:mod:`.text_splice`); and the
-    offsets at which frames end, so a partial write can tell where the frame it began
-    ends (:func:`rest_of_parts`)."""
+def frame_parts(codec: Codec, objs: Iterable[Any]) -> list[Chunk]:
+    """Replies encoded and framed for one send: small frames joined into one chunk (all
+    of them, commonly: one buffer, as before), a payload of ``COALESCE_BYTES`` or more
+    left as it is behind its header (joining it would copy it once more: about 1 ms of
+    the event loop for an 8.5 MB job), a job's long data string as a view of its own
+    bytes (:mod:`.text_splice`). A frame header is never cut across two chunks."""
     parts: list[Chunk] = []
-    ends: list[int] = []
     run: list[bytes] = []
-    at = 0
+    encode = codec.encode
     for obj in objs:
-        text = long_job_text(obj)
-        pieces = None if text is None else _spliced(codec, obj, text)
+        # a reply carrying a job (PULL, GetJob) whose data is a long string: spliced
+        job = obj.get("job") if type(obj) is dict else None
+        pieces = None if job is None else _spliced(codec, obj, job)
         if pieces is None:
-            payload = codec.encode(obj)
+            payload = encode(obj)
             size = len(payload)
             if size < COALESCE_BYTES:
-                at += HEADER_SIZE + size
-                ends.append(at)
                 run += (frame_header(size), payload)
                 continue
             pieces = [payload]
         else:
             size = sum(map(len, pieces))
-        at += HEADER_SIZE + size
-        ends.append(at)
         if run:
             parts.append(b"".join(run))
             run = []
         parts.append(frame_header(size))
         parts += pieces
     if run:
-        parts.append(b"".join(run) if len(run) > 1 else run[0])
-    return parts, ends
+        parts.append(b"".join(run))
+    return parts
 
 
-def _spliced(codec: Codec, obj: Any, text: str) -> list[Chunk] | None:
+def _spliced(codec: Codec, obj: dict[str, Any], job: Any) -> list[Chunk] | None:
+    text = long_job_text(job)
+    if text is None:
+        return None
     view = utf8_view(text)
     return None if view is None else spliced(codec, obj, text, view)
 
 
-def rest_of_parts(ends: list[int], written: int) -> int:
-    """Bytes after ``written`` that finish the frame the socket took part of (0: none)."""
-    if written:
-        for end in ends:
-            if end >= written:
-                return end - written
-    return 0
+def rest_of_parts(parts: list[Chunk], written: int) -> int:
+    """Bytes after ``written`` that finish the frame the socket took part of (0: none),
+    read from the frame headers (rarely asked: a write the socket took part of)."""
+    pos = 0  # where the next frame starts, in all of the parts one after the other
+    base = index = 0  # parts[index] starts at base
+    while pos < written:
+        while base + len(parts[index]) <= pos:
+            base += len(parts[index])
+            index += 1
+        at = pos - base
+        pos += HEADER_SIZE + int.from_bytes(parts[index][at:at + HEADER_SIZE], "big")
+    return pos - written
 
 
 def unsent_parts(parts: list[Chunk], written: int) -> list[Chunk]:

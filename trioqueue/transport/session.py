@@ -65,6 +65,8 @@ class AheadWrites(Protocol):
     """Writes a PUSH's long data string to the store before the command runs
     (actors/ahead_writes.py)."""
 
+    @property
+    def min_chars(self) -> int: ...
     def text_of(self, request: Request) -> str | None: ...
     async def write(self, request: Request, text: str) -> bool: ...
 
@@ -285,7 +287,10 @@ class Session:
             if item is None:
                 continue
             ahead = self._ahead
-            if ahead is not None and (text := ahead.text_of(item[1])) is not None:
+            if ahead is not None and item[1].cmd == "PUSH" and (
+                    type(data := item[1].msg.get("data")) is str
+                    and len(data) >= ahead.min_chars
+                    and (text := ahead.text_of(item[1])) is not None):
                 # its long data is written first, a piece at a time; what came before
                 # it goes now, so it does not wait for that
                 self._flush_answers(replier)

@@ -125,19 +125,24 @@ class TcpConnection:
         if self._pending.chunks or self._flushing or self._closing:
             # behind what waits (counted against the write-queue bound: so a client
             # that reads nothing gets nothing encoded lazily); nothing after a last frame
-            return self._queue(*frame_parts(self._codec(), replies)[0])
+            return self._queue(*frame_parts(self._codec(), replies))
         for reply in replies:
             if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
                 # encoded by the sender task, in slices (reply_slices.py)
                 return self._queue_long(replies, replies.index(reply))
         if not replies:
             return SENT
-        parts, ends = frame_parts(self._codec(), replies)
-        written = (write_now(self._fd, parts[0]) if len(parts) == 1
-                   else writev_now(self._fd, parts))
-        if written == ends[-1]:
-            return SENT
-        self._pending.head = rest_of_parts(ends, written)
+        parts = frame_parts(self._codec(), replies)
+        if len(parts) == 1:  # (commonly)
+            data = parts[0]
+            written = write_now(self._fd, data)
+            if written == len(data):
+                return SENT
+        else:
+            written = writev_now(self._fd, parts)
+            if written == sum(map(len, parts)):
+                return SENT
+        self._pending.head = rest_of_parts(parts, written)
         return self._queue(*unsent_parts(parts, written))
 
     def _queue_long(self, replies: list[dict[str, Any]], i: int) -> str:

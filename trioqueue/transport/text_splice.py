@@ -27,14 +27,12 @@ SPLICE_CHARS: Final = 64 * 1024
 _PLACEHOLDER: Final = "\x00trioqueue-long-text-" + secrets.token_hex(16)
 
 
-def long_job_text(obj: Any) -> str | None:
-    """The data of the job in reply ``obj`` when it is a string to splice, else None."""
-    if type(obj) is dict:
-        job = obj.get("job")
-        if isinstance(job, dict):
-            data = job.get("data")
-            if type(data) is str and len(data) >= SPLICE_CHARS:
-                return data
+def long_job_text(job: Any) -> str | None:
+    """The data of a reply's ``job`` when it is a string to splice, else None."""
+    if isinstance(job, dict):
+        data = job.get("data")
+        if type(data) is str and len(data) >= SPLICE_CHARS:
+            return data
     return None
 
 
