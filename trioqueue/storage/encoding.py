@@ -77,10 +77,7 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
             if len(key) > MAX_KEY_BYTES:
                 raise too_long("job id", key)
-            # (a long string as the data is known large before it is encoded: encoded
-            # whole first, it would be encoded twice)
-            if kept is None or not (kept.active or (
-                    type(data := record.get("data")) is str and len(data) >= KEEP_DATA_BYTES)):
+            if kept is None or not kept.active:
                 value = dumps(record)
                 if len(value) >= KEEP_DATA_BYTES and kept is not None:
                     value = _kept_value(job_id, key, record, kept, append, value)

@@ -32,6 +32,7 @@ def frame_parts(codec: Codec, objs: Iterable[Any]) -> list[Chunk]:
     bytes (:mod:`.text_splice`). A frame header is never cut across two chunks."""
     parts: list[Chunk] = []
     run: list[bytes] = []
+    append = run.append
     encode = codec.encode
     for obj in objs:
         # a reply carrying a job (PULL, GetJob) whose data is a long string: spliced
@@ -41,14 +42,15 @@ def frame_parts(codec: Codec, objs: Iterable[Any]) -> list[Chunk]:
             payload = encode(obj)
             size = len(payload)
             if size < COALESCE_BYTES:
-                run += (frame_header(size), payload)
+                append(frame_header(size))
+                append(payload)
                 continue
             pieces = [payload]
         else:
             size = sum(map(len, pieces))
         if run:
             parts.append(b"".join(run))
-            run = []
+            run.clear()
         parts.append(frame_header(size))
         parts += pieces
     if run:

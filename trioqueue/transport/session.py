@@ -287,10 +287,10 @@ class Session:
             if item is None:
                 continue
             ahead = self._ahead
-            if ahead is not None and item[1].cmd == "PUSH" and (
-                    type(data := item[1].msg.get("data")) is str
-                    and len(data) >= ahead.min_chars
-                    and (text := ahead.text_of(item[1])) is not None):
+            # (the frame's size first: a frame too small to carry such data costs
+            # one comparison)
+            if ahead is not None and size >= ahead.min_chars and (
+                    text := ahead.text_of(item[1])) is not None:
                 # its long data is written first, a piece at a time; what came before
                 # it goes now, so it does not wait for that
                 self._flush_answers(replier)
