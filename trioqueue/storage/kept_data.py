@@ -116,6 +116,8 @@ class KeptData:
         return entry[1]
 
     def settle(self) -> None:
+        if not (self._staged or self._taken):
+            return  # (commonly: a commit of small records only)
         held = self.held
         for job_id, stored in self._staged.items():
             if stored is None:
@@ -129,9 +131,10 @@ class KeptData:
         self._refresh()
 
     def discard(self) -> None:
-        self._staged.clear()
-        self._taken.clear()
-        self._refresh()
+        if self._staged or self._taken:
+            self._staged.clear()
+            self._taken.clear()
+            self._refresh()
 
 
 class KeptAheadRows:

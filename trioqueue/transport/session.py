@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -108,6 +109,8 @@ class Session:
         self.router = broker.router
         self.events = broker.events
         self._ahead = broker.ahead
+        # the smallest frame that may carry data to write ahead (never, without one)
+        self._ahead_min = math.inf if self._ahead is None else self._ahead.min_chars
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
@@ -271,6 +274,7 @@ class Session:
         None)``, where a value that is a DecodeError marks a bad payload."""
         routed: list[tuple[Command, Request]] = []
         limit = self.config.max_inflight_per_connection
+        ahead_min = self._ahead_min
         replier: Any = self if tag is None else self.replier_for(tag)
         # The answers given here (bad frames, session commands) leave together, in one
         # write, before anything awaits: a read of 200 malformed frames cost 200 writes.
@@ -286,10 +290,9 @@ class Session:
             item = self._prepare(msg, size, bound, replier)
             if item is None:
                 continue
-            ahead = self._ahead
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
-            if ahead is not None and size >= ahead.min_chars and (
+            if size >= ahead_min and (ahead := self._ahead) is not None and (
                     text := ahead.text_of(item[1])) is not None:
                 # its long data is written first, a piece at a time; what came before
                 # it goes now, so it does not wait for that
