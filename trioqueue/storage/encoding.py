@@ -62,6 +62,12 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
     append = out.append
     dumps = encode_value
     puts: list[tuple[bytes, bytes]] | None = None
+    # Whether kept data may be in play (a job's data held or written ahead, or a large
+    # record met in this call): else a record is only measured once encoded
+    keeping = kept is not None
+    if kept is None:
+        kept = KeptData()  # (never staged: keeping is False)
+    active = kept.active
     # the prefix of the last finished range: a batch finishes jobs of few queues
     last_queue = last_state = ""
     prefix = b""
@@ -77,11 +83,12 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             key = job_id.encode("utf-8")  # non-empty: validate_writes checked it
             if len(key) > MAX_KEY_BYTES:
                 raise too_long("job id", key)
-            if kept is None or not kept.active:
+            if not active:
                 value = dumps(record)
-                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                if keeping and len(value) >= KEEP_DATA_BYTES:
                     value = _kept_value(job_id, key, record, kept, append, value)
                     puts = None  # an OP_DATA may have come in between
+                    active = True
             else:
                 value = _kept_value(job_id, key, record, kept, append, None)
                 puts = None
@@ -97,14 +104,15 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             if queue != last_queue or state != last_state:
                 prefix = finished_prefix(queue, state)
                 last_queue, last_state = queue, state
-            if kept is not None and kept.active:
+            if active:
                 value = _kept_value(job_id, jkey, record, kept, append, None)
                 kept.stage(job_id, None)  # its last write, normally (see kept_data)
             else:
                 value = dumps(record)
-                if len(value) >= KEEP_DATA_BYTES and kept is not None:
+                if keeping and len(value) >= KEEP_DATA_BYTES:
                     value = _kept_value(job_id, jkey, record, kept, append, value)
                     kept.stage(job_id, None)
+                    active = True
             append((OP_FINISH, jkey, value,
                     finished_idx_key(prefix, created_at, jkey),  # checks the length
                     prefix, encode_result(result) if has_result else None))
@@ -112,7 +120,7 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             jkey = op[0].encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:
                 raise too_long("job id", jkey)
-            if kept is not None and kept.active:
+            if active:
                 kept.stage(op[0], None)
             # the deps prefix inline (see dep_scan_prefix): None when no row can fit
             dep_prefix = U16.pack(len(jkey)) + jkey

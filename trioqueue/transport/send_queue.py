@@ -36,8 +36,7 @@ def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
     encode = codec.encode
     for obj in objs:
         # a reply carrying a job (PULL, GetJob) whose data is a long string: spliced
-        job = obj.get("job")
-        if job is not None and (pieces := _spliced(codec, obj, job)) is not None:
+        if "job" in obj and (pieces := _spliced(codec, obj, obj["job"])) is not None:
             size = sum(map(len, pieces))
         else:
             payload = encode(obj)

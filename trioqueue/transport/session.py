@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -35,6 +34,7 @@ log = logging.getLogger("trioqueue.session")
 _WIRE = COMMANDS.wire  # what a client may send, by name
 
 BAD_FORMAT = "Invalid command format"
+_NEVER = 1 << 62  # a frame size no frame reaches (an int: compared with ints)
 BAD_COMMAND = "Invalid command"
 
 
@@ -110,7 +110,7 @@ class Session:
         self.events = broker.events
         self._ahead = broker.ahead
         # the smallest frame that may carry data to write ahead (never, without one)
-        self._ahead_min = math.inf if self._ahead is None else self._ahead.min_chars
+        self._ahead_min = _NEVER if self._ahead is None else self._ahead.min_chars
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
