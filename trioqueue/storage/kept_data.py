@@ -57,7 +57,7 @@ class KeptData:
     that is not stored.
     """
 
-    __slots__ = ("held", "ahead", "_staged", "_taken", "active")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -69,6 +69,7 @@ class KeptData:
         # Whether any job's data is held, staged or written ahead (commonly none): an
         # attribute kept up to date, read for every record written
         self.active = False
+        self.staging = False  # changes wait for settle or discard
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead)
@@ -84,7 +85,7 @@ class KeptData:
         """``data`` is stored for ``job_id`` (where ``kept`` says) by the write being
         encoded (None: no data is held for it any more)."""
         self._staged[job_id] = None if data is None else (data, kept)
-        self.active = True
+        self.active = self.staging = True
 
     def hold(self, job_id: str, data: Any, kept: Any) -> None:
         """A recovered record's data, as stored (the store's own reads, not staged)."""
@@ -100,6 +101,7 @@ class KeptData:
 
     def take_ahead(self, text: str) -> None:
         self._taken.append(id(text))
+        self.staging = True
 
     def add_ahead(self, text: str, claim: AheadClaim) -> None:
         """Rows were written ahead for ``text``: the next record with it takes them."""
@@ -116,8 +118,7 @@ class KeptData:
         return entry[1]
 
     def settle(self) -> None:
-        if not (self._staged or self._taken):
-            return  # (commonly: a commit of small records only)
+        self.staging = False
         held = self.held
         for job_id, stored in self._staged.items():
             if stored is None:
@@ -131,10 +132,10 @@ class KeptData:
         self._refresh()
 
     def discard(self) -> None:
-        if self._staged or self._taken:
-            self._staged.clear()
-            self._taken.clear()
-            self._refresh()
+        self.staging = False
+        self._staged.clear()
+        self._taken.clear()
+        self._refresh()
 
 
 class KeptAheadRows:

@@ -229,9 +229,11 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             if ops:
                 self._apply(ops)
         except BaseException:
-            self._kept.discard()
+            if self._kept.staging:
+                self._kept.discard()
             raise
-        self._kept.settle()
+        if self._kept.staging:  # (commonly not: small records only)
+            self._kept.settle()
 
     def _apply(self, ops: list[tuple[Any, ...]]) -> None:
         turned_over = False

@@ -97,9 +97,11 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         except BaseException:
             for action in reversed(undo):
                 action()
-            self._kept.discard()
+            if self._kept.staging:
+                self._kept.discard()
             raise
-        self._kept.settle()
+        if self._kept.staging:  # (commonly not: small records only)
+            self._kept.settle()
 
     def _apply_one(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
         kind = op[0]

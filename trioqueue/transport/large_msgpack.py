@@ -5,10 +5,10 @@ has been fed: a 40 MB string held the loop for about 25 ms. Here arrays and maps
 opened by this walk, at every depth, and their items decoded by msgpack in runs that
 fit in ``WINDOW_BYTES`` (as :class:`~trioqueue.transport.large_frames._CborWalk` does
 for CBOR: a head for ``batch`` items put in front of the next window, halved while the
-items do not fit). An item too large for the window is walked into if it is an array
-or a map; a long string or byte string is made a piece at a time
-(:mod:`.long_strings`); anything else (an ext type, a short string near a window's end)
-is decoded alone.
+items do not fit, and sized after each run from its bytes per item). An item too large
+for the window is walked into if it is an array or a map; a long string or byte string
+is made a piece at a time (:mod:`.long_strings`); anything else (an ext type, a short
+string near a window's end) is decoded alone.
 
 The rules are the codec's: the same ``Unpacker`` options decode every run, so what comes
 out, and what is refused, is what :meth:`MsgpackCodec.decode` gives (tests/transport/
@@ -102,8 +102,12 @@ class _MsgpackWalk:
                     return None, 0
                 self.batch = max(1, count // 2)
                 continue
-            self.pos += unpacker.tell() - len(head)
-            self.batch = min(MAX_BATCH, 2 * count)
+            used = unpacker.tell() - len(head)
+            self.pos += used
+            # the next run sized from this one's bytes per item, to fill about 7/8 of
+            # the window (doubling instead made every other run overflow it: a parse of
+            # a whole window for nothing)
+            self.batch = max(1, min(MAX_BATCH, WINDOW_BYTES * 7 * count // (8 * used or 1)))
             return value, count
 
     def item(self, depth: int) -> Steps[Any]:

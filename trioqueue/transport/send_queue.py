@@ -36,7 +36,7 @@ def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
     encode = codec.encode
     for obj in objs:
         # a reply carrying a job (PULL, GetJob) whose data is a long string: spliced
-        if "job" in obj and (pieces := _spliced(codec, obj, obj["job"])) is not None:
+        if "job" in obj and (pieces := _spliced(codec, obj)) is not None:
             size = sum(map(len, pieces))
         else:
             payload = encode(obj)
@@ -56,8 +56,8 @@ def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
     return parts
 
 
-def _spliced(codec: Codec, obj: dict[str, Any], job: Any) -> list[Chunk] | None:
-    text = long_job_text(job)
+def _spliced(codec: Codec, obj: dict[str, Any]) -> list[Chunk] | None:
+    text = long_job_text(obj["job"])
     if text is None:
         return None
     view = utf8_view(text)
