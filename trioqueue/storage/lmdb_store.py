@@ -224,26 +224,27 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
         # ValueError on bad input, before any transaction
+        kept = self._kept
         try:
-            ops = E.encode_ops(validate_writes(batches), self._kept)
-            if ops:
-                self._apply(ops)
-        except BaseException:
-            if self._kept.staging:
-                self._kept.discard()
-            raise
-        if self._kept.staging:  # (commonly not: small records only)
-            self._kept.settle()
-
-    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
-        turned_over = False
-        while True:
-            try:
+            ops = E.encode_ops(validate_writes(batches), kept)
+            if not ops:
+                return
+            try:  # (the common case inline: a call less per commit)
                 self._write(ops)
                 self._mark.committed(ops)
-                return
             except lmdb.MapFullError:
-                pass
+                self._apply_full(ops)  # nothing was applied: grow, turn over or refuse
+        except BaseException:
+            if kept.staging:
+                kept.discard()
+            raise
+        if kept.staging:  # (commonly not: small records only)
+            kept.settle()
+
+    def _apply_full(self, ops: list[tuple[Any, ...]]) -> None:
+        """Apply ``ops`` after a first try found the map full (see the module)."""
+        turned_over = False
+        while True:
             self._mark.forget()  # (a no-op commit or a reserve may follow)
             if self._env.info()["map_size"] < self.max_map_size_bytes:
                 self._grow()
@@ -255,6 +256,12 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
                 self._turn_over()
             else:
                 self._grow()  # raises StorageFullError: nothing was applied
+            try:
+                self._write(ops)
+                self._mark.committed(ops)
+                return
+            except lmdb.MapFullError:
+                pass
 
     def _turn_over(self) -> None:
         """Commit a no-op write so pages freed by the last commit become reusable.

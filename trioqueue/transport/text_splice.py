@@ -20,20 +20,13 @@ from typing import Any, Final
 
 from .codec import CBOR, MSGPACK, Codec
 
-__all__ = ["SPLICE_CHARS", "long_job_text", "spliced"]
+__all__ = ["SPLICE_CHARS", "spliced"]
 
 #: A job's data string at least this long is spliced (below it, the copies are cheap).
+#: Which replies are: one whose ``job`` is a JobWire with such a string as its data
+#: (send_queue.frame_parts asks, inline).
 SPLICE_CHARS: Final = 64 * 1024
 _PLACEHOLDER: Final = "\x00trioqueue-long-text-" + secrets.token_hex(16)
-
-
-def long_job_text(job: Any) -> str | None:
-    """The data of a reply's ``job`` when it is a string to splice, else None."""
-    if isinstance(job, dict):
-        data = job.get("data")
-        if type(data) is str and len(data) >= SPLICE_CHARS:
-            return data
-    return None
 
 
 def _msgpack_head(size: int) -> bytes:
