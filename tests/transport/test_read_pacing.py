@@ -148,3 +148,26 @@ async def test_a_websocket_message_with_a_bad_frame_pauses_its_connection(
         with trio.fail_after(30):
             assert JSON.decode(await ws.get_message())["reqId"] == "c"
         assert trio.current_time() - start >= 1.4  # this connection was left unread
+
+
+async def test_a_large_frame_refused_for_too_much_data_pauses_its_connection(
+    start_server: StartServer,
+) -> None:
+    # A 40 MB PUSH over the data limit costs the broker its whole sliced decoding before
+    # it can be refused: a flood of them is paced like one of malformed frames.
+    server = await start_server(memory=True, bad_frame_pause_ratio=1e6,
+                                bad_frame_pause_max_ms=1_500.0, max_data_bytes=1 << 20)
+    client = await connect(server)
+    other = await connect(server)
+    fits = await client.call("PUSH", queue="q", data="x" * (1 << 19))  # large, within
+    assert fits["ok"] is True
+    start = trio.current_time()
+    assert (await client.call("Ping"))["ok"] is True  # no pause after it
+    assert trio.current_time() - start < 1.0
+    over = await client.call("PUSH", queue="q", data="x" * (2 << 20))
+    assert over["error"] == "Job data too large (max 10MB)"
+    start = trio.current_time()
+    assert (await other.call("Ping"))["ok"] is True  # everyone else is served
+    assert trio.current_time() - start < 1.0
+    assert (await client.call("Ping"))["ok"] is True
+    assert trio.current_time() - start >= 1.4  # this connection was left unread

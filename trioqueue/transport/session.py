@@ -24,6 +24,7 @@ import trio
 from ..actors.request import Request
 from ..config import Config
 from ..core.errors import Refused
+from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
 from .codec import DecodeError
 from .commands import COMMANDS
@@ -111,6 +112,10 @@ class Session:
         self._ahead = broker.ahead
         # the smallest frame that may carry data to write ahead (never, without one)
         self._ahead_min = _NEVER if self._ahead is None else self._ahead.min_chars
+        # a frame at least this large refused for too much job data counts as a bad
+        # frame (read_pacing): a flood of them would otherwise cost the broker their
+        # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
+        self._large_min = broker.config.large_frame_bytes or _NEVER
         self.authenticated = not broker.config.auth_tokens
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
@@ -275,6 +280,7 @@ class Session:
         routed: list[tuple[Command, Request]] = []
         limit = self.config.max_inflight_per_connection
         ahead_min = self._ahead_min
+        large_min = self._large_min
         replier: Any = self if tag is None else self.replier_for(tag)
         # The answers given here (bad frames, session commands) leave together, in one
         # write, before anything awaits: a read of 200 malformed frames cost 200 writes.
@@ -290,6 +296,8 @@ class Session:
             item = self._prepare(msg, size, bound, replier)
             if item is None:
                 continue
+            if size >= large_min:
+                item[1].replier = _CountsOversize(item[1].replier, self)
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
             if size >= ahead_min and (ahead := self._ahead) is not None and (
@@ -405,6 +413,23 @@ class Session:
         self._on_overflow = None
         self._on_outbox_bytes = None
         self._tagged.clear()
+
+
+class _CountsOversize:
+    """A large frame's replier that counts a refusal for too much job data (PUSH, or a
+    PUSHB's ``jobs[i]: ...``) as a refused frame of its session."""
+
+    __slots__ = ("_inner", "_session")
+
+    def __init__(self, inner: Any, session: Session) -> None:
+        self._inner = inner
+        self._session = session
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        error = reply.get("error")
+        if type(error) is str and error.endswith(DATA_TOO_LARGE):
+            self._session.refused_frames += 1
+        self._inner.deliver(reply)
 
 
 class _Tagged:
