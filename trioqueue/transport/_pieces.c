@@ -16,32 +16,34 @@
 #include <Python.h>
 #include <string.h>
 
-static PyObject *
-new_ascii(PyObject *module, PyObject *arg)
+/* The length argument of new_ascii / new_bytes; -1 with an exception set. */
+static Py_ssize_t
+length_of(PyObject *arg)
 {
     Py_ssize_t n = PyLong_AsSsize_t(arg);
     if (n == -1 && PyErr_Occurred())
-        return NULL;
+        return -1;
     if (n < 0) {
         PyErr_SetString(PyExc_ValueError, "negative length");
-        return NULL;
+        return -1;
     }
+    return n;
+}
+
+static PyObject *
+new_ascii(PyObject *module, PyObject *arg)
+{
+    Py_ssize_t n = length_of(arg);
     /* left unwritten (zeroing would be one more pass over it, in one call): the caller
      * fills all of it before anything else sees it, or drops it unread */
-    return PyUnicode_New(n, 127);
+    return n < 0 ? NULL : PyUnicode_New(n, 127);
 }
 
 static PyObject *
 new_bytes(PyObject *module, PyObject *arg)
 {
-    Py_ssize_t n = PyLong_AsSsize_t(arg);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative length");
-        return NULL;
-    }
-    return PyBytes_FromStringAndSize(NULL, n);
+    Py_ssize_t n = length_of(arg);
+    return n < 0 ? NULL : PyBytes_FromStringAndSize(NULL, n);
 }
 
 static int
