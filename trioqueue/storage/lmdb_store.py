@@ -2,9 +2,10 @@
 
 Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 
-* A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call, on
-  one OS thread, never across an ``await``; reads use short read transactions and copy
-  values out (no ``buffers=True``).
+* A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call (or
+  one ``write_ahead`` / ``drop_ahead`` call, :mod:`.lmdb_ahead`), on one OS thread,
+  never across an ``await``; reads use short read transactions and copy values out
+  (no ``buffers=True``).
 * ``sync=False`` by default: a commit is a few microseconds and a ``kill -9`` loses
   nothing committed (the page cache survives the process); :meth:`LmdbStorage.sync`
   flushes with ``env.sync(True)``. ``fsync_on_commit=True`` makes every commit durable.
