@@ -70,8 +70,9 @@ class Config:
     # (40-80 us a round trip here; transport/idle_spin.py). 0: sleep at once.
     idle_spin_ms: float = 0.5
     # Freed memory the standalone broker keeps for reuse (glibc's trim threshold; its
-    # mmap threshold is fixed at 32 MiB), so a large job's buffers do not fault in fresh
-    # pages each time: trioqueue/process_heap.py. 0: the allocator's defaults.
+    # mmap threshold is fixed at 32 MiB and no block is mapped on its own), so a large
+    # job's buffers do not fault in fresh pages each time, nor are unmapped on the loop:
+    # trioqueue/process_heap.py. 0: the allocator's defaults.
     heap_keep_bytes: int = 64 * 1024 * 1024
 
     # --- wire limits
