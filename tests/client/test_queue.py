@@ -63,6 +63,12 @@ async def test_every_job_option_reaches_the_broker(conn: Connection) -> None:
     dedup = await queue.add("n", {}, deduplication={"id": "k", "ttl": 60_000})
     same = await queue.add("n", {"x": 1}, deduplication={"id": "k"})
     assert same.id == dedup.id and await queue.get_deduplication_job_id("k") == dedup.id
+    assert await queue.remove_deduplication_key("k") == 1
+    fresh = await queue.add("n", {}, deduplication={"id": "k"})
+    assert fresh.id != dedup.id
+    assert await queue.remove_job_deduplication_key(dedup.id) is False  # not its key now
+    assert await queue.remove_job_deduplication_key(fresh.id) is True
+    assert await queue.remove_deduplication_key("k") == 0
     with pytest.raises(ValidationError, match="unknown job option: atempts"):
         await queue.add("n", {}, atempts=3)
     with pytest.raises(ValidationError, match="priority must be"):

@@ -7,6 +7,8 @@ from typing import Any
 
 import trio
 
+from trioqueue.config import Config
+from trioqueue.server import Server
 from trioqueue.testing import RawClient
 
 
@@ -463,3 +465,56 @@ async def test_workers_registry_is_tied_to_the_connection(connect: Callable[...,
 
     await wait_until(gone)
     assert (await watcher.call("Heartbeat", id=worker_id))["error"] == "Worker not found"
+
+
+async def test_releasing_a_deduplication_key(client: RawClient) -> None:
+    first = await client.ok("PUSH", queue="dk", name="n", data=1, uniqueKey="order-1")
+    # a push with the held key answers the holder
+    again = await client.ok("PUSH", queue="dk", name="n", data=2, uniqueKey="order-1")
+    assert again["id"] == first["id"]
+    removed = await client.ok("RemoveDeduplicationKey", queue="dk", deduplicationId="order-1")
+    assert removed["data"] == {"count": 1}
+    assert (await client.ok("GetDeduplicationJobId", queue="dk",
+                            deduplicationId="order-1"))["data"] == {"jobId": None}
+    gone = await client.ok("RemoveDeduplicationKey", queue="dk", deduplicationId="order-1")
+    assert gone["data"] == {"count": 0}
+    # the holder is still there; the key is free for a new job
+    assert (await client.ok("GetJob", id=first["id"]))["job"]["data"] == 1
+    second = await client.ok("PUSH", queue="dk", name="n", data=3, uniqueKey="order-1")
+    assert second["id"] != first["id"]
+    # by job: only the job that holds the key releases it
+    assert (await client.ok("RemoveJobDeduplicationKey", id=first["id"]))["data"] == {
+        "removed": False}
+    assert (await client.ok("RemoveJobDeduplicationKey", id=second["id"]))["data"] == {
+        "removed": True}
+    assert (await client.ok("RemoveJobDeduplicationKey", id="no-such-job"))["data"] == {
+        "removed": False}
+    third = await client.ok("PUSH", queue="dk", name="n", data=4, uniqueKey="order-1")
+    assert third["id"] not in (first["id"], second["id"])
+    assert (await client.ok("Count", queue="dk"))["count"] == 3
+    missing = await client.call("RemoveDeduplicationKey", queue="dk")
+    assert missing["ok"] is False and missing["error"] == "deduplicationId is required"
+
+
+async def test_a_released_deduplication_key_stays_released_after_a_restart(
+    configure: Callable[..., Config],
+) -> None:
+    config = configure()  # LMDB, in this test's directory
+    async with trio.open_nursery() as nursery:
+        first: Server = await nursery.start(Server(config).run)
+        assert first.tcp_port is not None
+        client = await RawClient.connect(first.tcp_port)
+        held = await client.ok("PUSH", queue="dk", name="n", data=1, uniqueKey="k")
+        await client.ok("RemoveDeduplicationKey", queue="dk", deduplicationId="k")
+        await client.aclose()
+        first.stop()
+    async with trio.open_nursery() as nursery:
+        second: Server = await nursery.start(Server(config).run)
+        assert second.tcp_port is not None
+        client = await RawClient.connect(second.tcp_port)
+        assert (await client.ok("GetDeduplicationJobId", queue="dk",
+                                deduplicationId="k"))["data"] == {"jobId": None}
+        new = await client.ok("PUSH", queue="dk", name="n", data=2, uniqueKey="k")
+        assert new["id"] != held["id"]
+        await client.aclose()
+        second.stop()

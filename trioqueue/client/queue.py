@@ -203,6 +203,20 @@ class Queue:
         job_id = reply["data"]["jobId"]
         return None if job_id is None else str(job_id)
 
+    async def remove_deduplication_key(self, dedup_id: str) -> int:
+        """Release a deduplication key (BullMQ's ``removeDeduplicationKey``): its job
+        goes on, and the next job added with the key is a new one; 1 if a live key was
+        released, else 0."""
+        reply = await self._call("RemoveDeduplicationKey", queue=self.name,
+                                 deduplicationId=dedup_id)
+        return int(reply["data"]["count"])
+
+    async def remove_job_deduplication_key(self, job_id: str) -> bool:
+        """Release the key of ``job_id`` only while that job still holds it (BullMQ's
+        ``job.removeDeduplicationKey``)."""
+        reply = await self._call("RemoveJobDeduplicationKey", id=job_id)
+        return bool(reply["data"]["removed"])
+
     async def get_workers(self) -> list[dict[str, Any]]:
         workers = (await self._call("ListWorkers"))["data"]["workers"]
         return [w for w in workers if self.name in (w.get("queues") or ())]

@@ -139,6 +139,7 @@ CORE_COMMANDS = CommandTable([
     _by_queue("GetCountsPerPriority", qh.get_counts_per_priority),
     _by_queue("Count", qh.count),
     _by_queue("GetDeduplicationJobId", qh.get_deduplication_job_id),
+    _by_queue("RemoveDeduplicationKey", qh.remove_deduplication_key),
     _by_queue("GetQueueLimits", qh.get_queue_limits),
     _by_queue("PromoteJobs", h.promote_jobs),
     _by_queue("SetStallConfig", h.set_stall_config),
@@ -166,6 +167,9 @@ CORE_COMMANDS = CommandTable([
     _by_id("MoveToWait", h.move_to_wait, admits=_one_job),
     _by_id("GetState", qh.get_state, not_found(id=JOB_ID, state=st.UNKNOWN)),
     _by_id("GetResult", qh.get_result, not_found(id=JOB_ID)),
+    # a job no queue knows holds no key
+    _by_id("RemoveJobDeduplicationKey", qh.remove_job_deduplication_key,
+           lambda job_id: {"data": {"removed": False}}),
     _by_id("ClearLogs", h.clear_logs, not_found()),
     _by_id("GetLogs", h.get_logs, lambda job_id: {"data": {"logs": [], "count": 0}}),
     _by_id("GetChildrenValues", qh.get_children_values,

@@ -179,6 +179,21 @@ def get_deduplication_job_id(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Re
     return {"data": {"jobId": q.dedup_owner(key, ctx.now)}}
 
 
+def remove_deduplication_key(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    key = msg.get("deduplicationId")
+    if not isinstance(key, str) or not key:
+        raise Refused("deduplicationId is required")
+    return {"data": {"count": 1 if q.release_dedup_key(key, ctx.now) else 0}}
+
+
+def remove_job_deduplication_key(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    job_id = fields.job_id(msg.get("id"))
+    job = q.jobs.get(job_id)
+    removed = (job is not None and job.unique_key is not None
+               and q.release_dedup_key(job.unique_key, ctx.now, owner_id=job_id))
+    return {"data": {"removed": removed}}
+
+
 def get_queue_limits(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     # Rate limits and concurrency caps are not configurable yet, so a queue has none:
     # bunqueue reports that as no rate limit (ttl -2), no cap, never maxed.

@@ -116,6 +116,8 @@ class SyncQueue:
     get_dependencies = _plain(Queue.get_dependencies)
     get_dependencies_count = _plain(Queue.get_dependencies_count)
     get_deduplication_job_id = _plain(Queue.get_deduplication_job_id)
+    remove_deduplication_key = _plain(Queue.remove_deduplication_key)
+    remove_job_deduplication_key = _plain(Queue.remove_job_deduplication_key)
     # progress, logs, job changes
     update_job_progress = _plain(Queue.update_job_progress)
     add_job_log = _plain(Queue.add_job_log)

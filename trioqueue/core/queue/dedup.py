@@ -26,13 +26,33 @@ def _release_key(q: QueueState, job: JobRecord) -> None:
             del q.dedup[job.unique_key]
 
 
+def release_dedup_key(q: QueueState, unique_key: str, now: int,
+                      owner_id: str | None = None) -> bool:
+    """Release a live key (``RemoveDeduplicationKey``; with ``owner_id``, only if that
+    job holds it: ``RemoveJobDeduplicationKey``); whether one was released.
+
+    The holder goes on as it is, but no longer owns the key, across a restart too
+    (``dedup_lost``, written with it): the next push with the key is admitted. A key
+    past its TTL is dropped on the way, and counts as none.
+    """
+    holder = q.dedup.get(unique_key)
+    if holder is None or (owner_id is not None and holder.owner != owner_id):
+        return False
+    del q.dedup[unique_key]
+    owner = q.jobs.get(holder.owner)
+    if owner is None or (holder.expires_at is not None and holder.expires_at <= now):
+        return False
+    owner.dedup_lost = True
+    q._persist(owner)
+    return True
+
+
 def dedup_owner(q: QueueState, unique_key: str, now: int) -> str | None:
     """The live job that holds ``unique_key`` (None once it expired or left)."""
     holder = q.dedup.get(unique_key)
     if holder is None or (holder.expires_at is not None and holder.expires_at <= now):
         return None
     return holder.owner if holder.owner in q.jobs else None
-
 
 
 def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,

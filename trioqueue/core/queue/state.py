@@ -338,6 +338,7 @@ class QueueState:
     # dedup.py: uniqueKey holders and the push policy
     _release_key = dedup._release_key
     dedup_owner = dedup.dedup_owner
+    release_dedup_key = dedup.release_dedup_key
     _dedup_admit = dedup._dedup_admit
     _dedup_claim = dedup._dedup_claim
 
