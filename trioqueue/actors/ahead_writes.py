@@ -24,8 +24,7 @@ once cannot together run into the reserve kept for finishing accepted jobs.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import trio
 
@@ -34,7 +33,7 @@ from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
 from ..utf8_views import utf8_view
 from .admission import StoreRoom
-from .request import Replier, Request
+from .request import OnReply, Request
 
 __all__ = ["AHEAD_MIN_BYTES", "AheadWriter"]
 
@@ -93,23 +92,7 @@ class AheadWriter:
         finally:
             self._taken -= need
         self._storage.expect_ahead(text, row_key, written)
-        request.replier = _ReleaseOnReply(
-            request.replier, lambda: self._storage.release_ahead(text))
+        # answered: the rows no record took go (release_ahead is a no-op once taken)
+        request.replier = OnReply(request.replier,
+                                  lambda _reply: self._storage.release_ahead(text))
         return True
-
-
-class _ReleaseOnReply:
-    """A request's replier that lets go of its written-ahead rows once it answers (the
-    record's commit, when there is one, came before the reply)."""
-
-    __slots__ = ("_inner", "_release")
-
-    def __init__(self, inner: Replier, release: Callable[[], None]) -> None:
-        self._inner = inner
-        self._release: Callable[[], None] | None = release
-
-    def deliver(self, reply: dict[str, Any]) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-        self._inner.deliver(reply)

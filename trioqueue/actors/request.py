@@ -7,6 +7,7 @@ session's :class:`Replier`. The reply map carries ``reqId`` exactly as the clien
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -36,6 +37,21 @@ def deliver_all(deliveries: list[tuple[Replier, dict[str, Any]]]) -> None:
         else:
             for reply in replies:
                 replier.deliver(reply)
+
+
+class OnReply:
+    """A request's replier that shows each reply to ``seen`` before handing it on (to
+    act once the request is answered: by then its writes are committed)."""
+
+    __slots__ = ("_inner", "_seen")
+
+    def __init__(self, inner: Replier, seen: Callable[[dict[str, Any]], None]) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self._seen(reply)
+        self._inner.deliver(reply)
 
 
 _NO_REQ_ID = object()

@@ -23,9 +23,11 @@ adapters knows where it was.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, NamedTuple
 
 from ..utf8_views import utf8_view
+from .keys import job_key
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
@@ -144,7 +146,7 @@ class KeptAheadRows:
 
     _kept: KeptData
 
-    def drop_ahead(self, claim: AheadClaim) -> None:
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         raise NotImplementedError
 
     def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
@@ -153,10 +155,7 @@ class KeptAheadRows:
     def release_ahead(self, text: str) -> None:
         claim = self._kept.forget_ahead(text)
         if claim is not None:
-            self.drop_ahead(claim)
-
-    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
-        self.drop_ahead(AheadClaim(row_key, pieces))
+            self.drop_ahead_pieces(*claim)
 
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
@@ -166,10 +165,15 @@ def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
     stored = kept.stored_as(job_id)
     if stored is None or "data" not in record or stored[0] is not record["data"]:
         return None
+    return dumps(_without_data(record, stored[1]))
+
+
+def _without_data(record: dict[str, Any], where: Any) -> dict[str, Any]:
+    """A copy of ``record`` with KEPT_FIELD ``where`` in place of its data."""
     rest = dict(record)
     del rest["data"]
-    rest[KEPT_FIELD] = stored[1]
-    return dumps(rest)
+    rest[KEPT_FIELD] = where
+    return rest
 
 
 def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
@@ -177,19 +181,18 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     """The encoded record without its data (``KEPT_FIELD`` set) and the data's own row,
     or the claim of the rows written ahead for it, for a record found large; staged as
     stored for ``job_id``."""
-    rest = dict(record)
-    data = rest.pop("data")
+    data = record["data"]
     claim = kept.ahead_for(data) if kept.ahead else None
     if claim is not None:
         kept.take_ahead(data)
-        rest[KEPT_FIELD] = where = [TEXT, claim.row_key, claim.pieces]
+        where: Any = [TEXT, claim.row_key, claim.pieces]
         kept.stage(job_id, data, where)
-        return dumps(rest), claim
+        return dumps(_without_data(record, where)), claim
     # a string's row is its UTF-8 bytes, read from the string itself (not copied first)
     view = utf8_view(data) if type(data) is str else None
-    rest[KEPT_FIELD] = True if view is None else TEXT
-    kept.stage(job_id, data, rest[KEPT_FIELD])
-    return dumps(rest), dumps({"d": data}) if view is None else view
+    where = True if view is None else TEXT
+    kept.stage(job_id, data, where)
+    return dumps(_without_data(record, where)), dumps({"d": data}) if view is None else view
 
 
 def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
@@ -215,6 +218,20 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
         # (its row stays until the job is deleted, counted as used meanwhile)
         kept.stage(job_id, None)
     return value, None
+
+
+def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Row | None],
+                  loads: Callable[[bytes], Any], kept: KeptData | None = None) -> None:
+    """The data of every record of ``records`` kept apart, put back in place (``read``
+    gives a row from the job's key and the record's KEPT_FIELD value); with ``kept``
+    (recovered live records), each is held as stored, so the next write of its job
+    writes no data again."""
+    for record in records:
+        where = record.get(KEPT_FIELD)
+        if where:
+            with_data(record, partial(read, job_key(record["id"])), loads)
+            if kept is not None:
+                kept.hold(record["id"], record["data"], where)
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],

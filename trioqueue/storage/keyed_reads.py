@@ -10,11 +10,10 @@ the :class:`~trioqueue.storage.port.Storage` methods itself.
 from __future__ import annotations
 
 import abc
-from functools import partial
 from typing import Any
 
 from . import keys as K
-from .kept_data import KEPT_FIELD, with_data
+from .kept_data import put_data_back
 
 
 class KeyedFinishedReads(abc.ABC):
@@ -57,7 +56,5 @@ class KeyedFinishedReads(abc.ABC):
         values = self._window_at(prefix, asc=asc, offset=offset, limit=limit)
         loads = K.decode_value  # after the adapter's read ended: it stays short
         records = [loads(value) for value in values if value is not None]
-        for record in records:
-            if KEPT_FIELD in record:  # its data in a read of its own (kept_data.py)
-                with_data(record, partial(self._data_at, K.job_key(record["id"])), loads)
+        put_data_back(records, self._data_at, loads)  # (a read of its own: kept_data.py)
         return records

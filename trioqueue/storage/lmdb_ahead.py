@@ -7,7 +7,7 @@ piece of :data:`AHEAD_PIECE_BYTES` is its own short transaction, and other commi
 run between two. The record's commit then only claims the rows (``ahead_claims``, in
 the same transaction as the record): a crash before it leaves pieces no claim points
 to, which :meth:`LmdbAhead.sweep_ahead` deletes when the store opens; a push that is
-refused leaves its pieces to :meth:`LmdbAhead.drop_ahead`. Deleting a job deletes its
+refused leaves its pieces to :meth:`LmdbAhead.drop_ahead_pieces`. Deleting a job deletes its
 claim and pieces (``LmdbStorage._delete``); so does writing it new data.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Final
 import lmdb
 
 from . import keys as K
-from .kept_data import AheadClaim, Row
+from .kept_data import Row
 from .lmdb_growth import HighWaterMark
 from .port import StorageFullError
 
@@ -55,10 +55,10 @@ class LmdbAhead:
                 self._grow()
         self._mark.forget()  # (grown by an unencoded write: measured again when asked)
 
-    def drop_ahead(self, claim: AheadClaim) -> None:
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         """Delete the pieces of rows no record took (a refused push, a failed write)."""
         with self._env.begin(write=True) as txn:
-            self._delete_pieces(txn, claim.row_key, claim.pieces)
+            self._delete_pieces(txn, row_key, pieces)
 
     def _delete_pieces(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
                        ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import lmdb
 
 from . import keys as K
-from .kept_data import KEPT_FIELD, KeptData, with_data
+from .kept_data import KeptData, put_data_back, with_data
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
@@ -49,7 +49,7 @@ class LmdbReads(KeyedFinishedReads):
             with self._env.begin() as txn:
                 with txn.cursor(db=self._live) as cur:
                     out.live_jobs = [loads(v) for v in cur.iternext(keys=False, values=True)]
-                self._put_data_back(txn, out.live_jobs)
+                put_data_back(out.live_jobs, partial(self._kept_row, txn), loads, self._kept)
                 with txn.cursor(db=self._queue_meta) as cur:
                     for k, v in cur:
                         out.queue_meta[K.decode_queue_key(k)] = loads(v)
@@ -72,16 +72,6 @@ class LmdbReads(KeyedFinishedReads):
                 return None
             return with_data(K.decode_value(raw), partial(self._kept_row, txn, jkey),
                              K.decode_value)
-
-    def _put_data_back(self, txn: lmdb.Transaction[bytes], records: list[dict[str, Any]]
-                       ) -> None:
-        """The data of recovered live records kept apart, put back and held as stored."""
-        for record in records:
-            kept = record.get(KEPT_FIELD)
-            if kept:
-                jkey = K.job_key(record["id"])
-                with_data(record, partial(self._kept_row, txn, jkey), K.decode_value)
-                self._kept.hold(record["id"], record["data"], kept)
 
     def _kept_row(self, txn: lmdb.Transaction[bytes], jkey: bytes, kept: Any
                   ) -> bytes | None:

@@ -3,7 +3,7 @@
 Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 
 * A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call (or
-  one ``write_ahead`` / ``drop_ahead`` call, :mod:`.lmdb_ahead`), on one OS thread,
+  one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.lmdb_ahead`), on one OS thread,
   never across an ``await``; reads use short read transactions and copy values out
   (no ``buffers=True``).
 * ``sync=False`` by default: a commit is a few microseconds and a ``kill -9`` loses
@@ -384,10 +384,10 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
 
     def _delete(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...], moves: Moves,
                 empty: list[bool | None]) -> None:
-        """One OP_DELETE inside ``txn``. ``empty`` says whether the deps and the data
-        tables are empty, as far as this commit knows (a stat each, at its first delete
-        that could own rows there: most stores hold neither dependency rows nor large
-        data, and then no cursor or lookup need look for them)."""
+        """One OP_DELETE inside ``txn``. ``empty`` says whether the deps, data and ahead
+        claims tables are empty, as far as this commit knows (a stat each, at its first
+        delete that could own rows there: most stores hold neither dependency rows nor
+        large data, and then no cursor or lookup need look for them)."""
         _, jkey, dep_prefix = op
         txn.delete(jkey, db=self._live)
         old = txn.pop(jkey, db=self._finished)

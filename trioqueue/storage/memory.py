@@ -25,7 +25,7 @@ from typing import Any
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
-from .kept_data import KEPT_FIELD, AheadClaim, KeptAheadRows, KeptData, Row, with_data
+from .kept_data import KeptAheadRows, KeptData, Row, put_data_back, with_data
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
@@ -264,11 +264,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._check_open()
         loads = K.decode_value
         live_jobs = [loads(self._live[k]) for k in sorted(self._live)]
-        for record in live_jobs:
-            if KEPT_FIELD in record:
-                kept = record[KEPT_FIELD]
-                with_data(record, partial(self._data_at, K.job_key(record["id"])), loads)
-                self._kept.hold(record["id"], record["data"], kept)
+        put_data_back(live_jobs, self._data_at, loads, self._kept)
         return Recovered(
             live_jobs=live_jobs,
             queue_meta={
@@ -311,8 +307,8 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._ahead[key] = bytes(piece)
         self._bytes += size
 
-    def drop_ahead(self, claim: AheadClaim) -> None:
-        self._delete_pieces(claim.row_key, claim.pieces, [])
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        self._delete_pieces(row_key, pieces, [])
 
     def _delete_pieces(self, row_key: bytes, pieces: int, undo: list[Callable[[], None]]
                        ) -> None:

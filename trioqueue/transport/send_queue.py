@@ -60,8 +60,7 @@ def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
 
 
 def _spliced(codec: Codec, obj: dict[str, Any], text: str) -> list[Chunk] | None:
-    # (the tests that pick the reply are inline in frame_parts: no call for the others;
-    # text_splice.long_job_text states them)
+    # (the tests that pick the reply are inline in frame_parts: no call for the others)
     view = utf8_view(text)
     return None if view is None else spliced(codec, obj, text, view)
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ..actors.request import Request
+from ..actors.request import OnReply, Request
 from ..config import Config
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
@@ -297,7 +297,7 @@ class Session:
             if item is None:
                 continue
             if size >= large_min:
-                item[1].replier = _CountsOversize(item[1].replier, self)
+                item[1].replier = OnReply(item[1].replier, self._count_oversize)
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
             if size >= ahead_min and (ahead := self._ahead) is not None and (
@@ -352,6 +352,13 @@ class Session:
             if isinstance(queue, str):
                 self.pulled_queues.add(queue)
         return command, request
+
+    def _count_oversize(self, reply: dict[str, Any]) -> None:
+        """A large frame's reply: a refusal for too much job data (PUSH, or a PUSHB's
+        ``jobs[i]: ...``) counts as a refused frame (read_pacing)."""
+        error = reply.get("error")
+        if type(error) is str and error.endswith(DATA_TOO_LARGE):
+            self.refused_frames += 1
 
     # ------------------------------------------------------------------ session commands
 
@@ -413,23 +420,6 @@ class Session:
         self._on_overflow = None
         self._on_outbox_bytes = None
         self._tagged.clear()
-
-
-class _CountsOversize:
-    """A large frame's replier that counts a refusal for too much job data (PUSH, or a
-    PUSHB's ``jobs[i]: ...``) as a refused frame of its session."""
-
-    __slots__ = ("_inner", "_session")
-
-    def __init__(self, inner: Any, session: Session) -> None:
-        self._inner = inner
-        self._session = session
-
-    def deliver(self, reply: dict[str, Any]) -> None:
-        error = reply.get("error")
-        if type(error) is str and error.endswith(DATA_TOO_LARGE):
-            self._session.refused_frames += 1
-        self._inner.deliver(reply)
 
 
 class _Tagged:
