@@ -95,6 +95,8 @@ async def _pull(w: Worker, count: int) -> dict[str, Any]:
     msg = {"cmd": "PULLB", "queue": w.queue_name, "count": count,
            "timeout": w.poll_timeout_ms, "owner": w.id,
            "lockTtl": w.lock_duration_ms}
+    if w._group is not None:
+        msg["group"] = w._group
     with anyio.move_on_after(w.poll_timeout_ms / 1000 + _PULL_REPLY_GRACE_S) as scope:
         reply = await channel.call(msg)
     if scope.cancelled_caught:

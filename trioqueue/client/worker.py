@@ -62,11 +62,10 @@ renewal, the registry), over the leases of :mod:`.lease`.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -78,6 +77,13 @@ from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
 from .outcomes import UnrecoverableError
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
+from .worker_options import (
+    MAX_POLL_TIMEOUT_MS,
+    check_concurrency,
+    check_worker_options,
+    group_field,
+    rate_limit_fields,
+)
 
 if TYPE_CHECKING:
     from .channels import Channel
@@ -89,7 +95,6 @@ __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS
 EVENTS = frozenset({"active", "completed", "failed", "progress", "error", "drained",
                     "closed"})
 
-MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
 DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
 
@@ -121,6 +126,11 @@ class Worker:
     :param ack_batch_delay_ms: how long a result may wait for others to share its
         ``ACKB``.
     :param name: the name shown by ``ListWorkers`` (default ``host:pid:id``).
+    :param limiter: ``{"max": n, "duration": ms}``: the queue leases at most ``n`` jobs
+        per ``duration`` to all its consumers together (set as the queue's ``RateLimit``
+        when the worker starts; it stays until removed).
+    :param group_concurrency: jobs of one group active at once, across the queue's
+        consumers, for groups without a limit of their own.
     """
 
     def __init__(
@@ -136,23 +146,18 @@ class Worker:
         poll_timeout_ms: float = 1_000,
         ack_batch_delay_ms: float = 5.0,
         name: str | None = None,
+        limiter: Mapping[str, Any] | None = None,
+        group_concurrency: int | None = None,
     ) -> None:
-        _check_concurrency(concurrency)
+        check_concurrency(concurrency)
         if batch_size is None:
             batch_size = min(concurrency, DEFAULT_MAX_BATCH)
-        if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}")
-        if not (math.isfinite(lock_duration_ms) and lock_duration_ms > 0):
-            raise ValueError("lock_duration_ms must be a positive number")
-        if not (math.isfinite(heartbeat_interval_s) and heartbeat_interval_s > 0):
-            raise ValueError("heartbeat_interval_s must be a positive number")
-        if heartbeat_interval_s * 1000 >= lock_duration_ms:
-            # Every job running longer than its lock would be taken back and run again.
-            raise ValueError("heartbeat_interval_s must be shorter than lock_duration_ms")
-        if not 0 <= poll_timeout_ms <= MAX_POLL_TIMEOUT_MS:
-            raise ValueError(f"poll_timeout_ms must be from 0 to {MAX_POLL_TIMEOUT_MS}")
-        if not (math.isfinite(ack_batch_delay_ms) and ack_batch_delay_ms >= 0):
-            raise ValueError("ack_batch_delay_ms must be a number of at least 0")
+        check_worker_options(batch_size=batch_size, lock_duration_ms=lock_duration_ms,
+                             heartbeat_interval_s=heartbeat_interval_s,
+                             poll_timeout_ms=poll_timeout_ms,
+                             ack_batch_delay_ms=ack_batch_delay_ms)
+        self._rate_limit = rate_limit_fields(limiter)
+        self._group = group_field(group_concurrency)
         self.queue = Queue(queue_name, connection)  # validates the name
         self.queue_name = queue_name
         self.processor = processor
@@ -210,7 +215,7 @@ class Worker:
     def concurrency(self, value: int) -> None:
         """Takes effect at the next pull; lowering it never interrupts a running job,
         the worker just pulls less until enough of them finished."""
-        _check_concurrency(value)
+        check_concurrency(value)
         self._concurrency = value
         self._limiter.total_tokens = value
         self._registered = False  # the next heartbeat registers the new value
@@ -342,6 +347,8 @@ class Worker:
                 async with anyio.create_task_group() as work:
                     self._work_nursery = work
                     await self._register()
+                    if self._rate_limit is not None:
+                        await self.queue._queue_call("RateLimit", **self._rate_limit)
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self._pull_loop)
                         loops.start_soon(self._ack_loop)
@@ -490,8 +497,3 @@ class Worker:
     _registry_heartbeat = heartbeats._registry_heartbeat
     _register = heartbeats._register
     _unregister = heartbeats._unregister
-
-def _check_concurrency(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError("concurrency must be an integer of at least 1")
-

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from . import handlers as h
+from . import limit_handlers as lh
 from . import query_handlers as qh
 from . import states as st
 from .context import Handler
@@ -140,7 +141,11 @@ CORE_COMMANDS = CommandTable([
     _by_queue("Count", qh.count),
     _by_queue("GetDeduplicationJobId", qh.get_deduplication_job_id),
     _by_queue("RemoveDeduplicationKey", qh.remove_deduplication_key),
-    _by_queue("GetQueueLimits", qh.get_queue_limits),
+    _by_queue("GetQueueLimits", lh.get_queue_limits),
+    _by_queue("RateLimit", lh.rate_limit),
+    _by_queue("RateLimitClear", lh.rate_limit_clear),
+    _by_queue("SetConcurrency", lh.set_concurrency),
+    _by_queue("ClearConcurrency", lh.clear_concurrency),
     _by_queue("PromoteJobs", h.promote_jobs),
     _by_queue("SetStallConfig", h.set_stall_config),
     _by_queue("GetStallConfig", h.get_stall_config),

@@ -193,9 +193,3 @@ def remove_job_deduplication_key(q: QueueState, msg: dict[str, Any], ctx: Ctx) -
                and q.release_dedup_key(job.unique_key, ctx.now, owner_id=job_id))
     return {"data": {"removed": removed}}
 
-
-def get_queue_limits(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    # Rate limits and concurrency caps are not configurable yet, so a queue has none:
-    # bunqueue reports that as no rate limit (ttl -2), no cap, never maxed.
-    return {"data": {"limits": {"rateLimit": None, "rateLimitTtl": -2,
-                                "concurrencyLimit": None, "maxed": False}}}

@@ -134,6 +134,15 @@ class SyncQueue:
     is_paused = _plain(Queue.is_paused)
     drain = _plain(Queue.drain)
     obliterate = _plain(Queue.obliterate)
+    # queue-wide limits
+    set_global_rate_limit = _plain(Queue.set_global_rate_limit)
+    remove_global_rate_limit = _plain(Queue.remove_global_rate_limit)
+    get_global_rate_limit = _plain(Queue.get_global_rate_limit)
+    get_rate_limit_ttl = _plain(Queue.get_rate_limit_ttl)
+    set_global_concurrency = _plain(Queue.set_global_concurrency)
+    remove_global_concurrency = _plain(Queue.remove_global_concurrency)
+    get_global_concurrency = _plain(Queue.get_global_concurrency)
+    is_maxed = _plain(Queue.is_maxed)
 
     def wait_job_until_finished(self, job_id: str, ttl: float | None = 30.0) -> Any:
         """The job's result once it completes; blocks this thread (only), for at most

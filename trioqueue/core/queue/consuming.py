@@ -15,6 +15,7 @@ from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
 from ..split_dict import SplitDict
 from .leases import Lock, lease_deadline
+from .limits import allowance, spent
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -56,8 +57,11 @@ def pull(
     """
     jobs: list[dict[str, Any]] = []
     tokens: list[str] = []
-    if q.settings.paused:
+    settings = q.settings
+    if settings.paused:
         return jobs, tokens
+    if settings.gated:
+        count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
     while len(jobs) < count:
         job = q._next_ready(now)
@@ -85,6 +89,8 @@ def pull(
             q._emit("pulled", job.id, now)
         jobs.append(job.to_wire())
         tokens.append(token)
+    if settings.gated:
+        spent(q, len(jobs))
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
         q._emit("drained", "", now)
     return jobs, tokens

@@ -1,7 +1,7 @@
 """A queue's own settings: one record, persisted, restored and reset in one place.
 
 Everything a queue keeps about itself, as opposed to its jobs (paused, the stall
-detector's configuration; rate limits, concurrency and DLQ settings land here next),
+detector's configuration, the rate limit and the concurrency cap),
 is a field of :class:`QueueSettings`. Its stored form is the queue's meta row
 (:meth:`to_meta` / :meth:`from_meta`), Obliterate is :meth:`QueueSettings` anew, and a
 setting that needs the queue to wake at some time says so in :meth:`next_wakeup`, which
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from .limits import RateLimit
 
 DEFAULT_MAX_STALLS = 3
 DEFAULT_STALL_CONFIG: dict[str, Any] = {
@@ -29,10 +31,24 @@ class QueueSettings:
     paused: bool = False
     # bunqueue's stall configuration (SetStallConfig), as the client sent it.
     stall: dict[str, Any] = field(default_factory=_default_stall)
+    # RateLimit / SetConcurrency (core/queue/limits.py); None: unlimited.
+    rate: RateLimit | None = None
+    concurrency: int | None = None
+    # Whether a pull must ask limits.allowance: kept by regate(), so that a queue with
+    # no limit pays one attribute test per pull.
+    gated: bool = False
+
+    def regate(self) -> None:
+        self.gated = self.rate is not None or self.concurrency is not None
 
     def to_meta(self) -> dict[str, Any]:
         """The stored form (the queue's meta row); a copy, safe to keep."""
-        return {"paused": self.paused, "stall": dict(self.stall)}
+        meta: dict[str, Any] = {"paused": self.paused, "stall": dict(self.stall)}
+        if self.rate is not None:
+            meta["rateLimit"] = self.rate.to_meta()
+        if self.concurrency is not None:
+            meta["concurrency"] = self.concurrency
+        return meta
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any] | None) -> QueueSettings:
@@ -42,6 +58,12 @@ class QueueSettings:
         if meta:
             settings.paused = bool(meta.get("paused", False))
             settings.stall.update(meta.get("stall") or {})
+            rate = meta.get("rateLimit")
+            if rate is not None:
+                # an expired one is dropped at the first pull or read, as when it ran
+                settings.rate = RateLimit.from_meta(rate)
+            settings.concurrency = meta.get("concurrency")
+            settings.regate()
         return settings
 
     @property

@@ -40,6 +40,7 @@ from . import (
     dependencies,
     leases,
     lifecycle,
+    limits,
     moves,
     producing,
     progress,
@@ -90,6 +91,9 @@ class QueueState:
         self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
         self._lock_heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
         self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
+        # When the rate limit next has a token for the jobs waiting for one (set by each
+        # pull the limit cut short: limits.allowance); None: no job waits for a token.
+        self.rate_wake: int | None = None
         # job id -> connection it was delivered to, and each connection's job ids (a map
         # to None: one connection may hold a million, and a set grows as a dict does)
         self.owner_conn: SplitDict[str, Any] = SplitDict()
@@ -164,6 +168,10 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
+        at = self.rate_wake
+        if at is not None and parked.pulls and not self.settings.paused and (
+                best is None or at < best):
+            best = at  # parked pulls wait for the rate limit's next token
         delayed_top = self._delayed.first()
         if delayed_top is not None and (self._due_left
                                         or parked.pulls and not self.settings.paused):
@@ -325,6 +333,12 @@ class QueueState:
     reset_settings = control.reset_settings
     set_paused = control.set_paused
     load_meta = control.load_meta
+
+    # limits.py: the rate limit and the concurrency cap
+    set_rate_limit = limits.set_rate_limit
+    clear_rate_limit = limits.clear_rate_limit
+    set_concurrency = limits.set_concurrency
+    limits_reply = limits.limits_reply
 
     # progress.py: progress and logs
     _active_for_progress = progress._active_for_progress

@@ -1,0 +1,201 @@
+"""A queue's rate limit and concurrency cap over real TCP: the commands with both codecs,
+the gates under trio's MockClock (a parked pull is answered at the next token or freed
+slot, and only one pull gets it), persistence, and Obliterate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+import trio.testing
+
+from trioqueue.config import Config
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+
+Q = "lim"
+
+
+async def limits(client: RawClient, queue: str = Q, **fields: Any) -> dict[str, Any]:
+    reply = await client.ok("GetQueueLimits", queue=queue, **fields)
+    got: dict[str, Any] = reply["data"]["limits"]
+    return got
+
+
+async def push(client: RawClient, n: int, queue: str = Q) -> list[str]:
+    reply = await client.ok("PUSHB", queue=queue,
+                            jobs=[{"name": "n", "data": i} for i in range(n)])
+    ids: list[str] = reply["ids"]
+    return ids
+
+
+async def test_no_limits_by_default(client: RawClient) -> None:
+    assert await limits(client) == {"rateLimit": None, "rateLimitTtl": -2,
+                                     "concurrencyLimit": None, "maxed": False}
+
+
+async def test_rate_limit_set_read_and_cleared(client: RawClient) -> None:
+    await client.ok("RateLimit", queue=Q, limit=5, duration=2000)
+    got = await limits(client)
+    assert got["rateLimit"] == {"max": 5, "duration": 2000}
+    assert got["rateLimitTtl"] == 0  # the bucket starts full: a token is there now
+    await push(client, 8)
+    pulled = await client.ok("PULLB", queue=Q, count=8)
+    assert len(pulled["jobs"]) == 5  # a partial fill, never an error
+    wait = (await limits(client, maxJobs=1))["rateLimitTtl"]
+    assert 0 < wait <= 400  # one token comes every 400 ms
+    await client.ok("RateLimitClear", queue=Q)
+    assert (await limits(client))["rateLimit"] is None
+    assert len((await client.ok("PULLB", queue=Q, count=8))["jobs"]) == 3
+
+
+async def test_rate_limit_validation_and_degraded_defaults(client: RawClient) -> None:
+    for bad in ("5", None, float("inf"), [1]):
+        reply = await client.call("RateLimit", queue=Q, limit=bad)
+        assert (reply["ok"], reply["error"]) == (False, "limit must be a finite number")
+    # a bad duration or ttl falls back to the defaults (1 s, no ttl) without an error
+    await client.ok("RateLimit", queue=Q, limit=3, duration="x", ttl=-5)
+    got = await limits(client)
+    assert got["rateLimit"] == {"max": 3, "duration": 1000}
+    assert got["rateLimitTtl"] == 0
+    bad_queue = await client.call("RateLimit", queue="no spaces", limit=1)
+    assert bad_queue["error"] == "Queue name contains invalid characters"
+
+
+async def test_limit_zero_blocks_the_queue(client: RawClient) -> None:
+    await push(client, 2)
+    await client.ok("RateLimit", queue=Q, limit=0)
+    assert (await client.ok("PULL", queue=Q))["job"] is None
+    assert (await limits(client))["rateLimitTtl"] == -1  # no token will ever come
+    await client.ok("SetConcurrency", queue=Q, limit=0)
+    await client.ok("RateLimitClear", queue=Q)
+    assert (await client.ok("PULL", queue=Q))["job"] is None
+    assert (await limits(client))["maxed"] is True
+    await client.ok("ClearConcurrency", queue=Q)
+    assert (await client.ok("PULL", queue=Q))["job"] is not None
+
+
+async def test_concurrency_caps_active_jobs_until_they_leave_active(
+        client: RawClient) -> None:
+    await client.ok("SetConcurrency", queue=Q, limit=2)
+    assert (await limits(client))["concurrencyLimit"] == 2
+    ids = await push(client, 6)
+    first = await client.ok("PULLB", queue=Q, count=5, owner="w")
+    assert len(first["jobs"]) == 2
+    assert (await limits(client))["maxed"] is True
+    assert (await client.ok("PULL", queue=Q))["job"] is None
+    # every way out of active gives the slot back: ACK, FAIL (a retry), MoveToWait
+    a, b = first["jobs"]
+    await client.ok("ACK", id=a["id"], token=first["tokens"][0])
+    c = await client.ok("PULL", queue=Q, owner="w")
+    assert c["job"] is not None
+    await client.ok("FAIL", id=b["id"], token=first["tokens"][1], error="x")
+    d = await client.ok("PULL", queue=Q, owner="w")
+    assert d["job"] is not None
+    await client.ok("MoveToWait", id=c["job"]["id"], token=c["token"])
+    assert (await client.ok("PULL", queue=Q))["job"] is not None
+    assert (await limits(client))["maxed"] is True
+    counts = (await client.ok("GetJobCounts", queue=Q))["counts"]
+    # a completed, b retried later (its backoff), two active, the rest waits
+    assert (counts["completed"], counts["delayed"], counts["active"]) == (1, 1, 2)
+    assert counts["waiting"] == len(ids) - 4 == 2
+    await client.ok("ClearConcurrency", queue=Q)
+    assert (await limits(client))["concurrencyLimit"] is None
+    rest = await client.ok("PULLB", queue=Q, count=10)
+    assert len(rest["jobs"]) == 2
+    assert (await client.call("SetConcurrency", queue=Q, limit="2"))["error"] == (
+        "limit must be a finite number")
+
+
+async def test_a_slot_freed_wakes_one_parked_pull(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    admin = await RawClient.connect(server.tcp_port)
+    await admin.ok("SetConcurrency", queue=Q, limit=1)
+    await push(admin, 3)
+    holder = await RawClient.connect(server.tcp_port)
+    held = await holder.ok("PULL", queue=Q, owner="h")
+    answers: list[tuple[str, float, Any]] = []
+    parked: list[RawClient] = []  # kept open: a closed one would give its job back
+
+    async def park(name: str) -> None:
+        client = await RawClient.connect(server.tcp_port)
+        parked.append(client)
+        reply = await client.ok("PULL", queue=Q, timeout=10_000)
+        answers.append((name, trio.current_time(), reply["job"]))
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(park, "first")
+        await trio.sleep(0.5)
+        nursery.start_soon(park, "second")
+        await trio.sleep(2)
+        assert answers == []  # both wait: the slot is taken
+        await holder.ok("ACK", id=held["job"]["id"], token=held["token"])
+        freed = trio.current_time()
+    # the first parked pull got the slot at once; the second waited out its timeout,
+    # since the first job it would take is still active
+    (name1, at1, job1), (name2, at2, job2) = answers
+    assert (name1, name2) == ("first", "second")
+    assert job1 is not None and at1 - freed < 0.05
+    assert job2 is None and at2 - start >= 10.4
+
+
+async def test_a_parked_pull_is_answered_at_the_next_token(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("RateLimit", queue=Q, limit=4, duration=1000)
+    await push(client, 20)
+    burst = await client.ok("PULLB", queue=Q, count=10)
+    assert len(burst["jobs"]) == 4  # the full bucket
+    times = []
+    for _ in range(6):  # each later job waits for its token: 250 ms apart
+        start = trio.current_time()
+        reply = await client.ok("PULL", queue=Q, timeout=5_000)
+        assert reply["job"] is not None
+        times.append(trio.current_time() - start)
+    assert all(0.2 <= t <= 0.26 for t in times), times
+
+
+async def test_a_rate_limit_ttl_ends_it(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("RateLimit", queue=Q, limit=0, ttl=3000)
+    await push(client, 1)
+    got = await limits(client)
+    assert got["rateLimit"] == {"max": 0, "duration": 1000}
+    assert 2900 <= got["rateLimitTtl"] <= 3000
+    start = trio.current_time()
+    reply = await client.ok("PULL", queue=Q, timeout=10_000)
+    assert reply["job"] is not None  # answered when the limit ended
+    assert 2.9 <= trio.current_time() - start <= 3.1
+    assert (await limits(client))["rateLimit"] is None
+
+
+async def test_limits_survive_a_restart_and_obliterate_resets_them(
+        configure: Callable[..., Config]) -> None:
+    config = configure()  # LMDB, in this test's directory
+    async with trio.open_nursery() as nursery:
+        first: Server = await nursery.start(Server(config).run)
+        assert first.tcp_port is not None
+        client = await RawClient.connect(first.tcp_port)
+        await client.ok("RateLimit", queue=Q, limit=7, duration=500, ttl=3_600_000)
+        await client.ok("SetConcurrency", queue=Q, limit=3)
+        await client.aclose()
+        first.stop()
+    async with trio.open_nursery() as nursery:
+        second: Server = await nursery.start(Server(config).run)
+        assert second.tcp_port is not None
+        client = await RawClient.connect(second.tcp_port)
+        got = await limits(client)
+        assert got["rateLimit"] == {"max": 7, "duration": 500}
+        assert 3_500_000 < got["rateLimitTtl"] <= 3_600_000
+        assert got["concurrencyLimit"] == 3
+        await client.ok("Obliterate", queue=Q)
+        assert await limits(client) == {"rateLimit": None, "rateLimitTtl": -2,
+                                         "concurrencyLimit": None, "maxed": False}
+        await client.aclose()
+        second.stop()
