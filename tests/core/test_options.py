@@ -103,7 +103,8 @@ def test_result_builds_a_job() -> None:
             "groupMaxSize": 10,
         }
     )
-    extras = {"delay", "timestamp"}
+    extras = {"delay", "timestamp", "group_max_size"}  # admission takes them out
+    assert spec["group_max_size"] == 10
     assert set(spec) - extras <= JOB_ATTRS
     attrs = {k: v for k, v in spec.items() if k not in extras}
     job = JobRecord(id="custom", queue="q", **attrs)
@@ -364,9 +365,9 @@ def test_group_id_option() -> None:
     assert "group_id" not in result and result["priority"] == -5
 
 
-def test_group_max_size_is_validated_not_returned() -> None:
-    result = parse({"groupId": "g", "groupMaxSize": 10})
-    assert "group_max_size" not in result and "groupMaxSize" not in result
+def test_group_max_size_is_validated_and_passed_to_admission() -> None:
+    result = parse({"groupId": "g", "groupMaxSize": "10"})
+    assert result["group_max_size"] == 10 and "groupMaxSize" not in result
     assert options.group_max_size("10") == 10
     assert options.group_max_size(None) is None
     for bad in (0, -1, 1.5, "x", 2**53, INF, True):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import group_handlers as gh
 from . import handlers as h
 from . import limit_handlers as lh
 from . import query_handlers as qh
@@ -146,6 +147,20 @@ CORE_COMMANDS = CommandTable([
     _by_queue("RateLimitClear", lh.rate_limit_clear),
     _by_queue("SetConcurrency", lh.set_concurrency),
     _by_queue("ClearConcurrency", lh.clear_concurrency),
+    _by_queue("GetGroupJobsCount", gh.get_group_jobs_count),
+    _by_queue("GetGroupsJobsCount", gh.get_groups_jobs_count),
+    _by_queue("GetGroupActiveCount", gh.get_group_active_count),
+    _by_queue("SetGroupRateLimit", gh.set_group_rate_limit),
+    _by_queue("GetGroupRateLimit", gh.get_group_rate_limit),
+    _by_queue("RemoveGroupRateLimit", gh.remove_group_rate_limit),
+    _by_queue("GetGroupRateLimitTtl", gh.get_group_rate_limit_ttl),
+    _by_queue("SetGroupConcurrency", gh.set_group_concurrency),
+    _by_queue("GetGroupConcurrency", gh.get_group_concurrency),
+    _by_queue("RemoveGroupConcurrency", gh.remove_group_concurrency),
+    _by_queue("PauseGroup", gh.pause_group),
+    _by_queue("ResumeGroup", gh.resume_group),
+    _by_queue("IsGroupPaused", gh.is_group_paused),
+    _by_queue("RateLimitGroup", gh.rate_limit_group),
     _by_queue("PromoteJobs", h.promote_jobs),
     _by_queue("SetStallConfig", h.set_stall_config),
     _by_queue("GetStallConfig", h.get_stall_config),

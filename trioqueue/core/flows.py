@@ -274,6 +274,9 @@ def _flow_spec(job_id: str, raw: Any, max_data_bytes: int) -> dict[str, Any]:
     except Refused as exc:
         raise Refused(f"{job_id}: {exc.message}") from None
     spec["custom_id"] = job_id
+    # A flow's jobs are admitted by the router, across queues, without the groups'
+    # depths at hand: groupMaxSize is not applied to them (docs/protocol.md).
+    spec.pop("group_max_size", None)
     if any(spec.get(attr) for attr in _POLICY_ATTRS) and not spec.get("parent_id"):
         raise Refused(f"{job_id}: a flow failure policy requires a parent")
     return spec

@@ -17,6 +17,7 @@ from typing import Any
 from . import fields
 from .context import Ctx, Reply, _opt_int, _refuse_if_full, _token
 from .errors import STORAGE_FULL, Refused
+from .group_handlers import pull_group
 from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced, slices
@@ -102,6 +103,7 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
         raise Refused("owner must be a string")
     lock_ttl = fields.lock_ttl(msg.get("lockTtl"))
     detach = msg.get("detach") is True
+    pull_group(q, msg.get("group"))
     # A PULLB of many: its first slice now, ended by the step's deadline as the later
     # ones are, and the rest as long work (queue/slices.py).
     leased = slices.lease(q, count, ctx.now, owner=owner, lock_ttl=lock_ttl,

@@ -139,8 +139,8 @@ def group_priority(value: Any) -> int:
 def group_max_size(value: Any) -> int | None:
     """``groupMaxSize``: a positive safe integer, or ``None`` when not given.
 
-    Not a Job attribute (it bounds the group at admission), so :func:`parse_job_input`
-    only validates it; admission reads it with this function.
+    Not a Job attribute (it bounds the group at admission): :func:`parse_job_input`
+    passes it as ``group_max_size``, which admission takes out of the spec.
     """
     if value is None:
         return None
@@ -229,7 +229,8 @@ def _timestamp(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> No
 
 
 def _group_max_size(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:
-    group_max_size(value)
+    # not a Job attribute: admission takes it out (queue/groups.py, Groups.admit)
+    out["group_max_size"] = group_max_size(value)
 
 
 def _dedup(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:

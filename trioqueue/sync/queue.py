@@ -143,6 +143,21 @@ class SyncQueue:
     remove_global_concurrency = _plain(Queue.remove_global_concurrency)
     get_global_concurrency = _plain(Queue.get_global_concurrency)
     is_maxed = _plain(Queue.is_maxed)
+    # job groups
+    get_group_jobs_count = _plain(Queue.get_group_jobs_count)
+    get_groups_jobs_count = _plain(Queue.get_groups_jobs_count)
+    get_group_active_count = _plain(Queue.get_group_active_count)
+    set_group_concurrency = _plain(Queue.set_group_concurrency)
+    get_group_concurrency = _plain(Queue.get_group_concurrency)
+    remove_group_concurrency = _plain(Queue.remove_group_concurrency)
+    set_group_rate_limit = _plain(Queue.set_group_rate_limit)
+    get_group_rate_limit = _plain(Queue.get_group_rate_limit)
+    remove_group_rate_limit = _plain(Queue.remove_group_rate_limit)
+    get_group_rate_limit_ttl = _plain(Queue.get_group_rate_limit_ttl)
+    rate_limit_group = _plain(Queue.rate_limit_group)
+    pause_group = _plain(Queue.pause_group)
+    resume_group = _plain(Queue.resume_group)
+    is_group_paused = _plain(Queue.is_group_paused)
 
     def wait_job_until_finished(self, job_id: str, ttl: float | None = 30.0) -> Any:
         """The job's result once it completes; blocks this thread (only), for at most

@@ -36,6 +36,8 @@ def _next_ready(q: QueueState, now: int) -> JobRecord | None:
             q._drop_queued(job, now)
             continue
         return job
+    if q.groups.scheduled:  # ungrouped jobs first, then the groups' turns
+        return q.groups.claim(q, now)
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import slices
+from .groups import Groups
 from .settings import QueueSettings
 from .slices import Sliced
 
@@ -33,6 +34,7 @@ def obliterate_work(q: QueueState, now: int) -> Sliced:
 def reset_settings(q: QueueState) -> None:
     """Back to the defaults, stored (Obliterate)."""
     q.settings = QueueSettings()
+    q.groups = Groups(q.settings.groups, q.settings.group_defaults)
     q.writes.put_queue_meta(q.name, q.settings.to_meta())
 
 
@@ -44,4 +46,6 @@ def set_paused(q: QueueState, paused: bool, now: int) -> None:
 
 
 def load_meta(q: QueueState, meta: dict[str, Any]) -> None:
+    """The stored settings, before the queue's jobs are restored (recovery.rebuild)."""
     q.settings = QueueSettings.from_meta(meta)
+    q.groups = Groups(q.settings.groups, q.settings.group_defaults)

@@ -57,9 +57,13 @@ def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
             c.by_priority[job.priority] = n
         else:
             c.by_priority.pop(job.priority, None)
+        if job.group_id is not None:
+            q.groups.counted(job, delta, False)
     elif state == ACTIVE:
         c.active += delta
         place = places.active
+        if job.group_id is not None:
+            q.groups.counted(job, delta, True)
         if delta > 0:
             q.stall_watch.enter(job)
         else:
@@ -116,6 +120,9 @@ def _enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False)
 
 
 def _push_ready(q: QueueState, job: JobRecord) -> None:
+    if job.group_id is not None:
+        q.groups.push(job)  # its group's heap: served round robin (groups.py)
+        return
     if job.lifo:
         key = (-job.priority, 0, -job.seq, job.seq, job.id)
     else:

@@ -23,6 +23,8 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     commit and replaced. A ``uniqueKey`` applies the queue's dedup policy.
     """
     ids: list[str] = []
+    if any("group_max_size" in spec for spec in specs):
+        q.groups.admit(specs)  # all or none, before anything is admitted
     for spec in specs:
         ids.append(q._push_one(spec, now))
     return ids
@@ -70,32 +72,40 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         if pending:
             q._park_new(job, pending, now)
             return job_id
-    # _enqueue and _count, inlined
-    c = q.c
-    priority = job.priority
-    if delayed:
-        q._delayed.push((run_at, job.seq, job_id))
-        c.delayed += 1
-        q.places.delayed.add(created, job_id)
+    if job.group_id is not None:
+        q._enqueue(job, now, keep_seq=True)  # into its group (groups.py)
     else:
-        if job.lifo:
-            q._ready.push((-priority, 0, -job.seq, job.seq, job_id))
-        else:
-            q._ready.push((-priority, 1, run_at, job.seq, job_id))
-        if priority > 0:
-            c.prioritized += 1
-            q.places.prioritized.add(created, job_id)
-        else:
-            c.waiting += 1
-            q.places.waiting.add(created, job_id)
-    by_priority = c.by_priority
-    by_priority[priority] = by_priority.get(priority, 0) + 1
+        _enqueue_new(q, job, delayed)
     q.writes.ops.append(_new(PutJob, (job_id, job.to_record())))
     if job.durable:
         q.writes.durable = True
     if q.events_enabled:
         _emit_pushed(q, job_id, now, run_at)
     return job_id
+
+
+def _enqueue_new(q: QueueState, job: JobRecord, delayed: bool) -> None:
+    """``_enqueue`` and ``_count`` of an ungrouped new job, inlined: every push runs it."""
+    c = q.c
+    priority = job.priority
+    job_id = job.id
+    if delayed:
+        q._delayed.push((job.run_at, job.seq, job_id))
+        c.delayed += 1
+        q.places.delayed.add(job.created_at, job_id)
+    else:
+        if job.lifo:
+            q._ready.push((-priority, 0, -job.seq, job.seq, job_id))
+        else:
+            q._ready.push((-priority, 1, job.run_at, job.seq, job_id))
+        if priority > 0:
+            c.prioritized += 1
+            q.places.prioritized.add(job.created_at, job_id)
+        else:
+            c.waiting += 1
+            q.places.waiting.add(job.created_at, job_id)
+    by_priority = c.by_priority
+    by_priority[priority] = by_priority.get(priority, 0) + 1
 
 
 def _emit_pushed(q: QueueState, job_id: str, now: int, run_at: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .groups import GroupSettings
 from .limits import RateLimit
 
 DEFAULT_MAX_STALLS = 3
@@ -34,6 +35,10 @@ class QueueSettings:
     # RateLimit / SetConcurrency (core/queue/limits.py); None: unlimited.
     rate: RateLimit | None = None
     concurrency: int | None = None
+    # Job groups' own settings (only groups with one set), and the defaults the pulls'
+    # ``group`` field sets for the rest (core/queue/groups.py).
+    groups: dict[str, GroupSettings] = field(default_factory=dict)
+    group_defaults: GroupSettings = field(default_factory=GroupSettings)
     # Whether a pull must ask limits.allowance: kept by regate(), so that a queue with
     # no limit pays one attribute test per pull.
     gated: bool = False
@@ -48,6 +53,10 @@ class QueueSettings:
             meta["rateLimit"] = self.rate.to_meta()
         if self.concurrency is not None:
             meta["concurrency"] = self.concurrency
+        if self.groups:
+            meta["groups"] = {name: g.to_meta() for name, g in self.groups.items()}
+        if not self.group_defaults.empty():
+            meta["groupDefaults"] = self.group_defaults.to_meta()
         return meta
 
     @classmethod
@@ -63,6 +72,10 @@ class QueueSettings:
                 # an expired one is dropped at the first pull or read, as when it ran
                 settings.rate = RateLimit.from_meta(rate)
             settings.concurrency = meta.get("concurrency")
+            settings.groups = {name: GroupSettings.from_meta(g)
+                               for name, g in (meta.get("groups") or {}).items()}
+            settings.group_defaults = GroupSettings.from_meta(
+                meta.get("groupDefaults") or {})
             settings.regate()
         return settings
 

@@ -53,6 +53,7 @@ from . import (
 from . import waiters as waiting
 from .dedup import DedupKey
 from .finished import FinishedView
+from .groups import Groups
 from .leases import Lock
 from .lifecycle import Counters
 from .order import Places
@@ -70,6 +71,7 @@ class QueueState:
         # One entry per live job: a SplitDict, whose inserts never copy the whole map.
         self.jobs: SplitDict[str, JobRecord] = SplitDict()
         self.settings = QueueSettings()
+        self.groups = Groups(self.settings.groups, self.settings.group_defaults)
         self.writes = Writes()
         self.events: list[dict[str, Any]] = []
         # Events cost a dict per transition; nobody pays for them until someone listens.
@@ -168,10 +170,14 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
-        at = self.rate_wake
-        if at is not None and parked.pulls and not self.settings.paused and (
-                best is None or at < best):
-            best = at  # parked pulls wait for the rate limit's next token
+        if parked.pulls and not self.settings.paused:
+            # parked pulls wait for the rate limit's next token, or a group's time
+            at = self.rate_wake
+            if at is not None and (best is None or at < best):
+                best = at
+            at = self.groups.next_release()
+            if at is not None and (best is None or at < best):
+                best = at
         delayed_top = self._delayed.first()
         if delayed_top is not None and (self._due_left
                                         or parked.pulls and not self.settings.paused):

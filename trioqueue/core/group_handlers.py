@@ -1,0 +1,172 @@
+"""Queue handlers of job groups: the 14 group commands, and the ``group`` field of
+PULL/PULLB (the rules are :mod:`trioqueue.core.queue.groups`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import fields
+from .context import Ctx, Reply
+from .errors import Refused
+from .options import MAX_SAFE_INTEGER
+from .queue import QueueState
+from .queue.groups import GroupSettings
+
+
+def _store(q: QueueState) -> None:
+    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+
+
+def _positive(value: Any, name: str) -> int:
+    """bunqueue's ``<name> must be a positive safe integer`` (no string coercion)."""
+    if (not fields.is_number(value) or not fields.is_finite(value)
+            or (isinstance(value, float) and not value.is_integer())
+            or not 1 <= value <= MAX_SAFE_INTEGER):
+        raise Refused(f"{name} must be a positive safe integer")
+    return int(value)
+
+
+def _group(msg: dict[str, Any]) -> str:
+    return fields.group_id(msg.get("groupId"))
+
+
+def _count_reply(count: int) -> Reply:
+    return {"data": {"count": count}}
+
+
+def pull_group(q: QueueState, value: Any) -> None:
+    """PULL/PULLB's ``group`` (``{concurrency?, limit?: {max, duration}}``): the
+    queue's defaults for groups without a limit of their own. Stored when it changes."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise Refused("group must be an object")
+    concurrency = value.get("concurrency")
+    if concurrency is not None:
+        concurrency = _positive(concurrency, "group.concurrency")
+    rate = None
+    limit = value.get("limit")
+    if limit is not None:
+        if not isinstance(limit, dict):
+            raise Refused("group.limit must be an object")
+        rate = (_positive(limit.get("max"), "group.limit.max"),
+                _positive(limit.get("duration"), "group.limit.duration"))
+    if q.groups.set_defaults(concurrency, rate):
+        _store(q)
+
+
+# ------------------------------------------------------------------ counts
+
+
+def get_group_jobs_count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    g = q.groups.by_name.get(_group(msg))
+    return _count_reply(g.pending if g is not None else 0)
+
+
+def get_groups_jobs_count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    count = q.groups.pending
+    most = msg.get("maxCount")
+    if most is not None:
+        count = min(count, _positive(most, "maxCount"))
+    return _count_reply(count)
+
+
+def get_group_active_count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    g = q.groups.by_name.get(_group(msg))
+    return _count_reply(g.active if g is not None else 0)
+
+
+# ------------------------------------------------------------------ limits
+
+
+def _own(q: QueueState, name: str) -> GroupSettings:
+    return q.groups.settings.get(name) or GroupSettings()
+
+
+def set_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name = _group(msg)
+    rate = (_positive(msg.get("max"), "max"), _positive(msg.get("duration"), "duration"))
+    q.groups.configure(name).rate = rate
+    q.groups.configured(name)
+    _store(q)
+    return {}
+
+
+def get_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    rate = _own(q, _group(msg)).rate
+    limit = None if rate is None else {"max": rate[0], "duration": rate[1]}
+    return {"data": {"limit": limit}}
+
+
+def remove_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name = _group(msg)
+    if _own(q, name).rate is None:
+        return {"data": {"removed": 0}}
+    q.groups.configure(name).rate = None
+    q.groups.configured(name)
+    _store(q)
+    return {"data": {"removed": 1}}
+
+
+def get_group_rate_limit_ttl(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name = _group(msg)
+    wanted = msg.get("maxJobs")
+    max_jobs = 1 if wanted is None else _positive(wanted, "maxJobs")
+    g = q.groups.by_name.get(name)
+    if g is None:
+        rate = _own(q, name).rate or q.groups.defaults.rate
+        return {"data": {"ttl": -2 if rate is None else 0}}
+    return {"data": {"ttl": q.groups.rate_ttl(g, ctx.now, max_jobs)}}
+
+
+def rate_limit_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    duration = _positive(msg.get("duration"), "duration")
+    q.groups.hold(_group(msg), ctx.now + duration)
+    return {}
+
+
+def set_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name = _group(msg)
+    q.groups.configure(name).concurrency = _positive(msg.get("concurrency"), "concurrency")
+    q.groups.configured(name)
+    _store(q)
+    return {}
+
+
+def get_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"data": {"concurrency": _own(q, _group(msg)).concurrency}}
+
+
+def remove_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name = _group(msg)
+    if _own(q, name).concurrency is None:
+        return {"data": {"removed": 0}}
+    q.groups.configure(name).concurrency = None
+    q.groups.configured(name)
+    _store(q)
+    return {"data": {"removed": 1}}
+
+
+# ------------------------------------------------------------------ pause
+
+
+def _set_paused(q: QueueState, msg: dict[str, Any], paused: bool) -> Reply:
+    name = _group(msg)
+    if _own(q, name).paused == paused:
+        return {"data": {"changed": False}}
+    q.groups.configure(name).paused = paused
+    q.groups.configured(name)
+    _store(q)
+    return {"data": {"changed": True}}
+
+
+def pause_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return _set_paused(q, msg, True)
+
+
+def resume_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return _set_paused(q, msg, False)
+
+
+def is_group_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    return {"data": {"paused": _own(q, _group(msg)).paused}}
