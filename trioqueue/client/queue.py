@@ -17,6 +17,7 @@ from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
+from .maintenance import MaintenanceMixin
 from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check_states, job_options
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     return str(error), None
 
 
-class Queue:
+class Queue(MaintenanceMixin):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
     def __init__(self, name: str, connection: Connection) -> None:

@@ -134,6 +134,12 @@ class SyncQueue:
     is_paused = _plain(Queue.is_paused)
     drain = _plain(Queue.drain)
     obliterate = _plain(Queue.obliterate)
+    # maintenance (client/maintenance.py)
+    clean = _plain(Queue.clean)
+    get_queues = _plain(Queue.get_queues)
+    list_queues = _plain(Queue.list_queues)
+    trim_events = _plain(Queue.trim_events)
+    compact_memory = _plain(Queue.compact_memory)
 
     def wait_job_until_finished(self, job_id: str, ttl: float | None = 30.0) -> Any:
         """The job's result once it completes; blocks this thread (only), for at most

@@ -34,6 +34,8 @@ from ..split_dict import SplitDict
 from ..split_heap import SplitHeap
 from ..writes import Writes
 from . import (
+    cleaning,
+    compaction,
     consuming,
     control,
     dedup,
@@ -325,6 +327,10 @@ class QueueState:
     reset_settings = control.reset_settings
     set_paused = control.set_paused
     load_meta = control.load_meta
+
+    # cleaning.py, compaction.py: Clean and CompactMemory (long work)
+    clean_work = cleaning.clean_work
+    compact_work = compaction.compact_work
 
     # progress.py: progress and logs
     _active_for_progress = progress._active_for_progress
