@@ -76,6 +76,10 @@ async def test_trim_events_and_compact_memory(conn: Connection) -> None:
     freed = await queue.compact_memory()
     assert freed["heapEntries"] >= 300 and freed["queues"] >= 1
     assert set(freed) >= {"retainedResults", "bytes", "gcObjects"}
+    assert freed["gcObjects"] == 0
+    assert (await queue.compact_memory(collect_garbage=True))["gcObjects"] >= 0
+    with pytest.raises(ValidationError):
+        await queue.compact_memory(collect_garbage=1)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- sync

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ValidationError
-from .options import check_int, check_ms
+from .options import check_flag, check_int, check_ms
 
 # The states Clean understands (BullMQ's names and bunqueue's): the queued ones are
 # judged by their creation time, ``completed`` by completion, ``failed`` (the
@@ -55,8 +55,11 @@ class MaintenanceMixin:
                                  maxLength=check_int("max_length", max_length, 0))
         return int(reply["data"]["removed"])
 
-    async def compact_memory(self) -> dict[str, int]:
+    async def compact_memory(self, collect_garbage: bool = False) -> dict[str, int]:
         """Ask the broker to give back memory it keeps past its use; what it freed
-        (``retainedResults``, ``heapEntries``, ``bytes``, ``gcObjects``, ``queues``)."""
-        reply = await self._call("CompactMemory")
+        (``retainedResults``, ``heapEntries``, ``bytes``, ``gcObjects``, ``queues``).
+        ``collect_garbage`` also runs a full collection in the broker, which holds it
+        for a time that grows with the jobs it holds (about 0.5 s at 200,000)."""
+        fields = {"gc": True} if check_flag("collect_garbage", collect_garbage) else {}
+        reply = await self._call("CompactMemory", **fields)
         return dict(reply.get("freed") or {})

@@ -105,14 +105,18 @@ def trim_events(scope: BrokerScope, msg: dict[str, Any], now: int, conn: Any) ->
 def compact_memory(scope: BrokerScope, msg: dict[str, Any], now: int,
                    conn: Any) -> FanOut:
     """Free what the broker keeps past its use: retained results past their window,
-    the job index's empty slots, cyclic garbage (the server never collects the
-    oldest generation on its own), then each queue's maps and stale heap entries.
+    the job index's empty slots, then each queue's maps and stale heap entries; with
+    ``gc: true`` (ours) also cyclic garbage, which the server never collects from the
+    oldest generations on its own (a crashed actor's traceback).
 
-    Answered with bunqueue's ``{}`` plus ``freed``, what went."""
+    The collection is asked for, not done by default: it visits every object the
+    broker holds since its start (0.46 s at 200,000 jobs on this machine kind), and
+    every queue waits for it. Answered with bunqueue's ``{}`` plus ``freed``."""
+    collect = fields.lenient_bool(msg.get("gc"))
     broker = {
         "retainedResults": scope.forget_expired_retained(now),
         "bytes": scope.compact_index(),
-        "gcObjects": gc.collect(),
+        "gcObjects": gc.collect() if collect else 0,
     }
 
     def combine(replies: list[Reply]) -> Reply:
