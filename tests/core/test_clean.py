@@ -246,3 +246,18 @@ def test_ids_reads_name_the_page_size() -> None:
     work.step()
     assert work.need is not None and work.need.reads[0][0] == IDS
     assert work.need.reads[0][-1] == slices.SLICE_JOBS
+
+
+def test_the_walk_merges_the_places_oldest_first_across_slices() -> None:
+    # Jobs spread over many milliseconds and spans, in three places: one walk of the
+    # creation orders serves every slice, in (createdAt, id) order.
+    h = QueueHarness()
+    ids = []
+    for i in range(30):
+        extra: dict[str, Any] = [{}, {"priority": 2}, {"delay": 60_000}][i % 3]
+        ids.append(push(h, T, created=T - 100_000 + i * 20_000 // 3, **extra))
+    cutoff_index = 17
+    created = sorted((h.q.jobs[i].created_at, i) for i in ids)
+    grace = T - created[cutoff_index][0]
+    assert clean(h, T, grace=grace) == [i for _, i in created[:cutoff_index + 1]]
+    assert len(h.q.jobs) == 30 - cutoff_index - 1

@@ -71,22 +71,31 @@ def _nothing() -> Steps:
 
 def _clean_queued(q: QueueState, cutoff: float, limit: int, now: int) -> Steps:
     places = q.places
-    orders = (places.waiting, places.prioritized, places.delayed)
     removed: list[str] = []
+    batch: list[str] = []
     fill = SliceFill(q)
-    while len(removed) < limit:
-        # The oldest queued jobs: a removed job leaves its order, so the next page
-        # starts at the front again (O(spans + page), never O(queue)).
-        page = order.page(orders, asc=True, offset=0,
-                          limit=min(fill.room(), limit - len(removed)))
-        old = [job_id for created_at, job_id in page if created_at <= cutoff]
-        # (a job an earlier removal took along is gone too, and counted as removed)
-        slices._drop(q, old, now)
-        removed.extend(old)
-        if len(old) < len(page) or not old:
-            break  # reached a job younger than the cutoff, or the queue's end
-        if fill.took(len(old)):
-            yield None
+    # One walk of the creation orders for the whole clean (order.walk), oldest first.
+    for created_at, ids in order.walk((places.waiting, places.prioritized, places.delayed)):
+        if created_at > cutoff:
+            break
+        for job_id in ids:
+            if job_id not in q.jobs:
+                continue  # taken along by an earlier removal
+            batch.append(job_id)
+            if len(removed) + len(batch) < limit and len(batch) < fill.room():
+                continue
+            slices._drop(q, batch, now)
+            removed.extend(batch)
+            if len(removed) >= limit:
+                slices._compact(q, len(removed))  # as Drain: a large clean shrinks the maps
+                return removed
+            over = fill.took(len(batch))
+            batch = []
+            if over:
+                yield None
+    slices._drop(q, batch, now)
+    removed.extend(batch)
+    slices._compact(q, len(removed))
     return removed
 
 
