@@ -53,13 +53,6 @@ def clean_work(q: QueueState, state: str | None, grace: float, limit: int,
     return Sliced(steps, _reply)
 
 
-def clean(q: QueueState, state: str | None, grace: float, limit: int,
-          now: int) -> list[str]:
-    """Clean at once (the synchronous form, for a view that fetches its own reads)."""
-    removed: list[str] = clean_work(q, state, grace, limit, now).run()
-    return removed
-
-
 def _reply(ids: list[str]) -> dict[str, Any]:
     return {"count": len(ids), "ids": ids}
 

@@ -35,12 +35,6 @@ def compact_work(q: QueueState) -> Sliced:
     return Sliced(_compact(q), lambda freed: {"freed": freed})
 
 
-def compact(q: QueueState) -> dict[str, int]:
-    """Compact at once (the synchronous form)."""
-    freed: dict[str, int] = compact_work(q).run()
-    return freed
-
-
 def _compact(q: QueueState) -> Steps:
     jobs = q.jobs
 
