@@ -21,6 +21,7 @@ import trio
 
 from ..config import Config
 from ..core.clock import Clock
+from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.port import Storage
@@ -72,7 +73,8 @@ class Broker:
         self.router = Router(
             committer=self.writer, find_finished=self._find_finished,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
-            admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn)
+            admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
+            count_finished=self._count_finished)
         # A PUSH's long data string is written before the command runs, a piece at a
         # time (None: the store takes no writes ahead).
         self.ahead = (AheadWriter(self.storage,
@@ -111,6 +113,12 @@ class Broker:
         trio thread for one read; see docs/architecture.md, "Storage"."""
         self.commit_if_inline()
         return self.storage.get_finished(job_id)
+
+    def _count_finished(self, queue: str) -> int:
+        """The finished jobs of ``queue`` in storage (ListQueues; O(1) per state), read
+        as :meth:`_find_finished` reads."""
+        self.commit_if_inline()
+        return sum(self.storage.count_finished(queue, state) for state in FINISHED_STATES)
 
     def commit_if_inline(self) -> None:
         if not self.writer.off_thread:
@@ -179,6 +187,10 @@ class Broker:
             left = rebuild(recovered, self.clock.now_ms(), state_for=state_for,
                            locate=router.locate, dependents=router.dependents)
         router.post_notices(left)  # none: every queue was rebuilt
+        # A queue that kept only finished jobs is a queue too (ListQueues names it).
+        for (name, _), count in recovered.finished_counts.items():
+            if count:
+                router.actor(name, recovering=True)
         for actor in router.actors.values():
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()

@@ -17,6 +17,7 @@ interfaces of :mod:`trioqueue.actors.ports`.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -28,12 +29,14 @@ from ..core.commands import RELEASE_CONNECTION
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.job import JobRecord
-from ..core.queue import ADOPT
+from ..core.maintenance import FanOut
+from ..core.queue import ADOPT, QueueState
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
 from ..core.states import visible_state
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .fan_out import Gather
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
@@ -89,10 +92,13 @@ class Router(DependentsIndex):
                  find_finished: Callable[[str], dict[str, Any] | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
                  admission: AdmissionFactory | None,
-                 new_actor: Callable[[str], QueueActor], spawn: Spawn) -> None:
+                 new_actor: Callable[[str], QueueActor], spawn: Spawn,
+                 count_finished: Callable[[str], int] | None = None) -> None:
         self._committer = committer
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
+        # How many finished jobs of a queue are stored (ListQueues; None: not known)
+        self._count_finished = count_finished
         self._now_ms = now_ms
         self._limits = limits
         self._admission = admission  # None when the store has no limit
@@ -175,6 +181,28 @@ class Router(DependentsIndex):
     def live_jobs(self) -> int:
         return len(self._index)
 
+    # ------------------------------------------------------------------ BrokerScope
+    # (what the broker-wide commands use: core.maintenance)
+
+    def queue_states(self) -> list[tuple[str, QueueState]]:
+        return [(name, actor.state) for name, actor in self.actors.items()]
+
+    def finished_jobs(self, queue: str) -> int:
+        return 0 if self._count_finished is None else self._count_finished(queue)
+
+    def forget_expired_retained(self, now: int) -> int:
+        """Drop the retained results past their window (bounded by
+        ``max_removed_results``; otherwise dropped only when a WaitJob asks)."""
+        expired = [j for j, entry in self._retained.items() if entry[0] <= now]
+        for job_id in expired:
+            del self._retained[job_id]
+        return len(expired)
+
+    def compact_index(self) -> int:
+        before = sys.getsizeof(self._index)
+        self.compact()
+        return before - sys.getsizeof(self._index)
+
     # ------------------------------------------------------------------ queues
 
     def actor(self, name: str, *, recovering: bool = False) -> QueueActor:
@@ -241,9 +269,16 @@ class Router(DependentsIndex):
             self._resolve_many(command.multi, req, groups)
             return
         if how == BROKER:
-            # Broker-wide state (the workers registry): answered here, nothing to commit.
+            # Broker-wide state (workers, queues, memory): answered here, nothing to
+            # commit; or by every queue (a FanOut: each runs it in its own actor).
             assert command.handler is not None
-            req.ok(command.handler(self.workers, msg, self._now_ms(), req.conn))
+            answer = command.handler(self, msg, self._now_ms(), req.conn)
+            if isinstance(answer, FanOut):
+                gather = Gather(req, answer.combine, len(self.actors))
+                for name in list(self.actors):
+                    self._post(name, Request(answer.command, {}, gather))
+            else:
+                req.ok(answer)
             return
         if how == FLOW:
             self._push_flow(req)
@@ -341,15 +376,18 @@ class Router(DependentsIndex):
         """Forget a closed connection's workers; return what it held to its queues."""
         self.workers.connection_closed(conn)
         for name in queues:
-            actor = self.actors.get(name)
-            if actor is None:
-                continue
-            release = Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn)
-            try:
-                actor.send.send_nowait([release])
-                actor.batches_in_flight += 1
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                self._spawn(self.send, name, [release])
+            if name in self.actors:
+                self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
+
+    def _post(self, name: str, request: Request) -> None:
+        """Send the broker's own request to a queue without waiting (its inbox full,
+        a task of its own sends it)."""
+        actor = self.actors[name]
+        try:
+            actor.send.send_nowait([request])
+            actor.batches_in_flight += 1
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self._spawn(self.send, name, [request])
 
 
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool:

@@ -17,6 +17,7 @@ from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
+from .maintenance import MaintenanceMixin
 from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check_states, job_options
 from .queue_groups import QueueGroups
 from .queue_limits import QueueLimits
@@ -37,7 +38,7 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     return str(error), None
 
 
-class Queue(QueueLimits, QueueGroups):
+class Queue(QueueLimits, QueueGroups, MaintenanceMixin):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
     def __init__(self, name: str, connection: Connection) -> None:

@@ -18,10 +18,12 @@ from typing import Any, cast
 from . import group_handlers as gh
 from . import handlers as h
 from . import limit_handlers as lh
+from . import maintenance as mt
 from . import query_handlers as qh
 from . import states as st
 from .context import Handler
 from .errors import JOB_NOT_FOUND
+from .maintenance import BrokerScope
 from .queue import QueueState, Sliced, completed_reply, slices
 from .registry import (
     BROKER,
@@ -40,7 +42,6 @@ from .registry import (
     Reply,
     not_found,
 )
-from .workers import WorkerRegistry
 
 # Sent by the router to each queue a closed connection pulled from: its parked pulls
 # claim nothing and the jobs it was given go back (see QueueState.release_connection).
@@ -56,25 +57,26 @@ def _release_connection(q: QueueState, msg: dict[str, Any], ctx: h.Ctx) -> Reply
 
 
 # ------------------------------------------------------------------ workers registry
+# Broker handlers get the router's broker-wide state (maintenance.BrokerScope).
 
 
-def _register_worker(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+def _register_worker(scope: BrokerScope, msg: dict[str, Any], now: int,
                      conn: Any) -> Reply:
-    return workers.register(msg, now, conn)
+    return scope.workers.register(msg, now, conn)
 
 
-def _unregister_worker(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+def _unregister_worker(scope: BrokerScope, msg: dict[str, Any], now: int,
                        conn: Any) -> Reply:
-    return workers.unregister(msg)
+    return scope.workers.unregister(msg)
 
 
-def _heartbeat(workers: WorkerRegistry, msg: dict[str, Any], now: int, conn: Any) -> Reply:
-    return workers.heartbeat(msg, now)
+def _heartbeat(scope: BrokerScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
+    return scope.workers.heartbeat(msg, now)
 
 
-def _list_workers(workers: WorkerRegistry, msg: dict[str, Any], now: int,
+def _list_workers(scope: BrokerScope, msg: dict[str, Any], now: int,
                   conn: Any) -> Reply:
-    return workers.list(now)
+    return scope.workers.list(now)
 
 
 # ------------------------------------------------------------------ job-creating
@@ -169,6 +171,7 @@ CORE_COMMANDS = CommandTable([
     _by_queue("IsPaused", h.is_paused),
     _by_queue("Drain", h.drain),
     _by_queue("Obliterate", h.obliterate),
+    _by_queue("Clean", mt.clean),
     # ---- addressed by job id; the reply when no queue (nor storage) knows the id
     _by_id("ACK", h.ack, _NOT_ACTIVE),
     _by_id("FAIL", h.fail, _NOT_ACTIVE),
@@ -227,8 +230,12 @@ CORE_COMMANDS = CommandTable([
     Command("UnregisterWorker", BROKER, _unregister_worker),
     Command("Heartbeat", BROKER, _heartbeat),
     Command("ListWorkers", BROKER, _list_workers),
+    Command("ListQueues", BROKER, mt.list_queues),
+    Command("TrimEvents", BROKER, mt.trim_events),
+    Command("CompactMemory", BROKER, mt.compact_memory),
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
+    Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),
 ])
 
 # ------------------------------------------------------------------ views

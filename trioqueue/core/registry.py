@@ -36,7 +36,7 @@ BY_CUSTOM_ID = "customId"
 BY_PARENT_ID = "parentId"  # UpdateParent runs in the parent's queue
 BY_IDS = "ids"  # a list of job ids, maybe in several queues: split, then merged
 SESSION = "session"  # answered by the connection's session itself
-BROKER = "broker"  # broker-wide state the router owns (the workers registry)
+BROKER = "broker"  # broker-wide state the router owns (workers, queues, memory)
 FLOW = "flow"  # PUSHF: admitted by the router itself, across queues, in one commit
 INTERNAL = "internal"  # sent by the broker to a queue; never accepted from a client
 
@@ -46,8 +46,9 @@ QUEUE_ROUTES = BY_ONE_ID | {BY_QUEUE, BY_IDS, INTERNAL}
 
 # Per route: the facets a declaration must have, and the optional ones it may have.
 # ``handler`` is a queue handler (QueueState, msg, Ctx) on the queue routes, a session
-# handler (session, msg, replier) on SESSION and a workers-registry handler
-# (registry, msg, now, conn) on BROKER. FLOW has one handler, the router's own.
+# handler (session, msg, replier) on SESSION and a broker handler (scope, msg, now,
+# conn) on BROKER (scope: core.maintenance.BrokerScope, the router's state; it answers
+# a reply, or a FanOut to every queue). FLOW has one handler, the router's own.
 _NEEDS: dict[str, frozenset[str]] = {
     BY_QUEUE: frozenset({"handler"}),
     BY_ID: frozenset({"handler", "missing"}),

@@ -158,6 +158,12 @@ class SyncQueue:
     pause_group = _plain(Queue.pause_group)
     resume_group = _plain(Queue.resume_group)
     is_group_paused = _plain(Queue.is_group_paused)
+    # maintenance (client/maintenance.py)
+    clean = _plain(Queue.clean)
+    get_queues = _plain(Queue.get_queues)
+    list_queues = _plain(Queue.list_queues)
+    trim_events = _plain(Queue.trim_events)
+    compact_memory = _plain(Queue.compact_memory)
 
     def wait_job_until_finished(self, job_id: str, ttl: float | None = 30.0) -> Any:
         """The job's result once it completes; blocks this thread (only), for at most

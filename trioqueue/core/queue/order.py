@@ -172,6 +172,20 @@ def page(orders: Sequence[CreationOrder], *, asc: bool, offset: int,
     return out if asc else out[::-1]
 
 
+def walk(orders: Sequence[CreationOrder]) -> Iterator[tuple[int, list[str]]]:
+    """``(createdAt, ids)`` of each millisecond held in any of ``orders``, ascending,
+    ids sorted: the merged order of :func:`page`, in one walk for work that goes
+    through it a slice at a time and removes jobs as it goes (Clean). The spans are
+    copied once at the start, a span's milliseconds when the walk reaches it, and a
+    millisecond's ids as it is taken, so removals under the walk are safe; a group
+    emptied meanwhile is skipped."""
+    for span in _merged(o._spans for o in orders):
+        for ms in _merged(o._span_ms.get(span, ()) for o in orders):
+            ids = sorted(i for o in orders if (g := o._group(ms)) for i in g)
+            if ids:
+                yield ms, ids
+
+
 def _merged(sorted_lists: Iterator[Sequence[int]] | Iterator[list[int]]) -> list[int]:
     lists = [s for s in sorted_lists if s]
     if len(lists) == 1:

@@ -34,6 +34,8 @@ from ..split_dict import SplitDict
 from ..split_heap import SplitHeap
 from ..writes import Writes
 from . import (
+    cleaning,
+    compaction,
     consuming,
     control,
     dedup,
@@ -345,6 +347,9 @@ class QueueState:
     clear_rate_limit = limits.clear_rate_limit
     set_concurrency = limits.set_concurrency
     limits_reply = limits.limits_reply
+    # cleaning.py, compaction.py: Clean and CompactMemory (long work)
+    clean_work = cleaning.clean_work
+    compact_work = compaction.compact_work
 
     # progress.py: progress and logs
     _active_for_progress = progress._active_for_progress
