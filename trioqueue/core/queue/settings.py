@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dlq_config import DlqConfig
+
 DEFAULT_MAX_STALLS = 3
 DEFAULT_STALL_CONFIG: dict[str, Any] = {
     "enabled": True, "stallInterval": 30_000, "maxStalls": DEFAULT_MAX_STALLS,
@@ -29,10 +31,12 @@ class QueueSettings:
     paused: bool = False
     # bunqueue's stall configuration (SetStallConfig), as the client sent it.
     stall: dict[str, Any] = field(default_factory=_default_stall)
+    # the dead-letter queue's (SetDlqConfig); its timers are the DLQ index's (dlq.py)
+    dlq: DlqConfig = field(default_factory=DlqConfig)
 
     def to_meta(self) -> dict[str, Any]:
         """The stored form (the queue's meta row); a copy, safe to keep."""
-        return {"paused": self.paused, "stall": dict(self.stall)}
+        return {"paused": self.paused, "stall": dict(self.stall), "dlq": self.dlq.to_wire()}
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any] | None) -> QueueSettings:
@@ -42,6 +46,7 @@ class QueueSettings:
         if meta:
             settings.paused = bool(meta.get("paused", False))
             settings.stall.update(meta.get("stall") or {})
+            settings.dlq = DlqConfig.from_wire(meta.get("dlq"))
         return settings
 
     @property

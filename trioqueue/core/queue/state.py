@@ -38,6 +38,8 @@ from . import (
     control,
     dedup,
     dependencies,
+    dlq,
+    dlq_work,
     leases,
     lifecycle,
     moves,
@@ -50,6 +52,7 @@ from . import (
     restore as restoring,
 )
 from . import waiters as waiting
+from .dead_letters import DeadLetters
 from .dedup import DedupKey
 from .finished import FinishedView
 from .leases import Lock
@@ -107,6 +110,7 @@ class QueueState:
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
         self.c = Counters()
         self.places = Places()  # listing orders, kept with the counters
+        self.dlq = DeadLetters()  # the marks of the DLQ entries (the records are stored)
 
     def take_writes(self) -> Writes:
         writes, self.writes = self.writes, Writes()
@@ -179,6 +183,10 @@ class QueueState:
             at = timeout_top[0]
             if best is None or at < best:
                 best = at
+        if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
+            at = self.dlq.next_wakeup(self.settings.dlq)
+            if at is not None and (best is None or at < best):
+                best = at
         return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
@@ -197,6 +205,10 @@ class QueueState:
             self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
                                       if self.c.active else None)
         out = self.expire_waits(now) if self.parked._deadlines else []
+        if self.dlq.marks and dlq.dlq_due(self, now):
+            timer_work = dlq.dlq_tick(self, now)
+            if timer_work is not None:
+                out.append(timer_work)
         if self.parked.pulls:
             out.extend(self.serve_waiters(now))
         if self.parked.settled:
@@ -341,6 +353,14 @@ class QueueState:
     release_dedup_key = dedup.release_dedup_key
     _dedup_admit = dedup._dedup_admit
     _dedup_claim = dedup._dedup_claim
+
+    # dlq.py, dlq_work.py: the dead-letter queue (entries, timer, admin commands)
+    _dlq_enter = dlq.dlq_enter
+    remove_dlq_job = dlq.remove_dlq_job
+    dlq_stats = dlq.dlq_stats
+    set_dlq_config = dlq.set_dlq_config
+    load_dlq = dlq.load_dlq
+    auto_retry_work = dlq_work.auto_retry_work
 
     # views.py: read-only queries
     job_wire = views.job_wire
