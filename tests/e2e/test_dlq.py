@@ -178,3 +178,34 @@ async def test_entries_and_config_survive_a_restart(
         assert (await client.ok("RetryDlq", queue="rs"))["count"] == 3
         await client.aclose()
         second.stop()
+
+
+async def test_dlq_events(connect: Callable[..., Any]) -> None:
+    listener: RawClient = await connect()
+    client: RawClient = await connect()
+    await listener.ok("SubscribeEvents", queue="ev")
+    job = await bury(client, "ev", error="bad")
+    await client.ok("RetryDlq", queue="ev", jobId=job)
+    await client.ok("Discard", id=job)
+    await client.ok("RetryDlq", queue="ev")
+    await client.ok("Discard", id=job)
+    await client.ok("PurgeDlq", queue="ev")
+    await client.ok("SetDlqConfig", queue="ev", config={"maxEntries": 5})
+    await client.ok("Ping")
+    seen: list[dict[str, Any]] = []
+    with trio.fail_after(5):
+        while not any(e["eventType"] == "dlq-config-changed" for e in seen):
+            if listener.events:
+                seen.append(listener.events.pop(0))
+                continue
+            msg = await listener.receive()
+            if msg.get("type") == "event":
+                seen.append(msg["event"])
+    dlq = [e for e in seen if e["eventType"].startswith("dlq-")]
+    assert [e["eventType"] for e in dlq] == [
+        "dlq-added", "dlq-retried", "dlq-added", "dlq-retry-all", "dlq-added",
+        "dlq-purged", "dlq-config-changed"]
+    assert dlq[0]["jobId"] == job and dlq[0]["reason"] == "max_attempts_exceeded"
+    assert dlq[0]["error"] == "bad"
+    assert dlq[3]["count"] == 1 and dlq[5]["count"] == 1
+    assert dlq[6]["config"]["maxEntries"] == 5

@@ -73,6 +73,7 @@ def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
         if not dw.can_revive(q, record, ctx.now):
             return {"count": 0}
         q._revive(record, ctx.now)
+        q._emit("dlq-retried", job_id, ctx.now)
         return {"count": 1}
     flt = _filter(msg.get("filter"))
     count = _count(msg.get("count"), "count")
@@ -113,7 +114,7 @@ def set_dlq_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     config = msg.get("config")
     if not isinstance(config, dict):
         raise Refused("config must be an object")
-    q.set_dlq_config(config)
+    q.set_dlq_config(config, ctx.now)
     return {}
 
 

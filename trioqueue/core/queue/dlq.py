@@ -56,8 +56,10 @@ def new_entry(job: JobRecord, now: int, reason: str, error: str | None,
 def dlq_enter(q: QueueState, job: JobRecord, now: int) -> None:
     """A job was just buried (its record written): index it, evict past maxEntries."""
     entry = job.dlq or {}
-    q.dlq.add(job.id, now, str(entry.get("reason") or "unknown"),
-              int(entry.get("retryCount", 0)))
+    reason = str(entry.get("reason") or "unknown")
+    q.dlq.add(job.id, now, reason, int(entry.get("retryCount", 0)))
+    if q.events_enabled:
+        q._emit("dlq-added", job.id, now, reason=reason, error=entry.get("error"))
     if len(q.dlq) > q.settings.dlq.max_entries:
         _evict(q, now, EVICT_AT_BURY)
 
@@ -217,9 +219,10 @@ def dlq_stats(q: QueueState, now: int) -> dict[str, Any]:
     }
 
 
-def set_dlq_config(q: QueueState, config: dict[str, Any]) -> None:
+def set_dlq_config(q: QueueState, config: dict[str, Any], now: int) -> None:
     q.settings.dlq.update(config)
     q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q._emit("dlq-config-changed", "", now, config=q.settings.dlq.to_wire())
 
 
 def load_dlq(q: QueueState) -> None:

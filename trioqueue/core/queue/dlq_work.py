@@ -182,7 +182,7 @@ def retry_dlq(q: QueueState, flt: DlqFilter, count: int | None, now: int) -> Ste
             break
         yield None
     if retried:
-        q._emit("dlq-retried", "", now, count=retried)
+        q._emit("dlq-retry-all", "", now, count=retried)
     return retried
 
 
