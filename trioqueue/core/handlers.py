@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields, traces
+from . import fields
 from .context import Ctx, Reply, _opt_int, _refuse_if_full, _token
 from .errors import STORAGE_FULL, Refused
 from .job import FAILED
@@ -189,7 +189,7 @@ def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         token=_token(msg),
         error=error,
         stack=stack,
-        trace=traces.fail_trace(msg.get("stack")),
+        trace=msg.get("stack"),
         unrecoverable=msg.get("unrecoverable") is True,
         remove_on_fail=True if msg.get("removeOnFail") is True else None,
     )

@@ -14,6 +14,7 @@ from ..errors import Refused
 from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
 from ..split_dict import SplitDict
+from ..traces import fail_trace
 from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .views import completed_reply, failed_reply
@@ -223,11 +224,14 @@ def fail(
     token: str | None = None,
     error: str | None = None,
     stack: list[str] | None = None,
-    trace: list[str] | None = None,
+    trace: Any = None,
     unrecoverable: bool = False,
     remove_on_fail: bool | None = None,
 ) -> bool:
     """Fail one attempt; False (not applied) for a late FAIL of a requeued job.
+
+    ``trace``: the ``stack`` as sent, kept whole (its tail) in the DLQ entry if this
+    attempt buries the job; read only then, so a retried FAIL pays nothing for it.
 
     Lock expiry already charged that attempt and put the job back, so bunqueue
     answers such a FAIL ``already-finalized`` rather than with an error.
@@ -257,7 +261,7 @@ def fail(
         q._settle(job.id, failed_reply(error))
         q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
         return True
-    q._bury(job, now, decision.reason or "", decision.error, trace=trace)
+    q._bury(job, now, decision.reason or "", decision.error, trace=fail_trace(trace))
     return True
 
 
