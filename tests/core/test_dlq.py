@@ -383,3 +383,13 @@ def test_obliterate_resets_entries_and_config(h: Harness) -> None:
     h.restart(NOW + 2)
     assert h.listed(NOW + 2) == []
     assert h.cmd("GetDlqConfig", NOW + 2) == {"config": DEFAULTS}
+
+
+def test_a_full_store_refuses_retries_as_it_refuses_pushes(h: Harness) -> None:
+    job = h.bury(NOW)
+    full = Ctx(now=NOW, storage_full=True)
+    for name, msg in (("RetryDlq", {"jobId": job}), ("RetryDlq", {}),
+                      ("RetryCompleted", {})):
+        with pytest.raises(Refused, match="Storage full"):
+            QUEUE_HANDLERS[name](h.q, {"queue": "q", **msg}, full)
+    assert h.listed(NOW) == [job]
