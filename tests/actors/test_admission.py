@@ -116,7 +116,8 @@ def test_move_to_wait_keeps_its_own_errors_while_full() -> None:
 
 
 def test_only_job_creating_commands_are_admission_checked() -> None:
-    assert ADMITTING == {"PUSH", "PUSHB", "MoveToWait"}
+    # RetryDlq and RetryCompleted make dead-lettered / completed jobs live again
+    assert ADMITTING == {"PUSH", "PUSHB", "MoveToWait", "RetryDlq", "RetryCompleted"}
     assert ADMITTING <= QUEUE_HANDLERS.keys()
 
 

@@ -22,6 +22,13 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _last_error(timeline: Any) -> str | None:
+    for entry in reversed(timeline or ()):
+        if entry.get("state") == "failed" and entry.get("error") is not None:
+            return str(entry["error"])
+    return None
+
+
 class Job:
     """One job. ``raw`` is the Job map as the broker sent it.
 
@@ -48,7 +55,11 @@ class Job:
         self.finished_on: int | None = _int(get("completedAt"))
         self.progress: float = get("progress", 0)
         self.progress_message: str | None = get("progressMessage")
-        self.stacktrace: list[str] | None = get("stacktrace")
+        # A dead-lettered job's come from its DLQ entry (the whole trace of the attempt
+        # that failed it); a job failing and retried has its last error in its timeline.
+        self.stacktrace: list[str] | None = get("failedStack") or get("stacktrace")
+        self.failed_reason: str | None = get("failedReason") or _last_error(
+            get("timeline"))
         self.stalled_counter: int = int(get("stallCount", 0))
         self.custom_id: str | None = get("customId")
         self.parent_id: str | None = get("parentId")

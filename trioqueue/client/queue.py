@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
+from ..core.traces import trace_tail
+from .dlq import DlqMethods
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
 from .maintenance import MaintenanceMixin
@@ -34,11 +36,13 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     if isinstance(error, BaseException):
         stack = traceback.format_exception(type(error), error, error.__traceback__)
         lines = [line.rstrip() for chunk in stack for line in chunk.splitlines()]
-        return str(error) or type(error).__name__, lines[-50:]
+        # the whole traceback (its tail, within the bound the broker keeps): the
+        # user's frame and the exception line are at its end
+        return str(error) or type(error).__name__, trace_tail(lines)
     return str(error), None
 
 
-class Queue(QueueLimits, QueueGroups, MaintenanceMixin):
+class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
     def __init__(self, name: str, connection: Connection) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import dlq_handlers as dlq
 from . import group_handlers as gh
 from . import handlers as h
 from . import limit_handlers as lh
@@ -172,6 +173,14 @@ CORE_COMMANDS = CommandTable([
     _by_queue("Drain", h.drain),
     _by_queue("Obliterate", h.obliterate),
     _by_queue("Clean", mt.clean),
+    _by_queue("Dlq", dlq.dlq),
+    _by_queue("GetDlqStats", dlq.get_dlq_stats),
+    _by_queue("RetryDlq", dlq.retry_dlq, admits=_one_job),
+    _by_queue("PurgeDlq", dlq.purge_dlq),
+    _by_queue("RemoveDlqJob", dlq.remove_dlq_job),
+    _by_queue("RetryCompleted", dlq.retry_completed, admits=_one_job),
+    _by_queue("SetDlqConfig", dlq.set_dlq_config),
+    _by_queue("GetDlqConfig", dlq.get_dlq_config),
     # ---- addressed by job id; the reply when no queue (nor storage) knows the id
     _by_id("ACK", h.ack, _NOT_ACTIVE),
     _by_id("FAIL", h.fail, _NOT_ACTIVE),

@@ -191,6 +191,7 @@ def fail(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         token=_token(msg),
         error=error,
         stack=stack,
+        trace=msg.get("stack"),
         unrecoverable=msg.get("unrecoverable") is True,
         remove_on_fail=True if msg.get("removeOnFail") is True else None,
     )

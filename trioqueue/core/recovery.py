@@ -8,8 +8,10 @@ did not rebuild.
 
 The order, and why:
 
-1. Each queue's settings (``load_meta``), then the reverse dependency map, so a job
-   buried while it is restored finds the parents waiting for it.
+1. Each queue's settings (``load_meta``) and the marks of its DLQ entries
+   (``load_dlq``: read before any job is buried here, whose entry it would not see),
+   then the reverse dependency map, so a job buried while it is restored finds the
+   parents waiting for it.
 2. Every job that will not be charged is restored in admission order (``seq``), which
    keeps each queue's FIFO order and numbering the same across any number of restarts.
 3. Outcome rows a crash separated from their notices are replayed, and what they set
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from .flows import Dependents
-from .job import ACTIVE
+from .job import ACTIVE, FAILED
 from .queue import QueueState
 
 Notice = tuple[str, tuple[Any, ...]]  # (target job id, notice)
@@ -41,6 +43,8 @@ class Stored(Protocol):
     def live_jobs(self) -> list[Record]: ...
     @property
     def queue_meta(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def finished_counts(self) -> dict[tuple[str, str], int]: ...
 
 
 def in_restore_order(records: Iterable[Record]) -> list[Record]:
@@ -98,6 +102,11 @@ def rebuild(recovered: Stored, now: int, *, state_for: Callable[[str], QueueStat
         target = state(name)
         if target is not None:
             target.load_meta(meta)
+    for (name, kind), count in recovered.finished_counts.items():
+        # a queue may be known by its dead letters alone (no meta row, no live job)
+        target = state(name) if kind == FAILED and count else None
+        if target is not None:
+            target.load_dlq()
     records = [r for r in recovered.live_jobs if state(r["queue"]) is not None]
     dependents.register(records)
     interrupted: list[Record] = []

@@ -32,6 +32,7 @@ class SyncJob:
     progress: float
     progress_message: str | None
     stacktrace: list[str] | None
+    failed_reason: str | None
     stalled_counter: int
     custom_id: str | None
     parent_id: str | None

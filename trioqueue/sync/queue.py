@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from ..client.job import Job
@@ -118,6 +119,16 @@ class SyncQueue:
     get_deduplication_job_id = _plain(Queue.get_deduplication_job_id)
     remove_deduplication_key = _plain(Queue.remove_deduplication_key)
     remove_job_deduplication_key = _plain(Queue.remove_job_deduplication_key)
+    # the dead-letter queue
+    get_dlq = _Blocking(Queue.get_dlq, lambda queue, entries: [
+        replace(entry, job=SyncJob(queue, entry.job)) for entry in entries])
+    get_dlq_stats = _plain(Queue.get_dlq_stats)
+    retry_dlq = _plain(Queue.retry_dlq)
+    purge_dlq = _plain(Queue.purge_dlq)
+    remove_dlq_job = _plain(Queue.remove_dlq_job)
+    retry_completed = _plain(Queue.retry_completed)
+    set_dlq_config = _plain(Queue.set_dlq_config)
+    get_dlq_config = _plain(Queue.get_dlq_config)
     # progress, logs, job changes
     update_job_progress = _plain(Queue.update_job_progress)
     add_job_log = _plain(Queue.add_job_log)

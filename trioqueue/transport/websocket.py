@@ -50,6 +50,10 @@ EVENT_NAMES = {
     "retried": "job:retried", "waiting-children": "job:waiting-children",
     "waiting": "job:waiting", "paused": "queue:paused", "resumed": "queue:resumed",
     "drained": "queue:drained",
+    # the dead-letter queue's (core/queue/dlq.py, dlq_work.py)
+    "dlq-added": "dlq:added", "dlq-retried": "dlq:retried", "dlq-retry-all": "dlq:retry-all",
+    "dlq-purged": "dlq:purged", "dlq-auto-retried": "dlq:auto-retried",
+    "dlq-expired": "dlq:expired", "dlq-config-changed": "config:dlq-changed",
 }
 EVENT_FAMILIES = frozenset({
     "job", "queue", "dlq", "flow", "cron", "worker", "ratelimit", "concurrency", "webhook",

@@ -10,10 +10,12 @@ per-job event is emitted (bunqueue emits none).
 
 No step walks the queue. Queued jobs come oldest first from the creation orders
 (``q.places``), a slice at a time; a removal goes the way Drain's does
-(``_drop_queued``: dedup keys, custom ids, parents and WaitJob holds released). Finished
-jobs come from storage in pages of ids in ``(createdAt, id)`` order (``IDS`` reads, with
-a cursor that deleted jobs do not disturb), their records read per page (``GET``).
-A finished job completed or dead-lettered at or after its creation, so the first job
+(``_drop_queued``: dedup keys, custom ids, parents and WaitJob holds released). Dead
+letters come from the queue's DLQ index, which holds them in the order they entered
+(``dlq.drop_entry`` deletes each, as any DLQ deletion). Completed jobs come from storage
+in pages of ids in ``(createdAt, id)`` order (``IDS`` reads, with a cursor that deleted
+jobs do not disturb), their records read per page (``GET``).
+A job completed at or after its creation, so the first job
 created after the cutoff ends the scan: everything after it is younger still. Before
 that, a job created long ago but finished recently is read and kept, so a scan over
 many such jobs costs pages, each its own step, never one long step.
@@ -24,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from .. import flows
 from ..job import COMPLETED, FAILED
 from . import order, slices
+from .dlq import drop_entry
 from .finished import GET, NeedData
 from .slices import Sliced, SliceFill, Steps
 
@@ -47,7 +49,7 @@ def clean_work(q: QueueState, state: str | None, grace: float, limit: int,
     elif state == COMPLETED:
         steps = _clean_finished(q, COMPLETED, cutoff, limit)
     elif state == FAILED:
-        steps = _clean_finished(q, FAILED, cutoff, limit)
+        steps = _clean_dead_letters(q, cutoff, limit, now)
     else:  # active, or a state bunqueue does not know: nothing is removed
         steps = _nothing()
     return Sliced(steps, _reply)
@@ -92,6 +94,27 @@ def _clean_queued(q: QueueState, cutoff: float, limit: int, now: int) -> Steps:
     return removed
 
 
+def _clean_dead_letters(q: QueueState, cutoff: float, limit: int, now: int) -> Steps:
+    """Dead letters by the time they entered the DLQ, oldest first: the queue's DLQ
+    index holds them in that order (dead_letters.py), so no storage is scanned, and
+    each goes the one way an entry is deleted (dlq.drop_entry)."""
+    removed: list[str] = []
+    fill = SliceFill(q)
+    taken = 0
+    while len(removed) < limit:
+        mark = q.dlq.oldest()
+        if mark is None or mark.entered_at > cutoff:
+            break
+        drop_entry(q, mark, now)
+        removed.append(mark.job_id)
+        taken += 1
+        if taken >= fill.room():
+            taken = 0
+            if fill.took(fill.room()):
+                yield None
+    return removed
+
+
 def _clean_finished(q: QueueState, state: str, cutoff: float, limit: int) -> Steps:
     removed: list[str] = []
     after: Any = None
@@ -128,21 +151,13 @@ def _records(q: QueueState, ids: list[str]) -> Generator[
 
 
 def _finished_at(record: dict[str, Any], state: str) -> float:
-    """When a finished job finished, as Clean judges it: ``completedAt`` for completed
-    jobs, the time it entered the dead-letter queue for failed ones (its ``createdAt``
-    when an older record has neither)."""
-    if state == COMPLETED:
-        at = record.get("completedAt")
-    else:
-        at = (record.get("dlq") or {}).get("enteredAt")
+    """When a completed job completed, as Clean judges it (its ``createdAt`` when an
+    older record has no ``completedAt``)."""
+    at = record.get("completedAt")
     return float(at if at is not None else record.get("createdAt", 0))
 
 
 def _drop_finished(q: QueueState, job_id: str) -> None:
-    """Remove a finished job with its result, logs and outcome rows (DeleteJob). A
-    dead-lettered job may still have parents waiting for it (a DLQ retry could have
-    completed it): they are told it is gone, as for a removed queued job."""
+    """Remove a completed job with its result, logs and outcome rows (DeleteJob)."""
     q.logs.pop(job_id, None)
     q.writes.delete_job(job_id)
-    if q.index.has_dependents(job_id):
-        q._settle_dependents(job_id, flows.DETACHED)

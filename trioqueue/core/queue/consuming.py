@@ -14,6 +14,8 @@ from ..errors import Refused
 from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
 from ..split_dict import SplitDict
+from ..traces import fail_trace
+from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
 from .views import completed_reply, failed_reply
@@ -230,10 +232,14 @@ def fail(
     token: str | None = None,
     error: str | None = None,
     stack: list[str] | None = None,
+    trace: Any = None,
     unrecoverable: bool = False,
     remove_on_fail: bool | None = None,
 ) -> bool:
     """Fail one attempt; False (not applied) for a late FAIL of a requeued job.
+
+    ``trace``: the ``stack`` as sent, kept whole (its tail) in the DLQ entry if this
+    attempt buries the job; read only then, so a retried FAIL pays nothing for it.
 
     Lock expiry already charged that attempt and put the job back, so bunqueue
     answers such a FAIL ``already-finalized`` rather than with an error.
@@ -263,7 +269,7 @@ def fail(
         q._settle(job.id, failed_reply(error))
         q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
         return True
-    q._bury(job, now, decision.reason or "", decision.error)
+    q._bury(job, now, decision.reason or "", decision.error, trace=fail_trace(trace))
     return True
 
 
@@ -280,8 +286,9 @@ def _retry_later(q: QueueState, job: JobRecord, now: int) -> None:
 
 
 def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None,
-          counted: bool = True, emit: bool = True) -> None:
-    """Move a job to the dead-letter queue (state FAILED, kept in storage)."""
+          counted: bool = True, emit: bool = True, trace: list[str] | None = None) -> None:
+    """Move a job to the dead-letter queue (state FAILED, kept in storage); ``trace``:
+    the whole stack of a failing FAIL, for the entry (see :func:`.dlq.new_entry`)."""
     if counted:
         q._remove_live(job, now)
     else:
@@ -291,15 +298,11 @@ def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | Non
         for child_id in job.pending or ():
             q.index.drop_dependent(child_id, job.id)
     q._move(job, st.BURY)
-    job.dlq = {
-        "reason": reason,
-        "error": error,
-        "enteredAt": float(now),
-        "retryCount": 0,
-    }
+    job.dlq = new_entry(job, now, reason, error, trace)
     job.add_timeline("failed", now, error=error)
     job.pending = None
     q.writes.finish_job(job.to_record(), False)
+    q._dlq_enter(job, now)
     q._child_failed(job, error)
     q._settle(job.id, failed_reply(error))
     if emit:

@@ -136,9 +136,11 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
         raise Refused(f"Cannot move job from state '{state}' to waiting")
 
 
-def _revive(q: QueueState, record: dict[str, Any], now: int) -> None:
-    """A dead-lettered job becomes a fresh waiting job with the same id (bunqueue's
-    DLQ retry): attempts, stalls and timing start over."""
+def _revive(q: QueueState, record: dict[str, Any], now: int,
+            carry: dict[str, Any] | None = None) -> None:
+    """A dead-lettered (or completed) job becomes a fresh waiting job with the same id
+    (bunqueue's DLQ retry, RetryCompleted): attempts, stalls and timing start over.
+    ``carry``: an auto-retry's count and time, kept on the job for its next entry."""
     job = JobRecord.from_record(record)
     if job.unique_key is not None and q.dedup_owner(job.unique_key, now) is not None:
         raise Refused(f"Unique key {job.unique_key} is held by another job")
@@ -146,10 +148,11 @@ def _revive(q: QueueState, record: dict[str, Any], now: int) -> None:
     job.attempts = job.stall_count = 0
     job.run_at = job.last_heartbeat = now
     job.started_at = job.completed_at = None
-    job.dlq = None
+    job.dlq = carry
     job.dedup_lost = False
     job.add_timeline("waiting", now)
     q.writes.delete_job(job.id)
+    q.dlq.discard(job.id)
     q.jobs[job.id] = job
     q.index.add(job.id, q.name)
     if job.unique_key is not None:

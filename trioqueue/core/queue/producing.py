@@ -63,6 +63,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
         q.logs.pop(job_id, None)
+        q.dlq.discard(job_id)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
     if unique_key is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dlq_config import DlqConfig
 from .groups import GroupSettings
 from .limits import RateLimit
 
@@ -39,6 +40,8 @@ class QueueSettings:
     # ``group`` field sets for the rest (core/queue/groups.py).
     groups: dict[str, GroupSettings] = field(default_factory=dict)
     group_defaults: GroupSettings = field(default_factory=GroupSettings)
+    # the dead-letter queue's (SetDlqConfig); its timers are the DLQ index's (dlq.py)
+    dlq: DlqConfig = field(default_factory=DlqConfig)
     # Whether a pull must ask limits.allowance: kept by regate(), so that a queue with
     # no limit pays one attribute test per pull.
     gated: bool = False
@@ -48,7 +51,8 @@ class QueueSettings:
 
     def to_meta(self) -> dict[str, Any]:
         """The stored form (the queue's meta row); a copy, safe to keep."""
-        meta: dict[str, Any] = {"paused": self.paused, "stall": dict(self.stall)}
+        meta: dict[str, Any] = {"paused": self.paused, "stall": dict(self.stall),
+                                "dlq": self.dlq.to_wire()}
         if self.rate is not None:
             meta["rateLimit"] = self.rate.to_meta()
         if self.concurrency is not None:
@@ -67,6 +71,7 @@ class QueueSettings:
         if meta:
             settings.paused = bool(meta.get("paused", False))
             settings.stall.update(meta.get("stall") or {})
+            settings.dlq = DlqConfig.from_wire(meta.get("dlq"))
             rate = meta.get("rateLimit")
             if rate is not None:
                 # an expired one is dropped at the first pull or read, as when it ran

@@ -314,6 +314,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
             if after is None or not ids:
                 break
     q.stall_watch.clear()
+    q.dlq.clear()  # its records went with the failed ones above
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.reset_settings()

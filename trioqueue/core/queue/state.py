@@ -40,6 +40,8 @@ from . import (
     control,
     dedup,
     dependencies,
+    dlq,
+    dlq_work,
     leases,
     lifecycle,
     limits,
@@ -53,6 +55,7 @@ from . import (
     restore as restoring,
 )
 from . import waiters as waiting
+from .dead_letters import DeadLetters
 from .dedup import DedupKey
 from .finished import FinishedView
 from .groups import Groups
@@ -115,6 +118,7 @@ class QueueState:
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
         self.c = Counters()
         self.places = Places()  # listing orders, kept with the counters
+        self.dlq = DeadLetters()  # the marks of the DLQ entries (the records are stored)
 
     def take_writes(self) -> Writes:
         writes, self.writes = self.writes, Writes()
@@ -172,20 +176,10 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
-        if parked.pulls and not self.settings.paused:
-            # parked pulls wait for the rate limit's next token, or a group's time
-            at = self.rate_wake
+        wanted = bool(parked.pulls) and not self.settings.paused
+        if wanted or self._due_left:
+            at = self._ready_wakeup(wanted)
             if at is not None and (best is None or at < best):
-                best = at
-            at = self.groups.next_release()
-            if at is not None and (best is None or at < best):
-                best = at
-        delayed_top = self._delayed.first()
-        if delayed_top is not None and (self._due_left
-                                        or parked.pulls and not self.settings.paused):
-            # a promotion's next slice, or a parked pull wants it when due
-            at = delayed_top[0]
-            if best is None or at < best:
                 best = at
         at = self._next_stall_check
         if at is not None and (best is None or at < best):
@@ -195,6 +189,24 @@ class QueueState:
             at = timeout_top[0]
             if best is None or at < best:
                 best = at
+        if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
+            at = self.dlq.next_wakeup(self.settings.dlq)
+            if at is not None and (best is None or at < best):
+                best = at
+        return best
+
+    def _ready_wakeup(self, wanted: bool) -> int | None:
+        """When jobs may become ready: the delayed heap's head (a promotion's next
+        slice, or a parked pull wants it); with pulls parked (``wanted``) also the rate
+        limit's next token and the first group held by time."""
+        best: int | None = None
+        delayed_top = self._delayed.first()
+        if delayed_top is not None:
+            best = delayed_top[0]
+        if wanted:
+            for at in (self.rate_wake, self.groups.next_release()):
+                if at is not None and (best is None or at < best):
+                    best = at
         return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
@@ -213,6 +225,10 @@ class QueueState:
             self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
                                       if self.c.active else None)
         out = self.expire_waits(now) if self.parked._deadlines else []
+        if self.dlq.marks and dlq.dlq_due(self, now):
+            timer_work = dlq.dlq_tick(self, now)
+            if timer_work is not None:
+                out.append(timer_work)
         if self.parked.pulls:
             out.extend(self.serve_waiters(now))
         if self.parked.settled:
@@ -366,6 +382,14 @@ class QueueState:
     release_dedup_key = dedup.release_dedup_key
     _dedup_admit = dedup._dedup_admit
     _dedup_claim = dedup._dedup_claim
+
+    # dlq.py, dlq_work.py: the dead-letter queue (entries, timer, admin commands)
+    _dlq_enter = dlq.dlq_enter
+    remove_dlq_job = dlq.remove_dlq_job
+    dlq_stats = dlq.dlq_stats
+    set_dlq_config = dlq.set_dlq_config
+    load_dlq = dlq.load_dlq
+    auto_retry_work = dlq_work.auto_retry_work
 
     # views.py: read-only queries
     job_wire = views.job_wire

@@ -124,6 +124,12 @@ def finished_wire(record: dict[str, Any]) -> dict[str, Any]:
     job = JobRecord.from_record(record)
     wire = job.to_wire()
     wire["state"] = record["state"]
+    entry = record.get("dlq")
+    if entry is not None:
+        # Ours, beside bunqueue's fields: a dead-lettered job's last error and the whole
+        # trace of its failing attempt (``stacktrace`` keeps bunqueue's first lines).
+        wire["failedReason"] = entry.get("error")
+        wire["failedStack"] = entry.get("stack")
     return wire
 
 

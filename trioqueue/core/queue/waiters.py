@@ -17,6 +17,7 @@ from ..split_heap import SplitHeap
 from .slices import Sliced, lease
 
 if TYPE_CHECKING:
+    from .dlq import TimerWaiter
     from .state import QueueState
 
 
@@ -68,7 +69,7 @@ class WaiterAnswer:
     a job that disappeared), or, for a parked PULLB whose jobs came, the long work that
     leases the rest of them and answers it (``work``; ``reply`` is then empty)."""
 
-    waiter: PullWaiter | JobWaiter
+    waiter: PullWaiter | JobWaiter | TimerWaiter  # (timer: long work the tick began)
     reply: dict[str, Any]
     error: str | None = None
     work: Sliced | None = None
