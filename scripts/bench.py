@@ -18,6 +18,10 @@ limit stops and reports what it completed):
     pull_ack_1          preload N/4 (untimed), then PULL(timeout 0) + ACK per job, sequential.
     pullb_ackb_100      preload N (untimed), then PULLB(count 100) + ACKB, sequential.
     pullb_ackb_1000     preload N (untimed), then PULLB(count 1000) + ACKB, sequential.
+    pullb_ackb_100_concurrency  pullb_ackb_100 on a queue with SetConcurrency 100 (every
+                        pull passes the queue's concurrency gate; each takes all slots).
+    pullb_ackb_100_groups       pullb_ackb_100 with the jobs spread over 10,000 job
+                        groups (groupId i % 10000): every job is a round-robin claim.
     e2e_latency         worker thread parks PULL(timeout 5000) on its own socket; producer
                         pushes one job at a time; latency = PUSH sent -> worker's ACK reply
                         received; p50/p99 ms and jobs/s.
@@ -75,6 +79,8 @@ ROWS: tuple[str, ...] = (
     "pull_ack_1",
     "pullb_ackb_100",
     "pullb_ackb_1000",
+    "pullb_ackb_100_concurrency",
+    "pullb_ackb_100_groups",
     "e2e_latency",
     "delayed_lateness",
     "rss_100k",
@@ -426,11 +432,15 @@ def push_frames(ctx: Ctx, conn: Conn, q: str, count: int) -> list[Frame]:
     return frames
 
 
-def pushb_frames(ctx: Ctx, conn: Conn, q: str, count: int, batch: int) -> list[Frame]:
+def pushb_frames(ctx: Ctx, conn: Conn, q: str, count: int, batch: int,
+                 groups: int = 0) -> list[Frame]:
     frames: list[Frame] = []
     for start in range(0, count, batch):
         size = min(batch, count - start)
         jobs = [{"name": JOB_NAME, "data": ctx.data(start + k)} for k in range(size)]
+        if groups:
+            for k, job in enumerate(jobs):
+                job["groupId"] = f"g{(start + k) % groups}"
         rid, frame = conn.make("PUSHB", queue=q, jobs=jobs)
         frames.append((rid, frame, size))
     return frames
@@ -459,9 +469,11 @@ def _on_pushb_ok(res: RunResult, collect: list[Any] | None) -> Callable[[dict[st
     return on_ok
 
 
-def preload(ctx: Ctx, conn: Conn, q: str, count: int, res: RunResult) -> list[Any]:
-    """Untimed PUSHB preload (batches of 1000, 4 in flight); returns the pushed ids."""
-    frames = pushb_frames(ctx, conn, q, count, PRELOAD_BATCH)
+def preload(ctx: Ctx, conn: Conn, q: str, count: int, res: RunResult,
+            groups: int = 0) -> list[Any]:
+    """Untimed PUSHB preload (batches of 1000, 4 in flight); returns the pushed ids
+    (spread over ``groups`` job groups when not 0)."""
+    frames = pushb_frames(ctx, conn, q, count, PRELOAD_BATCH, groups)
     ids: list[Any] = []
     done, t0, t1, stopped = pipeline(
         conn,
@@ -648,9 +660,10 @@ def row_pull_ack_1(ctx: Ctx, q: str, res: RunResult) -> None:
     res.events_ignored = conn.events
 
 
-def _row_pullb_ackb(ctx: Ctx, q: str, res: RunResult, count: int) -> None:
+def _row_pullb_ackb(ctx: Ctx, q: str, res: RunResult, count: int, groups: int = 0
+                    ) -> None:
     conn = ctx.connect()
-    pushed = preload(ctx, conn, q, ctx.n, res)
+    pushed = preload(ctx, conn, q, ctx.n, res, groups)
     expected = len(pushed)
     res.expected_jobs = expected
     rounds = -(-expected // count)
@@ -721,6 +734,20 @@ def row_pullb_ackb_100(ctx: Ctx, q: str, res: RunResult) -> None:
 
 def row_pullb_ackb_1000(ctx: Ctx, q: str, res: RunResult) -> None:
     _row_pullb_ackb(ctx, q, res, 1000)
+
+
+def row_pullb_ackb_100_concurrency(ctx: Ctx, q: str, res: RunResult) -> None:
+    conn = ctx.connect()
+    try:
+        reply = conn.call("SetConcurrency", queue=q, limit=100)
+    finally:
+        conn.close()
+    if res.check(reply, "SetConcurrency"):
+        _row_pullb_ackb(ctx, q, res, 100)
+
+
+def row_pullb_ackb_100_groups(ctx: Ctx, q: str, res: RunResult) -> None:
+    _row_pullb_ackb(ctx, q, res, 100, groups=10_000)
 
 
 def row_e2e_latency(ctx: Ctx, q: str, res: RunResult) -> None:
@@ -911,6 +938,8 @@ ROW_FUNCS: dict[str, Callable[[Ctx, str, RunResult], None]] = {
     "pull_ack_1": row_pull_ack_1,
     "pullb_ackb_100": row_pullb_ackb_100,
     "pullb_ackb_1000": row_pullb_ackb_1000,
+    "pullb_ackb_100_concurrency": row_pullb_ackb_100_concurrency,
+    "pullb_ackb_100_groups": row_pullb_ackb_100_groups,
     "e2e_latency": row_e2e_latency,
     "delayed_lateness": row_delayed_lateness,
     "rss_100k": row_rss_100k,

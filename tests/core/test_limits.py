@@ -35,7 +35,7 @@ def test_concurrency_counts_active_jobs_of_every_consumer() -> None:
     h = Harness()
     for _ in range(5):
         h.push(NOW)
-    h.call("set_concurrency", 2)
+    h.call("set_concurrency", 2, NOW)
     a, tokens = h.pull(NOW, 1, owner="x")
     b, _ = h.pull(NOW, 3, owner="y")
     assert (len(a), len(b)) == (1, 1)
@@ -79,7 +79,7 @@ def test_a_paused_queue_is_not_woken_for_tokens() -> None:
 def test_limits_are_restored_with_a_full_bucket_and_expired_ones_dropped() -> None:
     h = Harness()
     h.call("set_rate_limit", 3, 1000, None, NOW)
-    h.call("set_concurrency", 7)
+    h.call("set_concurrency", 7, NOW)
     h.pull(NOW, 1)
     h.restart(NOW + 10)
     assert h.q.settings.concurrency == 7

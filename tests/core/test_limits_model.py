@@ -162,13 +162,13 @@ class LimitsMachine(RuleBasedStateMachine):
 
     @rule(limit=st.one_of(st.none(), st.integers(0, 4)))
     def set_concurrency(self, limit: int | None) -> None:
-        self.h.call("set_concurrency", limit)
+        self.h.call("set_concurrency", limit, self.now)
         self.concurrency = limit
 
     @rule(rate=st.one_of(st.none(), st.tuples(st.integers(0, 3), st.sampled_from([100, 1000]))))
     def set_rate_limit(self, rate: tuple[int, int] | None) -> None:
         if rate is None:
-            self.h.call("clear_rate_limit")
+            self.h.call("clear_rate_limit", self.now)
         else:
             self.h.call("set_rate_limit", rate[0], rate[1], None, self.now)
         self.rate, self.rate_since, self.rate_taken = rate, self.now, 0

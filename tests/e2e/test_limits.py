@@ -199,3 +199,38 @@ async def test_limits_survive_a_restart_and_obliterate_resets_them(
                                          "concurrencyLimit": None, "maxed": False}
         await client.aclose()
         second.stop()
+
+
+
+async def next_event(client: RawClient) -> dict[str, Any]:
+    with trio.fail_after(5):
+        while True:
+            if client.events:
+                event: dict[str, Any] = client.events.pop(0)
+                return event
+            msg = await client.receive()
+            if msg.get("type") == "event":
+                return msg["event"]  # type: ignore[no-any-return]
+
+
+async def test_limit_changes_and_clean_are_reported_to_subscribers(
+        connect: Callable[..., Any]) -> None:
+    listener: RawClient = await connect()
+    admin: RawClient = await connect()
+    await listener.ok("SubscribeEvents", queue=Q)
+    await admin.ok("RateLimit", queue=Q, limit=5, duration=100)
+    await admin.ok("RateLimitClear", queue=Q)
+    await admin.ok("SetConcurrency", queue=Q, limit=2)
+    await admin.ok("ClearConcurrency", queue=Q)
+    await push(admin, 2)
+    await admin.ok("Clean", queue=Q, grace=0)
+    seen: list[dict[str, Any]] = []
+    while not seen or seen[-1]["eventType"] != "cleaned":
+        event = await next_event(listener)
+        if event["eventType"] != "pushed":
+            seen.append(event)
+    assert [e["eventType"] for e in seen] == [
+        "ratelimit-set", "ratelimit-cleared", "concurrency-set", "concurrency-cleared",
+        "cleaned"]
+    assert (seen[0]["max"], seen[0]["duration"], seen[2]["limit"]) == (5, 100, 2)
+    assert (seen[4]["count"], seen[4]["state"]) == (2, "wait")

@@ -40,17 +40,17 @@ def rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def rate_limit_clear(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.clear_rate_limit()
+    q.clear_rate_limit(ctx.now)
     return {}
 
 
 def set_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.set_concurrency(math.floor(_limit(msg.get("limit"))))
+    q.set_concurrency(math.floor(_limit(msg.get("limit"))), ctx.now)
     return {}
 
 
 def clear_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.set_concurrency(None)
+    q.set_concurrency(None, ctx.now)
     return {}
 
 

@@ -54,6 +54,10 @@ EVENT_NAMES = {
     "dlq-added": "dlq:added", "dlq-retried": "dlq:retried", "dlq-retry-all": "dlq:retry-all",
     "dlq-purged": "dlq:purged", "dlq-auto-retried": "dlq:auto-retried",
     "dlq-expired": "dlq:expired", "dlq-config-changed": "config:dlq-changed",
+    # the queue's limits (core/queue/limits.py) and Clean (core/queue/cleaning.py)
+    "ratelimit-set": "ratelimit:set", "ratelimit-cleared": "ratelimit:cleared",
+    "concurrency-set": "concurrency:set", "concurrency-cleared": "concurrency:cleared",
+    "cleaned": "queue:cleaned",
 }
 EVENT_FAMILIES = frozenset({
     "job", "queue", "dlq", "flow", "cron", "worker", "ratelimit", "concurrency", "webhook",

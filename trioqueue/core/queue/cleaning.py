@@ -52,7 +52,16 @@ def clean_work(q: QueueState, state: str | None, grace: float, limit: int,
         steps = _clean_dead_letters(q, cutoff, limit, now)
     else:  # active, or a state bunqueue does not know: nothing is removed
         steps = _nothing()
-    return Sliced(steps, _reply)
+    return Sliced(_announced(q, steps, state, now), _reply)
+
+
+def _announced(q: QueueState, steps: Steps, state: str | None, now: int) -> Steps:
+    """The clean, then one ``cleaned`` event for it (bunqueue's ``queue:cleaned``; no
+    event per job)."""
+    removed: list[str] = yield from steps
+    if removed:
+        q._emit("cleaned", "", now, count=len(removed), state=state or "wait")
+    return removed
 
 
 def _reply(ids: list[str]) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def allowance(q: QueueState, count: int, now: int) -> int:
     q.rate_wake = None
     rate = settings.rate
     if rate is not None and rate.expired(now):
-        clear_rate_limit(q)
+        clear_rate_limit(q, now)
         rate = None
     cap = settings.concurrency
     if cap is not None:
@@ -130,21 +130,28 @@ def set_rate_limit(q: QueueState, limit: float, duration: int, ttl: int | None,
     q.settings.rate = RateLimit.new(limit, duration, ttl, now)
     q.settings.regate()
     q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q._emit("ratelimit-set", "", now, max=limit, duration=duration, ttl=ttl)
 
 
-def clear_rate_limit(q: QueueState) -> None:
+def clear_rate_limit(q: QueueState, now: int) -> None:
+    """RateLimitClear, or a limit past its ttl."""
     q.rate_wake = None
     if q.settings.rate is not None:
         q.settings.rate = None
         q.settings.regate()
         q.writes.put_queue_meta(q.name, q.settings.to_meta())
+        q._emit("ratelimit-cleared", "", now)
 
 
-def set_concurrency(q: QueueState, limit: int | None) -> None:
+def set_concurrency(q: QueueState, limit: int | None, now: int) -> None:
     if q.settings.concurrency != limit:
         q.settings.concurrency = limit
         q.settings.regate()
         q.writes.put_queue_meta(q.name, q.settings.to_meta())
+        if limit is None:
+            q._emit("concurrency-cleared", "", now)
+        else:
+            q._emit("concurrency-set", "", now, limit=limit)
 
 
 def limits_reply(q: QueueState, now: int, max_jobs: int | None) -> dict[str, Any]:
@@ -156,7 +163,7 @@ def limits_reply(q: QueueState, now: int, max_jobs: int | None) -> dict[str, Any
     taken."""
     rate = q.settings.rate
     if rate is not None and rate.expired(now):
-        clear_rate_limit(q)
+        clear_rate_limit(q, now)
         rate = None
     if rate is None:
         ttl: float = -2
