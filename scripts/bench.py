@@ -22,6 +22,7 @@ limit stops and reports what it completed):
                         pull passes the queue's concurrency gate; each takes all slots).
     pullb_ackb_100_groups       pullb_ackb_100 with the jobs spread over 10,000 job
                         groups (groupId i % 10000): every job is a round-robin claim.
+    pullb_ackb_100_groups_10    the same over 10 groups: a claim should cost the same.
     e2e_latency         worker thread parks PULL(timeout 5000) on its own socket; producer
                         pushes one job at a time; latency = PUSH sent -> worker's ACK reply
                         received; p50/p99 ms and jobs/s.
@@ -81,6 +82,7 @@ ROWS: tuple[str, ...] = (
     "pullb_ackb_1000",
     "pullb_ackb_100_concurrency",
     "pullb_ackb_100_groups",
+    "pullb_ackb_100_groups_10",
     "e2e_latency",
     "delayed_lateness",
     "rss_100k",
@@ -750,6 +752,10 @@ def row_pullb_ackb_100_groups(ctx: Ctx, q: str, res: RunResult) -> None:
     _row_pullb_ackb(ctx, q, res, 100, groups=10_000)
 
 
+def row_pullb_ackb_100_groups_10(ctx: Ctx, q: str, res: RunResult) -> None:
+    _row_pullb_ackb(ctx, q, res, 100, groups=10)
+
+
 def row_e2e_latency(ctx: Ctx, q: str, res: RunResult) -> None:
     total = max(1, ctx.e2e_jobs)
     res.expected_jobs = total
@@ -940,6 +946,7 @@ ROW_FUNCS: dict[str, Callable[[Ctx, str, RunResult], None]] = {
     "pullb_ackb_1000": row_pullb_ackb_1000,
     "pullb_ackb_100_concurrency": row_pullb_ackb_100_concurrency,
     "pullb_ackb_100_groups": row_pullb_ackb_100_groups,
+    "pullb_ackb_100_groups_10": row_pullb_ackb_100_groups_10,
     "e2e_latency": row_e2e_latency,
     "delayed_lateness": row_delayed_lateness,
     "rss_100k": row_rss_100k,

@@ -69,6 +69,17 @@ from .waiters import Parked, PullWaiter, WaiterAnswer
 
 
 class QueueState:
+    # Slots, not a __dict__: past 30 attributes CPython 3.11 stops sharing an instance
+    # dict's keys, and every ``q.method()`` call then misses its inline cache (a type
+    # lookup each time: +3.5% of a PUSHB's instructions at 32 attributes, callgrind).
+    __slots__ = (
+        "name", "index", "finished", "jobs", "settings", "groups", "writes", "events",
+        "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
+        "slice_over", "_seq", "locks", "_lock_heap", "_expiry_held_until", "rate_wake",
+        "owner_conn", "conn_jobs", "dedup", "dlq", "parked", "logs", "stall_watch",
+        "_next_stall_check", "_timeouts", "notices", "c", "places",
+    )
+
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
         self.name = name
         self.index = index
