@@ -176,3 +176,20 @@ def test_groups_set_aside_are_not_scanned_by_later_claims() -> None:
     assert len(ids) == len(h.pull(NOW, 1000)[0]) == 1000
     assert h.pull(NOW, 10) == ([], [])  # g0 came up, was found full and set aside
     assert len(h.q.groups.rotation) == 0  # so no later claim looks at it again
+
+
+def test_a_group_released_by_time_is_not_a_wake_up_forever() -> None:
+    """A queue at its concurrency limit takes no claim; the group whose deadline passed
+    must not keep naming that past deadline (the actor would spin on it)."""
+    h = Harness()
+    push_group(h, "a", 2)
+    run(h, gh.rate_limit_group, groupId="a", duration=500)
+    assert h.pull(NOW, 5) == ([], [])  # a comes up held: set aside until NOW + 500
+    h.push(NOW)
+    h.call("set_concurrency", 1, NOW)
+    assert len(h.pull(NOW, 5)[0]) == 1  # the ungrouped job: now the queue is full
+    h.q.park(waiter("w", deadline=NOW + 60_000))
+    assert h.q.next_deadline() == NOW + 500
+    assert h.tick(NOW + 500) == []  # still at its limit: no claim runs
+    deadline = h.q.next_deadline()
+    assert deadline is not None and deadline > NOW + 500

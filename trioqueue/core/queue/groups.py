@@ -207,11 +207,16 @@ class Groups:
         heapq.heappush(self._timed, (until, self._seq, g))
 
     def _release_timed(self, now: int) -> None:
+        """Groups whose time came back into the rotation (and stale entries dropped):
+        by every claim, and by the queue's tick, so the wake-up ``next_release`` names
+        is used up even when no claim runs (the queue at its concurrency limit)."""
         timed = self._timed
         while timed and timed[0][0] <= now:
             until, _, g = heapq.heappop(timed)
             if g.where == TIMED and g.timed_until == until and not g.dead:
                 self._schedule(g)
+
+    release_due = _release_timed
 
     def next_release(self) -> int | None:
         """When the first group held by time may run again (stale entries make it

@@ -235,6 +235,9 @@ class QueueState:
             # More stale jobs than one sweep takes: the next slice in a later step.
             self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
                                       if self.c.active else None)
+        release = self.groups.next_release()
+        if release is not None and release <= now:
+            self.groups.release_due(now)  # used up, or a queue at its limit would spin
         out = self.expire_waits(now) if self.parked._deadlines else []
         if self.dlq.marks and dlq.dlq_due(self, now):
             timer_work = dlq.dlq_tick(self, now)
