@@ -17,7 +17,10 @@ comes next:
 - a pull that comes back short had a reason: the queue's limits bind, or every group
   with a ready job is paused, full or empty (no job is starved while another waits);
 - the group counts (pending, active) and the queue counts match the model, also after a
-  restart, and the settings survive it.
+  restart, and the settings survive it;
+- pulls parked at the queue are served by its ticks under the same rules, and a tick
+  never leaves the queue due again at once (``next_deadline`` after a tick at ``now``
+  is later than ``now``: a wake-up that stayed in the past would make the actor spin).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from trioqueue.core import group_handlers as gh
 from trioqueue.core.context import Ctx
 from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import PullWaiter
 from trioqueue.testing.queue import QueueHarness
 
 QUEUE = "lq"
@@ -54,6 +58,7 @@ class LimitsMachine(RuleBasedStateMachine):
         self.group_cap: dict[str, int] = {}
         self.paused: set[str] = set()
         self.default_cap: int | None = None
+        self.parked = 0  # pulls parked (and not answered yet)
 
     # --------------------------------------------------------------- helpers
 
@@ -96,12 +101,17 @@ class LimitsMachine(RuleBasedStateMachine):
         for job_id in self.h.call("push", specs, self.now):
             self.live[job_id] = {"group": group, "state": "queued",
                                  "run_at": self.now + delay, "token": None}
+        self._tick()  # as the actor does after every batch
 
     @rule(dt=DT, count=st.integers(1, 6), owner=st.sampled_from([None, "w"]))
     def pull(self, dt: int, count: int, owner: str | None) -> None:
         self.now += dt
         jobs, tokens = self.h.call("pull", self.now, count=count, owner=owner,
                                    lock_ttl=600_000, conn=None)
+        self._leased(jobs, tokens, count)
+
+    def _leased(self, jobs: list[dict[str, Any]], tokens: list[str], count: int) -> None:
+        """Check one pull's jobs (sent or parked) against the rules; mark them active."""
         got = [j["id"] for j in jobs]
         seen_grouped = False
         for job_id, token in zip(got, tokens, strict=True):
@@ -145,6 +155,7 @@ class LimitsMachine(RuleBasedStateMachine):
         if job_id is not None:
             self.h.call("ack", job_id, self.now, token=self.live[job_id]["token"])
             del self.live[job_id]
+            self._tick()
 
     @rule(dt=DT, data=st.data())
     def fail(self, dt: int, data: st.DataObject) -> None:
@@ -159,11 +170,13 @@ class LimitsMachine(RuleBasedStateMachine):
             del self.live[job_id]  # dead-lettered (its attempts ran out)
         else:
             job.update(state="queued", run_at=record.run_at, token=None)
+        self._tick()
 
     @rule(limit=st.one_of(st.none(), st.integers(0, 4)))
     def set_concurrency(self, limit: int | None) -> None:
         self.h.call("set_concurrency", limit, self.now)
         self.concurrency = limit
+        self._tick()
 
     @rule(rate=st.one_of(st.none(), st.tuples(st.integers(0, 3), st.sampled_from([100, 1000]))))
     def set_rate_limit(self, rate: tuple[int, int] | None) -> None:
@@ -172,6 +185,7 @@ class LimitsMachine(RuleBasedStateMachine):
         else:
             self.h.call("set_rate_limit", rate[0], rate[1], None, self.now)
         self.rate, self.rate_since, self.rate_taken = rate, self.now, 0
+        self._tick()
 
     @rule(group=st.sampled_from(GROUPS), cap=st.one_of(st.none(), st.integers(1, 2)))
     def set_group_concurrency(self, group: str, cap: int | None) -> None:
@@ -181,11 +195,13 @@ class LimitsMachine(RuleBasedStateMachine):
         else:
             self._cmd(gh.set_group_concurrency, groupId=group, concurrency=cap)
             self.group_cap[group] = cap
+        self._tick()
 
     @rule(group=st.sampled_from(GROUPS), paused=st.booleans())
     def pause_group(self, group: str, paused: bool) -> None:
         self._cmd(gh.pause_group if paused else gh.resume_group, groupId=group)
         (self.paused.add if paused else self.paused.discard)(group)
+        self._tick()
 
     @rule(cap=st.one_of(st.none(), st.integers(1, 2)))
     def set_default_group_concurrency(self, cap: int | None) -> None:
@@ -193,15 +209,39 @@ class LimitsMachine(RuleBasedStateMachine):
         self.h.commit()
         self.default_cap = cap
 
+    @rule(count=st.integers(1, 3))
+    def park(self, count: int) -> None:
+        """A long-poll pull that found nothing waits at the queue (as the handler parks
+        it); only when nothing could be pulled now, as in the broker."""
+        jobs, tokens = self.h.call("pull", self.now, count=count, owner=None,
+                                   lock_ttl=600_000, conn=None)
+        if jobs:
+            self._leased(jobs, tokens, count)  # it got some: answered, not parked
+            return
+        self.h.q.park(PullWaiter(handle=count, count=count, batch=True, owner=None,
+                                 lock_ttl=600_000, conn=None, detach=False,
+                                 deadline_ms=self.now + 60_000))
+        self.parked += 1
+
     @rule(dt=st.sampled_from([1, 100, 1000, 5000]))
     def advance_time(self, dt: int) -> None:
         self.now += dt
-        self.h.call("tick", self.now)
+        self._tick()
+
+    def _tick(self) -> None:
+        for answer in self.h.call("tick", self.now):
+            assert answer.work is None  # the model's pulls are small
+            self.parked -= 1
+            jobs = answer.reply["jobs"]
+            self._leased(jobs, [""] * len(jobs), answer.waiter.count)
+        after = self.h.q.next_deadline()
+        assert after is None or after > self.now, "due again at once: the actor would spin"
 
     @rule(dt=DT, charge_active=st.booleans())
     def crash_and_restore(self, dt: int, charge_active: bool) -> None:
         self.now += dt
         self.h.restart(self.now, charge_active=charge_active)
+        self.parked = 0  # parked pulls live in memory: their clients poll again
         if self.rate is not None:  # a restarted queue starts its bucket full
             self.rate_since, self.rate_taken = self.now, 0
         for job_id, job in list(self.live.items()):

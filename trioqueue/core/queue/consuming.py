@@ -94,7 +94,7 @@ def pull(
         jobs.append(job.to_wire())
         tokens.append(token)
     if settings.gated:
-        spent(q, len(jobs))
+        spent(q, len(jobs), now)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
         q._emit("drained", "", now)
     return jobs, tokens

@@ -110,19 +110,22 @@ def allowance(q: QueueState, count: int, now: int) -> int:
     if cap is not None:
         count = min(count, max(0, cap - q.c.active))
     if rate is not None:
-        tokens = rate.available(now)
-        if tokens < count:
-            count = tokens
-            if q.c.waiting or q.c.prioritized:
-                # jobs wait for a token: the queue wakes when the next one comes
-                q.rate_wake = rate.next_token_at(now)
+        count = min(count, rate.available(now))
     return count
 
 
-def spent(q: QueueState, leased: int) -> None:
+def spent(q: QueueState, leased: int, now: int) -> None:
+    """The pull leased ``leased`` jobs: their tokens go. If that emptied the bucket
+    while jobs are ready, the queue wakes when the next token comes (for the pulls
+    parked by then); a bucket with a token left needs no wake-up: jobs, not tokens,
+    were missing."""
     rate = q.settings.rate
-    if rate is not None and leased:
+    if rate is None:
+        return
+    if leased:
         rate.spend(leased)
+    if (q.c.waiting or q.c.prioritized) and rate.available(now) == 0:
+        q.rate_wake = rate.next_token_at(now)
 
 
 def set_rate_limit(q: QueueState, limit: float, duration: int, ttl: int | None,

@@ -244,6 +244,10 @@ class QueueState:
             if timer_work is not None:
                 out.append(timer_work)
         if self.parked.pulls:
+            # Due jobs are promoted here, not only by a pull: a pull the queue's limits
+            # stop never reaches them, and the wake-up next_deadline named for them
+            # would stay in the past (the actor spinning on it).
+            self._promote_due(now)
             out.extend(self.serve_waiters(now))
         if self.parked.settled:
             out.extend(self.parked.take_settled())
