@@ -5,33 +5,21 @@ failure."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from trioqueue.client import Connection, Job, Queue, ValidationError, Worker
 from trioqueue.client.dlq import DlqEntry
 from trioqueue.sync import SyncQueue
 
+from .test_worker import started
+
 pytestmark = pytest.mark.anyio
 
 DLQ_METHODS = ["get_dlq", "get_dlq_stats", "retry_dlq", "purge_dlq", "remove_dlq_job",
                "retry_completed", "set_dlq_config", "get_dlq_config"]
-
-
-@asynccontextmanager
-async def started(worker: Worker) -> AsyncIterator[Worker]:
-    async with anyio.create_task_group() as nursery:
-        await nursery.start(worker.run)
-        try:
-            yield worker
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await worker.close(force=True)
 
 
 async def bury(conn: Connection, queue: Queue, error: str = "boom", **options: Any) -> str:

@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from trioqueue.client import Connection, Job, Queue, Worker
+from trioqueue.testing.workers import run_workers_until
 
 pytestmark = pytest.mark.anyio
 
@@ -60,11 +61,5 @@ async def test_group_concurrency_binds_two_workers(conn: Connection) -> None:
 
     workers = [Worker("qg-workers", work, conn, concurrency=4, group_concurrency=1)
                for _ in range(2)]
-    async with anyio.create_task_group() as nursery:
-        for worker in workers:
-            await nursery.start(worker.run)
-        with anyio.fail_after(20):
-            await done.wait()
-        for worker in workers:
-            await worker.close()
+    await run_workers_until(workers, done)
     assert peak == {"t1": 1, "t2": 1}

@@ -8,8 +8,8 @@ from typing import Any
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 
 async def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> None:
@@ -500,21 +500,11 @@ async def test_a_released_deduplication_key_stays_released_after_a_restart(
     configure: Callable[..., Config],
 ) -> None:
     config = configure()  # LMDB, in this test's directory
-    async with trio.open_nursery() as nursery:
-        first: Server = await nursery.start(Server(config).run)
-        assert first.tcp_port is not None
-        client = await RawClient.connect(first.tcp_port)
+    async with served(config) as client:
         held = await client.ok("PUSH", queue="dk", name="n", data=1, uniqueKey="k")
         await client.ok("RemoveDeduplicationKey", queue="dk", deduplicationId="k")
-        await client.aclose()
-        first.stop()
-    async with trio.open_nursery() as nursery:
-        second: Server = await nursery.start(Server(config).run)
-        assert second.tcp_port is not None
-        client = await RawClient.connect(second.tcp_port)
+    async with served(config) as client:
         assert (await client.ok("GetDeduplicationJobId", queue="dk",
                                 deduplicationId="k"))["data"] == {"jobId": None}
         new = await client.ok("PUSH", queue="dk", name="n", data=2, uniqueKey="k")
         assert new["id"] != held["id"]
-        await client.aclose()
-        second.stop()

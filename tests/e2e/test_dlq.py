@@ -10,8 +10,8 @@ from typing import Any
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 DEFAULTS = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3,
             "maxAge": 604_800_000, "maxEntries": 10_000}
@@ -154,19 +154,11 @@ async def test_entries_and_config_survive_a_restart(
     configure: Callable[..., Config],
 ) -> None:
     config = configure()  # LMDB, in this test's directory
-    async with trio.open_nursery() as nursery:
-        first: Server = await nursery.start(Server(config).run)
-        assert first.tcp_port is not None
-        client = await RawClient.connect(first.tcp_port)
+    async with served(config) as client:
         await client.ok("SetDlqConfig", queue="rs", config={"maxEntries": 50})
         ids = [await bury(client, "rs", error=f"e{i}") for i in range(3)]
         only = await bury(client, "dlq-only")  # a queue known by its dead letters alone
-        await client.aclose()
-        first.stop()
-    async with trio.open_nursery() as nursery:
-        second: Server = await nursery.start(Server(config).run)
-        assert second.tcp_port is not None
-        client = await RawClient.connect(second.tcp_port)
+    async with served(config) as client:
         assert (await client.ok("GetDlqConfig", queue="rs"))["config"]["maxEntries"] == 50
         reply = await client.ok("Dlq", queue="rs")
         assert [e["job"]["id"] for e in reply["entries"]] == ids
@@ -176,8 +168,6 @@ async def test_entries_and_config_survive_a_restart(
         stats = (await client.ok("GetDlqStats", queue="rs"))["data"]["stats"]
         assert stats["total"] == 3
         assert (await client.ok("RetryDlq", queue="rs"))["count"] == 3
-        await client.aclose()
-        second.stop()
 
 
 async def test_dlq_events(connect: Callable[..., Any]) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 Q = "grp"
 
@@ -123,21 +123,13 @@ async def test_a_group_held_by_time_wakes_a_parked_pull(
 
 async def test_group_settings_survive_a_restart(configure: Callable[..., Config]) -> None:
     config = configure()
-    async with trio.open_nursery() as nursery:
-        first: Server = await nursery.start(Server(config).run)
-        assert first.tcp_port is not None
-        client = await RawClient.connect(first.tcp_port)
+    async with served(config) as client:
         await push(client, "a", 3)
         await client.ok("SetGroupConcurrency", queue=Q, groupId="a", concurrency=2)
         await client.ok("SetGroupRateLimit", queue=Q, groupId="b", max=5, duration=100)
         await client.ok("PauseGroup", queue=Q, groupId="c")
         await client.ok("PULLB", queue=Q, count=10, owner="w")
-        await client.aclose()
-        first.stop()
-    async with trio.open_nursery() as nursery:
-        second: Server = await nursery.start(Server(config).run)
-        assert second.tcp_port is not None
-        client = await RawClient.connect(second.tcp_port)
+    async with served(config) as client:
         assert await data(client, "GetGroupConcurrency", groupId="a") == {"concurrency": 2}
         assert await data(client, "GetGroupRateLimit", groupId="b") == {
             "limit": {"max": 5, "duration": 100}}
@@ -147,5 +139,3 @@ async def test_group_settings_survive_a_restart(configure: Callable[..., Config]
         await client.ok("Obliterate", queue=Q)
         assert await data(client, "GetGroupConcurrency", groupId="a") == {"concurrency": None}
         assert await data(client, "IsGroupPaused", groupId="c") == {"paused": False}
-        await client.aclose()
-        second.stop()

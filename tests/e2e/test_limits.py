@@ -11,8 +11,8 @@ import trio
 import trio.testing
 
 from trioqueue.config import Config
-from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 Q = "lim"
 
@@ -178,18 +178,10 @@ async def test_a_rate_limit_ttl_ends_it(
 async def test_limits_survive_a_restart_and_obliterate_resets_them(
         configure: Callable[..., Config]) -> None:
     config = configure()  # LMDB, in this test's directory
-    async with trio.open_nursery() as nursery:
-        first: Server = await nursery.start(Server(config).run)
-        assert first.tcp_port is not None
-        client = await RawClient.connect(first.tcp_port)
+    async with served(config) as client:
         await client.ok("RateLimit", queue=Q, limit=7, duration=500, ttl=3_600_000)
         await client.ok("SetConcurrency", queue=Q, limit=3)
-        await client.aclose()
-        first.stop()
-    async with trio.open_nursery() as nursery:
-        second: Server = await nursery.start(Server(config).run)
-        assert second.tcp_port is not None
-        client = await RawClient.connect(second.tcp_port)
+    async with served(config) as client:
         got = await limits(client)
         assert got["rateLimit"] == {"max": 7, "duration": 500}
         assert 3_500_000 < got["rateLimitTtl"] <= 3_600_000
@@ -197,8 +189,6 @@ async def test_limits_survive_a_restart_and_obliterate_resets_them(
         await client.ok("Obliterate", queue=Q)
         assert await limits(client) == {"rateLimit": None, "rateLimitTtl": -2,
                                          "concurrencyLimit": None, "maxed": False}
-        await client.aclose()
-        second.stop()
 
 
 

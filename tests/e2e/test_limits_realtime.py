@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from trioqueue.client import Job, Queue, Worker, open_connection
+from trioqueue.testing.workers import run_workers_until
 
 
 async def test_two_workers_of_concurrency_8_never_exceed_a_queue_limit_of_3(
@@ -35,13 +36,7 @@ async def test_two_workers_of_concurrency_8_never_exceed_a_queue_limit_of_3(
         await queue.set_global_concurrency(3)
         await queue.add_bulk([{"name": "n", "data": i} for i in range(60)])
         workers = [Worker("rt-conc", work, c, concurrency=8) for c in (one, two)]
-        async with trio.open_nursery() as nursery:
-            for worker in workers:
-                await nursery.start(worker.run)
-            with trio.fail_after(30):
-                await done.wait()
-            for worker in workers:
-                await worker.close()
+        await run_workers_until(workers, done)
     assert peak == 3  # reached, never passed
     assert all(worker.processed_count for worker in workers)  # both took their share
 
@@ -65,13 +60,7 @@ async def test_a_rate_limit_of_50_per_second_delivers_500_jobs_in_10_s(
         await queue.add_bulk([{"name": "n", "data": i} for i in range(total)])
         await queue.set_global_rate_limit(50, 1000)
         workers = [Worker("rt-rate", work, c, concurrency=8) for c in (one, two)]
-        async with trio.open_nursery() as nursery:
-            for worker in workers:
-                await nursery.start(worker.run)
-            with trio.fail_after(30):
-                await done.wait()
-            for worker in workers:
-                await worker.close()
+        await run_workers_until(workers, done)
     assert all(worker.processed_count for worker in workers)
     starts.sort()
     burst = starts[49] - starts[0]

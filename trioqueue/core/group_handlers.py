@@ -83,12 +83,20 @@ def _own(q: QueueState, name: str) -> GroupSettings:
     return q.groups.settings.get(name) or GroupSettings()
 
 
+def _set_own(q: QueueState, name: str, attr: str, value: Any) -> bool:
+    """Set one of the group's own settings (stored); False when it already was so."""
+    if getattr(_own(q, name), attr) == value:
+        return False
+    setattr(q.groups.configure(name), attr, value)
+    q.groups.configured(name)
+    _store(q)
+    return True
+
+
 def set_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     name = _group(msg)
     rate = (_positive(msg.get("max"), "max"), _positive(msg.get("duration"), "duration"))
-    q.groups.configure(name).rate = rate
-    q.groups.configured(name)
-    _store(q)
+    _set_own(q, name, "rate", rate)
     return {}
 
 
@@ -99,13 +107,7 @@ def get_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def remove_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    name = _group(msg)
-    if _own(q, name).rate is None:
-        return {"data": {"removed": 0}}
-    q.groups.configure(name).rate = None
-    q.groups.configured(name)
-    _store(q)
-    return {"data": {"removed": 1}}
+    return {"data": {"removed": int(_set_own(q, _group(msg), "rate", None))}}
 
 
 def get_group_rate_limit_ttl(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -127,9 +129,7 @@ def rate_limit_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 def set_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     name = _group(msg)
-    q.groups.configure(name).concurrency = _positive(msg.get("concurrency"), "concurrency")
-    q.groups.configured(name)
-    _store(q)
+    _set_own(q, name, "concurrency", _positive(msg.get("concurrency"), "concurrency"))
     return {}
 
 
@@ -138,34 +138,18 @@ def get_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply
 
 
 def remove_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    name = _group(msg)
-    if _own(q, name).concurrency is None:
-        return {"data": {"removed": 0}}
-    q.groups.configure(name).concurrency = None
-    q.groups.configured(name)
-    _store(q)
-    return {"data": {"removed": 1}}
+    return {"data": {"removed": int(_set_own(q, _group(msg), "concurrency", None))}}
 
 
 # ------------------------------------------------------------------ pause
 
 
-def _set_paused(q: QueueState, msg: dict[str, Any], paused: bool) -> Reply:
-    name = _group(msg)
-    if _own(q, name).paused == paused:
-        return {"data": {"changed": False}}
-    q.groups.configure(name).paused = paused
-    q.groups.configured(name)
-    _store(q)
-    return {"data": {"changed": True}}
-
-
 def pause_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    return _set_paused(q, msg, True)
+    return {"data": {"changed": _set_own(q, _group(msg), "paused", True)}}
 
 
 def resume_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    return _set_paused(q, msg, False)
+    return {"data": {"changed": _set_own(q, _group(msg), "paused", False)}}
 
 
 def is_group_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
