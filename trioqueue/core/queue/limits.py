@@ -16,9 +16,10 @@ pull by :func:`~.consuming.pull`), not in the workers:
 
 A pull the gates leave short parks as any empty pull does. A freed slot is seen by the
 tick that follows the batch that freed it (``QueueState.tick`` serves parked pulls after
-every batch), and only the first parked pull gets it. A refused token names the moment
-the next one comes (:attr:`RateLimit.next_token_at`), which ``next_deadline`` wakes the
-queue for while pulls are parked and jobs are ready: no polling loop, no herd.
+every batch), and only the first parked pull gets it. A pull that leaves the bucket
+empty while jobs are ready names the moment the next token comes (:func:`spent`,
+:meth:`RateLimit.next_token_at`), which ``next_deadline`` wakes the queue for while
+pulls are parked: no polling loop, no herd.
 """
 
 from __future__ import annotations
