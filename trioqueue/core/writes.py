@@ -63,7 +63,18 @@ class PutDepOutcome(NamedTuple):
     outcome: dict[str, Any]
 
 
-Op = PutJob | FinishJob | DeleteJob | PutQueueMeta | PutDepOutcome
+class PutBrokerRecord(NamedTuple):
+    """Upsert (or, with ``value`` None, delete) one record of the broker's own, not a
+    queue's: a cron schedule, a webhook. ``kind`` names the registry, ``name`` the
+    record in it. Committed with the batch it is in, like any write: a cron's
+    ``executions`` and ``nextRun`` with the job its firing pushed."""
+
+    kind: str
+    name: str
+    value: dict[str, Any] | None
+
+
+Op = PutJob | FinishJob | DeleteJob | PutQueueMeta | PutDepOutcome | PutBrokerRecord
 
 # tuple.__new__ builds a NamedTuple in C, skipping its generated Python __new__: for the
 # operations every job goes through, that is a frame less per job.
@@ -98,6 +109,10 @@ class Writes:
 
     def put_queue_meta(self, queue: str, meta: dict[str, Any]) -> None:
         self.ops.append(PutQueueMeta(queue, meta))
+
+    def put_broker_record(self, kind: str, name: str, value: dict[str, Any] | None) -> None:
+        """Store (None: delete) the broker's record ``name`` of registry ``kind``."""
+        self.ops.append(PutBrokerRecord(kind, name, value))
 
     def put_dep_outcome(self, parent_id: str, child_id: str, outcome: dict[str, Any]) -> None:
         """Record a child's outcome for its parent (upsert of the (parent, child) row).

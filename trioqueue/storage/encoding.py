@@ -14,6 +14,7 @@ from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record
 from .keys import (
     MAX_KEY_BYTES,
     U16,
+    broker_key,
     dep_key,
     encode_result,
     encode_value,
@@ -22,7 +23,7 @@ from .keys import (
     queue_key,
     too_long,
 )
-from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
+from .ops import DeleteJob, FinishJob, Op, PutBrokerRecord, PutDepOutcome, PutJob, PutQueueMeta
 
 # Encoded operations, the same for both adapters:
 #   (OP_PUTS, [(job key, V(record)), ...])  a run of consecutive put_job operations
@@ -32,6 +33,7 @@ from .ops import DeleteJob, FinishJob, Op, PutDepOutcome, PutJob, PutQueueMeta
 #   (OP_DEP, deps key, V(outcome))
 #   (OP_DATA, job key, row)                 a large record's data, kept apart
 #   (OP_CLAIM, job key, row key, pieces)    a record takes rows written ahead
+#   (OP_BROKER, broker key, V(record) | None)  None: the row is deleted
 # Consecutive puts travel as one list so the LMDB adapter writes them with one
 # ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
 # is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
@@ -46,6 +48,7 @@ OP_META = 3
 OP_DEP = 4
 OP_DATA = 5
 OP_CLAIM = 6
+OP_BROKER = 7
 
 
 def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[Any, ...]]:
@@ -146,4 +149,7 @@ def _encode_other(op: Op) -> tuple[Any, ...]:
         return (OP_META, queue_key(op.queue), encode_value(op.meta))
     if isinstance(op, PutDepOutcome):
         return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
+    if isinstance(op, PutBrokerRecord):
+        value = None if op.value is None else encode_value(op.value)
+        return (OP_BROKER, broker_key(op.kind, op.name), value)
     raise TypeError(f"not a storage operation: {op!r}")

@@ -21,8 +21,12 @@ sub-database       key                                              value
 ``data``           job id (utf-8)                                   V({"d": data}) | text
 ``ahead``          row key (16 random bytes) + u32 piece index      UTF-8 bytes
 ``ahead_claims``   job id (utf-8)                                   row key + u32 pieces
+``broker``         kind (utf-8) + NUL + name (utf-8)                V(record)
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
+
+* ``broker`` holds the broker's own registries (cron schedules, webhooks), one row per
+  record; a store without the sub-database (written before it existed) has none.
 
 * V(x) is msgpack, or CBOR where msgpack cannot hold the value (see encode_value).
 * ``live`` holds jobs in a live state (queued, active, waiting-children); ``finished``
@@ -68,6 +72,7 @@ child pair when the flow is added, since at commit time the ValueError stops the
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 import cbor2
@@ -88,6 +93,7 @@ DB_DEPS = b"deps"
 DB_DATA = b"data"
 DB_AHEAD = b"ahead"
 DB_AHEAD_CLAIMS = b"ahead_claims"
+DB_BROKER = b"broker"
 DB_META = b"meta"
 ALL_DBS = (
     DB_LIVE,
@@ -100,6 +106,7 @@ ALL_DBS = (
     DB_DATA,
     DB_AHEAD,
     DB_AHEAD_CLAIMS,
+    DB_BROKER,
     DB_META,
 )
 
@@ -155,6 +162,29 @@ def queue_key(queue: str) -> bytes:
             raise too_long("queue name", key)
         raise ValueError(f"queue name must be non-empty and contain no NUL: {queue!r}")
     return key
+
+
+def broker_key(kind: str, name: str) -> bytes:
+    """Key of ``broker``: the registry's kind, NUL, the record's name (UTF-8)."""
+    key = kind.encode("utf-8") + b"\x00" + name.encode("utf-8")
+    if len(key) > MAX_KEY_BYTES:
+        raise too_long("broker record", key)
+    return key
+
+
+def decode_broker_key(key: bytes) -> tuple[str, str]:
+    kind, _, name = key.partition(b"\x00")
+    return kind.decode("utf-8"), name.decode("utf-8")
+
+
+def decode_broker_rows(rows: Iterable[tuple[bytes, bytes]]
+                       ) -> dict[str, dict[str, dict[str, Any]]]:
+    """``Recovered.broker_records`` (kind -> {name: record}) from ``broker`` rows."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, value in rows:
+        kind, name = decode_broker_key(key)
+        out.setdefault(kind, {})[name] = decode_value(value)
+    return out
 
 
 def decode_queue_key(key: bytes) -> str:

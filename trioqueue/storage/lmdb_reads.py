@@ -30,6 +30,7 @@ class LmdbReads(KeyedFinishedReads):
     _finished: Any
     _results: Any
     _queue_meta: Any
+    _broker: Any
     _counts: Any
     _deps: Any
     _data: Any
@@ -56,6 +57,8 @@ class LmdbReads(KeyedFinishedReads):
                 with txn.cursor(db=self._counts) as cur:
                     for k, v in cur:
                         out.finished_counts[K.decode_count_key(k)] = K.decode_count(v)
+                with txn.cursor(db=self._broker) as cur:
+                    out.broker_records = K.decode_broker_rows(cur)
         finally:
             if gc_was_enabled:
                 gc.enable()

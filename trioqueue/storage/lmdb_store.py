@@ -163,6 +163,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self._data = dbs[K.DB_DATA]
         self._ahead = dbs[K.DB_AHEAD]
         self._claims = dbs[K.DB_AHEAD_CLAIMS]
+        self._broker = dbs[K.DB_BROKER]
         self._meta = dbs[K.DB_META]
         self._kept = KeptData()
         # the main database: a record per named database, counted for completeness
@@ -366,7 +367,8 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
 
     def _write_other(self, txn: lmdb.Transaction[bytes], op: tuple[Any, ...],
                      empty: list[bool | None]) -> None:
-        """OP_DEP, OP_DATA, OP_CLAIM or OP_META inside ``txn`` (see _delete: ``empty``)."""
+        """OP_DEP, OP_DATA, OP_CLAIM, OP_BROKER or OP_META inside ``txn`` (see _delete:
+        ``empty``)."""
         kind = op[0]
         if kind == E.OP_DEP:
             txn.put(op[1], op[2], db=self._deps)
@@ -379,6 +381,11 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         elif kind == E.OP_CLAIM:
             self._claim(txn, op[1], op[2], op[3])
             empty[2] = False
+        elif kind == E.OP_BROKER:
+            if op[2] is None:
+                txn.delete(op[1], db=self._broker)
+            else:
+                txn.put(op[1], op[2], db=self._broker)
         else:  # E.OP_META
             txn.put(op[1], op[2], db=self._queue_meta)
 

@@ -50,6 +50,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._finished: dict[bytes, bytes] = {}
         self._results: dict[bytes, bytes] = {}
         self._queue_meta: dict[bytes, bytes] = {}
+        self._broker: dict[bytes, bytes] = {}  # the broker's registries (keys.broker_key)
         self._counts: dict[bytes, bytes] = {}
         # finished prefix (queue + NUL + state byte) -> sorted finished_idx keys
         self._idx: dict[bytes, list[bytes]] = {}
@@ -138,7 +139,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             self._apply_other(op, undo)
 
     def _apply_other(self, op: tuple[Any, ...], undo: list[Callable[[], None]]) -> None:
-        """OP_DEP, OP_DATA, OP_CLAIM or OP_META."""
+        """OP_DEP, OP_DATA, OP_CLAIM, OP_BROKER or OP_META."""
         kind = op[0]
         if kind == E.OP_DEP:
             self._put_dep(op[1], op[2], undo)
@@ -152,6 +153,8 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             if old is not None and K.decode_claim(old)[0] != row_key:
                 self._drop_claim(jkey, undo)
             self._set(self._claims, jkey, K.encode_claim(row_key, pieces), undo)
+        elif kind == E.OP_BROKER:
+            self._set(self._broker, op[1], _MISSING if op[2] is None else op[2], undo)
         else:  # E.OP_META
             self._set(self._queue_meta, op[1], op[2], undo)
 
@@ -273,6 +276,8 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             finished_counts={
                 K.decode_count_key(k): K.decode_count(self._counts[k]) for k in sorted(self._counts)
             },
+            broker_records=K.decode_broker_rows(
+                (k, self._broker[k]) for k in sorted(self._broker)),
         )
 
     def get_finished(self, job_id: str) -> dict[str, Any] | None:

@@ -27,14 +27,15 @@ from ..core.writes import (
     DeleteJob,
     FinishJob,
     Op,
+    PutBrokerRecord,
     PutDepOutcome,
     PutJob,
     PutQueueMeta,
     Writes,
 )
 
-__all__ = ["DeleteJob", "FinishJob", "Op", "PutDepOutcome", "PutJob", "PutQueueMeta",
-           "validate_writes"]
+__all__ = ["DeleteJob", "FinishJob", "Op", "PutBrokerRecord", "PutDepOutcome", "PutJob",
+           "PutQueueMeta", "validate_writes"]
 
 
 def _job_id(value: Any) -> None:
@@ -71,6 +72,17 @@ def _meta(op: Any) -> None:
     _queue(op.queue)
 
 
+def _broker_record(op: Any) -> None:
+    kind, name, value = op
+    if not isinstance(kind, str) or not kind or "\x00" in kind:
+        raise ValueError(f"a broker record's kind must be a non-empty string without "
+                         f"NUL: {kind!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a broker record's name must be a non-empty string: {name!r}")
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"a broker record must be a dict or None: {value!r}")
+
+
 def _dep(op: Any) -> None:
     if not isinstance(op.outcome, dict):
         raise ValueError(f"a dependency outcome must be a dict: {op.outcome!r}")
@@ -84,6 +96,7 @@ _CHECKS: dict[type, Callable[[Any], None]] = {
     DeleteJob: _delete,
     PutQueueMeta: _meta,
     PutDepOutcome: _dep,
+    PutBrokerRecord: _broker_record,
 }
 
 

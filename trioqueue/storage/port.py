@@ -55,6 +55,8 @@ class Recovered:
     queue_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
     # (queue, "completed" | "failed") -> number of finished jobs kept in storage
     finished_counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    # the broker's own registries: kind -> {name: record} (cron schedules, webhooks)
+    broker_records: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 # Where a page of finished ids ended: (createdAt, job id) of its last id. Finished jobs of
