@@ -21,6 +21,7 @@ import trio
 
 from ..config import Config
 from ..core.clock import Clock
+from ..core.crons import CRON_KIND
 from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
@@ -32,6 +33,7 @@ from .events import EventHub
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
 from .router import Router
+from .scheduler import CronScheduler
 from .writer import StorageWriter
 
 log = logging.getLogger("trioqueue.broker")
@@ -87,6 +89,8 @@ class Broker:
         self.recovered_jobs = 0
         # Notices a pause of the broker's own loop (set in run, once the clock is known).
         self.pauses: PauseWatch | None = None
+        # The cron schedules' one timer (made in run, with the clock; loaded by recovery).
+        self.scheduler: CronScheduler | None = None
 
     @property
     def clock(self) -> Clock:
@@ -196,10 +200,14 @@ class Broker:
             actor.state.take_events()
         self.commit_if_inline()  # a blocking store: run() awaits the commit
         self.recovered_jobs = len(recovered.live_jobs)
+        assert self.scheduler is not None
+        self.scheduler.load(recovered.broker_records.get(CRON_KIND, {}), self.clock.now_ms())
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._clock is None:
             self._clock = TrioClock()
+        self.scheduler = CronScheduler(self._clock, self.router.workers, self.router.post)
+        self.router.crons = self.scheduler
         if self.config.lease_grace_after_pause_s > 0:
             self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)
         try:
@@ -211,6 +219,7 @@ class Broker:
                 await self.writer.commit()  # (already done for an inline store)
                 if self.pauses is not None:  # after recovery: that was no pause
                     await nursery.start(self.pauses.run)
+                await nursery.start(self.scheduler.run)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

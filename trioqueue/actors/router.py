@@ -26,6 +26,7 @@ import trio
 
 from ..core import fields
 from ..core.commands import RELEASE_CONNECTION
+from ..core.cron_handlers import Forward
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.job import JobRecord
@@ -107,6 +108,8 @@ class Router(DependentsIndex):
         self._index: SplitDict[str, str] = SplitDict()  # inserts never copy it whole
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
+        # the cron scheduler (actors/scheduler.py), set by the broker when it runs
+        self.crons: Any = None
         # job id -> (expires at, queue, has result, result)
         self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
@@ -277,6 +280,14 @@ class Router(DependentsIndex):
                 gather = Gather(req, answer.combine, len(self.actors))
                 for name in list(self.actors):
                     self._post(name, Request(answer.command, {}, gather))
+            elif isinstance(answer, Forward):
+                # answered by that queue, after its commit holds the command's write
+                msg = answer.msg
+                if "reqId" in req.msg:
+                    msg = {**msg, "reqId": req.msg["reqId"]}
+                self.actor(answer.queue)
+                groups.setdefault(answer.queue, []).append(
+                    Request(answer.command, msg, req.replier, conn=req.conn))
             else:
                 req.ok(answer)
             return
@@ -378,6 +389,12 @@ class Router(DependentsIndex):
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
+
+    def post(self, name: str, request: Request) -> None:
+        """Hand the broker's own request to queue ``name`` (its actor made if needed)
+        without waiting: the cron scheduler's firings."""
+        self.actor(name)
+        self._post(name, request)
 
     def _post(self, name: str, request: Request) -> None:
         """Send the broker's own request to a queue without waiting (its inbox full,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import cron_handlers as ch
 from . import dlq_handlers as dlq
 from . import group_handlers as gh
 from . import handlers as h
@@ -239,12 +240,18 @@ CORE_COMMANDS = CommandTable([
     Command("UnregisterWorker", BROKER, _unregister_worker),
     Command("Heartbeat", BROKER, _heartbeat),
     Command("ListWorkers", BROKER, _list_workers),
+    Command("Cron", BROKER, ch.cron),
+    Command("CronGet", BROKER, ch.cron_get),
+    Command("CronList", BROKER, ch.cron_list),
+    Command("CronDelete", BROKER, ch.cron_delete),
     Command("ListQueues", BROKER, mt.list_queues),
     Command("TrimEvents", BROKER, mt.trim_events),
     Command("CompactMemory", BROKER, mt.compact_memory),
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),
+    Command(ch.CRON_STORE, INTERNAL, ch.cron_store),
+    Command(ch.CRON_FIRE, INTERNAL, ch.cron_fire),
 ])
 
 # ------------------------------------------------------------------ views

@@ -126,6 +126,12 @@ class WorkerRegistry:
             "concurrencySlots": sum(w["concurrency"] for w in active),
         }}}
 
+    def has_active_worker(self, queue: str, now: int) -> bool:
+        """Whether a registered worker that names ``queue`` is active (a cron's
+        ``skipIfNoWorker``); O(workers), a handful."""
+        return any(queue in w.queues and now - w.last_seen < self.timeout_ms
+                   for w in self.workers.values())
+
     def connection_closed(self, conn: Any) -> None:
         for worker_id in [w.id for w in self.workers.values() if w.conn is conn]:
             del self.workers[worker_id]

@@ -1,0 +1,119 @@
+"""The cron scheduler with its clock moved by hand: what it sends the queues, across
+daylight-saving changes, at maxLimit, and with skipIfNoWorker."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from trioqueue.actors.request import Request
+from trioqueue.actors.scheduler import CronScheduler
+from trioqueue.core.cron_handlers import CRON_FIRE, CRON_STORE
+from trioqueue.core.crons import parse_cron_command
+from trioqueue.core.workers import WorkerRegistry
+
+ROME = ZoneInfo("Europe/Rome")
+
+
+class HandClock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def deadline_for(self, wall_ms: float) -> float:
+        return wall_ms / 1000
+
+
+def rome_ms(*args: int) -> int:
+    return int(datetime(*args, tzinfo=ROME).timestamp() * 1000)
+
+
+def make(now: int, workers: WorkerRegistry | None = None
+         ) -> tuple[CronScheduler, HandClock, list[tuple[str, Request]]]:
+    clock = HandClock(now)
+    sent: list[tuple[str, Request]] = []
+    scheduler = CronScheduler(clock, workers or WorkerRegistry(),
+                              lambda queue, req: sent.append((queue, req)))
+    return scheduler, clock, sent
+
+
+def run_until(scheduler: CronScheduler, clock: HandClock, end: int) -> None:
+    """Move the clock from due time to due time (the timer's wake-ups) until ``end``."""
+    while (due := scheduler.registry.next_due()) is not None and due <= end:
+        clock.now = due
+        scheduler.fire_due(due)
+
+
+def fired_at(sent: list[tuple[str, Request]]) -> list[str]:
+    out = []
+    for _, req in sent:
+        if req.cmd == CRON_FIRE:
+            stamp = req.msg["record"]["last_fired"]
+            out.append(datetime.fromtimestamp(stamp / 1000, ROME).isoformat())
+    return out
+
+
+def test_a_daily_0230_job_in_rome_fires_once_on_both_dst_days() -> None:
+    start = rome_ms(2026, 3, 27, 12, 0)
+    scheduler, clock, sent = make(start)
+    scheduler.upsert(parse_cron_command({
+        "name": "nightly", "queue": "q", "schedule": "30 2 * * *",
+        "timezone": "Europe/Rome", "preventOverlap": False}, start, None))
+    run_until(scheduler, clock, rome_ms(2026, 3, 31, 12, 0))
+    assert fired_at(sent) == ["2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00",
+                              "2026-03-30T02:30:00+02:00", "2026-03-31T02:30:00+02:00"]
+    sent.clear()
+    clock.now = start = rome_ms(2026, 10, 23, 12, 0)
+    scheduler.fire_due(start)  # months of missed slots: one catch-up, the rest skipped
+    sent.clear()
+    run_until(scheduler, clock, rome_ms(2026, 10, 27, 12, 0))
+    assert fired_at(sent) == ["2026-10-24T02:30:00+02:00", "2026-10-25T02:30:00+02:00",
+                              "2026-10-26T02:30:00+01:00", "2026-10-27T02:30:00+01:00"]
+
+
+def test_every_firing_carries_its_job_and_advanced_record() -> None:
+    scheduler, clock, sent = make(1_000_000)
+    scheduler.upsert(parse_cron_command({
+        "name": "t", "queue": "q", "repeatEvery": 500, "data": {"n": 1},
+        "maxLimit": 3, "preventOverlap": False}, 1_000_000, None))
+    run_until(scheduler, clock, 1_010_000)
+    fires = [req for _, req in sent if req.cmd == CRON_FIRE]
+    assert [r.msg["record"]["executions"] for r in fires] == [1, 2, 3]
+    assert [r.msg["record"]["next_run"] for r in fires] == [1_001_000, 1_001_500, 1_002_000]
+    assert all(r.msg["job"]["data"] == {"n": 1} for r in fires)
+    # at maxLimit the schedule is deleted, in the store too
+    stores = [(q, r.msg) for q, r in sent if r.cmd == CRON_STORE]
+    assert stores == [("q", {"name": "t", "record": None, "reply": {}})]
+    assert scheduler.get("t") is None
+
+
+def test_skip_if_no_worker_skips_until_one_registers() -> None:
+    workers = WorkerRegistry()
+    scheduler, clock, sent = make(0, workers)
+    scheduler.upsert(parse_cron_command({
+        "name": "w", "queue": "q", "repeatEvery": 1000, "skipIfNoWorker": True}, 0, None))
+    run_until(scheduler, clock, 3000)
+    assert sent == [] and scheduler.get("w").executions == 0  # type: ignore[union-attr]
+    workers.register({"name": "x", "queues": ["q"]}, 3000, conn=None)
+    run_until(scheduler, clock, 4000)
+    assert len(sent) == 1 and scheduler.get("w").executions == 1  # type: ignore[union-attr]
+
+
+def test_ten_thousand_schedules_are_one_heap() -> None:
+    scheduler, clock, sent = make(0)
+    for i in range(10_000):
+        scheduler.upsert(parse_cron_command({
+            "name": f"c{i}", "queue": "q", "repeatEvery": 60_000 + i}, 0, None))
+    assert scheduler.registry.next_due() == 60_000
+    clock.now = 60_000
+    assert scheduler.fire_due(60_000) == 1  # one due, the other 9,999 untouched
+    assert scheduler.registry.next_due() == 60_001
+
+
+def test_refusals_are_logged_not_raised(caplog: Any) -> None:
+    scheduler, _, _ = make(0)
+    scheduler.deliver({"ok": False, "error": "Storage full"})
+    assert "Storage full" in caplog.text

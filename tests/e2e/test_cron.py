@@ -1,0 +1,138 @@
+"""Cron schedules over real TCP: the four commands with both codecs, firings under
+MockClock, the registry across a restart and across kill -9s, and one real-time run."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from trioqueue.config import Config
+from trioqueue.testing import RawClient
+from trioqueue.testing.process import BrokerProcess
+from trioqueue.testing.served import served
+
+Q = "cq"
+
+
+async def count(client: RawClient, queue: str = Q) -> int:
+    counts = (await client.ok("GetJobCounts", queue=queue))["counts"]
+    return int(sum(counts.values()))
+
+
+async def test_commands_and_errors(client: RawClient) -> None:
+    made = await client.ok("Cron", name="daily", queue=Q, schedule="0 3 * * *",
+                           timezone="Europe/Rome", data={"k": 1}, maxLimit=5)
+    info = made["cron"]
+    assert (info["name"], info["jobName"], info["schedule"], info["timezone"]) == (
+        "daily", "daily", "0 3 * * *", "Europe/Rome")
+    assert (info["executions"], info["maxLimit"], info["repeatEvery"]) == (0, 5, None)
+    assert (await client.ok("CronGet", name="daily"))["cron"] == info
+    await client.ok("Cron", name="often", queue=Q, repeatEvery=60_000, jobName="j")
+    listed = (await client.ok("CronList"))["crons"]
+    assert [c["name"] for c in listed] == ["daily", "often"]
+    assert (await client.ok("CronDelete", name="often")) == {"ok": True, "reqId": "r5"}
+    for cmd in ("CronGet", "CronDelete"):
+        missing = await client.call(cmd, name="often")
+        assert (missing["ok"], missing["error"]) == (False, "Cron job not found")
+    bad = await client.call("Cron", name="x", queue=Q, schedule="61 * * * *")
+    assert bad["error"] == "Invalid cron expression: 61 * * * *"
+    bad = await client.call("Cron", name="x", queue=Q, repeatEvery=10,
+                            jobOptions={"timeout": "soon"})
+    assert bad["error"] == "jobOptions.timeout must be a number"
+    bad = await client.call("Cron", name="x", queue=Q)
+    assert bad["error"] == "Cron needs a schedule or repeatEvery"
+
+
+async def test_firings_on_their_slots(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("SubscribeEvents", queue=Q)
+    start = trio.current_time()
+    await client.ok("Cron", name="t", queue=Q, repeatEvery=1000, preventOverlap=False,
+                    data={"hello": "cron"})
+    pushed: list[float] = []
+    while len(pushed) < 5:
+        msg = await client.receive()
+        if msg.get("type") == "event" and msg["event"]["eventType"] == "pushed":
+            pushed.append(trio.current_time() - start)
+    assert [round(t, 2) for t in pushed] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    info = (await client.ok("CronGet", name="t"))["cron"]
+    assert info["executions"] == 5
+    jobs = (await client.ok("GetJobs", queue=Q))["jobs"]
+    assert {j["data"]["hello"] for j in jobs} == {"cron"} and len(jobs) == 5
+
+
+async def test_prevent_overlap_and_max_limit(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("Cron", name="o", queue=Q, repeatEvery=1000, maxLimit=3)
+    await trio.sleep(3.5)
+    # preventOverlap (the default): the later firings met the first job still waiting
+    assert await count(client) == 1
+    job = (await client.ok("PULL", queue=Q, owner="w"))
+    assert job["job"]["name"] == "o"
+    await client.ok("ACK", id=job["job"]["id"], token=job["token"])
+    await trio.sleep(2)
+    # three firings counted, then maxLimit removed the schedule
+    assert (await client.call("CronGet", name="o"))["error"] == "Cron job not found"
+    assert await count(client) == 1  # the completed one
+
+
+async def test_the_registry_survives_a_restart(configure: Callable[..., Config]) -> None:
+    config = configure()
+    async with served(config) as client:
+        await client.ok("Cron", name="keep", queue=Q, repeatEvery=3_600_000,
+                        immediately=True, preventOverlap=False)
+        with trio.fail_after(5):
+            while await count(client) < 1:
+                await client.ok("Ping")
+        before = (await client.ok("CronGet", name="keep"))["cron"]
+    async with served(config) as client:
+        after = (await client.ok("CronGet", name="keep"))["cron"]
+        assert after == before and after["executions"] == 1
+        assert await count(client) == 1  # not fired again by the restart
+
+
+async def test_repeat_every_fires_five_times_in_five_seconds(
+        start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("Cron", name="rt", queue=Q, repeatEvery=1000, preventOverlap=False)
+    await trio.sleep(5.05)  # the test is the schedule's own real time
+    assert 4 <= await count(client) <= 6
+
+
+async def test_kill_9_neither_fires_a_slot_twice_nor_counts_one_without_its_job(
+        tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        await client.ok("Cron", name="k9", queue=Q, repeatEvery=100, preventOverlap=False,
+                        skipMissedOnRestart=True)
+        for _ in range(5):
+            with trio.fail_after(10):  # let it fire a few times, then kill it mid-run
+                while (await client.ok("CronGet", name="k9"))["cron"]["executions"] < 3:
+                    await client.ok("Ping")
+            await broker.kill(signal.SIGKILL)
+            await client.aclose()
+            await broker.start()
+            client = await RawClient.connect(broker.tcp_port)
+            # Every counted firing has its job and no job is without its count: the
+            # jobs, counted between two reads of the count (it keeps firing), lie
+            # between them. (A count read first covers only firings already sent to
+            # the queue, which answers them before the GetJobCounts sent after.)
+            before = (await client.ok("CronGet", name="k9"))["cron"]["executions"]
+            jobs = await count(client)
+            after = (await client.ok("CronGet", name="k9"))["cron"]["executions"]
+            assert before <= jobs <= after
+        await client.aclose()
+    finally:
+        await broker.stop()

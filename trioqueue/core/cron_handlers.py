@@ -1,0 +1,119 @@
+"""The cron commands: ``Cron``, ``CronGet``, ``CronList``, ``CronDelete`` (broker-wide,
+answered by the router from the scheduler's registry), and the two internal queue
+commands that store a schedule and fire it (rules: :mod:`trioqueue.core.crons`).
+
+A change of a schedule is stored through a queue actor (the schedule's queue), so that
+its reply is sent only once the record is committed, as every reply that acknowledges a
+write is; a firing is the queue's ``__cron_fire__``: the job pushed and the schedule's
+new ``executions`` and ``nextRun`` in one commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .context import Ctx, Reply, _refuse_if_full
+from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, parse_cron_command
+from .errors import Refused
+from .options import parse_job_input
+from .queue import QueueState
+
+CRON_STORE = "__cron_store__"  # {name, record | None, reply}: store it, answer reply
+CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the record
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A broker command's answer that must be committed first: the router sends
+    ``command`` with ``msg`` to ``queue``'s actor on the client's behalf; that queue's
+    reply (after its commit) is the client's."""
+
+    queue: str
+    command: str
+    msg: dict[str, Any]
+
+
+class Schedules(Protocol):
+    """What the cron commands use of the scheduler (actors/scheduler.py)."""
+
+    def get(self, name: str) -> CronDef | None: ...
+    def upsert(self, defn: CronDef) -> None: ...
+    def remove(self, name: str) -> CronDef | None: ...
+    def listing(self) -> list[dict[str, Any]]: ...
+
+
+class CronScope(Protocol):
+    @property
+    def crons(self) -> Schedules: ...
+
+
+def _name(msg: dict[str, Any]) -> str:
+    name = msg.get("name")
+    if not isinstance(name, str) or not name:
+        raise Refused("Cron name is required")
+    return name
+
+
+def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Forward:
+    """Upsert by name (keeps ``executions``); answered ``{cron: CronInfo}`` once stored."""
+    existing = scope.crons.get(_name(msg))
+    defn = parse_cron_command(msg, now, existing)
+    scope.crons.upsert(defn)
+    return Forward(defn.queue, CRON_STORE, {"name": defn.name, "record": defn.to_record(),
+                                            "reply": {"cron": defn.info()}})
+
+
+def cron_get(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
+    defn = scope.crons.get(_name(msg))
+    if defn is None:
+        raise Refused(CRON_NOT_FOUND)
+    return {"cron": defn.info()}
+
+
+def cron_list(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
+    return {"crons": scope.crons.listing()}
+
+
+def cron_delete(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Forward:
+    defn = scope.crons.remove(_name(msg))
+    if defn is None:
+        raise Refused(CRON_NOT_FOUND)
+    return Forward(defn.queue, CRON_STORE, {"name": defn.name, "record": None,
+                                            "reply": {}})
+
+
+# ------------------------------------------------------------------ in the queue actor
+
+
+def _internal(msg: dict[str, Any], *keys: str) -> list[Any]:
+    """The scheduler's own fields: refused, not trusted, when malformed (the handler
+    table is fuzzed with any input, and a handler never raises anything else)."""
+    values = [msg.get(key) for key in keys]
+    name, record = values[0], values[1]
+    if not isinstance(name, str) or not name or not (record is None
+                                                     or isinstance(record, dict)):
+        raise Refused("malformed internal cron message")
+    for value in values[2:]:
+        if not isinstance(value, dict):
+            raise Refused("malformed internal cron message")
+    return values
+
+
+def cron_store(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    name, record, reply = _internal(msg, "name", "record", "reply")
+    q.writes.put_broker_record(CRON_KIND, name, record)
+    answer: Reply = reply
+    return answer
+
+
+def cron_fire(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    """Push the schedule's job, then store its advanced record: one commit. A push the
+    queue refuses (a full store, a template gone bad) stores nothing, so the slot is
+    fired again after a restart rather than counted without its job."""
+    name, record, job = _internal(msg, "name", "record", "job")
+    _refuse_if_full(ctx)
+    spec = parse_job_input(job, custom_id_key="jobId", max_data_bytes=ctx.max_data_bytes)
+    [job_id] = q.push([spec], ctx.now)
+    q.writes.put_broker_record(CRON_KIND, name, record)
+    return {"id": job_id}

@@ -1,0 +1,272 @@
+"""Cron schedules (bunqueue's ``Cron`` commands, reference 2.9 and 4.15): what a
+schedule is, when it fires next, and what a firing pushes. Sans-IO: the scheduler task
+(:mod:`trioqueue.actors.scheduler`) owns the timer, the queues push and store.
+
+A schedule is a cron expression (:mod:`.cron_expr`, in ``timezone``) or ``repeatEvery``
+ms; ``repeatEvery`` slots are anchored to the schedule (``anchor + k * every``), not to
+the moment of the last firing, so a late firing does not shift the next slots. A
+firing advances ``executions`` and ``nextRun`` and pushes one job; both are committed
+in one commit with the job (the queue's ``__cron_fire__``), so a crash can neither fire
+a slot twice nor lose one. The registry (:class:`CronRegistry`) keeps the schedules by
+name and one heap of next runs: 10,000 crons cost one timer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import fields
+from .cron_expr import parse_cron, zone
+from .errors import Refused
+
+CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
+CRON_NOT_FOUND = "Cron job not found"
+MAX_REPEAT_EVERY_MS = 4_320_000_000_000_000
+OVERLAP_FRACTION = 0.8  # bunqueue: no firing within 0.8 x the interval of the last one
+OVERLAP_DEFAULT_MS = 60_000  # the interval assumed for cron expressions
+# jobOptions a schedule passes to its jobs (others are ignored, as in bunqueue)
+JOB_OPTIONS = ("maxAttempts", "backoff", "timeout", "delay", "stallTimeout",
+               "removeOnComplete", "removeOnFail")
+
+FIRE, SKIP, EXHAUSTED = "fire", "skip", "exhausted"
+
+
+@dataclass
+class CronDef:
+    name: str
+    queue: str
+    job_name: str
+    data: Any
+    schedule: str | None
+    repeat_every: int | None
+    timezone: str | None
+    priority: float
+    max_limit: int | None
+    unique_key: str | None
+    dedup: dict[str, Any] | None
+    skip_missed_on_restart: bool
+    skip_if_no_worker: bool
+    prevent_overlap: bool
+    job_options: dict[str, Any]
+    anchor: int  # repeatEvery slots are anchor + k * every
+    next_run: int
+    executions: int = 0
+    last_fired: int | None = None
+    created_at: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # reserved
+
+    def next_slot(self, after: int) -> int | None:
+        """The first slot strictly after ``after`` (epoch ms); None: there is none."""
+        if self.schedule is not None:
+            return parse_cron(self.schedule, self.timezone).next_after(after)
+        assert self.repeat_every is not None
+        every = self.repeat_every
+        if after < self.anchor:
+            return self.anchor
+        return self.anchor + ((after - self.anchor) // every + 1) * every
+
+    def info(self) -> dict[str, Any]:
+        """bunqueue's CronInfo."""
+        return {
+            "name": self.name, "jobName": self.job_name, "queue": self.queue,
+            "schedule": self.schedule,
+            "repeatEvery": None if self.repeat_every is None else float(self.repeat_every),
+            "nextRun": float(self.next_run), "executions": self.executions,
+            "maxLimit": self.max_limit, "timezone": self.timezone,
+            "priority": self.priority,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> CronDef:
+        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def job_message(self) -> dict[str, Any]:
+        """The PUSH a firing sends (validated by the queue as any PUSH)."""
+        msg: dict[str, Any] = {"queue": self.queue, "name": self.job_name,
+                               "data": self.data, "priority": self.priority}
+        msg.update(self.job_options)
+        unique_key = self.unique_key
+        if unique_key is None and self.prevent_overlap:
+            unique_key = overlap_key(self.name)
+        if unique_key is not None:
+            msg["uniqueKey"] = unique_key
+            if self.dedup is not None:
+                msg["dedup"] = self.dedup
+        return msg
+
+
+def overlap_key(name: str) -> str:
+    """The unique key of a preventOverlap schedule's jobs: a firing while the previous
+    job is queued or active answers that job instead of pushing another."""
+    return f"cron:{name}"
+
+
+def _bool(msg: dict[str, Any], key: str, default: bool) -> bool:
+    value = msg.get(key)
+    return default if value is None else fields.lenient_bool(value)
+
+
+def _job_options(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused("jobOptions must be an object")
+    return {key: value[key] for key in JOB_OPTIONS if value.get(key) is not None}
+
+
+def check_job_options(template: dict[str, Any]) -> None:
+    """Validate the template as a PUSH would, errors prefixed ``jobOptions.``."""
+    from .options import parse_job_input  # (options imports much; only a Cron needs it)
+
+    try:
+        parse_job_input({"name": "x", "data": None, **template}, custom_id_key="jobId")
+    except Refused as exc:
+        raise Refused(f"jobOptions.{exc.message}") from None
+
+
+def parse_cron_command(msg: dict[str, Any], now: int,
+                       existing: CronDef | None) -> CronDef:
+    """A ``Cron`` upsert: the schedule it describes (``executions`` kept from the one it
+    replaces). Needs a valid ``schedule`` or ``repeatEvery``; the schedule wins if both."""
+    name = msg.get("name")
+    if not isinstance(name, str) or not name:
+        raise Refused("Cron name is required")
+    if fields.js_length(name) > fields.MAX_NAME_LENGTH:
+        raise Refused("Cron name too long (max 256 characters)")
+    queue = fields.queue_name(msg.get("queue"))
+    job_name = msg.get("jobName")
+    if job_name is not None and (not isinstance(job_name, str) or not job_name):
+        raise Refused("jobName must be a non-empty string")
+    tz = msg.get("timezone")
+    if tz is not None and not isinstance(tz, str):
+        raise Refused("timezone must be a string")
+    schedule = msg.get("schedule")
+    every: int | None = None
+    if schedule is not None:
+        parse_cron(schedule, tz)  # validates both
+    else:
+        if tz is not None:
+            zone(tz)
+        number = fields.strict_number(msg.get("repeatEvery"), "repeatEvery", minimum=1,
+                                      maximum=MAX_REPEAT_EVERY_MS)
+        if number is None:
+            raise Refused("Cron needs a schedule or repeatEvery")
+        every = int(number)
+    priority = fields.lenient_number(msg.get("priority"), "priority", default=0)
+    max_limit = fields.lenient_number(msg.get("maxLimit"), "maxLimit")
+    unique_key = msg.get("uniqueKey")
+    if unique_key is not None and not isinstance(unique_key, str):
+        raise Refused("uniqueKey must be a string")
+    dedup = msg.get("dedup") if isinstance(msg.get("dedup"), dict) else None
+    template = _job_options(msg.get("jobOptions"))
+    check_job_options(template)
+    defn = CronDef(
+        name=name, queue=queue, job_name=job_name or name, data=msg.get("data"),
+        schedule=schedule, repeat_every=every, timezone=tz,
+        priority=priority or 0,
+        max_limit=int(max_limit) if max_limit is not None and max_limit > 0 else None,
+        unique_key=unique_key, dedup=dedup,
+        skip_missed_on_restart=_bool(msg, "skipMissedOnRestart", True),
+        skip_if_no_worker=_bool(msg, "skipIfNoWorker", False),
+        prevent_overlap=_bool(msg, "preventOverlap", True),
+        job_options=template, anchor=now, next_run=now, created_at=now,
+    )
+    if existing is not None:
+        defn.executions, defn.last_fired = existing.executions, existing.last_fired
+        defn.created_at = existing.created_at
+    if existing is None and _bool(msg, "immediately", False):
+        defn.next_run = now  # the first run now, only on creation
+    else:
+        # a repeatEvery schedule's first slot is one interval away
+        defn.anchor = now + every if every is not None else now
+        first = defn.next_slot(now if every is None else now - 1)
+        if first is None:
+            raise Refused(f"Cron schedule never fires: {schedule}")
+        defn.next_run = first
+    return defn
+
+
+class CronRegistry:
+    """The schedules by name, and one heap of (nextRun, seq, name) for the timer; stale
+    heap entries (a schedule replaced, deleted or advanced) are skipped when they come
+    up."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, CronDef] = {}
+        self._heap: list[tuple[int, int, str]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def put(self, defn: CronDef) -> None:
+        self.by_name[defn.name] = defn
+        self._seq += 1
+        heapq.heappush(self._heap, (defn.next_run, self._seq, defn.name))
+
+    def delete(self, name: str) -> CronDef | None:
+        return self.by_name.pop(name, None)
+
+    def next_due(self) -> int | None:
+        """When the first schedule is due (stale entries are dropped first)."""
+        heap = self._heap
+        while heap:
+            at, _, name = heap[0]
+            defn = self.by_name.get(name)
+            if defn is not None and defn.next_run == at:
+                return at
+            heapq.heappop(heap)
+        return None
+
+    def due(self, now: int) -> Iterator[CronDef]:
+        """The schedules due at ``now``, earliest first; each is taken off the heap (the
+        caller puts it back with its next run)."""
+        heap = self._heap
+        while (at := self.next_due()) is not None and at <= now:
+            _, _, name = heapq.heappop(heap)
+            yield self.by_name[name]
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [defn.info() for defn in sorted(self.by_name.values(), key=lambda d: d.name)]
+
+
+def decide(defn: CronDef, now: int, has_worker: bool) -> tuple[str, str | None]:
+    """What a due schedule does now: (FIRE, None), (SKIP, reason) or (EXHAUSTED, None).
+    Skips do not consume ``maxLimit``."""
+    if defn.max_limit is not None and defn.executions >= defn.max_limit:
+        return EXHAUSTED, None
+    if defn.skip_if_no_worker and not has_worker:
+        return SKIP, "no-worker"
+    interval = defn.repeat_every or OVERLAP_DEFAULT_MS
+    if defn.last_fired is not None and now - defn.last_fired < OVERLAP_FRACTION * interval:
+        return SKIP, "overlap"
+    return FIRE, None
+
+
+def advance(defn: CronDef, now: int, fired: bool) -> None:
+    """After a due slot: counted if it fired, and the next slot after it (a slot that is
+    already past is due at once: missed slots are caught up one by one, unless the
+    overlap rule skips them)."""
+    slot = defn.next_run
+    if fired:
+        defn.executions += 1
+        defn.last_fired = now
+    nxt = defn.next_slot(max(slot, now) if not fired else slot)
+    defn.next_run = nxt if nxt is not None else slot + MAX_REPEAT_EVERY_MS
+
+
+def restored(defn: CronDef, now: int) -> CronDef:
+    """A schedule loaded at startup: past runs are skipped (moved past ``now``) when it
+    asks (``skipMissedOnRestart``, or ``skipIfNoWorker``: no worker is registered yet)."""
+    if defn.next_run < now and (defn.skip_missed_on_restart or defn.skip_if_no_worker):
+        nxt = defn.next_slot(now)
+        if nxt is not None:
+            defn.next_run = nxt
+    return defn
