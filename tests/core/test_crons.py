@@ -105,3 +105,52 @@ def test_registry_due_order_and_stale_entries() -> None:
     reg.put(first)
     assert reg.next_due() == NOW + 1003
     assert len(reg) == 9_999
+
+
+# ------------------------------------------------------------- a cron's overlap jobs
+
+def _overlap_job(h: Any) -> str:
+    from .test_queue import NOW as Q_NOW
+    return str(h.push(Q_NOW, uniqueKey="cron:nightly"))
+
+
+def test_overlap_jobs_are_deleted_not_requeued_when_their_worker_is_lost() -> None:
+    from .test_queue import NOW as Q_NOW
+    from .test_queue import Harness
+
+    # lock expiry
+    h = Harness()
+    job = _overlap_job(h)
+    plain = h.push(Q_NOW)
+    h.pull(Q_NOW, 2, owner="w", lock_ttl=1000)
+    h.tick(Q_NOW + 2000)  # the lease ran out
+    assert h.state(job, Q_NOW + 2000) == "unknown"
+    assert h.state(plain, Q_NOW + 2000) == "waiting"  # an ordinary job goes back
+    assert h.q.dedup_owner("cron:nightly", Q_NOW + 2000) is None  # the key is free
+
+    # a closed connection
+    h = Harness()
+    job = _overlap_job(h)
+    conn = object()
+    h.pull(Q_NOW, 1, conn=conn)
+    h.call("release_connection", conn, Q_NOW)
+    assert h.state(job, Q_NOW) == "unknown"
+
+    # a restart that finds it active
+    h = Harness()
+    job = _overlap_job(h)
+    h.pull(Q_NOW, 1, owner="w")
+    h.restart(Q_NOW + 10)
+    assert h.state(job, Q_NOW + 10) == "unknown" and h.live() == {}
+
+
+def test_overlap_jobs_are_deleted_by_the_stall_detector() -> None:
+    from .test_queue import NOW as Q_NOW
+    from .test_queue import Harness
+
+    h = Harness()
+    job = _overlap_job(h)
+    h.pull(Q_NOW, 1)
+    for step in range(1, 20):  # sweeps every 5 s; stalled after 30 s on two sweeps
+        h.tick(Q_NOW + step * 5000)
+    assert h.state(job, Q_NOW + 100_000) == "unknown"

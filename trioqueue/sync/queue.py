@@ -154,6 +154,11 @@ class SyncQueue:
     remove_global_concurrency = _plain(Queue.remove_global_concurrency)
     get_global_concurrency = _plain(Queue.get_global_concurrency)
     is_maxed = _plain(Queue.is_maxed)
+    # job schedulers (cron)
+    upsert_job_scheduler = _plain(Queue.upsert_job_scheduler)
+    get_job_scheduler = _plain(Queue.get_job_scheduler)
+    get_job_schedulers = _plain(Queue.get_job_schedulers)
+    remove_job_scheduler = _plain(Queue.remove_job_scheduler)
     # job groups
     get_group_jobs_count = _plain(Queue.get_group_jobs_count)
     get_groups_jobs_count = _plain(Queue.get_groups_jobs_count)

@@ -139,6 +139,9 @@ def expire_locks(q: QueueState, now: int) -> None:
         if lock is None or lock.token != token or lock.expires_at > now:
             continue
         job = q.jobs[job_id]
+        if is_overlap_job(job):
+            q._drop_queued(job, now)  # a cron's next firing replaces it
+            continue
         decision = at.charge(job, at.Cause.LOCK_EXPIRY, q.max_stalls,
                              renewals=lock.renewals)
         q._release_resources(job)
@@ -147,6 +150,14 @@ def expire_locks(q: QueueState, now: int) -> None:
             q._bury(job, now, decision.reason or "", decision.error)
         else:
             q._requeue(job, now)
+
+
+def is_overlap_job(job: JobRecord) -> bool:
+    """A job of a cron schedule that prevents overlap (its unique key ``cron:<name>``):
+    bunqueue deletes it, rather than running it again, when its worker is lost (stall,
+    lock expiry, disconnect, restart), since the schedule's next firing replaces it."""
+    key = job.unique_key
+    return key is not None and key.startswith("cron:")
 
 
 def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
@@ -206,6 +217,9 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
                 if (job is None or job.state != ACTIVE
                         or (lock is not None and lock.renewals > 0)):
                     held.pop(job_id, None)  # left to lock expiry (or gone already)
+                    continue
+                if is_overlap_job(job):
+                    q._drop_queued(job, now)
                     continue
                 q._requeue(job, now)
                 released += 1

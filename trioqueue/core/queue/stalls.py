@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import attempts as at
 from ..chained_order import ChainedOrder
 from ..job import ACTIVE, JobRecord
-from .leases import lease_deadline
+from .leases import is_overlap_job, lease_deadline
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -137,6 +137,9 @@ def check_stalls(q: QueueState, now: int) -> bool:
                 del order[job_id]
                 suspects[job_id] = now
     for job in stalled:
+        if is_overlap_job(job):
+            q._drop_queued(job, now)  # a cron's next firing replaces it
+            continue
         decision = at.charge(job, at.Cause.STALL, q.max_stalls)
         if decision.action == at.BURY:
             q._emit("stalled", job.id, now,
