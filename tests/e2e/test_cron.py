@@ -85,6 +85,24 @@ async def test_prevent_overlap_and_max_limit(
     assert await count(client) == 1  # the completed one
 
 
+async def test_skip_if_no_worker_fires_only_with_a_registered_worker(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("Cron", name="w", queue=Q, repeatEvery=1000, skipIfNoWorker=True,
+                    preventOverlap=False)
+    await trio.sleep(3.5)
+    assert await count(client) == 0  # three slots skipped, not counted
+    assert (await client.ok("CronGet", name="w"))["cron"]["executions"] == 0
+    worker = await RawClient.connect(server.tcp_port)
+    await worker.ok("RegisterWorker", name="wk", queues=[Q])
+    await trio.sleep(2)
+    assert await count(client) == 2
+    await worker.aclose()  # its registration goes with its connection
+    await trio.sleep(2)
+    assert await count(client) == 2
+
+
 async def test_the_registry_survives_a_restart(configure: Callable[..., Config]) -> None:
     config = configure()
     async with served(config) as client:
@@ -104,9 +122,15 @@ async def test_repeat_every_fires_five_times_in_five_seconds(
         start_server: Callable[..., Any]) -> None:
     server = await start_server(memory=True)
     client = await RawClient.connect(server.tcp_port)
-    await client.ok("Cron", name="rt", queue=Q, repeatEvery=1000, preventOverlap=False)
+    made = await client.ok("Cron", name="rt", queue=Q, repeatEvery=1000,
+                           preventOverlap=False)
+    first = made["cron"]["nextRun"]
     await trio.sleep(5.05)  # the test is the schedule's own real time
-    assert 4 <= await count(client) <= 6
+    jobs = (await client.ok("GetJobs", queue=Q, limit=10))["jobs"]
+    assert 4 <= len(jobs) <= 6
+    # each job pushed within 50 ms of its slot (first + k * 1000)
+    late = [job["createdAt"] - (first + k * 1000) for k, job in enumerate(jobs)]
+    assert all(0 <= ms < 50 for ms in late), late
 
 
 async def test_kill_9_neither_fires_a_slot_twice_nor_counts_one_without_its_job(
