@@ -392,3 +392,14 @@ async def test_ab_alternates_two_trees_and_prints_rates_cpu_and_ratios(tmp_path:
     ratios = {line.split()[0]: line.split()[-2:] for line in summary[2:] if line.strip()}
     assert set(ratios) == {"push_seq", "pushb_100"}
     assert all(float(v) > 0 for pair in ratios.values() for v in pair)
+
+
+async def test_bench_crons_measures_idle_cost_and_lateness() -> None:
+    result = await run_script("bench_crons.py", "--crons", "50", "--idle-s", "0.3",
+                              "--burst", "10", "--every-ms", "200", "--burst-s", "1",
+                              timeout_s=60.0)
+    assert result.returncode == 0, output(result)
+    text = output(result)
+    assert "with 50 schedules" in text
+    firings = int(text.split("for 1 s: ")[1].split(" firings")[0].replace(",", ""))
+    assert 30 <= firings <= 60  # 10 schedules, a firing every 200 ms, for a second
