@@ -232,7 +232,12 @@ def test_a_successor_takes_the_unique_key_back(h: Chain) -> None:
     ({"every": 1000, "endDate": float("inf")}, {},
      "repeat.endDate must be a finite timestamp"),
     ({"every": 1000, "offset": True}, {}, "repeat.offset must be a finite timestamp"),
+    ({"every": 1000, "startDate": 2**63}, {}, "repeat.startDate must be a finite timestamp"),
+    ({"every": 1000, "offset": 1e300}, {}, "repeat.offset must be a finite timestamp"),
     ({"every": 1000, "limit": "x"}, {}, "repeat.limit must be a number"),
+    ({"every": 1000, "count": 2**64 - 1}, {}, "repeat.count must be a non-negative integer"),
+    ({"every": 1000, "count": -1}, {}, "repeat.count must be a non-negative integer"),
+    ({"every": 1000, "count": 1.5}, {}, "repeat.count must be a non-negative integer"),
     ({"every": 1000}, {"jobId": "mine"},
      "repeat jobs cannot use JobOptions.jobId; use repeat.jobId instead"),
     ({"every": 1000}, {"parentId": "p"},
@@ -251,3 +256,30 @@ def test_refused_configs(h: Chain, repeat: dict[str, Any], fields: dict[str, Any
 def test_a_client_cannot_forge_the_successor_mark(h: Chain) -> None:
     job_id = h.push(T0, {"every": 1000, "successorId": "x"})
     assert "successorId" not in h.q.jobs[job_id].repeat
+
+
+def test_a_pattern_past_the_last_year_ends_the_chain(h: Chain) -> None:
+    """A start date far in the future: the one run, no successor, no crash."""
+    h.push(T0, {"pattern": "0 0 * * *", "startDate": 8_000_000_000_000_000})
+    job = h.only_pending()
+    assert job.run_at == T0
+    h.run(T0)
+    assert h.pending() == []
+
+
+def test_a_client_count_is_where_the_chain_starts(h: Chain) -> None:
+    h.push(T0, {"every": 1000, "count": 2.0, "limit": 3})
+    assert h.runs(T0, T0 + 5000, 100) == [T0, T0 + 1000]  # counts 2 and 3
+
+
+def test_ackb_chains_each_generation(h: Chain) -> None:
+    a = h.push(T0, {"every": 1000})
+    b = h.push(T0, {"pattern": "* * * * * *"})  # every second, with seconds
+    plain = h.call("push", [parse_job_input({"data": None}, custom_id_key="jobId")], T0)[0]
+    jobs, tokens = h.call("pull", T0 + 1000, count=3, owner="w", lock_ttl=30_000, conn=None)
+    assert {j["id"] for j in jobs} == {a, b, plain}
+    h.call("ackb", [j["id"] for j in jobs], T0 + 1000, tokens=tokens, results=None,
+           removes=None)
+    successors = sorted(j.run_at for j in h.pending())
+    assert successors == [T0 + 2000, T0 + 2000]  # the plain job has none
+    assert "repeat" not in h.storage.get_finished(plain)  # type: ignore[operator]

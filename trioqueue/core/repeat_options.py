@@ -21,11 +21,15 @@ NO_LINKS = "repeat jobs cannot participate in parent or dependency relationships
 # so ``Update`` of the completed job reaches the pending one).
 SUCCESSOR_KEY = "successorId"
 _DATES = ("startDate", "endDate", "prevMillis", "offset")
+MAX_DATE_MS = 8_640_000_000_000_000
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def validate(repeat: dict[str, Any], fields: Mapping[str, Any]) -> None:
     """The rules of a repeat config beyond ``every``'s bound (checked by the caller),
-    with bunqueue's texts; ``fields`` is the job input, for the links it cannot have."""
+    with bunqueue's texts; ``fields`` is the job input, for the links it cannot have.
+    Bounds the dates and ``count`` (stored as an int), so that no slot computed from
+    them leaves int64 (the store's integers) or the years a datetime holds."""
     has_every = repeat.get("every") is not None
     pattern = repeat.get("pattern")
     has_pattern = isinstance(pattern, str) and bool(pattern.strip())
@@ -41,10 +45,17 @@ def validate(repeat: dict[str, Any], fields: Mapping[str, Any]) -> None:
             raise Refused(f"Invalid repeat pattern: {exc.message}") from None
     for key in _DATES:
         value = repeat.get(key)
-        if value is not None and (not is_number(value) or not is_finite(value)):
+        # (JavaScript's range of dates: slots computed from it stay well inside int64)
+        if value is not None and (not is_number(value) or not is_finite(value)
+                                  or abs(value) > MAX_DATE_MS):
             raise Refused(f"repeat.{key} must be a finite timestamp")
     limit = repeat.get("limit")
     if limit is not None and (not is_number(limit) or limit != limit):
         raise Refused("repeat.limit must be a number")
+    count = repeat["count"]
+    if (not is_number(count) or not is_finite(count) or count != int(count)
+            or not 0 <= count <= MAX_SAFE_INTEGER):
+        raise Refused("repeat.count must be a non-negative integer")
+    repeat["count"] = int(count)
     if fields.get("parentId") or fields.get("dependsOn") or fields.get("childrenIds"):
         raise Refused(NO_LINKS)

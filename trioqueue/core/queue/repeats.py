@@ -63,7 +63,10 @@ def _offset(repeat: Mapping[str, Any]) -> int:
 def _pattern_after(repeat: Mapping[str, Any], after: int) -> int | None:
     """The first slot of the pattern strictly after ``after`` (offset included)."""
     offset = _offset(repeat)
-    fire = parse_cron(repeat["pattern"], repeat.get("tz")).next_after(after - offset)
+    try:
+        fire = parse_cron(repeat["pattern"], repeat.get("tz")).next_after(after - offset)
+    except (OverflowError, ValueError, OSError):  # past the years a datetime holds
+        return None
     return None if fire is None else fire + offset
 
 
