@@ -134,3 +134,25 @@ async def test_every_1000_limit_3_runs_four_times_on_time(
     assert len(ran) == 4
     for at, expected in zip(ran, (0.0, 1.0, 2.0, 3.0), strict=True):
         assert expected - 0.001 <= at < expected + 0.05  # (ms rounding of the clock)
+
+
+async def test_retried_generations(client: RawClient) -> None:
+    """A dead-lettered generation ends the chain until RetryDlq: completing it then
+    resumes the chain. A completed generation run again (RetryCompleted) does not fork
+    it: its successor already exists."""
+    first = (await client.ok("PUSH", queue=Q, name="n", data=1, maxAttempts=1,
+                             repeat={"every": 3_600_000}))["id"]
+    pulled = await client.ok("PULL", queue=Q, owner="w")
+    await client.ok("FAIL", id=first, token=pulled["token"], error="boom")
+    assert (await job_of(client, first))["state"] == "failed"
+    counts = (await client.ok("GetJobCounts", queue=Q))["counts"]
+    assert counts["delayed"] == 0 and counts["waiting"] == 0  # the chain stopped
+    assert (await client.ok("RetryDlq", queue=Q, jobId=first))["count"] == 1
+    await run_one(client)
+    successor_id = (await job_of(client, first))["repeat"]["successorId"]
+    assert (await job_of(client, successor_id))["state"] == "delayed"
+    assert (await client.ok("RetryCompleted", queue=Q, id=first))["count"] == 1
+    await run_one(client)  # the first generation once more
+    assert (await job_of(client, first))["repeat"]["successorId"] == successor_id
+    counts = (await client.ok("GetJobCounts", queue=Q))["counts"]
+    assert counts["delayed"] == 1 and counts["waiting"] == 0  # one chain, not two

@@ -135,6 +135,11 @@ def follow(q: QueueState, job: JobRecord, now: int) -> None:
     the job left the live set (its unique key is free for the successor)."""
     repeat = job.repeat
     assert repeat is not None
+    if SUCCESSOR_KEY in repeat:
+        # A completed generation run again (RetryCompleted): its successor exists, so
+        # a second one would fork the chain. (A dead-lettered generation retried has
+        # none: completing it resumes the chain.)
+        return
     slot = next_slot(repeat, job.run_at, now)
     if slot is None:
         return
