@@ -90,7 +90,7 @@ def test_result_builds_a_job() -> None:
             "removeOnComplete": True,
             "removeOnFail": 0,
             "durable": True,
-            "repeat": {"every": 1000},
+            # (no repeat: a repeat job has no custom id nor links; test_repeats.py)
             "stallTimeout": 5,
             "stackTraceLimit": 3,
             "keepLogs": 4,

@@ -27,6 +27,7 @@ from .flow import FlowNode, FlowProducer
 from .job import Job
 from .options import Backoff, BulkJob, Deduplication, JobOptions
 from .queue import Queue
+from .repeat import Repeat
 from .worker import UnrecoverableError, Worker
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "Queue",
     "QueueEvent",
     "QueueEvents",
+    "Repeat",
     "TrioqueueError",
     "UnrecoverableError",
     "ValidationError",

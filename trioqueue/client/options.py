@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Required, TypedDict
 
 from .errors import ValidationError
+from .repeat import Repeat, repeat_option
 
 
 class Backoff(TypedDict, total=False):
@@ -62,7 +63,7 @@ class JobOptions(TypedDict, total=False):
     remove_on_complete: bool
     remove_on_fail: bool
     durable: bool
-    repeat: Mapping[str, Any]
+    repeat: Repeat
     stall_timeout: int
     stack_trace_limit: int
     keep_logs: int
@@ -143,12 +144,6 @@ def check_flag(name: str, value: Any) -> bool:
     return value
 
 
-def _mapping(name: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValidationError(f"{name} must be a mapping, not {_show(value)}")
-    return dict(value)
-
-
 # Python name -> (wire name, check). The check returns the value to send.
 _Check = Callable[[str, Any], Any]
 _SIMPLE: dict[str, tuple[str, _Check]] = {
@@ -168,7 +163,7 @@ _SIMPLE: dict[str, tuple[str, _Check]] = {
     "remove_on_complete": ("removeOnComplete", check_flag),
     "remove_on_fail": ("removeOnFail", check_flag),
     "durable": ("durable", check_flag),
-    "repeat": ("repeat", _mapping),
+    "repeat": ("repeat", repeat_option),
     "stall_timeout": ("stallTimeout", check_ms),
     "stack_trace_limit": ("stackTraceLimit", _count(0)),
     "keep_logs": ("keepLogs", _count(0)),

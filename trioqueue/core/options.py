@@ -50,6 +50,9 @@ from trioqueue.core.job_data import JSON_CHARS_PER_WIRE_BYTE as JSON_CHARS_PER_W
 from trioqueue.core.job_data import MAX_DATA_CHARS, validate_job_data
 from trioqueue.core.job_data import _json_bound as _json_bound
 from trioqueue.core.job_data import _json_text as _json_text
+from trioqueue.core.repeat_options import NO_CUSTOM_ID as REPEAT_CUSTOM_ID
+from trioqueue.core.repeat_options import SUCCESSOR_KEY
+from trioqueue.core.repeat_options import validate as validate_repeat
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_MS = 1000
@@ -263,6 +266,8 @@ def _repeat(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:
     if repeat.get("count") is None:
         # The Job shows repeat.count (successors made so far); it starts at 0.
         repeat["count"] = 0
+    repeat.pop(SUCCESSOR_KEY, None)  # the broker's own mark (queue/repeats.py)
+    validate_repeat(repeat, fields)
     out["repeat"] = repeat
 
 
@@ -422,6 +427,8 @@ def parse_job_input(
     if custom is not None:
         custom = _custom_id(custom, custom_id_key)
         if custom is not None:
+            if "repeat" in out:
+                raise Refused(REPEAT_CUSTOM_ID)
             out["custom_id"] = custom
 
     name = fields.get("name", _MISSING)

@@ -18,6 +18,7 @@ from ..traces import fail_trace
 from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
+from .repeats import follow as follow_repeat
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ def ack(
 def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
               remove: bool | None) -> None:
     q._remove_live(job, now)
+    if job.repeat is not None:  # the next generation, named in the completed record
+        follow_repeat(q, job, now)
     if remove or job.remove_on_complete:
         q.logs.pop(job.id, None)
         q.writes.delete_job(job.id)

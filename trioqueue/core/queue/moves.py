@@ -11,6 +11,7 @@ from ..errors import JOB_NOT_FOUND, Refused
 from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, JobRecord
 from . import slices
 from .dedup import DedupKey
+from .repeats import pending_successor
 from .slices import Sliced
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ def update_data(q: QueueState, job_id: str, data: Any) -> None:
     """New data for a live job; the flow keys the broker and the flow producers
     wrote (``__parentId``, ...) survive, and new data cannot forge them."""
     job = q.jobs.get(job_id)
+    if job is None:  # a completed repeat job: its pending successor takes the data
+        job = pending_successor(q, job_id)
     if job is None or job.state not in (QUEUED, ACTIVE, WAITING_CHILDREN):
         raise Refused("Job not found or cannot be updated")
     if isinstance(job.data, dict) and isinstance(data, dict):

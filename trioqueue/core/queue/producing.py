@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..ids import uuid7
 from ..job import JobRecord, timeline_entry
 from ..writes import PutJob
+from .repeats import first_delay
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -52,6 +53,8 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         if duplicate is not None:
             return duplicate
     created = int(timestamp) if timestamp is not None else now
+    if "repeat" in spec:  # a repeat chain's first generation runs at its first slot
+        delay = first_delay(spec["repeat"], created, delay)
     run_at = created if not delay else int(created + delay)  # shares created's int
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
