@@ -26,6 +26,7 @@ import trio
 
 from ..core import fields
 from ..core.commands import RELEASE_CONNECTION
+from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.job import JobRecord
@@ -34,6 +35,7 @@ from ..core.queue import ADOPT, QueueState
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
 from ..core.states import visible_state
+from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
 from .fan_out import Gather
@@ -107,6 +109,7 @@ class Router(DependentsIndex):
         self._index: SplitDict[str, str] = SplitDict()  # inserts never copy it whole
         self.actors: dict[str, QueueActor] = {}
         self.workers = WorkerRegistry()
+        self.webhooks = WebhookRegistry()
         # job id -> (expires at, queue, has result, result)
         self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
@@ -269,14 +272,19 @@ class Router(DependentsIndex):
             self._resolve_many(command.multi, req, groups)
             return
         if how == BROKER:
-            # Broker-wide state (workers, queues, memory): answered here, nothing to
-            # commit; or by every queue (a FanOut: each runs it in its own actor).
+            # Broker-wide state (workers, queues, memory): answered here; with writes
+            # to commit first (Committed: webhooks); or by every queue (a FanOut: each
+            # runs it in its own actor).
             assert command.handler is not None
             answer = command.handler(self, msg, self._now_ms(), req.conn)
             if isinstance(answer, FanOut):
                 gather = Gather(req, answer.combine, len(self.actors))
                 for name in list(self.actors):
                     self._post(name, Request(answer.command, {}, gather))
+            elif isinstance(answer, Committed):
+                # The broker's own records: the reply leaves once they are committed.
+                self._committer.submit(answer.writes)
+                self._committer.release([(req.replier, req.reply(answer.reply))])
             else:
                 req.ok(answer)
             return
