@@ -23,6 +23,7 @@ from .maintenance import MaintenanceMixin
 from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check_states, job_options
 from .queue_groups import QueueGroups
 from .queue_limits import QueueLimits
+from .queue_webhooks import QueueWebhooks
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -42,7 +43,7 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     return str(error), None
 
 
-class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods):
+class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueWebhooks):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
     def __init__(self, name: str, connection: Connection) -> None:
