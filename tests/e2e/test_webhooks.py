@@ -156,6 +156,10 @@ async def test_delivery_body_and_signature(hooks_server: Server, nursery: trio.N
     entry = await hook_entry(client, hook["webhookId"])
     assert entry["failureCount"] == 0 and entry["lastTriggered"] >= entry["createdAt"]
     assert len(receiver.requests) == 4  # nothing of the unwatched queue
+    # ... which never even built its events (nobody listens to it)
+    actors = hooks_server.broker.router.actors
+    assert actors["hooked"].state.events_enabled
+    assert not actors["unwatched"].state.events_enabled
     await client.aclose()
 
 
