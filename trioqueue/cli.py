@@ -87,7 +87,22 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
                  "jobs do not fault in fresh pages (glibc only; default 64MiB; 0: the "
                  "allocator's defaults)"),
 }
+# Webhook deliveries (actors/webhook_delivery.py), parsed as the limits are.
+WEBHOOK_FLAGS: dict[str, tuple[str, str]] = {
+    "webhook_max_attempts": ("count", "delivery attempts per event, the first included "
+                                      "(default 3)"),
+    "webhook_retry_delay_ms": ("ms", "attempt n+1 waits n times this (default 1000)"),
+    "webhook_connect_timeout_s": ("seconds", "connect timeout of a delivery (default 5)"),
+    "webhook_request_timeout_s": ("seconds", "timeout of a whole delivery attempt "
+                                             "(default 10)"),
+    "webhook_buffer_events": ("count", "events buffered per webhook; past it they are "
+                                       "dropped and counted (default 1000)"),
+}
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in WEBHOOK_FLAGS})
+ENV_NAMES["webhook_max_attempts"] += ("WEBHOOK_MAX_RETRIES",)  # bunqueue's names
+ENV_NAMES["webhook_retry_delay_ms"] += ("WEBHOOK_RETRY_DELAY_MS",)
+ENV_NAMES["webhook_allow_private"] = ("TRIOQUEUE_WEBHOOK_ALLOW_PRIVATE",)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -184,7 +199,7 @@ _METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    for setting, (kind, _) in LIMIT_FLAGS.items():
+    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
             raw = _env(env, setting)
@@ -216,6 +231,18 @@ def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, 
                                  f"(expected {unit})") from None
 
 
+def _switch(flag: bool, env: Mapping[str, str], setting: str) -> bool:
+    """An on/off setting: its flag, else its variable, else off."""
+    if flag:
+        return True
+    raw = _env(env, setting)
+    if raw is None:
+        return False
+    if raw.strip().lower() not in _TRUE | _FALSE:
+        raise SystemExit(f"Invalid {ENV_NAMES[setting][0]}: {raw!r} (expected a boolean)")
+    return raw.strip().lower() in _TRUE
+
+
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config = Config()
     host = args.host or _env(env, "host")
@@ -245,13 +272,9 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
             raw = _env(env, setting)
         if raw is not None:
             setattr(config, setting, _bytes(str(raw), setting.replace("_", "-")))
-    memory_env = _env(env, "memory")
-    if args.memory:
-        config.memory = True
-    elif memory_env is not None:
-        if memory_env.strip().lower() not in _TRUE | _FALSE:
-            raise SystemExit(f"Invalid TRIOQUEUE_MEMORY: {memory_env!r} (expected a boolean)")
-        config.memory = memory_env.strip().lower() in _TRUE
+    config.memory = _switch(args.memory, env, "memory")
+    config.webhook_allow_private = _switch(args.webhook_allow_private, env,
+                                           "webhook_allow_private")
     _float_settings(config, args, env)
     _limits_from(config, args, env)
     return config
@@ -306,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     for setting, (kind, text) in LIMIT_FLAGS.items():
         limits.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
                             metavar=_METAVARS[kind])
+    hooks = serve.add_argument_group("webhooks")
+    hooks.add_argument("--webhook-allow-private", action="store_true",
+                       help="let webhooks reach loopback and private addresses "
+                            "(development only; off: the SSRF guard refuses them)")
+    for setting, (kind, text) in WEBHOOK_FLAGS.items():
+        hooks.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
+                           metavar=_METAVARS[kind])
     return parser
 
 

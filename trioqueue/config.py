@@ -132,6 +132,17 @@ class Config:
     # expires for this long, so holders can renew first; 0 disables (guarantees.md)
     lease_grace_after_pause_s: float = 10.0
 
+    # --- webhooks (actors/webhook_delivery.py): bunqueue's WEBHOOK_MAX_RETRIES (attempts,
+    # the first included) and WEBHOOK_RETRY_DELAY_MS (attempt n+1 waits n x the delay)
+    webhook_max_attempts: int = 3
+    webhook_retry_delay_ms: float = 1000.0
+    webhook_connect_timeout_s: float = 5.0
+    webhook_request_timeout_s: float = 10.0  # one whole attempt, connect included
+    webhook_buffer_events: int = 1000  # per webhook; past it events are dropped, counted
+    # Let webhooks reach loopback and private addresses (development only: off, the
+    # SSRF guard refuses them at AddWebhook and at each delivery).
+    webhook_allow_private: bool = False
+
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
     store_reserve_bytes: int | None = None  # None: default_reserve_bytes(max)
@@ -165,6 +176,7 @@ class Config:
         for name in ("log_slow_step_ms", "slice_budget_ms"):
             if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be a finite number, 0 or more")
+        self._validate_webhooks()
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
@@ -177,6 +189,17 @@ class Config:
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_webhooks(self) -> None:
+        if self.webhook_max_attempts < 1:
+            raise ValueError("webhook_max_attempts must be at least 1")
+        if self.webhook_buffer_events < 1:
+            raise ValueError("webhook_buffer_events must be at least 1")
+        if not 0 <= self.webhook_retry_delay_ms < math.inf:
+            raise ValueError("webhook_retry_delay_ms must be a finite number, 0 or more")
+        for name in ("webhook_connect_timeout_s", "webhook_request_timeout_s"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a positive finite number")
 
     def _validate_auth_tokens(self) -> None:
         # A blank token would be dropped by a trimmed comparison and could turn auth

@@ -25,6 +25,7 @@ from ..core.crons import CRON_KIND
 from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
+from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import Storage
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
@@ -34,6 +35,7 @@ from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
 from .router import Router
 from .scheduler import CronScheduler
+from .webhook_delivery import WebhookDelivery
 from .writer import StorageWriter
 
 log = logging.getLogger("trioqueue.broker")
@@ -77,6 +79,9 @@ class Broker:
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_finished=self._count_finished)
+        # POSTs the events of watched queues to the webhooks (the router's registry).
+        self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
+                                                now_ms=self._now_ms)
         # A PUSH's long data string is written before the command runs, a piece at a
         # time (None: the store takes no writes ahead).
         self.ahead = (AheadWriter(self.storage,
@@ -161,7 +166,7 @@ class Broker:
         actor = QueueActor(
             name, committer=self.writer, index=router, clock=self.clock,
             post_notices=router.post_notices, post_to=router.post_to,
-            events=self.events,
+            events=self.webhook_delivery.sink(self.events, name),
             admission=self.admission_factory, limits=self.queue_limits,
             storage=self.storage, pauses=self.pauses)
         self._nursery.start_soon(actor.run, name=f"queue:{name}")
@@ -176,6 +181,7 @@ class Broker:
         the notices recovery makes are applied within it, so queues start settled)."""
         recovered = self.storage.load()
         router = self.router
+        router.webhooks.load(recovered.broker_records.get(WEBHOOK_RECORDS, {}).values())
         with ExitStack() as direct:
             reading: set[str] = set()
 
@@ -217,6 +223,7 @@ class Broker:
                 nursery.start_soon(self.writer.run_interval_sync)
                 self._recover()
                 await self.writer.commit()  # (already done for an inline store)
+                await nursery.start(self.webhook_delivery.run)
                 if self.pauses is not None:  # after recovery: that was no pause
                     await nursery.start(self.pauses.run)
                 await nursery.start(self.scheduler.run)

@@ -26,6 +26,7 @@ import trio
 
 from ..core import fields
 from ..core.commands import RELEASE_CONNECTION
+from ..core.committed import Committed
 from ..core.cron_handlers import Forward
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
@@ -35,6 +36,7 @@ from ..core.queue import ADOPT, QueueState
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
 from ..core.states import visible_state
+from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
 from .fan_out import Gather
@@ -110,6 +112,7 @@ class Router(DependentsIndex):
         self.workers = WorkerRegistry()
         # the cron scheduler (actors/scheduler.py), set by the broker when it runs
         self.crons: Any = None
+        self.webhooks = WebhookRegistry()
         # job id -> (expires at, queue, has result, result)
         self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
@@ -272,8 +275,9 @@ class Router(DependentsIndex):
             self._resolve_many(command.multi, req, groups)
             return
         if how == BROKER:
-            # Broker-wide state (workers, queues, memory): answered here, nothing to
-            # commit; or by every queue (a FanOut: each runs it in its own actor).
+            # Broker-wide state (workers, queues, memory): answered here; with writes
+            # to commit first (Committed: webhooks); or by every queue (a FanOut: each
+            # runs it in its own actor).
             assert command.handler is not None
             answer = command.handler(self, msg, self._now_ms(), req.conn)
             if isinstance(answer, FanOut):
@@ -288,6 +292,10 @@ class Router(DependentsIndex):
                 self.actor(answer.queue)
                 groups.setdefault(answer.queue, []).append(
                     Request(answer.command, msg, req.replier, conn=req.conn))
+            elif isinstance(answer, Committed):
+                # The broker's own records: the reply leaves once they are committed.
+                self._committer.submit(answer.writes)
+                self._committer.release([(req.replier, req.reply(answer.reply))])
             else:
                 req.ok(answer)
             return

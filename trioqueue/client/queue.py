@@ -24,6 +24,7 @@ from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check
 from .queue_groups import QueueGroups
 from .queue_limits import QueueLimits
 from .queue_schedulers import QueueSchedulers
+from .queue_webhooks import QueueWebhooks
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -43,7 +44,8 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     return str(error), None
 
 
-class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedulers):
+class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedulers,
+            QueueWebhooks):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
     def __init__(self, name: str, connection: Connection) -> None:

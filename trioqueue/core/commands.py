@@ -23,6 +23,7 @@ from . import limit_handlers as lh
 from . import maintenance as mt
 from . import query_handlers as qh
 from . import states as st
+from . import webhook_handlers as wh
 from .context import Handler
 from .errors import JOB_NOT_FOUND
 from .maintenance import BrokerScope
@@ -247,6 +248,10 @@ CORE_COMMANDS = CommandTable([
     Command("ListQueues", BROKER, mt.list_queues),
     Command("TrimEvents", BROKER, mt.trim_events),
     Command("CompactMemory", BROKER, mt.compact_memory),
+    Command("AddWebhook", BROKER, wh.add_webhook),
+    Command("RemoveWebhook", BROKER, wh.remove_webhook),
+    Command("ListWebhooks", BROKER, wh.list_webhooks),
+    Command("SetWebhookEnabled", BROKER, wh.set_webhook_enabled),
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),

@@ -129,6 +129,11 @@ class SyncQueue:
     retry_completed = _plain(Queue.retry_completed)
     set_dlq_config = _plain(Queue.set_dlq_config)
     get_dlq_config = _plain(Queue.get_dlq_config)
+    # webhooks (the broker's)
+    add_webhook = _plain(Queue.add_webhook)
+    remove_webhook = _plain(Queue.remove_webhook)
+    list_webhooks = _plain(Queue.list_webhooks)
+    set_webhook_enabled = _plain(Queue.set_webhook_enabled)
     # progress, logs, job changes
     update_job_progress = _plain(Queue.update_job_progress)
     add_job_log = _plain(Queue.add_job_log)

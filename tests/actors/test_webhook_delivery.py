@@ -1,0 +1,183 @@
+"""The delivery component without a broker: which queues build events, the backoff
+schedule (MockClock), the address a request is pinned to, and the router's handling of
+a broker command's writes (submitted, then the reply released after their commit)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from trioqueue.actors.events import EventHub
+from trioqueue.actors.request import Replier, Request
+from trioqueue.actors.router import Router
+from trioqueue.actors.webhook_delivery import AddressRefused, WebhookDelivery
+from trioqueue.config import Config
+from trioqueue.core.commands import CORE_COMMANDS
+from trioqueue.core.webhooks import WebhookRegistry
+from trioqueue.core.writes import Writes
+
+
+def delivery(registry: WebhookRegistry | None = None, resolve: Any = None,
+             **config: Any) -> WebhookDelivery:
+    return WebhookDelivery(registry or WebhookRegistry(), Config(**config),
+                           now_ms=lambda: 0, resolve=resolve)
+
+
+def pushed(queue: str) -> dict[str, Any]:
+    return {"eventType": "pushed", "queue": queue, "jobId": "j", "timestamp": 5.0}
+
+
+def test_only_watched_queues_build_events() -> None:
+    hub = EventHub()
+    hooks = delivery()
+    hooks.registry.new("https://e.com", ["job.pushed"], "a", None, 0)
+    watched, unwatched = hooks.sink(hub, "a"), hooks.sink(hub, "b")
+    assert watched.active and not unwatched.active
+    hub.subscribe(lambda events: None)  # a TCP subscriber: every queue builds events
+    assert unwatched.active
+
+
+async def test_events_of_unwatched_queues_start_nothing() -> None:
+    hooks = delivery()
+    hooks.registry.new("https://e.com", ["job.completed"], "a", None, 0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hooks.run)
+        hooks.sink(EventHub(), "b").publish([pushed("b")])
+        hooks.sink(EventHub(), "a").publish([pushed("a")])  # not an event it asked for
+        assert hooks._outboxes == {}
+        nursery.cancel_scope.cancel()
+
+
+async def test_backoff_schedule_and_failure_count(
+        autojump_clock: trio.testing.MockClock) -> None:
+    hooks = delivery(webhook_retry_delay_ms=1000, webhook_max_attempts=3)
+    hook = hooks.registry.new("https://e.com", ["job.pushed"], None, "s", 0)
+    attempts: list[float] = []
+    bodies: list[bytes] = []
+
+    async def failing(client: Any, url: str, body: bytes, headers: dict[str, str]) -> bool:
+        attempts.append(trio.current_time())
+        bodies.append(body)
+        return False
+
+    hooks._attempt = failing  # type: ignore[method-assign]
+    start = trio.current_time()
+    await hooks._deliver(None, hook, {"event": "job.pushed", "timestamp": 5})  # type: ignore[arg-type]
+    assert [round(t - start, 3) for t in attempts] == [0.0, 1.0, 3.0]  # delay x attempt
+    assert hook.failure_count == 1 and hook.success_count == 0
+    assert json.loads(bodies[0]) == {"event": "job.pushed", "timestamp": 5}
+
+
+async def test_refused_address_is_not_retried() -> None:
+    hooks = delivery()
+    hook = hooks.registry.new("https://e.com", ["job.pushed"], None, None, 0)
+    calls = 0
+
+    async def refused(client: Any, url: str, body: bytes, headers: dict[str, str]) -> bool:
+        nonlocal calls
+        calls += 1
+        raise AddressRefused("e.com resolves to 127.0.0.1")
+
+    hooks._attempt = refused  # type: ignore[method-assign]
+    await hooks._deliver(None, hook, {"event": "job.pushed", "timestamp": 5})  # type: ignore[arg-type]
+    assert calls == 1 and hook.failure_count == 1
+
+
+async def test_a_request_goes_to_the_checked_address() -> None:
+    async def dns(host: str, port: int) -> list[str]:
+        assert (host, port) == ("hooks.example.com", 8443)
+        return ["93.184.216.34", "2606:2800:220:1::1"]
+
+    hooks = delivery(resolve=dns)
+    url, headers, extensions = await hooks._target(
+        httpx.URL("https://hooks.example.com:8443/in?x=1"))
+    assert str(url) == "https://93.184.216.34:8443/in?x=1"
+    assert headers == {"Host": "hooks.example.com:8443"}
+    assert extensions == {"sni_hostname": "hooks.example.com"}
+
+
+@pytest.mark.parametrize("answers", [["93.184.216.34", "127.0.0.1"], ["169.254.169.254"],
+                                     ["::ffff:10.0.0.1"]])
+async def test_any_refused_address_refuses_the_delivery(answers: list[str]) -> None:
+    async def dns(host: str, port: int) -> list[str]:
+        return answers
+
+    with pytest.raises(AddressRefused):
+        await delivery(resolve=dns)._target(httpx.URL("http://hooks.example.com/"))
+
+
+async def test_allow_private_skips_resolution() -> None:
+    async def dns(host: str, port: int) -> list[str]:
+        raise AssertionError("not resolved")
+
+    hooks = delivery(resolve=dns, webhook_allow_private=True)
+    url = httpx.URL("http://127.0.0.1:9/x")
+    assert await hooks._target(url) == (url, {}, {})
+
+
+async def test_overflow_is_dropped_and_counted_and_removal_stops_the_task() -> None:
+    hooks = delivery(webhook_buffer_events=2)
+    hook = hooks.registry.new("https://e.com", ["job.pushed"], None, None, 0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hooks.run)
+        hooks.offer("q", [pushed("q")] * 5)  # its task has not run yet: 2 kept
+        box = hooks._outboxes[hook.id]
+        assert len(box.pending) == 2 and hook.dropped_count == 3
+        hooks.registry.remove(hook.id)
+        assert hook.id not in hooks._outboxes and box.scope.cancel_called
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(nursery.child_tasks) == 1  # only run's own: the webhook's task ended
+        nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ the router
+
+
+class Committer:
+    off_thread = False
+
+    def __init__(self) -> None:
+        self.log: list[Any] = []
+
+    def submit(self, writes: Writes) -> None:
+        self.log.append(("submit", [op.kind for op in writes.ops]))  # type: ignore[union-attr]
+
+    def release(self, deliveries: list[tuple[Replier, dict[str, Any]]]) -> None:
+        self.log.append(("release", [reply for _, reply in deliveries]))
+
+    def commit_now(self) -> None:
+        pass
+
+    async def commit(self) -> None:
+        pass
+
+
+class Got:
+    def __init__(self) -> None:
+        self.replies: list[dict[str, Any]] = []
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.replies.append(reply)
+
+
+async def test_router_releases_the_reply_after_submitting_the_writes() -> None:
+    committer = Committer()
+    router = Router(committer=committer, find_finished=lambda job_id: None,
+                    now_ms=lambda: 7, limits=None,  # type: ignore[arg-type]
+                    admission=None, new_actor=None, spawn=None)  # type: ignore[arg-type]
+    got = Got()
+    command = CORE_COMMANDS.wire["AddWebhook"]
+    msg = {"cmd": "AddWebhook", "url": "https://e.com/h", "events": ["job.pushed"]}
+    await router.dispatch([(command, Request("AddWebhook", msg, got))])
+    assert got.replies == []  # nothing answered before the commit
+    (submit, release) = committer.log
+    assert submit == ("submit", ["webhook"])
+    assert release[0] == "release" and release[1][0]["data"]["createdAt"] == 7
+    refused = Request("AddWebhook", {"url": "http://10.0.0.1/", "events": ["job.pushed"]}, got)
+    await router.dispatch([(command, refused)])
+    assert got.replies[0]["ok"] is False and len(committer.log) == 2

@@ -1,0 +1,349 @@
+"""Webhooks over real TCP: the four commands (both codecs), deliveries to a real local
+HTTP receiver (body, signature, retries, counters), a dead receiver that slows neither
+pushes nor another webhook, the SSRF guard at AddWebhook and at delivery, and the
+registry kept across a restart."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.actors import webhook_delivery
+from trioqueue.config import Config
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
+from trioqueue.testing.webhook_receiver import WebhookReceiver
+
+ALL_EVENTS = ["job.pushed", "job.started", "job.completed", "job.failed", "job.progress"]
+
+
+async def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not await predicate():
+            await trio.sleep(0.01)
+
+
+async def hook_entry(client: RawClient, hook_id: str) -> dict[str, Any]:
+    hooks = (await client.ok("ListWebhooks"))["data"]["webhooks"]
+    return next(hook for hook in hooks if hook["id"] == hook_id)
+
+
+async def counted(client: RawClient, hook_id: str, field: str, value: int) -> None:
+    async def reached() -> bool:
+        return bool((await hook_entry(client, hook_id))[field] >= value)
+
+    await wait_until(reached)
+
+
+@pytest.fixture
+async def hooks_server(start_server: Callable[..., Any]) -> Server:
+    """A broker whose webhooks may reach 127.0.0.1 (the test receiver), fast retries."""
+    server: Server = await start_server(webhook_allow_private=True,
+                                        webhook_retry_delay_ms=10)
+    return server
+
+
+async def client_of(server: Server, codec: str = "msgpack") -> RawClient:
+    assert server.tcp_port is not None
+    return await RawClient.connect(server.tcp_port, codec)
+
+
+# ------------------------------------------------------------------ the commands
+
+
+async def test_add_list_enable_remove(client: RawClient) -> None:
+    added = (await client.ok("AddWebhook", url="https://example.com/hook",
+                             events=["job.completed", "job.failed"], queue="emails",
+                             secret="s3cret"))["data"]
+    assert set(added) == {"webhookId", "url", "events", "queue", "createdAt"}
+    assert added["url"] == "https://example.com/hook" and added["queue"] == "emails"
+    assert added["events"] == ["job.completed", "job.failed"]
+    other = (await client.ok("AddWebhook", url="http://example.org/x",
+                             events=["job.pushed"]))["data"]
+    assert other["queue"] is None
+    listed = (await client.ok("ListWebhooks"))["data"]
+    assert listed["stats"] == {"total": 2, "enabled": 2}
+    entry = next(h for h in listed["webhooks"] if h["id"] == added["webhookId"])
+    assert entry["url"] == added["url"] and entry["createdAt"] == added["createdAt"]
+    assert entry["lastTriggered"] is None and entry["enabled"] is True
+    assert entry["successCount"] == 0 and entry["failureCount"] == 0
+    assert "secret" not in entry
+    set_reply = await client.ok("SetWebhookEnabled", id=added["webhookId"], enabled=False)
+    assert set(set_reply) == {"ok", "reqId"}  # {} on the wire
+    assert (await hook_entry(client, added["webhookId"]))["enabled"] is False
+    assert (await client.ok("ListWebhooks"))["data"]["stats"] == {"total": 2, "enabled": 1}
+    removed = await client.ok("RemoveWebhook", webhookId=added["webhookId"])
+    assert removed["data"] == {"removed": True}
+    again = await client.call("RemoveWebhook", webhookId=added["webhookId"])
+    assert again["ok"] is False and again["error"] == "Webhook not found"
+    missing = await client.call("SetWebhookEnabled", id="nope", enabled=True)
+    assert missing["ok"] is False and missing["error"] == "Webhook not found"
+    assert (await client.ok("ListWebhooks"))["data"]["stats"] == {"total": 1, "enabled": 1}
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"events": ["job.stalled"]}, "Invalid webhook event: job.stalled"),
+    ({"events": []}, "events must be a non-empty array"),
+    ({"events": "job.pushed"}, "events must be an array of strings"),
+    ({"url": None}, "url is required"),
+    ({"url": "ftp://example.com/x"}, "Webhook URL must use http or https"),
+    ({"url": "https://example.com/" + "a" * 2040}, "Webhook URL too long (max 2048 characters)"),
+    ({"url": "http://"}, "Invalid webhook URL"),
+    ({"enabled": 1}, None),  # an unknown field is ignored
+])
+async def test_add_refusals(client: RawClient, fields: dict[str, Any], error: str | None) -> None:
+    msg: dict[str, Any] = {"url": "https://example.com/hook", "events": ["job.pushed"]}
+    msg.update(fields)
+    reply = await client.call("AddWebhook", **msg)
+    if error is None:
+        assert reply["ok"] is True
+    else:
+        assert reply == {"ok": False, "error": error, "reqId": reply["reqId"]}
+
+
+@pytest.mark.parametrize("url", [
+    "http://localhost:8080/hook", "http://LOCALHOST./x", "http://api.localhost/x",
+    "http://127.0.0.1/x", "http://127.1/x", "http://2130706433/x", "http://0x7f000001/x",
+    "http://10.1.2.3/x", "http://172.16.0.9/x", "http://192.168.1.1/x",
+    "http://169.254.169.254/latest/meta-data", "http://metadata.google.internal/x",
+    "http://[::1]:9000/x", "http://[fe80::1]/x", "http://[::ffff:127.0.0.1]/x",
+    "http://0.0.0.0/x", "http://100.64.0.1/x",
+])
+async def test_ssrf_refused_at_add(client: RawClient, url: str) -> None:
+    reply = await client.call("AddWebhook", url=url, events=["job.pushed"])
+    assert reply["ok"] is False
+    assert reply["error"] == "Webhook URL must not target localhost, private or internal hosts"
+    assert (await client.ok("ListWebhooks"))["data"]["stats"]["total"] == 0
+
+
+# ------------------------------------------------------------------ deliveries
+
+
+async def test_delivery_body_and_signature(hooks_server: Server, nursery: trio.Nursery,
+                                           codec: str) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    client = await client_of(hooks_server, codec)
+    hook = (await client.ok("AddWebhook", url=receiver.url, events=ALL_EVENTS,
+                            queue="hooked", secret="top-secret"))["data"]
+    await client.ok("PUSH", queue="unwatched", name="n", data={"x": 0})
+    pushed = await client.ok("PUSH", queue="hooked", name="n", data={"x": 1})
+    job = (await client.ok("PULL", queue="hooked"))["job"]
+    await client.ok("Progress", id=job["id"], progress=40)
+    await client.ok("ACK", id=job["id"], token=job.get("lockToken"), result={"sum": 3})
+    requests = await receiver.wait_for(4)
+    bodies = [json.loads(r.body) for r in requests]
+    assert [b["event"] for b in bodies] == [
+        "job.pushed", "job.started", "job.progress", "job.completed"]
+    for request, body in zip(requests, bodies, strict=True):
+        assert request.method == "POST" and request.target == "/hook"
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["x-webhook-event"] == body["event"]
+        assert request.headers["x-webhook-timestamp"] == str(body["timestamp"])
+        expected = hmac.new(b"top-secret", request.body, hashlib.sha256).hexdigest()
+        assert request.headers["x-webhook-signature"] == expected
+        assert body["jobId"] == pushed["id"] and body["queue"] == "hooked"
+    assert bodies[2]["progress"] == 40
+    assert bodies[3]["data"] == {"sum": 3}
+    await counted(client, hook["webhookId"], "successCount", 4)
+    entry = await hook_entry(client, hook["webhookId"])
+    assert entry["failureCount"] == 0 and entry["lastTriggered"] >= entry["createdAt"]
+    assert len(receiver.requests) == 4  # nothing of the unwatched queue
+    # ... which never even built its events (nobody listens to it)
+    actors = hooks_server.broker.router.actors
+    assert actors["hooked"].state.events_enabled
+    assert not actors["unwatched"].state.events_enabled
+    await client.aclose()
+
+
+async def test_failed_is_sent_when_final_and_unsigned_without_secret(
+        hooks_server: Server, nursery: trio.Nursery) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    client = await client_of(hooks_server)
+    await client.ok("AddWebhook", url=receiver.url, events=["job.failed"])
+    await client.ok("PUSH", queue="f", name="n", data=1, maxAttempts=2, backoff=0)
+    for _ in range(2):
+        job = (await client.ok("PULL", queue="f"))["job"]
+        await client.ok("FAIL", id=job["id"], token=job.get("lockToken"), error="boom")
+    (request,) = await receiver.wait_for(1)
+    body = json.loads(request.body)
+    assert body["event"] == "job.failed" and body["error"] == "boom"
+    assert "x-webhook-signature" not in request.headers
+    await client.aclose()
+
+
+async def test_retry_after_500_then_success(hooks_server: Server,
+                                            nursery: trio.Nursery) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver(statuses=[500]).run)
+    client = await client_of(hooks_server)
+    hook = (await client.ok("AddWebhook", url=receiver.url, events=["job.pushed"]))["data"]
+    await client.ok("PUSH", queue="q", name="n", data=1)
+    first, second = await receiver.wait_for(2)
+    assert first.body == second.body
+    assert first.headers["x-webhook-timestamp"] == second.headers["x-webhook-timestamp"]
+    await counted(client, hook["webhookId"], "successCount", 1)
+    assert (await hook_entry(client, hook["webhookId"]))["failureCount"] == 0
+    await client.aclose()
+
+
+async def test_failure_counted_after_the_last_attempt(start_server: Callable[..., Any],
+                                                      nursery: trio.Nursery) -> None:
+    server = await start_server(webhook_allow_private=True, webhook_retry_delay_ms=5,
+                                webhook_max_attempts=3)
+    receiver: WebhookReceiver = await nursery.start(
+        WebhookReceiver(statuses=[500, 503, 404]).run)
+    client = await client_of(server)
+    hook = (await client.ok("AddWebhook", url=receiver.url, events=["job.pushed"]))["data"]
+    await client.ok("PUSH", queue="q", name="n", data=1)
+    await receiver.wait_for(3)
+    await counted(client, hook["webhookId"], "failureCount", 1)
+    entry = await hook_entry(client, hook["webhookId"])
+    assert entry["successCount"] == 0 and entry["lastTriggered"] is None
+    await client.ok("PUSH", queue="q", name="n", data=2)  # the receiver answers 200 now
+    await counted(client, hook["webhookId"], "successCount", 1)
+    assert len(receiver.requests) == 4
+    await client.aclose()
+
+
+async def test_disabled_and_removed_webhooks_get_nothing(hooks_server: Server,
+                                                         nursery: trio.Nursery) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    marker: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    client = await client_of(hooks_server)
+    hook = (await client.ok("AddWebhook", url=receiver.url, events=["job.pushed"]))["data"]
+    # A second webhook, always on: once it has the event, the first would have had it.
+    await client.ok("AddWebhook", url=marker.url, events=["job.pushed"])
+    await client.ok("SetWebhookEnabled", id=hook["webhookId"], enabled=False)
+    await client.ok("PUSH", queue="q", name="n", data=1)
+    await marker.wait_for(1)
+    await client.ok("SetWebhookEnabled", id=hook["webhookId"], enabled=True)
+    await client.ok("PUSH", queue="q", name="n", data=2)
+    (request,) = await receiver.wait_for(1)
+    assert json.loads(request.body)["event"] == "job.pushed"
+    await client.ok("RemoveWebhook", webhookId=hook["webhookId"])
+    await client.ok("PUSH", queue="q", name="n", data=3)
+    await marker.wait_for(3)
+    assert len(receiver.requests) == 1
+    await client.aclose()
+
+
+# ------------------------------------------------------------------ a dead receiver
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[int(len(ordered) * 0.99) - 1]
+
+
+async def timed_push(client: RawClient, queue: str, samples: list[float]) -> None:
+    start = time.perf_counter()
+    await client.ok("PUSH", queue=queue, name="n", data={"x": len(samples)})
+    samples.append(time.perf_counter() - start)
+
+
+async def push_p99s(client: RawClient, count: int) -> tuple[float, float]:
+    """p99 of PUSH into an unwatched queue and into the dead webhook's queue, the two
+    alternated push by push so that a hiccup of the machine hits both alike."""
+    base: list[float] = []
+    hooked: list[float] = []
+    for _ in range(count):
+        await timed_push(client, "plain", base)
+        await timed_push(client, "hooked", hooked)
+    return p99(base), p99(hooked)
+
+
+async def test_dead_receiver_slows_neither_pushes_nor_another_webhook(
+        start_server: Callable[..., Any], nursery: trio.Nursery) -> None:
+    server = await start_server(webhook_allow_private=True, webhook_buffer_events=10,
+                                webhook_request_timeout_s=60)
+    dead: WebhookReceiver = await nursery.start(WebhookReceiver(hang=True).run)
+    live: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    client = await client_of(server)
+    for _ in range(100):  # warm-up
+        await client.ok("PUSH", queue="warm", name="n", data=1)
+    dead_hook = (await client.ok("AddWebhook", url=dead.url, events=["job.pushed"],
+                                 queue="hooked"))["data"]
+    # This machine (2 shared cores) stalls now and then for ~4 ms whatever runs; a
+    # handful of such stalls decides a p99 of 1000. So up to three measures: a real
+    # slowdown (a delivery holding the event loop) fails all three.
+    total = 0
+    for _ in range(3):
+        base, hooked = await push_p99s(client, 1000)
+        total += 1000
+        if hooked <= 2 * base:
+            break
+    assert hooked <= 2 * base, (hooked, base)
+    await dead.wait_for(1)
+    # The dead webhook took one event and buffered 10: the others were dropped, counted.
+    entry = await hook_entry(client, dead_hook["webhookId"])
+    assert total - 11 <= entry["droppedCount"] <= total - 10
+    assert entry["successCount"] == 0 and len(dead.requests) == 1
+    # A healthy webhook of the same queue is served while the dead one still hangs.
+    await client.ok("AddWebhook", url=live.url, events=["job.pushed"], queue="hooked")
+    for i in range(5):
+        await client.ok("PUSH", queue="hooked", name="n", data=i)
+    await live.wait_for(5)
+    assert len(dead.requests) == 1
+    await client.aclose()
+
+
+# ------------------------------------------------------------------ SSRF at delivery
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "169.254.169.254", "10.0.0.7"])
+async def test_name_resolving_to_a_refused_address_fails_the_delivery(
+        start_server: Callable[..., Any], nursery: trio.Nursery,
+        monkeypatch: pytest.MonkeyPatch, address: str) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    looked_up: list[str] = []
+
+    async def fake_dns(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return [address]
+
+    monkeypatch.setattr(webhook_delivery, "resolve_host", fake_dns)
+    server = await start_server()  # no webhook_allow_private
+    client = await client_of(server)
+    url = f"http://hooks.example.net:{receiver.port}/hook"
+    hook = (await client.ok("AddWebhook", url=url, events=["job.pushed"]))["data"]
+    await client.ok("PUSH", queue="q", name="n", data=1)
+    await counted(client, hook["webhookId"], "failureCount", 1)
+    assert looked_up == ["hooks.example.net"]  # refused at once: no retry
+    assert receiver.requests == []
+    await client.aclose()
+
+
+# ------------------------------------------------------------------ restarts
+
+
+async def test_webhooks_survive_a_restart(configure: Callable[..., Config],
+                                          nursery: trio.Nursery) -> None:
+    receiver: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    config = configure(webhook_allow_private=True)  # LMDB in this test's directory
+    async with served(config) as client:
+        kept = (await client.ok("AddWebhook", url=receiver.url, events=["job.pushed"],
+                                queue="q", secret="k"))["data"]
+        off = (await client.ok("AddWebhook", url="https://example.com/a",
+                               events=["job.completed"]))["data"]
+        gone = (await client.ok("AddWebhook", url="https://example.com/b",
+                                events=["job.failed"]))["data"]
+        await client.ok("SetWebhookEnabled", id=off["webhookId"], enabled=False)
+        await client.ok("RemoveWebhook", webhookId=gone["webhookId"])
+        before = (await client.ok("ListWebhooks"))["data"]
+    async with served(config) as client:
+        after = (await client.ok("ListWebhooks"))["data"]
+        assert after["stats"] == {"total": 2, "enabled": 1}
+        assert sorted(after["webhooks"], key=lambda h: h["id"]) == sorted(
+            before["webhooks"], key=lambda h: h["id"])
+        await client.ok("PUSH", queue="q", name="n", data=1)
+        (request,) = await receiver.wait_for(1)
+        assert request.headers["x-webhook-signature"] == hmac.new(
+            b"k", request.body, hashlib.sha256).hexdigest()
+        await counted(client, kept["webhookId"], "successCount", 1)
