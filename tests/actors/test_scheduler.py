@@ -9,9 +9,10 @@ from zoneinfo import ZoneInfo
 
 from trioqueue.actors.request import Request
 from trioqueue.actors.scheduler import CronScheduler
-from trioqueue.core.cron_handlers import CRON_FIRE, CRON_STORE
+from trioqueue.core.cron_handlers import CRON_FIRE
 from trioqueue.core.crons import parse_cron_command
 from trioqueue.core.workers import WorkerRegistry
+from trioqueue.core.writes import PutBrokerRecord, Writes
 
 ROME = ZoneInfo("Europe/Rome")
 
@@ -31,12 +32,26 @@ def rome_ms(*args: int) -> int:
     return int(datetime(*args, tzinfo=ROME).timestamp() * 1000)
 
 
+class Sent(list[tuple[str, Request]]):
+    """What the scheduler handed the queues (queue, request), and, in ``committed``,
+    what it gave the storage writer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed: list[Writes] = []
+
+    def post(self, queue: str, request: Request) -> None:
+        self.append((queue, request))
+
+    def submit(self, writes: Writes) -> None:
+        self.committed.append(writes)
+
+
 def make(now: int, workers: WorkerRegistry | None = None
-         ) -> tuple[CronScheduler, HandClock, list[tuple[str, Request]]]:
+         ) -> tuple[CronScheduler, HandClock, Sent]:
     clock = HandClock(now)
-    sent: list[tuple[str, Request]] = []
-    scheduler = CronScheduler(clock, workers or WorkerRegistry(),
-                              lambda queue, req: sent.append((queue, req)))
+    sent = Sent()
+    scheduler = CronScheduler(clock, workers or WorkerRegistry(), sent.post, sent.submit)
     return scheduler, clock, sent
 
 
@@ -85,8 +100,8 @@ def test_every_firing_carries_its_job_and_advanced_record() -> None:
     assert [r.msg["record"]["next_run"] for r in fires] == [1_001_000, 1_001_500, 1_002_000]
     assert all(r.msg["job"]["data"] == {"n": 1} for r in fires)
     # at maxLimit the schedule is deleted, in the store too
-    stores = [(q, r.msg) for q, r in sent if r.cmd == CRON_STORE]
-    assert stores == [("q", {"name": "t", "record": None, "reply": {}})]
+    stores = [op for writes in sent.committed for op in writes.ops]
+    assert stores == [PutBrokerRecord("cron", "t", None)]
     assert scheduler.get("t") is None
 
 

@@ -212,7 +212,8 @@ class Broker:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._clock is None:
             self._clock = TrioClock()
-        self.scheduler = CronScheduler(self._clock, self.router.workers, self.router.post)
+        self.scheduler = CronScheduler(self._clock, self.router.workers, self.router.post,
+                                       self.writer.submit)
         self.router.crons = self.scheduler
         if self.config.lease_grace_after_pause_s > 0:
             self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)

@@ -27,7 +27,6 @@ import trio
 from ..core import fields
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
-from ..core.cron_handlers import Forward
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
 from ..core.job import JobRecord
@@ -284,14 +283,6 @@ class Router(DependentsIndex):
                 gather = Gather(req, answer.combine, len(self.actors))
                 for name in list(self.actors):
                     self._post(name, Request(answer.command, {}, gather))
-            elif isinstance(answer, Forward):
-                # answered by that queue, after its commit holds the command's write
-                msg = answer.msg
-                if "reqId" in req.msg:
-                    msg = {**msg, "reqId": req.msg["reqId"]}
-                self.actor(answer.queue)
-                groups.setdefault(answer.queue, []).append(
-                    Request(answer.command, msg, req.replier, conn=req.conn))
             elif isinstance(answer, Committed):
                 # The broker's own records: the reply leaves once they are committed.
                 self._committer.submit(answer.writes)

@@ -24,7 +24,7 @@ import trio
 
 from ..core import crons as cr
 from ..core.clock import Clock
-from ..core.cron_handlers import CRON_FIRE, CRON_STORE
+from ..core.cron_handlers import CRON_FIRE, stored
 from ..core.workers import WorkerRegistry
 from .request import Request
 
@@ -32,13 +32,16 @@ log = logging.getLogger("trioqueue.cron")
 
 
 class CronScheduler:
-    def __init__(self, clock: Clock, workers: WorkerRegistry, post: Any) -> None:
+    def __init__(self, clock: Clock, workers: WorkerRegistry, post: Any,
+                 submit: Any) -> None:
         """``post(queue, request)``: hand a request to a queue's actor without waiting
-        (the router's; it makes the actor if the queue has none yet)."""
+        (the router's; it makes the actor if the queue has none yet); ``submit(writes)``:
+        the storage writer's, for a schedule deleted at its maxLimit."""
         self.registry = cr.CronRegistry()
         self._clock = clock
         self._workers = workers
         self._post = post
+        self._submit = submit
         self._changed = trio.Event()
 
     # ------------------------------------------------------------------ Schedules
@@ -90,8 +93,7 @@ class CronScheduler:
             action, reason = cr.decide(defn, now, has_worker)
             if action == cr.EXHAUSTED:
                 self.registry.delete(defn.name)
-                self._post(defn.queue, Request(CRON_STORE, {
-                    "name": defn.name, "record": None, "reply": {}}, self))
+                self._submit(stored(defn.name, None))
                 continue
             if action == cr.SKIP:
                 log.debug("cron %s: slot %d skipped (%s)", defn.name, defn.next_run, reason)

@@ -255,7 +255,6 @@ CORE_COMMANDS = CommandTable([
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),
-    Command(ch.CRON_STORE, INTERNAL, ch.cron_store),
     Command(ch.CRON_FIRE, INTERNAL, ch.cron_fire),
 ])
 

@@ -1,37 +1,25 @@
 """The cron commands: ``Cron``, ``CronGet``, ``CronList``, ``CronDelete`` (broker-wide,
-answered by the router from the scheduler's registry), and the two internal queue
-commands that store a schedule and fire it (rules: :mod:`trioqueue.core.crons`).
+answered by the router from the scheduler's registry), and the internal queue command
+that fires a schedule (rules: :mod:`trioqueue.core.crons`).
 
-A change of a schedule is stored through a queue actor (the schedule's queue), so that
-its reply is sent only once the record is committed, as every reply that acknowledges a
-write is; a firing is the queue's ``__cron_fire__``: the job pushed and the schedule's
-new ``executions`` and ``nextRun`` in one commit.
+A change of a schedule is a broker record, answered once committed (:class:`Committed`);
+a firing is the queue's ``__cron_fire__``: the job pushed and the schedule's new
+``executions`` and ``nextRun`` in one commit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .committed import Committed
 from .context import Ctx, Reply, _refuse_if_full
 from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, parse_cron_command
 from .errors import Refused
 from .options import parse_job_input
 from .queue import QueueState
+from .writes import Writes
 
-CRON_STORE = "__cron_store__"  # {name, record | None, reply}: store it, answer reply
 CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the record
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    """A broker command's answer that must be committed first: the router sends
-    ``command`` with ``msg`` to ``queue``'s actor on the client's behalf; that queue's
-    reply (after its commit) is the client's."""
-
-    queue: str
-    command: str
-    msg: dict[str, Any]
 
 
 class Schedules(Protocol):
@@ -55,13 +43,19 @@ def _name(msg: dict[str, Any]) -> str:
     return name
 
 
-def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Forward:
+def stored(name: str, record: dict[str, Any] | None) -> Writes:
+    """The write that stores (None: deletes) the schedule ``name``."""
+    writes = Writes()
+    writes.put_broker_record(CRON_KIND, name, record)
+    return writes
+
+
+def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committed:
     """Upsert by name (keeps ``executions``); answered ``{cron: CronInfo}`` once stored."""
     existing = scope.crons.get(_name(msg))
     defn = parse_cron_command(msg, now, existing)
     scope.crons.upsert(defn)
-    return Forward(defn.queue, CRON_STORE, {"name": defn.name, "record": defn.to_record(),
-                                            "reply": {"cron": defn.info()}})
+    return Committed({"cron": defn.info()}, stored(defn.name, defn.to_record()))
 
 
 def cron_get(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
@@ -75,12 +69,11 @@ def cron_list(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Rep
     return {"crons": scope.crons.listing()}
 
 
-def cron_delete(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Forward:
+def cron_delete(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committed:
     defn = scope.crons.remove(_name(msg))
     if defn is None:
         raise Refused(CRON_NOT_FOUND)
-    return Forward(defn.queue, CRON_STORE, {"name": defn.name, "record": None,
-                                            "reply": {}})
+    return Committed({}, stored(defn.name, None))
 
 
 # ------------------------------------------------------------------ in the queue actor
@@ -98,13 +91,6 @@ def _internal(msg: dict[str, Any], *keys: str) -> list[Any]:
         if not isinstance(value, dict):
             raise Refused("malformed internal cron message")
     return values
-
-
-def cron_store(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    name, record, reply = _internal(msg, "name", "record", "reply")
-    q.writes.put_broker_record(CRON_KIND, name, record)
-    answer: Reply = reply
-    return answer
 
 
 def cron_fire(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
