@@ -5,7 +5,6 @@ never took it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,8 @@ from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage, StorageFullError
 
-MIB = 1024 * 1024
+from .stores import MIB, store_fixture
+
 PIECE = 64 * 1024
 
 
@@ -51,12 +51,7 @@ def ahead_rows(store: Storage) -> int:
         return txn.stat(store._ahead)["entries"] + txn.stat(store._claims)["entries"]
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
-    s: Storage = (MemoryStorage() if request.param == "memory"
-                  else LmdbStorage(tmp_path / "db", map_size_bytes=16 * MIB))
-    yield s
-    s.close()
+store = store_fixture(16 * MIB)
 
 
 def test_the_record_takes_the_pieces_and_reads_put_the_text_back(store: Storage) -> None:

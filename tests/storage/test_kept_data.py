@@ -4,7 +4,6 @@ rewritten, deleted with the job, and a failed write never leaves data marked sto
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import lmdb
@@ -19,7 +18,7 @@ from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage, StorageFullError
 
-MIB = 1024 * 1024
+from .stores import MIB, store_fixture
 
 
 def rec(job_id: str, state: str = "queued", **attrs: Any) -> dict[str, Any]:
@@ -37,12 +36,7 @@ def put(store: Storage, *records: dict[str, Any]) -> None:
     store.apply([w])
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
-    s: Storage = (MemoryStorage() if request.param == "memory"
-                  else LmdbStorage(tmp_path / "db", map_size_bytes=8 * MIB))
-    yield s
-    s.close()
+store = store_fixture(8 * MIB)
 
 
 def data_ops(ops: list[tuple[Any, ...]]) -> list[bytes]:

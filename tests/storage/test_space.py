@@ -10,7 +10,6 @@ whatever the order the jobs finish in.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,15 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.lmdb_store import MIN_LIVE_NODE_BYTES, LmdbStorage
-from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Space, Storage
 
-MIB = 1024 * 1024
+from .stores import MIB, store_fixture
+
 ALLOWANCE = 1024
 T0 = 1_764_000_000_000
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
-    s: Storage = (MemoryStorage() if request.param == "memory"
-                  else LmdbStorage(tmp_path / "db", map_size_bytes=64 * MIB))
-    yield s
-    s.close()
+store = store_fixture(64 * MIB)
 
 
 def job(n: int, size: int) -> dict[str, Any]:

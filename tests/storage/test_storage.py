@@ -25,8 +25,9 @@ from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Recovered, Storage, StorageFullError
 
+from .stores import MIB, store_fixture
+
 KIB = 1024
-MIB = 1024 * 1024
 
 
 def rec(
@@ -74,15 +75,7 @@ def ids(records: list[dict[str, Any]]) -> list[str]:
     return [r["id"] for r in records]
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
-    s: Storage
-    if request.param == "memory":
-        s = MemoryStorage()
-    else:
-        s = LmdbStorage(tmp_path / "db", map_size_bytes=1 * MIB)
-    yield s
-    s.close()
+store = store_fixture(1 * MIB)
 
 
 # --- basics -------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from trioqueue.transport.framing import FrameDecoder, encode_frame
 from trioqueue.transport.large_frames import decode_large, decode_steps
 from trioqueue.transport.slicing import Slicer, run_steps
 
+from .test_long_strings import paused_decode
+
 BINARY_CODECS = [MSGPACK, CBOR]
 wait_until = partial(_wait_until, timeout_s=20.0)  # this file's deadline
 NO_BOUND = 1 << 62  # measure the JSON bound whatever it comes to
@@ -183,15 +185,7 @@ def test_no_bound_past_what_it_is_wanted_for() -> None:
 
 def test_a_large_frame_is_decoded_in_many_slices() -> None:
     payload = MSGPACK.encode({"cmd": "PUSH", "data": [{"k": i} for i in range(20_000)]})
-    steps = decode_steps(MSGPACK, payload, Slicer(slice_s=0.0), NO_BOUND)
-    pauses = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            value, _ = done.value
-            break
-        pauses += 1
+    value, pauses = paused_decode(MSGPACK, payload)
     assert pauses > 100
     assert value == MSGPACK.decode(payload)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .errors import ValidationError
 from .job import Job
 from .options import check_flag, check_int, check_ms
+from .queue_commands import QueueCommands
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -63,14 +64,10 @@ def _filter(options: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-class DlqMethods:
+class DlqMethods(QueueCommands):
     """``get_dlq``, ``get_dlq_stats``, ``retry_dlq``, ``purge_dlq``, ``remove_dlq_job``,
     ``retry_completed``, ``set_dlq_config``, ``get_dlq_config``."""
 
-    if TYPE_CHECKING:  # what Queue gives its mixins
-        name: str
-
-        async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]: ...
 
     async def get_dlq(self, count: int | None = None,
                       **filter: Any) -> list[DlqEntry]:
@@ -88,7 +85,7 @@ class DlqMethods:
     async def get_dlq_stats(self) -> dict[str, Any]:
         """``total``, ``byReason``, ``byQueue``, ``pendingRetry``, ``expired``,
         ``oldestEntry``, ``newestEntry`` (bunqueue's names)."""
-        reply = await self._call("GetDlqStats", queue=self.name)
+        reply = await self._queue_call("GetDlqStats")
         return dict(reply["data"]["stats"])
 
     async def retry_dlq(self, job_id: str | None = None, count: int | None = None,
@@ -107,11 +104,11 @@ class DlqMethods:
 
     async def purge_dlq(self) -> int:
         """Delete every entry for good; how many."""
-        return int((await self._call("PurgeDlq", queue=self.name))["count"])
+        return int((await self._queue_call("PurgeDlq"))["count"])
 
     async def remove_dlq_job(self, job_id: str) -> bool:
         """Delete one entry; False when there was none."""
-        reply = await self._call("RemoveDlqJob", queue=self.name, jobId=job_id)
+        reply = await self._queue_call("RemoveDlqJob", jobId=job_id)
         return bool(reply["data"]["removed"])
 
     async def retry_completed(self, job_id: str | None = None,
@@ -142,11 +139,11 @@ class DlqMethods:
             elif not (name == "max_age" and value is None):
                 value = check_int(name, value, 0)
             wire[_CONFIG[name]] = value
-        await self._call("SetDlqConfig", queue=self.name, config=wire)
+        await self._queue_call("SetDlqConfig", config=wire)
 
     async def get_dlq_config(self) -> dict[str, Any]:
         """The config by bunqueue's names (``autoRetry``, ``autoRetryInterval``, ...)."""
-        return dict((await self._call("GetDlqConfig", queue=self.name))["config"])
+        return dict((await self._queue_call("GetDlqConfig"))["config"])
 
 
 def _entry(queue: Queue, raw: dict[str, Any]) -> DlqEntry:

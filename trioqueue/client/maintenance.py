@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import ValidationError
 from .options import check_flag, check_int, check_ms
+from .queue_commands import QueueCommands
 
 # The states Clean understands (BullMQ's names and bunqueue's): the queued ones are
 # judged by their creation time, ``completed`` by completion, ``failed`` (the
@@ -17,13 +18,8 @@ CLEAN_STATES = frozenset({"wait", "waiting", "delayed", "prioritized", "paused",
                           "completed", "failed", "active"})
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(QueueCommands):
     """Clean, list queues, trim events, compact memory."""
-
-    name: str
-
-    async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        raise NotImplementedError  # Queue's own
 
     async def clean(self, grace_ms: int, limit: int = 1000,
                     state: str | None = None) -> list[str]:
@@ -51,7 +47,7 @@ class MaintenanceMixin:
     async def trim_events(self, max_length: int) -> int:
         """BullMQ's ``trimEvents``: the broker keeps no event journal (events reach the
         subscribers connected at the time), so this removes nothing and returns 0."""
-        reply = await self._call("TrimEvents", queue=self.name,
+        reply = await self._queue_call("TrimEvents",
                                  maxLength=check_int("max_length", max_length, 0))
         return int(reply["data"]["removed"])
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from .options import check_int
+from .queue_commands import QueueCommands
 
 
-class QueueGroups:
-    """Mixed into :class:`~trioqueue.client.Queue` (after :class:`QueueLimits`, which
-    gives ``_queue_call``)."""
-
-    async def _queue_call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        raise NotImplementedError  # QueueLimits'
+class QueueGroups(QueueCommands):
+    """Mixed into :class:`~trioqueue.client.Queue`."""
 
     async def _group(self, cmd: str, group_id: str, **fields: Any) -> Any:
         return (await self._queue_call(cmd, groupId=group_id, **fields))["data"]

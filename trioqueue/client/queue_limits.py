@@ -7,18 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from .options import check_int
+from .queue_commands import QueueCommands
 
 
-class QueueLimits:
+class QueueLimits(QueueCommands):
     """Mixed into :class:`~trioqueue.client.Queue`."""
-
-    name: str
-
-    async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        raise NotImplementedError  # Queue's
-
-    async def _queue_call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        return await self._call(cmd, queue=self.name, **fields)
 
     async def set_global_rate_limit(self, max: int, duration_ms: int = 1000,
                                     ttl_ms: int | None = None) -> None:

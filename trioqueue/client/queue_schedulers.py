@@ -8,22 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.crons import JOB_OPTIONS  # the job options a schedule passes on
 from .errors import CommandError
 from .options import check_flag, check_int, job_options
-
-# the job options a schedule passes on (bunqueue's jobOptions)
-_TEMPLATE_OPTIONS = ("maxAttempts", "backoff", "timeout", "delay", "stallTimeout",
-                     "removeOnComplete", "removeOnFail")
+from .queue_commands import QueueCommands
 
 
-class QueueSchedulers:
-    """Mixed into :class:`~trioqueue.client.Queue` (after :class:`QueueLimits`, which
-    gives ``_call``)."""
-
-    name: str
-
-    async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        raise NotImplementedError  # Queue's
+class QueueSchedulers(QueueCommands):
+    """Mixed into :class:`~trioqueue.client.Queue`."""
 
     async def upsert_job_scheduler(
         self, scheduler_id: str, *, every_ms: int | None = None, pattern: str | None = None,
@@ -101,9 +93,9 @@ def _template(template: Mapping[str, Any]) -> dict[str, Any]:
     opts = job_options(dict(template.get("opts") or {}))
     if "priority" in opts:
         fields["priority"] = opts.pop("priority")
-    passed = {k: v for k, v in opts.items() if k in _TEMPLATE_OPTIONS}
+    passed = {k: v for k, v in opts.items() if k in JOB_OPTIONS}
     if len(passed) != len(opts):
-        raise ValueError(f"a schedule's jobs take only {', '.join(_TEMPLATE_OPTIONS)} and "
+        raise ValueError(f"a schedule's jobs take only {', '.join(JOB_OPTIONS)} and "
                          f"priority, not {sorted(set(opts) - set(passed))}")
     if passed:
         fields["jobOptions"] = passed

@@ -14,15 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import CommandError, ValidationError
+from .queue_commands import QueueCommands
 
 _NOT_FOUND = "Webhook not found"
 
 
-class QueueWebhooks:
+class QueueWebhooks(QueueCommands):
     """Mixed into :class:`~trioqueue.client.Queue`."""
-
-    async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        raise NotImplementedError  # Queue's
 
     async def add_webhook(self, url: str, events: Sequence[str], queue: str | None = None,
                           secret: str | None = None) -> dict[str, Any]:

@@ -18,9 +18,11 @@ from .lease import MAX_BATCH_SIZE
 MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
 
 
-def check_concurrency(value: Any, name: str = "concurrency") -> None:
+def check_concurrency(value: Any, name: str = "concurrency") -> int:
+    """A count of at least 1 (concurrency, a limiter's max and duration)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer of at least 1")
+    return value
 
 
 def check_worker_options(*, batch_size: Any, lock_duration_ms: float,
@@ -41,12 +43,6 @@ def check_worker_options(*, batch_size: Any, lock_duration_ms: float,
         raise ValueError("ack_batch_delay_ms must be a number of at least 0")
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer of at least 1")
-    return value
-
-
 def rate_limit_fields(limiter: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """BullMQ's ``limiter={"max": n, "duration": ms}`` as the fields of the queue's
     ``RateLimit``: at most ``max`` jobs leased per ``duration`` ms by all the queue's
@@ -56,8 +52,8 @@ def rate_limit_fields(limiter: Mapping[str, Any] | None) -> dict[str, Any] | Non
     unknown = set(limiter) - {"max", "duration"}
     if unknown:
         raise ValueError(f"limiter takes max and duration, not {sorted(unknown)}")
-    return {"limit": _positive_int(limiter.get("max"), "limiter max"),
-            "duration": _positive_int(limiter.get("duration"), "limiter duration")}
+    return {"limit": check_concurrency(limiter.get("max"), "limiter max"),
+            "duration": check_concurrency(limiter.get("duration"), "limiter duration")}
 
 
 def group_field(group_concurrency: int | None,

@@ -21,6 +21,7 @@ from typing import Any
 from . import fields
 from .cron_expr import parse_cron, zone
 from .errors import Refused
+from .options import parse_job_input
 
 CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
 CRON_NOT_FOUND = "Cron job not found"
@@ -123,8 +124,6 @@ def _job_options(value: Any) -> dict[str, Any]:
 
 def check_job_options(template: dict[str, Any]) -> None:
     """Validate the template as a PUSH would, errors prefixed ``jobOptions.``."""
-    from .options import parse_job_input  # (options imports much; only a Cron needs it)
-
     try:
         parse_job_input({"name": "x", "data": None, **template}, custom_id_key="jobId")
     except Refused as exc:

@@ -55,7 +55,7 @@ _NUMERIC_STRING = re.compile(rf"[{_JS_SPACE}]*([+-]?[0-9]+(?:\.[0-9]+)?)[{_JS_SP
 
 # Integers at least this large overflow a JS double (they would be Infinity there).
 _FLOAT_OVERFLOW = 2**1024 - 2**970
-_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 # --------------------------------------------------------------------------- helpers
@@ -124,7 +124,7 @@ def coerce_numeric_string(value: Any) -> Any:
     if match is None:
         return value
     number = float(match.group(1))
-    if number.is_integer() and -_SAFE_INTEGER <= number <= _SAFE_INTEGER:
+    if number.is_integer() and -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER:
         return int(number)
     return number
 
@@ -151,6 +151,16 @@ def _check_number(
 
 
 # ------------------------------------------------------------------- generic fields
+
+
+def positive_safe_integer(value: Any, field: str) -> int:
+    """bunqueue's ``<field> must be a positive safe integer`` (1..2**53-1, no string
+    coercion: a caller that accepts numeric strings coerces first)."""
+    if (not is_number(value) or not is_finite(value)
+            or (isinstance(value, float) and not value.is_integer())
+            or not 1 <= value <= MAX_SAFE_INTEGER):
+        raise Refused(f"{field} must be a positive safe integer")
+    return int(value)
 
 
 def queue_name(value: Any) -> str:
@@ -384,7 +394,7 @@ def keep_logs_argument(value: Any) -> int | None:
         raise Refused("keepLogs must be a number")
     if number <= 0:
         return 0
-    return _SAFE_INTEGER if not is_finite(number) else min(math.floor(number), _SAFE_INTEGER)
+    return MAX_SAFE_INTEGER if not is_finite(number) else min(math.floor(number), MAX_SAFE_INTEGER)
 
 
 def fail_stack(value: Any) -> list[str] | None:

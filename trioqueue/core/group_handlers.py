@@ -8,22 +8,12 @@ from typing import Any
 from . import fields
 from .context import Ctx, Reply
 from .errors import Refused
-from .options import MAX_SAFE_INTEGER
 from .queue import QueueState
 from .queue.groups import GroupSettings
 
 
-def _store(q: QueueState) -> None:
-    q.writes.put_queue_meta(q.name, q.settings.to_meta())
-
-
-def _positive(value: Any, name: str) -> int:
-    """bunqueue's ``<name> must be a positive safe integer`` (no string coercion)."""
-    if (not fields.is_number(value) or not fields.is_finite(value)
-            or (isinstance(value, float) and not value.is_integer())
-            or not 1 <= value <= MAX_SAFE_INTEGER):
-        raise Refused(f"{name} must be a positive safe integer")
-    return int(value)
+def _positive(msg: dict[str, Any], key: str) -> int:
+    return fields.positive_safe_integer(msg.get(key), key)
 
 
 def _group(msg: dict[str, Any]) -> str:
@@ -43,16 +33,16 @@ def pull_group(q: QueueState, value: Any) -> None:
         raise Refused("group must be an object")
     concurrency = value.get("concurrency")
     if concurrency is not None:
-        concurrency = _positive(concurrency, "group.concurrency")
+        concurrency = fields.positive_safe_integer(concurrency, "group.concurrency")
     rate = None
     limit = value.get("limit")
     if limit is not None:
         if not isinstance(limit, dict):
             raise Refused("group.limit must be an object")
-        rate = (_positive(limit.get("max"), "group.limit.max"),
-                _positive(limit.get("duration"), "group.limit.duration"))
+        rate = (fields.positive_safe_integer(limit.get("max"), "group.limit.max"),
+                fields.positive_safe_integer(limit.get("duration"), "group.limit.duration"))
     if q.groups.set_defaults(concurrency, rate):
-        _store(q)
+        q.store_settings()
 
 
 # ------------------------------------------------------------------ counts
@@ -67,7 +57,7 @@ def get_groups_jobs_count(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply
     count = q.groups.pending
     most = msg.get("maxCount")
     if most is not None:
-        count = min(count, _positive(most, "maxCount"))
+        count = min(count, fields.positive_safe_integer(most, "maxCount"))
     return _count_reply(count)
 
 
@@ -89,13 +79,13 @@ def _set_own(q: QueueState, name: str, attr: str, value: Any) -> bool:
         return False
     setattr(q.groups.configure(name), attr, value)
     q.groups.configured(name)
-    _store(q)
+    q.store_settings()
     return True
 
 
 def set_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     name = _group(msg)
-    rate = (_positive(msg.get("max"), "max"), _positive(msg.get("duration"), "duration"))
+    rate = (_positive(msg, "max"), _positive(msg, "duration"))
     _set_own(q, name, "rate", rate)
     return {}
 
@@ -113,7 +103,7 @@ def remove_group_rate_limit(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Rep
 def get_group_rate_limit_ttl(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     name = _group(msg)
     wanted = msg.get("maxJobs")
-    max_jobs = 1 if wanted is None else _positive(wanted, "maxJobs")
+    max_jobs = 1 if wanted is None else fields.positive_safe_integer(wanted, "maxJobs")
     g = q.groups.by_name.get(name)
     if g is None:
         rate = _own(q, name).rate or q.groups.defaults.rate
@@ -122,14 +112,14 @@ def get_group_rate_limit_ttl(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Re
 
 
 def rate_limit_group(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    duration = _positive(msg.get("duration"), "duration")
+    duration = _positive(msg, "duration")
     q.groups.hold(_group(msg), ctx.now + duration)
     return {}
 
 
 def set_group_concurrency(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     name = _group(msg)
-    _set_own(q, name, "concurrency", _positive(msg.get("concurrency"), "concurrency"))
+    _set_own(q, name, "concurrency", _positive(msg, "concurrency"))
     return {}
 
 

@@ -30,6 +30,7 @@ from trioqueue.core.errors import Refused
 from trioqueue.core.fields import (
     MAX_DURATION_MS,
     MAX_NAME_LENGTH,
+    MAX_SAFE_INTEGER,
     check_job_id_length,
     coerce_numeric_string,
     group_id,
@@ -39,6 +40,7 @@ from trioqueue.core.fields import (
     lenient_bool,
     lenient_number,
     optional_str,
+    positive_safe_integer,
     str_list,
 )
 
@@ -61,7 +63,6 @@ DEFAULT_JOB_NAME = "default"
 MAX_ATTEMPTS = 2_147_483_647
 MAX_BACKOFF_DELAY_MS = 86_400_000
 MAX_GROUP_PRIORITY = 2_097_151
-MAX_SAFE_INTEGER = 2**53 - 1
 
 NAME_ERROR = "Job name must be a non-empty string of at most 256 characters"
 FAILURE_POLICY_ERROR = (
@@ -147,15 +148,7 @@ def group_max_size(value: Any) -> int | None:
     """
     if value is None:
         return None
-    number = coerce_numeric_string(value)
-    if (
-        not is_number(number)
-        or not is_finite(number)
-        or (isinstance(number, float) and not number.is_integer())
-        or not 1 <= number <= MAX_SAFE_INTEGER
-    ):
-        raise Refused("group.maxSize must be a positive safe integer")
-    return int(number)
+    return positive_safe_integer(coerce_numeric_string(value), "group.maxSize")
 
 
 # One handler per option: (value, out, fields) -> None, called only for a non-None value.

@@ -11,7 +11,7 @@ from typing import Any
 
 from .cron_expr import parse_cron
 from .errors import Refused
-from .fields import is_finite, is_number
+from .fields import MAX_SAFE_INTEGER, is_finite, is_number
 
 # bunqueue's texts for what a repeat chain cannot be.
 NEEDS_ONE = "repeat requires exactly one of every or pattern"
@@ -22,7 +22,6 @@ NO_LINKS = "repeat jobs cannot participate in parent or dependency relationships
 SUCCESSOR_KEY = "successorId"
 _DATES = ("startDate", "endDate", "prevMillis", "offset")
 MAX_DATE_MS = 8_640_000_000_000_000
-MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def validate(repeat: dict[str, Any], fields: Mapping[str, Any]) -> None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..job import COMPLETED, FAILED
 from . import order, slices
 from .dlq import drop_entry
-from .finished import GET, NeedData
+from .finished import NeedData
 from .slices import Sliced, SliceFill, Steps
 
 if TYPE_CHECKING:
@@ -151,12 +151,8 @@ def _clean_finished(q: QueueState, state: str, cutoff: float, limit: int) -> Ste
 def _records(q: QueueState, ids: list[str]) -> Generator[
         NeedData | None, None, list[dict[str, Any] | None]]:
     """The finished records of ``ids``, asked for together (one read round a page)."""
-    while True:
-        try:
-            q.finished.want((GET, job_id) for job_id in ids)
-            return [q.finished.get(job_id) for job_id in ids]
-        except NeedData as need:
-            yield need
+    yield from slices.want_records(q, ids)
+    return [q.finished.get(job_id) for job_id in ids]
 
 
 def _finished_at(record: dict[str, Any], state: str) -> float:

@@ -31,17 +31,22 @@ def obliterate_work(q: QueueState, now: int) -> Sliced:
     return Sliced(slices.obliterate(q, now), lambda _: {})
 
 
+def store_settings(q: QueueState) -> None:
+    """Write the queue's settings record (its meta row), after any change to it."""
+    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+
+
 def reset_settings(q: QueueState) -> None:
     """Back to the defaults, stored (Obliterate)."""
     q.settings = QueueSettings()
     q.groups = Groups(q.settings.groups, q.settings.group_defaults)
-    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q.store_settings()
 
 
 def set_paused(q: QueueState, paused: bool, now: int) -> None:
     if q.settings.paused != paused:
         q.settings.paused = paused
-        q.writes.put_queue_meta(q.name, q.settings.to_meta())
+        q.store_settings()
         q._emit("paused" if paused else "resumed", "", now)
 
 

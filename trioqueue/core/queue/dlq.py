@@ -228,7 +228,7 @@ def dlq_stats(q: QueueState, now: int) -> dict[str, Any]:
 
 def set_dlq_config(q: QueueState, config: dict[str, Any], now: int) -> None:
     q.settings.dlq.update(config)
-    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q.store_settings()
     q._emit("dlq-config-changed", "", now, config=q.settings.dlq.to_wire())
 
 

@@ -11,15 +11,13 @@ million entries is retried or purged a slice per step while the other queues run
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..job import COMPLETED, FAILED
 from .dead_letters import Key, Mark
 from .dlq import drop_entry, entry_wire
-from .finished import GET, NeedData
-from .slices import Sliced, Steps, slice_jobs
+from .slices import Sliced, Steps, _ids_page, slice_jobs, want_records
 
 if TYPE_CHECKING:
     from .dlq_config import DlqConfig
@@ -96,17 +94,6 @@ def _matching(q: QueueState, flt: DlqFilter, now: int, cursor: Key | None,
     return found, cursor, True
 
 
-def _want(q: QueueState, job_ids: Iterable[str]) -> Generator[NeedData, None, None]:
-    """Ask for these records (once for all of them) until the driver supplied them."""
-    reads = [(GET, job_id) for job_id in job_ids]
-    while True:
-        try:
-            q.finished.want(reads)
-            return
-        except NeedData as need:
-            yield need
-
-
 def can_revive(q: QueueState, record: dict[str, Any], now: int) -> bool:
     """Whether a finished job may come back under its id: neither its id nor its
     unique key is held by a live job now (else a retry skips it)."""
@@ -152,7 +139,7 @@ def list_dlq(q: QueueState, flt: DlqFilter, limit: int, now: int) -> Steps:
         if start:
             yield None  # a slice's records per step
         part = picked[start:start + step]
-        yield from _want(q, part)
+        yield from want_records(q, part)
         for job_id in part:
             record = q.finished.get(job_id)
             if record is None or record.get("state") != FAILED:
@@ -175,7 +162,7 @@ def retry_dlq(q: QueueState, flt: DlqFilter, count: int | None, now: int) -> Ste
             skip -= dropped
             marks = marks[dropped:]
         if marks:
-            yield from _want(q, [mark.job_id for mark in marks])
+            yield from want_records(q, [mark.job_id for mark in marks])
             for mark in marks:
                 retried += _retry_one(q, mark, now)
         if end:
@@ -212,7 +199,7 @@ def auto_retry(q: QueueState, now: int) -> Steps:
         if not marks:
             break
         tried.update(mark.job_id for mark in marks)
-        yield from _want(q, [mark.job_id for mark in marks])
+        yield from want_records(q, [mark.job_id for mark in marks])
         for mark in marks:
             if _retry_one(q, mark, now, auto=True):
                 retried += 1
@@ -237,15 +224,6 @@ def purge_dlq(q: QueueState, now: int) -> Steps:
     return purged
 
 
-def _ids(q: QueueState, state: str, after: Any) -> Generator[
-        NeedData, None, tuple[list[str], Any]]:
-    while True:
-        try:
-            return q.finished.ids_page(state, after=after, limit=slice_jobs(q))
-        except NeedData as need:
-            yield need
-
-
 def retry_completed(q: QueueState, count: int | None, cutoff: float | None,
                     now: int) -> Steps:
     """``RetryCompleted``: completed jobs (those completed at or before ``cutoff``, the
@@ -253,9 +231,9 @@ def retry_completed(q: QueueState, count: int | None, cutoff: float | None,
     after: Any = None
     revived = 0
     while count is None or revived < count:
-        ids, after = yield from _ids(q, COMPLETED, after)
+        ids, after = yield from _ids_page(q, COMPLETED, after)
         if ids:
-            yield from _want(q, ids)
+            yield from want_records(q, ids)
         for job_id in ids:
             record = q.finished.get(job_id)
             if (record is None or record.get("state") != COMPLETED

@@ -152,7 +152,7 @@ class Groups:
 
     def claim(self, q: QueueState, now: int) -> JobRecord | None:
         """The next grouped job to lease, round robin over the groups that may run."""
-        self._release_timed(now)
+        self.release_due(now)
         rotation = self.rotation
         while rotation:
             g = rotation.popleft()
@@ -206,7 +206,7 @@ class Groups:
         self._seq += 1
         heapq.heappush(self._timed, (until, self._seq, g))
 
-    def _release_timed(self, now: int) -> None:
+    def release_due(self, now: int) -> None:
         """Groups whose time came back into the rotation (and stale entries dropped):
         by every claim, and by the queue's tick, so the wake-up ``next_release`` names
         is used up even when no claim runs (the queue at its concurrency limit)."""
@@ -215,8 +215,6 @@ class Groups:
             until, _, g = heapq.heappop(timed)
             if g.where == TIMED and g.timed_until == until and not g.dead:
                 self._schedule(g)
-
-    release_due = _release_timed
 
     def next_release(self) -> int | None:
         """When the first group held by time may run again (stale entries make it

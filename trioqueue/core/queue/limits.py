@@ -133,7 +133,7 @@ def set_rate_limit(q: QueueState, limit: float, duration: int, ttl: int | None,
                    now: int) -> None:
     q.settings.rate = RateLimit.new(limit, duration, ttl, now)
     q.settings.regate()
-    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q.store_settings()
     q._emit("ratelimit-set", "", now, max=limit, duration=duration, ttl=ttl)
 
 
@@ -143,7 +143,7 @@ def clear_rate_limit(q: QueueState, now: int) -> None:
     if q.settings.rate is not None:
         q.settings.rate = None
         q.settings.regate()
-        q.writes.put_queue_meta(q.name, q.settings.to_meta())
+        q.store_settings()
         q._emit("ratelimit-cleared", "", now)
 
 
@@ -151,7 +151,7 @@ def set_concurrency(q: QueueState, limit: int | None, now: int) -> None:
     if q.settings.concurrency != limit:
         q.settings.concurrency = limit
         q.settings.regate()
-        q.writes.put_queue_meta(q.name, q.settings.to_meta())
+        q.store_settings()
         if limit is None:
             q._emit("concurrency-cleared", "", now)
         else:

@@ -19,13 +19,13 @@ how :class:`~trioqueue.core.queue.state.QueueState`'s methods and the tests use 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import STORAGE_FULL, Refused
 from ..job import COMPLETED, FAILED
 from ..split_heap import SplitHeap
-from .finished import NeedData
+from .finished import GET, NeedData
 
 if TYPE_CHECKING:
     from ..job import JobRecord
@@ -196,6 +196,18 @@ class Answerable(Protocol):
 
     def reply(self, payload: dict[str, Any]) -> dict[str, Any]: ...
     def error_reply(self, message: str) -> dict[str, Any]: ...
+
+
+def want_records(q: QueueState, job_ids: Iterable[str]) -> Generator[NeedData, None, None]:
+    """Ask for the finished records of ``job_ids`` (once for all of them) until the
+    actor supplied them; then ``q.finished.get`` answers each without I/O."""
+    reads = [(GET, job_id) for job_id in job_ids]
+    while True:
+        try:
+            q.finished.want(reads)
+            return
+        except NeedData as need:
+            yield need
 
 
 def _ids_page(q: QueueState, state: str, after: Any) -> Generator[

@@ -34,7 +34,7 @@ STALL_SWEEP_MAX_STALLED = 300
 
 def set_stall_config(q: QueueState, config: dict[str, Any]) -> None:
     q.settings.stall.update(config)
-    q.writes.put_queue_meta(q.name, q.settings.to_meta())
+    q.store_settings()
 
 
 def _watch(q: QueueState, job: JobRecord, now: int) -> None:

@@ -373,6 +373,7 @@ class QueueState:
     drain_work = control.drain_work
     obliterate_work = control.obliterate_work
     reset_settings = control.reset_settings
+    store_settings = control.store_settings
     set_paused = control.set_paused
     load_meta = control.load_meta
 
