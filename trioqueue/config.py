@@ -113,6 +113,31 @@ class Config:
     ws_handshake_timeout_s: float = 10.0
     ws_close_timeout_s: float = 5.0  # a WebSocket not answering our close frame is dropped
 
+    # --- the HTTP port (REST, SSE, health; WebSocket shares it): transport/http_*.py
+    http_header_timeout_s: float = 10.0  # a connection's first request head, whole
+    http_max_header_bytes: int = 16 * 1024  # one request's head (431 past it)
+    http_max_body_bytes: int = 64 * 1024 * 1024  # one request's body (413 past it)
+    http_keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed
+    # bunqueue's protocol limiter, per client address: requests per window, 429 past
+    # it (RATE_LIMIT_WINDOW_MS / RATE_LIMIT_MAX_REQUESTS); 0 in either disables it.
+    http_rate_limit_window_ms: float = 60_000.0
+    http_rate_limit_max_requests: int = 10_000
+    cors_allow_origins: list[str] = field(default_factory=list)  # "*" allows any
+    metrics_auth: bool = False  # /prometheus needs a bearer token (503 with no tokens)
+    # Server-sent events (/events): clients at once (503 past it), the comment line
+    # that keeps proxies from closing a quiet stream, the events kept for Last-Event-ID
+    # replay, and the unsent bytes a client may fall behind before it is cut.
+    sse_max_clients: int = 1000
+    sse_heartbeat_s: float = 30.0
+    sse_replay_events: int = 1000
+    sse_max_unsent_bytes: int = 1024 * 1024
+    # Periodic frames to SSE and WebSocket subscribers (0: never), and how long a
+    # queue's job events are gathered into one ``queue:counts`` frame.
+    stats_snapshot_interval_s: float = 5.0
+    health_status_interval_s: float = 10.0
+    storage_status_interval_s: float = 30.0
+    queue_counts_coalesce_ms: float = 10.0
+
     # --- waiting for results
     removed_result_retention_s: float = 60.0  # results of removeOnComplete jobs, for WaitJob
     max_removed_results: int = 1000
@@ -177,6 +202,7 @@ class Config:
             if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be a finite number, 0 or more")
         self._validate_webhooks()
+        self._validate_http()
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
@@ -189,6 +215,20 @@ class Config:
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_http(self) -> None:
+        for name in ("http_header_timeout_s", "http_keep_alive_timeout_s",
+                     "http_rate_limit_window_ms", "sse_heartbeat_s",
+                     "stats_snapshot_interval_s", "health_status_interval_s",
+                     "storage_status_interval_s", "queue_counts_coalesce_ms"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number, 0 or more")
+        for name in ("http_max_header_bytes", "http_max_body_bytes", "sse_max_clients",
+                     "sse_replay_events", "sse_max_unsent_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.http_rate_limit_max_requests < 0:
+            raise ValueError("http_rate_limit_max_requests must be at least 0")
 
     def _validate_webhooks(self) -> None:
         if self.webhook_max_attempts < 1:

@@ -20,9 +20,9 @@ from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
 from .process_heap import keep_freed_heap
+from .transport.http_front import serve_http
 from .transport.limits import Shell
 from .transport.tcp_listener import serve_tcp
-from .transport.websocket import serve_ws
 
 log = logging.getLogger("trioqueue")
 
@@ -72,9 +72,9 @@ class Server:
                             self.broker, config.host, config.tcp_port)
                         self.tcp_port = tcp[0].socket.getsockname()[1]
                         ws = await nursery.start(
-                            partial(serve_ws, shell=self.shell, handler_nursery=sessions),
+                            partial(serve_http, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.ws_port)
-                        self.ws_port = ws.port
+                        self.ws_port = ws[0].socket.getsockname()[1]
                         task_status.started()
 
             await root.start(listen)

@@ -353,10 +353,12 @@ async def test_ws_limit_counts_bytes_not_characters(start_server: StartServer) -
     assert closed.value.reason is not None and closed.value.reason.code == 1009
 
 
-async def test_ws_handshake_timeout_closes_a_silent_connection(
+async def test_http_header_timeout_closes_a_silent_connection(
     start_server: StartServer,
 ) -> None:
-    server = await start_server(ws_handshake_timeout_s=0.2)
+    """A head never finished on the HTTP port (a WebSocket upgrade here) is cut after
+    http_header_timeout_s, before either server sees it."""
+    server = await start_server(http_header_timeout_s=0.2)
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
     client = RawClient(stream)

@@ -370,15 +370,7 @@ class Session:
         return False
 
     def _token_ok(self, token: Any) -> bool:
-        """Trimmed, constant-time comparison; a blank or non-string token never matches."""
-        if not isinstance(token, str) or not token.strip():
-            return False
-        given = token.strip().encode()
-        ok = False
-        for expected in self.config.auth_tokens:
-            if expected.strip() and hmac.compare_digest(given, expected.strip().encode()):
-                ok = True
-        return ok
+        return token_matches(self.config.auth_tokens, token)
 
     def subscribe(self, queue: str, replier: Any) -> None:
         """Push every event of ``queue`` to this connection as ``{type: "event", event}``.
@@ -420,6 +412,20 @@ class Session:
         self._on_overflow = None
         self._on_outbox_bytes = None
         self._tagged.clear()
+
+
+def token_matches(tokens: list[str], token: Any) -> bool:
+    """Whether ``token`` is one of ``tokens``: trimmed, compared in constant time; a
+    blank or non-string token never matches. (Auth on every transport, and HTTP's
+    bearer tokens.)"""
+    if not isinstance(token, str) or not token.strip():
+        return False
+    given = token.strip().encode()
+    ok = False
+    for expected in tokens:
+        if expected.strip() and hmac.compare_digest(given, expected.strip().encode()):
+            ok = True
+    return ok
 
 
 class _Tagged:

@@ -17,22 +17,31 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    wrap_server_stream,
+)
 
 from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
+from .event_names import event_name, matches, valid_pattern
+from .http_auth import bearer_token
 from .large_frames import decode_large
 from .limits import Shell
+from .live_frames import LiveFrames
 from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload
 from .req_ids import salvage_req_id
-from .session import Session, SessionHost
+from .session import Session, SessionHost, token_matches
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -42,47 +51,14 @@ log = logging.getLogger("trioqueue.websocket")
 WS_PATH = "/ws"
 QUEUE_PATH_PREFIX = "/ws/queues/"
 
-# Internal event types and the names WebSocket subscribers know them by.
-EVENT_NAMES = {
-    "pushed": "job:pushed", "pulled": "job:active", "completed": "job:completed",
-    "failed": "job:failed", "progress": "job:progress", "stalled": "job:stalled",
-    "removed": "job:removed", "delayed": "job:delayed", "duplicated": "job:deduplicated",
-    "retried": "job:retried", "waiting-children": "job:waiting-children",
-    "waiting": "job:waiting", "paused": "queue:paused", "resumed": "queue:resumed",
-    "drained": "queue:drained",
-    # the dead-letter queue's (core/queue/dlq.py, dlq_work.py)
-    "dlq-added": "dlq:added", "dlq-retried": "dlq:retried", "dlq-retry-all": "dlq:retry-all",
-    "dlq-purged": "dlq:purged", "dlq-auto-retried": "dlq:auto-retried",
-    "dlq-expired": "dlq:expired", "dlq-config-changed": "config:dlq-changed",
-    # the queue's limits (core/queue/limits.py) and Clean (core/queue/cleaning.py)
-    "ratelimit-set": "ratelimit:set", "ratelimit-cleared": "ratelimit:cleared",
-    "concurrency-set": "concurrency:set", "concurrency-cleared": "concurrency:cleared",
-    "cleaned": "queue:cleaned",
-}
-EVENT_FAMILIES = frozenset({
-    "job", "queue", "dlq", "flow", "cron", "worker", "ratelimit", "concurrency", "webhook",
-    "batch", "client", "auth", "health", "stats", "storage", "server", "config",
-})
-
-
-def valid_pattern(pattern: Any) -> bool:
-    if not isinstance(pattern, str):
-        return False
-    if pattern == "*":
-        return True
-    family, _, name = pattern.partition(":")
-    return family in EVENT_FAMILIES and bool(name)
-
-
-def matches(name: str, patterns: list[str]) -> bool:
-    family = name.partition(":")[0]
-    return any(p == "*" or p == name or p == f"{family}:*" for p in patterns)
-
-
 class WsConnection:
     def __init__(self, broker: SessionHost, ws: WebSocketConnection, shell: Shell,
-                 queue: str | None = None, event_codec: Codec = JSON) -> None:
+                 queue: str | None = None, event_codec: Codec = JSON,
+                 live: LiveFrames | None = None) -> None:
         self.ws = ws
+        # queue:counts and the periodic frames, once the client subscribes to patterns
+        self._live = live
+        self._live_on = False
         self._shell = shell
         self._limits = limits = shell.limits
         self._scope = trio.CancelScope()
@@ -103,6 +79,11 @@ class WsConnection:
         self._close_with: tuple[int, str] | None = None  # the close frame to send
         self._close_grace_s = 0.0
 
+    def authenticated_by_bearer(self) -> None:
+        """The upgrade carried a valid bearer token: no ``Auth`` needed."""
+        self.session.authenticated = self._authenticated = True
+        self._auth_at = math.inf
+
     def _on_events(self, events: list[dict[str, Any]]) -> None:
         if not self.session.authenticated:
             return
@@ -113,12 +94,32 @@ class WsConnection:
             if self.patterns is None:
                 frames.append(event)
                 continue
-            name = EVENT_NAMES.get(event["eventType"], f"job:{event['eventType']}")
+            name = event_name(event)
             if matches(name, self.patterns):
                 data = {k: v for k, v in event.items() if k != "eventType"}
                 frames.append({"event": name, "ts": event["timestamp"], "data": data})
         if frames:
             self.session.send_frames(frames, self.event_codec)
+
+    def _on_frame(self, name: str, data: dict[str, Any], queue: str | None) -> None:
+        """A frame of LiveFrames (queue:counts, stats:snapshot...), for subscribers."""
+        patterns = self.patterns
+        if not patterns or (queue is not None and self.queue is not None
+                            and queue != self.queue):
+            return
+        if matches(name, patterns):
+            ts = float(int(time.time() * 1000))
+            self.session.send_frames([{"event": name, "ts": ts, "data": data}],
+                                     self.event_codec)
+
+    def _follow_live(self) -> None:
+        want = bool(self.patterns) and self._live is not None
+        if want != self._live_on and self._live is not None:
+            if want:
+                self._live.add(self._on_frame, job_events=False)
+            else:
+                self._live.remove(self._on_frame)
+            self._live_on = want
 
     def _subscription_command(self, msg: dict[str, Any], codec: Codec) -> None:
         """``Subscribe`` / ``Unsubscribe``: WebSocket-only, answered here."""
@@ -143,6 +144,7 @@ class WsConnection:
                 reply = {"ok": True, "subscribed": list(self.patterns)}
         if "reqId" in msg:
             reply["reqId"] = msg["reqId"]
+        self._follow_live()
         self.session.send_frames([reply], codec)
 
     @staticmethod
@@ -252,6 +254,8 @@ class WsConnection:
             await self._serve_messages(session)
         finally:
             self.session.events.unsubscribe(self._on_events)
+            self.patterns = None
+            self._follow_live()
 
     async def _serve_messages(self, session: Session) -> None:
         async with trio.open_nursery() as nursery:
@@ -339,55 +343,73 @@ async def _reject(request: WebSocketRequest, status: int, body: bytes) -> None:
         await close_stream()
 
 
-async def serve_ws(broker: Broker, host: str, port: int, *,
-                   shell: Shell | None = None,
-                   handler_nursery: trio.Nursery | None = None,
-                   task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Accept WebSocket connections until cancelled (see serve_tcp for handler_nursery
-    and ``shell``)."""
-    config = broker.config
+class WsEndpoint:
+    """The HTTP port's WebSocket side: takes a connection whose first request is an
+    upgrade (see :mod:`.http_front`), does the handshake and serves the session.
 
-    async def serve(shell: Shell) -> None:
-        async def handler(request: WebSocketRequest) -> None:
-            path, _, query = request.path.partition("?")
-            path = path.rstrip("/") or "/"
-            queue: str | None = None
-            if path.startswith(QUEUE_PATH_PREFIX):
-                queue = unquote(path[len(QUEUE_PATH_PREFIX):])
-                try:
-                    fields.queue_name(queue)
-                except Refused:
-                    await _reject(request, 404, b"Not found")
+    What trio-websocket's own server does per connection, on a stream we hand it: the
+    handshake within ``ws_handshake_timeout_s``, then the session, then the close
+    handshake within ``ws_close_timeout_s``.
+    """
+
+    def __init__(self, broker: Broker, shell: Shell, live: LiveFrames | None = None) -> None:
+        self._broker = broker
+        self._shell = shell
+        self._live = live
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        config = self._broker.config
+        try:
+            async with trio.open_nursery() as nursery:
+                with trio.move_on_after(config.ws_handshake_timeout_s) as waited:
+                    request = await wrap_server_stream(
+                        nursery, stream, max_message_size=config.ws_max_message_bytes)
+                if waited.cancelled_caught:
+                    nursery.cancel_scope.cancel()
                     return
-            elif path != WS_PATH:
+                try:
+                    await self._handle(request)
+                finally:
+                    with trio.move_on_after(config.ws_close_timeout_s):
+                        await request._connection.aclose()  # ends its reader task
+                nursery.cancel_scope.cancel()
+        finally:
+            await stream.aclose()
+
+    async def _handle(self, request: WebSocketRequest) -> None:
+        broker, shell = self._broker, self._shell
+        path, _, query = request.path.partition("?")
+        path = path.rstrip("/") or "/"
+        queue: str | None = None
+        if path.startswith(QUEUE_PATH_PREFIX):
+            queue = unquote(path[len(QUEUE_PATH_PREFIX):])
+            try:
+                fields.queue_name(queue)
+            except Refused:
                 await _reject(request, 404, b"Not found")
                 return
-            event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
-            try:
-                broker.connections.acquire_nowait()
-            except trio.WouldBlock:
-                shell.refusals.note("WebSocket")
-                await _reject(request, 503, b"Too many connections")
-                return
-            try:
-                ws = await request.accept()
-                await WsConnection(broker, ws, shell, queue, event_codec).serve()
-            finally:
-                broker.connections.release()
-
-        await serve_websocket(
-            handler, host, port, ssl_context=None,
-            max_message_size=config.ws_max_message_bytes,
-            connect_timeout=config.ws_handshake_timeout_s,
-            disconnect_timeout=config.ws_close_timeout_s,
-            handler_nursery=handler_nursery,
-            task_status=task_status,
-        )
-
-    if shell is not None:
-        await serve(shell)
-        return
-    own = Shell(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(own.timers.run)
-        await serve(own)
+        elif path != WS_PATH:
+            await _reject(request, 404, b"Not found")
+            return
+        bearer = bearer_token(request.headers)
+        tokens = broker.config.auth_tokens
+        if bearer is not None and tokens and not token_matches(tokens, bearer):
+            # A wrong token on the upgrade is refused there, as bunqueue does; none at
+            # all leaves the session to authenticate with ``Auth`` (our clients do).
+            await _reject(request, 401, b"Unauthorized")
+            return
+        event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
+        try:
+            broker.connections.acquire_nowait()
+        except trio.WouldBlock:
+            shell.refusals.note("WebSocket")
+            await _reject(request, 503, b"Too many connections")
+            return
+        try:
+            ws = await request.accept()
+            connection = WsConnection(broker, ws, shell, queue, event_codec, self._live)
+            if bearer is not None:
+                connection.authenticated_by_bearer()
+            await connection.serve()
+        finally:
+            broker.connections.release()

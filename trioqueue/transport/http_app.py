@@ -1,0 +1,210 @@
+"""The HTTP port's ASGI app: bunqueue's REST API, SSE and health probes.
+
+Around every route, in this order (as bunqueue):
+
+1. CORS: an ``OPTIONS`` preflight is answered 204; every answer carries
+   ``Access-Control-Allow-Origin`` for an allowed origin (``cors_allow_origins``);
+2. the per-address request budget (429 past it, with ``Retry-After``);
+3. the health probes ``/health``, ``/healthz``, ``/live``, ``/ready``, never gated;
+4. bearer-token auth when tokens are set (401 ``Unauthorized``); ``/prometheus`` only
+   with ``metrics_auth`` (503 when that is on with no tokens to check);
+5. the route: SSE streams, or a REST route of :mod:`.rest_routes` with its body read
+   up to ``http_max_body_bytes`` (413 past it); malformed JSON is 400 ``Invalid JSON
+   body``, an unknown path 404, an exception 500 ``Internal server error``.
+
+A request whose client goes away before its answer (a long-polled ``PULL``) is
+cancelled: its command's session closes, so nothing is claimed for it (see
+:mod:`.http_commands`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..config import Config
+from .codec import JSON
+from .http_auth import RequestBudget, authorized
+from .http_commands import CommandRunner
+from .http_health import HEALTH_ROUTES, Health
+from .rest_api import Call, InvalidBody, Response, RouteTable
+from .rest_routes import ROUTES
+from .sse import SseHub
+
+if TYPE_CHECKING:
+    from .http_front import ReplayedStream
+
+log = logging.getLogger("trioqueue.http")
+
+Send = Any
+Receive = Any
+
+
+class BodyTooLarge(Exception):
+    """The request's body passed ``http_max_body_bytes`` (answered 413)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was whole (nothing to answer)."""
+
+
+def error_body(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": message}
+
+
+class HttpApp:
+    def __init__(self, config: Config, runner: CommandRunner, health: Health, sse: SseHub
+                 ) -> None:
+        self._config = config
+        self.runner = runner
+        self.routes = RouteTable(ROUTES)
+        self.budget = RequestBudget(config.http_rate_limit_window_ms,
+                                    config.http_rate_limit_max_requests)
+        self.health = health
+        self.sse = sse
+        self._cors = frozenset(config.cors_allow_origins)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send,
+                       stream: ReplayedStream) -> None:
+        if scope["type"] == "lifespan":
+            return
+        if scope["type"] != "http":
+            # A WebSocket upgrade on a kept-alive HTTP connection (http_front sends
+            # only a connection's first request to the WebSocket side).
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        raw = scope.get("raw_path") or scope["path"].encode()
+        path = raw.split(b"?", 1)[0].decode("latin-1").rstrip("/") or "/"
+        cors = self._cors_headers(scope)
+        try:
+            response = await self._answer(scope, receive, send, stream, path, cors)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            response = Response(413, error_body("Request body too large"))
+        except InvalidBody as exc:
+            response = Response(400, error_body(exc.message))
+        except Exception:
+            log.exception("an HTTP route failed: %s %s", scope["method"], path)
+            response = Response(500, error_body("Internal server error"))
+        if response is not None:
+            await _send(send, response, cors)
+
+    async def _answer(self, scope: dict[str, Any], receive: Receive, send: Send,
+                      stream: ReplayedStream, path: str, cors: list[tuple[str, str]]
+                      ) -> Response | None:
+        method = scope["method"]
+        if method == "OPTIONS":
+            return Response(204, b"", headers=[
+                ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
+                ("access-control-allow-headers", "Content-Type, Authorization"),
+                ("access-control-max-age", "86400")])
+        address = (scope.get("client") or ("?",))[0]
+        now = trio.current_time()
+        if not self.budget.take(address, now):
+            return Response(429, error_body("Rate limit exceeded"), headers=[
+                ("retry-after", str(self.budget.retry_after_s(now)))])
+        headers = scope["headers"]
+        probe = HEALTH_ROUTES.get(path)
+        if probe is not None and method == "GET":
+            return await probe(self.health)
+        if path == "/prometheus":
+            if self._config.metrics_auth:
+                if not self._config.auth_tokens:
+                    return Response(503, error_body("Metrics auth is on but no tokens "
+                                                    "are configured"))
+                if not authorized(self._config.auth_tokens, headers):
+                    return Response(401, error_body("Unauthorized"))
+        elif not authorized(self._config.auth_tokens, headers):
+            return Response(401, error_body("Unauthorized"))
+        if method == "GET" and (path == "/events" or path.startswith("/events/queues/")):
+            return await self.sse.serve(scope, receive, send, stream, path,
+                                        self._cors_headers(scope))
+        found = self.routes.find(method, path)
+        if found is None:
+            return Response(404, error_body("Not found"))
+        handler, params = found
+        body = await _read_body(receive, self._config.http_max_body_bytes, headers)
+        call = Call(method, path, params, _query(scope), body)
+        return await _until_disconnect(receive, handler(call, self.runner.run))
+
+    def _cors_headers(self, scope: dict[str, Any]) -> list[tuple[str, str]]:
+        if not self._cors:
+            return []
+        origin = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k == b"origin"), None)
+        if "*" in self._cors:
+            return [("access-control-allow-origin", "*")]
+        if origin is not None and origin in self._cors:
+            return [("access-control-allow-origin", origin), ("vary", "Origin")]
+        return []
+
+
+def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
+    from urllib.parse import parse_qs
+
+    text = scope.get("query_string", b"").decode("latin-1")
+    return parse_qs(text, keep_blank_values=True)
+
+
+async def _read_body(receive: Receive, limit: int, headers: list[tuple[bytes, bytes]]
+                     ) -> bytes:
+    """The whole body, refused early when its declared length is past ``limit``."""
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _until_disconnect(receive: Receive, answer: Any) -> Response | None:
+    """Await ``answer``, cancelled if the client disconnects first (None then)."""
+    result: list[Response] = []
+    failed: list[Exception] = []
+
+    async def run(scope: trio.CancelScope) -> None:
+        try:
+            result.append(await answer)
+        except Exception as exc:  # raised below, outside the nursery's group
+            failed.append(exc)
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, nursery.cancel_scope)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                nursery.cancel_scope.cancel()
+                break
+    if failed:
+        raise failed[0]
+    return result[0] if result else None
+
+
+async def _send(send: Send, response: Response, cors: list[tuple[str, str]]) -> None:
+    body = response.body
+    if isinstance(body, bytes):
+        payload = body
+    elif isinstance(body, str):
+        payload = body.encode()
+    else:
+        payload = JSON.encode(body)
+    headers = [(b"content-type", response.content_type.encode()),
+               (b"content-length", str(len(payload)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in [*cors, *response.headers]]
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,64 @@
+"""Commands from HTTP requests, run as any client's are: through a session.
+
+Each REST request becomes one command message handed to a fresh
+:class:`~trioqueue.transport.session.Session`, so auth (checked before, by bearer
+token), validation, error texts and replies are exactly those of TCP and WebSocket.
+
+HTTP is stateless, as in bunqueue: a job pulled over REST is not tied to the request's
+connection, so when the request has been answered its session is simply dropped, not
+closed (closing would hand its jobs back to their queue, and forget workers it
+registered). Only a request whose client went away before the reply (a long-polled
+``PULL`` it no longer waits for) closes its session: that takes its parked pull out of
+the queue, and hands back a job claimed for the reply no one will read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from .session import SENT, Session, SessionHost
+
+
+class _Reply:
+    """Where the one reply of a request lands."""
+
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.reply: dict[str, Any] | None = None
+        self.done = trio.Event()
+
+    def send_now(self, replies: list[dict[str, Any]]) -> str:
+        if self.reply is None and replies:
+            self.reply = replies[0]
+            self.done.set()
+        return SENT
+
+
+class CommandRunner:
+    """Runs one command message at a time per call, for the HTTP routes."""
+
+    def __init__(self, host: SessionHost) -> None:
+        self._host = host
+
+    async def run(self, msg: dict[str, Any], size_bytes: int = 0) -> dict[str, Any]:
+        """The reply to ``msg`` (``ok`` true or false, without ``reqId``)."""
+        box = _Reply()
+        session = Session(self._host, send_now=box.send_now)
+        session.authenticated = True  # the HTTP layer checked the bearer token
+        answered = False
+        try:
+            await session.handle([(msg, size_bytes, None)])
+            await box.done.wait()
+            answered = True
+        finally:
+            if not answered:
+                # Cancelled (the client left, or shutdown): its parked pull and any job
+                # claimed for it go back to the queue.
+                session.close()
+        reply = box.reply
+        assert reply is not None
+        reply.pop("reqId", None)
+        return reply

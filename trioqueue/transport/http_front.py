@@ -1,0 +1,179 @@
+"""The HTTP port: one listener, each connection handed to WebSocket or to HTTP.
+
+bunqueue serves its WebSocket routes, its REST API, SSE and the health probes on one
+port (6790). We keep our WebSocket sessions on trio-websocket (their limits, pings and
+close handshakes are tested as they are) and serve everything else with hypercorn, a
+well-kept HTTP/1.1 server, driving our ASGI app (:mod:`.http_app`).
+
+Which of the two gets a connection is decided by its first request's head, parsed with
+h11 (never by hand): a WebSocket upgrade goes to trio-websocket, anything else to
+hypercorn. Both then read the connection from its first byte again: the bytes read to
+decide are handed back in front of the stream (:class:`ReplayedStream`). A connection
+that sends no complete head within ``http_header_timeout_s``, or a head larger than
+``http_max_header_bytes``, is closed (431 for the latter) before either sees it.
+
+A later request on a kept-alive HTTP connection stays with hypercorn: browsers and
+WebSocket libraries open a fresh connection for an upgrade, so an upgrade there is
+answered 404 by the app.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import h11
+import trio
+
+from .limits import Shell
+
+if TYPE_CHECKING:
+    from ..actors.broker import Broker
+
+log = logging.getLogger("trioqueue.http")
+
+_RECV_BYTES = 16 * 1024
+
+
+class ReplayedStream(trio.abc.HalfCloseableStream):
+    """A socket stream whose first reads return bytes already taken from it.
+
+    Writes, EOF and close go straight to the socket; ``socket`` is exposed because
+    both servers ask it for the peer's address.
+    """
+
+    def __init__(self, stream: trio.SocketStream, head: bytes) -> None:
+        self.transport_stream = stream
+        self.socket = stream.socket
+        self._head = head
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._head:
+            if max_bytes is None or max_bytes >= len(self._head):
+                head, self._head = self._head, b""
+            else:
+                head, self._head = self._head[:max_bytes], self._head[max_bytes:]
+            await trio.lowlevel.checkpoint()
+            return head
+        return bytes(await self.transport_stream.receive_some(max_bytes))
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.transport_stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.transport_stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
+
+
+class HeadTooLarge(Exception):
+    """The request's head passed ``http_max_header_bytes``."""
+
+
+async def read_head(stream: trio.SocketStream, max_bytes: int) -> tuple[bytes, Any]:
+    """Read until the first request's head is complete: the bytes read, and h11's
+    event for it (a :class:`h11.Request`, or None when the client closed first or sent
+    something that is not HTTP: the HTTP server answers that as it sees fit)."""
+    parser = h11.Connection(h11.SERVER, max_incomplete_event_size=max_bytes)
+    taken = bytearray()
+    while True:
+        try:
+            event = parser.next_event()
+        except h11.RemoteProtocolError as exc:
+            if len(taken) > max_bytes:
+                raise HeadTooLarge from exc
+            return bytes(taken), None
+        if event is not h11.NEED_DATA:
+            return bytes(taken), event if isinstance(event, h11.Request) else None
+        data = await stream.receive_some(_RECV_BYTES)
+        if not data:
+            return bytes(taken), None
+        taken += data
+        parser.receive_data(bytes(data))
+
+
+def is_websocket_upgrade(request: h11.Request) -> bool:
+    for name, value in request.headers:
+        if name == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
+
+
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                   b"Content-Type: application/json\r\nConnection: close\r\n"
+                   b"Content-Length: 51\r\n\r\n"
+                   b'{"ok":false,"error":"Request headers too large"}\r\n\r\n')
+
+
+async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
+                     handler_nursery: trio.Nursery | None = None,
+                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Accept connections on the HTTP port until cancelled; each runs in
+    ``handler_nursery`` (see serve_tcp: shutdown stops accepting before it cuts)."""
+    from .http_app import HttpApp
+    from .http_commands import CommandRunner
+    from .http_health import Health
+    from .http_server import HttpServer
+    from .live_frames import LiveFrames
+    from .sse import SseHub
+    from .websocket import WsEndpoint
+
+    config = broker.config
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    runner = CommandRunner(broker)
+
+    def connections() -> dict[str, int]:
+        return connection_counts(broker, len(sse.clients))
+
+    live = LiveFrames(broker.events, config, runner.run, connections)
+    sse = SseHub(live, max_clients=config.sse_max_clients,
+                 heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
+                 max_unsent_bytes=config.sse_max_unsent_bytes)
+    app = HttpApp(config, runner, Health(live, runner.run, connections), sse)
+    ws = WsEndpoint(broker, shell, live)
+    http = HttpServer(broker, shell, app)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        head, request = b"", None
+        try:
+            with trio.move_on_after(config.http_header_timeout_s or math.inf) as waited:
+                head, request = await read_head(stream, config.http_max_header_bytes)
+        except HeadTooLarge:
+            with trio.move_on_after(1):
+                try:
+                    await stream.send_all(_HEAD_TOO_LARGE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            await stream.aclose()
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.aclose()
+            return
+        if waited.cancelled_caught:
+            log.info("closing an HTTP connection that sent no request head within %g s",
+                     config.http_header_timeout_s)
+            await stream.aclose()
+            return
+        replayed = ReplayedStream(stream, head)
+        if request is not None and is_websocket_upgrade(request):
+            await ws.serve_stream(replayed)
+        else:
+            await http.serve_stream(replayed)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(live.run)
+        task_status.started(listeners)
+        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
+
+
+def connection_counts(broker: Broker, sse: int) -> dict[str, int]:
+    """Open connections by transport (``tcp``, ``websocket``, ``sse``)."""
+    gauges = getattr(broker, "gauges", None)
+    counts = dict(getattr(gauges, "counts", {}) or {})
+    counts["sse"] = sse
+    return counts

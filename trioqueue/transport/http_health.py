@@ -1,0 +1,64 @@
+"""The health probes: ``/health`` (details), ``/healthz`` and ``/live`` (the process
+answers), ``/ready`` (it can take work). Never behind auth, as in bunqueue, so a load
+balancer or Kubernetes needs no token. ``/health`` and ``/ready`` answer 503 while the
+store refuses writes (full, or failing): the broker is alive but should get no new work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import __version__
+from .live_frames import LiveFrames, rss_mib
+from .rest_api import Response
+
+
+class Health:
+    def __init__(self, live: LiveFrames, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+                 connections: Callable[[], dict[str, int]]) -> None:
+        self._live = live
+        self._run = run
+        self._connections = connections
+
+    async def degraded(self) -> str | None:
+        """Why the store is degraded (None: it is not)."""
+        status = (await self._run({"cmd": "StorageStatus"})).get("data") or {}
+        if status.get("diskFull"):
+            return "disk full"
+        error = status.get("error")
+        return str(error) if error else None
+
+    async def health(self) -> Response:
+        problem = await self.degraded()
+        stats = (await self._run({"cmd": "Stats"})).get("stats") or {}
+        body = {
+            "ok": problem is None,
+            "status": "healthy" if problem is None else "degraded",
+            "version": __version__,
+            "uptime": int(self._live.uptime_s()),
+            "queues": {k: stats.get(k, 0) for k in ("waiting", "active", "delayed",
+                                                     "completed", "dlq")},
+            "connections": self._connections(),
+            "memory": {"rss": rss_mib()},
+        }
+        if problem is not None:
+            body["storage"] = problem
+        return Response(200 if problem is None else 503, body)
+
+    async def ready(self) -> Response:
+        problem = await self.degraded()
+        if problem is None:
+            return Response(200, {"ok": True, "ready": True})
+        return Response(503, {"ok": False, "ready": False, "error": problem})
+
+    async def live(self) -> Response:
+        return Response(200, "OK", content_type="text/plain")
+
+
+HEALTH_ROUTES: dict[str, Callable[[Health], Awaitable[Response]]] = {
+    "/health": Health.health,
+    "/healthz": Health.live,
+    "/live": Health.live,
+    "/ready": Health.ready,
+}

@@ -1,0 +1,83 @@
+"""hypercorn, driven one connection at a time by :mod:`.http_front`.
+
+hypercorn's trio worker owns its listening sockets; the HTTP port's are ours (a
+connection's first request decides between WebSocket and HTTP), so each HTTP connection
+is handed to hypercorn's per-connection server with the bytes already read in front.
+That class is hypercorn's internal API: the version is pinned in pyproject.toml and
+``tests/transport/test_http_server.py`` exercises it, so an upgrade that changes it
+fails there, not in production.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+
+from .http_app import HttpApp
+from .limits import Shell
+
+if TYPE_CHECKING:
+    from ..actors.broker import Broker
+    from .http_front import ReplayedStream
+
+_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+             b"Connection: close\r\nContent-Length: 44\r\n\r\n"
+             b'{"ok":false,"error":"Too many connections"}\n')
+
+
+def hypercorn_config(broker: Broker) -> HypercornConfig:
+    config = broker.config
+    hc = HypercornConfig()
+    hc.keep_alive_timeout = config.http_keep_alive_timeout_s
+    hc.h11_max_incomplete_size = config.http_max_header_bytes
+    hc.include_server_header = False
+    hc.accesslog = None
+    hc.errorlog = None
+    return hc
+
+
+class _ConnectionApp:
+    """The app for one connection: hands it the connection's stream, which SSE closes
+    to cut a client that does not read (hypercorn's writes are shielded)."""
+
+    __slots__ = ("_app", "_stream")
+
+    def __init__(self, app: HttpApp, stream: ReplayedStream) -> None:
+        self._app = app
+        self._stream = stream
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send, self._stream)
+
+
+class HttpServer:
+    def __init__(self, broker: Broker, shell: Shell, app: HttpApp) -> None:
+        self._broker = broker
+        self._shell = shell
+        self.app = app
+        self._config = hypercorn_config(broker)
+        self._context = WorkerContext(None)
+
+    async def serve_stream(self, stream: ReplayedStream) -> None:
+        limit = self._broker.connections
+        try:
+            limit.acquire_nowait()
+        except trio.WouldBlock:
+            self._shell.refusals.note("HTTP")
+            with trio.move_on_after(1):
+                try:
+                    await stream.send_all(_TOO_MANY)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            await stream.aclose()
+            return
+        try:
+            app = ASGIWrapper(_ConnectionApp(self.app, stream))  # type: ignore[arg-type]
+            await TCPServer(app, self._config, self._context, {}, stream)  # type: ignore[arg-type]
+        finally:
+            limit.release()

@@ -1,0 +1,138 @@
+"""The shape of a REST route: what a route is given, what it answers, how it is found.
+
+A route is a method, a path pattern (``/jobs/{id}/state``: each ``{name}`` one
+URL-decoded segment) and an async handler ``(Call, RunCommand) -> Response``. Most
+handlers build one command message and answer its reply (:func:`command`); a few run
+several commands (a summary of every queue). The table of bunqueue's routes is
+:mod:`.rest_routes`; the ASGI app (:mod:`.http_app`) does auth, limits and errors
+around it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from .codec import JSON, DecodeError
+
+RunCommand = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+INVALID_JSON = "Invalid JSON body"
+
+
+class InvalidBody(Exception):
+    """The request's body is not the JSON the route needs (answered 400)."""
+
+    def __init__(self, message: str = INVALID_JSON) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request as a route sees it."""
+
+    method: str
+    path: str
+    params: dict[str, str]  # the pattern's {names}, URL-decoded
+    query: dict[str, list[str]]  # every value of each query parameter, in order
+    body: bytes = b""
+
+    def arg(self, name: str) -> str | None:
+        """The first value of query parameter ``name`` (None when absent)."""
+        values = self.query.get(name)
+        return values[0] if values else None
+
+    def json(self) -> Any:
+        """The body as JSON; :class:`InvalidBody` when it is empty or malformed."""
+        try:
+            return JSON.decode(self.body)  # validated as a WebSocket text message is
+        except DecodeError as exc:
+            raise InvalidBody() from exc
+
+    def object(self, *, optional: bool = False) -> dict[str, Any]:
+        """The body as a JSON object; with ``optional`` an empty body is ``{}``."""
+        if optional and not self.body.strip():
+            return {}
+        value = self.json()
+        if not isinstance(value, dict):
+            raise InvalidBody()
+        return value
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: Any  # JSON-encodable; bytes or str are sent as they are
+    content_type: str = "application/json"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[Call, RunCommand], Awaitable[Response]]
+
+
+def reply_status(reply: dict[str, Any], *, lookup: bool = False) -> int:
+    """bunqueue's statuses for a command's reply: 200, 400 on ``ok: false``, and 404
+    for a lookup whose refusal says ``not found``."""
+    if reply.get("ok", True) is not False:
+        return 200
+    error = reply.get("error")
+    if lookup and isinstance(error, str) and "not found" in error.lower():
+        return 404
+    return 400
+
+
+def command(build: Callable[[Call], dict[str, Any]], *, lookup: bool = False,
+            always_ok: bool = False) -> Handler:
+    """A route that runs the one command ``build`` makes of the request and answers
+    its reply: 200, or 400 on ``ok: false`` (404 for a lookup's ``not found``);
+    ``always_ok`` answers 200 whatever the reply says (bunqueue's PULL routes)."""
+
+    async def handle(call: Call, run: RunCommand) -> Response:
+        reply = await run(build(call))
+        return Response(200 if always_ok else reply_status(reply, lookup=lookup), reply)
+
+    return handle
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    pattern: str
+    handler: Handler
+
+
+_PARAM = re.compile(r"\{([a-zA-Z_]+)\}")
+
+
+class RouteTable:
+    """Routes found by method and path: literal paths by one dict lookup, patterns
+    tried in declaration order (a literal path declared before a pattern that would
+    also match it wins: ``/queues/summary`` before ``/queues/{queue}``)."""
+
+    def __init__(self, routes: Iterable[Route]) -> None:
+        self._exact: dict[tuple[str, str], Handler] = {}
+        self._patterns: list[tuple[str, re.Pattern[str], Handler]] = []
+        for route in routes:
+            if "{" not in route.pattern:
+                self._exact.setdefault((route.method, route.pattern), route.handler)
+                continue
+            regex = "^" + _PARAM.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)",
+                                     re.escape(route.pattern).replace(r"\{", "{")
+                                     .replace(r"\}", "}")) + "$"
+            self._patterns.append((route.method, re.compile(regex), route.handler))
+
+    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None:
+        handler = self._exact.get((method, path))
+        if handler is not None:
+            return handler, {}
+        for route_method, regex, route_handler in self._patterns:
+            if route_method != method:
+                continue
+            found = regex.match(path)
+            if found is not None:
+                return route_handler, {k: unquote(v) for k, v in found.groupdict().items()}
+        return None

@@ -1,0 +1,148 @@
+"""Server-sent events: ``GET /events`` and ``GET /events/queues/{queue}``.
+
+Each client gets ``retry: 3000`` and a ``connected`` frame with its client id, then
+every frame of :class:`~.live_frames.LiveFrames` (job events, ``queue:counts``, the
+periodic frames) as ``id: n / event: name / data: json``, filtered by the path's queue
+(broker-wide frames go to every client), and a ``:heartbeat`` comment when nothing was
+sent for ``sse_heartbeat_s``. A client that reconnects with ``Last-Event-ID`` first gets
+the frames it missed that are still in the ring of the last ``sse_replay_events``.
+
+A client never slows the broker: frames are queued for it without waiting, bounded by
+``sse_max_unsent_bytes``; past that the client is cut (its socket closed under the
+blocked write: hypercorn's writes are shielded from cancellation, a close is not).
+At most ``sse_max_clients`` at once (503 past it).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import trio
+
+from ..core import fields
+from ..core.errors import Refused
+from .codec import JSON
+from .live_frames import LiveFrames
+from .rest_api import Response
+
+if TYPE_CHECKING:
+    from .http_front import ReplayedStream
+
+log = logging.getLogger("trioqueue.sse")
+
+QUEUE_PREFIX = "/events/queues/"
+RETRY_MS = 3000
+
+
+class SseClient:
+    """One stream's queue of unsent frames (bytes), bounded."""
+
+    def __init__(self, queue: str | None, max_unsent: int, stream: ReplayedStream) -> None:
+        self.queue = queue
+        self.chunks: list[bytes] = []
+        self.unsent = 0
+        self._max_unsent = max_unsent
+        self._stream = stream
+        self.wake = trio.Event()
+        self.cut = False
+
+    def offer(self, queue: str | None, frame: bytes) -> None:
+        if self.cut or (queue is not None and self.queue is not None and queue != self.queue):
+            return
+        self.chunks.append(frame)
+        self.unsent += len(frame)
+        if self.unsent > self._max_unsent:
+            log.info("cutting an SSE client %d bytes behind", self.unsent)
+            self.cut = True
+            self.chunks = []
+            self._stream.transport_stream.socket.close()  # wakes a blocked write
+        self.wake.set()
+
+    def take(self) -> bytes:
+        chunk = b"".join(self.chunks)
+        self.chunks = []
+        self.unsent = 0
+        self.wake = trio.Event()
+        return chunk
+
+
+class SseHub:
+    def __init__(self, live: LiveFrames, *, max_clients: int, heartbeat_s: float,
+                 replay_events: int, max_unsent_bytes: int) -> None:
+        self._live = live
+        self._max_clients = max_clients
+        self._heartbeat_s = heartbeat_s
+        self._max_unsent = max_unsent_bytes
+        self._ring: deque[tuple[int, str | None, bytes]] = deque(maxlen=replay_events)
+        self._next_id = 1
+        self.clients: set[SseClient] = set()
+
+    def _on_frame(self, name: str, data: dict[str, Any], queue: str | None) -> None:
+        event_id = self._next_id
+        self._next_id += 1
+        frame = (f"id: {event_id}\nevent: {name}\ndata: {JSON.encode_text(data)}\n\n"
+                 ).encode()
+        self._ring.append((event_id, queue, frame))
+        for client in self.clients:
+            client.offer(queue, frame)
+
+    async def serve(self, scope: dict[str, Any], receive: Any, send: Any,
+                    stream: ReplayedStream, path: str, cors: list[tuple[str, str]]
+                    ) -> Response | None:
+        queue: str | None = None
+        if path != "/events":
+            queue = unquote(path[len(QUEUE_PREFIX):])
+            try:
+                fields.queue_name(queue)
+            except Refused:
+                return Response(404, {"ok": False, "error": "Not found"})
+        if len(self.clients) >= self._max_clients:
+            return Response(503, {"ok": False, "error": "Too many SSE connections"})
+        client = SseClient(queue, self._max_unsent, stream)
+        last_id = _last_event_id(scope["headers"])
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+                   (b"x-accel-buffering", b"no")]
+        headers += [(k.encode(), v.encode()) for k, v in cors]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        hello = {"connected": True, "clientId": str(uuid.uuid4())}
+        client.offer(None, f"retry: {RETRY_MS}\ndata: {JSON.encode_text(hello)}\n\n".encode())
+        if last_id is not None:
+            for event_id, frame_queue, frame in self._ring:
+                if event_id > last_id:
+                    client.offer(frame_queue, frame)
+        if not self.clients:
+            self._live.add(self._on_frame, job_events=True)
+        self.clients.add(client)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, client, send, nursery.cancel_scope)
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+        finally:
+            self.clients.discard(client)
+            if not self.clients:
+                self._live.remove(self._on_frame)
+        return None
+
+    async def _pump(self, client: SseClient, send: Any, done: trio.CancelScope) -> None:
+        while not client.cut:
+            with trio.move_on_after(self._heartbeat_s or float("inf")):
+                await client.wake.wait()
+            chunk = client.take() if client.chunks else b":heartbeat\n\n"
+            if client.cut:
+                break
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        done.cancel()
+
+
+def _last_event_id(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name == b"last-event-id":
+            text = value.decode("latin-1").strip()
+            return int(text) if text.isdigit() else None
+    return None
