@@ -20,7 +20,7 @@ from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
 from .process_heap import keep_freed_heap
-from .transport.http_front import serve_http
+from .transport.http_front import HttpPort, serve_http
 from .transport.limits import Shell
 from .transport.tcp_listener import serve_tcp
 
@@ -32,7 +32,8 @@ class Server:
         self.config = config
         self.broker = broker or Broker(config)
         self.tcp_port: int | None = None
-        self.ws_port: int | None = None
+        self.ws_port: int | None = None  # the HTTP port (WebSocket, REST, SSE)
+        self.http: HttpPort | None = None
         self._stop = trio.Event()
         # What every connection shares (limits, broker-wide budgets, their timers).
         self.shell = Shell(config)
@@ -74,7 +75,8 @@ class Server:
                         ws = await nursery.start(
                             partial(serve_http, shell=self.shell, handler_nursery=sessions),
                             self.broker, config.host, config.ws_port)
-                        self.ws_port = ws[0].socket.getsockname()[1]
+                        self.http = ws
+                        self.ws_port = ws.port
                         task_status.started()
 
             await root.start(listen)

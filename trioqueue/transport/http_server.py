@@ -19,15 +19,14 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
 from .http_app import HttpApp
+from .http_front import plain_response
 from .limits import Shell
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
     from .http_front import ReplayedStream
 
-_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-             b"Connection: close\r\nContent-Length: 44\r\n\r\n"
-             b'{"ok":false,"error":"Too many connections"}\n')
+_TOO_MANY = plain_response("503 Service Unavailable", "Too many connections")
 
 
 def hypercorn_config(broker: Broker) -> HypercornConfig:
