@@ -98,7 +98,30 @@ WEBHOOK_FLAGS: dict[str, tuple[str, str]] = {
     "webhook_buffer_events": ("count", "events buffered per webhook; past it they are "
                                        "dropped and counted (default 1000)"),
 }
+# The HTTP port's limits and periodic frames (transport/http_*.py, docs/http.md).
+HTTP_FLAGS: dict[str, tuple[str, str]] = {
+    "http_header_timeout_s": ("seconds", "a connection's first request head must be whole "
+                                         "by then (default 10; 0: never)"),
+    "http_max_header_bytes": ("bytes", "largest request head, 431 past it (default 16KiB)"),
+    "http_max_body_bytes": ("bytes", "largest request body, 413 past it (default 64MiB)"),
+    "http_keep_alive_timeout_s": ("seconds", "an idle kept-alive HTTP connection is "
+                                             "closed (default 5)"),
+    "http_rate_limit_window_ms": ("ms", "the per-address request window (default 60000; "
+                                        "0: no limit)"),
+    "http_rate_limit_max_requests": ("count", "HTTP requests per address per window, 429 "
+                                              "past it (default 10000; 0: no limit)"),
+    "sse_max_clients": ("count", "SSE streams at once, 503 past it (default 1000)"),
+    "sse_max_unsent_bytes": ("bytes", "frames queued for an SSE client that does not "
+                                      "read before it is cut (default 1MiB)"),
+    "sse_heartbeat_s": ("seconds", "heartbeat comment on a quiet SSE stream (default 30)"),
+    "sse_replay_events": ("count", "frames kept for Last-Event-ID (default 1000)"),
+}
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in HTTP_FLAGS})
+ENV_NAMES["http_rate_limit_window_ms"] += ("RATE_LIMIT_WINDOW_MS",)  # bunqueue's names
+ENV_NAMES["http_rate_limit_max_requests"] += ("RATE_LIMIT_MAX_REQUESTS",)
+ENV_NAMES["cors_allow_origins"] = ("TRIOQUEUE_CORS_ALLOW_ORIGINS", "CORS_ALLOW_ORIGIN")
+ENV_NAMES["metrics_auth"] = ("TRIOQUEUE_METRICS_AUTH", "METRICS_AUTH")
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in WEBHOOK_FLAGS})
 ENV_NAMES["webhook_max_attempts"] += ("WEBHOOK_MAX_RETRIES",)  # bunqueue's names
 ENV_NAMES["webhook_retry_delay_ms"] += ("WEBHOOK_RETRY_DELAY_MS",)
@@ -199,7 +222,7 @@ _METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS).items():
+    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
             raw = _env(env, setting)
@@ -275,6 +298,12 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config.memory = _switch(args.memory, env, "memory")
     config.webhook_allow_private = _switch(args.webhook_allow_private, env,
                                            "webhook_allow_private")
+    config.metrics_auth = _switch(args.metrics_auth, env, "metrics_auth")
+    origins = args.cors_allow_origins
+    if origins is None:
+        origins = _env(env, "cors_allow_origins")
+    if origins is not None:
+        config.cors_allow_origins = [o.strip() for o in origins.split(",") if o.strip()]
     _float_settings(config, args, env)
     _limits_from(config, args, env)
     return config
@@ -336,6 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     for setting, (kind, text) in WEBHOOK_FLAGS.items():
         hooks.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
                            metavar=_METAVARS[kind])
+    http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
+    http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
+                                                   "Access-Control-Allow-Origin ('*': any)")
+    http.add_argument("--metrics-auth", action="store_true",
+                      help="/prometheus needs a bearer token too")
+    for setting, (kind, text) in HTTP_FLAGS.items():
+        http.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
+                          metavar=_METAVARS[kind])
     return parser
 
 
