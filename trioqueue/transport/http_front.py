@@ -106,13 +106,12 @@ async def read_head(stream: trio.SocketStream, max_bytes: int) -> tuple[bytes, A
                 raise HeadTooLarge from exc
             return bytes(taken), None
         if event is not h11.NEED_DATA:
-            if isinstance(event, h11.Request):
-                # h11 bounds only a head still incomplete; a whole one read at once
-                # is measured here
-                if taken.find(b"\r\n\r\n") + 4 > max_bytes:
-                    raise HeadTooLarge
-                return bytes(taken), event
-            return bytes(taken), None
+            # h11 bounds only a head still incomplete in its buffer: a whole head that
+            # arrived in one read is measured here.
+            unparsed, _ = parser.trailing_data
+            if len(taken) - len(unparsed) > max_bytes:
+                raise HeadTooLarge
+            return bytes(taken), event if isinstance(event, h11.Request) else None
         data = await stream.receive_some(_RECV_BYTES)
         if not data:
             return bytes(taken), None

@@ -1,0 +1,130 @@
+"""What surrounds every REST route, over real HTTP: bearer auth (health probes
+ungated), CORS, the per-address 429 budget, the body and header limits, unknown
+paths, and long-polled pulls (answered by a push; given up when the client leaves)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+import trio.testing
+
+from .rest_client import push, rest_client
+
+BEARER = {"Authorization": "Bearer t"}
+
+
+async def test_routes_need_the_bearer_token_and_probes_do_not(
+        start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server, auth_tokens=["t"]) as http:
+        for path in ("/queues", "/jobs/x", "/heapstats"):
+            missing = await http.get(path)
+            assert missing.status_code == 401, path
+            assert missing.json() == {"ok": False, "error": "Unauthorized"}
+            wrong = await http.get(path, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401, path
+        assert (await http.post("/gc")).status_code == 401
+        assert (await http.post("/queues/q/jobs", json={"name": "n"})).status_code == 401
+        assert (await http.get("/queues", headers=BEARER)).status_code == 200
+        assert (await http.get("/heapstats", headers=BEARER)).status_code == 200
+        assert (await http.post("/gc", headers=BEARER)).status_code == 200
+        for probe in ("/health", "/healthz", "/live", "/ready"):
+            assert (await http.get(probe)).status_code == 200, probe
+
+
+async def test_cors_preflight_and_allowed_origin(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server, cors_allow_origins=["http://a.example"]) as http:
+        preflight = await http.options("/queues/q/jobs", headers={
+            "Origin": "http://a.example", "Access-Control-Request-Method": "POST"})
+        assert preflight.status_code == 204
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        allowed = await http.get("/queues", headers={"Origin": "http://a.example"})
+        assert allowed.headers["access-control-allow-origin"] == "http://a.example"
+        other = await http.get("/queues", headers={"Origin": "http://b.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+async def test_requests_past_the_budget_get_429(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server, http_rate_limit_max_requests=3) as http:
+        for _ in range(3):
+            assert (await http.get("/queues")).status_code == 200
+        refused = await http.get("/queues")
+        assert refused.status_code == 429
+        assert refused.json() == {"ok": False, "error": "Rate limit exceeded"}
+        assert int(refused.headers["retry-after"]) >= 1
+
+
+async def test_a_body_past_the_limit_gets_413(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server, http_max_body_bytes=100) as http:
+        small = await http.post("/queues/q/jobs", json={"name": "n", "data": "x"})
+        assert small.status_code == 200
+        large = await http.post("/queues/q/jobs", json={"name": "n", "data": "x" * 200})
+        assert large.status_code == 413
+        assert (await http.get("/queues/q/count")).json()["count"] == 1
+
+
+async def test_a_head_past_the_limit_gets_431(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server, http_max_header_bytes=1024) as http:
+        assert (await http.get("/queues", headers={"X-Pad": "p" * 100})).status_code == 200
+        refused = await http.get("/queues", headers={"X-Pad": "p" * 2000})
+        assert refused.status_code == 431
+
+
+async def test_unknown_paths_and_methods_are_404(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server) as http:
+        for method, path in (("GET", "/nope"), ("GET", "/queues/q/nope"),
+                             ("PATCH", "/jobs/x"), ("DELETE", "/queues"),
+                             ("GET", "/jobs/x/y/z")):
+            answer = await http.request(method, path)
+            assert answer.status_code == 404, (method, path)
+            assert answer.json() == {"ok": False, "error": "Not found"}
+
+
+async def test_a_long_poll_is_answered_by_a_push(start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server) as http:
+        answers: list[httpx.Response] = []
+
+        async def poll() -> None:
+            answers.append(await http.get("/queues/q/jobs?timeout=30000"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # the pull is parked
+            assert answers == []
+            job_id = await push(http)
+        assert answers[0].status_code == 200
+        assert answers[0].json()["job"]["id"] == job_id
+
+
+async def test_a_long_poll_given_up_leaves_the_job_for_the_next_puller(
+        start_server: Callable[..., Any]) -> None:
+    async with rest_client(start_server) as http:
+        with trio.CancelScope() as gone:
+            async def poll() -> None:
+                await http.get("/queues/q/jobs?timeout=30000")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                gone.cancel()  # the client closes its connection
+        # The server notices the close and withdraws the parked pull; whichever comes
+        # first, the close or the push, the job ends up waiting for the next puller.
+        job_id = await push(http)
+        nxt = await http.get("/queues/q/jobs?timeout=5000")
+        assert nxt.status_code == 200 and nxt.json()["job"]["id"] == job_id
+        assert (await http.get(f"/jobs/{job_id}/state")).json()["state"] == "active"
+
+
+async def test_a_first_head_past_the_limit_gets_431(
+        start_server: Callable[..., Any]) -> None:
+    """The first request of a connection is read by the port's front (a whole head in
+    one read is measured too)."""
+    server = await start_server(memory=True, http_max_header_bytes=1024)
+    with trio.socket.socket() as sock:
+        await sock.connect(("127.0.0.1", server.ws_port))
+        await sock.send(b"GET /queues HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 2000
+                        + b"\r\n\r\n")
+        answer = await sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 431 ")

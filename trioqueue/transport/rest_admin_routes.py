@@ -1,0 +1,98 @@
+"""bunqueue's REST routes for crons, webhooks, workers and monitoring (reference
+section 7.1): each runs one command, except ``/heapstats`` (the process's own numbers)
+and ``/prometheus`` (the ``Prometheus`` command's text, sent as text).
+
+The health probes, SSE and WebSocket are the app's (:mod:`.http_app`), not routes; so
+is the auth of ``/prometheus`` (``metrics_auth``) and of ``/gc`` and ``/heapstats``
+(gated whenever tokens are set, as every route but the probes).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from .live_frames import rss_mib
+from .rest_api import Call, Response, Route, RunCommand, command, reply_status
+from .rest_requests import forward, query_ints
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The fields of a cron POST /crons forwards to Cron (bunqueue's upsert).
+CRON_FIELDS = ("name", "jobName", "queue", "data", "schedule", "repeatEvery", "timezone",
+               "priority", "maxLimit", "uniqueKey", "dedup", "skipMissedOnRestart",
+               "immediately", "skipIfNoWorker", "preventOverlap", "jobOptions")
+WORKER_FIELDS = ("name", "queues", "concurrency", "workerId", "hostname", "pid",
+                 "startedAt")
+
+
+def _dashboard_queue(call: Call) -> dict[str, Any]:
+    return {"cmd": "DashboardQueue", "queue": call.params["queue"],
+            "includeJobs": call.arg("includeJobs") == "true"}
+
+
+async def _prometheus(call: Call, run: RunCommand) -> Response:
+    """The exposition text itself (a refusal is answered as JSON)."""
+    reply = await run({"cmd": "Prometheus"})
+    metrics = (reply.get("data") or {}).get("metrics")
+    if reply.get("ok", True) is False:
+        return Response(reply_status(reply), reply)
+    if not isinstance(metrics, str):
+        return Response(500, {"ok": False, "error": "Internal server error"})
+    return Response(200, metrics, content_type=PROMETHEUS_CONTENT_TYPE)
+
+
+async def _heapstats(call: Call, run: RunCommand) -> Response:
+    """What a Python process can say cheaply about its memory: the resident set and
+    the collector's counters (no walk of the heap: ``gc.get_objects`` would block the
+    broker for as long as the heap is large)."""
+    generations = gc.get_stats()
+    return Response(200, {
+        "ok": True,
+        "memory": {"rss": rss_mib()},
+        "gc": {
+            "enabled": gc.isenabled(),
+            "pending": list(gc.get_count()),
+            "thresholds": list(gc.get_threshold()),
+            "generations": [{"collections": g.get("collections", 0),
+                             "collected": g.get("collected", 0),
+                             "uncollectable": g.get("uncollectable", 0)}
+                            for g in generations],
+            "frozen": gc.get_freeze_count(),
+        },
+        "runtime": {"implementation": sys.implementation.name,
+                    "version": sys.version.split()[0]},
+    })
+
+
+ADMIN_ROUTES: list[Route] = [
+    Route("GET", "/crons", command(forward("CronList"))),
+    Route("POST", "/crons", command(forward("Cron", body=CRON_FIELDS))),
+    Route("GET", "/crons/{name}", command(forward("CronGet", "name"), lookup=True)),
+    Route("DELETE", "/crons/{name}", command(forward("CronDelete", "name"))),
+    Route("GET", "/webhooks", command(forward("ListWebhooks"))),
+    Route("POST", "/webhooks", command(forward(
+        "AddWebhook", body=("url", "events", "queue", "secret")))),
+    Route("DELETE", "/webhooks/{id}", command(forward("RemoveWebhook", "id",
+                                                      key="webhookId"))),
+    Route("PUT", "/webhooks/{id}/enabled", command(forward(
+        "SetWebhookEnabled", "id", body=("enabled",)))),
+    Route("GET", "/workers", command(forward("ListWorkers"))),
+    Route("POST", "/workers", command(forward("RegisterWorker", body=WORKER_FIELDS))),
+    Route("DELETE", "/workers/{id}", command(forward("UnregisterWorker", "id",
+                                                     key="workerId"))),
+    Route("POST", "/workers/{id}/heartbeat", command(forward(
+        "Heartbeat", "id", body=("activeJobs", "processed", "failed")))),
+    Route("GET", "/ping", command(forward("Ping"))),
+    Route("GET", "/storage", command(forward("StorageStatus"))),
+    Route("GET", "/stats", command(forward("Stats"))),
+    Route("GET", "/metrics", command(forward("Metrics"))),
+    Route("GET", "/prometheus", _prometheus),
+    Route("GET", "/dashboard", command(forward("DashboardOverview"))),
+    Route("GET", "/dashboard/queues", command(lambda call: {
+        "cmd": "DashboardQueues", **query_ints(call, ("limit", "offset"))})),
+    Route("GET", "/dashboard/queues/{queue}", command(_dashboard_queue)),
+    Route("POST", "/gc", command(forward("CompactMemory"))),
+    Route("GET", "/heapstats", _heapstats),
+]
