@@ -9,7 +9,7 @@ from rich.console import Console
 
 from .connection import Session
 from .jobs import json_argument
-from .output import EXIT_OK, table, when
+from .output import EXIT_OK, number_text, table, when
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -41,8 +41,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _rows(crons: list[dict[str, Any]]) -> Any:
     for cron in crons:
         every = cron.get("repeatEvery")
-        yield [cron.get("name"), cron.get("queue"), cron.get("jobName"),
-               cron.get("schedule") or (f"every {every} ms" if every is not None else None),
+        schedule = cron.get("schedule") or (
+            f"every {number_text(every)} ms" if every is not None else None)
+        yield [cron.get("name"), cron.get("queue"), cron.get("jobName"), schedule,
                when(cron.get("nextRun")), cron.get("executions"), cron.get("maxLimit")]
 
 

@@ -125,11 +125,17 @@ def cell(value: Any) -> Any:
         return Text(value)
     if isinstance(value, bool):
         return Text("yes" if value else "no")
-    if isinstance(value, float) and value.is_integer():
-        return Text(str(int(value)))  # counts and ids arrive as floats from some codecs
     if isinstance(value, (int, float)):
-        return Text(str(value))
+        return Text(number_text(value))
     return Text(to_json(value))
+
+
+def number_text(value: float) -> str:
+    """A number as a person writes it: whole numbers without ``.0`` (the wire carries
+    many as floats)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def when(ms: Any) -> str | None:
