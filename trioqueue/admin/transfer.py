@@ -219,7 +219,7 @@ async def import_jobs(session: Session) -> int:
 
 def _parse(text: str, path: str, number: int, pushed: int) -> dict[str, Any]:
     try:
-        job = json.loads(text)
+        job = json.loads(text.strip())
     except ValueError as exc:
         raise CliError(f"{path} line {number} is not JSON ({exc}); {pushed} jobs were "
                        f"pushed before it") from None
