@@ -98,7 +98,7 @@ async def test_import_stops_at_a_line_that_is_not_json(cli: Cli, tmp_path: Path)
     failed = await cli("import", str(path), "--batch-size", "1")
     assert (failed.status, failed.out) == (1, "")
     assert failed.err == (f"error: {path} line 2 is not JSON (Expecting value: line 1 "
-                          f"column 8 (char 7)); 1 jobs were pushed before it\n")
+                          f"column 7 (char 6)); 1 jobs were pushed before it\n")
 
 
 async def test_export_to_an_unwritable_file(cli: Cli, tmp_path: Path) -> None:
