@@ -53,6 +53,6 @@ async def backup(session: Session) -> int:
         raise CliError(str(exc)) from None
     seconds = round(time.perf_counter() - started, 3)
     summary = {"source": source, "dest": args.dest, "bytes": size, "seconds": seconds}
-    session.out.emit(summary, lambda console: console.print(
-        f"backed up {source} to {args.dest}: {size} bytes in {seconds:g} s", markup=False))
+    session.out.said(summary, f"backed up {source} to {args.dest}: {size} bytes in "
+                              f"{seconds:g} s")
     return EXIT_OK

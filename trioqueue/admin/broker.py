@@ -66,7 +66,7 @@ async def health(session: Session) -> int:
     document = {"healthy": problem is None, "pingMs": ping_ms, "storage": storage}
     line = ("healthy" if problem is None else f"unhealthy: {problem}") + \
         f" (ping {ping_ms:g} ms)"
-    session.out.emit(document, lambda console: console.print(line, markup=False))
+    session.out.said(document, line)
     return EXIT_OK if problem is None else EXIT_FAILED
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from .connection import Session
-from .jobs import json_argument
+from .jobs import json_argument, with_options
 from .output import EXIT_OK, number_text, table, when
 
 
@@ -65,13 +65,11 @@ async def cron_list(session: Session) -> int:
 
 async def cron_add(session: Session) -> int:
     args = session.args
-    fields: dict[str, Any] = {"name": args.name, "queue": args.queue,
-                              "data": json_argument(args.data, "--data")}
-    for option, value in (("schedule", args.pattern), ("repeatEvery", args.every),
-                          ("jobName", args.job_name), ("timezone", args.timezone),
-                          ("maxLimit", args.limit)):
-        if value is not None:
-            fields[option] = value
+    fields = with_options({"name": args.name, "queue": args.queue,
+                           "data": json_argument(args.data, "--data")},
+                          (("schedule", args.pattern), ("repeatEvery", args.every),
+                           ("jobName", args.job_name), ("timezone", args.timezone),
+                           ("maxLimit", args.limit)))
     cron = (await session.call("Cron", **fields))["cron"]
     session.out.emit({"cron": cron},
                      lambda console: console.print(table(None, _COLUMNS, _rows([cron]))))
@@ -81,6 +79,5 @@ async def cron_add(session: Session) -> int:
 async def cron_rm(session: Session) -> int:
     name = session.args.name
     await session.call("CronDelete", name=name)
-    session.out.emit({"name": name, "removed": True},
-                     lambda console: console.print(f"removed cron {name}", markup=False))
+    session.out.said({"name": name, "removed": True}, f"removed cron {name}")
     return EXIT_OK

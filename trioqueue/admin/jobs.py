@@ -74,6 +74,13 @@ def json_argument(text: str, flag: str) -> Any:
         raise CliError(f"{flag} is not valid JSON: {exc}", EXIT_NOT_DONE) from None
 
 
+def with_options(fields: dict[str, Any], options: tuple[tuple[str, Any], ...]
+                 ) -> dict[str, Any]:
+    """``fields`` with each option that was given (not None) added under its wire name."""
+    fields.update((name, value) for name, value in options if value is not None)
+    return fields
+
+
 async def list_jobs(session: Session) -> int:
     args = session.args
     fields: dict[str, Any] = {"queue": args.queue, "limit": args.limit,
@@ -133,16 +140,12 @@ async def show_job(session: Session) -> int:
 
 async def add_job(session: Session) -> int:
     args = session.args
-    fields: dict[str, Any] = {"queue": args.queue, "name": args.name,
-                              "data": json_argument(args.data, "--data")}
-    for option, value in (("delay", args.delay), ("priority", args.priority),
-                          ("maxAttempts", args.attempts), ("jobId", args.job_id)):
-        if value is not None:
-            fields[option] = value
+    fields = with_options({"queue": args.queue, "name": args.name,
+                           "data": json_argument(args.data, "--data")},
+                          (("delay", args.delay), ("priority", args.priority),
+                           ("maxAttempts", args.attempts), ("jobId", args.job_id)))
     job_id = (await session.call("PUSH", **fields))["id"]
-    session.out.emit({"queue": args.queue, "id": job_id},
-                     lambda console: console.print(f"added {job_id} to {args.queue}",
-                                                   markup=False))
+    session.out.said({"queue": args.queue, "id": job_id}, f"added {job_id} to {args.queue}")
     return EXIT_OK
 
 
@@ -168,12 +171,10 @@ async def dlq_list(session: Session) -> int:
 
 async def dlq_retry(session: Session) -> int:
     args = session.args
-    fields: dict[str, Any] = {"queue": args.queue}
-    if args.job_id is not None:
-        fields["jobId"] = args.job_id
+    fields = with_options({"queue": args.queue}, (("jobId", args.job_id),))
     count = (await session.call("RetryDlq", **fields))["count"]
-    session.out.emit({"queue": args.queue, "count": count}, lambda console: console.print(
-        f"re-queued {count} job{'' if count == 1 else 's'} of {args.queue}", markup=False))
+    session.out.said({"queue": args.queue, "count": count},
+                     f"re-queued {count} job{'' if count == 1 else 's'} of {args.queue}")
     return EXIT_OK
 
 
@@ -181,8 +182,7 @@ async def dlq_purge(session: Session) -> int:
     args = session.args
     session.out.confirm(f"Delete every DLQ entry of {args.queue!r}?", args.yes, "dlq purge")
     count = (await session.call("PurgeDlq", queue=args.queue))["count"]
-    session.out.emit({"queue": args.queue, "count": count}, lambda console: console.print(
-        f"deleted {count} DLQ entr{'y' if count == 1 else 'ies'} of {args.queue}",
-        markup=False))
+    session.out.said({"queue": args.queue, "count": count},
+                     f"deleted {count} DLQ entr{'y' if count == 1 else 'ies'} of {args.queue}")
     return EXIT_OK
 

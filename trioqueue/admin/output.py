@@ -59,9 +59,9 @@ class Output:
         else:
             render(self.console)
 
-    def note(self, text: str) -> None:
-        """A line for a person (not with ``--json``), on stdout."""
-        self.emit(None, lambda console: console.print(text, markup=False))
+    def said(self, document: Any, text: str) -> None:
+        """``document`` as JSON with ``--json``, else the one line ``text``."""
+        self.emit(document, lambda console: console.print(text, markup=False))
 
     def fail(self, line: str) -> None:
         self.stderr.write(f"error: {line}\n")

@@ -20,11 +20,11 @@ CLEAN_STATES = ("waiting", "wait", "prioritized", "delayed", "paused", "complete
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("queues", parents=[common], help="list queues with job counts")
     parser.set_defaults(run=list_queues)
-    for name, run, text in (("pause", pause, "stop handing out the queue's jobs"),
-                            ("resume", resume, "hand out the queue's jobs again")):
+    for name, paused, text in (("pause", True, "stop handing out the queue's jobs"),
+                               ("resume", False, "hand out the queue's jobs again")):
         parser = sub.add_parser(name, parents=[common], help=text)
         parser.add_argument("queue")
-        parser.set_defaults(run=run)
+        parser.set_defaults(run=set_paused, paused=paused)
     parser = sub.add_parser("drain", parents=[common],
                             help="delete the queue's waiting, prioritized and delayed jobs")
     _destructive(parser, drain)
@@ -70,19 +70,12 @@ async def list_queues(session: Session) -> int:
     return EXIT_OK
 
 
-async def pause(session: Session) -> int:
-    queue = session.args.queue
-    await session.call("Pause", queue=queue)
-    session.out.emit({"queue": queue, "paused": True},
-                     lambda console: console.print(f"paused {queue}", markup=False))
-    return EXIT_OK
-
-
-async def resume(session: Session) -> int:
-    queue = session.args.queue
-    await session.call("Resume", queue=queue)
-    session.out.emit({"queue": queue, "paused": False},
-                     lambda console: console.print(f"resumed {queue}", markup=False))
+async def set_paused(session: Session) -> int:
+    """``pause`` or ``resume``, as ``args.paused`` says."""
+    queue, paused = session.args.queue, session.args.paused
+    await session.call("Pause" if paused else "Resume", queue=queue)
+    session.out.said({"queue": queue, "paused": paused},
+                     f"{'paused' if paused else 'resumed'} {queue}")
     return EXIT_OK
 
 
@@ -110,9 +103,7 @@ async def obliterate(session: Session) -> int:
     session.out.confirm(f"Delete queue {args.queue!r} with all its jobs, DLQ entries and "
                         f"settings?", args.yes, "obliterate")
     await session.call("Obliterate", queue=args.queue)
-    session.out.emit({"queue": args.queue, "obliterated": True},
-                     lambda console: console.print(f"obliterated {args.queue}",
-                                                   markup=False))
+    session.out.said({"queue": args.queue, "obliterated": True}, f"obliterated {args.queue}")
     return EXIT_OK
 
 
@@ -120,5 +111,4 @@ def _removed(session: Session, queue: str, count: int, ids: list[str] | None = N
     document: dict[str, Any] = {"queue": queue, "count": count}
     if ids is not None:
         document["ids"] = ids
-    session.out.emit(document, lambda console: console.print(
-        f"removed {count} job{'' if count == 1 else 's'} from {queue}", markup=False))
+    session.out.said(document, f"removed {count} job{'' if count == 1 else 's'} from {queue}")

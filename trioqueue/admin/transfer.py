@@ -135,7 +135,7 @@ def _summarise(session: Session, summary: dict[str, Any], text: str, to_stderr: 
     if to_stderr:
         session.out.stderr.write((to_json(summary) if session.out.json else text) + "\n")
     else:
-        session.out.emit(summary, lambda console: console.print(text, markup=False))
+        session.out.said(summary, text)
 
 
 def job_input(job: dict[str, Any]) -> dict[str, Any]:
