@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from trioqueue.admin.broker import STATS_FIELDS
+from trioqueue.admin.broker import STATS_FIELDS, storage_problem
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 
@@ -42,3 +42,12 @@ async def test_health_of_a_healthy_broker(cli: Cli) -> None:
     assert document["healthy"] is True and document["storage"]["diskFull"] is False
     text = await cli("health")
     assert text.status == 0 and text.out.startswith("healthy (ping ")
+
+
+def test_what_makes_storage_unhealthy() -> None:
+    # A broker with a full or failed store is hard to make here: the reasons read from
+    # StorageStatus's fields are checked directly.
+    assert storage_problem({"diskFull": False, "error": None, "since": None}) is None
+    assert storage_problem({"diskFull": True, "error": None, "since": None}) == "storage full"
+    assert storage_problem({"diskFull": False, "error": "EIO", "since": None}) == (
+        "storage error: EIO")

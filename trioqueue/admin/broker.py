@@ -62,7 +62,7 @@ async def health(session: Session) -> int:
     await session.call("Ping")
     ping_ms = round((time.perf_counter() - started) * 1000, 3)
     storage = (await session.call("StorageStatus"))["data"]
-    problem = _storage_problem(storage)
+    problem = storage_problem(storage)
     document = {"healthy": problem is None, "pingMs": ping_ms, "storage": storage}
     line = ("healthy" if problem is None else f"unhealthy: {problem}") + \
         f" (ping {ping_ms:g} ms)"
@@ -70,7 +70,8 @@ async def health(session: Session) -> int:
     return EXIT_OK if problem is None else EXIT_FAILED
 
 
-def _storage_problem(storage: dict[str, Any]) -> str | None:
+def storage_problem(storage: dict[str, Any]) -> str | None:
+    """What makes a StorageStatus unhealthy, in words; None when nothing does."""
     since = when(storage.get("since"))
     suffix = f" since {since}" if since else ""
     if storage.get("diskFull"):

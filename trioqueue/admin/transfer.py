@@ -1,11 +1,14 @@
 """``export QUEUE FILE`` and ``import FILE``: a queue's jobs as JSON lines, and back.
 
-Export writes each job of the queue, every state, as the broker shows it (``GetJobs``
-with its ``state``), one JSON object a line, read a page at a time by ``(createdAt,
-id)``: a job that changes state while the export runs keeps its place, so the pages
-neither skip nor repeat it; a job deleted meanwhile may make the next page skip one.
-An export of a live queue is a reading, not a snapshot: pause the queue first for a
-stable one, or take a ``backup``.
+Export writes each job of the queue as the broker shows it (``GetJobs``, with its
+``state``), one JSON object a line, a state at a time and a page at a time within one
+(a page of one state costs the broker O(page); a page of all states at once costs
+O(offset), which made an export of 100,000 jobs take 97 s). States are read in the
+order jobs move through them, so a job that moves on while the export runs is met
+again later (written once: ids already written are skipped). It is a reading of a live
+queue, not a snapshot: a job that leaves a state before the export reaches it can shift
+the pages of that state and make one not yet read be missed. Pause the queue (and let
+active jobs finish) for a complete export, or take a ``backup``.
 
 Import re-pushes (``PUSHB``, in batches) the jobs that had not finished, each into its
 own queue (or ``--queue``), keeping what a push can set (:func:`job_input`): its id
@@ -27,7 +30,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -38,6 +41,9 @@ from .output import EXIT_NOT_DONE, EXIT_OK, CliError, to_json
 
 EXPORT_PAGE_JOBS = 500
 IMPORT_BATCH_JOBS = 500
+# The order an export reads states in: the order jobs move through them.
+EXPORT_STATES = ("waiting-children", "delayed", "prioritized", "waiting", "paused",
+                 "active", "completed", "failed")
 # Never re-pushed: finished, or tied into a flow by ids that may not come back.
 SKIPPED_STATES = ("completed", "failed", "waiting-children")
 # Job fields a push takes under the same name.
@@ -97,24 +103,38 @@ async def export_jobs(session: Session) -> int:
         raise CliError("--page-size must be at least 1", EXIT_NOT_DONE)
     counts = (await session.call("GetJobCounts", queue=args.queue))["counts"]
     states: Counter[str] = Counter()
+    written: set[str] = set()
     with _opened(args.file, "w") as sink, \
             _progress(session, f"export {args.queue}", sum(counts.values())) as advance:
-        offset = 0
-        while True:
-            page = (await session.call("GetJobs", queue=args.queue, limit=args.page_size,
-                                       offset=offset))["jobs"]
-            for job in page:
-                sink.write(_line(job) + "\n")
-                states[str(job.get("state"))] += 1
-            offset += len(page)
-            advance(len(page))
-            if len(page) < args.page_size:
-                break
+        for state in EXPORT_STATES:
+            async for page in _pages(session, args.queue, state, args.page_size):
+                for job in page:
+                    if job["id"] not in written:
+                        written.add(job["id"])
+                        sink.write(_line(job) + "\n")
+                        states[str(job.get("state"))] += 1
+                advance(len(page))
         sink.flush()
-    summary = {"queue": args.queue, "file": args.file, "jobs": offset, "states": states}
-    text = f"exported {offset} jobs of {args.queue} to {args.file}" + _by_state(states)
+    summary = {"queue": args.queue, "file": args.file, "jobs": len(written),
+               "states": states}
+    text = (f"exported {len(written)} jobs of {args.queue} to {args.file}"
+            + _by_state(states))
     _summarise(session, summary, text, to_stderr=args.file == "-")
     return EXIT_OK
+
+
+async def _pages(session: Session, queue: str, state: str, size: int
+                 ) -> AsyncIterator[list[dict[str, Any]]]:
+    """The jobs of ``queue`` in ``state``, a page at a time, oldest first."""
+    offset = 0
+    while True:
+        page = (await session.call("GetJobs", queue=queue, state=state, limit=size,
+                                   offset=offset))["jobs"]
+        if page:
+            yield page
+        if len(page) < size:
+            return
+        offset += len(page)
 
 
 def _line(job: dict[str, Any]) -> str:
