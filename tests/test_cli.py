@@ -256,3 +256,54 @@ async def test_a_broker_with_blank_tokens_exits_non_zero_with_one_line(
     lines = done.stderr.decode().strip().splitlines()
     assert lines == [f"Invalid AUTH_TOKENS: {raw!r} has a blank token (comma-separated "
                      "non-blank tokens; leave AUTH_TOKENS unset to run without auth)"]
+
+
+@pytest.mark.parametrize("which", ["tcp", "ws"])
+async def test_serve_on_a_port_in_use_says_so_in_one_line(which: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"tcp": ["--tcp-port", str(port), "--ws-port", "0"],
+                 "ws": ["--tcp-port", "0", "--ws-port", str(port)]}[which]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIOQUEUE_")}
+        with trio.fail_after(20):
+            done = await trio.run_process(
+                [sys.executable, "-m", "trioqueue", "serve", "--memory", "--host",
+                 "127.0.0.1", *ports], env=env, capture_stdout=True, capture_stderr=True,
+                check=False)
+    kind = {"tcp": "tcp", "ws": "websocket"}[which]
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"error: cannot listen on 127.0.0.1 {kind} port {port}: address already in use "
+        f"(another broker running? pick other ports with --tcp-port / --ws-port)"]
+
+
+async def test_admin_commands_as_a_program(tmp_path: Path) -> None:
+    """The installed entry point: output, exit statuses and one-line failures."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+    broker = BrokerProcess(tmp_path / "data", env=env)
+    await broker.start()
+    env["TCP_PORT"] = str(broker.tcp_port)
+
+    async def run(*argv: str) -> tuple[int, str, str]:
+        with trio.fail_after(20):
+            done = await trio.run_process([sys.executable, "-m", "trioqueue", *argv],
+                                          env=env, capture_stdout=True,
+                                          capture_stderr=True, check=False)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+    try:
+        assert await run("add", "mail", "send", "--data", "{}", "--job-id", "m1",
+                         "--json") == (0, '{"queue":"mail","id":"m1"}\n', "")
+        status, out, err = await run("queues")
+        assert status == 0 and "mail" in out and err == ""
+        assert await run("drain", "mail") == (
+            2, "", "error: drain deletes jobs: pass --yes to confirm (no terminal to ask "
+                   "on)\n")
+        assert await run("job", "nope") == (1, "", "error: Job not found\n")
+    finally:
+        await broker.stop()

@@ -9,9 +9,11 @@ test harness written for bunqueue starts us unchanged.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import math
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -131,12 +133,12 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _env(env: Mapping[str, str], setting: str) -> str | None:
-    found = _env_named(env, setting)
+def env_value(env: Mapping[str, str], setting: str) -> str | None:
+    found = env_named(env, setting)
     return None if found is None else found[1]
 
 
-def _env_named(env: Mapping[str, str], setting: str) -> tuple[str, str] | None:
+def env_named(env: Mapping[str, str], setting: str) -> tuple[str, str] | None:
     """The first of the setting's variables that is set: (its name, its value)."""
     for name in ENV_NAMES[setting]:
         if name in env:
@@ -144,7 +146,7 @@ def _env_named(env: Mapping[str, str], setting: str) -> tuple[str, str] | None:
     return None
 
 
-def _port(value: str, name: str) -> int:
+def parse_port(value: str, name: str) -> int:
     try:
         port = int(value.strip())
     except ValueError:
@@ -176,7 +178,7 @@ def _bytes(value: str, name: str) -> int:
     return number * unit
 
 
-def _tokens(value: str, source: str) -> list[str]:
+def parse_tokens(value: str, source: str) -> list[str]:
     """Comma-separated tokens, trimmed. A blank entry is an error, never "auth off":
     ``AUTH_TOKENS=""`` or ``","`` silently serving everyone is how auth fails open."""
     tokens = [t.strip() for t in value.split(",")]
@@ -225,7 +227,7 @@ def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str
     for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
-            raw = _env(env, setting)
+            raw = env_value(env, setting)
         if raw is not None:
             flag = "--" + setting.replace("_", "-")
             setattr(config, setting, _PARSE_LIMIT[kind](str(raw), flag))
@@ -234,9 +236,9 @@ def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str
 def _auth_tokens_from(config: Config, args: argparse.Namespace,
                       env: Mapping[str, str]) -> None:
     if args.auth_tokens is not None:
-        config.auth_tokens = _tokens(args.auth_tokens, "--auth-tokens")
-    elif (found := _env_named(env, "auth_tokens")) is not None:
-        config.auth_tokens = _tokens(found[1], found[0])
+        config.auth_tokens = parse_tokens(args.auth_tokens, "--auth-tokens")
+    elif (found := env_named(env, "auth_tokens")) is not None:
+        config.auth_tokens = parse_tokens(found[1], found[0])
 
 
 def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
@@ -245,7 +247,7 @@ def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, 
                           ("slice_budget_ms", "milliseconds")):
         raw = getattr(args, setting)
         if raw is None:
-            raw = _env(env, setting)
+            raw = env_value(env, setting)
         if raw is not None:
             try:
                 setattr(config, setting, float(raw))
@@ -258,7 +260,7 @@ def _switch(flag: bool, env: Mapping[str, str], setting: str) -> bool:
     """An on/off setting: its flag, else its variable, else off."""
     if flag:
         return True
-    raw = _env(env, setting)
+    raw = env_value(env, setting)
     if raw is None:
         return False
     if raw.strip().lower() not in _TRUE | _FALSE:
@@ -268,31 +270,31 @@ def _switch(flag: bool, env: Mapping[str, str], setting: str) -> bool:
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config = Config()
-    host = args.host or _env(env, "host")
+    host = args.host or env_value(env, "host")
     if host:
         config.host = host
-    tcp = args.tcp_port if args.tcp_port is not None else _env(env, "tcp_port")
+    tcp = args.tcp_port if args.tcp_port is not None else env_value(env, "tcp_port")
     if tcp is not None:
-        config.tcp_port = _port(str(tcp), "tcp port")
-    ws = args.ws_port if args.ws_port is not None else _env(env, "ws_port")
+        config.tcp_port = parse_port(str(tcp), "tcp port")
+    ws = args.ws_port if args.ws_port is not None else env_value(env, "ws_port")
     if ws is not None:
-        config.ws_port = _port(str(ws), "websocket port")
-    data = args.data_dir or _env(env, "data_dir")
+        config.ws_port = parse_port(str(ws), "websocket port")
+    data = args.data_dir or env_value(env, "data_dir")
     if data:
         config.data_dir = data
     _auth_tokens_from(config, args, env)
-    fsync = args.fsync or _env(env, "fsync")
+    fsync = args.fsync or env_value(env, "fsync")
     if fsync:
         if fsync not in FSYNC_POLICIES:
             raise SystemExit(f"Invalid fsync: {fsync!r} (expected {'|'.join(FSYNC_POLICIES)})")
         config.fsync = fsync
-    level = args.log_level or _env(env, "log_level")
+    level = args.log_level or env_value(env, "log_level")
     if level:
         config.log_level = level.lower()
     for setting in ("store_max_bytes", "store_reserve_bytes", "store_finish_allowance_bytes"):
         raw = getattr(args, setting)
         if raw is None:
-            raw = _env(env, setting)
+            raw = env_value(env, setting)
         if raw is not None:
             setattr(config, setting, _bytes(str(raw), setting.replace("_", "-")))
     config.memory = _switch(args.memory, env, "memory")
@@ -354,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "jobs finish within --grace-s; a second hands them "
                                         "back to the broker at once.")
     add_arguments(worker)
+    from .admin import add_commands
+
+    add_commands(sub)
     limits = serve.add_argument_group("connection limits")
     for setting, (kind, text) in LIMIT_FLAGS.items():
         limits.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
@@ -382,6 +387,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         from .client import runner
 
         return runner.main(args)
+    if args.command != "serve":
+        from . import admin
+
+        return admin.run(args, os.environ if env is None else env)
     config = config_from(args, os.environ if env is None else env)
     try:
         config.validate()
@@ -396,6 +405,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 EXIT_STORAGE_FAILURE = 3
+EXIT_CANNOT_LISTEN = 1
 
 
 def run_serve(config: Config, broker: Any = None) -> int:
@@ -410,11 +420,20 @@ def run_serve(config: Config, broker: Any = None) -> int:
 
     try:
         trio.run(serve, config, broker)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        _cannot_listen(config, exc)
+        return EXIT_CANNOT_LISTEN
     except StorageFailure as exc:
         logging.getLogger("trioqueue").error("stopped: %s", exc)
         return EXIT_STORAGE_FAILURE
     except BaseExceptionGroup as group:
         # Nurseries wrap it; only a group of nothing but storage failures is one.
+        in_use, others = group.split(_address_in_use)
+        if in_use is not None and others is None:
+            _cannot_listen(config, next(_leaves(in_use)))
+            return EXIT_CANNOT_LISTEN
         failures, rest = group.split(StorageFailure)
         if failures is None or rest is not None:
             raise
@@ -423,6 +442,31 @@ def run_serve(config: Config, broker: Any = None) -> int:
         logging.getLogger("trioqueue").error("stopped: %s", first)
         return EXIT_STORAGE_FAILURE
     return 0
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+
+
+def _cannot_listen(config: Config, exc: BaseException) -> None:
+    """One line for a port taken by another program, naming the port: the error
+    itself does not say which of the two listeners failed, so each is tried."""
+    taken = [f"{kind} port {port}" for kind, port in (("tcp", config.tcp_port),
+                                                      ("websocket", config.ws_port))
+             if port and _port_taken(config.host, port)]
+    where = " and ".join(taken) if taken else f"ports {config.tcp_port}/{config.ws_port}"
+    sys.stderr.write(f"error: cannot listen on {config.host} {where}: address already in "
+                     f"use (another broker running? pick other ports with --tcp-port / "
+                     f"--ws-port)\n")
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _leaves(group: BaseException) -> Iterator[BaseException]:

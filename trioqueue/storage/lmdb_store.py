@@ -77,6 +77,9 @@ _FINISH_JOB_BYTES = 128
 # bounds the number of live jobs, for the cheap bound of space_bound.
 MIN_LIVE_NODE_BYTES = 64
 _INITIAL_MAP_BYTES = 1 << 30
+# Named databases the environment may hold: len(K.ALL_DBS) is 9, room to add some
+# without a bump. Another opener of the same store (lmdb_backup) uses the same.
+MAX_DBS = 16
 
 
 def _reserve_bytes(max_map_size: int) -> int:
@@ -110,7 +113,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self._env = lmdb.open(
             self.path,
             map_size=map_size_bytes,
-            max_dbs=16,  # len(K.ALL_DBS) is 9: room to add sub-databases without a bump
+            max_dbs=MAX_DBS,
             subdir=True,
             create=True,
             sync=fsync_on_commit,
