@@ -303,7 +303,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config.metrics_auth = _switch(args.metrics_auth, env, "metrics_auth")
     origins = args.cors_allow_origins
     if origins is None:
-        origins = _env(env, "cors_allow_origins")
+        origins = env_value(env, "cors_allow_origins")
     if origins is not None:
         config.cors_allow_origins = [o.strip() for o in origins.split(",") if o.strip()]
     _float_settings(config, args, env)
