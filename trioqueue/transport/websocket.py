@@ -369,10 +369,12 @@ async def serve_ws(broker: Broker, host: str, port: int, *,
                 shell.refusals.note("WebSocket")
                 await _reject(request, 503, b"Too many connections")
                 return
+            broker.open_connections.open("websocket")
             try:
                 ws = await request.accept()
                 await WsConnection(broker, ws, shell, queue, event_codec).serve()
             finally:
+                broker.open_connections.close("websocket")
                 broker.connections.release()
 
         await serve_websocket(

@@ -19,6 +19,7 @@ from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
+from .tallies import count_failed, roll_minute
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -68,12 +69,14 @@ def pull(
     if settings.gated:
         count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
+    ready_since = 0  # the jobs' runAt summed: their wait is len(jobs) * now less it
     while len(jobs) < count:
         job = q._next_ready(now)
         if job is None:
             break
         # Stamped before the move, so the job enters the stall watch at its fresh end.
         job.started_at = job.last_heartbeat = now
+        ready_since += job.run_at
         q._transition(job, st.PULL, now)
         job.add_timeline("active", now)
         token = ""
@@ -96,6 +99,10 @@ def pull(
         tokens.append(token)
     if settings.gated:
         spent(q, len(jobs), now)
+    if jobs:
+        c = q.c
+        c.pulled += len(jobs)
+        c.waited_ms += len(jobs) * now - ready_since
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
         q._emit("drained", "", now)
     return jobs, tokens
@@ -145,6 +152,11 @@ def ack(
 def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
               remove: bool | None) -> None:
     q._remove_live(job, now)
+    c = q.c
+    if now >= c.minute_end_ms:
+        roll_minute(c, now)
+    c.completed += 1
+    c.ran_ms += now - (job.started_at or now)
     if job.repeat is not None:  # the next generation, named in the completed record
         follow_repeat(q, job, now)
     if remove or job.remove_on_complete:
@@ -266,6 +278,7 @@ def fail(
         return True
     if remove_on_fail or job.remove_on_fail:
         q._remove_live(job, now)
+        count_failed(q, now)
         q.logs.pop(job.id, None)
         q.writes.delete_job(job.id)
         q._child_failed(job, error)
@@ -301,6 +314,7 @@ def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | Non
         for child_id in job.pending or ():
             q.index.drop_dependent(child_id, job.id)
     q._move(job, st.BURY)
+    count_failed(q, now)
     job.dlq = new_entry(job, now, reason, error, trace)
     job.add_timeline("failed", now, error=error)
     job.pending = None

@@ -69,6 +69,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         q.dlq.discard(job_id)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
+    q.c.pushed += 1
     if unique_key is not None:
         q._dedup_claim(job, unique_key, replaced, now)
     if job.depends_on:
