@@ -193,3 +193,38 @@ async def test_dashboard_queue(client: RawClient) -> None:
     bad = await client.call("DashboardQueue", queue="q1", jobsLimit="x")
     assert bad["ok"] is False
     assert (await client.call("DashboardQueue"))["ok"] is False
+
+
+async def test_connection_gauges_and_snapshot_bodies(client: RawClient,
+                                                     server: Server) -> None:
+    from trio_websocket import open_websocket_url
+
+    from trioqueue.core.stats_handlers import (
+        health_status,
+        stats_snapshot,
+        storage_status_frame,
+    )
+    from trioqueue.testing.deadline import wait_until
+
+    await _work(client)
+    router = server.broker.router
+    gauges = server.broker.open_connections
+    now = server.broker.clock.now_ms()
+    async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws") as ws:
+        await ws.send_message('{"cmd": "Ping"}')
+        await ws.get_message()
+        health = health_status(router, now)
+        assert health["ok"] is True
+        assert health["connections"] == {"tcp": 1, "websocket": 1, "sse": 0}
+        assert health["memory"]["rss"] > 0
+    await wait_until(lambda: gauges.open_by_kind["websocket"] == 0, "the WebSocket gauge")
+    snapshot = stats_snapshot(router, now)
+    assert snapshot["totalPushed"] == 5 and snapshot["totalCompleted"] == 1
+    assert snapshot["totalFailed"] == 1 and snapshot["dlq"] == 1
+    assert snapshot["queues"]["q1"] == {"waiting": 1, "active": 0, "delayed": 1, "dlq": 1,
+                                        "paused": False}
+    assert snapshot["workers"] == {"total": 0, "active": 0} and snapshot["cronJobs"] == 0
+    storage = storage_status_frame(router, now)
+    assert storage["diskFull"] is False and storage["collections"]["liveJobs"] == 3
+    await client.aclose()
+    await wait_until(lambda: gauges.total == 0, "every gauge at 0")

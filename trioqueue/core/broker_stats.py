@@ -153,7 +153,7 @@ class StorageHealth:
             self.error = None
 
     def note_failure(self, what: str, now: int) -> None:
-        if not self.failed:
+        if not self.failed:  # (it outranks a full store's text)
             self.failed = True
             self.since = now if self.since is None else self.since
             self.error = f"storage {what} failed"
