@@ -37,11 +37,14 @@ def test_lifetime_tallies_and_times() -> None:
     h.ack(job_id, T0 + 250, token=token)  # ran 200 ms
     c = h.q.c
     assert (c.pushed, c.pulled, c.completed, c.failed) == (4, 1, 1, 0)
-    assert c.waited_ms == 50 and c.ran_ms == 200
-    ids, _ = h.pull(T0 + 2_000, 10, owner="w")
+    assert c.ran_ms == 200
+    ids, tokens = h.pull(T0 + 2_000, 10, owner="w")
     assert len(ids) == 3 and c.pulled == 4
-    # the delayed job was ready at T0 + 1100: 900 ms; the two others 2000 each
-    assert c.waited_ms == 50 + 900 + 2 * 2_000
+    h.call("ackb", ids, T0 + 2_500, tokens=tokens, results=None, removes=None)
+    assert c.completed == 4 and c.ran_ms == 200 + 3 * 500
+    h.push(T0, jobId="same")
+    h.push(T0, jobId="same")  # a duplicate: not admitted, not counted
+    assert c.pushed == 5
 
 
 def test_retries_are_not_failures_until_the_last() -> None:

@@ -26,18 +26,18 @@ _KIND = {"PUSH": "push", "PUSHB": "push", "PULL": "pull", "PULLB": "pull",
 
 
 class BatchTimer:
-    __slots__ = ("_until_next", "_timings")
+    """The router counts ``countdown`` down once per batch (inline: no call) and hands
+    the batch to :meth:`time` when it reaches 0."""
+
+    __slots__ = ("countdown", "_timings")
 
     def __init__(self, timings: dict[str, Histogram]) -> None:
         self._timings = timings
-        self._until_next = 1  # the first batch is timed
+        self.countdown = 1  # the first batch is timed
 
-    def arrive(self, routed: list[tuple[Command, Request]]) -> None:
-        """Called for each batch; times one in :data:`TIMED_EVERY_BATCHES`."""
-        self._until_next -= 1
-        if self._until_next:
-            return
-        self._until_next = TIMED_EVERY_BATCHES
+    def time(self, routed: list[tuple[Command, Request]]) -> None:
+        """Time this batch's push, pull and ack commands (see the module)."""
+        self.countdown = TIMED_EVERY_BATCHES
         start = time.perf_counter()
         for _, request in routed:
             kind = _KIND.get(request.cmd)

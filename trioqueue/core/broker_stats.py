@@ -204,7 +204,6 @@ class QueueTotals:
     pulled: int = 0
     completed_total: int = 0
     failed_total: int = 0
-    waited_ms: int = 0
     ran_ms: int = 0
 
 
@@ -227,7 +226,6 @@ def queue_totals(states: Iterable[tuple[str, QueueState]], now: int,
         t.pulled += c.pulled
         t.completed_total += c.completed
         t.failed_total += c.failed
-        t.waited_ms += c.waited_ms
         t.ran_ms += c.ran_ms
     return t
 

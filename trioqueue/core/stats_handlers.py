@@ -55,6 +55,13 @@ def uptime_ms(scope: StatsScope, now: int) -> int:
     return max(0, now - scope.stats.started_ms)
 
 
+def command_latency_ms(scope: StatsScope) -> float:
+    """The mean time of the timed push, pull and ack commands, in ms."""
+    timings = scope.stats.timings.values()
+    count = sum(h.count for h in timings)
+    return round(sum(h.sum_s for h in timings) * 1000 / count, 3) if count else 0.0
+
+
 def _average(total_ms: int, count: int) -> float:
     return round(total_ms / count, 2) if count else 0.0
 
@@ -109,8 +116,8 @@ def legacy_metrics(scope: StatsScope, now: int) -> dict[str, Any]:
     return {
         "totalPushed": t.pushed, "totalPulled": t.pulled,
         "totalCompleted": t.completed_total, "totalFailed": t.failed_total,
-        # from a job's runAt to its pull; from its pull to its completion
-        "avgLatencyMs": _average(t.waited_ms, t.pulled),
+        # the timed PUSH/PULL/ACK commands (actors/timings.py); a job's pull to its ACK
+        "avgLatencyMs": command_latency_ms(scope),
         "avgProcessingMs": _average(t.ran_ms, t.completed_total),
         "memoryUsageMb": mib(process_numbers().rss_bytes),
         # bunqueue's SQLite file: the store's used bytes here (LMDB or memory)

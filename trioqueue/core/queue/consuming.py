@@ -19,7 +19,7 @@ from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
-from .tallies import count_failed, roll_minute
+from .tallies import count_completed, count_failed
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -69,14 +69,12 @@ def pull(
     if settings.gated:
         count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
-    ready_since = 0  # the jobs' runAt summed: their wait is len(jobs) * now less it
     while len(jobs) < count:
         job = q._next_ready(now)
         if job is None:
             break
         # Stamped before the move, so the job enters the stall watch at its fresh end.
         job.started_at = job.last_heartbeat = now
-        ready_since += job.run_at
         q._transition(job, st.PULL, now)
         job.add_timeline("active", now)
         token = ""
@@ -100,9 +98,7 @@ def pull(
     if settings.gated:
         spent(q, len(jobs), now)
     if jobs:
-        c = q.c
-        c.pulled += len(jobs)
-        c.waited_ms += len(jobs) * now - ready_since
+        q.c.pulled += len(jobs)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
         q._emit("drained", "", now)
     return jobs, tokens
@@ -147,16 +143,12 @@ def ack(
     job = q._active_job(job_id)
     q._check_token(job, token)
     q._complete(job, now, has_result, result, remove)
+    count_completed(q.c, 1, now, now - (job.started_at or now))
 
 
 def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
               remove: bool | None) -> None:
     q._remove_live(job, now)
-    c = q.c
-    if now >= c.minute_end_ms:
-        roll_minute(c, now)
-    c.completed += 1
-    c.ran_ms += now - (job.started_at or now)
     if job.repeat is not None:  # the next generation, named in the completed record
         follow_repeat(q, job, now)
     if remove or job.remove_on_complete:
@@ -230,6 +222,7 @@ def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int
                results: list[Any] | None, removes: list[Any] | None) -> None:
     """The second half of :func:`ackb`: complete the jobs :func:`ackb_check` passed (a
     part of them at a time, for a batch acknowledged in slices)."""
+    started = 0  # the jobs' pull times summed (tallies: their run time, once a batch)
     for i, job in checked:
         if job.state == QUEUED:
             q._transition(job, st.RECLAIM, now)
@@ -237,6 +230,9 @@ def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int
         result = results[i] if results is not None else None
         remove = bool(removes[i]) if removes is not None and removes[i] is True else None
         q._complete(job, now, has_result, result, remove)
+        started += job.started_at or now
+    if checked:
+        count_completed(q.c, len(checked), now, len(checked) * now - started)
 
 
 def fail(

@@ -31,13 +31,12 @@ class Counters:
     waiting_children: int = 0
     by_priority: dict[float, int] = field(default_factory=dict)
     # Lifetime tallies since the broker started (tallies.py): jobs admitted, delivered,
-    # completed, failed for good; the ms delivered jobs waited since their runAt and
-    # completed ones ran since their pull; the minute history of the last two.
+    # completed, failed for good; the ms completed jobs ran since their pull; the minute
+    # history of the completed and failed.
     pushed: int = 0
     pulled: int = 0
     completed: int = 0
     failed: int = 0
-    waited_ms: int = 0
     ran_ms: int = 0
     minute_end_ms: int = 0  # when the open minute of ``minutes`` ends (a roll is due)
     minutes: MinuteHistory = field(default_factory=MinuteHistory)

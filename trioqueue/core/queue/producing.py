@@ -26,8 +26,10 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     ids: list[str] = []
     if any("group_max_size" in spec for spec in specs):
         q.groups.admit(specs)  # all or none, before anything is admitted
+    seq = q._seq
     for spec in specs:
         ids.append(q._push_one(spec, now))
+    q.c.pushed += q._seq - seq  # each admitted job took one number; a duplicate none
     return ids
 
 
@@ -69,7 +71,6 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
         q.dlq.discard(job_id)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
-    q.c.pushed += 1
     if unique_key is not None:
         q._dedup_claim(job, unique_key, replaced, now)
     if job.depends_on:

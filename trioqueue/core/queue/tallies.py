@@ -1,8 +1,9 @@
 """A queue's lifetime tallies and its per-minute history of completed and failed jobs
 (the queue form of ``Metrics``).
 
-The hot path pays integer adds only: ``Counters.completed += 1`` per acknowledged job,
-``pulled`` and ``waited_ms`` once per pull batch, ``pushed`` per admitted job. The
+The hot path pays integer adds once per batch (``pushed`` per PUSH/PUSHB, ``pulled``
+per pull, ``completed`` and ``ran_ms`` per ACK/ACKB) and one add per acknowledged job
+(its pull time, summed for the batch's run time). The
 minute history is not a bucket bumped per job: :func:`roll_minute` runs when a job
 completes or fails in a later minute than the last one seen, and files the difference
 of the lifetime totals since that minute's start under it. Between two rolls every
@@ -58,6 +59,14 @@ def roll_minute(c: Counters, now: int) -> None:
     closed = history.closed
     while closed and closed[0][0] <= minute - MINUTES_KEPT:
         closed.popleft()
+
+
+def count_completed(c: Counters, jobs: int, now: int, ran_ms: int) -> None:
+    """``jobs`` jobs completed (one ACK, or an ACKB's), having run ``ran_ms`` together."""
+    if now >= c.minute_end_ms:
+        roll_minute(c, now)
+    c.completed += jobs
+    c.ran_ms += ran_ms
 
 
 def count_failed(q: QueueState, now: int) -> None:
