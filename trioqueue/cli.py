@@ -84,6 +84,9 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
         "ms", "after each read, keep polling the sockets this long before sleeping, so a "
               "client's next request needs no wake-up; costs CPU while traffic lasts "
               "(default 0.5; 0: never)"),
+    "metrics_max_queues": (
+        "count", "queues given per-queue series in the Prometheus text, the first by "
+                 "name (default 100; 0: none)"),
     "heap_keep_bytes": (
         "bytes", "freed memory kept for reuse rather than given back to the OS, so large "
                  "jobs do not fault in fresh pages (glibc only; default 64MiB; 0: the "
@@ -127,6 +130,7 @@ ENV_NAMES["metrics_auth"] = ("TRIOQUEUE_METRICS_AUTH", "METRICS_AUTH")
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in WEBHOOK_FLAGS})
 ENV_NAMES["webhook_max_attempts"] += ("WEBHOOK_MAX_RETRIES",)  # bunqueue's names
 ENV_NAMES["webhook_retry_delay_ms"] += ("WEBHOOK_RETRY_DELAY_MS",)
+ENV_NAMES["metrics_max_queues"] += ("METRICS_MAX_QUEUES",)
 ENV_NAMES["webhook_allow_private"] = ("TRIOQUEUE_WEBHOOK_ALLOW_PRIVATE",)
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -145,6 +145,9 @@ class Config:
 
     # --- broker limits
     max_queues: int = 10_000
+    # Queues given per-queue series in the Prometheus text (bunqueue's
+    # METRICS_MAX_QUEUES; the first by name; 0: none)
+    metrics_max_queues: int = 100
     queue_inbox_batches: int = 1024  # command batches buffered per queue actor
     shutdown_grace_s: float = 10.0  # how long shutdown waits for in-flight commands
     actor_max_restarts: int = 5  # crashes tolerated per actor within the window below
@@ -254,7 +257,8 @@ class Config:
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
-                     "partial_frame_timeout_s", "idle_spin_ms", "heap_keep_bytes"):
+                     "partial_frame_timeout_s", "idle_spin_ms", "heap_keep_bytes",
+                     "metrics_max_queues"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")
         if self.heap_keep_bytes >= 2**31:  # mallopt takes an int

@@ -13,6 +13,7 @@ they use (the interfaces of :mod:`trioqueue.actors.ports`), never itself.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from typing import Any
@@ -20,6 +21,12 @@ from typing import Any
 import trio
 
 from ..config import Config
+from ..core.broker_stats import (
+    RATE_SAMPLE_MS,
+    ConnectionCounts,
+    StorageHealth,
+    StorageUsage,
+)
 from ..core.clock import Clock
 from ..core.crons import CRON_KIND
 from ..core.job import FINISHED_STATES
@@ -79,6 +86,14 @@ class Broker:
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_finished=self._count_finished)
+        stats = self.router.stats
+        stats.metrics_max_queues = config.metrics_max_queues
+        stats.storage_usage = self.storage_usage
+        self.router.count_stored = self._count_stored
+        # Open connections per transport: each transport opens and closes its own.
+        self.open_connections: ConnectionCounts = stats.connections
+        # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
+        self.storage_health: StorageHealth = stats.storage_health
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)
@@ -129,6 +144,34 @@ class Broker:
         self.commit_if_inline()
         return sum(self.storage.count_finished(queue, state) for state in FINISHED_STATES)
 
+    def _count_stored(self, queue: str, state: str) -> int:
+        self.commit_if_inline()
+        return self.storage.count_finished(queue, state)
+
+    def storage_usage(self, now: int) -> StorageUsage:
+        """The store measured now (what is pending committed first, as for
+        :meth:`_count_finished`); refreshes :attr:`storage_health` on the way: full when
+        one more small job would be refused, failed once a commit or fsync failed."""
+        if self.writer.failure is not None:
+            what = "fsync" if "fsync" in str(self.writer.failure) else "commit"
+            self.storage_health.note_failure(what, now)
+        else:
+            self.commit_if_inline()
+        storage = self.storage
+        used = storage.space().used_bytes
+        if self.admit_limit_bytes is not None and not self.writer.failed:
+            self.storage_room(exact=True)  # (notes a full store, or room again)
+        if self.config.memory:
+            return StorageUsage("memory", None, used, storage.max_bytes, None, None)
+        path = os.path.abspath(self.config.data_dir)
+        try:
+            vfs = os.statvfs(path)
+            free: int | None = vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            free = None
+        map_bytes = getattr(storage, "map_size", None)
+        return StorageUsage("lmdb", path, used, storage.max_bytes, map_bytes, free)
+
     def commit_if_inline(self) -> None:
         if not self.writer.off_thread:
             self.writer.commit_now()
@@ -152,8 +195,16 @@ class Broker:
             space = storage.space()
         else:
             space = storage.space_bound()
-        return limit - space.used_bytes - storage.finish_bytes(
+        room = limit - space.used_bytes - storage.finish_bytes(
             space.live_bytes, space.live_jobs, self._finish_allowance_bytes)
+        health = self.storage_health
+        if exact or health.disk_full:
+            # An exact measure says whether one more small job fits; a cheap bound
+            # (a lower bound of the room) can only say that it does.
+            full = room < self.admit_need(0, 1)
+            if exact or not full:
+                health.note_room(full, self.clock.now_ms())
+        return room
 
     def admit_need(self, frame_bytes: int | None, jobs: int) -> int:
         record = admit_estimate(frame_bytes, jobs)
@@ -212,6 +263,7 @@ class Broker:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._clock is None:
             self._clock = TrioClock()
+        self.router.stats.started_ms = self._clock.now_ms()
         self.scheduler = CronScheduler(self._clock, self.router.workers, self.router.post,
                                        self.writer.submit)
         self.router.crons = self.scheduler
@@ -228,6 +280,7 @@ class Broker:
                 if self.pauses is not None:  # after recovery: that was no pause
                     await nursery.start(self.pauses.run)
                 await nursery.start(self.scheduler.run)
+                nursery.start_soon(self._sample_rates)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -240,6 +293,15 @@ class Broker:
                 except Exception:
                     log.exception("final flush failed")
             self.storage.close()
+
+    async def _sample_rates(self) -> None:
+        """Sample the push and pull totals every RATE_SAMPLE_MS for the rates of
+        Stats (O(queues) a sample: each queue's counters are read, no job)."""
+        from ..core.stats_handlers import totals
+
+        while True:
+            await trio.sleep(RATE_SAMPLE_MS / 1000)
+            totals(self.router, self.clock.now_ms())
 
     async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""

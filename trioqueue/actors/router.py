@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from ..core import fields
+from ..core.broker_stats import BrokerStats
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
@@ -42,6 +43,7 @@ from .fan_out import Gather
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
+from .timings import BatchTimer
 
 log = logging.getLogger("trioqueue.router")
 
@@ -116,6 +118,11 @@ class Router(DependentsIndex):
         self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
+        # The broker's numbers (core.broker_stats); the broker fills in what it measures.
+        self.stats = BrokerStats()
+        self._timer = BatchTimer(self.stats.timings)
+        # (queue, state) -> stored finished jobs (None: not known); set by the broker
+        self.count_stored: Callable[[str, str], int] | None = None
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -195,6 +202,9 @@ class Router(DependentsIndex):
     def finished_jobs(self, queue: str) -> int:
         return 0 if self._count_finished is None else self._count_finished(queue)
 
+    def stored_count(self, queue: str, state: str) -> int:
+        return 0 if self.count_stored is None else self.count_stored(queue, state)
+
     def forget_expired_retained(self, now: int) -> int:
         """Drop the retained results past their window (bounded by
         ``max_removed_results``; otherwise dropped only when a WaitJob asks)."""
@@ -236,6 +246,10 @@ class Router(DependentsIndex):
 
     async def dispatch(self, routed: list[tuple[Command, Request]]) -> None:
         """Send each request to its queue: one inbox message per queue for the batch."""
+        timer = self._timer  # one batch in 16 is timed (actors/timings.py)
+        timer.countdown -= 1
+        if not timer.countdown:
+            timer.time(routed)
         groups: dict[str, list[Request]] = {}
         for command, req in routed:
             try:

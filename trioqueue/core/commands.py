@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from . import cron_handlers as ch
+from . import dashboard as db
 from . import dlq_handlers as dlq
 from . import group_handlers as gh
 from . import handlers as h
@@ -23,6 +24,7 @@ from . import limit_handlers as lh
 from . import maintenance as mt
 from . import query_handlers as qh
 from . import states as st
+from . import stats_handlers as sh
 from . import webhook_handlers as wh
 from .context import Handler
 from .errors import JOB_NOT_FOUND
@@ -183,6 +185,7 @@ CORE_COMMANDS = CommandTable([
     _by_queue("RetryCompleted", dlq.retry_completed, admits=_one_job),
     _by_queue("SetDlqConfig", dlq.set_dlq_config),
     _by_queue("GetDlqConfig", dlq.get_dlq_config),
+    _by_queue("DashboardQueue", db.dashboard_queue),
     # ---- addressed by job id; the reply when no queue (nor storage) knows the id
     _by_id("ACK", h.ack, _NOT_ACTIVE),
     _by_id("FAIL", h.fail, _NOT_ACTIVE),
@@ -252,6 +255,13 @@ CORE_COMMANDS = CommandTable([
     Command("RemoveWebhook", BROKER, wh.remove_webhook),
     Command("ListWebhooks", BROKER, wh.list_webhooks),
     Command("SetWebhookEnabled", BROKER, wh.set_webhook_enabled),
+    # ---- the broker's numbers (stats_handlers, dashboard)
+    Command("Stats", BROKER, sh.stats),
+    Command("Metrics", BROKER, sh.metrics),
+    Command("StorageStatus", BROKER, sh.storage_status),
+    Command("Prometheus", BROKER, sh.prometheus),
+    Command("DashboardOverview", BROKER, db.dashboard_overview),
+    Command("DashboardQueues", BROKER, db.dashboard_queues),
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),

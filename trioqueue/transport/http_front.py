@@ -155,14 +155,12 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
     listeners = await trio.open_tcp_listeners(port, host=host)
     runner = CommandRunner(broker)
 
-    def connections() -> dict[str, int]:
-        return connection_counts(broker, len(sse.clients))
-
-    live = LiveFrames(broker.events, config, runner.run, connections)
-    sse = SseHub(live, max_clients=config.sse_max_clients,
+    live = LiveFrames(broker.events, config, runner.run, broker.router,
+                      lambda: broker.clock.now_ms())
+    sse = SseHub(live, broker.open_connections, max_clients=config.sse_max_clients,
                  heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
                  max_unsent_bytes=config.sse_max_unsent_bytes)
-    app = HttpApp(config, runner, Health(live, runner.run, connections), sse)
+    app = HttpApp(config, runner, Health(live, runner.run, broker.open_connections), sse)
     ws = WsEndpoint(broker, shell, live)
     http = HttpServer(broker, shell, app)
 
@@ -197,11 +195,3 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
         await nursery.start(live.run)
         task_status.started(HttpPort(listeners, app, live))
         await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
-
-
-def connection_counts(broker: Broker, sse: int) -> dict[str, int]:
-    """Open connections by transport (``tcp``, ``websocket``, ``sse``)."""
-    gauges = getattr(broker, "gauges", None)
-    counts = dict(getattr(gauges, "counts", {}) or {})
-    counts["sse"] = sse
-    return counts

@@ -10,13 +10,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import __version__
-from .live_frames import LiveFrames, rss_mib
+from ..core.broker_stats import ConnectionCounts, mib, process_numbers
+from .live_frames import LiveFrames
 from .rest_api import Response
 
 
 class Health:
     def __init__(self, live: LiveFrames, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
-                 connections: Callable[[], dict[str, int]]) -> None:
+                 connections: ConnectionCounts) -> None:
         self._live = live
         self._run = run
         self._connections = connections
@@ -39,8 +40,8 @@ class Health:
             "uptime": int(self._live.uptime_s()),
             "queues": {k: stats.get(k, 0) for k in ("waiting", "active", "delayed",
                                                      "completed", "dlq")},
-            "connections": self._connections(),
-            "memory": {"rss": rss_mib()},
+            "connections": dict(self._connections.open_by_kind),
+            "memory": {"rss": mib(process_numbers().rss_bytes)},
         }
         if problem is not None:
             body["storage"] = problem

@@ -15,7 +15,6 @@ frames are skipped. A queue's job events within ``queue_counts_coalesce_ms`` giv
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -23,6 +22,12 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from ..core.stats_handlers import (
+    StatsScope,
+    health_status,
+    stats_snapshot,
+    storage_status_frame,
+)
 from .event_names import event_name
 
 log = logging.getLogger("trioqueue.live")
@@ -37,23 +42,14 @@ class EventSource(Protocol):
     def unsubscribe(self, subscriber: Callable[[list[dict[str, Any]]], None]) -> None: ...
 
 
-def rss_mib() -> float:
-    """The process's resident memory now, in MiB (0 where /proc is missing)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            pages = int(statm.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0.0
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024), 1)
-
-
 class LiveFrames:
     def __init__(self, events: EventSource, config: Config, run: RunCommand,
-                 connections: Callable[[], dict[str, int]]) -> None:
+                 scope: StatsScope, now_ms: Callable[[], int]) -> None:
         self._events = events
         self._config = config
         self._run = run
-        self._connections = connections
+        self._scope = scope
+        self._now_ms = now_ms
         self._listeners: list[tuple[Listener, bool]] = []
         self._touched: dict[str, None] = {}
         self._wake = trio.Event()
@@ -142,42 +138,15 @@ class LiveFrames:
     def uptime_s(self) -> float:
         return time.monotonic() - self._started
 
+    # The frames' bodies are the broker's numbers (core/stats_handlers.py), read on
+    # this thread between two steps of the queues: O(queues), never O(jobs).
+
     async def stats_snapshot(self) -> dict[str, Any]:
-        """bunqueue's ``stats:snapshot``: the totals, and each queue's counts."""
-        stats = (await self._run({"cmd": "Stats"})).get("stats") or {}
-        metrics = (await self._run({"cmd": "Metrics"})).get("metrics") or {}
-        queues = (await self._run({"cmd": "DashboardQueues"})).get("data") or {}
-        workers = (await self._run({"cmd": "ListWorkers"})).get("data") or {}
-        crons = (await self._run({"cmd": "CronList"})).get("crons") or []
-        listed = workers.get("workers") or []
-        return {
-            "event": "stats:snapshot",
-            **{k: stats.get(k, 0) for k in ("waiting", "active", "delayed", "completed",
-                                             "dlq", "pushPerSec", "pullPerSec", "uptime")},
-            "totalPushed": metrics.get("totalPushed", 0),
-            "totalCompleted": metrics.get("totalCompleted", 0),
-            "totalFailed": metrics.get("totalFailed", 0),
-            "queues": {q["name"]: {k: q.get(k, 0) for k in ("waiting", "active", "delayed",
-                                                           "dlq", "paused")}
-                       for q in queues.get("queues") or [] if isinstance(q, dict)},
-            "workers": {"total": len(listed),
-                        "active": sum(1 for w in listed if w.get("activeJobs"))},
-            "cronJobs": len(crons),
-        }
+        return {"event": "stats:snapshot", **stats_snapshot(self._scope, self._now_ms())}
 
     async def health_status(self) -> dict[str, Any]:
-        connections = self._connections()
-        return {
-            "event": "health:status",
-            "ok": True,
-            "uptime": int(self.uptime_s() * 1000),
-            "memory": {"rss": rss_mib(), "heapUsed": rss_mib()},
-            "connections": {"sse": connections.get("sse", 0),
-                            "ws": connections.get("websocket", 0)},
-        }
+        return {"event": "health:status", **health_status(self._scope, self._now_ms())}
 
     async def storage_status(self) -> dict[str, Any]:
-        status = (await self._run({"cmd": "StorageStatus"})).get("data") or {}
-        queues = (await self._run({"cmd": "ListQueues"})).get("queues") or []
-        return {"event": "storage:status", "collections": len(queues),
-                "diskFull": bool(status.get("diskFull", False))}
+        return {"event": "storage:status",
+                **storage_status_frame(self._scope, self._now_ms())}

@@ -13,7 +13,7 @@ import gc
 import sys
 from typing import Any
 
-from .live_frames import rss_mib
+from ..core.broker_stats import mib, process_numbers
 from .rest_api import Call, Response, Route, RunCommand, command, reply_status
 from .rest_requests import forward, query_ints
 
@@ -50,7 +50,7 @@ async def _heapstats(call: Call, run: RunCommand) -> Response:
     generations = gc.get_stats()
     return Response(200, {
         "ok": True,
-        "memory": {"rss": rss_mib()},
+        "memory": {"rss": mib(process_numbers().rss_bytes)},
         "gc": {
             "enabled": gc.isenabled(),
             "pending": list(gc.get_count()),

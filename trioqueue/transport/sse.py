@@ -24,6 +24,7 @@ from urllib.parse import unquote
 import trio
 
 from ..core import fields
+from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
 from .codec import JSON
 from .live_frames import LiveFrames
@@ -71,9 +72,11 @@ class SseClient:
 
 
 class SseHub:
-    def __init__(self, live: LiveFrames, *, max_clients: int, heartbeat_s: float,
+    def __init__(self, live: LiveFrames, connections: ConnectionCounts, *, max_clients: int,
+                 heartbeat_s: float,
                  replay_events: int, max_unsent_bytes: int) -> None:
         self._live = live
+        self._connections = connections
         self._max_clients = max_clients
         self._heartbeat_s = heartbeat_s
         self._max_unsent = max_unsent_bytes
@@ -117,6 +120,7 @@ class SseHub:
         if not self.clients:
             self._live.add(self._on_frame, job_events=True)
         self.clients.add(client)
+        self._connections.open("sse")
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump, client, send, nursery.cancel_scope)
@@ -124,6 +128,7 @@ class SseHub:
                     pass
                 nursery.cancel_scope.cancel()
         finally:
+            self._connections.close("sse")
             self.clients.discard(client)
             if not self.clients:
                 self._live.remove(self._on_frame)

@@ -53,9 +53,11 @@ async def serve_tcp(
             except trio.WouldBlock:
                 await _refuse(stream, shell)
                 return
+            broker.open_connections.open("tcp")
             try:
                 await TcpConnection(broker, stream, shell).serve()
             finally:
+                broker.open_connections.close("tcp")
                 limit.release()
 
         task_status.started(listeners)

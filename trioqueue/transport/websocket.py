@@ -405,6 +405,7 @@ class WsEndpoint:
             shell.refusals.note("WebSocket")
             await _reject(request, 503, b"Too many connections")
             return
+        broker.open_connections.open("websocket")
         try:
             ws = await request.accept()
             connection = WsConnection(broker, ws, shell, queue, event_codec, self._live)
@@ -412,4 +413,5 @@ class WsEndpoint:
                 connection.authenticated_by_bearer()
             await connection.serve()
         finally:
+            broker.open_connections.close("websocket")
             broker.connections.release()

@@ -19,6 +19,7 @@ from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
+from .tallies import count_completed, count_failed
 from .views import completed_reply, failed_reply
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ def pull(
         tokens.append(token)
     if settings.gated:
         spent(q, len(jobs), now)
+    if jobs:
+        q.c.pulled += len(jobs)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
         q._emit("drained", "", now)
     return jobs, tokens
@@ -140,6 +143,7 @@ def ack(
     job = q._active_job(job_id)
     q._check_token(job, token)
     q._complete(job, now, has_result, result, remove)
+    count_completed(q.c, 1, now, now - (job.started_at or now))
 
 
 def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
@@ -218,6 +222,7 @@ def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int
                results: list[Any] | None, removes: list[Any] | None) -> None:
     """The second half of :func:`ackb`: complete the jobs :func:`ackb_check` passed (a
     part of them at a time, for a batch acknowledged in slices)."""
+    started = 0  # the jobs' pull times summed (tallies: their run time, once a batch)
     for i, job in checked:
         if job.state == QUEUED:
             q._transition(job, st.RECLAIM, now)
@@ -225,6 +230,9 @@ def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int
         result = results[i] if results is not None else None
         remove = bool(removes[i]) if removes is not None and removes[i] is True else None
         q._complete(job, now, has_result, result, remove)
+        started += job.started_at or now
+    if checked:
+        count_completed(q.c, len(checked), now, len(checked) * now - started)
 
 
 def fail(
@@ -266,6 +274,7 @@ def fail(
         return True
     if remove_on_fail or job.remove_on_fail:
         q._remove_live(job, now)
+        count_failed(q, now)
         q.logs.pop(job.id, None)
         q.writes.delete_job(job.id)
         q._child_failed(job, error)
@@ -301,6 +310,7 @@ def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | Non
         for child_id in job.pending or ():
             q.index.drop_dependent(child_id, job.id)
     q._move(job, st.BURY)
+    count_failed(q, now)
     job.dlq = new_entry(job, now, reason, error, trace)
     job.add_timeline("failed", now, error=error)
     job.pending = None

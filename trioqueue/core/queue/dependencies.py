@@ -151,6 +151,7 @@ def adopt(q: QueueState, job: JobRecord, now: int) -> None:
     an admission number from :meth:`reserve_seq`; the queue gives it its place.
     """
     q.jobs[job.id] = job
+    q.c.pushed += 1  # (a flow's job: admitted by the router, not by push)
     if job.state == WAITING_CHILDREN:
         q._count(job, +1, now)
     else:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .. import states as st
 from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
 from .slices import LOOK_EVERY_JOBS, capped
+from .tallies import MinuteHistory
 
 # Delayed jobs promoted per call at most (see _promote_slice); the queue actor lowers it
 # for a queue where that many take longer than Config.slice_budget_ms. A promotion
@@ -29,6 +30,16 @@ class Counters:
     active: int = 0
     waiting_children: int = 0
     by_priority: dict[float, int] = field(default_factory=dict)
+    # Lifetime tallies since the broker started (tallies.py): jobs admitted, delivered,
+    # completed, failed for good; the ms completed jobs ran since their pull; the minute
+    # history of the completed and failed.
+    pushed: int = 0
+    pulled: int = 0
+    completed: int = 0
+    failed: int = 0
+    ran_ms: int = 0
+    minute_end_ms: int = 0  # when the open minute of ``minutes`` ends (a roll is due)
+    minutes: MinuteHistory = field(default_factory=MinuteHistory)
 
 
 def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:

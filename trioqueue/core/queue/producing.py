@@ -26,8 +26,10 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     ids: list[str] = []
     if any("group_max_size" in spec for spec in specs):
         q.groups.admit(specs)  # all or none, before anything is admitted
+    seq = q._seq
     for spec in specs:
         ids.append(q._push_one(spec, now))
+    q.c.pushed += q._seq - seq  # each admitted job took one number; a duplicate none
     return ids
 
 

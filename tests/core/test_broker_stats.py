@@ -1,0 +1,78 @@
+"""The broker-wide numbers (core/broker_stats.py): connection gauges, the rate window,
+histograms, the storage's health; explicit ``now``."""
+
+from __future__ import annotations
+
+from trioqueue.core.broker_stats import (
+    DURATION_BUCKETS_S,
+    ConnectionCounts,
+    Histogram,
+    RateWindow,
+    StorageHealth,
+    process_numbers,
+)
+
+
+def test_connection_counts_per_transport() -> None:
+    counts = ConnectionCounts()
+    counts.open("tcp")
+    counts.open("tcp")
+    counts.open("sse")
+    counts.close("tcp")
+    assert counts.open_by_kind == {"tcp": 1, "websocket": 0, "sse": 1}
+    assert counts.total == 2
+
+
+def test_rate_window_slides() -> None:
+    rates = RateWindow()
+    assert rates.rates() == (0.0, 0.0)
+    rates.sample(0, 0, 0)
+    rates.sample(1_000, 100, 10)
+    assert rates.rates() == (100.0, 10.0)
+    for t in range(2_000, 12_001, 1_000):  # steady 50/s pushes, nothing pulled
+        rates.sample(t, 100 + 50 * (t // 1_000 - 1), 10)
+    assert rates.rates() == (50.0, 0.0)
+    assert len(rates.samples) <= 7  # only the window's samples are kept
+    rates.sample(12_000, 1_000, 10)  # the same instant again: replaced, not added
+    assert rates.samples[-1] == (12_000, 1_000, 10)
+
+
+def test_histogram_buckets_are_cumulative_with_inf() -> None:
+    hist = Histogram()
+    hist.observe(0.00005)
+    hist.observe(0.0001)  # on a bound: counted under it (le)
+    hist.observe(0.3, times=2)
+    hist.observe(60)
+    cumulative = dict(hist.cumulative())
+    assert len(cumulative) == len(DURATION_BUCKETS_S) + 1
+    assert cumulative["0.0001"] == 2
+    assert cumulative["0.25"] == 2 and cumulative["0.5"] == 4
+    assert cumulative["10.0"] == 4 and cumulative["+Inf"] == 5
+    assert hist.count == 5 and abs(hist.sum_s - (0.00015 + 0.6 + 60)) < 1e-9
+
+
+def test_storage_health_full_then_room() -> None:
+    health = StorageHealth()
+    assert not health.degraded and health.since is None
+    health.note_room(True, 1_000)
+    health.note_room(True, 2_000)  # still full: since stays
+    assert health.degraded and health.disk_full and health.since == 1_000
+    assert health.error is not None and "/" not in health.error
+    health.note_room(False, 3_000)
+    assert not health.degraded and health.since is None and health.error is None
+
+
+def test_storage_failure_stays() -> None:
+    health = StorageHealth()
+    health.note_room(True, 1_000)
+    health.note_failure("commit", 2_000)
+    health.note_room(False, 3_000)
+    assert health.degraded and health.failed and health.since == 1_000
+    assert health.error == "storage commit failed"
+
+
+def test_process_numbers() -> None:
+    proc = process_numbers()
+    assert proc.rss_bytes > 0 and proc.peak_rss_bytes > 0
+    assert proc.cpu_seconds > 0
+    assert 1_600_000_000 < proc.start_time_s
