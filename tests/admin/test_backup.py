@@ -3,6 +3,9 @@ that a broker served on it starts with every job acknowledged before the backup.
 
 from __future__ import annotations
 
+import json
+import sys
+
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -86,9 +89,14 @@ async def test_backup_refuses_a_directory_that_is_not_empty(cli: Cli, broker: Se
 
 async def test_backup_asks_the_broker_for_its_store(cli: Cli, broker: Server,
                                                     tmp_path: Path) -> None:
+    """The CLI runs as its own process, as in use (LMDB refuses a second open of one
+    store within a process, and the broker here runs in the test's)."""
     await cli("add", "q", "n", "--job-id", "kept")
     dest = tmp_path / "copy"
-    summary = (await cli("backup", str(dest), "--json")).json()
+    done = await trio.run_process(
+        [sys.executable, "-m", "trioqueue", "backup", str(dest), "--json",
+         "--port", str(broker.tcp_port)], capture_stdout=True, env=_env())
+    summary = json.loads(done.stdout)
     assert Path(summary["source"]) == tmp_path / "data"
     assert (dest / "data.mdb").stat().st_size == summary["bytes"]
 

@@ -114,7 +114,7 @@ async def test_subscribed_websocket_gets_queue_counts_and_periodic_frames(
                 names.setdefault(frame["event"], frame["data"])
     assert names["queue:counts"]["queue"] == "wq" and names["queue:counts"]["waiting"] == 1
     assert names["health:status"]["ok"] is True
-    assert names["health:status"]["connections"]["ws"] >= 0
+    assert names["health:status"]["connections"]["websocket"] == 1
     await tcp.aclose()
 
 

@@ -27,6 +27,24 @@ WORKER_FIELDS = ("name", "queues", "concurrency", "workerId", "hostname", "pid",
                  "startedAt")
 
 
+async def _dashboard_queues(call: Call, run: RunCommand) -> Response:
+    """DashboardQueues, one page of it: ``offset`` and ``limit`` (bunqueue pages this
+    route, not the command) cut the sorted list; ``total`` counts them all."""
+    reply = await run({"cmd": "DashboardQueues"})
+    data = reply.get("data")
+    if reply.get("ok") is not False and isinstance(data, dict):
+        queues = data.get("queues") or []
+        paging = query_ints(call, ("limit", "offset"))
+        offset = paging.get("offset", 0)
+        offset = int(offset) if offset == offset and offset > 0 else 0  # NaN: from 0
+        limit = paging.get("limit")
+        end = offset + int(limit) if limit is not None and limit == limit and limit >= 0 \
+            else None
+        data["total"] = len(queues)
+        data["queues"] = queues[offset:end]
+    return Response(reply_status(reply), reply)
+
+
 def _dashboard_queue(call: Call) -> dict[str, Any]:
     return {"cmd": "DashboardQueue", "queue": call.params["queue"],
             "includeJobs": call.arg("includeJobs") == "true"}
@@ -90,8 +108,7 @@ ADMIN_ROUTES: list[Route] = [
     Route("GET", "/metrics", command(forward("Metrics"))),
     Route("GET", "/prometheus", _prometheus),
     Route("GET", "/dashboard", command(forward("DashboardOverview"))),
-    Route("GET", "/dashboard/queues", command(lambda call: {
-        "cmd": "DashboardQueues", **query_ints(call, ("limit", "offset"))})),
+    Route("GET", "/dashboard/queues", _dashboard_queues),
     Route("GET", "/dashboard/queues/{queue}", command(_dashboard_queue)),
     Route("POST", "/gc", command(forward("CompactMemory"))),
     Route("GET", "/heapstats", _heapstats),
