@@ -79,6 +79,10 @@ class Broker:
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_finished=self._count_finished)
+        if config.otel_enabled:
+            from .tracing import broker_tracing  # (imports OpenTelemetry: only when on)
+
+            self.router.tracing = broker_tracing()
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)

@@ -20,7 +20,7 @@ import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -42,6 +42,9 @@ from .fan_out import Gather
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
+
+if TYPE_CHECKING:
+    from .tracing import BrokerTracing
 
 log = logging.getLogger("trioqueue.router")
 
@@ -116,6 +119,8 @@ class Router(DependentsIndex):
         self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
+        # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled
+        self.tracing: BrokerTracing | None = None
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -236,6 +241,8 @@ class Router(DependentsIndex):
 
     async def dispatch(self, routed: list[tuple[Command, Request]]) -> None:
         """Send each request to its queue: one inbox message per queue for the batch."""
+        if self.tracing is not None:
+            self.tracing.take(routed, self)
         groups: dict[str, list[Request]] = {}
         for command, req in routed:
             try:
