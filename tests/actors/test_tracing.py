@@ -9,9 +9,11 @@ without the package, ``serve`` stops with one line.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from trioqueue import cli
 from trioqueue.actors.tracing import OTEL_MISSING
 from trioqueue.testing import RawClient
+from trioqueue.testing.process import BrokerProcess
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -119,6 +122,28 @@ async def test_off_by_default_no_spans(start_server: Callable[..., Any],
     assert pulled["job"]["traceContext"] == {"traceparent": PARENT}  # carried all the same
     assert span_exporter.get_finished_spans() == ()
     await client.aclose()
+
+
+async def test_the_context_is_kept_with_the_job_through_a_kill_9(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        context = {"traceparent": PARENT, "tracestate": "k=v"}
+        pushed = await client.ok("PUSH", queue="q", name="n", data={},
+                                 traceContext=context)
+        await client.ok("PUSHF", jobs=[{"id": "flow-1", "queue": "q", "input": {
+            "name": "f", "data": {}, "traceContext": context}}])
+        await broker.kill(signal.SIGKILL)
+        await client.aclose()
+        await broker.start()
+        client = await RawClient.connect(broker.tcp_port)
+        for job_id in (pushed["id"], "flow-1"):
+            job = (await client.ok("GetJob", id=job_id))["job"]
+            assert job["traceContext"] == context
+        await client.aclose()
+    finally:
+        await broker.stop()
 
 
 # A broker with its defaults, pushing, pulling and acking, in a fresh interpreter: does
