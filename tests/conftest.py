@@ -76,3 +76,26 @@ async def connect(server: Server, codec: str) -> AsyncIterator[Callable[..., Any
 async def client(connect: Callable[..., Any]) -> RawClient:
     result: RawClient = await connect()
     return result
+
+
+@pytest.fixture
+def span_exporter(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """OpenTelemetry's in-memory exporter behind a tracer provider set for this test only.
+
+    The global provider can be set once per process: its guard and value are replaced
+    for the test and restored after it (monkeypatch), so tests do not see each other's.
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.util._once import Once
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    trace.set_tracer_provider(provider)
+    yield exporter
+    provider.shutdown()

@@ -132,6 +132,7 @@ ENV_NAMES["webhook_max_attempts"] += ("WEBHOOK_MAX_RETRIES",)  # bunqueue's name
 ENV_NAMES["webhook_retry_delay_ms"] += ("WEBHOOK_RETRY_DELAY_MS",)
 ENV_NAMES["metrics_max_queues"] += ("METRICS_MAX_QUEUES",)
 ENV_NAMES["webhook_allow_private"] = ("TRIOQUEUE_WEBHOOK_ALLOW_PRIVATE",)
+ENV_NAMES["otel_enabled"] = ("TRIOQUEUE_OTEL",)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -310,6 +311,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         origins = env_value(env, "cors_allow_origins")
     if origins is not None:
         config.cors_allow_origins = [o.strip() for o in origins.split(",") if o.strip()]
+    config.otel_enabled = _switch(args.otel, env, "otel_enabled")
     _float_settings(config, args, env)
     _limits_from(config, args, env)
     return config
@@ -326,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", "--data-path", dest="data_dir",
                        help="LMDB data directory (default ./trioqueue-data)")
     serve.add_argument("--memory", action="store_true", help="keep everything in memory")
+    serve.add_argument("--otel", action="store_true",
+                       help="OpenTelemetry spans for push, pull and ack (needs "
+                            "opentelemetry-api; see docs/tracing.md)")
     serve.add_argument("--auth-tokens", help="comma-separated tokens; enables auth")
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when commits reach the disk (default interval)")
@@ -400,6 +405,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         config.validate()
     except ValueError as exc:
         raise SystemExit(f"Invalid configuration: {exc}") from None
+    if config.otel_enabled:
+        from .actors.tracing import TracingUnavailable, broker_tracing
+
+        try:  # one line before anything starts, not a traceback from inside the broker
+            broker_tracing()
+        except TracingUnavailable as exc:
+            raise SystemExit(str(exc)) from None
     logging.basicConfig(
         level=getattr(logging, config.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -74,6 +74,9 @@ class Config:
     # job's buffers do not fault in fresh pages each time, nor are unmapped on the loop:
     # trioqueue/process_heap.py. 0: the allocator's defaults.
     heap_keep_bytes: int = 64 * 1024 * 1024
+    # OpenTelemetry spans for PUSH/PULL/ACK (actors/tracing.py, docs/tracing.md); needs
+    # opentelemetry-api (the ``otel`` extra). Off: OpenTelemetry is never imported.
+    otel_enabled: bool = False
 
     # --- wire limits
     max_frame_bytes: int = 64 * 1024 * 1024  # bunqueue's cap on one frame's body

@@ -4,9 +4,8 @@ that a broker served on it starts with every job acknowledged before the backup.
 from __future__ import annotations
 
 import json
-import sys
-
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

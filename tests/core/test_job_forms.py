@@ -20,6 +20,7 @@ from trioqueue.core.job import (
     _INTERNAL,
     _INTERNAL_ALWAYS,
     _TIMESTAMPS,
+    _WIRE_ONLY_WHEN_SET,
     JobRecord,
     new_timeline,
 )
@@ -29,6 +30,8 @@ def wire_reference(job: JobRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for wire, attr, _ in _FIELDS:
         value = getattr(job, attr)
+        if value is None and wire in _WIRE_ONLY_WHEN_SET:
+            continue  # (our own fields: absent from bunqueue's Job unless set)
         out[wire] = float(value) if wire in _TIMESTAMPS and value is not None else value
     return out
 

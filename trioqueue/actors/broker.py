@@ -94,6 +94,10 @@ class Broker:
         self.open_connections: ConnectionCounts = stats.connections
         # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
         self.storage_health: StorageHealth = stats.storage_health
+        if config.otel_enabled:
+            from .tracing import broker_tracing  # (imports OpenTelemetry: only when on)
+
+            self.router.tracing = broker_tracing()
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)

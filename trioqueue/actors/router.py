@@ -20,7 +20,7 @@ import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -44,6 +44,9 @@ from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
 from .timings import BatchTimer
+
+if TYPE_CHECKING:
+    from .tracing import BrokerTracing
 
 log = logging.getLogger("trioqueue.router")
 
@@ -123,6 +126,8 @@ class Router(DependentsIndex):
         self._timer = BatchTimer(self.stats.timings)
         # (queue, state) -> stored finished jobs (None: not known); set by the broker
         self.count_stored: Callable[[str, str], int] | None = None
+        # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled
+        self.tracing: BrokerTracing | None = None
 
     # ------------------------------------------------------------------ JobIndex
 
@@ -250,6 +255,8 @@ class Router(DependentsIndex):
         timer.countdown -= 1
         if not timer.countdown:
             timer.time(routed)
+        if self.tracing is not None:
+            self.tracing.take(routed, self)
         groups: dict[str, list[Request]] = {}
         for command, req in routed:
             try:

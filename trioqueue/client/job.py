@@ -70,6 +70,8 @@ class Job:
         self.unique_key: str | None = get("uniqueKey")
         self.timeline: list[dict[str, Any]] = list(get("timeline") or ())
         self.state: str | None = get("state")  # only when the broker says
+        # W3C headers of the producer's span (core/trace_context.py), if it sent them
+        self.trace_context: dict[str, str] | None = get("traceContext")
 
     @property
     def delay(self) -> int:

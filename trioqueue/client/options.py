@@ -22,6 +22,7 @@ from typing import Any, Literal, Required, TypedDict
 
 from .errors import ValidationError
 from .repeat import Repeat, repeat_option
+from .tracing import check_trace_context
 
 
 class Backoff(TypedDict, total=False):
@@ -75,6 +76,7 @@ class JobOptions(TypedDict, total=False):
     remove_dependency_on_failure: bool
     continue_parent_on_failure: bool
     ignore_dependency_on_failure: bool
+    trace_context: Mapping[str, str]
 
 
 class BulkJob(TypedDict, total=False):
@@ -175,6 +177,7 @@ _SIMPLE: dict[str, tuple[str, _Check]] = {
     "remove_dependency_on_failure": ("removeDependencyOnFailure", check_flag),
     "continue_parent_on_failure": ("continueParentOnFailure", check_flag),
     "ignore_dependency_on_failure": ("ignoreDependencyOnFailure", check_flag),
+    "trace_context": ("traceContext", check_trace_context),
 }
 #: Python name -> wire name, for every option (``job_id``'s depends on the command).
 JOB_OPTIONS: dict[str, str] = {

@@ -175,10 +175,10 @@ async def _process(w: Worker, lease: Lease) -> None:
 
 async def _call_processor(w: Worker, job: Job) -> Any:
     if w._is_async:
-        return await w.processor(job)
+        return await w._processor_call(job)
     # abandon_on_cancel: a thread cannot be interrupted, and a forced close must not
     # wait for it; the thread finishes on its own and its result is dropped.
-    return await anyio.to_thread.run_sync(w.processor, job, limiter=w._limiter,
+    return await anyio.to_thread.run_sync(w._processor_call, job, limiter=w._limiter,
                                          abandon_on_cancel=True)
 
 

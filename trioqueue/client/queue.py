@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from ..core.traces import trace_tail
+from . import tracing
 from .dlq import DlqMethods
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
@@ -48,13 +49,17 @@ class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedul
             QueueWebhooks):
     """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
 
-    def __init__(self, name: str, connection: Connection) -> None:
+    def __init__(self, name: str, connection: Connection, *, telemetry: bool = False) -> None:
         try:
             check_queue_name(name)
         except Refused as exc:
             raise ValidationError(exc.message) from None
         self.name = name
         self.connection = connection
+        # add/add_bulk carry the current OpenTelemetry context in each job (tracing.py)
+        self.telemetry = telemetry
+        if telemetry:
+            tracing.require()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name}>"
@@ -74,6 +79,8 @@ class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedul
         existing job is returned (idempotent adds).
         """
         wire = job_options(options) if options else {}
+        if self.telemetry:
+            tracing.inject(wire)
         reply = await self.connection.call("PUSH", queue=self.name, name=name, data=data,
                                            **wire)
         return self._added(reply["id"], name, data, wire)
@@ -88,6 +95,8 @@ class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedul
                 wire = job_options(job.get("opts") or {}, custom_id_key="customId")
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{index}].opts: {exc.message}") from None
+            if self.telemetry:
+                tracing.inject(wire)
             wires.append(wire)
             items.append({"name": job.get("name", "default"), "data": job.get("data"),
                           **wire})

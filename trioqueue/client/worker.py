@@ -61,22 +61,22 @@ renewal, the registry), over the leases of :mod:`.lease`.
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from . import heartbeats, outcomes, pulling, shutdown
+from . import heartbeats, outcomes, pulling, shutdown, tracing, worker_events
 from .job import Job
 from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
 from .outcomes import UnrecoverableError
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
+from .worker_events import EVENTS
 from .worker_options import (
     MAX_POLL_TIMEOUT_MS,
     check_concurrency,
@@ -91,9 +91,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS", "Listener",
            "Processor", "UnrecoverableError", "Worker"]
-
-EVENTS = frozenset({"active", "completed", "failed", "progress", "error", "drained",
-                    "closed"})
 
 DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
@@ -131,6 +128,8 @@ class Worker:
         when the worker starts; it stays until removed).
     :param group_concurrency: jobs of one group active at once, across the queue's
         consumers, for groups without a limit of their own.
+    :param telemetry: run each job's processor in an OpenTelemetry span whose parent is
+        the job's ``traceContext`` (needs opentelemetry-api; docs/tracing.md).
     """
 
     def __init__(
@@ -148,6 +147,7 @@ class Worker:
         name: str | None = None,
         limiter: Mapping[str, Any] | None = None,
         group_concurrency: int | None = None,
+        telemetry: bool = False,
     ) -> None:
         check_concurrency(concurrency)
         if batch_size is None:
@@ -161,6 +161,8 @@ class Worker:
         self.queue = Queue(queue_name, connection)  # validates the name
         self.queue_name = queue_name
         self.processor = processor
+        # what runs each job: the processor, or it inside a span (client/tracing.py)
+        self._processor_call = tracing.traced(processor, queue_name) if telemetry else processor
         self.connection = connection
         self.batch_size = batch_size
         self.lock_duration_ms = lock_duration_ms
@@ -261,48 +263,13 @@ class Worker:
         self._notify()
 
     # ------------------------------------------------------------------ events
+    # (listeners, and the error reports: worker_events.py)
 
-    def on(self, event: str, fn: Listener) -> Listener:
-        """Call ``fn`` on ``event``; returns ``fn`` (so it can be a decorator's target)."""
-        if event not in EVENTS:
-            raise ValueError(f"unknown worker event: {event!r} (one of {sorted(EVENTS)})")
-        self._listeners[event].append(fn)
-        return fn
-
-    def off(self, event: str, fn: Listener) -> None:
-        listeners = self._listeners.get(event, [])
-        if fn in listeners:
-            listeners.remove(fn)
-
-    def _emit(self, event: str, *args: Any) -> list[Awaitable[Any]]:
-        """Call the listeners of ``event``; returns the awaitables that had no nursery
-        to run in (only after the worker's nursery is gone)."""
-        orphans: list[Awaitable[Any]] = []
-        for fn in list(self._listeners[event]):
-            try:
-                result = fn(*args)
-            except Exception:
-                log.exception("worker %s: %r listener %r raised", self.name, event, fn)
-                continue
-            if inspect.isawaitable(result):
-                if self._listener_nursery is not None:
-                    self._listener_nursery.start_soon(self._await_listener, event, result)
-                else:
-                    orphans.append(result)
-        return orphans
-
-    async def _await_listener(self, event: str, awaitable: Awaitable[Any]) -> None:
-        try:
-            await awaitable
-        except Exception:
-            log.exception("worker %s: %r listener raised", self.name, event)
-
-    def _report(self, exc: BaseException, context: str) -> None:
-        """An ``error`` event; with no listener, a log line, so it is never silent."""
-        if self._listeners["error"]:
-            self._emit("error", exc)
-        else:
-            log.warning("worker %s: %s failed: %r", self.name, context, exc)
+    on = worker_events.on
+    off = worker_events.off
+    _emit = worker_events._emit
+    _await_listener = worker_events._await_listener
+    _report = worker_events._report
 
     def _notify(self) -> None:
         self._changed.set()

@@ -87,6 +87,7 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("durable", "durable", False),
     ("lifo", "lifo", False),
     ("timeline", "timeline", ()),
+    ("traceContext", "trace_context", None),
 )
 
 _TIMESTAMPS = frozenset({"createdAt", "runAt", "startedAt", "completedAt", "lastHeartbeat"})
@@ -156,7 +157,10 @@ _DEFAULTS.update({f"_i_{name}": default for name, default in _INTERNAL})
 _DEFAULT_NAME = {attr: f"_d{i}" for i, (_, attr, _) in enumerate(_FIELDS)}
 _DEFAULT_NAME.update({name: f"_i_{name}" for name, _ in _INTERNAL})
 # The Job object of a job whose every field has its default; to_wire starts from a copy.
-_WIRE_DEFAULTS = JobWire({wire: default for wire, _, default in _FIELDS})
+# (traceContext, our own field, is on it only when set: bunqueue's Job has no such key.)
+_WIRE_ONLY_WHEN_SET = frozenset({"traceContext"})
+_WIRE_DEFAULTS = JobWire({wire: default for wire, _, default in _FIELDS
+                          if wire not in _WIRE_ONLY_WHEN_SET})
 
 
 def _ref(attr: str, default: Any) -> str:
@@ -364,6 +368,7 @@ class JobRecord:
     durable: bool
     lifo: bool
     timeline: list[dict[str, Any]]
+    trace_context: dict[str, str] | None
     state: str
     seq: int
     dlq: dict[str, Any] | None

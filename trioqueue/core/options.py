@@ -55,6 +55,7 @@ from trioqueue.core.job_data import _json_text as _json_text
 from trioqueue.core.repeat_options import NO_CUSTOM_ID as REPEAT_CUSTOM_ID
 from trioqueue.core.repeat_options import SUCCESSOR_KEY
 from trioqueue.core.repeat_options import validate as validate_repeat
+from trioqueue.core.trace_context import trace_context
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_MS = 1000
@@ -270,6 +271,10 @@ def _parent_id(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> No
         out["parent_id"] = value
 
 
+def _trace_context(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    out["trace_context"] = trace_context(value)
+
+
 def _finite_option(wire: str, attr: str) -> _Handler:
     def handle(value: Any, out: dict[str, Any], fields: Mapping[str, Any]) -> None:
         out[attr] = _finite(value, wire)
@@ -338,6 +343,7 @@ _HANDLERS: dict[str, _Handler] = {
     "removeOnFail": _bool_option("remove_on_fail"),
     "durable": _bool_option("durable"),
     **{wire: _bool_option(attr) for wire, attr in _POLICIES},
+    "traceContext": _trace_context,  # ours: bunqueue has none (core/trace_context.py)
 }
 _RANK = {wire: rank for rank, wire in enumerate(_HANDLERS)}
 # One set intersection with the input finds the options present, so an input without

@@ -43,6 +43,7 @@ class SyncJob:
     unique_key: str | None
     timeline: list[dict[str, Any]]
     state: str | None
+    trace_context: dict[str, str] | None
     token: str | None
     raw: dict[str, Any]
 
