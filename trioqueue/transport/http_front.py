@@ -134,6 +134,17 @@ def plain_response(status: str, message: str) -> bytes:
             b"Content-Length: %d\r\n\r\n%s" % (status.encode(), len(body), body))
 
 
+async def answer_and_close(stream: trio.abc.Stream, response: bytes) -> None:
+    """Send a whole response (at most a second for a client that does not read), then
+    close the connection."""
+    with trio.move_on_after(1):
+        try:
+            await stream.send_all(response)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    await stream.aclose()
+
+
 _HEAD_TOO_LARGE = plain_response("431 Request Header Fields Too Large",
                                  "Request headers too large")
 
@@ -170,12 +181,7 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
             with trio.move_on_after(config.http_header_timeout_s or math.inf) as waited:
                 head, request = await read_head(stream, config.http_max_header_bytes)
         except HeadTooLarge:
-            with trio.move_on_after(1):
-                try:
-                    await stream.send_all(_HEAD_TOO_LARGE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-            await stream.aclose()
+            await answer_and_close(stream, _HEAD_TOO_LARGE)
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.aclose()

@@ -19,7 +19,7 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
 from .http_app import HttpApp
-from .http_front import plain_response
+from .http_front import answer_and_close, plain_response
 from .limits import Shell
 
 if TYPE_CHECKING:
@@ -68,12 +68,7 @@ class HttpServer:
             limit.acquire_nowait()
         except trio.WouldBlock:
             self._shell.refusals.note("HTTP")
-            with trio.move_on_after(1):
-                try:
-                    await stream.send_all(_TOO_MANY)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-            await stream.aclose()
+            await answer_and_close(stream, _TOO_MANY)
             return
         try:
             app = ASGIWrapper(_ConnectionApp(self.app, stream))  # type: ignore[arg-type]
