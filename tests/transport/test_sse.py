@@ -216,3 +216,27 @@ async def test_an_sse_client_that_never_reads_is_cut_and_the_broker_is_not_slowe
 def sse_hub(server: Server) -> SseHub:
     assert server.http is not None
     return server.http.app.sse
+
+
+async def test_a_burst_of_job_events_gives_one_queue_counts_frame(
+    start_server: StartServer,
+) -> None:
+    """50 jobs pushed in one batch: 50 job:pushed frames, and queue:counts once, with
+    the batch's total (coalesced over queue_counts_coalesce_ms), not 50 times."""
+    server = await start_server(memory=True, queue_counts_coalesce_ms=50)
+    client = await tcp(server)
+    async with httpx.AsyncClient(timeout=10) as http, \
+            http.stream("GET", url(server, "/events/queues/burst")) as response:
+        reader = SseReader(response)
+        await reader.frame()
+        await client.ok("PUSHB", queue="burst", jobs=[{"name": "n", "data": i}
+                                                     for i in range(50)])
+        pushed, counts = 0, []
+        with trio.fail_after(5):
+            while not counts:
+                frame = await reader.frame()
+                if frame.get("event") == "job:pushed":
+                    pushed += 1
+                elif frame.get("event") == "queue:counts":
+                    counts.append(frame["data"])
+    assert pushed == 50 and [c["waiting"] for c in counts] == [50]
