@@ -9,7 +9,6 @@ from trioqueue.core.broker_stats import (
     Histogram,
     RateWindow,
     StorageHealth,
-    process_numbers,
 )
 
 
@@ -69,10 +68,3 @@ def test_storage_failure_stays() -> None:
     health.note_room(False, 3_000)
     assert health.degraded and health.failed and health.since == 1_000
     assert health.error == "storage commit failed"
-
-
-def test_process_numbers() -> None:
-    proc = process_numbers()
-    assert proc.rss_bytes > 0 and proc.peak_rss_bytes > 0
-    assert proc.cpu_seconds > 0
-    assert 1_600_000_000 < proc.start_time_s

@@ -33,6 +33,7 @@ from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..process_numbers import process_numbers
 from ..storage.port import Storage
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
@@ -88,6 +89,7 @@ class Broker:
             count_finished=self._count_finished)
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
+        stats.process = process_numbers
         stats.storage_usage = self.storage_usage
         self.router.count_stored = self._count_stored
         # Open connections per transport: each transport opens and closes its own.

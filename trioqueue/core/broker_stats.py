@@ -10,10 +10,6 @@ health. All of it is plain state with ``now`` passed in; the I/O shell feeds it.
 
 from __future__ import annotations
 
-import os
-import resource
-import sys
-import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -174,6 +170,16 @@ def _no_usage() -> StorageUsage:
     return StorageUsage("memory", None, 0, None, None, None)
 
 
+class ProcessNumbers(NamedTuple):
+    rss_bytes: int
+    peak_rss_bytes: int
+    cpu_seconds: float
+    start_time_s: float  # epoch seconds
+
+
+_NO_PROCESS = ProcessNumbers(0, 0, 0.0, 0.0)
+
+
 @dataclass
 class BrokerStats:
     """The broker-wide numbers (see the module's docstring); the router holds one."""
@@ -186,6 +192,9 @@ class BrokerStats:
     storage_health: StorageHealth = field(default_factory=StorageHealth)
     # Measures the store (the broker sets it; may commit what is pending first).
     storage_usage: Callable[[int], StorageUsage] = field(default=lambda now: _no_usage())
+    # Reads this process's memory and CPU (the broker sets it: the reading is I/O,
+    # trioqueue/process_numbers.py).
+    process: Callable[[], ProcessNumbers] = field(default=lambda: _NO_PROCESS)
     metrics_max_queues: int = 100
     version: str = __version__
 
@@ -230,42 +239,6 @@ def queue_totals(states: Iterable[tuple[str, QueueState]], now: int,
     return t
 
 
-class ProcessNumbers(NamedTuple):
-    rss_bytes: int
-    peak_rss_bytes: int
-    cpu_seconds: float
-    start_time_s: float  # epoch seconds
-
-
-def process_numbers() -> ProcessNumbers:
-    """This process's memory and CPU (``resource``; the resident set from
-    ``/proc/self/statm`` where there is one, else the peak)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    # ru_maxrss: KiB on Linux, bytes on macOS
-    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    rss = peak
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        pass
-    return ProcessNumbers(rss, peak, usage.ru_utime + usage.ru_stime, _START_TIME_S)
-
-
-def _process_start_s() -> float:
-    """When this process started (epoch seconds): from /proc where there is one, else
-    when this module was first imported."""
-    try:
-        with open("/proc/self/stat", "rb") as stat:
-            ticks = int(stat.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as proc:
-            boot = next(int(line.split()[1]) for line in proc if line.startswith(b"btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-
-
-_START_TIME_S = _process_start_s()
 
 
 def mib(n: int) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import fields
 from . import states as st
-from .broker_stats import DURATION_BUCKETS_S, Histogram, mib, process_numbers
+from .broker_stats import DURATION_BUCKETS_S, Histogram, mib
 from .context import Ctx, Reply
 from .job import ACTIVE
 from .maintenance import queue_listed
@@ -51,7 +51,7 @@ def dashboard_overview(scope: StatsScope, msg: dict[str, Any], now: int,
     """Everything at a glance. ``memory`` is the process's (MiB): Python has no
     JavaScript heap, so ``heapUsed`` is the resident set and ``heapTotal`` its peak."""
     overview = stats(scope, msg, now, conn)["stats"]
-    proc = process_numbers()
+    proc = scope.stats.process()
     workers = scope.workers.list(now)["data"]
     states = list(scope.queue_states())
     return {"data": {

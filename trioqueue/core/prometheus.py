@@ -14,7 +14,7 @@ import platform
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .broker_stats import Histogram, process_numbers
+from .broker_stats import Histogram, ProcessNumbers
 
 if TYPE_CHECKING:
     from .stats_handlers import StatsScope
@@ -101,7 +101,7 @@ def exposition(scope: StatsScope, now: int) -> str:
     if storage["maxBytes"] is not None:
         out.one("bunqueue_storage_max_bytes", "gauge", "The store's limit in bytes",
                 storage["maxBytes"])
-    _process(out)
+    _process(out, scope.stats.process())
     out.one("bunqueue_build_info", "gauge", "The broker's version", 1,
             {"version": stats.version, "python_version": platform.python_version()})
     out.family("bunqueue_connections", "gauge", "Open connections per transport",
@@ -129,8 +129,7 @@ def _workers(out: Exposition, scope: StatsScope, now: int) -> None:
             "Jobs the registered workers say failed", workers["totalFailed"])
 
 
-def _process(out: Exposition) -> None:
-    proc = process_numbers()
+def _process(out: Exposition, proc: ProcessNumbers) -> None:
     out.one("bunqueue_process_resident_memory_bytes", "gauge", "Resident memory",
             proc.rss_bytes)
     out.one("process_resident_memory_bytes", "gauge", "Resident memory", proc.rss_bytes)

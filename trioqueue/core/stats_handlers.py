@@ -17,7 +17,6 @@ from .broker_stats import (
     QueueTotals,
     StorageUsage,
     mib,
-    process_numbers,
     queue_totals,
 )
 from .context import Reply
@@ -119,7 +118,7 @@ def legacy_metrics(scope: StatsScope, now: int) -> dict[str, Any]:
         # the timed PUSH/PULL/ACK commands (actors/timings.py); a job's pull to its ACK
         "avgLatencyMs": command_latency_ms(scope),
         "avgProcessingMs": _average(t.ran_ms, t.completed_total),
-        "memoryUsageMb": mib(process_numbers().rss_bytes),
+        "memoryUsageMb": mib(scope.stats.process().rss_bytes),
         # bunqueue's SQLite file: the store's used bytes here (LMDB or memory)
         "sqliteSizeMb": mib(usage.used_bytes), "storageSizeMb": mib(usage.used_bytes),
         "activeConnections": scope.stats.connections.total,
@@ -178,7 +177,7 @@ def stats_snapshot(scope: StatsScope, now: int) -> dict[str, Any]:
 
 def health_status(scope: StatsScope, now: int) -> dict[str, Any]:
     """The body of the ``health:status`` frame (``ok``: the storage is not degraded)."""
-    proc = process_numbers()
+    proc = scope.stats.process()
     return {
         "ok": not scope.stats.storage_health.degraded, "uptime": uptime_ms(scope, now),
         "memory": {"rss": mib(proc.rss_bytes), "heapUsed": mib(proc.rss_bytes)},

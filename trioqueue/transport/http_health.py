@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import __version__
-from ..core.broker_stats import ConnectionCounts, mib, process_numbers
+from ..core.broker_stats import ConnectionCounts, mib
+from ..process_numbers import process_numbers
 from .live_frames import LiveFrames
 from .rest_api import Response
 

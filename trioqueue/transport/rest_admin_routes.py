@@ -13,7 +13,8 @@ import gc
 import sys
 from typing import Any
 
-from ..core.broker_stats import mib, process_numbers
+from ..core.broker_stats import mib
+from ..process_numbers import process_numbers
 from .rest_api import Call, Response, Route, RunCommand, command, reply_status
 from .rest_requests import forward, query_ints
 
