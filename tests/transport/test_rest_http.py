@@ -128,3 +128,19 @@ async def test_a_first_head_past_the_limit_gets_431(
                         + b"\r\n\r\n")
         answer = await sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 431 ")
+
+
+async def test_a_long_reply_is_whole_and_valid_json(start_server: Callable[..., Any]) -> None:
+    """A PULLB of 500 jobs (encoded in slices, as on the other transports) reads back as
+    the jobs pushed, in order, with their tokens."""
+    async with rest_client(start_server) as client:
+        jobs = [{"name": "n", "data": {"i": i, "text": "é\n\"" * 3}} for i in range(500)]
+        assert (await client.post("/queues/long/jobs/bulk", json={"jobs": jobs})
+                ).status_code == 200
+        reply = await client.post("/queues/long/jobs/pull-batch",
+                                  json={"count": 500, "owner": "w"})
+        body = reply.json()
+    assert reply.status_code == 200 and body["ok"] is True
+    assert [job["data"] for job in body["jobs"]] == [job["data"] for job in jobs]
+    assert len(body["tokens"]) == 500
+    assert int(reply.headers["content-length"]) == len(reply.content)

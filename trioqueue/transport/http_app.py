@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..actors.passes import give_way
 from ..config import Config
 from .codec import JSON
 from .http_auth import RequestBudget, authorized
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
+from .reply_slices import SlicedJson, is_long
 from .rest_api import Call, InvalidBody, Response, RouteTable
 from .rest_routes import ROUTES
 from .sse import SseHub
@@ -213,6 +215,13 @@ async def _send(send: Send, response: Response, cors: list[tuple[str, str]]) -> 
         payload = body
     elif isinstance(body, str):
         payload = body.encode()
+    elif isinstance(body, dict) and is_long(body):
+        # A long list (a PULLB of 1,000 jobs) is encoded a slice per pass, every other
+        # task running between two, as on TCP and WebSocket (transport/reply_slices.py).
+        sliced = SlicedJson(body)
+        while (whole := sliced.step()) is None:
+            await give_way()
+        payload = whole.encode()
     else:
         payload = JSON.encode(body)
     headers = [(b"content-type", response.content_type.encode()),
