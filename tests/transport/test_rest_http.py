@@ -144,3 +144,44 @@ async def test_a_long_reply_is_whole_and_valid_json(start_server: Callable[..., 
     assert [job["data"] for job in body["jobs"]] == [job["data"] for job in jobs]
     assert len(body["tokens"]) == 500
     assert int(reply.headers["content-length"]) == len(reply.content)
+
+
+async def test_an_answer_given_before_the_body_is_read_keeps_the_connection_usable(
+    start_server: Callable[..., Any],
+) -> None:
+    """A body sent to a path that never reads it (404, 401...) is taken before the
+    answer, so the kept-alive connection serves the next request (hypercorn closes a
+    connection whose request was not received whole, without telling the client)."""
+    server = await start_server(memory=True)
+    assert server.ws_port is not None
+    stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
+    head = (b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 2000\r\n\r\n")
+    await stream.send_all(head)
+    await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # the head is in alone
+    await stream.send_all(b"x" * 2000 + b"GET /live HTTP/1.1\r\nHost: x\r\n\r\n")
+    wire = b""
+    with trio.fail_after(5):
+        while wire.count(b"HTTP/1.1 ") < 2 or not wire.endswith(b"OK"):
+            chunk = await stream.receive_some(65536)
+            assert chunk, wire
+            wire += chunk
+    assert wire.startswith(b"HTTP/1.1 404 ") and b"HTTP/1.1 200 " in wire
+    await stream.aclose()
+
+
+async def test_a_body_past_the_limit_closes_the_connection_after_413(
+    start_server: Callable[..., Any],
+) -> None:
+    server = await start_server(memory=True, http_max_body_bytes=100)
+    assert server.ws_port is not None
+    stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
+    await stream.send_all(b"POST /queues/q/jobs HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n" + b"c8\r\n" + b"y" * 200
+                          + b"\r\n")
+    wire = b""
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(65536):
+            wire += chunk
+    assert wire.startswith(b"HTTP/1.1 413 ") and b"connection: close" in wire.lower()
+    await stream.aclose()

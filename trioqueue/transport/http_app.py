@@ -20,6 +20,7 @@ cancelled: its command's session closes, so nothing is claimed for it (see
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -80,8 +81,9 @@ class HttpApp:
         raw = scope.get("raw_path") or scope["path"].encode()
         path = raw.split(b"?", 1)[0].decode("latin-1").rstrip("/") or "/"
         cors = self._cors_headers(scope)
+        body = RequestBody(receive, self._config.http_max_body_bytes, scope["headers"])
         try:
-            response = await self._answer(scope, receive, send, stream, path, cors)
+            response = await self._answer(scope, receive, send, stream, path, cors, body)
         except ClientGone:
             return
         except BodyTooLarge:
@@ -92,11 +94,13 @@ class HttpApp:
             log.exception("an HTTP route failed: %s %s", scope["method"], path)
             response = Response(500, error_body("Internal server error"))
         if response is not None:
+            if not await body.drain():
+                response.headers.append(("connection", "close"))
             await _send(send, response, cors)
 
     async def _answer(self, scope: dict[str, Any], receive: Receive, send: Send,
-                      stream: ReplayedStream, path: str, cors: list[tuple[str, str]]
-                      ) -> Response | None:
+                      stream: ReplayedStream, path: str, cors: list[tuple[str, str]],
+                      body: RequestBody) -> Response | None:
         method = scope["method"]
         if _head_bytes(scope) > self._config.http_max_header_bytes:
             # A later request of a kept-alive connection: hypercorn's h11 bounds only a
@@ -132,8 +136,7 @@ class HttpApp:
         if found is None:
             return Response(404, error_body("Not found"))
         handler, params = found
-        body = await _read_body(receive, self._config.http_max_body_bytes, headers)
-        call = Call(method, path, params, _query(scope), body)
+        call = Call(method, path, params, _query(scope), await body.read())
         return await _until_disconnect(receive, handler(call, self.runner.run))
 
     def _cors_headers(self, scope: dict[str, Any]) -> list[tuple[str, str]]:
@@ -164,25 +167,64 @@ def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
     return parse_qs(text, keep_blank_values=True)
 
 
-async def _read_body(receive: Receive, limit: int, headers: list[tuple[bytes, bytes]]
-                     ) -> bytes:
-    """The whole body, refused early when its declared length is past ``limit``."""
-    for name, value in headers:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
+class RequestBody:
+    """A request's body, read once, and drained before any answer that did not read it.
+
+    hypercorn keeps a connection alive only if the request was received whole when the
+    answer ends; otherwise it closes the connection, without a ``Connection: close`` the
+    client could see, and a client that reuses it finds it gone. So every answer first
+    takes what is left of the body (up to ``http_max_body_bytes``); past that limit the
+    answer says ``Connection: close`` instead.
+    """
+
+    def __init__(self, receive: Receive, limit: int, headers: list[tuple[bytes, bytes]]
+                 ) -> None:
+        self._receive = receive
+        self._limit = limit
+        self._declared: int | None = None
+        chunked = False
+        for name, value in headers:
+            if name == b"content-length" and value.isdigit():
+                self._declared = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        self.whole = not chunked and not self._declared  # nothing (left) to read
+        self._size = 0
+
+    async def read(self) -> bytes:
+        """The whole body; :class:`BodyTooLarge` past the limit (declared or read)."""
+        if self._declared is not None and self._declared > self._limit:
             raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+        chunks = [chunk async for chunk in self._chunks()]
+        return b"".join(chunks)
+
+    async def drain(self) -> bool:
+        """Read and drop what is left; False when the body is past the limit (the
+        answer must close the connection)."""
+        if self._size > self._limit or (self._declared is not None
+                                         and self._declared > self._limit):
+            return False
+        if self.whole:
+            return True
+        try:
+            async for _ in self._chunks():
+                pass
+        except (BodyTooLarge, ClientGone):
+            return False
+        return True
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while not self.whole:
+            message = await self._receive()
+            if message["type"] != "http.request":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            self._size += len(chunk)
+            if not message.get("more_body", False):
+                self.whole = True
+            if self._size > self._limit:
+                raise BodyTooLarge
+            yield chunk
 
 
 async def _until_disconnect(receive: Receive, answer: Any) -> Response | None:
