@@ -403,3 +403,22 @@ async def test_bench_crons_measures_idle_cost_and_lateness() -> None:
     assert "with 50 schedules" in text
     firings = int(text.split("for 1 s: ")[1].split(" firings")[0].replace(",", ""))
     assert 30 <= firings <= 60  # 10 schedules, a firing every 200 ms, for a second
+
+
+async def test_bench_http_prints_every_row() -> None:
+    result = await run_script("bench_http.py", "--jobs", "20", "--max-s", "5")
+    assert result.returncode == 0, output(result)
+    rows = [line.split() for line in result.stdout.decode().splitlines()[1:]]
+    assert [row[:2] for row in rows] == [
+        ["push", "http"], ["pull_ack", "http"], ["bulk_100", "http"], ["health", "http"],
+        ["prometheus", "http"], ["push", "tcp"], ["pull_ack", "tcp"], ["bulk_100", "tcp"]]
+    assert all(float(row[2]) > 0 for row in rows), rows
+
+
+async def test_bench_http_server_prints_both_apps() -> None:
+    env = dict(os.environ, PYTHONPATH=str(SCRIPTS.parent))
+    result = await run_script("bench_http_server.py", "--requests", "20", env=env)
+    assert result.returncode == 0, output(result)
+    lines = result.stdout.decode().splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["ours", "bare"]
+    assert all(float(line.split()[-1]) > 0 for line in lines), lines
