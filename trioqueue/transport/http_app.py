@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import trio
 
@@ -130,8 +131,7 @@ class HttpApp:
         elif not authorized(self._config.auth_tokens, headers):
             return Response(401, error_body("Unauthorized"))
         if method == "GET" and (path == "/events" or path.startswith("/events/queues/")):
-            return await self.sse.serve(scope, receive, send, stream, path,
-                                        self._cors_headers(scope))
+            return await self.sse.serve(scope, receive, send, stream, path, cors)
         found = self.routes.find(method, path)
         if found is None:
             return Response(404, error_body("Not found"))
@@ -161,8 +161,6 @@ def _head_bytes(scope: dict[str, Any]) -> int:
 
 
 def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
-    from urllib.parse import parse_qs
-
     text = scope.get("query_string", b"").decode("latin-1")
     return parse_qs(text, keep_blank_values=True)
 
