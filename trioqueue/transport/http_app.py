@@ -28,7 +28,9 @@ import trio
 
 from ..actors.passes import give_way
 from ..config import Config
+from ..dashboard import STATIC_DIR
 from .codec import JSON
+from .dashboard_assets import DashboardAssets
 from .http_auth import RequestBudget, authorized
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
@@ -69,6 +71,7 @@ class HttpApp:
         self.health = health
         self.sse = sse
         self._cors = frozenset(config.cors_allow_origins)
+        self.assets = DashboardAssets(STATIC_DIR)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send,
                        stream: ReplayedStream) -> None:
@@ -118,6 +121,8 @@ class HttpApp:
             return Response(429, error_body("Rate limit exceeded"), headers=[
                 ("retry-after", str(self.budget.retry_after_s(now)))])
         headers = scope["headers"]
+        if method == "GET" and (page := self.assets.answer(path)) is not None:
+            return page
         probe = HEALTH_ROUTES.get(path)
         if probe is not None and method == "GET":
             return await probe(self.health)
