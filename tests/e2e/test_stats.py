@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from trioqueue.server import Server
@@ -174,6 +175,20 @@ async def test_dashboard_queues_and_overview(client: RawClient) -> None:
                              "workers", "crons", "storage", "timestamp"}
     assert overview["memory"]["rss"] > 0
     assert overview["storage"]["engine"] == "lmdb"
+
+
+async def test_dashboard_overview_has_the_throughput_history(client: RawClient) -> None:
+    """The broker samples its totals every second; the overview's history has them
+    (one point per 10 s step, the step's latest totals)."""
+    await _work(client)
+    with trio.fail_after(5):
+        while True:
+            history = (await client.ok("DashboardOverview"))["data"]["throughputHistory"]
+            if history and history[-1]["pushed"] == 5:
+                break
+            await trio.sleep(0.1)
+    assert history[-1]["completed"] == 1 and history[-1]["failed"] == 1
+    assert history[-1]["t"] % 10_000 == 0
 
 
 async def test_dashboard_queue(client: RawClient) -> None:

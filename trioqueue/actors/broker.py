@@ -301,17 +301,22 @@ class Broker:
             self.storage.close()
 
     async def _sample_rates(self) -> None:
-        """Sample the push and pull totals every RATE_SAMPLE_MS for the rates of
-        Stats: two counters read per queue, no job and no storage read."""
+        """Sample the totals every RATE_SAMPLE_MS for the rates of Stats and the
+        dashboard's throughput history: four counters read per queue, no job and no
+        storage read."""
         router = self.router
         while True:
             await trio.sleep(RATE_SAMPLE_MS / 1000)
-            pushed = pulled = 0
+            pushed = pulled = completed = failed = 0
             for actor in router.actors.values():
                 c = actor.state.c
                 pushed += c.pushed
                 pulled += c.pulled
-            router.stats.rates.sample(self.clock.now_ms(), pushed, pulled)
+                completed += c.completed
+                failed += c.failed
+            now = self.clock.now_ms()
+            router.stats.rates.sample(now, pushed, pulled)
+            router.stats.history.sample(now, pushed, completed, failed)
 
     async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""

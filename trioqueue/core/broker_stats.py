@@ -29,6 +29,9 @@ TIMED_KINDS = ("push", "pull", "ack")
 # The push and pull rates are averaged over this long (samples every RATE_SAMPLE_MS).
 RATE_WINDOW_MS = 5_000
 RATE_SAMPLE_MS = 1_000
+# The throughput history: a point every 10 s for an hour.
+HISTORY_STEP_MS = 10_000
+HISTORY_POINTS = 360
 MIB = 1024 * 1024
 
 
@@ -80,6 +83,31 @@ class RateWindow:
         seconds = (t1 - t0) / 1000
         return (round((pushed1 - pushed0) / seconds, 2),
                 round((pulled1 - pulled0) / seconds, 2))
+
+
+class ThroughputHistory:
+    """The lifetime totals (pushed, completed, failed) every :data:`HISTORY_STEP_MS` for
+    the last :data:`HISTORY_POINTS` steps (an hour): the dashboard's throughput chart
+    starts with the last hour, not empty. One point per step holds the step's latest
+    totals; the broker's sampler fills it (actors/broker.py), so it costs no job
+    anything."""
+
+    __slots__ = ("points",)
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[int, int, int, int]] = deque(maxlen=HISTORY_POINTS)
+
+    def sample(self, now: int, pushed: int, completed: int, failed: int) -> None:
+        step = now - now % HISTORY_STEP_MS
+        points = self.points
+        if points and points[-1][0] >= step:
+            points[-1] = (points[-1][0], pushed, completed, failed)
+        else:
+            points.append((step, pushed, completed, failed))
+
+    def as_list(self) -> list[dict[str, float]]:
+        return [{"t": float(t), "pushed": p, "completed": c, "failed": f}
+                for t, p, c, f in self.points]
 
 
 class Histogram:
@@ -187,6 +215,7 @@ class BrokerStats:
     started_ms: int = 0
     connections: ConnectionCounts = field(default_factory=ConnectionCounts)
     rates: RateWindow = field(default_factory=RateWindow)
+    history: ThroughputHistory = field(default_factory=ThroughputHistory)
     timings: dict[str, Histogram] = field(
         default_factory=lambda: {kind: Histogram() for kind in TIMED_KINDS})
     storage_health: StorageHealth = field(default_factory=StorageHealth)

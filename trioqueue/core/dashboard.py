@@ -58,6 +58,8 @@ def dashboard_overview(scope: StatsScope, msg: dict[str, Any], now: int,
         "stats": overview,
         "throughput": {"pushPerSec": overview["pushPerSec"],
                        "pullPerSec": overview["pullPerSec"]},
+        # ours: the totals every 10 s for the last hour (the dashboard's chart)
+        "throughputHistory": scope.stats.history.as_list(),
         "latency": _latency(scope),
         "memory": {"heapUsed": mib(proc.rss_bytes), "heapTotal": mib(proc.peak_rss_bytes),
                    "rss": mib(proc.rss_bytes)},
