@@ -109,9 +109,18 @@ export function QueuesPage({ params }) {
     });
   });
 
-  const done = (verb) => {
-    if (verb === "obliterate") reloadSoon();
-    else setTick((t) => t + 1);
+  // After an action the row is refreshed in place (a drained queue stays listed until
+  // the page is reloaded); an obliterated queue is gone, so the page is read again.
+  const done = async (verb, name) => {
+    if (verb === "obliterate") {
+      reloadSoon();
+      return;
+    }
+    const q = encodeURIComponent(name);
+    const [counts, paused] = await Promise.all([api("GET", `/queues/${q}/counts`),
+      api("GET", `/queues/${q}/paused`)]);
+    setRows((current) => current && current.map((r) => (r.name === name
+      ? { ...rowOf({ ...r, paused: paused.paused }, counts.counts) } : r)));
   };
   const columns = [
     { key: "name", label: "queue",
