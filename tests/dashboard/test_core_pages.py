@@ -98,6 +98,8 @@ def test_a_queue_lists_jobs_by_state_and_finds_one_by_custom_id(
     expect(page.get_by_test_id("jobs-table")).to_contain_text("later")
     expect(page.get_by_test_id("jobs-table")).not_to_contain_text("send")
     page.get_by_test_id("tab-waiting").click()
+    expect(page.get_by_test_id(f"job-row-{waiting}")).to_be_visible()
+    expect(page.get_by_test_id("jobs-table")).not_to_contain_text("later")
     page.screenshot(path=str(SCREENSHOTS / "queue.png"))
     page.get_by_test_id("job-search").fill("order-42")
     page.get_by_test_id("job-search-go").click()

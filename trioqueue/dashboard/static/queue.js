@@ -78,9 +78,9 @@ export function QueuePage({ params }) {
 
   const shown = { ...(counts.data?.counts || {}), ...(liveCounts || {}) };
   const tabs = STATES.map((s) => html`<a key=${s} href=${stateHash(queue, s, 0)}
-    class=${s === state ? "on" : ""} data-testid=${`tab-${s}`}>${s}
+    class=${s === state ? "on" : ""} data-testid=${`tab-${s}`}>${s}${" "}
     <span data-testid=${`qcount-${s}`}>${fmtNumber(shown[s] ?? 0)}</span></a>`);
-  const rows = (jobs.data?.jobs || []).map((j) => ({ ...j, key: j.id, testid: `job-row-${j.id}` }));
+  const rows = (jobs.stale ? [] : jobs.data?.jobs || []).map((j) => ({ ...j, key: j.id, testid: `job-row-${j.id}` }));
   const count = shown[state];
   return html`<h1>Queue ${queue}
       ${paused.data?.paused ? html` <span class="badge active">paused</span>` : null}</h1>

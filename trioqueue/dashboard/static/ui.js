@@ -50,24 +50,26 @@ export function ErrorLine({ error }) {
   return html`<p class="error" data-testid="error" role="alert">${text}</p>`;
 }
 
-// Load `path` (re-loaded when it changes or on reload()); {data, error, loading, reload}.
+// Load `path` (re-loaded when it changes or on reload()); {data, error, loading, stale,
+// reload}. The last answer stays shown while the next loads (no flicker on a live
+// reload); `stale` says it answered another path (a page may hide it then).
 export function useApi(path) {
-  const [state, setState] = useState({ data: null, error: null, loading: true });
+  const [state, setState] = useState({ data: null, error: null, loading: true, path: null });
   const [tick, setTick] = useState(0);
   useEffect(() => {
     if (!path) return undefined;
     let live = true;
     setState((s) => ({ ...s, loading: true }));
     api("GET", path).then(
-      (data) => live && setState({ data, error: null, loading: false }),
-      (error) => live && setState({ data: null, error, loading: false }),
+      (data) => live && setState({ data, error: null, loading: false, path }),
+      (error) => live && setState({ data: null, error, loading: false, path }),
     );
     return () => {
       live = false;
     };
   }, [path, tick]);
   const reload = useCallback(() => setTick((t) => t + 1), []);
-  return { ...state, reload };
+  return { ...state, stale: state.path !== path, reload };
 }
 
 // Subscribe for the component's lifetime; the latest callback is always the one called.
