@@ -23,6 +23,21 @@ def dead_letter(broker: Broker, queue: str) -> str:
     return job_id
 
 
+def dead_letters_of_two_reasons(broker: Broker, queue: str) -> tuple[str, str]:
+    """A job that ran out of attempts and one discarded (reason ``unknown``)."""
+    failed = dead_letter(broker, queue)
+    discarded = broker.call("POST", f"/queues/{queue}/jobs", json={"data": {}})["id"]
+    broker.call("POST", f"/jobs/{discarded}/discard")
+    return failed, discarded
+
+
+def fill_cron_form(page: Any, **fields: str) -> None:
+    """Fill the crons page's form; ``fields`` are its inputs' names."""
+    page.get_by_test_id("cron-form").wait_for()
+    for name, value in fields.items():
+        page.get_by_test_id("cron-form").locator(f"input[name={name}]").fill(value)
+
+
 def accept_confirmations(page: Any) -> None:
     page.on("dialog", lambda dialog: dialog.accept())
 
@@ -46,9 +61,7 @@ def test_retrying_a_dead_letter_takes_it_out_of_the_dlq(
 def test_the_dlq_is_filtered_by_reason_and_purged_after_a_confirmation(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()
-    failed = dead_letter(broker, "mail")
-    discarded = broker.call("POST", "/queues/mail/jobs", json={"data": {}})["id"]
-    broker.call("POST", f"/jobs/{discarded}/discard")
+    failed, discarded = dead_letters_of_two_reasons(broker, "mail")
     page.goto(broker.url + "/#/dlq/mail")
     expect(page.get_by_test_id("dlq-count")).to_have_text("2")
     page.get_by_test_id("dlq-reason-max_attempts_exceeded").click()
@@ -59,6 +72,21 @@ def test_the_dlq_is_filtered_by_reason_and_purged_after_a_confirmation(
     page.get_by_test_id("dlq-purge").click()
     expect(page.get_by_test_id("dlq-count")).to_have_text("0")
     assert broker.call("GET", "/queues/mail/dlq")["entries"] == []
+
+
+def test_retry_filtered_requeues_only_the_reason_shown(
+        start_broker: Callable[..., Broker], page: Any) -> None:
+    broker = start_broker()
+    failed, discarded = dead_letters_of_two_reasons(broker, "mail")
+    page.goto(broker.url + "/#/dlq/mail")
+    page.get_by_test_id("dlq-reason-unknown").click()
+    expect(page.get_by_test_id("dlq-count")).to_have_text("1")
+    accept_confirmations(page)
+    page.get_by_test_id("dlq-retry-filtered").click()
+    expect(page.get_by_test_id("dlq-notice")).to_contain_text("1 re-queued")
+    assert broker.call("GET", f"/jobs/{discarded}/state")["state"] == "waiting"
+    assert [entry["job"]["id"] for entry in broker.call("GET", "/queues/mail/dlq")["entries"]
+            ] == [failed]
 
 
 def test_a_dead_letter_arriving_shows_up_live(start_broker: Callable[..., Broker],
@@ -85,11 +113,8 @@ def test_the_dlq_settings_are_saved(start_broker: Callable[..., Broker], page: A
 def test_a_cron_is_added_and_deleted(start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()
     page.goto(broker.url + "/#/crons")
-    form = page.get_by_test_id("cron-form")
-    form.locator("input[name=name]").fill("nightly")
-    form.locator("input[name=queue]").fill("reports")
-    form.locator("input[name=every]").fill("60000")
-    form.locator("input[name=data]").fill('{"kind": "daily"}')
+    fill_cron_form(page, name="nightly", queue="reports", every="60000",
+                   data='{"kind": "daily"}')
     page.get_by_test_id("cron-add").click()
     row = page.get_by_test_id("cron-row-nightly").locator("xpath=ancestor::tr")
     expect(row).to_contain_text("every 60,000 ms")
@@ -105,13 +130,10 @@ def test_a_cron_with_bad_data_is_refused_on_the_page(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()
     page.goto(broker.url + "/#/crons")
-    form = page.get_by_test_id("cron-form")
-    form.locator("input[name=name]").fill("broken")
-    form.locator("input[name=queue]").fill("reports")
-    form.locator("input[name=pattern]").fill("*/5 * * * *")
-    form.locator("input[name=data]").fill("{not json")
+    fill_cron_form(page, name="broken", queue="reports", pattern="*/5 * * * *",
+                   data="{not json")
     page.get_by_test_id("cron-add").click()
-    expect(form.get_by_role("alert")).to_contain_text("not JSON")
+    expect(page.get_by_test_id("cron-form").get_by_role("alert")).to_contain_text("not JSON")
     assert broker.call("GET", "/crons")["crons"] == []
 
 
