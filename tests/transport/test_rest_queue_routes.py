@@ -150,6 +150,22 @@ async def test_dlq_stats_list_retry_purge(http: httpx.AsyncClient) -> None:
     assert bad.status_code == 400
 
 
+async def test_dlq_listing_filters_by_reason_and_age(http: httpx.AsyncClient) -> None:
+    discarded = await push(http, attempts=3)
+    await http.post(f"/jobs/{discarded}/discard")
+    failed = await push(http, attempts=1)
+    failed_id, token = await pull(http)
+    assert failed_id == failed
+    await http.post(f"/jobs/{failed}/fail", json={"token": token, "error": "boom"})
+    reasons = (await http.get("/queues/q/dlq/stats")).json()["data"]["stats"]["byReason"]
+    assert set(reasons) == {"unknown", "max_attempts_exceeded"}
+    for reason, job_id in (("unknown", discarded), ("max_attempts_exceeded", failed)):
+        page = (await http.get(f"/queues/q/dlq?reason={reason}")).json()
+        assert [entry["job"]["id"] for entry in page["entries"]] == [job_id]
+    assert (await http.get("/queues/q/dlq?olderThan=1")).json()["entries"] == []
+    assert len((await http.get("/queues/q/dlq?reason=")).json()["entries"]) == 2
+
+
 async def test_rate_limit_and_concurrency(http: httpx.AsyncClient) -> None:
     assert (await http.put("/queues/q/rate-limit",
                            json={"limit": 5, "duration": 1000})).status_code == 200

@@ -79,8 +79,13 @@ def _clean(call: Call) -> dict[str, Any]:
 
 
 def _dlq(call: Call) -> dict[str, Any]:
-    """Dlq, one page: ``limit`` and ``offset`` are the page's ``filter``."""
-    page = query_ints(call, ("limit", "offset"))
+    """Dlq, one page: ``limit``, ``offset`` and (beyond bunqueue, for the dashboard's
+    listing by reason and age) ``reason``, ``olderThan`` and ``newerThan`` are the
+    page's ``filter``; the command checks them as it checks a TCP client's."""
+    page: dict[str, Any] = query_ints(call, ("limit", "offset", "olderThan", "newerThan"))
+    reason = call.arg("reason")
+    if reason:
+        page["reason"] = reason
     msg: dict[str, Any] = {"cmd": "Dlq", "queue": call.params["queue"]}
     if page:
         msg["filter"] = page
