@@ -44,13 +44,14 @@ def test_throughput_history_keeps_a_point_per_step_for_an_hour() -> None:
     history.sample(1_000, 1, 0, 0)
     history.sample(9_999, 5, 2, 1)  # the same 10 s step: its latest totals
     history.sample(10_000, 8, 3, 1)
-    assert history.as_list() == [{"t": 0.0, "pushed": 5, "completed": 2, "failed": 1},
+    assert history.as_list() == [{"t": 9_999.0, "pushed": 5, "completed": 2, "failed": 1},
                                  {"t": 10_000.0, "pushed": 8, "completed": 3, "failed": 1}]
     for step in range(2, HISTORY_POINTS + 10):
         history.sample(step * HISTORY_STEP_MS, step, 0, 0)
     points = history.as_list()
     assert len(points) == HISTORY_POINTS  # an hour, the oldest dropped
     assert points[-1]["t"] == (HISTORY_POINTS + 9) * HISTORY_STEP_MS
+    assert points[0]["t"] == 10 * HISTORY_STEP_MS
 
 
 def test_histogram_buckets_are_cumulative_with_inf() -> None:

@@ -179,7 +179,7 @@ async def test_dashboard_queues_and_overview(client: RawClient) -> None:
 
 async def test_dashboard_overview_has_the_throughput_history(client: RawClient) -> None:
     """The broker samples its totals every second; the overview's history has them
-    (one point per 10 s step, the step's latest totals)."""
+    (one point per 10 s step: the step's latest totals, and when they were taken)."""
     await _work(client)
     with trio.fail_after(5):
         while True:
@@ -188,7 +188,6 @@ async def test_dashboard_overview_has_the_throughput_history(client: RawClient) 
                 break
             await trio.sleep(0.1)
     assert history[-1]["completed"] == 1 and history[-1]["failed"] == 1
-    assert history[-1]["t"] % 10_000 == 0
 
 
 async def test_dashboard_queue(client: RawClient) -> None:

@@ -86,28 +86,29 @@ class RateWindow:
 
 
 class ThroughputHistory:
-    """The lifetime totals (pushed, completed, failed) every :data:`HISTORY_STEP_MS` for
-    the last :data:`HISTORY_POINTS` steps (an hour): the dashboard's throughput chart
-    starts with the last hour, not empty. One point per step holds the step's latest
-    totals; the broker's sampler fills it (actors/broker.py), so it costs no job
-    anything."""
+    """The lifetime totals (pushed, completed, failed) once per :data:`HISTORY_STEP_MS`
+    for the last :data:`HISTORY_POINTS` steps (an hour): the dashboard's throughput
+    chart starts with the last hour, not empty. A step keeps its latest sample (and
+    that sample's time, so rates between points are exact); the broker's sampler fills
+    it (actors/broker.py), so it costs no job anything."""
 
     __slots__ = ("points",)
 
     def __init__(self) -> None:
-        self.points: deque[tuple[int, int, int, int]] = deque(maxlen=HISTORY_POINTS)
+        # (step, sampled at, pushed, completed, failed)
+        self.points: deque[tuple[int, int, int, int, int]] = deque(maxlen=HISTORY_POINTS)
 
     def sample(self, now: int, pushed: int, completed: int, failed: int) -> None:
         step = now - now % HISTORY_STEP_MS
         points = self.points
         if points and points[-1][0] >= step:
-            points[-1] = (points[-1][0], pushed, completed, failed)
+            points[-1] = (points[-1][0], now, pushed, completed, failed)
         else:
-            points.append((step, pushed, completed, failed))
+            points.append((step, now, pushed, completed, failed))
 
     def as_list(self) -> list[dict[str, float]]:
-        return [{"t": float(t), "pushed": p, "completed": c, "failed": f}
-                for t, p, c, f in self.points]
+        return [{"t": float(at), "pushed": p, "completed": c, "failed": f}
+                for _, at, p, c, f in self.points]
 
 
 class Histogram:

@@ -2,7 +2,7 @@
 // crons. Loaded once from REST, then kept current by stats:snapshot frames (every
 // stats_snapshot_interval_s, 5 s by default): no polling loop of its own.
 import { api, fmtBytes, fmtNumber } from "./api.js";
-import { addTotals, ThroughputChart } from "./throughput.js";
+import { addTotals, seedHistory, ThroughputChart } from "./throughput.js";
 import { ErrorLine, html, route, useEffect, useLive, useState } from "./ui.js";
 
 const STATES = ["waiting", "active", "delayed", "completed", "failed", "dlq"];
@@ -63,7 +63,9 @@ export function OverviewPage() {
         setCounts(countsOf(s));
         setRates({ pushPerSec: s.pushPerSec, pullPerSec: s.pullPerSec });
         setDash(overview.data);
-        // The baseline the first snapshot's rates are measured from.
+        // The broker's last hour (its totals every 10 s), then the baseline the
+        // first snapshot's rates are measured from.
+        seedHistory(overview.data.throughputHistory || []);
         addTotals(Date.now(), { ...s, totalFailed: metrics.metrics.totalFailed });
       }, (e) => live && setError(e));
     return () => {
