@@ -168,7 +168,7 @@ async def test_dashboard_queues_and_overview(client: RawClient) -> None:
     assert [q["name"] for q in queues["queues"]] == ["q1", "q2"]
     q1 = queues["queues"][0]
     assert q1 == {"name": "q1", "waiting": 1, "prioritized": 0, "delayed": 1, "active": 0,
-                  "dlq": 1, "paused": False}
+                  "dlq": 1, "paused": False, "rateLimit": None, "concurrency": None}
     overview = (await client.ok("DashboardOverview"))["data"]
     assert overview["stats"]["dlq"] == 1
     assert set(overview) >= {"stats", "throughput", "latency", "memory", "collections",

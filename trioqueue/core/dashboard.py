@@ -73,11 +73,20 @@ def dashboard_overview(scope: StatsScope, msg: dict[str, Any], now: int,
 
 
 def queue_row(name: str, q: QueueState, now: int) -> dict[str, Any]:
+    """A queue's row: bunqueue's counts and paused flag, and ours, its limits
+    (``rateLimit`` ``{max, duration}`` or None, ``concurrency`` or None). A rate limit
+    past its ttl reads as None here; the queue drops it itself at its next use."""
     q._promote_due(now)
     c = q.c
+    rate = q.settings.rate
+    if rate is not None and rate.expired(now):
+        rate = None
     return {"name": name, "waiting": c.waiting, "prioritized": c.prioritized,
             "delayed": c.delayed, "active": c.active, "dlq": len(q.dlq.marks),
-            "paused": q.settings.paused}
+            "paused": q.settings.paused,
+            "rateLimit": None if rate is None else {"max": rate.max,
+                                                    "duration": rate.duration},
+            "concurrency": q.settings.concurrency}
 
 
 def dashboard_queues(scope: StatsScope, msg: dict[str, Any], now: int,

@@ -16,6 +16,7 @@ function rowOf(item, counts) {
   const c = counts || {};
   return {
     name: item.name, paused: item.paused, dlq: item.dlq,
+    rateLimit: item.rateLimit, concurrency: item.concurrency,
     waiting: (c.waiting ?? item.waiting ?? 0) + (c.prioritized ?? item.prioritized ?? 0),
     active: c.active ?? item.active, delayed: c.delayed ?? item.delayed,
     completed: c.completed, failed: c.failed,
@@ -134,6 +135,12 @@ export function QueuesPage({ params }) {
     { key: "paused", label: "paused",
       render: (r) => html`<span data-testid=${`paused-${r.name}`}
         class=${r.paused ? "badge active" : ""}>${r.paused ? "yes" : "no"}</span>` },
+    { key: "rateLimit", label: "rate limit",
+      render: (r) => html`<span data-testid=${`rate-${r.name}`}>${r.rateLimit
+        ? `${fmtNumber(r.rateLimit.max)} / ${fmtNumber(r.rateLimit.duration)} ms` : "—"}</span>` },
+    { key: "concurrency", label: "concurrency", className: "num",
+      render: (r) => html`<span data-testid=${`concurrency-${r.name}`}>${r.concurrency
+        ?? "—"}</span>` },
     { key: "actions", label: "actions", render: (r) => html`<${Actions} row=${r} onDone=${done} />` },
   ];
   const onPage = (next) => {
@@ -145,8 +152,5 @@ export function QueuesPage({ params }) {
       <${Table} testid="queues-table" columns=${columns} empty="No queues yet."
         rows=${(rows || []).map((r) => ({ ...r, key: r.name, testid: `queue-row-${r.name}` }))} />
       <${Pager} offset=${offset} limit=${PAGE} count=${rows?.length || 0} total=${total}
-        onPage=${onPage} />`}
-    <p class="empty">Rate and concurrency limits are set per queue over REST
-      (${"PUT /queues/<q>/rate-limit and /concurrency"}); the broker has no route
-      that reads them back yet.</p>`;
+        onPage=${onPage} />`}`;
 }
