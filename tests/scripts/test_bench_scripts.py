@@ -422,3 +422,12 @@ async def test_bench_http_server_prints_both_apps() -> None:
     lines = result.stdout.decode().splitlines()[1:]
     assert [line.split()[0] for line in lines] == ["ours", "bare"]
     assert all(float(line.split()[-1]) > 0 for line in lines), lines
+
+
+async def test_bench_dashboard_times_every_call() -> None:
+    result = await run_script("bench_dashboard.py", "--jobs", "300", "--queues", "20",
+                              "--repeat", "1")
+    assert result.returncode == 0, output(result)
+    rows = [line.split("  ")[0].strip() for line in result.stdout.decode().splitlines()[2:]]
+    assert rows == ["overview", "overview stats", "queues page", "row counts", "first page",
+                    "deepest page", "job by id"]
