@@ -42,6 +42,14 @@ def test_the_overview_shows_counts_and_updates_them_live(
         expect(page.get_by_test_id(f"count-{state}")).to_have_text("0")
     expect(page.get_by_test_id("latency")).to_contain_text("push")
     expect(page.get_by_test_id("storage")).to_contain_text("memory")
+    # A job failed for good while the page is open: failed and dlq follow, live.
+    push(broker, "sms", maxAttempts=1)
+    pulled = broker.call("POST", "/queues/sms/jobs/pull-batch", json={"count": 1,
+                                                                     "owner": "w"})
+    broker.call("POST", f"/jobs/{pulled['jobs'][0]['id']}/fail",
+                json={"error": "boom", "token": pulled["tokens"][0]})
+    expect(page.get_by_test_id("count-failed")).to_have_text("1")
+    expect(page.get_by_test_id("count-dlq")).to_have_text("1")
     page.wait_for_selector("[data-testid=throughput-chart] canvas")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "overview.png"))

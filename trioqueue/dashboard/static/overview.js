@@ -79,13 +79,14 @@ export function OverviewPage() {
       return;
     }
     addTotals(Date.now(), data);
+    // Stats' `failed` is the lifetime total of jobs failed for good: the frame's
+    // `totalFailed`.
     setCounts((c) => ({ ...c, waiting: data.waiting, active: data.active,
-      delayed: data.delayed, completed: data.completed, dlq: data.dlq }));
+      delayed: data.delayed, completed: data.completed, failed: data.totalFailed,
+      dlq: data.dlq }));
     setRates({ pushPerSec: data.pushPerSec, pullPerSec: data.pullPerSec });
     setDash((d) => (d ? { ...d, workers: { ...d.workers, ...data.workers },
       crons: { total: data.cronJobs } } : d));
-    // `failed` is not in the frame: one /stats read per frame keeps it current.
-    api("GET", "/stats").then((r) => setCounts(countsOf(r.stats)), () => {});
   });
 
   return html`<h1>Overview</h1>
