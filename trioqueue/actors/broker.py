@@ -29,7 +29,6 @@ from ..core.broker_stats import (
 )
 from ..core.clock import Clock
 from ..core.crons import CRON_KIND
-from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
@@ -86,12 +85,11 @@ class Broker:
             committer=self.writer, find_finished=self._find_finished,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
-            count_finished=self._count_finished)
+            count_stored=self._count_stored)
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
         stats.process = process_numbers
         stats.storage_usage = self.storage_usage
-        self.router.count_stored = self._count_stored
         # Open connections per transport: each transport opens and closes its own.
         self.open_connections: ConnectionCounts = stats.connections
         # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
@@ -144,19 +142,15 @@ class Broker:
         self.commit_if_inline()
         return self.storage.get_finished(job_id)
 
-    def _count_finished(self, queue: str) -> int:
-        """The finished jobs of ``queue`` in storage (ListQueues; O(1) per state), read
-        as :meth:`_find_finished` reads."""
-        self.commit_if_inline()
-        return sum(self.storage.count_finished(queue, state) for state in FINISHED_STATES)
-
     def _count_stored(self, queue: str, state: str) -> int:
+        """The ``state`` (completed, failed) jobs of ``queue`` in storage (O(1)), read
+        as :meth:`_find_finished` reads."""
         self.commit_if_inline()
         return self.storage.count_finished(queue, state)
 
     def storage_usage(self, now: int) -> StorageUsage:
         """The store measured now (what is pending committed first, as for
-        :meth:`_count_finished`); refreshes :attr:`storage_health` on the way: full when
+        :meth:`_count_stored`); refreshes :attr:`storage_health` on the way: full when
         one more small job would be refused, failed once a commit or fsync failed."""
         if self.writer.failure is not None:
             what = "fsync" if "fsync" in str(self.writer.failure) else "commit"

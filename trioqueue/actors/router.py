@@ -30,7 +30,7 @@ from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
-from ..core.job import JobRecord
+from ..core.job import FINISHED_STATES, JobRecord
 from ..core.maintenance import FanOut
 from ..core.queue import ADOPT, QueueState
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
@@ -100,12 +100,13 @@ class Router(DependentsIndex):
                  now_ms: Callable[[], int], limits: RouterLimits,
                  admission: AdmissionFactory | None,
                  new_actor: Callable[[str], QueueActor], spawn: Spawn,
-                 count_finished: Callable[[str], int] | None = None) -> None:
+                 count_stored: Callable[[str, str], int] | None = None) -> None:
         self._committer = committer
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
-        # How many finished jobs of a queue are stored (ListQueues; None: not known)
-        self._count_finished = count_finished
+        # (queue, state) -> how many finished jobs of that state the store holds
+        # (ListQueues, the numbers; None: not known)
+        self._count_stored = count_stored
         self._now_ms = now_ms
         self._limits = limits
         self._admission = admission  # None when the store has no limit
@@ -124,8 +125,6 @@ class Router(DependentsIndex):
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
         self.stats = BrokerStats()
         self._timer = BatchTimer(self.stats.timings)
-        # (queue, state) -> stored finished jobs (None: not known); set by the broker
-        self.count_stored: Callable[[str, str], int] | None = None
         # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled
         self.tracing: BrokerTracing | None = None
 
@@ -204,11 +203,15 @@ class Router(DependentsIndex):
     def queue_states(self) -> list[tuple[str, QueueState]]:
         return [(name, actor.state) for name, actor in self.actors.items()]
 
+    def queue_state(self, name: str) -> QueueState | None:
+        actor = self.actors.get(name)
+        return None if actor is None else actor.state
+
     def finished_jobs(self, queue: str) -> int:
-        return 0 if self._count_finished is None else self._count_finished(queue)
+        return sum(self.stored_count(queue, state) for state in FINISHED_STATES)
 
     def stored_count(self, queue: str, state: str) -> int:
-        return 0 if self.count_stored is None else self.count_stored(queue, state)
+        return 0 if self._count_stored is None else self._count_stored(queue, state)
 
     def forget_expired_retained(self, now: int) -> int:
         """Drop the retained results past their window (bounded by

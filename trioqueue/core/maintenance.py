@@ -38,6 +38,8 @@ class BrokerScope(Protocol):
     def workers(self) -> WorkerRegistry: ...
     def queue_states(self) -> Iterable[tuple[str, QueueState]]:
         """Every queue with an actor, and its state (read between steps)."""
+    def queue_state(self, name: str) -> QueueState | None:
+        """The state of queue ``name`` if it has an actor."""
     def finished_jobs(self, queue: str) -> int:
         """How many finished (completed or dead-lettered) jobs of ``queue`` are stored."""
     def forget_expired_retained(self, now: int) -> int:

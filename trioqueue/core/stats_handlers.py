@@ -22,7 +22,6 @@ from .broker_stats import (
 from .context import Reply
 from .errors import Refused
 from .maintenance import BrokerScope
-from .queue import QueueState
 from .queue.tallies import COMPLETED_KIND, FAILED_KIND, minute_series
 from .webhooks import WebhookRegistry
 
@@ -95,18 +94,11 @@ def metrics(scope: StatsScope, msg: dict[str, Any], now: int, conn: Any) -> Repl
     start = fields.strict_number(msg.get("start"), "start", integer=True, default=0)
     end = fields.strict_number(msg.get("end"), "end", integer=True, default=-1)
     assert start is not None and end is not None  # defaulted
-    q = _queue(scope, name)
+    q = scope.queue_state(name)
     if q is None:
         return {"data": {"meta": {"count": 0, "prevTS": 0.0, "prevCount": 0},
                          "data": [], "count": 0}}
     return {"data": minute_series(q.c, kind, now, int(start), int(end))}
-
-
-def _queue(scope: StatsScope, name: str) -> QueueState | None:
-    for queue, q in scope.queue_states():
-        if queue == name:
-            return q
-    return None
 
 
 def legacy_metrics(scope: StatsScope, now: int) -> dict[str, Any]:

@@ -7,19 +7,16 @@ store refuses writes (full, or failing): the broker is alive but should get no n
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from .. import __version__
 from ..core.broker_stats import ConnectionCounts, mib
 from ..process_numbers import process_numbers
-from .live_frames import LiveFrames
-from .rest_api import Response
+from .rest_api import Response, RunCommand
 
 
 class Health:
-    def __init__(self, live: LiveFrames, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+    def __init__(self, run: RunCommand,
                  connections: ConnectionCounts) -> None:
-        self._live = live
         self._run = run
         self._connections = connections
 
@@ -38,7 +35,7 @@ class Health:
             "ok": problem is None,
             "status": "healthy" if problem is None else "degraded",
             "version": __version__,
-            "uptime": int(self._live.uptime_s()),
+            "uptime": int(stats.get("uptime", 0)) // 1000,  # the broker's, in seconds
             "queues": {k: stats.get(k, 0) for k in ("waiting", "active", "delayed",
                                                      "completed", "dlq")},
             "connections": dict(self._connections.open_by_kind),

@@ -15,7 +15,6 @@ frames are skipped. A queue's job events within ``queue_counts_coalesce_ms`` giv
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -29,10 +28,10 @@ from ..core.stats_handlers import (
     storage_status_frame,
 )
 from .event_names import event_name
+from .rest_api import RunCommand
 
 log = logging.getLogger("trioqueue.live")
 
-RunCommand = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 # (frame name, data, the queue it is about or None for broker-wide frames)
 Listener = Callable[[str, dict[str, Any], "str | None"], None]
 
@@ -53,7 +52,6 @@ class LiveFrames:
         self._listeners: list[tuple[Listener, bool]] = []
         self._touched: dict[str, None] = {}
         self._wake = trio.Event()
-        self._started = time.monotonic()
 
     # ------------------------------------------------------------------ listeners
 
@@ -134,9 +132,6 @@ class LiveFrames:
             self.publish(frame.pop("event"), frame, None)
 
     # ------------------------------------------------------------------ the frames
-
-    def uptime_s(self) -> float:
-        return time.monotonic() - self._started
 
     # The frames' bodies are the broker's numbers (core/stats_handlers.py), read on
     # this thread between two steps of the queues: O(queues), never O(jobs).
