@@ -317,6 +317,14 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     return config
 
 
+def _add_flags(group: Any, flags: dict[str, tuple[str, str]]) -> None:
+    """A flag per setting of ``flags`` (``--max-connections``), parsed later by
+    :func:`_limits_from` with its kind's parser."""
+    for setting, (kind, text) in flags.items():
+        group.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
+                           metavar=_METAVARS[kind])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trioqueue", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -369,24 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     limits = serve.add_argument_group("connection limits")
-    for setting, (kind, text) in LIMIT_FLAGS.items():
-        limits.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
-                            metavar=_METAVARS[kind])
+    _add_flags(limits, LIMIT_FLAGS)
     hooks = serve.add_argument_group("webhooks")
     hooks.add_argument("--webhook-allow-private", action="store_true",
                        help="let webhooks reach loopback and private addresses "
                             "(development only; off: the SSRF guard refuses them)")
-    for setting, (kind, text) in WEBHOOK_FLAGS.items():
-        hooks.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
-                           metavar=_METAVARS[kind])
+    _add_flags(hooks, WEBHOOK_FLAGS)
     http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
     http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
                                                    "Access-Control-Allow-Origin ('*': any)")
     http.add_argument("--metrics-auth", action="store_true",
                       help="/prometheus needs a bearer token too")
-    for setting, (kind, text) in HTTP_FLAGS.items():
-        http.add_argument("--" + setting.replace("_", "-"), dest=setting, help=text,
-                          metavar=_METAVARS[kind])
+    _add_flags(http, HTTP_FLAGS)
     return parser
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .rest_api import Response
+from .rest_api import Response, error_body
 
 PREFIX = "/ui/"
 INDEX = "index.html"
@@ -52,7 +52,7 @@ class DashboardAssets:
             return None
         found = self._files.get(name)
         if found is None:
-            return Response(404, {"ok": False, "error": "Not found"})
+            return Response(404, error_body("Not found"))
         body, kind = found
         # the page is looked at again on each load (a new broker's files); the rest is
         # named by the page, so a reload fetches what it names afresh as well

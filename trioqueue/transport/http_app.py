@@ -35,7 +35,7 @@ from .http_auth import RequestBudget, authorized
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
 from .reply_slices import SlicedJson, is_long
-from .rest_api import Call, InvalidBody, Response, RouteTable
+from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
 from .sse import SseHub
 
@@ -54,10 +54,6 @@ class BodyTooLarge(Exception):
 
 class ClientGone(Exception):
     """The client disconnected before its request was whole (nothing to answer)."""
-
-
-def error_body(message: str) -> dict[str, Any]:
-    return {"ok": False, "error": message}
 
 
 class HttpApp:

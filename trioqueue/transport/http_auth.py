@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .session import token_matches
+from .session import token_accepted
 
 
 def bearer_token(headers: Iterable[tuple[Any, Any]]) -> str | None:
@@ -29,9 +29,7 @@ def bearer_token(headers: Iterable[tuple[Any, Any]]) -> str | None:
 
 def authorized(tokens: list[str], headers: Iterable[tuple[Any, Any]]) -> bool:
     """With no tokens configured everyone is; otherwise a matching bearer token."""
-    if not tokens:
-        return True
-    return token_matches(tokens, bearer_token(headers))
+    return token_accepted(tokens, bearer_token(headers))
 
 
 class RequestBudget:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.broker_stats import mib
 from ..process_numbers import process_numbers
-from .rest_api import Call, Response, Route, RunCommand, command, reply_status
+from .rest_api import Call, Response, Route, RunCommand, command, error_body, reply_status
 from .rest_requests import forward, query_ints
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,7 +58,7 @@ async def _prometheus(call: Call, run: RunCommand) -> Response:
     if reply.get("ok", True) is False:
         return Response(reply_status(reply), reply)
     if not isinstance(metrics, str):
-        return Response(500, {"ok": False, "error": "Internal server error"})
+        return Response(500, error_body("Internal server error"))
     return Response(200, metrics, content_type=PROMETHEUS_CONTENT_TYPE)
 
 

@@ -63,6 +63,11 @@ class Call:
         return value
 
 
+def error_body(message: str) -> dict[str, Any]:
+    """The body of every refusal on the HTTP port, as a command's: ``ok: false``."""
+    return {"ok": False, "error": message}
+
+
 @dataclass(slots=True)
 class Response:
     status: int

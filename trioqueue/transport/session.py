@@ -364,13 +364,10 @@ class Session:
 
     def authenticate(self, token: Any) -> bool:
         """Auth: with no tokens configured every connection is already in."""
-        if not self.config.auth_tokens or self._token_ok(token):
+        if token_accepted(self.config.auth_tokens, token):
             self.authenticated = True
             return True
         return False
-
-    def _token_ok(self, token: Any) -> bool:
-        return token_matches(self.config.auth_tokens, token)
 
     def subscribe(self, queue: str, replier: Any) -> None:
         """Push every event of ``queue`` to this connection as ``{type: "event", event}``.
@@ -414,10 +411,13 @@ class Session:
         self._tagged.clear()
 
 
-def token_matches(tokens: list[str], token: Any) -> bool:
-    """Whether ``token`` is one of ``tokens``: trimmed, compared in constant time; a
-    blank or non-string token never matches. (Auth on every transport, and HTTP's
-    bearer tokens.)"""
+def token_accepted(tokens: list[str], token: Any) -> bool:
+    """Whether ``token`` lets a client in: with no tokens configured every one does;
+    otherwise it must be one of ``tokens``, trimmed and compared in constant time (a
+    blank or non-string token never matches). Auth on every transport, and HTTP's
+    bearer tokens."""
+    if not tokens:
+        return True
     if not isinstance(token, str) or not token.strip():
         return False
     given = token.strip().encode()

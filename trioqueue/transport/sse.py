@@ -28,7 +28,7 @@ from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
 from .codec import JSON
 from .live_frames import LiveFrames
-from .rest_api import Response
+from .rest_api import Response, error_body
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
@@ -102,9 +102,9 @@ class SseHub:
             try:
                 fields.queue_name(queue)
             except Refused:
-                return Response(404, {"ok": False, "error": "Not found"})
+                return Response(404, error_body("Not found"))
         if len(self.clients) >= self._max_clients:
-            return Response(503, {"ok": False, "error": "Too many SSE connections"})
+            return Response(503, error_body("Too many SSE connections"))
         client = SseClient(queue, self._max_unsent, stream)
         last_id = _last_event_id(scope["headers"])
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),

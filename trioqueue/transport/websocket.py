@@ -41,7 +41,7 @@ from .limits import Shell
 from .live_frames import LiveFrames
 from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload
 from .req_ids import salvage_req_id
-from .session import Session, SessionHost, token_matches
+from .session import Session, SessionHost, token_accepted
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -392,8 +392,7 @@ class WsEndpoint:
             await _reject(request, 404, b"Not found")
             return
         bearer = bearer_token(request.headers)
-        tokens = broker.config.auth_tokens
-        if bearer is not None and tokens and not token_matches(tokens, bearer):
+        if bearer is not None and not token_accepted(broker.config.auth_tokens, bearer):
             # A wrong token on the upgrade is refused there, as bunqueue does; none at
             # all leaves the session to authenticate with ``Auth`` (our clients do).
             await _reject(request, 401, b"Unauthorized")
