@@ -46,6 +46,11 @@ def matches(name: str, patterns: list[str]) -> bool:
     return any(p == "*" or p == name or p == f"{family}:*" for p in patterns)
 
 
+def event_data(event: dict[str, Any]) -> dict[str, Any]:
+    """The ``data`` of a subscriber's frame: the event without its internal type."""
+    return {k: v for k, v in event.items() if k != "eventType"}
+
+
 def event_name(event: dict[str, Any]) -> str:
     """The subscriber's name of an internal event."""
     kind = event["eventType"]

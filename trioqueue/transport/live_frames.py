@@ -27,7 +27,7 @@ from ..core.stats_handlers import (
     stats_snapshot,
     storage_status_frame,
 )
-from .event_names import event_name
+from .event_names import event_data, event_name
 from .rest_api import RunCommand
 
 log = logging.getLogger("trioqueue.live")
@@ -82,8 +82,7 @@ class LiveFrames:
         touched = self._touched
         for event in events:
             queue = event.get("queue")
-            data = {k: v for k, v in event.items() if k != "eventType"}
-            self.publish(event_name(event), data, queue, job_event=True)
+            self.publish(event_name(event), event_data(event), queue, job_event=True)
             if isinstance(queue, str):
                 touched[queue] = None
         if touched:

@@ -34,7 +34,7 @@ from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
-from .event_names import event_name, matches, valid_pattern
+from .event_names import event_data, event_name, matches, valid_pattern
 from .http_auth import bearer_token
 from .large_frames import decode_large
 from .limits import Shell
@@ -96,8 +96,8 @@ class WsConnection:
                 continue
             name = event_name(event)
             if matches(name, self.patterns):
-                data = {k: v for k, v in event.items() if k != "eventType"}
-                frames.append({"event": name, "ts": event["timestamp"], "data": data})
+                frames.append({"event": name, "ts": event["timestamp"],
+                               "data": event_data(event)})
         if frames:
             self.session.send_frames(frames, self.event_codec)
 
