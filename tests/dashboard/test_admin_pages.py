@@ -103,6 +103,28 @@ def test_a_dead_letter_arriving_shows_up_live(start_broker: Callable[..., Broker
     expect(page.get_by_test_id(f"dlq-row-{job_id}")).to_be_visible()
 
 
+def test_a_dead_letter_arriving_before_the_subscription_still_shows_up(
+        start_broker: Callable[..., Broker], page: Any) -> None:
+    """The page's first load and its live subscription are two steps: a change between
+    them reaches the page through the reload that the subscription's reply triggers."""
+    broker = start_broker()
+    made: list[str] = []
+
+    def hold_subscribe(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def to_server(message: str | bytes) -> None:
+            if not made and '"Subscribe"' in str(message):
+                made.append(dead_letter(broker, "mail"))
+            server.send(message)
+        ws.on_message(to_server)
+
+    page.route_web_socket("**/ws", hold_subscribe)
+    page.goto(broker.url + "/#/dlq/mail")
+    expect(page.get_by_test_id("dlq-count")).to_have_text("1")
+    expect(page.get_by_test_id(f"dlq-row-{made[0]}")).to_be_visible()
+
+
 def test_the_dlq_settings_are_saved(start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()
     page.goto(broker.url + "/#/dlq/mail")

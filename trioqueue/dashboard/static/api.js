@@ -76,6 +76,8 @@ let retryMs = 500;
 let retryTimer = null;
 let liveStatus = "offline";
 let nextReqId = 1;
+// Subscribe requests sent and not yet answered: reqId -> the patterns they add.
+const pendingSubscribes = new Map();
 
 function setStatus(status) {
   liveStatus = status;
@@ -100,10 +102,12 @@ function wantedPatterns() {
   return wanted;
 }
 
+// Returns the request's reqId, or null when there is no open socket to send on.
 function send(msg) {
-  if (socket && socket.readyState === WebSocket.OPEN) {
-    socket.send(JSON.stringify({ ...msg, reqId: `ui-${nextReqId++}` }));
-  }
+  if (!socket || socket.readyState !== WebSocket.OPEN) return null;
+  const reqId = `ui-${nextReqId++}`;
+  socket.send(JSON.stringify({ ...msg, reqId }));
+  return reqId;
 }
 
 // Bring the socket's subscription in line with the listeners' patterns.
@@ -112,7 +116,10 @@ function syncSubscription() {
   const wanted = wantedPatterns();
   const added = [...wanted].filter((p) => !subscribed.has(p));
   const dropped = [...subscribed].filter((p) => !wanted.has(p));
-  if (added.length) send({ cmd: "Subscribe", events: added });
+  if (added.length) {
+    const reqId = send({ cmd: "Subscribe", events: added });
+    if (reqId) pendingSubscribes.set(reqId, added);
+  }
   if (dropped.length) send({ cmd: "Unsubscribe", events: dropped });
   subscribed = wanted;
 }
@@ -129,6 +136,21 @@ function deliver(frame) {
   }
 }
 
+// The broker has started sending `added`: every listener on one of those patterns
+// loads its data again, because frames sent before this moment (after the page's
+// first load, or while the socket was down) never reached it.
+function announceSubscribed(added) {
+  for (const { patterns, onSubscribed } of [...listeners]) {
+    if (onSubscribed && patterns.some((p) => added.includes(p))) {
+      try {
+        onSubscribed();
+      } catch (error) {
+        console.error("live listener failed", error);
+      }
+    }
+  }
+}
+
 function onMessage(message, authReqId) {
   let frame;
   try {
@@ -138,6 +160,10 @@ function onMessage(message, authReqId) {
   }
   if (frame && typeof frame.event === "string") {
     deliver(frame);
+  } else if (frame && frame.ok && pendingSubscribes.has(frame.reqId)) {
+    const added = pendingSubscribes.get(frame.reqId);
+    pendingSubscribes.delete(frame.reqId);
+    announceSubscribed(added);
   } else if (frame && authReqId && frame.reqId === authReqId && frame.ok) {
     setStatus("live");
     retryMs = 500;
@@ -159,6 +185,7 @@ function connect() {
   const ws = new WebSocket(`${scheme}://${location.host}/ws`);
   socket = ws;
   subscribed = new Set();
+  pendingSubscribes.clear();
   setStatus("connecting");
   const token = getToken();
   const authReqId = token ? `auth-${nextReqId++}` : null;
@@ -194,8 +221,11 @@ function restartLive() {
 
 // Call callback(event, data, ts) for each live frame whose name matches one of
 // patterns (exact, "family:*" or "*"); returns the function that stops it.
-export function onLive(patterns, callback) {
-  const entry = { patterns: [...patterns], callback };
+// onSubscribed (optional) is called each time the broker confirms a subscription to
+// one of the patterns (the first time, and again after a reconnect): a page reloads
+// there what it fetched over REST, so no change falls between its load and the frames.
+export function onLive(patterns, callback, onSubscribed = null) {
+  const entry = { patterns: [...patterns], callback, onSubscribed };
   listeners.add(entry);
   if (socket) syncSubscription();
   else connect();

@@ -107,7 +107,7 @@ export function JobPage({ params }) {
   const bump = () => setVersion((v) => v + 1);
   useLive(["job:*", "dlq:*"], (event, data) => {
     if (data && data.jobId === id) bump();
-  });
+  }, bump);
   if (found.error) {
     return html`<h1>Job ${id}</h1><${ErrorLine} error=${found.error} />`;
   }

@@ -26,7 +26,7 @@ export function useLiveLoad(load, deps, patterns = [], relevant = () => true) {
       const wait = Math.max(0, last + RELOAD_INTERVAL_MS - Date.now());
       timer = setTimeout(() => { timer = null; last = Date.now(); run(); }, wait);
     };
-    const unsubscribe = onLive(patterns, stale);
+    const unsubscribe = onLive(patterns, stale, () => run());
     return () => { unsubscribe(); if (timer !== null) clearTimeout(timer); };
   }, [...deps, patterns.join(",")]);
   return { ...state, reload: run };

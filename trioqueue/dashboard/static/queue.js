@@ -74,7 +74,7 @@ export function QueuePage({ params }) {
     if (data.queue !== queue) return;
     if (event === "queue:counts") setLiveCounts(data);
     else paused.reload();
-  });
+  }, () => { setLiveCounts(null); counts.reload(); paused.reload(); });
 
   const shown = { ...(counts.data?.counts || {}), ...(liveCounts || {}) };
   const tabs = STATES.map((s) => html`<a key=${s} href=${stateHash(queue, s, 0)}

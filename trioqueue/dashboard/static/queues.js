@@ -108,7 +108,7 @@ export function QueuesPage({ params }) {
           delayed: data.delayed, completed: data.completed, failed: data.failed };
       });
     });
-  });
+  }, reloadSoon);
 
   // After an action the row is refreshed in place (a drained queue stays listed until
   // the page is reloaded); an obliterated queue is gone, so the page is read again.

@@ -72,12 +72,16 @@ export function useApi(path) {
   return { ...state, stale: state.path !== path, reload };
 }
 
-// Subscribe for the component's lifetime; the latest callback is always the one called.
-export function useLive(patterns, callback) {
+// Subscribe for the component's lifetime; the latest callbacks are always the ones
+// called. onSubscribed (optional): see onLive in api.js.
+export function useLive(patterns, callback, onSubscribed = null) {
   const latest = useRef(callback);
   latest.current = callback;
+  const latestSubscribed = useRef(onSubscribed);
+  latestSubscribed.current = onSubscribed;
   const key = patterns.join(",");
-  useEffect(() => onLive(patterns, (...args) => latest.current(...args)), [key]);
+  useEffect(() => onLive(patterns, (...args) => latest.current(...args),
+    () => latestSubscribed.current?.()), [key]);
 }
 
 // A button that runs an async action, shows it running, and reports its error.
