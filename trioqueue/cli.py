@@ -9,18 +9,20 @@ test harness written for bunqueue starts us unchanged.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import math
 import os
-import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import trio
-
 from .config import FSYNC_POLICIES, Config
+from .serve_exit import (  # (re-exported: how serve ends)
+    EXIT_CANNOT_LISTEN,
+    EXIT_CANNOT_OPEN_STORAGE,
+    EXIT_STORAGE_FAILURE,
+    run_serve,
+)
 
 # setting -> environment names, most specific first
 ENV_NAMES: dict[str, tuple[str, ...]] = {
@@ -32,6 +34,8 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "fsync": ("TRIOQUEUE_FSYNC",),
     "log_level": ("TRIOQUEUE_LOG_LEVEL", "LOG_LEVEL"),
     "memory": ("TRIOQUEUE_MEMORY",),
+    "storage_url": ("TRIOQUEUE_STORAGE",),
+    "pg_outage_s": ("TRIOQUEUE_PG_OUTAGE_S",),
     "store_max_bytes": ("TRIOQUEUE_STORE_MAX_BYTES",),
     "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
     "store_finish_allowance_bytes": ("TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES",),
@@ -248,6 +252,7 @@ def _auth_tokens_from(config: Config, args: argparse.Namespace,
 
 def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
     for setting, unit in (("lease_grace_after_pause_s", "seconds"),
+                          ("pg_outage_s", "seconds"),
                           ("log_slow_step_ms", "milliseconds"),
                           ("slice_budget_ms", "milliseconds")):
         raw = getattr(args, setting)
@@ -287,6 +292,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     data = args.data_dir or env_value(env, "data_dir")
     if data:
         config.data_dir = data
+    config.storage_url = args.storage_url or env_value(env, "storage_url") or None
     _auth_tokens_from(config, args, env)
     fsync = args.fsync or env_value(env, "fsync")
     if fsync:
@@ -336,6 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", "--data-path", dest="data_dir",
                        help="LMDB data directory (default ./trioqueue-data)")
     serve.add_argument("--memory", action="store_true", help="keep everything in memory")
+    serve.add_argument("--storage", dest="storage_url", metavar="postgresql://...",
+                       help="keep jobs in PostgreSQL instead of LMDB (the schema is "
+                            "created or migrated at start; docs/durability.md)")
+    serve.add_argument("--pg-outage-s", dest="pg_outage_s",
+                       help="how long to keep retrying while PostgreSQL is unreachable, "
+                            "acknowledging nothing, before stopping (default 30)")
     serve.add_argument("--otel", action="store_true",
                        help="OpenTelemetry spans for push, pull and ack (needs "
                             "opentelemetry-api; see docs/tracing.md)")
@@ -374,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "back to the broker at once.")
     add_arguments(worker)
     from .admin import add_commands
+    from .migrate_command import add_command as add_migrate
+
+    add_migrate(sub)
 
     add_commands(sub)
     limits = serve.add_argument_group("connection limits")
@@ -398,6 +413,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         from .client import runner
 
         return runner.main(args)
+    if args.command == "migrate":
+        from . import migrate_command
+
+        return migrate_command.run(args, os.environ if env is None else env)
     if args.command != "serve":
         from . import admin
 
@@ -422,79 +441,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     return run_serve(config)
 
 
-EXIT_STORAGE_FAILURE = 3
-EXIT_CANNOT_LISTEN = 1
-
-
-def run_serve(config: Config, broker: Any = None) -> int:
-    """Serve until a signal; the exit status says how it ended.
-
-    A failed commit or fsync stops the broker (nothing after it may be acknowledged):
-    that is exit status 3 with one log line, not a traceback, so a supervisor can tell
-    a storage failure from a crash and restart on the committed state.
-    """
-    from .actors.writer import StorageFailure
-    from .server import serve
-
-    try:
-        trio.run(serve, config, broker)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        _cannot_listen(config, exc)
-        return EXIT_CANNOT_LISTEN
-    except StorageFailure as exc:
-        logging.getLogger("trioqueue").error("stopped: %s", exc)
-        return EXIT_STORAGE_FAILURE
-    except BaseExceptionGroup as group:
-        # Nurseries wrap it; only a group of nothing but storage failures is one.
-        in_use, others = group.split(_address_in_use)
-        if in_use is not None and others is None:
-            _cannot_listen(config, next(_leaves(in_use)))
-            return EXIT_CANNOT_LISTEN
-        failures, rest = group.split(StorageFailure)
-        if failures is None or rest is not None:
-            raise
-        leaves = list(_leaves(failures))
-        first = next((f for f in leaves if not getattr(f, "repeated", False)), leaves[0])
-        logging.getLogger("trioqueue").error("stopped: %s", first)
-        return EXIT_STORAGE_FAILURE
-    return 0
-
-
-def _address_in_use(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
-
-
-def _cannot_listen(config: Config, exc: BaseException) -> None:
-    """One line for a port taken by another program, naming the port: the error
-    itself does not say which of the two listeners failed, so each is tried."""
-    taken = [f"{kind} port {port}" for kind, port in (("tcp", config.tcp_port),
-                                                      ("websocket", config.ws_port))
-             if port and _port_taken(config.host, port)]
-    where = " and ".join(taken) if taken else f"ports {config.tcp_port}/{config.ws_port}"
-    sys.stderr.write(f"error: cannot listen on {config.host} {where}: address already in "
-                     f"use (another broker running? pick other ports with --tcp-port / "
-                     f"--ws-port)\n")
-
-
-def _port_taken(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def _leaves(group: BaseException) -> Iterator[BaseException]:
-    """The exceptions inside (nested) groups, in order."""
-    if isinstance(group, BaseExceptionGroup):
-        for exc in group.exceptions:
-            yield from _leaves(exc)
-    else:
-        yield group
-
+__all__ = ["EXIT_CANNOT_LISTEN", "EXIT_CANNOT_OPEN_STORAGE", "EXIT_STORAGE_FAILURE",
+           "build_parser", "config_from", "main", "run_serve"]
 
 if __name__ == "__main__":
     sys.exit(main())

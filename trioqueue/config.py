@@ -27,6 +27,10 @@ def default_reserve_bytes(max_bytes: int) -> int:
     return min(max(8 * MIB, max_bytes // 32), max_bytes // 4)
 
 
+# What --storage accepts (libpq's two URL schemes).
+STORAGE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
 @dataclass
 class Config:
     """Broker settings; ``validate`` checks them (the Broker calls it).
@@ -49,6 +53,11 @@ class Config:
     ws_port: int = 6790
     data_dir: str = "./trioqueue-data"
     memory: bool = False  # keep everything in memory (nothing survives a restart)
+    # PostgreSQL instead of LMDB: a postgresql:// URL (docs/durability.md, "PostgreSQL").
+    storage_url: str | None = None
+    # How long a PostgreSQL store keeps retrying through an outage, acknowledging
+    # nothing meanwhile, before the broker stops (storage/pg_connection.py).
+    pg_outage_s: float = 30.0
     auth_tokens: list[str] = field(default_factory=list)
     # "interval": commits survive kill -9 at once and reach the disk within
     # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
@@ -185,7 +194,7 @@ class Config:
         """The store's maximum in bytes, or None for a memory store with no limit."""
         if self.store_max_bytes is not None:
             return self.store_max_bytes
-        return None if self.memory else DEFAULT_LMDB_MAX_BYTES
+        return None if self.memory or self.storage_url else DEFAULT_LMDB_MAX_BYTES
 
     def reserve_bytes_for(self, max_bytes: int) -> int:
         """The reserve kept below a store maximum of ``max_bytes``."""
@@ -211,6 +220,7 @@ class Config:
         self._validate_http()
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
+        self._validate_storage_url()
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
             raise ValueError("store_max_bytes must be positive")
         if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:
@@ -221,6 +231,21 @@ class Config:
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_storage_url(self) -> None:
+        if not 0 < self.pg_outage_s < math.inf:
+            raise ValueError("pg_outage_s must be a positive number")
+        if self.storage_url is None:
+            return
+        if not self.storage_url.startswith(STORAGE_URL_SCHEMES):
+            raise ValueError(f"storage must be a postgresql:// URL, not "
+                             f"{self.storage_url.split(':', 1)[0]!r}")
+        if self.memory:
+            raise ValueError("--memory and --storage are two stores: give one")
+        if self.store_max_bytes is not None or self.store_reserve_bytes is not None:
+            # PostgreSQL's room is its server's; nothing here could measure it per batch
+            raise ValueError("store_max_bytes and store_reserve_bytes apply to LMDB and "
+                             "--memory, not to PostgreSQL")
 
     def _validate_http(self) -> None:
         for name in ("http_header_timeout_s", "http_keep_alive_timeout_s",

@@ -83,7 +83,9 @@ class Server:
             log.info(
                 "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s auth %s",
                 config.host, self.tcp_port, config.host, self.ws_port,
-                "memory" if config.memory else config.data_dir, config.fsync,
+                "memory" if config.memory else (
+                    self.broker.storage.location if config.storage_url else config.data_dir),
+                config.fsync,
                 auth_state(config),
             )
             task_status.started(self)

@@ -33,7 +33,7 @@ from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..process_numbers import process_numbers
-from ..storage.port import Storage
+from ..storage.port import Storage, StorageOpenError
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
 from .clock import PauseWatch, TrioClock
@@ -49,6 +49,10 @@ log = logging.getLogger("trioqueue.broker")
 
 
 def open_storage(config: Config) -> Storage:
+    """The store the configuration names; :class:`StorageOpenError` (one line) when
+    it cannot be opened."""
+    if config.storage_url:
+        return open_postgres(config.storage_url, config.pg_outage_s)
     limit = config.store_limit_bytes()
     if config.memory:
         from ..storage.memory import MemoryStorage
@@ -58,6 +62,27 @@ def open_storage(config: Config) -> Storage:
 
     assert limit is not None  # LMDB always has a maximum (1 TiB by default)
     return LmdbStorage(config.data_dir, max_map_size_bytes=limit)
+
+
+def open_postgres(url: str, outage_s: float) -> Storage:
+    """A PostgreSQL store, its schema migrated; waits up to ``outage_s`` for a server
+    that is not up yet (started beside the broker)."""
+    try:
+        from ..storage.pg_store import PgStorage
+    except ImportError as exc:  # psycopg is an optional dependency
+        raise StorageOpenError(
+            f"PostgreSQL storage needs psycopg: pip install 'trioqueue[postgres]' ({exc})"
+        ) from None
+    from ..storage.pg_connection import StorageUnavailable, redact
+    from ..storage.pg_schema import SchemaTooNew
+
+    try:
+        return PgStorage(url, outage_s=outage_s)
+    except (StorageUnavailable, SchemaTooNew) as exc:
+        raise StorageOpenError(f"cannot open the PostgreSQL store: {exc}") from None
+    except Exception as exc:  # a bad URL, a refused login: psycopg's own words
+        raise StorageOpenError(f"cannot open PostgreSQL storage at {redact(url)}: "
+                               f"{str(exc).strip() or type(exc).__name__}") from None
 
 
 class Broker:
@@ -85,7 +110,8 @@ class Broker:
             committer=self.writer, find_finished=self._find_finished,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
-            count_stored=self._count_stored)
+            count_stored=self._count_stored,
+            finished_queues=self._finished_queues if self.storage.apply_blocks else None)
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
         stats.process = process_numbers
@@ -142,6 +168,14 @@ class Broker:
         self.commit_if_inline()
         return self.storage.get_finished(job_id)
 
+    async def _finished_queues(self, job_ids: list[str]) -> dict[str, str | None]:
+        """The queues of finished jobs by id, for a store whose reads block: read in a
+        worker thread after the writes already submitted are committed (so a job just
+        finished is found), each id mapped to its queue or None."""
+        await self.writer.commit()
+        found = await trio.to_thread.run_sync(self.storage.queues_of_finished, job_ids)
+        return {job_id: found.get(job_id) for job_id in job_ids}
+
     def _count_stored(self, queue: str, state: str) -> int:
         """The ``state`` (completed, failed) jobs of ``queue`` in storage (O(1)), read
         as :meth:`_find_finished` reads."""
@@ -163,6 +197,9 @@ class Broker:
             self.storage_room(exact=True)  # (notes a full store, or room again)
         if self.config.memory:
             return StorageUsage("memory", None, used, storage.max_bytes, None, None)
+        location = getattr(storage, "location", None)  # a server's redacted address
+        if location is not None:
+            return StorageUsage("postgresql", location, used, None, None, None)
         path = os.path.abspath(self.config.data_dir)
         try:
             vfs = os.statvfs(path)

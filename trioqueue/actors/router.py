@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -94,16 +94,26 @@ class _JoinPart:
         self.join._arrive(self.positions, reply)
 
 
+# The queues of finished jobs by id, read off the trio thread (Router's finished_queues).
+FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
+# Routes that do not name one job id.
+_NOT_BY_ID = frozenset((BY_QUEUE, BY_IDS, BROKER, FLOW))
+
+
 class Router(DependentsIndex):
     def __init__(self, *, committer: Committer,
                  find_finished: Callable[[str], dict[str, Any] | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
                  admission: AdmissionFactory | None,
                  new_actor: Callable[[str], QueueActor], spawn: Spawn,
-                 count_stored: Callable[[str, str], int] | None = None) -> None:
+                 count_stored: Callable[[str, str], int] | None = None,
+                 finished_queues: FinishedQueues | None = None) -> None:
         self._committer = committer
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
+        # For a store whose reads block: the queues of a batch's finished ids, looked
+        # up before the batch is routed, off the trio thread (None: find_finished).
+        self._finished_queues = finished_queues
         # (queue, state) -> how many finished jobs of that state the store holds
         # (ListQueues, the numbers; None: not known)
         self._count_stored = count_stored
@@ -241,10 +251,13 @@ class Router(DependentsIndex):
             actor = self.actors[name] = self._new_actor(name)
         return actor
 
-    def _queue_of(self, job_id: str) -> str | None:
-        """A job's queue: the live index first, then storage for finished jobs."""
+    def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
+        """A job's queue: the live index first, then storage for finished jobs (what
+        :meth:`_look_up_finished` found, when it ran)."""
         queue = self._index.get(job_id)
         if queue is None:
+            if found is not None and job_id in found:
+                return found[job_id]
             record = self._find_finished(job_id)
             if record is not None:
                 queue = record.get("queue")
@@ -260,10 +273,13 @@ class Router(DependentsIndex):
             timer.time(routed)
         if self.tracing is not None:
             self.tracing.take(routed, self)
+        found = None
+        if self._finished_queues is not None:
+            found = await self._look_up_finished(routed, self._finished_queues)
         groups: dict[str, list[Request]] = {}
         for command, req in routed:
             try:
-                self._resolve(command, req, groups)
+                self._resolve(command, req, groups, found)
             except Refused as exc:
                 req.error(exc.message)
         for name, reqs in groups.items():
@@ -284,8 +300,31 @@ class Router(DependentsIndex):
                 actor.batches_in_flight -= 1
                 raise
 
+    async def _look_up_finished(self, routed: list[tuple[Command, Request]],
+                                finished_queues: FinishedQueues
+                                ) -> dict[str, str | None] | None:
+        """The queues of the batch's ids that no live job has, in one read off the
+        trio thread (a store whose reads block), so routing never waits on the store
+        in the event loop. Each id asked maps to its queue or None."""
+        ids: list[str] = []
+        index = self._index
+        for command, req in routed:
+            if command.route == FLOW:  # a flow's ids are the client's: may exist
+                jobs = req.msg.get("jobs")
+                named = [j.get("id") for j in jobs if type(j) is dict] if (
+                    type(jobs) is list) else []
+            elif command.route in _NOT_BY_ID:
+                continue
+            else:
+                named = [req.msg.get(command.route)]
+            ids.extend(i for i in named if type(i) is str and i and i not in index)
+        if not ids:
+            return None
+        return await finished_queues(ids)
+
     def _resolve(self, command: Command, req: Request,
-                 groups: dict[str, list[Request]]) -> None:
+                 groups: dict[str, list[Request]],
+                 found: dict[str, str | None] | None = None) -> None:
         msg = req.msg
         how = command.route
         if how == BY_QUEUE:
@@ -315,12 +354,12 @@ class Router(DependentsIndex):
                 req.ok(answer)
             return
         if how == FLOW:
-            self._push_flow(req)
+            self._push_flow(req, found)
             return
         # An id route: its name is the field that holds the id. No length check: an
         # over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
-        queue = self._queue_of(job_id)
+        queue = self._queue_of(job_id, found)
         if queue is None:
             if command.retained is not None:
                 retained = self.retained_result(job_id, self._now_ms())
@@ -359,7 +398,7 @@ class Router(DependentsIndex):
                            conn=req.conn)
             groups.setdefault(queue, []).append(part)
 
-    def _push_flow(self, req: Request) -> None:
+    def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
 
         Queue actors each own their jobs, so no single actor can admit a flow that
@@ -374,7 +413,7 @@ class Router(DependentsIndex):
         items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
         now = self._now_ms()
         for item in items:
-            if self._queue_of(item.id) is not None or (
+            if self._queue_of(item.id, found) is not None or (
                     self.retained_result(item.id, now) is not None):
                 raise Refused(f"Job {item.id} already exists")
         new_queues = {item.queue for item in items} - self.actors.keys()

@@ -187,8 +187,8 @@ class StorageHealth:
 class StorageUsage(NamedTuple):
     """What ``StorageStatus`` adds to bunqueue's three fields (None: not known)."""
 
-    engine: str  # "lmdb" or "memory"
-    path: str | None  # the LMDB directory, absolute
+    engine: str  # "lmdb", "memory" or "postgresql"
+    path: str | None  # the LMDB directory, absolute; PostgreSQL: its URL, no password
     used_bytes: int
     max_bytes: int | None  # the store's limit
     map_bytes: int | None  # LMDB's current map (it grows up to max_bytes)

@@ -134,6 +134,17 @@ class Storage(abc.ABC):
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
         """The record of a completed or failed job, or None."""
 
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue for those of ``job_ids`` that are finished jobs: the
+        router's look-ups of a whole batch in one call (a store across a network
+        answers them in one round trip)."""
+        found = {}
+        for job_id in job_ids:
+            record = self.get_finished(job_id)
+            if record is not None:
+                found[job_id] = record["queue"]
+        return found
+
     @abc.abstractmethod
     def get_result(self, job_id: str) -> tuple[bool, Any]:
         """``(True, result)`` when a result is stored (``None`` is a real result)."""
@@ -249,3 +260,8 @@ class Storage(abc.ABC):
         a store of pages (LMDB) must add what its page splits may cost.
         """
         return live_jobs * (allowance_bytes + FINISH_JOB_BYTES)
+
+
+class StorageOpenError(Exception):
+    """The store cannot be opened (PostgreSQL unreachable at startup, a schema newer
+    than this trioqueue): the broker does not start; the message says why in a line."""

@@ -1,0 +1,99 @@
+"""How ``trioqueue serve`` ends: its exit statuses, and one line instead of a traceback
+for the ways a broker cannot run (a port taken, a store that cannot be opened, a store
+that failed)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import trio
+
+from .config import Config
+from .storage.port import StorageOpenError
+
+EXIT_STORAGE_FAILURE = 3
+EXIT_CANNOT_LISTEN = 1
+EXIT_CANNOT_OPEN_STORAGE = 4
+
+
+def run_serve(config: Config, broker: Any = None) -> int:
+    """Serve until a signal; the exit status says how it ended.
+
+    A failed commit or fsync stops the broker (nothing after it may be acknowledged):
+    that is exit status 3 with one log line, not a traceback, so a supervisor can tell
+    a storage failure from a crash and restart on the committed state (a PostgreSQL
+    store gone for longer than ``pg_outage_s`` ends the same way). A store that cannot
+    be opened at all (PostgreSQL unreachable at startup, a schema newer than this
+    trioqueue) is status 4; a port in use, 1.
+    """
+    from .actors.writer import StorageFailure
+    from .server import serve
+
+    try:
+        trio.run(serve, config, broker)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        _cannot_listen(config, exc)
+        return EXIT_CANNOT_LISTEN
+    except StorageOpenError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_CANNOT_OPEN_STORAGE
+    except StorageFailure as exc:
+        logging.getLogger("trioqueue").error("stopped: %s", exc)
+        return EXIT_STORAGE_FAILURE
+    except BaseExceptionGroup as group:
+        # Nurseries wrap it; only a group of nothing but storage failures is one.
+        in_use, others = group.split(_address_in_use)
+        if in_use is not None and others is None:
+            _cannot_listen(config, next(_leaves(in_use)))
+            return EXIT_CANNOT_LISTEN
+        failures, rest = group.split(StorageFailure)
+        if failures is None or rest is not None:
+            raise
+        leaves = list(_leaves(failures))
+        first = next((f for f in leaves if not getattr(f, "repeated", False)), leaves[0])
+        logging.getLogger("trioqueue").error("stopped: %s", first)
+        return EXIT_STORAGE_FAILURE
+    return 0
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+
+
+def _cannot_listen(config: Config, exc: BaseException) -> None:
+    """One line for a port taken by another program, naming the port: the error
+    itself does not say which of the two listeners failed, so each is tried."""
+    taken = [f"{kind} port {port}" for kind, port in (("tcp", config.tcp_port),
+                                                      ("websocket", config.ws_port))
+             if port and _port_taken(config.host, port)]
+    where = " and ".join(taken) if taken else f"ports {config.tcp_port}/{config.ws_port}"
+    sys.stderr.write(f"error: cannot listen on {config.host} {where}: address already in "
+                     f"use (another broker running? pick other ports with --tcp-port / "
+                     f"--ws-port)\n")
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _leaves(group: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside (nested) groups, in order."""
+    if isinstance(group, BaseExceptionGroup):
+        for exc in group.exceptions:
+            yield from _leaves(exc)
+    else:
+        yield group
+
+

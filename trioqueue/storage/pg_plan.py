@@ -1,0 +1,120 @@
+"""A batch of storage operations, reduced to what PostgreSQL must end up holding.
+
+The writer hands :class:`~.pg_store.PgStorage` every queue's operations of a batch, in
+order: a job may be put, finished and deleted within one batch. Sent one statement per
+operation, a batch of a thousand jobs would be thousands of statements; reduced here to
+the last word on each row, it is at most one statement per kind of write
+(:mod:`.pg_layout`), each taking its rows as arrays.
+
+The reduction keeps the batch's meaning because each table's rows are keyed (a job id,
+a (parent, child) pair, a queue, a broker key) and each operation sets or removes whole
+rows: only the last operation on a row matters, with one exception kept in order: a
+parent's deletion drops the outcome rows written for it earlier in the batch, and those
+written after it stay (statements run deletions of outcome rows first).
+
+Pure: no I/O, so the tests check it against the memory store's semantics directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.writes import (
+    DeleteJob,
+    FinishJob,
+    PutBrokerRecord,
+    PutDepOutcome,
+    PutJob,
+    PutQueueMeta,
+)
+from . import keys as K
+from .ops import Op
+
+# A finished row as UPSERT_FINISHED takes it: queue, state, created_at, record, result
+# (None: no result).
+FinishedRow = tuple[str, str, int, bytes, bytes | None]
+
+
+@dataclass
+class BatchPlan:
+    """The rows a batch leaves, by table; each dict keyed by the row's key."""
+
+    live_put: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    live_delete: set[bytes] = field(default_factory=set)
+    finished_put: dict[bytes, FinishedRow] = field(default_factory=dict)
+    finished_delete: set[bytes] = field(default_factory=set)
+    outcomes_cleared: set[bytes] = field(default_factory=set)  # parents deleted
+    outcomes_put: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict)
+    queue_meta: dict[str, bytes] = field(default_factory=dict)
+    broker_put: dict[bytes, bytes] = field(default_factory=dict)
+    broker_delete: set[bytes] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return any((self.live_put, self.live_delete, self.finished_put,
+                    self.finished_delete, self.outcomes_cleared, self.outcomes_put,
+                    self.queue_meta, self.broker_put, self.broker_delete))
+
+
+def plan_batch(ops: Sequence[Op]) -> BatchPlan:
+    """What ``ops`` (validated, in order) leave in each table.
+
+    Raises ``ValueError`` as the LMDB layout does for a key it cannot hold (an id over
+    511 bytes of UTF-8), before anything is sent.
+    """
+    plan = BatchPlan()
+    encode = K.encode_value
+    for op in ops:
+        cls = type(op)
+        if cls is PutJob:
+            job_id, record = op  # type: ignore[misc]  # (narrowed by the class above)
+            key = K.job_key(job_id)
+            plan.live_put[key] = (record["queue"], encode(record))
+            plan.live_delete.discard(key)
+        elif cls is FinishJob:
+            _finish(plan, op)  # type: ignore[arg-type]
+        elif cls is DeleteJob:
+            _delete(plan, K.job_key(op.job_id))  # type: ignore[union-attr]
+        else:
+            _other(plan, op)
+    return plan
+
+
+def _finish(plan: BatchPlan, op: FinishJob) -> None:
+    key = K.job_key(op.job_id)
+    plan.live_put.pop(key, None)
+    plan.live_delete.add(key)
+    result = K.encode_result(op.result) if op.has_result else None
+    plan.finished_put[key] = (op.queue, op.state, op.created_at, K.encode_value(op.record),
+                              result)
+    plan.finished_delete.discard(key)
+
+
+def _delete(plan: BatchPlan, key: bytes) -> None:
+    plan.live_put.pop(key, None)
+    plan.live_delete.add(key)
+    plan.finished_put.pop(key, None)
+    plan.finished_delete.add(key)
+    plan.outcomes_put.pop(key, None)  # rows put for it before, in this batch, go too
+    plan.outcomes_cleared.add(key)
+
+
+def _other(plan: BatchPlan, op: Any) -> None:
+    cls = type(op)
+    if cls is PutDepOutcome:
+        parent = K.job_key(op.parent_id)
+        plan.outcomes_put.setdefault(parent, {})[K.job_key(op.child_id)] = (
+            K.encode_value(op.outcome))
+    elif cls is PutQueueMeta:
+        plan.queue_meta[op.queue] = K.encode_value(op.meta)
+    elif cls is PutBrokerRecord:
+        key = K.broker_key(op.kind, op.name)
+        if op.value is None:
+            plan.broker_put.pop(key, None)
+            plan.broker_delete.add(key)
+        else:
+            plan.broker_put[key] = K.encode_value(op.value)
+            plan.broker_delete.discard(key)
+    else:
+        raise ValueError(f"unknown storage operation: {op!r}")

@@ -1,0 +1,283 @@
+"""The PostgreSQL store: :class:`~.port.Storage` on tables (layout: :mod:`.pg_layout`).
+
+``trioqueue serve --storage postgresql://...``. Every call blocks for a round trip, so
+the store says so (``apply_blocks``): the storage writer commits each batch in a worker
+thread, one hop per batch, and the queues read finished jobs in worker threads too
+(``QueueActor._fetch_off_thread``, the router's look-up of finished ids). What must
+not wait for the network is answered from memory: the finished counts (kept here from
+what each commit returned) and the bytes used (measured by the writer's thread now and
+then).
+
+A batch is one transaction, sent in one round trip: the operations of every queue are
+reduced to the rows they leave (:mod:`.pg_plan`) and written by one statement
+(:data:`.pg_layout.WRITE_BATCH`), committed as it ends; only then does :meth:`apply`
+return, and only then are the batch's replies sent (docs/durability.md, "PostgreSQL").
+
+The schema is migrated when the store opens (:mod:`.pg_schema`); ``trioqueue migrate``
+runs the same step alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..core.job import FINISHED_STATES
+from ..core.writes import Writes
+from . import keys as K
+from . import pg_layout as L
+from .ops import validate_writes
+from .pg_connection import PgLink, StorageUnavailable, redact
+from .pg_plan import BatchPlan, plan_batch
+from .pg_schema import migrate
+from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage
+from .positions import check_page_limit, page_window
+
+__all__ = ["PgStorage", "StorageUnavailable"]
+
+_LOAD_ROWS = 5000  # live records fetched per round trip at a restart
+_MEASURE_EVERY_S = 5.0  # the bytes used are measured at most this often
+
+
+class PgStorage(Storage):
+    """Jobs in PostgreSQL. ``outage_s``: how long the store keeps retrying through an
+    outage before it gives up and the broker stops (:mod:`.pg_connection`)."""
+
+    apply_blocks = True
+
+    def __init__(self, dsn: str, *, outage_s: float = 30.0, migrate_schema: bool = True
+                 ) -> None:
+        self._link = PgLink(dsn, outage_s=outage_s)
+        self.location = redact(dsn)
+        if migrate_schema:  # (waits out a server that is still starting)
+            self._link.write(migrate)
+        # (queue, state) -> finished jobs stored: filled by load(), then kept current
+        # from the totals each commit returns (this broker is the only writer).
+        self._counts: dict[tuple[str, str], int] = {}
+        self._counts_loaded = False
+        self._used_bytes = 0
+        self._measured_at = float("-inf")
+        self._closed = False
+
+    # --- writes ---------------------------------------------------------------------
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        self._check_open()
+        plan = plan_batch(validate_writes(batches))  # ValueError before any I/O
+        if not plan:
+            return
+        totals = self._link.write(lambda conn: _commit(conn, plan))
+        self._counts.update(totals)
+        if time.monotonic() - self._measured_at >= _MEASURE_EVERY_S:
+            self._measure()
+
+    def sync(self) -> None:
+        """Wait until PostgreSQL has flushed every commit so far to its WAL on disk.
+
+        With ``synchronous_commit`` on (PostgreSQL's default) each commit already did;
+        with it off (a DSN's ``options=-csynchronous_commit=off``) the server flushes
+        its WAL a little later, and this is how ``--fsync always``, the interval fsync
+        and a ``durable`` job still get what they ask for: a transaction that commits
+        synchronously waits for the WAL up to its own commit record, which comes after
+        every earlier commit's (docs/durability.md, "PostgreSQL").
+        """
+        self._check_open()
+        self._link.write(_flush_wal)
+
+    def _measure(self) -> None:
+        self._measured_at = time.monotonic()
+        self._used_bytes = self._link.read(
+            lambda conn: conn.execute(L.TABLE_BYTES).fetchone()[0])  # type: ignore[index]
+
+    # --- reads ----------------------------------------------------------------------
+
+    def load(self) -> Recovered:
+        self._check_open()
+        recovered = self._link.read(_load)
+        self._counts = dict(recovered.finished_counts)
+        self._counts_loaded = True
+        self._measure()
+        return recovered
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        raw = self._one(L.GET_FINISHED, job_id)
+        return None if raw is None else K.decode_value(raw[0])
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        raw = self._one(L.GET_RESULT, job_id)
+        if raw is None or raw[0] is None:
+            return False, None
+        return True, K.decode_result(raw[0])
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue, for those of ``job_ids`` that are finished jobs (one round
+        trip for a whole batch of look-ups)."""
+        self._check_open()
+        keys = [key for key in map(_key_or_none, job_ids) if key is not None]
+        if not keys:
+            return {}
+        rows = self._link.read(lambda conn: conn.execute(
+            L.QUEUES_OF_FINISHED, (keys,)).fetchall())
+        return {K.decode_job_key(bytes(key)): queue for key, queue in rows}
+
+    def _one(self, query: str, job_id: str) -> tuple[Any, ...] | None:
+        self._check_open()
+        key = _key_or_none(job_id)
+        if key is None:
+            return None
+        return self._link.read(lambda conn: conn.execute(query, (key,)).fetchone())
+
+    def count_finished(self, queue: str, state: str) -> int:
+        """From memory: the totals the last commit returned (exact: this broker is the
+        store's only writer)."""
+        self._check_open()
+        _check_state(state)
+        if not self._counts_loaded:  # (a store used before load(): tests, tools)
+            self._counts = self._link.read(_counts)
+            self._counts_loaded = True
+        return self._counts.get((queue, state), 0)
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        total = self.count_finished(queue, state)
+        start, take = page_window(total, asc=asc, offset=offset, limit=limit)
+        if not take:
+            return []
+        # PostgreSQL steps over an offset entry by entry: count from the nearer end.
+        from_start = start <= total - start - take
+        query = L.PAGE_ASC if from_start else L.PAGE_DESC
+        skip = start if from_start else total - start - take
+        rows = self._link.read(lambda conn: conn.execute(
+            query, (queue, state, skip, take)).fetchall())
+        records = [K.decode_value(row[0]) for row in rows]
+        if from_start != asc:
+            records.reverse()
+        return records
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        _check_state(state)
+        check_page_limit(limit)
+        query: str = L.IDS_FIRST
+        args: tuple[Any, ...] = (queue, state, limit)
+        if after is not None:
+            key = _key_or_none(after[1])
+            if key is None:
+                return FinishedPage([], None)
+            query, args = L.IDS_AFTER, (queue, state, after[0], key, limit)
+        rows = self._link.read(lambda conn: conn.execute(query, args).fetchall())
+        ids = [K.decode_job_key(bytes(row[0])) for row in rows]
+        if len(rows) < limit:
+            return FinishedPage(ids, None)
+        return FinishedPage(ids, (rows[-1][1], ids[-1]))
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        key = _key_or_none(parent_id)
+        if key is None:
+            return {}
+        rows = self._link.read(lambda conn: conn.execute(L.OUTCOMES_OF, (key,)).fetchall())
+        return {K.decode_job_key(bytes(child)): K.decode_value(outcome)
+                for child, outcome in rows}
+
+    # --- space ----------------------------------------------------------------------
+
+    def used_bytes(self) -> int:
+        """The tables' and indexes' size as last measured (every few seconds, by the
+        writer's thread): read on the trio thread, so never a round trip."""
+        return self._used_bytes
+
+    def space(self) -> Space:
+        return Space(self._used_bytes, 0, 0)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._link.close()
+
+
+def _check_state(state: str) -> None:
+    """An unknown state is a caller's bug (as in every store)."""
+    if state not in FINISHED_STATES:
+        raise ValueError(f"not a finished state: {state!r}")
+
+
+def _key_or_none(job_id: str) -> bytes | None:
+    """The id's key, or None for an id no job can have (too long, not encodable)."""
+    try:
+        return K.job_key(job_id)
+    except (ValueError, UnicodeEncodeError):
+        return None
+
+
+def _commit(conn: psycopg.Connection[Any], plan: BatchPlan) -> dict[tuple[str, str], int]:
+    """The batch as one statement (an implicit transaction, one round trip); returns
+    the finished totals it changed."""
+    live_keys = list(plan.live_put)
+    live_rows = plan.live_put.values()
+    fin_keys = list(plan.finished_put)
+    fin_cols: list[list[Any]] = ([list(col) for col in zip(*plan.finished_put.values(),
+                                                          strict=True)]
+                                 if fin_keys else [[], [], [], [], []])
+    parents: list[bytes] = []
+    children: list[bytes] = []
+    outcomes: list[bytes] = []
+    for parent, rows_of in plan.outcomes_put.items():
+        for child, outcome in rows_of.items():
+            parents.append(parent)
+            children.append(child)
+            outcomes.append(outcome)
+    params = (
+        list(plan.live_delete),
+        live_keys, [row[0] for row in live_rows], [row[1] for row in live_rows],
+        list(plan.finished_delete),
+        fin_keys, *fin_cols,
+        parents, children, outcomes, list(plan.outcomes_cleared),
+        list(plan.queue_meta), list(plan.queue_meta.values()),
+        list(plan.broker_delete),
+        list(plan.broker_put), list(plan.broker_put.values()),
+    )
+    rows = conn.execute(L.WRITE_BATCH, params, prepare=True).fetchall()
+    return {(queue, state): n for queue, state, n in rows}
+
+
+def _flush_wal(conn: psycopg.Connection[Any]) -> None:
+    with conn.transaction():  # (an id makes a commit record to wait for)
+        conn.execute(L.FLUSH_WAL_SETTING)
+        conn.execute(L.FLUSH_WAL_XID)
+
+
+def _counts(conn: psycopg.Connection[Any]) -> dict[tuple[str, str], int]:
+    return {(q, s): n for q, s, n in conn.execute(L.LOAD_COUNTS).fetchall()}
+
+
+def _load(conn: psycopg.Connection[Any]) -> Recovered:
+    """Everything a restart rebuilds from, read in one repeatable-read snapshot (the
+    live records in steps of a server-side cursor, so memory holds one step of raw rows
+    at a time besides the decoded records)."""
+    loads = K.decode_value
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        live: list[dict[str, Any]] = []
+        with conn.cursor(name="tq_load_live") as cur:
+            cur.itersize = _LOAD_ROWS
+            cur.execute(L.LOAD_LIVE)
+            live.extend(loads(row[0]) for row in cur)
+        meta = {q: loads(m) for q, m in conn.execute(L.LOAD_QUEUE_META).fetchall()}
+        counts = _counts(conn)
+        broker = K.decode_broker_rows(
+            (bytes(k), bytes(v)) for k, v in conn.execute(L.LOAD_BROKER_RECORDS).fetchall())
+    return Recovered(live_jobs=live, queue_meta=meta, finished_counts=counts,
+                     broker_records=broker)
