@@ -84,7 +84,7 @@ class Server:
                 "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s auth %s",
                 config.host, self.tcp_port, config.host, self.ws_port,
                 "memory" if config.memory else (
-                    self.broker.storage.location if config.storage_url else config.data_dir),
+                    self.broker.storage.location or config.data_dir),
                 config.fsync,
                 auth_state(config),
             )

@@ -197,9 +197,8 @@ class Broker:
             self.storage_room(exact=True)  # (notes a full store, or room again)
         if self.config.memory:
             return StorageUsage("memory", None, used, storage.max_bytes, None, None)
-        location = getattr(storage, "location", None)  # a server's redacted address
-        if location is not None:
-            return StorageUsage("postgresql", location, used, None, None, None)
+        if storage.location is not None:  # a database server (no password)
+            return StorageUsage("postgresql", storage.location, used, None, None, None)
         path = os.path.abspath(self.config.data_dir)
         try:
             vfs = os.statvfs(path)

@@ -90,6 +90,10 @@ class Storage(abc.ABC):
     # process runs during a commit).
     apply_blocks: bool = False
 
+    #: Where a store across a network lives, for logs and StorageStatus (a URL without
+    #: its password); None for a store in this process (memory, LMDB's directory).
+    location: str | None = None
+
     #: Bytes of one piece of a long data string written ahead of its job, one short
     #: transaction a piece (storage/lmdb_ahead.py, actors/ahead_writes.py); 0 when this
     #: store takes no writes ahead (a job's data is then written with its record).
