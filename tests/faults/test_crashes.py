@@ -21,6 +21,7 @@ import trio
 
 from trioqueue.testing import RawClient
 from trioqueue.testing.history import ACK, ADD, PULL, History, Op, check
+from trioqueue.testing.pg_store_check import check_pg_store
 from trioqueue.testing.process import FAULTY_SERVE, BrokerProcess
 from trioqueue.testing.store_check import check_lmdb_store
 
@@ -122,10 +123,13 @@ async def drain_and_read(history: History, port: int) -> dict[str, dict[str, Any
     return final
 
 
-async def kill_cycles(tmp_path: Path, cycles: int, seed: int) -> History:
+async def kill_cycles(tmp_path: Path, cycles: int, seed: int,
+                      storage_url: str | None = None) -> History:
+    """``cycles`` kill -9s of a broker under load (on LMDB, or on PostgreSQL at
+    ``storage_url``), the store checked after each, then the history."""
     rng = random.Random(seed)
     data = tmp_path / "data"
-    broker = BrokerProcess(data)
+    broker = BrokerProcess(data, storage_url=storage_url)
     history = History()
     await broker.start()
     try:
@@ -143,7 +147,8 @@ async def kill_cycles(tmp_path: Path, cycles: int, seed: int) -> History:
                 assert code == -signal.SIGKILL
                 stop.set()
             history.pending_as_unknown("the broker was killed")
-            problems = check_lmdb_store(data)
+            problems = (check_lmdb_store(data) if storage_url is None
+                        else check_pg_store(storage_url))
             assert problems == [], f"cycle {cycle}: {problems}"
             await broker.start()
         final = await drain_and_read(history, broker.tcp_port)

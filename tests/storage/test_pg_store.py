@@ -20,15 +20,15 @@ psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycop
                                                 "pip install -e '.[test]'")
 
 from trioqueue.storage import pg_layout as L  # noqa: E402
-from trioqueue.storage.pg_connection import StorageUnavailable  # noqa: E402
 from trioqueue.storage.pg_schema import SchemaTooNew, migrate, schema_version  # noqa: E402
 from trioqueue.storage.pg_store import PgStorage  # noqa: E402
+from trioqueue.storage.port import StorageUnavailable  # noqa: E402
 
 from .test_storage import (  # noqa: E402
     Model,
     _observe,
-    apply,
     applies,
+    apply,
     delete,
     dep,
     finish,

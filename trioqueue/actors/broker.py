@@ -173,7 +173,9 @@ class Broker:
         worker thread after the writes already submitted are committed (so a job just
         finished is found), each id mapped to its queue or None."""
         await self.writer.commit()
-        found = await trio.to_thread.run_sync(self.storage.queues_of_finished, job_ids)
+        storage = self.storage
+        found = await self.writer.read_off_thread(
+            lambda: storage.queues_of_finished(job_ids))
         return {job_id: found.get(job_id) for job_id in job_ids}
 
     def _count_stored(self, queue: str, state: str) -> int:

@@ -22,6 +22,7 @@ from .request import Replier
 
 Notice = tuple[str, tuple[Any, ...]]  # (target job id, notice)
 L = TypeVar("L", "QueueLimits", "RouterLimits")
+T = TypeVar("T")
 NoticePoster = Callable[[list[Notice]], None]
 
 
@@ -32,6 +33,8 @@ class Committer(Protocol):
     def release(self, deliveries: list[tuple[Replier, dict[str, Any]]]) -> None: ...
     def commit_now(self) -> None: ...
     async def commit(self) -> None: ...
+    # Storage reads in a worker thread (a store whose calls block); see StorageWriter.
+    async def read_off_thread(self, read: Callable[[], T]) -> T: ...
     # True for a store whose commit blocks (commit_now is refused; use commit()).
     off_thread: bool
 

@@ -353,7 +353,7 @@ class QueueActor:
         assert need is not None
         await self._committer.commit()
         storage, name = self._storage, self.name
-        answers = await trio.to_thread.run_sync(
+        answers = await self._committer.read_off_thread(
             lambda: [fetch(storage, name, read) for read in need.reads])
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):

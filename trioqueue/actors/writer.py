@@ -29,17 +29,19 @@ The writer commits in one of two ways, chosen by the store
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 
 from ..core.writes import Writes
-from ..storage.port import Storage
+from ..storage.port import Storage, StorageUnavailable
 from .request import Replier, deliver_all
 
 log = logging.getLogger("trioqueue.writer")
 
 Delivery = tuple[Replier, dict[str, Any]]
+T = TypeVar("T")
 
 
 class StorageFailure(Exception):
@@ -173,6 +175,17 @@ class StorageWriter:
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
+
+    async def read_off_thread(self, read: Callable[[], T]) -> T:
+        """Run ``read`` (storage reads) in a worker thread, for a store whose calls
+        block. A store that gave up on its server (:class:`StorageUnavailable`) stops
+        the broker as a failed commit does, so the exit says why in one line."""
+        try:
+            return await trio.to_thread.run_sync(read)
+        except StorageUnavailable as exc:
+            failure = StorageFailure(f"storage read failed: {exc!r}")
+            self._fail(failure)
+            raise failure from exc
 
     def _fail(self, failure: StorageFailure) -> None:
         """After a failed commit or fsync nothing is acknowledged any more, ever.

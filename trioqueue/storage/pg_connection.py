@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from .port import StorageUnavailable
+
 log = logging.getLogger("trioqueue.storage.pg")
 
 T = TypeVar("T")
@@ -34,10 +36,6 @@ T = TypeVar("T")
 READ_POOL_MAX = 4  # reads in flight at once; more wait for a connection
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
-
-
-class StorageUnavailable(Exception):
-    """PostgreSQL stayed unreachable past the outage limit: the broker must stop."""
 
 
 def connect_kwargs(outage_s: float) -> dict[str, Any]:

@@ -266,6 +266,11 @@ class Storage(abc.ABC):
         return live_jobs * (allowance_bytes + FINISH_JOB_BYTES)
 
 
+class StorageUnavailable(Exception):
+    """A store across a network stayed unreachable past its outage limit (or refused
+    the connection for good): the broker must stop (storage/pg_connection.py)."""
+
+
 class StorageOpenError(Exception):
     """The store cannot be opened (PostgreSQL unreachable at startup, a schema newer
     than this trioqueue): the broker does not start; the message says why in a line."""

@@ -29,14 +29,17 @@ class BrokerProcess:
     moment), start again on the same data directory.
 
     ``entry`` picks the program (``SERVE``, or ``FAULTY_SERVE`` plus its fault flags in
-    ``extra_args``); ports are free ones the broker picks and reports.
+    ``extra_args``); ports are free ones the broker picks and reports. ``storage_url``
+    (a ``postgresql://`` URL) runs it on PostgreSQL instead of LMDB in ``data_dir``.
     """
 
     def __init__(self, data_dir: str | Path, *extra_args: str,
                  env: dict[str, str] | None = None,
-                 entry: tuple[str, ...] = SERVE) -> None:
+                 entry: tuple[str, ...] = SERVE, storage_url: str | None = None) -> None:
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
+        if storage_url is not None:
+            self.extra_args += ["--storage", storage_url]
         self.env = env
         self.entry = entry
         self.process: trio.Process | None = None
