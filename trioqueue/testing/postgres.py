@@ -272,7 +272,10 @@ class PostgresServer(PostgresDatabases):
             cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, **self._as_server_user())
         if done.returncode != 0:
-            raise PostgresError(f"initdb failed ({done.returncode}):\n{done.stdout}")
+            reach = (f"; running as {RUN_AS!r}, which must be able to reach "
+                     f"{self.directory} (each directory above it needs o+x)"
+                     if self._owner else "")
+            raise PostgresError(f"initdb failed ({done.returncode}){reach}:\n{done.stdout}")
         with open(self.data_dir / "postgresql.conf", "a") as conf:
             conf.write(f"\ninclude '{SETTINGS_FILE}'\n")
 
@@ -356,7 +359,7 @@ def test_server(fast: bool = False, environ: Mapping[str, str] = os.environ
         given = ExternalPostgres(external)
         given.check()
         return given
-    server = PostgresServer(fast=fast)
+    server = PostgresServer(fast=fast, bin_dir=find_bin_dir(environ))
     try:
         server.start()
     except BaseException:
