@@ -117,7 +117,7 @@ def postgres_server() -> Iterator[pg.PostgresServer | pg.ExternalPostgres]:
     try:
         server = pg.test_server()
     except pg.PostgresUnavailable as exc:
-        pytest.skip(f"{NO_POSTGRES} ({exc})")
+        pytest.skip(f"{NO_POSTGRES} ({exc.missing})")
     try:
         yield server
     finally:

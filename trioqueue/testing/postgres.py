@@ -34,7 +34,6 @@ from typing import Any
 
 from .pg_databases import (
     EXTERNAL_ENV,
-    INSTALL_HINT,
     ExternalPostgres,
     NotOnExternalServer,
     PostgresDatabases,
@@ -79,9 +78,8 @@ def find_bin_dir(environ: Mapping[str, str] = os.environ) -> Path:
     for candidate in candidates:
         if all(os.access(candidate / name, os.X_OK) for name in NEEDED_BINARIES):
             return candidate
-    looked = ", ".join(str(c) for c in candidates) or "nowhere: no pg_ctl on the PATH"
-    raise PostgresUnavailable(f"no initdb and postgres found (looked in {looked}); "
-                              f"{INSTALL_HINT}")
+    looked = ", ".join(str(c) for c in candidates) or "no pg_ctl on the PATH nor Debian's layout"
+    raise PostgresUnavailable(f"no initdb and postgres in {looked}")
 
 
 def _major_version(bin_dir: Path) -> tuple[int, ...]:
@@ -100,8 +98,8 @@ def _server_user() -> tuple[int, int] | None:
         entry = pwd.getpwnam(RUN_AS)
     except KeyError:
         raise PostgresUnavailable(
-            f"running as root, the server needs a {RUN_AS!r} system user to run as "
-            f"(Debian's postgresql package creates it); {INSTALL_HINT}") from None
+            f"no {RUN_AS!r} system user for the server to run as (we are root, which "
+            "the server refuses; Debian's postgresql package creates that user)") from None
     return entry.pw_uid, entry.pw_gid
 
 
