@@ -1,8 +1,10 @@
-"""Shared fixtures: an in-process broker (LMDB in a temp dir, or memory) and raw clients."""
+"""Shared fixtures: an in-process broker (LMDB in a temp dir, or memory), raw clients,
+and a PostgreSQL server with a fresh database per test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import trio
 from trioqueue.config import Config
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing import postgres as pg
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> Config:
@@ -99,3 +102,50 @@ def span_exporter(monkeypatch: pytest.MonkeyPatch) -> Any:
     trace.set_tracer_provider(provider)
     yield exporter
     provider.shutdown()
+
+
+NO_POSTGRES = "no PostgreSQL: install Debian's postgresql package or set TRIOQUEUE_TEST_POSTGRES"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[pg.PostgresServer | pg.ExternalPostgres]:
+    """The session's PostgreSQL: ``$TRIOQUEUE_TEST_POSTGRES``'s, else one started from the
+    installed binaries (durable settings) and stopped after the session (an atexit hook
+    stops it even if the session dies first). Skipped, saying why, without either."""
+    pytest.importorskip("psycopg", reason="the psycopg package is missing: "
+                        "pip install -e '.[test]'")
+    try:
+        server = pg.test_server()
+    except pg.PostgresUnavailable as exc:
+        pytest.skip(f"{NO_POSTGRES} ({exc.missing})")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator[str]:
+    """The DSN of a new empty database of this test's own, dropped after it (with any
+    session the test left in it)."""
+    name = f"trioqueue_test_{uuid.uuid4().hex[:16]}"
+    dsn = postgres_server.create_database(name)
+    try:
+        yield dsn
+    finally:
+        if isinstance(postgres_server, pg.PostgresServer):
+            postgres_server.start()  # the test may have stopped or killed it
+        postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def restartable_postgres(postgres_server: pg.PostgresServer | pg.ExternalPostgres
+                         ) -> Iterator[pg.PostgresServer]:
+    """The session's server for a test that stops, kills or restarts it (skipped on an
+    external server, which we may not); running again for the next test whatever the
+    test left it in. Its ``pg_dsn`` database lives on the same server."""
+    if not isinstance(postgres_server, pg.PostgresServer):
+        pytest.skip("this test stops or kills PostgreSQL: it needs the server the tests "
+                    "start, not TRIOQUEUE_TEST_POSTGRES's")
+    yield postgres_server
+    postgres_server.start()

@@ -431,3 +431,14 @@ async def test_bench_dashboard_times_every_call() -> None:
     rows = [line.split("  ")[0].strip() for line in result.stdout.decode().splitlines()[2:]]
     assert rows == ["overview", "overview stats", "queues page", "row counts", "first page",
                     "deepest page", "job by id"]
+
+
+async def test_bench_pg_fresh_db_times_each_strategy(postgres_server: Any) -> None:
+    if postgres_server.external:
+        pytest.skip("the script starts a server of its own from the installed binaries")
+    env = dict(os.environ, PYTHONPATH=str(SCRIPTS.parent))
+    result = await run_script("bench_pg_fresh_db.py", "--rounds", "2", "--fast", env=env,
+                              timeout_s=120)
+    assert result.returncode == 0, output(result)
+    rows = [line.split("  ")[0].strip() for line in result.stdout.decode().splitlines()]
+    assert rows == ["fixture (FILE_COPY)", "WAL_LOG"]
