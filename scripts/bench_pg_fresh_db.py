@@ -33,9 +33,9 @@ def main() -> None:
 
         with connect(server.admin_dsn, autocommit=True) as conn:
             strategies = {
-                "fixture (FILE_COPY)": (server.create_database, server.drop_database),
-                "WAL_LOG": (lambda name: conn.execute(
-                    f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY WAL_LOG"),
+                "fixture (WAL_LOG)": (server.create_database, server.drop_database),
+                "FILE_COPY": (lambda name: conn.execute(
+                    f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY FILE_COPY"),
                     server.drop_database),
             }
             made: dict[str, list[float]] = {label: [] for label in strategies}

@@ -441,4 +441,4 @@ async def test_bench_pg_fresh_db_times_each_strategy(postgres_server: Any) -> No
                               timeout_s=120)
     assert result.returncode == 0, output(result)
     rows = [line.split("  ")[0].strip() for line in result.stdout.decode().splitlines()]
-    assert rows == ["fixture (FILE_COPY)", "WAL_LOG"]
+    assert rows == ["fixture (WAL_LOG)", "FILE_COPY"]

@@ -253,7 +253,10 @@ class PostgresServer(PostgresDatabases):
         return {"listen_addresses": _quoted("127.0.0.1"), "port": str(self.port),
                 "unix_socket_directories": _quoted(sockets), "max_connections": "200",
                 "fsync": durable, "synchronous_commit": durable,
-                "full_page_writes": durable}
+                "full_page_writes": durable,
+                # Each fresh test database writes 4 MB of WAL; checkpoints this often
+                # keep the directory near this size rather than the default 1 GB.
+                "max_wal_size": _quoted("256MB")}
 
     def _make_cluster(self) -> None:
         if (self.data_dir / "PG_VERSION").exists():
