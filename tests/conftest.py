@@ -3,8 +3,10 @@ and a PostgreSQL server with a fresh database per test."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,32 +18,82 @@ from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing import postgres as pg
 
+# Which store the tests' brokers use: "lmdb" (default) or "postgres" (a fresh database
+# of the test server each). A module or test marked ``engines("lmdb", "postgres")`` runs
+# on each (``engines("lmdb")``: a test that reads LMDB's files); TRIOQUEUE_TEST_STORAGE=
+# postgres puts every other one on PostgreSQL.
+ENGINES = ("lmdb", "postgres")
+ENGINE_VARIABLE = "TRIOQUEUE_TEST_STORAGE"
 
-def make_config(tmp_path: Path, **overrides: Any) -> Config:
+
+@dataclass(frozen=True)
+class StoreEngine:
+    """The store of a test's brokers: ``storage_url`` None means LMDB in the test's
+    directory (or memory, where the test asks for it)."""
+
+    name: str
+    storage_url: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return {} if self.storage_url is None else {"storage_url": self.storage_url}
+
+
+def default_engine() -> str:
+    engine = os.environ.get(ENGINE_VARIABLE, "lmdb")
+    if engine not in ENGINES:
+        raise pytest.UsageError(f"{ENGINE_VARIABLE} must be one of {', '.join(ENGINES)}")
+    return engine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "engines(*names): run on each of these stores (lmdb, postgres)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("engines")
+    if marker is not None and "store_engine" in metafunc.fixturenames:
+        metafunc.parametrize("store_engine", marker.args, indirect=True)
+
+
+@pytest.fixture
+def store_engine(request: pytest.FixtureRequest) -> StoreEngine:
+    engine = getattr(request, "param", None) or default_engine()
+    if engine == "lmdb":
+        return StoreEngine("lmdb")
+    return StoreEngine(engine, request.getfixturevalue("pg_dsn"))
+
+
+def make_config(tmp_path: Path, store: StoreEngine | None = None, **overrides: Any
+                ) -> Config:
     config = Config(host="127.0.0.1", tcp_port=0, ws_port=0,
                     data_dir=str(tmp_path / "data"), fsync="never")
+    if store is not None and not overrides.get("memory"):
+        overrides = {**store.overrides(), **overrides}
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return make_config(tmp_path)
+def config(tmp_path: Path, store_engine: StoreEngine) -> Config:
+    return make_config(tmp_path, store_engine)
 
 
 @pytest.fixture
-def configure(tmp_path: Path) -> Callable[..., Config]:
+def configure(tmp_path: Path, store_engine: StoreEngine) -> Callable[..., Config]:
     """``make_config`` for this test's directory, for tests that start brokers themselves."""
-    return lambda **overrides: make_config(tmp_path, **overrides)
+    return lambda **overrides: make_config(tmp_path, store_engine, **overrides)
 
 
 @pytest.fixture
-def start_server(nursery: trio.Nursery, tmp_path: Path) -> Callable[..., Any]:
+def start_server(nursery: trio.Nursery, tmp_path: Path,
+                 store_engine: StoreEngine) -> Callable[..., Any]:
     """Start another in-process broker with config overrides; stopped with the test."""
 
     async def start(**overrides: Any) -> Server:
-        srv: Server = await nursery.start(Server(make_config(tmp_path, **overrides)).run)
+        srv: Server = await nursery.start(
+            Server(make_config(tmp_path, store_engine, **overrides)).run)
         return srv
 
     return start

@@ -3,8 +3,10 @@ trio thread, and every read of finished jobs still sees what was acknowledged.""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -44,3 +46,50 @@ async def test_finished_jobs_are_read_off_thread_and_current(client: RawClient) 
     assert (await client.ok("GetState", id="c0"))["state"] == "waiting"
     await client.ok("Obliterate", queue="b")
     assert (await client.ok("GetJobCounts", queue="b"))["counts"]["completed"] == 0
+
+
+class GatedStore(FaultyStorage):
+    """Commits wait for ``gate`` (a threading.Event) once ``armed``; ``entered`` says a
+    commit is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStorage(), apply_blocks=True)
+        self.armed = False
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def apply(self, batches: Any) -> None:
+        if self.armed:
+            self.entered.set()
+            self.gate.wait(30)
+        super().apply(batches)
+
+
+async def test_job_events_wait_for_the_commit_with_the_replies(
+        nursery: trio.Nursery, tmp_path: Path) -> None:
+    """A subscriber never hears of a change before the commit that makes it true, even
+    when the commit happens in a worker thread after the queue has moved on."""
+    config = make_config(tmp_path, memory=True)
+    store = GatedStore()
+    server: Server = await nursery.start(Server(config, Broker(config, storage=store)).run)
+    assert server.tcp_port is not None
+    seen: list[dict[str, Any]] = []
+    server.broker.events.subscribe(seen.extend)
+    client = await RawClient.connect(server.tcp_port)
+    try:
+        store.armed = True
+        req = await client.send("PUSH", queue="ev", name="n", data=1)
+        with trio.fail_after(10):
+            while not store.entered.is_set():
+                await trio.sleep(0.005)
+        assert seen == []  # the push ran, its commit is held: no event yet
+        store.gate.set()
+        reply = await client.reply_to(req)
+        with trio.fail_after(10):
+            while not seen:
+                await trio.sleep(0.005)
+        assert [(e["eventType"], e["jobId"]) for e in seen] == [("pushed", reply["id"])]
+    finally:
+        store.gate.set()
+        await client.aclose()
+        server.stop()

@@ -6,14 +6,20 @@ import signal
 from pathlib import Path
 
 import lmdb
+import pytest
 
 from trioqueue.storage import keys as K
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 
+from ..conftest import StoreEngine
 
-async def test_kill_9_after_last_ack_loses_no_job(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+pytestmark = pytest.mark.engines("lmdb", "postgres")
+
+
+async def test_kill_9_after_last_ack_loses_no_job(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)
@@ -45,8 +51,9 @@ async def test_kill_9_after_last_ack_loses_no_job(tmp_path: Path) -> None:
         await broker.stop()
 
 
-async def test_restart_charges_active_jobs_and_keeps_finished(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+async def test_restart_charges_active_jobs_and_keeps_finished(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)
@@ -74,8 +81,9 @@ async def test_restart_charges_active_jobs_and_keeps_finished(tmp_path: Path) ->
         await broker.stop()
 
 
-async def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+async def test_sigterm_shuts_down_cleanly(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)
@@ -87,8 +95,9 @@ async def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
         await broker.stop()
 
 
-async def test_sigterm_hands_pulled_jobs_back_uncharged(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+async def test_sigterm_hands_pulled_jobs_back_uncharged(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         worker = await RawClient.connect(broker.tcp_port)
@@ -107,9 +116,9 @@ async def test_sigterm_hands_pulled_jobs_back_uncharged(tmp_path: Path) -> None:
 
 
 async def test_kill_9_of_an_active_job_at_its_last_attempt_dead_letters_it(
-    tmp_path: Path,
+    tmp_path: Path, store_engine: StoreEngine,
 ) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)
@@ -130,8 +139,8 @@ async def test_kill_9_of_an_active_job_at_its_last_attempt_dead_letters_it(
 
 
 async def test_kill_9_keeps_a_flow_and_the_resolutions_it_acknowledged(
-        tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)
@@ -180,11 +189,13 @@ def ahead_rows(data_dir: Path) -> tuple[int, int]:
     return pieces, claims
 
 
-async def test_kill_9_while_large_data_is_written_ahead(tmp_path: Path) -> None:
+@pytest.mark.engines("lmdb")  # (reads LMDB's rows written ahead; PostgreSQL writes none)
+async def test_kill_9_while_large_data_is_written_ahead(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
     """Large pushes in flight when the broker dies: every acknowledged one comes back
     whole, and no piece written ahead is left without its job."""
     size = 8 * 1024 * 1024 + 10  # 9 pieces of 1 MiB a job
-    broker = BrokerProcess(tmp_path / "data")
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)

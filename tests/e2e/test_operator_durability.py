@@ -7,14 +7,21 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
+
+from ..conftest import StoreEngine
+
+pytestmark = pytest.mark.engines("lmdb", "postgres")
 
 Q = "ops"
 
 
-async def test_limits_groups_and_dlq_survive_kill_9(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
+async def test_limits_groups_and_dlq_survive_kill_9(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    broker = BrokerProcess(tmp_path / "data", storage_url=store_engine.storage_url)
     await broker.start()
     try:
         client = await RawClient.connect(broker.tcp_port)

@@ -8,7 +8,10 @@ subscriber that falls behind), so one slow reader never slows a queue.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ports import EventSink
 
 Subscriber = Callable[[list[dict[str, Any]]], None]
 
@@ -34,3 +37,17 @@ class EventHub:
         self.published += len(events)
         for subscriber in list(self._subscribers):
             subscriber(events)
+
+
+class EventRelease:
+    """Publishes a batch's job events as a reply is delivered: with a store that commits
+    off the trio thread, the events wait in the writer with the replies, for the commit
+    that makes them true."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self.sink.publish(reply["events"])

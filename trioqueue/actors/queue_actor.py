@@ -11,7 +11,8 @@ supervisor loop in :meth:`QueueActor.run` answers that command with ``Internal s
 error``, rebuilds the queue from storage (after committing what the batch had already
 applied, so acknowledged work is kept and the crashing command's partial change is
 dropped), puts the rest of the batch back in front and carries on. Too many crashes in
-a short window re-raise, taking the broker down rather than looping forever.
+a short window re-raise, taking the broker down rather than looping forever; so does any
+crash with a store whose calls block (PostgreSQL), whose rebuild a restart does.
 
 Full storage: commands that create jobs (``admits`` in core.commands) are refused with
 ``Storage full`` while the store is nearly full. The actor measures the store at most
@@ -25,8 +26,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -36,29 +35,27 @@ from ..core.commands import ADMITS, QUEUE_HANDLERS
 from ..core.errors import INTERNAL_ERROR, Refused
 from ..core.handlers import Ctx
 from ..core.queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
-from ..core.queue.finished import FinishedView, NeedData, Read
+from ..core.queue.finished import FinishedView, NeedData
 from ..core.recovery import rebuild
 from ..storage.port import Storage
-from ..storage.reads import fetch
 from .clock import PauseWatch
+from .events import EventRelease
 from .notices import Notices, QueuePoster
 from .passes import give_way
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .slice_budget import SliceBudget
+from .store_reads import StoreReads
 from .writer import StorageFailure
 
 log = logging.getLogger("trioqueue.queue")
 
-# Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
-# once for all its dependencies; a children query twice: the rows, then the children).
-MAX_REFETCHES = 8
 # A step serves its backlog for at most this long, checked every BUDGET_EVERY commands
 # (a read of 2,500 pipelined PUSHes was one step of about 50 ms).
 STEP_BUDGET_MS, BUDGET_EVERY = 5, 32
 
 
-class QueueActor:
+class QueueActor(StoreReads):
     def __init__(self, name: str, *, committer: Committer, index: ActorIndex, clock: Clock,
                  post_notices: NoticePoster, post_to: QueuePoster, events: EventSink,
                  admission: AdmissionFactory | None, limits: QueueLimits,
@@ -124,6 +121,11 @@ class QueueActor:
             "queue actor %r crashed on %s", self.name,
             request.cmd if request is not None else "a timer",
         )
+        if self._committer.off_thread:
+            # Rebuilding in place reads the store on the event loop, before the writes
+            # of the batch in flight are committed: with a store whose calls block the
+            # crash stops the broker instead, and a restart rebuilds from the store.
+            raise
         now = trio.current_time()
         self.crashes = [t for t in self.crashes
                         if now - t < self._limits.actor_restart_window_s]
@@ -298,29 +300,6 @@ class QueueActor:
             else:
                 self._deliveries.append((req.replier, req.reply(delivery.reply)))
 
-    def _fetch(self, need: NeedData, q: QueueState) -> None:
-        """Answer the core's reads, then the command runs again (never awaits).
-
-        The store is made current first (an explicit commit of what this broker has
-        applied, not a side effect of reading), so the answers include every write a
-        reply was already promised for. A command that had changed anything before
-        asking broke the core's promise to read first: that is a bug, so it crashes.
-        """
-        self._check_unchanged(need, q)
-        self._committer.commit_now()
-        for read in need.reads:
-            self._view.supply(read, fetch(self._storage, self.name, read))
-
-    def _needs_data(self, need: NeedData, q: QueueState) -> bool:
-        """Answer a command's reads now; True when a blocking store must be read by the
-        actor's own task first (see _fetch_off_thread: the rest of the batch waits)."""
-        if self._committer.off_thread:
-            self._check_unchanged(need, q)
-            self._need = need
-            return True
-        self._fetch(need, q)
-        return False
-
     def _park_or_begin(self, req: Request, result: Any) -> None:
         """A handler's answer that is not a plain reply: park it, or begin long work."""
         q = self.state
@@ -336,43 +315,6 @@ class QueueActor:
             self._notices.hold(req.replier, req.reply(result.reply), result)
         else:  # a reply of a dict subclass
             self._deliveries.append((req.replier, req.reply(result)))
-
-    def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
-        if q.writes:
-            raise RuntimeError(f"{need}: asked after changing the queue")
-        self._refetches += 1
-        if self._refetches > MAX_REFETCHES:
-            raise RuntimeError(f"{need}: still missing after {MAX_REFETCHES} rounds")
-
-    async def _fetch_off_thread(self) -> None:
-        """The reads a command asked for, from a store whose calls block: commit what
-        is pending (awaited, in the writer's hop), then read in a worker thread. The
-        queue takes nothing else meanwhile, so the answers cannot go stale before the
-        command runs again."""
-        need = self._need
-        assert need is not None
-        await self._committer.commit()
-        storage, name = self._storage, self.name
-        answers = await self._committer.read_off_thread(
-            lambda: [fetch(storage, name, read) for read in need.reads])
-        self._need = None
-        for read, answer in zip(need.reads, answers, strict=True):
-            self._view.supply(read, answer)
-
-    @contextmanager
-    def reading_directly(self) -> Iterator[None]:
-        """While the shell itself drives the core (recovery), misses are fetched at
-        once, after committing what recovery has written so far."""
-        def direct(read: Read) -> Any:
-            if not self._committer.off_thread:
-                self._committer.commit_now()
-            return fetch(self._storage, self.name, read)
-
-        self._view.fallback = direct
-        try:
-            yield
-        finally:
-            self._view.fallback = None
 
     def _slice(self, *, keep_view: bool = False) -> None:
         """One slice of the long work in progress (never awaits); the last one answers.
@@ -493,6 +435,10 @@ class QueueActor:
         self._notices.send(q, self._deliveries)
         # Always released, even with no reply: writes from timers must be committed.
         deliveries, self._deliveries = self._deliveries, []
+        if q.events and committer.off_thread:
+            # The release only hands the batch to the writer's next hop: the events go
+            # out with the replies, once that hop has committed.
+            deliveries.append((EventRelease(self._events), {"events": q.take_events()}))
         committer.release(deliveries)
         # Events after the release, which committed the batch (unless an fsync is
         # due): a subscriber never hears of a change a kill -9 could still undo.

@@ -42,12 +42,13 @@ class Migration(NamedTuple):
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, finished jobs, counts, outcomes, queue meta, broker records", (
+        # A live record is written again at each pull, progress and retry: room left
+        # in each page lets PostgreSQL update it in place (a HOT update, no index
+        # entry to add), which keeps the table and its index from bloating.
         """CREATE TABLE tq_live (
             id bytea PRIMARY KEY,
             queue text COLLATE "C" NOT NULL,
-            record bytea NOT NULL)""",
-        # a restart of several brokers (issue 19) loads one queue's live jobs
-        "CREATE INDEX tq_live_queue ON tq_live (queue)",
+            record bytea NOT NULL) WITH (fillfactor = 70)""",
         """CREATE TABLE tq_finished (
             id bytea PRIMARY KEY,
             queue text COLLATE "C" NOT NULL,

@@ -1,0 +1,98 @@
+"""How a queue actor answers the core's reads of finished jobs from the store.
+
+The core never reads storage: a command that needs finished jobs, results or outcome
+rows returns a :class:`~trioqueue.core.queue.finished.NeedData`, and the actor answers
+it and runs the command again. For a store that answers in microseconds (LMDB, memory)
+that happens on the spot, after an explicit commit; for a store whose calls block
+(PostgreSQL) the actor's own task commits (awaited, in the writer's hop) and reads in a
+worker thread while the queue takes nothing else. :class:`StoreReads` holds these
+steps; :class:`~trioqueue.actors.queue_actor.QueueActor` is the one class built on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..core.queue import QueueState
+from ..core.queue.finished import FinishedView, NeedData, Read
+from ..storage.port import Storage
+from ..storage.reads import fetch
+from .ports import Committer
+
+# Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
+# once for all its dependencies; a children query twice: the rows, then the children).
+MAX_REFETCHES = 8
+
+
+class StoreReads:
+    """The read steps of a queue actor (the attributes are the actor's)."""
+
+    name: str
+    _committer: Committer
+    _storage: Storage
+    _view: FinishedView
+    _need: NeedData | None
+    _refetches: int
+
+    def _fetch(self, need: NeedData, q: QueueState) -> None:
+        """Answer the core's reads, then the command runs again (never awaits).
+
+        The store is made current first (an explicit commit of what this broker has
+        applied, not a side effect of reading), so the answers include every write a
+        reply was already promised for. A command that had changed anything before
+        asking broke the core's promise to read first: that is a bug, so it crashes.
+        """
+        self._check_unchanged(need, q)
+        self._committer.commit_now()
+        for read in need.reads:
+            self._view.supply(read, fetch(self._storage, self.name, read))
+
+    def _needs_data(self, need: NeedData, q: QueueState) -> bool:
+        """Answer a command's reads now; True when a blocking store must be read by the
+        actor's own task first (see _fetch_off_thread: the rest of the batch waits)."""
+        if self._committer.off_thread:
+            self._check_unchanged(need, q)
+            self._need = need
+            return True
+        self._fetch(need, q)
+        return False
+
+    def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
+        if q.writes:
+            raise RuntimeError(f"{need}: asked after changing the queue")
+        self._refetches += 1
+        if self._refetches > MAX_REFETCHES:
+            raise RuntimeError(f"{need}: still missing after {MAX_REFETCHES} rounds")
+
+    async def _fetch_off_thread(self) -> None:
+        """The reads a command asked for, from a store whose calls block: commit what
+        is pending (awaited, in the writer's hop), then read in a worker thread. The
+        queue takes nothing else meanwhile, so the answers cannot go stale before the
+        command runs again."""
+        need = self._need
+        assert need is not None
+        await self._committer.commit()
+        storage, name = self._storage, self.name
+        answers = await self._committer.read_off_thread(
+            lambda: [fetch(storage, name, read) for read in need.reads])
+        self._need = None
+        for read, answer in zip(need.reads, answers, strict=True):
+            self._view.supply(read, answer)
+
+    @contextmanager
+    def reading_directly(self) -> Iterator[None]:
+        """While the shell itself drives the core (recovery), misses are fetched at
+        once, after committing what recovery has written so far."""
+        def direct(read: Read) -> Any:
+            if not self._committer.off_thread:
+                self._committer.commit_now()
+            return fetch(self._storage, self.name, read)
+
+        self._view.fallback = direct
+        try:
+            yield
+        finally:
+            self._view.fallback = None
+
