@@ -9,11 +9,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 import trio
 from bunqueue import Queue, Worker
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+
+# on both stores (the representative PostgreSQL run in CI; tests/conftest.py)
+pytestmark = pytest.mark.engines("lmdb", "postgres")
 
 
 def _produce_and_process(port: int, n: int) -> dict[str, Any]:

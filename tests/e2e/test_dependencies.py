@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from trioqueue.testing import RawClient
+
+# on both stores (the representative PostgreSQL run in CI; tests/conftest.py)
+pytestmark = pytest.mark.engines("lmdb", "postgres")
 
 
 async def state(client: RawClient, job_id: str) -> str:

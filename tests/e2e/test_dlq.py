@@ -7,11 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 
 from trioqueue.config import Config
 from trioqueue.testing import RawClient
 from trioqueue.testing.served import served
+
+# on both stores (the representative PostgreSQL run in CI; tests/conftest.py)
+pytestmark = pytest.mark.engines("lmdb", "postgres")
 
 DEFAULTS = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3,
             "maxAge": 604_800_000, "maxEntries": 10_000}

@@ -19,6 +19,9 @@ from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
 from trioqueue.testing.faults import FaultyStorage
 
+# on both stores (the representative PostgreSQL run in CI; tests/conftest.py)
+pytestmark = pytest.mark.engines("lmdb", "postgres")
+
 HOUR_MS = 3_600_000
 
 

@@ -10,6 +10,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import StoreEngine
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 
@@ -82,6 +83,7 @@ async def test_queue_metrics_refusals(client: RawClient, fields: dict[str, Any],
     assert reply == {"ok": False, "error": error, "reqId": reply["reqId"]}
 
 
+@pytest.mark.engines("lmdb")  # (the PostgreSQL store's status: tests/e2e/test_postgres.py)
 async def test_storage_status_lmdb(client: RawClient, server: Server) -> None:
     data = (await client.ok("StorageStatus"))["data"]
     assert data["diskFull"] is False
@@ -162,7 +164,8 @@ async def test_prometheus_queue_cap(start_server: Any) -> None:
     await client.aclose()
 
 
-async def test_dashboard_queues_and_overview(client: RawClient) -> None:
+async def test_dashboard_queues_and_overview(client: RawClient, store_engine: StoreEngine
+                                             ) -> None:
     await _work(client)
     queues = (await client.ok("DashboardQueues"))["data"]
     assert [q["name"] for q in queues["queues"]] == ["q1", "q2"]
@@ -174,7 +177,8 @@ async def test_dashboard_queues_and_overview(client: RawClient) -> None:
     assert set(overview) >= {"stats", "throughput", "latency", "memory", "collections",
                              "workers", "crons", "storage", "timestamp"}
     assert overview["memory"]["rss"] > 0
-    assert overview["storage"]["engine"] == "lmdb"
+    assert overview["storage"]["engine"] == ("lmdb" if store_engine.storage_url is None
+                                             else "postgresql")
 
 
 async def test_dashboard_overview_has_the_throughput_history(client: RawClient) -> None:

@@ -33,6 +33,9 @@ from trioqueue.core.errors import STORAGE_FULL
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 
+# store limits are LMDB's and the memory store's (PostgreSQL refuses them: test_postgres.py)
+pytestmark = pytest.mark.engines("lmdb")
+
 KIB = 1024
 StartServer = Callable[..., Any]
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 
 from trioqueue.testing import RawClient
+
+# on both stores (the representative PostgreSQL run in CI; tests/conftest.py)
+pytestmark = pytest.mark.engines("lmdb", "postgres")
 
 
 async def test_wait_resolves_on_completion_even_after_a_retry(

@@ -1256,6 +1256,7 @@ async def slowloris(start_server: StartServer, count: int, interval_s: float,
     raise AssertionError("healthy latency out of budget in 3 attempts: " + "; ".join(attempts))
 
 
+@pytest.mark.engines("lmdb")  # (a latency budget for the event loop, store in-process)
 async def test_slowloris_clients_are_cut_and_a_healthy_client_keeps_its_latency(
     start_server: StartServer,
 ) -> None:
@@ -1430,6 +1431,7 @@ async def stuck_wave(server: Server, healthy: Healthy, sessions: list[TrackedSes
     return during
 
 
+@pytest.mark.engines("lmdb")  # (a latency budget for the event loop, store in-process)
 async def test_websocket_subscribers_that_never_read_are_cut(
     start_server: StartServer, tracked_sessions: list[TrackedSession],
 ) -> None:
