@@ -116,7 +116,11 @@ WRITE_BATCH = """WITH
     fin_rows AS (
         SELECT * FROM unnest(%b::bytea[], %b::text[], %b::text[], %b::int8[], %b::bytea[],
                              %b::bytea[]) AS t(id, queue, state, created_at, record, result)),
-    fin_old AS (SELECT f.queue, f.state FROM tq_finished f JOIN fin_rows USING (id)),
+    -- (a look-up by primary key per row, whatever plan the server picks: LIMIT 1
+    -- keeps the subquery a parameterized index scan, never a scan of the table)
+    fin_old AS (
+        SELECT f.queue, f.state FROM fin_rows r CROSS JOIN LATERAL (
+            SELECT queue, state FROM tq_finished WHERE id = r.id LIMIT 1) AS f),
     fin_new AS (
         INSERT INTO tq_finished (id, queue, state, created_at, record, result)
             SELECT * FROM fin_rows
