@@ -171,12 +171,18 @@ LOAD_BROKER_RECORDS = "SELECT key, value FROM tq_broker_records ORDER BY key"
 GET_FINISHED = "SELECT record FROM tq_finished WHERE id = %b"
 GET_RESULT = "SELECT result FROM tq_finished WHERE id = %b"
 QUEUES_OF_FINISHED = "SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"
-# A page by offset, from whichever end is nearer (PostgreSQL skips an offset one index
-# entry at a time): ascending, then descending.
-PAGE_ASC = """SELECT record FROM tq_finished WHERE queue = %s AND state = %s
-    ORDER BY created_at, id OFFSET %s LIMIT %s"""
-PAGE_DESC = """SELECT record FROM tq_finished WHERE queue = %s AND state = %s
-    ORDER BY created_at DESC, id DESC OFFSET %s LIMIT %s"""
+# A page by offset, from whichever end is nearer: PostgreSQL skips an offset one index
+# entry at a time. The skipping reads the index alone (an index-only scan of
+# tq_finished_order, where the visibility map allows: autovacuum keeps it so), and only
+# the page's rows are then fetched by primary key.
+PAGE_ASC = """SELECT f.record FROM (
+        SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
+        ORDER BY created_at, id OFFSET %s LIMIT %s) AS p
+    JOIN tq_finished f USING (id) ORDER BY p.created_at, p.id"""
+PAGE_DESC = """SELECT f.record FROM (
+        SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
+        ORDER BY created_at DESC, id DESC OFFSET %s LIMIT %s) AS p
+    JOIN tq_finished f USING (id) ORDER BY p.created_at DESC, p.id DESC"""
 IDS_FIRST = """SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
     ORDER BY created_at, id LIMIT %s"""
 IDS_AFTER = """SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
