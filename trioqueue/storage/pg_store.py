@@ -116,7 +116,7 @@ class PgStorage(Storage):
         """Job id -> queue, for those of ``job_ids`` that are finished jobs (one round
         trip for a whole batch of look-ups)."""
         self._check_open()
-        keys = [key for key in map(_key_or_none, job_ids) if key is not None]
+        keys = [key for key in map(K.lookup_job_key, job_ids) if key is not None]
         if not keys:
             return {}
         rows = self._link.read(lambda conn: conn.execute(
@@ -125,7 +125,7 @@ class PgStorage(Storage):
 
     def _one(self, query: str, job_id: str) -> tuple[Any, ...] | None:
         self._check_open()
-        key = _key_or_none(job_id)
+        key = K.lookup_job_key(job_id)
         if key is None:
             return None
         return self._link.read(lambda conn: conn.execute(query, (key,)).fetchone())
@@ -167,7 +167,7 @@ class PgStorage(Storage):
         query: str = L.IDS_FIRST
         args: tuple[Any, ...] = (queue, state, limit)
         if after is not None:
-            key = _key_or_none(after[1])
+            key = K.lookup_job_key(after[1])
             if key is None:
                 return FinishedPage([], None)
             query, args = L.IDS_AFTER, (queue, state, after[0], key, limit)
@@ -179,7 +179,7 @@ class PgStorage(Storage):
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
         self._check_open()
-        key = _key_or_none(parent_id)
+        key = K.lookup_job_key(parent_id)
         if key is None:
             return {}
         rows = self._link.read(lambda conn: conn.execute(L.OUTCOMES_OF, (key,)).fetchall())
@@ -212,14 +212,6 @@ def _check_state(state: str) -> None:
     """An unknown state is a caller's bug (as in every store)."""
     if state not in FINISHED_STATES:
         raise ValueError(f"not a finished state: {state!r}")
-
-
-def _key_or_none(job_id: str) -> bytes | None:
-    """The id's key, or None for an id no job can have (too long, not encodable)."""
-    try:
-        return K.job_key(job_id)
-    except (ValueError, UnicodeEncodeError):
-        return None
 
 
 def _commit(conn: psycopg.Connection[Any], plan: BatchPlan) -> dict[tuple[str, str], int]:
