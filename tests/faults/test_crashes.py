@@ -101,6 +101,17 @@ async def worker(history: History, port: int, name: str, stop: trio.Event) -> No
         await client.aclose()
 
 
+def start_load(nursery: trio.Nursery, history: History, port: int, stop: trio.Event, *,
+               prefix: str, producers: int, jobs: int, window: int, workers: int = 2) -> None:
+    """``producers`` producers of ``jobs`` jobs each (``window`` in flight) and
+    ``workers`` workers, recording into ``history``; the workers run until ``stop``."""
+    for p in range(producers):
+        nursery.start_soon(producer, history, port, f"producer-{p}", f"{prefix}p{p}", jobs,
+                           window)
+    for w in range(workers):
+        nursery.start_soon(worker, history, port, f"worker-{w}", stop)
+
+
 async def drain_and_read(history: History, port: int) -> dict[str, dict[str, Any] | None]:
     """Process every job that is left, then read every job the history names."""
     stop = trio.Event()
@@ -136,11 +147,8 @@ async def kill_cycles(tmp_path: Path, cycles: int, seed: int,
         for cycle in range(cycles):
             stop = trio.Event()
             async with trio.open_nursery() as nursery:
-                for p in range(4):
-                    nursery.start_soon(producer, history, broker.tcp_port, f"producer-{p}",
-                                       f"c{cycle}p{p}", 400, 32)
-                for w in range(2):
-                    nursery.start_soon(worker, history, broker.tcp_port, f"worker-{w}", stop)
+                start_load(nursery, history, broker.tcp_port, stop, prefix=f"c{cycle}",
+                           producers=4, jobs=400, window=32)
                 # SIGKILL before any client closes its socket: a close first would let
                 # the broker release the jobs cleanly and hide the crash path.
                 code = await broker.kill_at_random(0.05, 0.6, rng)

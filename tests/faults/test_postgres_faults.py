@@ -21,7 +21,7 @@ from trioqueue.testing.history import ADD, OK, History, check
 from trioqueue.testing.pg_store_check import check_pg_store
 from trioqueue.testing.process import BrokerProcess
 
-from .test_crashes import QUEUE, drain_and_read, kill_cycles, producer, worker
+from .test_crashes import QUEUE, drain_and_read, kill_cycles, start_load
 
 
 async def test_kill_9_of_a_broker_on_postgres_loses_nothing_acknowledged(
@@ -46,11 +46,8 @@ async def _server_fault_under_load(tmp_path: Path, dsn: str, fault: Any, seed: i
     try:
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
-            for p in range(3):
-                nursery.start_soon(producer, history, broker.tcp_port, f"producer-{p}",
-                                   f"p{p}", 600, 16)
-            for w in range(2):
-                nursery.start_soon(worker, history, broker.tcp_port, f"worker-{w}", stop)
+            start_load(nursery, history, broker.tcp_port, stop, prefix="",
+                       producers=3, jobs=600, window=16)
             await trio.sleep(rng.uniform(0.1, 0.4))  # (a moment under load, at random)
             await trio.to_thread.run_sync(fault)
             with trio.fail_after(60):  # the producers finish once the server is back
