@@ -109,3 +109,13 @@ async def test_backup_of_a_memory_broker_is_refused(cli: Cli, tmp_path: Path,
         1, "error: the broker keeps its jobs in memory (--memory): there is no store to "
            "back up\n")
     assert not (tmp_path / "copy").exists()
+
+
+async def test_backup_of_a_postgresql_broker_points_to_its_tools(
+        cli: Cli, tmp_path: Path, start_server: Callable[..., Any], pg_dsn: str) -> None:
+    on_postgres: Server = await start_server(storage_url=pg_dsn)
+    refused = await cli("backup", str(tmp_path / "copy"), broker_port=on_postgres.tcp_port)
+    assert refused.status == 1
+    assert refused.err.startswith("error: the broker keeps its jobs in PostgreSQL "
+                                  f"({pg_dsn.split('?')[0]}): back it up with PostgreSQL's")
+    assert not (tmp_path / "copy").exists()

@@ -36,6 +36,10 @@ async def store_path(session: Session) -> str:
         raise CliError("the broker keeps its jobs in memory (--memory): there is no store "
                        "to back up", EXIT_FAILED)
     path = data.get("path")
+    if data.get("engine") == "postgresql":
+        raise CliError(f"the broker keeps its jobs in PostgreSQL ({path}): back it up with "
+                       "PostgreSQL's own tools (pg_dump, pg_basebackup, WAL archiving)",
+                       EXIT_FAILED)
     if data.get("engine") != "lmdb" or not isinstance(path, str):
         raise CliError("the broker does not say where its store is: pass --data-dir",
                        EXIT_FAILED)
