@@ -78,6 +78,9 @@ class PgLink:
         self._pool: ConnectionPool[Any] | None = None
         self._closed = False
         self._down_since: float | None = None  # monotonic time of the first failure
+        # Whether each commit waits for its WAL flush (synchronous_commit is not off
+        # for the writer's session); known once the writer has connected.
+        self.commits_flushed = False
 
     # --- connections ----------------------------------------------------------------
 
@@ -96,6 +99,8 @@ class PgLink:
             # many rows a batch has (index look-ups per row): one generic plan saves
             # planning a statement of a dozen parts each time (0.3 ms here).
             conn.execute("SET plan_cache_mode = force_generic_plan")
+            setting = conn.execute("SHOW synchronous_commit").fetchone()
+            self.commits_flushed = setting is not None and setting[0] != "off"
         return conn
 
     def _reads(self) -> ConnectionPool[Any]:

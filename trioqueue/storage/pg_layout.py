@@ -77,6 +77,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         """CREATE TABLE tq_broker_records (
             key bytea PRIMARY KEY,
             value bytea NOT NULL)""",
+        # one row that sync() writes (see FLUSH_WAL below)
+        "CREATE TABLE tq_wal_flushes (id int PRIMARY KEY, n bigint NOT NULL)",
+        "INSERT INTO tq_wal_flushes VALUES (1, 0)",
     )),
 )
 
@@ -157,10 +160,11 @@ INSERT INTO tq_finished_counts AS c (queue, state, n)
 ON CONFLICT (queue, state) DO UPDATE SET n = c.n + EXCLUDED.n
 RETURNING queue, state, n"""
 
-# sync(): a transaction that commits synchronously, with a transaction id so that it
-# has a commit record to flush (docs/durability.md, "PostgreSQL")
+# sync(): a transaction that commits synchronously. It must write something: a
+# transaction that wrote no WAL of its own commits without waiting for a flush, whatever
+# synchronous_commit says (docs/durability.md, "PostgreSQL").
 FLUSH_WAL_SETTING = "SET LOCAL synchronous_commit = on"
-FLUSH_WAL_XID = "SELECT pg_current_xact_id()"
+FLUSH_WAL_WRITE = "UPDATE tq_wal_flushes SET n = n + 1 WHERE id = 1"
 
 # --- reads --------------------------------------------------------------------------
 

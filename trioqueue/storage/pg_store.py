@@ -80,12 +80,13 @@ class PgStorage(Storage):
         With ``synchronous_commit`` on (PostgreSQL's default) each commit already did;
         with it off (a DSN's ``options=-csynchronous_commit=off``) the server flushes
         its WAL a little later, and this is how ``--fsync always``, the interval fsync
-        and a ``durable`` job still get what they ask for: a transaction that commits
-        synchronously waits for the WAL up to its own commit record, which comes after
-        every earlier commit's (docs/durability.md, "PostgreSQL").
+        and a ``durable`` job still get what they ask for: a transaction that writes a
+        row and commits synchronously waits for the WAL up to its own commit record,
+        which comes after every earlier commit's (docs/durability.md, "PostgreSQL").
         """
         self._check_open()
-        self._link.write(_flush_wal)
+        if not self._link.commits_flushed:  # (with it on, every commit was flushed)
+            self._link.write(_flush_wal)
 
     def _measure(self) -> None:
         self._measured_at = time.monotonic()
@@ -246,9 +247,9 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan) -> dict[tuple[str, s
 
 
 def _flush_wal(conn: psycopg.Connection[Any]) -> None:
-    with conn.transaction():  # (an id makes a commit record to wait for)
+    with conn.transaction():
         conn.execute(L.FLUSH_WAL_SETTING)
-        conn.execute(L.FLUSH_WAL_XID)
+        conn.execute(L.FLUSH_WAL_WRITE)
 
 
 def _counts(conn: psycopg.Connection[Any]) -> dict[tuple[str, str], int]:
