@@ -5,8 +5,8 @@
 #     (unless PYQ=0) scripts/bench_python_queues.py: trioqueue beside RQ, arq and saq
 #     with the same N and REPEAT (installs redis-server with apt-get and rq/arq/saq
 #     with pip, into $PYTHON, when they are missing).
-#   STORE=postgres: one local PostgreSQL server (its installed binaries, 127.0.0.1, a
-#     directory of its own, durable settings), a fresh database each for bunqueue and
+#   STORE=postgres: one local PostgreSQL server (python -m trioqueue.testing.postgres:
+#     the installed binaries, 127.0.0.1, a directory of its own, durable settings), a fresh database each for bunqueue and
 #     trioqueue; bunqueue in its PostgreSQL mode, trioqueue with --storage on the same
 #     server, then trioqueue on LMDB; prints trioqueue-PostgreSQL beside
 #     bunqueue-PostgreSQL (issue 18's targets) with the LMDB run as a third column.
@@ -16,7 +16,7 @@
 #   overrides: STORE=sqlite|postgres, ROWS=..., PLOT=path.png (bunqueue comparison),
 #   PYQ=0 (skip the Python queues; postgres mode skips them unless PYQ=1),
 #   PYQ_PLOT=path.png, PYTHON=..., OUT=dir (raw JSON of every run and the logs),
-#   PG_PORT=... (default: a free one), PG_MAX_LOCKS=1024 (see pg_start)
+#   PG_PORT=... (default: a free one), PG_MAX_LOCKS=1024 (see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -38,12 +38,17 @@ if [[ ! -x "$CACHE/node_modules/.bin/bun" || ! -d "$CACHE/node_modules/bunqueue"
 fi
 
 broker=""   # the pid of the broker being measured, if any
+client=""   # the pid of scripts/bench.py while it runs
 PG_DIR=""   # the PostgreSQL server's directory once pg_start made it
 cleanup() {
-  if [[ -n $broker ]]; then kill "$broker" 2>/dev/null || true; wait "$broker" 2>/dev/null || true; fi
+  for p in $client $broker; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   if [[ -n $PG_DIR ]]; then pg_stop || true; rm -rf "$PG_DIR"; fi
 }
 trap cleanup EXIT
+# Exit (and so clean up) at once on a signal: the children run in the background and the
+# script waits for them, since bash runs a trap only once its foreground command ends.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 
@@ -54,41 +59,25 @@ wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev
 # the row's jobs behind for the next rows. PG_MAX_LOCKS raises the table for both brokers
 # alike (1024 x 200 connections covers the 100,000 jobs of rss_100k).
 PG_MAX_LOCKS=${PG_MAX_LOCKS:-1024}
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
-as_pg() { if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-has_pg_module() { $PY -c 'import trioqueue.testing.postgres' 2>/dev/null; }
+pg() { $PY -m trioqueue.testing.postgres "$@"; }
 
-# Start one server in a new directory; sets PG_DSN to its database "postgres". Not in a
-# subshell, so that cleanup sees PG_DIR. Through trioqueue.testing.postgres when this
-# checkout has it, else initdb + pg_ctl.
+# Start one server (trioqueue.testing.postgres: initdb into the directory, as the
+# postgres user when we are root) and set PG_DSN to its database "postgres". Not in a
+# subshell, so that cleanup sees PG_DIR.
 PG_DSN=""
 pg_start() {
   PG_DIR=$(mktemp -d -t trioqueue-bench-pg.XXXXXX)
   chmod 755 "$PG_DIR"  # the server runs as postgres when we are root
-  local port=${PG_PORT:-$(free_port)} dsn
-  if has_pg_module; then
-    dsn=$($PY -m trioqueue.testing.postgres start --dir "$PG_DIR" --port "$port")
-    # Its settings file is rewritten at each start; ALTER SYSTEM is read after it.
-    pg_sql "$dsn" "ALTER SYSTEM SET max_locks_per_transaction = $PG_MAX_LOCKS"
-    $PY -m trioqueue.testing.postgres stop --dir "$PG_DIR"
-    dsn=$($PY -m trioqueue.testing.postgres start --dir "$PG_DIR" --port "$port")
-  else
-    [[ -x $PG_BIN/initdb ]] || { echo "no PostgreSQL server binaries (apt-get install postgresql)" >&2; return 1; }
-    if [[ $(id -u) == 0 ]]; then chown postgres: "$PG_DIR"; fi
-    as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth=trust -E UTF8 --locale=C \
-      --no-sync > "$PG_DIR/initdb.log"
-    as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -o \
-      "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$PG_DIR -c max_connections=200 -c max_locks_per_transaction=$PG_MAX_LOCKS" \
-      start > /dev/null
-    dsn="postgresql://postgres@127.0.0.1:$port/postgres"
-  fi
-  PG_DSN=$dsn
+  local port=${PG_PORT:-}
+  PG_DSN=$(pg start --dir "$PG_DIR" ${port:+--port "$port"})
+  # Its settings file is rewritten at each start; ALTER SYSTEM's file is read after it.
+  # The restart keeps the port (the DSN says which it is).
+  port=${PG_DSN##*:}; port=${port%%/*}
+  pg_sql "$PG_DSN" "ALTER SYSTEM SET max_locks_per_transaction = $PG_MAX_LOCKS"
+  pg stop --dir "$PG_DIR"
+  PG_DSN=$(pg start --dir "$PG_DIR" --port "$port")
 }
-pg_stop() {
-  if has_pg_module; then $PY -m trioqueue.testing.postgres stop --dir "$PG_DIR"
-  else as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop > /dev/null; fi
-}
+pg_stop() { pg stop --dir "$PG_DIR"; }
 pg_sql() {  # pg_sql DSN STATEMENT: one statement in autocommit (CREATE DATABASE needs it)
   $PY -c 'import sys, psycopg
 with psycopg.connect(sys.argv[1], autocommit=True) as conn: conn.execute(sys.argv[2])' "$1" "$2"
@@ -100,7 +89,11 @@ with psycopg.connect(sys.argv[1], autocommit=True) as conn: conn.execute(sys.arg
 bench() {
   wait_port "$port"
   $PY scripts/bench.py --target "127.0.0.1:$port" --n "$N" --repeat "$REPEAT" --rows "$ROWS" \
-    --broker-pid "$broker" --json "$OUT/$1.json" | tail -n 20
+    --broker-pid "$broker" --json "$OUT/$1.json" > "$OUT/$1.txt" 2>&1 &
+  local status=0
+  client=$!; wait "$client" || status=$?; client=""
+  tail -n 20 "$OUT/$1.txt"
+  if [[ $status != 0 ]]; then echo "scripts/bench.py failed ($status) against $1" >&2; exit "$status"; fi
   kill "$broker"; wait "$broker" 2>/dev/null || true; broker=""
 }
 # serve_bunqueue NAME [ENV=VALUE...]: bunqueue on loopback; its storage comes from the env.
