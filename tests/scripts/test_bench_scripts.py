@@ -243,6 +243,46 @@ def test_compare_prints_each_rows_advantage_against_its_target(tmp_path: Path,
     assert "3.00x memory | 2x | yes" in lines["rss_100k"]
 
 
+def test_compare_puts_the_postgres_pair_beside_lmdb_with_issue_18s_targets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compare.py as bench-vs-bunqueue.sh's STORE=postgres calls it: its own headings,
+    the LMDB run as a further column, 1.5x on every throughput row (round-trip rows too),
+    latency keeping its 1x, and the absolute floors checked on our column."""
+    compare = load_script("compare")
+
+    def summary(name: str, rows: dict[str, dict[str, Any]]) -> str:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"summary": [{"row": row, **vals}
+                                                for row, vals in rows.items()]}))
+        return str(path)
+
+    ours = summary("tq-pg", {"push_seq": {"jobs_per_s_median": 160.0},
+                             "pushb_1000": {"jobs_per_s_median": 45000.0},
+                             "pullb_ackb_100": {"jobs_per_s_median": 9000.0},
+                             "e2e_latency": {"jobs_per_s_median": 1.0, "p50_ms_median": 1.0,
+                                             "p99_ms_median": 2.0}})
+    theirs = summary("bq-pg", {"push_seq": {"jobs_per_s_median": 100.0},
+                               "pushb_1000": {"jobs_per_s_median": 6000.0},
+                               "pullb_ackb_100": {"jobs_per_s_median": 1000.0},
+                               "e2e_latency": {"jobs_per_s_median": 1.0,
+                                               "p50_ms_median": 1.0, "p99_ms_median": 3.0}})
+    lmdb = summary("tq-lmdb", {"pushb_1000": {"jobs_per_s_median": 80000.0}})
+    compare.cli([ours, theirs, "--labels", "tq (PostgreSQL)", "bq (PostgreSQL)",
+                 "--also", lmdb, "tq (LMDB)", "--throughput-target", "1.5",
+                 "--floor", "pushb_1000=40000", "--floor", "pullb_ackb_100=10000"])
+    out = capsys.readouterr().out
+    tables = out.split("\n\n")
+    assert tables[0].splitlines()[0] == ("| row | tq (PostgreSQL) | bq (PostgreSQL) | "
+                                         "advantage | target | met | tq (LMDB) |")
+    lines = {line.split(" | ")[0].strip("| "): line for line in tables[0].splitlines()}
+    assert "1.60x jobs/s | 1.5x | yes | - |" in lines["push_seq"]
+    assert "7.50x jobs/s | 1.5x | yes | 80,000/s |" in lines["pushb_1000"]
+    assert "1.50x p99 | 1x | yes" in lines["e2e_latency"]
+    floors = {line.split(" | ")[0].strip("| "): line for line in tables[1].splitlines()}
+    assert floors["pushb_1000"].endswith("| 40,000/s | yes |")
+    assert floors["pullb_ackb_100"].endswith("| 9,000/s | 10,000/s | no |")
+
+
 def test_stages_times_each_stage_of_a_request() -> None:
     """scripts/stages.py drives an in-process broker and prints a time per stage."""
     for what, stage in (("push", "handler PUSH"), ("pull-ack", "handler ACK")):
