@@ -78,11 +78,11 @@ def open_postgres(url: str, outage_s: float) -> Storage:
 
     try:
         return PgStorage(url, outage_s=outage_s)
-    except (StorageUnavailable, SchemaTooNew) as exc:
-        raise StorageOpenError(f"cannot open the PostgreSQL store: {exc}") from None
-    except Exception as exc:  # a bad URL, a refused login: psycopg's own words
-        raise StorageOpenError(f"cannot open PostgreSQL storage at {redact(url)}: "
-                               f"{str(exc).strip() or type(exc).__name__}") from None
+    except Exception as exc:  # (ours name the server; psycopg's own, a bad URL: add it)
+        why = str(exc).strip() or type(exc).__name__
+        if not isinstance(exc, (StorageUnavailable, SchemaTooNew)):
+            why = f"{redact(url)}: {why}"
+        raise StorageOpenError(f"cannot open the PostgreSQL store: {why}") from None
 
 
 class Broker:
@@ -172,9 +172,8 @@ class Broker:
         """The queues of finished jobs by id, for a store whose reads block: read in a
         worker thread after the writes already submitted are committed (so a job just
         finished is found), each id mapped to its queue or None."""
-        await self.writer.commit()
         storage = self.storage
-        found = await self.writer.read_off_thread(
+        found = await self.writer.read_committed(
             lambda: storage.queues_of_finished(job_ids))
         return {job_id: found.get(job_id) for job_id in job_ids}
 

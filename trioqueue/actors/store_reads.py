@@ -73,9 +73,8 @@ class StoreReads:
         command runs again."""
         need = self._need
         assert need is not None
-        await self._committer.commit()
         storage, name = self._storage, self.name
-        answers = await self._committer.read_off_thread(
+        answers = await self._committer.read_committed(
             lambda: [fetch(storage, name, read) for read in need.reads])
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):

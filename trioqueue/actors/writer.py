@@ -176,6 +176,12 @@ class StorageWriter:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
 
+    async def read_committed(self, read: Callable[[], T]) -> T:
+        """:meth:`commit` what is pending, then :meth:`read_off_thread`: a read of a
+        blocking store that sees every write already applied in memory."""
+        await self.commit()
+        return await self.read_off_thread(read)
+
     async def read_off_thread(self, read: Callable[[], T]) -> T:
         """Run ``read`` (storage reads) in a worker thread, for a store whose calls
         block. A store that gave up on its server (:class:`StorageUnavailable`) stops
