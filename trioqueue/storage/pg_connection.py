@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from . import pg_layout as L
 from .port import StorageUnavailable
 
 log = logging.getLogger("trioqueue.storage.pg")
@@ -99,6 +100,7 @@ class PgLink:
             # many rows a batch has (index look-ups per row): one generic plan saves
             # planning a statement of a dozen parts each time (0.3 ms here).
             conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.execute(L.KEYED_SESSION)
             setting = conn.execute("SHOW synchronous_commit").fetchone()
             self.commits_flushed = setting is not None and setting[0] != "off"
         return conn
@@ -109,7 +111,8 @@ class PgLink:
             pool = self._pool = ConnectionPool(
                 self.dsn, min_size=1, max_size=READ_POOL_MAX, open=True,
                 kwargs={"autocommit": True, **self._kwargs},
-                timeout=max(self.outage_s, 1.0), name="trioqueue-reads")
+                timeout=max(self.outage_s, 1.0), name="trioqueue-reads",
+                configure=_keyed_session)
         return pool
 
     # --- calls with the outage rule -------------------------------------------------
@@ -185,6 +188,11 @@ class PgLink:
 # What a server says while it is starting, stopping or full: worth waiting for.
 _PASSING = ("starting up", "shutting down", "recovery mode", "too many clients",
             "not yet accepting", "terminating connection")
+
+
+def _keyed_session(conn: psycopg.Connection[Any]) -> None:
+    """A pooled reader's session setup (pg_layout.KEYED_SESSION says why)."""
+    conn.execute(L.KEYED_SESSION)
 
 
 def refused(exc: psycopg.OperationalError) -> bool:

@@ -119,8 +119,7 @@ WRITE_BATCH = """WITH
     fin_rows AS (
         SELECT * FROM unnest(%b::bytea[], %b::text[], %b::text[], %b::int8[], %b::bytea[],
                              %b::bytea[]) AS t(id, queue, state, created_at, record, result)),
-    -- (a look-up by primary key per row, whatever plan the server picks: LIMIT 1
-    -- keeps the subquery a parameterized index scan, never a scan of the table)
+    -- (a look-up by primary key per row: an index scan, see KEYED_SESSION)
     fin_old AS (
         SELECT f.queue, f.state FROM fin_rows r CROSS JOIN LATERAL (
             SELECT queue, state FROM tq_finished WHERE id = r.id LIMIT 1) AS f),
@@ -159,6 +158,19 @@ INSERT INTO tq_finished_counts AS c (queue, state, n)
     SELECT queue, state, d FROM delta WHERE d <> 0
 ON CONFLICT (queue, state) DO UPDATE SET n = c.n + EXCLUDED.n
 RETURNING queue, state, n"""
+
+# Sessions: every statement the broker runs once started reaches rows by key (ids, or a
+# (queue, state) prefix of tq_finished_order). The server plans a prepared statement
+# again after any change to a table's statistics, at whatever size the tables have then,
+# and keeps that plan: planned while a table had no pages (a fresh database, or just
+# after VACUUM truncated an emptied table), a sequential scan is the cheapest, and it
+# stayed in use as the table grew, so each batch read every row of tq_live and
+# tq_finished, once per row for the replaced-row look-up: ten times slower
+# (docs/benchmarks.md, issue 18). With sequential scans off the planner takes an index
+# wherever one serves, and still scans where none does.
+KEYED_SESSION = "SET enable_seqscan = off"
+# A restart reads whole tables: there the planner chooses freely.
+WHOLE_TABLE_READS = "SET LOCAL enable_seqscan = on"
 
 # sync(): a transaction that commits synchronously. It must write something: a
 # transaction that wrote no WAL of its own commits without waiting for a flush, whatever

@@ -263,6 +263,7 @@ def _load(conn: psycopg.Connection[Any]) -> Recovered:
     loads = K.decode_value
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(L.WHOLE_TABLE_READS)
         live: list[dict[str, Any]] = []
         with conn.cursor(name="tq_load_live") as cur:
             cur.itersize = _LOAD_ROWS
