@@ -183,6 +183,13 @@ class Config:
     # SSRF guard refuses them at AddWebhook and at each delivery).
     webhook_allow_private: bool = False
 
+    # --- broker-to-broker links in a cluster (actors/peer_links.py): a connection to
+    # another broker, its hello included, must be up within this long, or the commands
+    # waiting for it fail (retriable); at most this many forwarded commands wait for one
+    # broker (sent or not), more are refused (retriable).
+    peer_connect_timeout_s: float = 5.0
+    peer_max_in_flight: int = 10_000
+
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
     store_reserve_bytes: int | None = None  # None: default_reserve_bytes(max)
@@ -218,6 +225,7 @@ class Config:
                 raise ValueError(f"{name} must be a finite number, 0 or more")
         self._validate_webhooks()
         self._validate_http()
+        self._validate_peer_links()
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         self._validate_storage_url()
@@ -260,6 +268,12 @@ class Config:
                 raise ValueError(f"{name} must be at least 1")
         if self.http_rate_limit_max_requests < 0:
             raise ValueError("http_rate_limit_max_requests must be at least 0")
+
+    def _validate_peer_links(self) -> None:
+        if not 0 < self.peer_connect_timeout_s < math.inf:
+            raise ValueError("peer_connect_timeout_s must be a positive finite number")
+        if self.peer_max_in_flight < 1:
+            raise ValueError("peer_max_in_flight must be at least 1")
 
     def _validate_webhooks(self) -> None:
         if self.webhook_max_attempts < 1:
