@@ -73,3 +73,23 @@ def test_no_lmdb_layout_is_needed() -> None:
             "bad = {'lmdb', 'msgpack', 'cbor2', 'trioqueue.storage.keys'} & set(sys.modules)\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_writes_keep_the_queue_whose_lease_they_need() -> None:
+    """A Writes names at most one queue (its commit is fenced by that queue's lease in
+    a cluster): extending keeps it, takes it from writes of a queue, and refuses to mix
+    two queues' writes."""
+    mine = Writes("q")
+    mine.put_job(rec("a"))
+    records = Writes()
+    records.put_broker_record("cron", "nightly", {"every": 5})
+    mine.extend(records)
+    assert mine.queue == "q" and len(mine) == 2
+    records.extend(mine)
+    assert records.queue == "q" and len(records) == 3
+    other = Writes("other")
+    other.put_job(rec("b", queue="other"))
+    with pytest.raises(ValueError, match="queue 'q' with writes of queue 'other'"):
+        mine.extend(other)
+    assert len(mine) == 2  # nothing appended
+    assert Writes().queue is None

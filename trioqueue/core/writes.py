@@ -82,13 +82,17 @@ _new = tuple.__new__
 
 
 class Writes:
-    """An ordered list of storage operations, plus whether the caller asked for fsync."""
+    """An ordered list of storage operations, plus whether the caller asked for fsync,
+    and the queue whose lease they need in a cluster (``queue``: set by whoever submits
+    them; None for writes of no queue, the broker's own records). A store with a fence
+    (storage/pg_store.py) commits them only while this broker holds that queue."""
 
-    __slots__ = ("ops", "durable")
+    __slots__ = ("ops", "durable", "queue")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: str | None = None) -> None:
         self.ops: list[Op] = []
         self.durable = False
+        self.queue = queue
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -124,5 +128,13 @@ class Writes:
         self.ops.append(PutDepOutcome(parent_id, child_id, outcome))
 
     def extend(self, other: Writes) -> None:
+        """Append ``other``'s operations. Writes of two different queues never merge:
+        one Writes names one lease, and a commit fenced by the wrong one could outlive
+        the other's owner (ValueError, nothing appended)."""
+        if other.queue is not None and other.queue != self.queue:
+            if self.queue is not None:
+                raise ValueError(f"cannot extend writes of queue {self.queue!r} with "
+                                 f"writes of queue {other.queue!r}")
+            self.queue = other.queue  # (writes of no queue may ride on a queue's lease)
         self.ops.extend(other.ops)
         self.durable = self.durable or other.durable

@@ -13,7 +13,8 @@ line. Meanwhile the writer's batch waits in its worker thread, so nothing is
 acknowledged that was not committed; the batch is then applied again whole, which is
 safe even when the lost connection had committed it (every statement of a batch sets
 rows to their final values: :mod:`.pg_layout`). Any other database error is a bug, not
-an outage, and stops the broker at once.
+an outage, and stops the broker at once; so does :class:`~.port.Fenced` (a cluster's
+broker that lost a queue's lease), which is raised at once, never retried.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_layout as L
-from .port import StorageUnavailable
+from .port import Fenced, StorageUnavailable
 
 log = logging.getLogger("trioqueue.storage.pg")
 
@@ -137,6 +138,8 @@ class PgLink:
                 raise StorageUnavailable("storage is closed")
             try:
                 result = attempt()
+            except Fenced:  # another broker owns a queue now: waiting cannot mend that
+                raise
             except psycopg.OperationalError as exc:
                 drop()
                 if refused(exc):

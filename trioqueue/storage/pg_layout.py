@@ -81,6 +81,60 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE TABLE tq_wal_flushes (id int PRIMARY KEY, n bigint NOT NULL)",
         "INSERT INTO tq_wal_flushes VALUES (1, 0)",
     )),
+    Migration(2, "a cluster: brokers, queue leases, tq_fence, live jobs by queue", (
+        # heartbeat: the database's now(), so no broker trusts its own clock
+        """CREATE TABLE tq_brokers (
+            id text COLLATE "C" PRIMARY KEY,
+            address text NOT NULL,
+            started_at timestamptz NOT NULL DEFAULT now(),
+            heartbeat timestamptz NOT NULL DEFAULT now())""",
+        # owner NULL: free. No expiry of its own: a lease is valid while its owner's
+        # heartbeat is, so one heartbeat renews all of a broker's leases. No foreign
+        # key: a dead broker's row may go while its leases wait to be claimed.
+        """CREATE TABLE tq_queue_leases (
+            queue text COLLATE "C" PRIMARY KEY,
+            owner text COLLATE "C",
+            epoch bigint NOT NULL)""",
+        # the rebuild of one queue taken over reads its live jobs alone
+        "CREATE INDEX tq_live_queue ON tq_live (queue)",
+        # A database one broker used becomes a cluster's: every queue it holds gets a
+        # free lease, which the first claim takes at epoch 1.
+        """INSERT INTO tq_queue_leases (queue, owner, epoch)
+            SELECT queue, NULL, 0 FROM (
+                SELECT queue FROM tq_live
+                UNION SELECT queue FROM tq_queue_meta
+                UNION SELECT queue FROM tq_finished_counts WHERE n > 0) AS known""",
+        # The fencing check of a commit, called by WRITE_BATCH_FENCED in the batch's own
+        # statement. FOR SHARE conflicts with the row lock of a claim's UPDATE (FOR NO
+        # KEY UPDATE), so of a claim and a commit the first to lock the lease row
+        # decides: a claim that committed first is seen here (the lock follows the row
+        # to its newest version, and the check below, a statement of a volatile
+        # function, reads with a fresh snapshot) and the commit fails; a claim that
+        # comes later waits until this commit has ended, so the new owner's rebuild,
+        # read after its claim, sees everything this commit wrote. Rows are locked in
+        # queue order, as LEAVE does, so two such statements cannot deadlock.
+        """CREATE FUNCTION tq_fence(broker text, queues text[], epochs bigint[])
+            RETURNS bigint LANGUAGE plpgsql AS $fence$
+        DECLARE
+            lost record;
+        BEGIN
+            PERFORM 1 FROM tq_queue_leases WHERE queue = ANY(queues)
+                ORDER BY queue FOR SHARE;
+            SELECT w.queue, w.epoch INTO lost
+                FROM unnest(queues, epochs) WITH ORDINALITY AS w(queue, epoch, n)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM tq_queue_leases l
+                    WHERE l.queue = w.queue AND l.owner = broker AND l.epoch = w.epoch)
+                ORDER BY w.n LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'TQF01', MESSAGE = format(
+                    'lost the lease of queue %L (epoch %s) to another broker',
+                    lost.queue, lost.epoch);
+            END IF;
+            RETURN cardinality(queues);
+        END
+        $fence$""",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -109,7 +163,7 @@ LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
 # batch twice (a commit whose outcome a lost connection hid) leaves the counts as once:
 # the second pass replaces each row with itself and deletes nothing. The new totals
 # come back, so the store's copy of the counts follows what was committed.
-WRITE_BATCH = """WITH
+_BATCH_PARTS = """WITH
     live_gone AS (DELETE FROM tq_live WHERE id = ANY(%b::bytea[])),
     live_new AS (
         INSERT INTO tq_live (id, queue, record)
@@ -153,11 +207,26 @@ WRITE_BATCH = """WITH
             SELECT queue, state, -1 AS d FROM fin_gone
             UNION ALL SELECT queue, state, -1 FROM fin_old
             UNION ALL SELECT queue, state, 1 FROM fin_new) AS moves
-        GROUP BY queue, state)
-INSERT INTO tq_finished_counts AS c (queue, state, n)
+        GROUP BY queue, state)"""
+_COUNTS_NEW = """INSERT INTO tq_finished_counts AS c (queue, state, n)
     SELECT queue, state, d FROM delta WHERE d <> 0
 ON CONFLICT (queue, state) DO UPDATE SET n = c.n + EXCLUDED.n
 RETURNING queue, state, n"""
+WRITE_BATCH = f"{_BATCH_PARTS}\n{_COUNTS_NEW}"
+
+# In a cluster: the same statement, fenced (tq_fence, migration 2) with three more
+# parameters: this broker's id, and the queues of the batch with the epochs of their
+# leases held here. The check is a branch of the main query, so it always runs, and
+# runs first (an Append runs its branches in order; a writing statement has no parallel
+# plan): a broker that lost a lease fails before touching a row, and one that holds them
+# all keeps every claim of those queues waiting until this commit ends. Raised, its
+# error (SQLSTATE FENCED_SQLSTATE) aborts the statement, the whole batch. Its row has no
+# (queue, state): the counts rows come after it.
+WRITE_BATCH_FENCED = f"""{_BATCH_PARTS},
+    counts AS ({_COUNTS_NEW})
+SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
+UNION ALL SELECT queue, state, n FROM counts"""
+FENCED_SQLSTATE = "TQF01"
 
 # Sessions: every statement the broker runs once started reaches rows by key (ids, or a
 # (queue, state) prefix of tq_finished_order). The server plans a prepared statement
@@ -167,8 +236,12 @@ RETURNING queue, state, n"""
 # stayed in use as the table grew, so each batch read every row of tq_live and
 # tq_finished, once per row for the replaced-row look-up: ten times slower
 # (docs/benchmarks.md, issue 18). With sequential scans off the planner takes an index
-# wherever one serves, and still scans where none does.
-KEYED_SESSION = "SET enable_seqscan = off"
+# wherever one serves, and still scans where none does. Such a scan (a cluster's small
+# tables, read whole) then costs the planner's 10^10 penalty, far past jit_above_cost:
+# PostgreSQL would compile it with LLVM for 70-100 ms each time (measured on a heartbeat
+# of 0.3 ms), so JIT, meant for long analytic queries, is off too.
+KEYED_SESSION = ("SELECT set_config('enable_seqscan', 'off', false),"
+                 " set_config('jit', 'off', false)")
 # A restart reads whole tables: there the planner chooses freely.
 WHOLE_TABLE_READS = "SET LOCAL enable_seqscan = on"
 
@@ -207,3 +280,54 @@ OUTCOMES_OF = "SELECT child, outcome FROM tq_dep_outcomes WHERE parent = %b ORDE
 TABLE_BYTES = """SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
     FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'tq\\_%%'
     AND pg_table_is_visible(c.oid)"""
+
+# --- a cluster (storage/pg_cluster.py): each operation one statement ----------------
+#
+# Every time is the database's (now(): the statement's start, the same in every part of
+# it); a lease length comes as float seconds (%(lease)s). A broker is live while its
+# heartbeat is younger than the lease.
+
+JOIN = """INSERT INTO tq_brokers (id, address) VALUES (%s, %s)
+ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = now(),
+    heartbeat = now()"""
+# Our heartbeat is renewed only while it is still fresh: once stale, the others may
+# have claimed our queues, and a renewal would make us look live again while they own
+# them. The 'me' row says whether it was; 'b' rows are the live brokers (ours among
+# them exactly when it was renewed: the same test on the row as it was), 'l' rows the
+# leases.
+BEAT = """WITH me AS (
+    UPDATE tq_brokers SET heartbeat = now()
+    WHERE id = %(id)s AND heartbeat > now() - make_interval(secs => %(lease)s)
+    RETURNING id)
+SELECT 'me', id, NULL::text, NULL::bigint FROM me
+UNION ALL SELECT 'b', id, address, NULL::bigint FROM tq_brokers
+    WHERE heartbeat > now() - make_interval(secs => %(lease)s)
+UNION ALL SELECT 'l', queue, owner, epoch FROM tq_queue_leases"""
+# Taken when the row is missing (epoch 1), free, or held by a broker that is not live;
+# never by a broker that is itself not live (it would take a queue the others may
+# already count as free again). Two claims at once: the second waits for the first's
+# row lock and then tests the row as the first left it, so one of them wins.
+CLAIM = """INSERT INTO tq_queue_leases AS l (queue, owner, epoch)
+    SELECT %(queue)s, %(id)s, 1 WHERE EXISTS (
+        SELECT 1 FROM tq_brokers WHERE id = %(id)s
+        AND heartbeat > now() - make_interval(secs => %(lease)s))
+ON CONFLICT (queue) DO UPDATE SET owner = EXCLUDED.owner, epoch = l.epoch + 1
+    WHERE l.owner IS NULL OR (l.owner <> EXCLUDED.owner AND NOT EXISTS (
+        SELECT 1 FROM tq_brokers b WHERE b.id = l.owner
+        AND b.heartbeat > now() - make_interval(secs => %(lease)s)))
+RETURNING epoch"""
+RELEASE = """UPDATE tq_queue_leases SET owner = NULL
+    WHERE queue = %s AND owner = %s AND epoch = %s"""
+# Rows locked in queue order, as tq_fence locks them (no deadlock with a commit).
+LEAVE = """WITH mine AS (
+        SELECT queue FROM tq_queue_leases WHERE owner = %(id)s ORDER BY queue FOR UPDATE),
+    freed AS (
+        UPDATE tq_queue_leases l SET owner = NULL FROM mine WHERE l.queue = mine.queue)
+DELETE FROM tq_brokers WHERE id = %(id)s"""
+# One queue's rebuild (no order: recovery sorts jobs by their admission, seq)
+LOAD_LIVE_OF = "SELECT record FROM tq_live WHERE queue = ANY(%s::text[])"
+LOAD_QUEUE_META_OF = "SELECT queue, meta FROM tq_queue_meta WHERE queue = ANY(%s::text[])"
+LOAD_COUNTS_OF = """SELECT queue, state, n FROM tq_finished_counts
+    WHERE queue = ANY(%s::text[]) AND n > 0"""
+QUEUES_OF_JOBS = """SELECT id, queue FROM tq_live WHERE id = ANY(%b::bytea[])
+UNION ALL SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"""

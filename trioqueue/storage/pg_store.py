@@ -15,12 +15,18 @@ return, and only then are the batch's replies sent (docs/durability.md, "Postgre
 
 The schema is migrated when the store opens (:mod:`.pg_schema`); ``trioqueue migrate``
 runs the same step alone.
+
+**In a cluster** (several brokers on one database) the store is given a
+:class:`~.port.Fence`: each batch then commits only if this broker still holds the lease
+of every queue whose writes it carries, checked by the batch's own statement
+(:data:`.pg_layout.WRITE_BATCH_FENCED`); otherwise :class:`~.port.Fenced` is raised
+and nothing is applied. The membership and lease operations are :meth:`PgStorage.cluster`'s.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -30,13 +36,14 @@ from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
 from .ops import validate_writes
+from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
 from .pg_plan import BatchPlan, plan_batch
 from .pg_schema import migrate
-from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage
+from .port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
 from .positions import check_page_limit, page_window
 
-__all__ = ["PgStorage", "StorageUnavailable"]
+__all__ = ["Fenced", "PgStorage", "StorageUnavailable"]
 
 _LOAD_ROWS = 5000  # live records fetched per round trip at a restart
 _MEASURE_EVERY_S = 5.0  # the bytes used are measured at most this often
@@ -44,18 +51,22 @@ _MEASURE_EVERY_S = 5.0  # the bytes used are measured at most this often
 
 class PgStorage(Storage):
     """Jobs in PostgreSQL. ``outage_s``: how long the store keeps retrying through an
-    outage before it gives up and the broker stops (:mod:`.pg_connection`)."""
+    outage before it gives up and the broker stops (:mod:`.pg_connection`).
+    ``fence``: in a cluster, the leases this broker holds (see the module)."""
 
     apply_blocks = True
 
-    def __init__(self, dsn: str, *, outage_s: float = 30.0, migrate_schema: bool = True
-                 ) -> None:
+    def __init__(self, dsn: str, *, outage_s: float = 30.0, migrate_schema: bool = True,
+                 fence: Fence | None = None) -> None:
         self._link = PgLink(dsn, outage_s=outage_s)
         self.location = redact(dsn)
+        self._fence = fence
         if migrate_schema:  # (waits out a server that is still starting)
             self._link.write(migrate)
         # (queue, state) -> finished jobs stored: filled by load(), then kept current
-        # from the totals each commit returns (this broker is the only writer).
+        # from the totals each commit returns (this broker is the only writer; in a
+        # cluster, the only writer of the queues it owns, so only their counts are
+        # exact: a queue taken over gets its counts from PgCluster.load_queues).
         self._counts: dict[tuple[str, str], int] = {}
         self._counts_loaded = False
         self._used_bytes = 0
@@ -69,7 +80,8 @@ class PgStorage(Storage):
         plan = plan_batch(validate_writes(batches))  # ValueError before any I/O
         if not plan:
             return
-        totals = self._link.write(lambda conn: _commit(conn, plan))
+        leases = None if self._fence is None else _leases(self._fence, batches)
+        totals = self._link.write(lambda conn: _commit(conn, plan, leases))
         self._counts.update(totals)
         if time.monotonic() - self._measured_at >= _MEASURE_EVERY_S:
             self._measure()
@@ -92,6 +104,29 @@ class PgStorage(Storage):
         self._measured_at = time.monotonic()
         self._used_bytes = self._link.read(
             lambda conn: conn.execute(L.TABLE_BYTES).fetchone()[0])  # type: ignore[index]
+
+    # --- a cluster ------------------------------------------------------------------
+
+    def cluster(self) -> PgCluster:
+        """The membership and lease operations, on this store's connections; a queue
+        it loads (``load_queues``) gets its finished counts here."""
+        return PgCluster(self._link, on_counts=self.replace_counts)
+
+    def forget_queue(self, queue: str) -> None:
+        """Drop the finished counts of a queue this broker no longer owns: its new
+        owner's commits would leave them stale."""
+        for key in [key for key in self._counts if key[0] == queue]:
+            del self._counts[key]
+
+    def replace_counts(self, queues: Iterable[str],
+                       counts: Mapping[tuple[str, str], int]) -> None:
+        """The finished counts of ``queues`` are ``counts`` (as read when this broker
+        took them over): those missing there are zero."""
+        for queue in queues:
+            self.forget_queue(queue)
+        self._counts.update(counts)
+        # (a cluster's broker never loads every queue: its counts are those it took)
+        self._counts_loaded = True
 
     # --- reads ----------------------------------------------------------------------
 
@@ -215,9 +250,25 @@ def _check_state(state: str) -> None:
         raise ValueError(f"not a finished state: {state!r}")
 
 
-def _commit(conn: psycopg.Connection[Any], plan: BatchPlan) -> dict[tuple[str, str], int]:
-    """The batch as one statement (an implicit transaction, one round trip); returns
-    the finished totals it changed."""
+def _leases(fence: Fence, batches: Sequence[Writes]) -> tuple[str, list[str], list[int]]:
+    """(broker id, queues, their epochs) that a batch's commit must check; raises
+    :class:`Fenced` before any I/O for a queue whose lease this broker does not hold."""
+    queues = sorted({w.queue for w in batches if w.queue is not None})
+    epochs = []
+    for queue in queues:
+        epoch = fence.epoch(queue)
+        if epoch is None:
+            raise Fenced.not_held(queue)
+        epochs.append(epoch)
+    return fence.broker_id, queues, epochs
+
+
+def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
+            leases: tuple[str, list[str], list[int]] | None
+            ) -> dict[tuple[str, str], int]:
+    """The batch as one statement (an implicit transaction, one round trip), fenced by
+    ``leases`` (None, or no queue: not fenced); returns the finished totals it
+    changed."""
     live_keys = list(plan.live_put)
     live_rows = plan.live_put.values()
     fin_keys = list(plan.finished_put)
@@ -242,8 +293,18 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan) -> dict[tuple[str, s
         list(plan.broker_delete),
         list(plan.broker_put), list(plan.broker_put.values()),
     )
-    rows = conn.execute(L.WRITE_BATCH, params, prepare=True).fetchall()
-    return {(queue, state): n for queue, state, n in rows}
+    if leases is None or not leases[1]:  # (the broker's own records need no lease)
+        rows = conn.execute(L.WRITE_BATCH, params, prepare=True).fetchall()
+        return {(queue, state): n for queue, state, n in rows}
+    try:
+        rows = conn.execute(L.WRITE_BATCH_FENCED, (*params, *leases), prepare=True
+                            ).fetchall()
+    except psycopg.Error as exc:
+        if exc.sqlstate == L.FENCED_SQLSTATE:
+            raise Fenced(exc.diag.message_primary or str(exc)) from None
+        raise
+    # (the check's own row has no queue)
+    return {(queue, state): n for queue, state, n in rows if queue is not None}
 
 
 def _flush_wal(conn: psycopg.Connection[Any]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
@@ -274,3 +274,40 @@ class StorageUnavailable(Exception):
 class StorageOpenError(Exception):
     """The store cannot be opened (PostgreSQL unreachable at startup, a schema newer
     than this trioqueue): the broker does not start; the message says why in a line."""
+
+
+# --- a cluster: several brokers on one database (docs: shared/design/scale-out.md) ----
+
+
+class Fenced(Exception):
+    """A commit carried writes of a queue whose lease this broker no longer holds (or
+    never held): nothing of the batch was applied, and the broker must stop, since
+    another broker now owns the queue. Not an outage: never retried."""
+
+    @classmethod
+    def lost(cls, queue: str, epoch: int) -> Fenced:
+        # (the same words as the database's tq_fence, pg_layout.py)
+        return cls(f"lost the lease of queue '{queue}' (epoch {epoch}) to another broker")
+
+    @classmethod
+    def not_held(cls, queue: str) -> Fenced:
+        return cls(f"holds no lease of queue '{queue}': its writes cannot be committed")
+
+
+class Fence(Protocol):
+    """What a store asks before committing a queue's writes in a cluster: the lease
+    (its epoch, a fencing token) this broker believes it holds."""
+
+    @property
+    def broker_id(self) -> str: ...
+
+    def epoch(self, queue: str) -> int | None:
+        """The epoch of ``queue``'s lease held here; None: not held."""
+
+
+class Beat(NamedTuple):
+    """What a heartbeat sees: every live broker and every queue's lease."""
+
+    live: dict[str, str]  # broker id -> address, this broker included
+    leases: dict[str, tuple[str | None, int]]  # queue -> (owner or None: free, epoch)
+

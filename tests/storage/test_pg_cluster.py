@@ -1,0 +1,361 @@
+"""A cluster's storage: membership, queue leases and fenced commits on PostgreSQL
+(storage/pg_cluster.py, tq_fence), and the same operations in memory
+(storage/memory_cluster.py), held to the same rules by the same tests.
+
+The PostgreSQL tests need a server (``pg_dsn``); skipped with the reason without one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycopg: "
+                                                "pip install -e '.[test]'")
+
+from trioqueue.core.writes import Writes  # noqa: E402
+from trioqueue.storage import keys as K  # noqa: E402
+from trioqueue.storage import pg_layout as L  # noqa: E402
+from trioqueue.storage.memory import MemoryStorage  # noqa: E402
+from trioqueue.storage.memory_cluster import MemoryCluster  # noqa: E402
+from trioqueue.storage.pg_cluster import PgCluster  # noqa: E402
+from trioqueue.storage.pg_schema import migrate, schema_version  # noqa: E402
+from trioqueue.storage.pg_store import PgStorage  # noqa: E402
+from trioqueue.storage.port import Fenced, Storage  # noqa: E402
+
+from .test_storage import finish, meta, put, rec  # noqa: E402
+
+LEASE_S = 5.0
+
+
+def queue_writes(queue: str | None, *calls: tuple[Any, ...]) -> Writes:
+    w = Writes(queue)
+    for name, *args in calls:
+        getattr(w, name)(*args)
+    return w
+
+
+@dataclass
+class Held:
+    """A Fence: the leases a test says its broker holds."""
+
+    broker_id: str
+    epochs: dict[str, int]
+
+    def epoch(self, queue: str) -> int | None:
+        return self.epochs.get(queue)
+
+
+# --- both implementations ---------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    cluster: PgCluster | MemoryCluster
+    store: Storage  # the jobs load_queues and queues_of read
+    age: Callable[[str], None]  # makes a broker's heartbeat older than the lease
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
+    if request.param == "memory":
+        store = MemoryStorage()
+        memory = MemoryCluster(Clock(), store=store)
+
+        def age_member(broker_id: str) -> None:
+            memory.brokers[broker_id].heartbeat -= 2 * LEASE_S
+
+        yield Setup(memory, store, age_member)
+        return
+    dsn = request.getfixturevalue("pg_dsn")
+    with closing(PgStorage(dsn, outage_s=5)) as pg:
+        yield Setup(pg.cluster(), pg, lambda broker_id: _age(dsn, broker_id))
+
+
+def _age(dsn: str, broker_id: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE tq_brokers SET heartbeat = now() - interval '1 hour'"
+                     " WHERE id = %s", (broker_id,))
+
+
+def test_brokers_see_each_other_until_one_goes_stale(setup: Setup) -> None:
+    c = setup.cluster
+    c.join("a", "10.0.0.1:6789")
+    c.join("b", "10.0.0.2:6789")
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None
+    assert beat.live == {"a": "10.0.0.1:6789", "b": "10.0.0.2:6789"}
+    assert beat.leases == {}
+    setup.age("b")
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None and beat.live == {"a": "10.0.0.1:6789"}
+    # b was dead to the others: its beat says so, and does not make it live again
+    assert c.beat("b", LEASE_S) is None
+    assert c.beat("b", LEASE_S) is None
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None and set(beat.live) == {"a"}
+    assert c.beat("nobody", LEASE_S) is None
+    c.join("b", "10.0.0.3:6789")  # a restarted b joins again
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None and beat.live["b"] == "10.0.0.3:6789"
+
+
+def test_a_queue_is_claimed_from_free_or_dead_owners_only(setup: Setup) -> None:
+    c = setup.cluster
+    c.join("a", "A")
+    c.join("b", "B")
+    assert c.claim("q", "a", LEASE_S) == 1  # no lease row yet: the first epoch
+    assert c.claim("q", "b", LEASE_S) is None  # a is live
+    assert c.claim("q", "a", LEASE_S) is None  # held already: a knows its epoch
+    setup.age("a")
+    assert c.claim("q", "b", LEASE_S) == 2  # a is dead
+    assert c.claim("q", "a", LEASE_S) is None  # a dead broker takes nothing
+    beat = c.beat("b", LEASE_S)
+    assert beat is not None and beat.leases == {"q": ("b", 2)}
+    assert c.release("q", "a", 1) is False  # not a's any more
+    assert c.release("q", "b", 1) is False  # not at that epoch
+    assert c.release("q", "b", 2) is True
+    c.join("a", "A")  # back as a new member
+    assert c.claim("q", "a", LEASE_S) == 3  # free: taken, one epoch on
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None and beat.leases == {"q": ("a", 3)}
+
+
+def test_a_broker_that_leaves_frees_its_queues_at_once(setup: Setup) -> None:
+    c = setup.cluster
+    c.join("a", "A")
+    c.join("b", "B")
+    assert [c.claim(q, "a", LEASE_S) for q in ("q1", "q2")] == [1, 1]
+    assert c.claim("q3", "b", LEASE_S) == 1
+    c.leave("a")
+    beat = c.beat("b", LEASE_S)
+    assert beat is not None
+    assert beat.live == {"b": "B"}
+    assert beat.leases == {"q1": (None, 1), "q2": (None, 1), "q3": ("b", 1)}
+    assert c.claim("q1", "b", LEASE_S) == 2  # no lease time to wait out
+    assert c.beat("a", LEASE_S) is None
+
+
+def test_a_queue_is_loaded_alone(setup: Setup) -> None:
+    setup.store.apply([
+        queue_writes("q1", put(rec("a1", queue="q1")), put(rec("a2", queue="q1")),
+                     finish(rec("d1", queue="q1", state="completed"), 1),
+                     meta("q1", {"paused": True})),
+        queue_writes("q2", put(rec("b1", queue="q2")),
+                     finish(rec("d2", queue="q2", state="failed"))),
+        queue_writes("q3", put(rec("c1", queue="q3")), meta("q3", {"paused": False}),
+                     finish(rec("d3", queue="q3", state="completed"))),
+    ])
+    loaded = setup.cluster.load_queues(["q1", "q2", "nothing-here"])
+    assert sorted(r["id"] for r in loaded.live_jobs) == ["a1", "a2", "b1"]
+    assert loaded.queue_meta == {"q1": {"paused": True}}
+    assert loaded.finished_counts == {("q1", "completed"): 1, ("q2", "failed"): 1}
+    assert loaded.broker_records == {}
+
+
+def test_job_ids_are_looked_up_live_or_finished(setup: Setup) -> None:
+    setup.store.apply([
+        queue_writes("mail", put(rec("live", queue="mail"))),
+        queue_writes("sms", finish(rec("done", queue="sms", state="completed"))),
+    ])
+    assert setup.cluster.queues_of(["live", "done", "unknown", "x" * 600, ""]) == {
+        "live": "mail", "done": "sms"}
+    assert setup.cluster.queues_of([]) == {}
+
+
+# --- fenced commits (PostgreSQL) ----------------------------------------------------------
+
+
+def _rows(dsn: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query).fetchall()  # type: ignore[arg-type]
+
+
+def test_a_broker_that_lost_a_queue_commits_nothing_more_of_it(pg_dsn: str) -> None:
+    held = Held("a", {})
+    with closing(PgStorage(pg_dsn, outage_s=5, fence=held)) as first, \
+            closing(PgStorage(pg_dsn, outage_s=5)) as second:
+        a, b = first.cluster(), second.cluster()
+        a.join("a", "A")
+        epoch = a.claim("q", "a", LEASE_S)
+        assert epoch == 1
+        held.epochs["q"] = epoch
+        first.apply([queue_writes("q", put(rec("j1")))])
+        assert _rows(pg_dsn, "SELECT count(*) FROM tq_live") == [(1,)]
+        # a is cut off past its lease; b takes q
+        _age(pg_dsn, "a")
+        b.join("b", "B")
+        assert b.claim("q", "b", LEASE_S) == 2
+        with pytest.raises(Fenced) as lost:
+            first.apply([
+                queue_writes("q", put(rec("j2")),
+                             finish(rec("j1", state="completed"), "r")),
+                queue_writes(None, ("put_broker_record", "cron", "nightly", {"n": 1})),
+            ])
+        assert str(lost.value) == "lost the lease of queue 'q' (epoch 1) to another broker"
+        # nothing of that batch: not the new job, not the finish, not its count, not
+        # the broker record that came with it
+        assert _rows(pg_dsn, "SELECT convert_from(id, 'UTF8') FROM tq_live") == [("j1",)]
+        assert _rows(pg_dsn, "SELECT * FROM tq_finished_counts") == []
+        assert _rows(pg_dsn, "SELECT count(*) FROM tq_finished") == [(0,)]
+        assert _rows(pg_dsn, "SELECT count(*) FROM tq_broker_records") == [(0,)]
+        assert first.count_finished("q", "completed") == 0
+        # the new owner commits
+        second_held = Held("b", {"q": 2})
+        with closing(PgStorage(pg_dsn, outage_s=5, fence=second_held,
+                               migrate_schema=False)) as owner:
+            owner.apply([queue_writes("q", finish(rec("j1", state="completed"), "r"))])
+            assert owner.count_finished("q", "completed") == 1
+
+
+def test_the_check_comes_before_any_row_is_touched(pg_dsn: str) -> None:
+    """A broker that lost a queue fails at the check, never waiting for the row locks of
+    the queue's new owner: here a row it would write is locked by an open transaction.
+    Waited for, the lock would time out, an error retried as an outage (StorageUnavailable
+    after outage_s); checked first, the batch is Fenced at once."""
+    held = Held("a", {"q": 1})
+    with closing(PgStorage(pg_dsn + "?options=-clock_timeout%3D200", outage_s=1,
+                           fence=held)) as stale:
+        cluster = stale.cluster()
+        cluster.join("a", "A")
+        cluster.join("b", "B")
+        assert cluster.claim("q", "a", LEASE_S) == 1
+        stale.apply([queue_writes("q", finish(rec("j", state="completed")))])
+        _age(pg_dsn, "a")
+        assert cluster.claim("q", "b", LEASE_S) == 2
+        with psycopg.connect(pg_dsn) as owner:  # the new owner, mid-commit
+            owner.execute("SELECT 1 FROM tq_finished FOR UPDATE")
+            with pytest.raises(Fenced):
+                stale.apply([queue_writes("q", finish(rec("j", state="failed")))])
+
+
+def test_writes_of_a_queue_not_held_are_refused_before_any_io() -> None:
+    # nothing listens on port 1: any I/O would retry for outage_s, then fail otherwise
+    store = PgStorage("postgresql://nobody@127.0.0.1:1/none", outage_s=0.5,
+                      migrate_schema=False, fence=Held("a", {"mine": 3}))
+    try:
+        with pytest.raises(Fenced, match="holds no lease of queue 'theirs'"):
+            store.apply([queue_writes("mine", put(rec("j", queue="mine"))),
+                         queue_writes("theirs", put(rec("k", queue="theirs")))])
+    finally:
+        store.close()
+
+
+def test_a_claim_waits_for_a_commit_that_holds_the_fence(pg_dsn: str) -> None:
+    """The race of a takeover and a commit of the old owner: whichever locks the lease
+    row first wins. A commit's check holds the row FOR SHARE until it ends; the claim
+    waits for it (here: gives up after lock_timeout), and once the commit is over, the
+    claim goes through and the old owner's next check fails."""
+    with closing(PgStorage(pg_dsn, outage_s=5)) as store:
+        cluster = store.cluster()
+        cluster.join("a", "A")
+        cluster.join("b", "B")
+        assert cluster.claim("q", "a", LEASE_S) == 1
+        _age(pg_dsn, "a")
+        with psycopg.connect(pg_dsn) as committing:  # (a transaction, left open)
+            assert committing.execute("SELECT tq_fence('a', ARRAY['q'], ARRAY[1::bigint])"
+                                      ).fetchone() == (1,)
+            with psycopg.connect(pg_dsn, autocommit=True) as claiming:
+                claiming.execute("SET lock_timeout = '300ms'")
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    claiming.execute(L.CLAIM, {"queue": "q", "id": "b", "lease": LEASE_S})
+            committing.commit()
+        assert cluster.claim("q", "b", LEASE_S) == 2
+        with psycopg.connect(pg_dsn) as committing:
+            with pytest.raises(psycopg.Error, match=r"lost the lease of queue 'q' \(epoch 1\)"
+                               ) as raised:
+                committing.execute("SELECT tq_fence('a', ARRAY['q'], ARRAY[1::bigint])")
+            assert raised.value.sqlstate == L.FENCED_SQLSTATE
+
+
+def test_a_claim_in_a_thread_goes_through_once_the_commit_ends(pg_dsn: str) -> None:
+    """The same race, the claim left to wait: it returns the new epoch only after the
+    transaction holding the fence has committed, and the commit's rows are there for
+    the new owner to load."""
+    with closing(PgStorage(pg_dsn, outage_s=5)) as store:
+        cluster = store.cluster()
+        cluster.join("a", "A")
+        cluster.join("b", "B")
+        assert cluster.claim("q", "a", LEASE_S) == 1
+        _age(pg_dsn, "a")
+        claimed: list[int | None] = []
+        with psycopg.connect(pg_dsn) as committing:
+            committing.execute("SELECT tq_fence('a', ARRAY['q'], ARRAY[1::bigint])")
+            committing.execute("INSERT INTO tq_live VALUES ('late', 'q', %s)",
+                               (K.encode_value(rec("late")),))
+            waiter = threading.Thread(
+                target=lambda: claimed.append(cluster.claim("q", "b", LEASE_S)))
+            waiter.start()
+            _wait_for_a_lock_wait(pg_dsn)
+            assert claimed == []
+            committing.commit()
+        waiter.join(10)
+        assert claimed == [2]
+        assert [r["id"] for r in cluster.load_queues(["q"]).live_jobs] == ["late"]
+
+
+def _wait_for_a_lock_wait(dsn: str) -> None:
+    """Until some session waits for a row lock (the claim behind the fence)."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type"
+                               " = 'Lock' AND datname = current_database()").fetchone()
+            if row and row[0]:
+                return
+            conn.execute("SELECT pg_sleep(0.005)")  # (pacing the polls of the view)
+    raise AssertionError("the claim never waited for the lease row's lock")
+
+
+def test_a_queue_taken_over_gets_exact_counts(pg_dsn: str) -> None:
+    with closing(PgStorage(pg_dsn, outage_s=5)) as old, \
+            closing(PgStorage(pg_dsn, outage_s=5)) as new:
+        new.load()
+        old.apply([queue_writes("q", *(finish(rec(f"d{i}", state="completed"))
+                                       for i in range(3)))])
+        assert new.count_finished("q", "completed") == 0  # (its copy, from load())
+        new.cluster().load_queues(["q"])
+        assert new.count_finished("q", "completed") == 3
+        new.forget_queue("q")
+        assert new.count_finished("q", "completed") == 0
+
+
+# --- migration 2 ----------------------------------------------------------------------------
+
+
+def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn) as conn:
+        with conn.transaction():  # version 1, as an older trioqueue left it
+            conn.execute(L.CREATE_VERSION_TABLE)
+            for statement in L.MIGRATIONS[0].statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(L.RECORD_VERSION, (1, L.MIGRATIONS[0].description))
+            conn.execute("INSERT INTO tq_live VALUES ('j1', 'busy', ''), ('j2', 'busy', '')")
+            conn.execute("INSERT INTO tq_queue_meta VALUES ('paused', '')")
+            conn.execute("INSERT INTO tq_finished_counts VALUES ('done', 'completed', 4),"
+                         " ('emptied', 'failed', 0)")
+        assert schema_version(conn) == 1
+        assert migrate(conn) == [2]
+        assert schema_version(conn) == 2
+        leases = conn.execute("SELECT queue, owner, epoch FROM tq_queue_leases"
+                              " ORDER BY queue").fetchall()
+    assert leases == [("busy", None, 0), ("done", None, 0), ("paused", None, 0)]
+    with closing(PgStorage(pg_dsn, outage_s=5)) as store:
+        cluster = store.cluster()
+        cluster.join("a", "A")
+        assert cluster.claim("busy", "a", LEASE_S) == 1
+        assert cluster.claim("emptied", "a", LEASE_S) == 1

@@ -1,0 +1,125 @@
+"""A cluster's membership and queue leases on PostgreSQL (``trioqueue serve --cluster``).
+
+Several brokers share one database. Each is a row of ``tq_brokers`` whose heartbeat the
+database's clock writes; each queue is owned by one live broker, a row of
+``tq_queue_leases`` with an epoch that every claim raises by one, and that every commit
+of the owner checks in its own statement (``tq_fence``, :mod:`.pg_layout`), so a broker
+cut off past its lease can never write for that queue again
+(shared/design/scale-out.md).
+
+Each operation here is one statement, one round trip and atomic; all are synchronous
+(the broker calls them from worker threads) and run on the store's read pool
+(:class:`.pg_connection.PgLink`), with its outage rule. Every comparison of times is
+the database's, so no broker's clock matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from . import keys as K
+from . import pg_layout as L
+from .pg_connection import PgLink
+from .port import Beat, Recovered
+
+__all__ = ["Beat", "PgCluster"]
+
+_LOAD_ROWS = 5000  # live records fetched per round trip of a queue's rebuild
+
+# Told the finished counts of queues just loaded (PgStorage.replace_counts).
+CountsSink = Callable[[Iterable[str], Mapping[tuple[str, str], int]], None]
+
+
+class PgCluster:
+    """The named cluster operations, on ``link``'s reads (a broker is live while its
+    heartbeat is younger than ``lease_s``; a lease is valid while its owner is live).
+    ``on_counts`` is told the counts :meth:`load_queues` read (the store's copy)."""
+
+    def __init__(self, link: PgLink, *, on_counts: CountsSink | None = None) -> None:
+        self._link = link
+        self._on_counts = on_counts
+
+    def join(self, broker_id: str, address: str) -> None:
+        """Add (or replace) this broker's row, its heartbeat now."""
+        self._link.read(lambda conn: _run(conn, L.JOIN, (broker_id, address)))
+
+    def beat(self, broker_id: str, lease_s: float) -> Beat | None:
+        """Renew our heartbeat and see every live broker and every lease; None when
+        our heartbeat was already stale or our row is gone (the others may have taken
+        our queues), and then it is not renewed."""
+        rows = self._link.read(lambda conn: conn.execute(
+            L.BEAT, {"id": broker_id, "lease": float(lease_s)}).fetchall())
+        renewed = False
+        live: dict[str, str] = {}
+        leases: dict[str, tuple[str | None, int]] = {}
+        for kind, name, value, epoch in rows:
+            if kind == "l":
+                leases[name] = (value, epoch)
+            elif kind == "b":
+                live[name] = value
+            else:
+                renewed = True
+        return Beat(live, leases) if renewed else None
+
+    def claim(self, queue: str, broker_id: str, lease_s: float) -> int | None:
+        """Take ``queue`` if its lease is missing, free or held by a broker that is not
+        live: the new epoch (one more). None when a live broker holds it (ourselves
+        included: the caller knows its epoch) or when we are not live ourselves."""
+        row = self._link.read(lambda conn: conn.execute(
+            L.CLAIM, {"queue": queue, "id": broker_id, "lease": float(lease_s)}
+        ).fetchone())
+        return None if row is None else int(row[0])
+
+    def release(self, queue: str, broker_id: str, epoch: int) -> bool:
+        """Free ``queue`` if we still hold it at ``epoch``; whether we did."""
+        return self._link.read(lambda conn: conn.execute(
+            L.RELEASE, (queue, broker_id, epoch)).rowcount) == 1
+
+    def leave(self, broker_id: str) -> None:
+        """Free every lease we hold and remove our row: a graceful stop, after which
+        the others take our queues at once instead of after the lease."""
+        self._link.read(lambda conn: _run(conn, L.LEAVE, {"id": broker_id}))
+
+    def load_queues(self, queues: Sequence[str]) -> Recovered:
+        """The live jobs, meta and finished counts of just ``queues`` (no broker
+        records), from one snapshot; the counts also become the store's."""
+        names = sorted(set(queues))
+        recovered = self._link.read(lambda conn: _load_queues(conn, names))
+        if self._on_counts is not None:
+            self._on_counts(names, recovered.finished_counts)
+        return recovered
+
+    def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue for those of ``job_ids`` stored live or finished (ids that
+        could never be stored are skipped), in one round trip."""
+        keys = [key for key in map(K.lookup_job_key, job_ids) if key is not None]
+        if not keys:
+            return {}
+        rows = self._link.read(lambda conn: conn.execute(
+            L.QUEUES_OF_JOBS, (keys, keys)).fetchall())
+        return {K.decode_job_key(bytes(key)): queue for key, queue in rows}
+
+
+def _run(conn: psycopg.Connection[Any], query: str, args: Any) -> None:
+    conn.execute(query, args)
+
+
+def _load_queues(conn: psycopg.Connection[Any], queues: list[str]) -> Recovered:
+    """What a takeover rebuilds ``queues`` from, in one repeatable-read snapshot (the
+    live records in steps of a server-side cursor, as a restart's load reads them)."""
+    loads = K.decode_value
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        live: list[dict[str, Any]] = []
+        with conn.cursor(name="tq_load_queues") as cur:
+            cur.itersize = _LOAD_ROWS
+            cur.execute(L.LOAD_LIVE_OF, (queues,))
+            live.extend(loads(row[0]) for row in cur)
+        meta = {q: loads(m) for q, m in conn.execute(
+            L.LOAD_QUEUE_META_OF, (queues,)).fetchall()}
+        counts = {(q, s): n for q, s, n in conn.execute(
+            L.LOAD_COUNTS_OF, (queues,)).fetchall()}
+    return Recovered(live_jobs=live, queue_meta=meta, finished_counts=counts)
