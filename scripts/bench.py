@@ -337,6 +337,9 @@ class Ctx:
     data_pad: str
     auth_token: str | None
     broker_pid: int | None = None
+    # In a cluster (docs/scale-out.md): (broker id, every broker's id), so that each
+    # row's queue is one that broker serves (scripts/bench_cluster.py)
+    place: tuple[str, list[str]] | None = None
     conns: list[Conn] = field(default_factory=list)
 
     def connect(self) -> Conn:
@@ -983,8 +986,21 @@ def row_function(row: str) -> Callable[[Ctx, str, RunResult], None]:
     return CLIENT_ROW_FUNCS[row]
 
 
+def queue_for(ctx: Ctx, row: str) -> str:
+    """A fresh queue name for a row; with ``ctx.place``, one the rendezvous gives to
+    the named broker (the same rule the brokers use: trioqueue.core.placement)."""
+    while True:
+        q = f"bench-{row}-{secrets.token_hex(4)}"
+        if ctx.place is None:
+            return q
+        from trioqueue.core.placement import preferred_owner
+
+        if preferred_owner(q, ctx.place[1]) == ctx.place[0]:
+            return q
+
+
 def run_row(ctx: Ctx, row: str, run: int, cleanup: bool) -> RunResult:
-    q = f"bench-{row}-{secrets.token_hex(4)}"
+    q = queue_for(ctx, row)
     res = RunResult(row=row, run=run, queue=q)
     try:
         row_function(row)(ctx, q, res)
@@ -1125,6 +1141,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cleanup", action="store_true", help="skip Obliterate after each row")
     ap.add_argument("--warmup", type=int, default=1,
                     help="untimed rounds of " + ", ".join(WARMUP_ROWS) + " first")
+    ap.add_argument("--place", metavar="ID@ID,ID,...", default=None,
+                    help="a cluster: each row's queue is one the broker ID (before the @) "
+                         "serves among the brokers listed after it")
     ap.add_argument("--broker-pid", type=int, default=None,
                     help="the broker's pid, for the rss_100k row (same machine only)")
     args = ap.parse_args(argv)
@@ -1147,6 +1166,11 @@ def main(argv: list[str] | None = None) -> int:
         auth_token=args.auth_token,
         broker_pid=args.broker_pid,
     )
+    if args.place:
+        owner, _, brokers = args.place.partition("@")
+        if not owner or owner not in brokers.split(","):
+            ap.error("--place needs ID@ID,ID,... with the first ID among the others")
+        ctx.place = (owner, brokers.split(","))
     try:
         rtt = ping(ctx)
     except Exception as exc:  # noqa: BLE001

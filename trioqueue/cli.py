@@ -16,10 +16,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .cluster_flags import add_cluster_flags, cluster_settings
 from .config import FSYNC_POLICIES, Config
 from .serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_LISTEN,
     EXIT_CANNOT_OPEN_STORAGE,
+    EXIT_LOST_OWNERSHIP,
     EXIT_STORAGE_FAILURE,
     run_serve,
 )
@@ -319,6 +321,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         config.cors_allow_origins = [o.strip() for o in origins.split(",") if o.strip()]
     config.otel_enabled = _switch(args.otel, env, "otel_enabled")
     _float_settings(config, args, env)
+    cluster_settings(config, args, env)
     _limits_from(config, args, env)
     return config
 
@@ -348,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--pg-outage-s", dest="pg_outage_s",
                        help="how long to keep retrying while PostgreSQL is unreachable, "
                             "acknowledging nothing, before stopping (default 30)")
+    add_cluster_flags(serve)
     serve.add_argument("--otel", action="store_true",
                        help="OpenTelemetry spans for push, pull and ack (needs "
                             "opentelemetry-api; see docs/tracing.md)")
@@ -441,7 +445,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     return run_serve(config)
 
 
-__all__ = ["EXIT_CANNOT_LISTEN", "EXIT_CANNOT_OPEN_STORAGE", "EXIT_STORAGE_FAILURE",
+__all__ = ["EXIT_CANNOT_LISTEN", "EXIT_CANNOT_OPEN_STORAGE", "EXIT_LOST_OWNERSHIP",
+           "EXIT_STORAGE_FAILURE",
            "build_parser", "config_from", "main", "run_serve"]
 
 if __name__ == "__main__":

@@ -58,6 +58,15 @@ class Config:
     # How long a PostgreSQL store keeps retrying through an outage, acknowledging
     # nothing meanwhile, before the broker stops (storage/pg_connection.py).
     pg_outage_s: float = 30.0
+    # Several brokers on one PostgreSQL database (docs/scale-out.md): on or off; this
+    # broker's id among them (None: a fresh one at each start, since a restarted broker
+    # has lost what it held in memory); the HOST:PORT the others reach its TCP port at
+    # (None: host and tcp_port); how long a broker stays live without a heartbeat, by
+    # the database's clock (failover takes this plus the rebuild of the moved queues).
+    cluster: bool = False
+    broker_id: str | None = None
+    advertise: str | None = None
+    cluster_lease_s: float = 5.0
     auth_tokens: list[str] = field(default_factory=list)
     # "interval": commits survive kill -9 at once and reach the disk within
     # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
@@ -229,6 +238,7 @@ class Config:
         if not 0 <= self.lease_grace_after_pause_s < math.inf:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         self._validate_storage_url()
+        self._validate_cluster()
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
             raise ValueError("store_max_bytes must be positive")
         if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:
@@ -254,6 +264,29 @@ class Config:
             # PostgreSQL's room is its server's; nothing here could measure it per batch
             raise ValueError("store_max_bytes and store_reserve_bytes apply to LMDB and "
                              "--memory, not to PostgreSQL")
+
+    def _validate_cluster(self) -> None:
+        if not 1 <= self.cluster_lease_s <= 300:
+            raise ValueError("cluster_lease_s must be between 1 and 300 seconds")
+        if not self.cluster:
+            return
+        if self.storage_url is None:
+            raise ValueError("--cluster needs --storage postgresql://...: the brokers "
+                             "share one database")
+        if self.broker_id is not None and not (
+                0 < len(self.broker_id) <= 64 and self.broker_id.isprintable()):
+            raise ValueError("broker_id must be 1 to 64 printable characters")
+        if self.advertise is not None:  # (else host and tcp_port: the port bound)
+            host, _, port = self.advertise.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"advertise must be HOST:PORT, not {self.advertise!r}")
+
+    def advertised(self) -> str:
+        """Where the other brokers of a cluster reach this one's TCP port."""
+        if self.advertise is not None:
+            return self.advertise
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"{host}:{self.tcp_port}"
 
     def _validate_http(self) -> None:
         for name in ("http_header_timeout_s", "http_keep_alive_timeout_s",

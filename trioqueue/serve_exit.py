@@ -19,6 +19,7 @@ from .storage.port import StorageOpenError
 EXIT_STORAGE_FAILURE = 3
 EXIT_CANNOT_LISTEN = 1
 EXIT_CANNOT_OPEN_STORAGE = 4
+EXIT_LOST_OWNERSHIP = 5
 
 
 def run_serve(config: Config, broker: Any = None) -> int:
@@ -29,8 +30,12 @@ def run_serve(config: Config, broker: Any = None) -> int:
     a storage failure from a crash and restart on the committed state (a PostgreSQL
     store gone for longer than ``pg_outage_s`` ends the same way). A store that cannot
     be opened at all (PostgreSQL unreachable at startup, a schema newer than this
-    trioqueue) is status 4; a port in use, 1.
+    trioqueue) is status 4; a port in use, 1. In a cluster, a broker that finds itself
+    dead to the others (its heartbeat went stale) or fenced off a queue (a commit
+    refused because another broker took the queue) stops with status 5: it must not
+    answer from state it no longer owns, and a supervisor restarts it as a new member.
     """
+    from .actors.cluster import LostMembership
     from .actors.writer import StorageFailure
     from .server import serve
 
@@ -44,23 +49,32 @@ def run_serve(config: Config, broker: Any = None) -> int:
     except StorageOpenError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_CANNOT_OPEN_STORAGE
-    except StorageFailure as exc:
+    except (StorageFailure, LostMembership) as exc:
         logging.getLogger("trioqueue").error("stopped: %s", exc)
-        return EXIT_STORAGE_FAILURE
+        return _status(exc)
     except BaseExceptionGroup as group:
         # Nurseries wrap it; only a group of nothing but storage failures is one.
         in_use, others = group.split(_address_in_use)
         if in_use is not None and others is None:
             _cannot_listen(config, next(_leaves(in_use)))
             return EXIT_CANNOT_LISTEN
-        failures, rest = group.split(StorageFailure)
+        failures, rest = group.split((StorageFailure, LostMembership))
         if failures is None or rest is not None:
             raise
         leaves = list(_leaves(failures))
         first = next((f for f in leaves if not getattr(f, "repeated", False)), leaves[0])
         logging.getLogger("trioqueue").error("stopped: %s", first)
-        return EXIT_STORAGE_FAILURE
+        return _status(first)
     return 0
+
+
+def _status(exc: BaseException) -> int:
+    from .actors.cluster import LostMembership
+    from .storage.port import Fenced
+
+    if isinstance(exc, (LostMembership, Fenced)) or isinstance(exc.__cause__, Fenced):
+        return EXIT_LOST_OWNERSHIP
+    return EXIT_STORAGE_FAILURE
 
 
 def _address_in_use(exc: BaseException) -> bool:

@@ -80,6 +80,7 @@ class Server:
                         task_status.started()
 
             await root.start(listen)
+            await self.broker.join_cluster(self.tcp_port or config.tcp_port)  # (a cluster)
             log.info(
                 "trioqueue ready: tcp %s:%s ws %s:%s data %s fsync %s auth %s",
                 config.host, self.tcp_port, config.host, self.ws_port,

@@ -20,12 +20,14 @@ import pytest
 import trio
 
 from trioqueue.testing import RawClient
-from trioqueue.testing.history import ACK, ADD, PULL, History, Op, check
+from trioqueue.testing.history import ACK, ADD, LOST, PULL, History, Op, check
 from trioqueue.testing.pg_store_check import check_pg_store
 from trioqueue.testing.process import FAULTY_SERVE, BrokerProcess
 from trioqueue.testing.store_check import check_lmdb_store
 
 QUEUE = "crash"
+# How an error reply says the command may have been applied all the same.
+AMBIGUOUS = "may or may not"
 LOCK_TTL_MS = 10_000
 
 
@@ -34,7 +36,7 @@ class Lost(Exception):
 
 
 async def producer(history: History, port: int, name: str, prefix: str, count: int,
-                   window: int) -> None:
+                   window: int, queue: str = QUEUE) -> None:
     """Pipelined PUSHes with custom ids (so an unknown outcome can be reconciled)."""
     client = await RawClient.connect(port)
     pending: dict[str, Op] = {}
@@ -44,13 +46,16 @@ async def producer(history: History, port: int, name: str, prefix: str, count: i
             while sent < count and len(pending) < window:
                 job_id = f"{prefix}-{sent}"
                 op = history.invoke(name, ADD, job_id)
-                pending[await client.send("PUSH", queue=QUEUE, name="n", data=sent,
+                pending[await client.send("PUSH", queue=queue, name="n", data=sent,
                                           jobId=job_id, backoff=0, maxAttempts=50)] = op
                 sent += 1
             reply = await client.receive()
             op = pending.pop(reply["reqId"])
             if reply.get("ok"):
                 history.ok(op, reply["id"])
+            elif AMBIGUOUS in reply.get("error", ""):
+                # (a cluster's forward lost with the broker it went to: it says so)
+                history.unknown(op, reply["error"])
             else:
                 history.fail(op, reply.get("error", ""))
     except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -61,14 +66,17 @@ async def producer(history: History, port: int, name: str, prefix: str, count: i
         await client.aclose()
 
 
-async def worker(history: History, port: int, name: str, stop: trio.Event) -> None:
-    """PULLB under a lease, then ACKB: every delivery and completion is recorded."""
+async def worker(history: History, port: int, name: str, stop: trio.Event,
+                 queue: str = QUEUE) -> None:
+    """PULLB under a lease, then ACKB: every delivery and completion is recorded; a
+    lost connection ends the worker, recorded as a LOST op (its leases are then no
+    longer a live holder's)."""
     client = await RawClient.connect(port)
     try:
         while not stop.is_set():
             pull = history.invoke(name, PULL)
             reply = await client.reply_to(await client.send(
-                "PULLB", queue=QUEUE, count=20, owner=name, lockTtl=LOCK_TTL_MS,
+                "PULLB", queue=queue, count=20, owner=name, lockTtl=LOCK_TTL_MS,
                 timeout=100))
             history.ok(pull, None, count=len(reply.get("jobs") or []))
             jobs, tokens = reply.get("jobs") or [], reply.get("tokens") or []
@@ -96,7 +104,7 @@ async def worker(history: History, port: int, name: str, stop: trio.Event) -> No
                 else:
                     history.fail(op, ack.get("error") or "ignored")
     except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
+        history.ok(history.invoke(name, LOST))
     finally:
         await client.aclose()
 
@@ -112,19 +120,22 @@ def start_load(nursery: trio.Nursery, history: History, port: int, stop: trio.Ev
         nursery.start_soon(worker, history, port, f"worker-{w}", stop)
 
 
-async def drain_and_read(history: History, port: int) -> dict[str, dict[str, Any] | None]:
+async def drain_and_read(history: History, port: int, queues: tuple[str, ...] = (QUEUE,)
+                         ) -> dict[str, dict[str, Any] | None]:
     """Process every job that is left, then read every job the history names."""
     stop = trio.Event()
     client = await RawClient.connect(port)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(worker, history, port, "drainer", stop)
+        for queue in queues:
+            nursery.start_soon(worker, history, port, f"drainer-{queue}", stop, queue)
         with trio.fail_after(60):
-            while True:
-                counts = (await client.ok("GetJobCounts", queue=QUEUE))["counts"]
-                if not (counts["waiting"] or counts["delayed"] or counts["active"]
-                        or counts["prioritized"]):
-                    break
-                await trio.sleep(0.05)
+            for queue in queues:
+                while True:
+                    counts = (await client.ok("GetJobCounts", queue=queue))["counts"]
+                    if not (counts["waiting"] or counts["delayed"] or counts["active"]
+                            or counts["prioritized"]):
+                        break
+                    await trio.sleep(0.05)
         stop.set()
     final: dict[str, dict[str, Any] | None] = {}
     for job_id in sorted({op.job_id for op in history.ops if op.job_id is not None}):

@@ -33,11 +33,13 @@ from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..process_numbers import process_numbers
-from ..storage.port import Storage, StorageOpenError
+from ..storage.port import Fence, Recovered, Storage, StorageOpenError
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
 from .clock import PauseWatch, TrioClock
+from .cluster import Cluster, HeldLeases, new_broker_id
 from .events import EventHub
+from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
 from .router import Router
@@ -48,11 +50,11 @@ from .writer import StorageWriter
 log = logging.getLogger("trioqueue.broker")
 
 
-def open_storage(config: Config) -> Storage:
+def open_storage(config: Config, fence: Fence | None = None) -> Storage:
     """The store the configuration names; :class:`StorageOpenError` (one line) when
-    it cannot be opened."""
+    it cannot be opened. ``fence``: in a cluster, the leases this broker holds."""
     if config.storage_url:
-        return open_postgres(config.storage_url, config.pg_outage_s)
+        return open_postgres(config.storage_url, config.pg_outage_s, fence)
     limit = config.store_limit_bytes()
     if config.memory:
         from ..storage.memory import MemoryStorage
@@ -64,7 +66,7 @@ def open_storage(config: Config) -> Storage:
     return LmdbStorage(config.data_dir, max_map_size_bytes=limit)
 
 
-def open_postgres(url: str, outage_s: float) -> Storage:
+def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Storage:
     """A PostgreSQL store, its schema migrated; waits up to ``outage_s`` for a server
     that is not up yet (started beside the broker)."""
     try:
@@ -77,7 +79,7 @@ def open_postgres(url: str, outage_s: float) -> Storage:
     from ..storage.pg_schema import SchemaTooNew
 
     try:
-        return PgStorage(url, outage_s=outage_s)
+        return PgStorage(url, outage_s=outage_s, fence=fence)
     except Exception as exc:  # (ours name the server; psycopg's own, a bad URL: add it)
         why = str(exc).strip() or type(exc).__name__
         if not isinstance(exc, (StorageUnavailable, SchemaTooNew)):
@@ -90,7 +92,9 @@ class Broker:
                  clock: Clock | None = None) -> None:
         config.validate()
         self.config = config
-        self.storage = storage if storage is not None else open_storage(config)
+        # In a cluster (docs/scale-out.md): the leases held, which fence every commit.
+        held = HeldLeases(config.broker_id or new_broker_id()) if config.cluster else None
+        self.storage = storage if storage is not None else open_storage(config, held)
         # New jobs are refused past this many used bytes (None: the store has no
         # limit). Taken from the store itself, so an injected store's limit counts.
         store_max = self.storage.max_bytes
@@ -106,12 +110,18 @@ class Broker:
                                     fsync_interval_s=config.fsync_interval_s)
         self.events = EventHub()
         self.queue_limits = limits_from(config, QueueLimits)
+        self.cluster: Cluster | None = None
+        self.peers: PeerLinks | None = None
+        finished_queues = self._finished_queues if self.storage.apply_blocks else None
+        if held is not None:
+            self.cluster, self.peers = self._join_cluster(held)
+            finished_queues = self._cluster_queues
         self.router = Router(
             committer=self.writer, find_finished=self._find_finished,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
-            count_stored=self._count_stored,
-            finished_queues=self._finished_queues if self.storage.apply_blocks else None)
+            count_stored=self._count_stored, finished_queues=finished_queues,
+            cluster=self.cluster, forward=None if self.peers is None else self.peers.forward)
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
         stats.process = process_numbers
@@ -141,6 +151,39 @@ class Broker:
         self.pauses: PauseWatch | None = None
         # The cron schedules' one timer (made in run, with the clock; loaded by recovery).
         self.scheduler: CronScheduler | None = None
+
+    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks]:
+        """The cluster's runtime and the peer links to the other brokers."""
+        config = self.config
+        cluster_of = getattr(self.storage, "cluster", None)
+        if cluster_of is None:
+            raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+        cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
+                          lease_s=config.cluster_lease_s, adopt=self._adopt,
+                          retire=self._retire_queue, forget=self._forget_queue)
+        peers = PeerLinks(hello=self._peer_hello,
+                          connect_timeout_s=config.peer_connect_timeout_s,
+                          max_in_flight=config.peer_max_in_flight)
+        return cluster, peers
+
+    def _peer_hello(self) -> list[dict[str, Any]]:
+        """The first frames of a peer link: the cluster's token (the brokers of a
+        cluster share their tokens), then ClusterPeer, which tells the other broker
+        not to forward these commands again."""
+        assert self.cluster is not None
+        frames: list[dict[str, Any]] = []
+        if self.config.auth_tokens:
+            frames.append({"cmd": "Auth", "token": self.config.auth_tokens[0]})
+        frames.append({"cmd": "ClusterPeer", "broker": self.cluster.broker_id})
+        return frames
+
+    async def _cluster_queues(self, job_ids: list[str]) -> dict[str, str | None]:
+        """In a cluster: the queues of jobs, live or finished, that no local queue
+        holds (most are other brokers'), read from the database in a worker thread."""
+        assert self.cluster is not None
+        store = self.cluster.store
+        found = await self.writer.read_committed(lambda: store.queues_of(job_ids))
+        return {job_id: found.get(job_id) for job_id in job_ids}
 
     @property
     def clock(self) -> Clock:
@@ -266,14 +309,65 @@ class Broker:
 
     def _recover(self) -> None:
         """Rebuild every queue from storage, before anyone connects (see core.recovery:
-        the notices recovery makes are applied within it, so queues start settled)."""
-        recovered = self.storage.load()
+        the notices recovery makes are applied within it, so queues start settled).
+        In a cluster no queue is rebuilt here: each is claimed and rebuilt by the
+        broker that wins it (:meth:`_adopt`)."""
+        recovered = Recovered() if self.cluster is not None else self.storage.load()
         router = self.router
         router.webhooks.load(recovered.broker_records.get(WEBHOOK_RECORDS, {}).values())
+        self._rebuild(recovered, None, charge_active=True)
+        self.commit_if_inline()  # a blocking store: run() awaits the commit
+        self.recovered_jobs = len(recovered.live_jobs)
+        assert self.scheduler is not None
+        self.scheduler.load(recovered.broker_records.get(CRON_KIND, {}), self.clock.now_ms())
+
+    def _adopt(self, recovered: Recovered, names: list[str]) -> None:
+        """In a cluster: rebuild queues this broker just claimed. Their active jobs stay
+        active with their locks (a worker holding one may be connected to a surviving
+        broker, and renew or acknowledge it through any broker); only a lock that then
+        expires is charged, by the attempt rules (docs/scale-out.md)."""
+        self._rebuild(recovered, set(names), charge_active=False)
+        self.recovered_jobs += len(recovered.live_jobs)
+
+    async def _retire_queue(self, name: str) -> bool:
+        """In a cluster, handing queue ``name`` over: once its actor is quiet (what it
+        accepted is applied), retire it and commit what it wrote. False when it is
+        still busy after the shutdown grace (a later beat tries again)."""
+        actor = self.router.actors.get(name)
+        if actor is None:
+            return True
+        with trio.move_on_after(self.config.shutdown_grace_s):
+            while not actor.quiet:
+                await trio.sleep(0.005)  # (a poll, as settle's: the actor has no signal)
+            actor.retire()
+            await self.writer.commit()
+            return True
+        return False
+
+    def _forget_queue(self, name: str) -> None:
+        """In a cluster, after queue ``name`` was handed over: its actor, its jobs in
+        the live index, its retained results and its counts go (O(its jobs))."""
+        router = self.router
+        actor = router.actors.pop(name, None)
+        if actor is not None:
+            for job_id in list(actor.state.jobs):
+                router.remove(job_id)
+        router.forget_retained(name)
+        forget = getattr(self.storage, "forget_queue", None)
+        if forget is not None:
+            forget(name)
+
+    def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
+                 charge_active: bool) -> None:
+        """Rebuild the queues ``names`` (None: every queue) from ``recovered`` into
+        their actors and submit the writes that makes."""
+        router = self.router
         with ExitStack() as direct:
             reading: set[str] = set()
 
-            def state_for(name: str) -> QueueState:
+            def state_for(name: str) -> QueueState | None:
+                if names is not None and name not in names:
+                    return None
                 # Recovery is the shell driving the core: the queues' reads of
                 # finished jobs are fetched as they are made.
                 actor = router.actor(name, recovering=True)
@@ -283,19 +377,20 @@ class Broker:
                 return actor.state
 
             left = rebuild(recovered, self.clock.now_ms(), state_for=state_for,
-                           locate=router.locate, dependents=router.dependents)
-        router.post_notices(left)  # none: every queue was rebuilt
+                           locate=router.locate, dependents=router.dependents,
+                           charge_active=charge_active)
+        router.post_notices(left)  # (a whole restart: none, every queue was rebuilt)
         # A queue that kept only finished jobs is a queue too (ListQueues names it).
         for (name, _), count in recovered.finished_counts.items():
-            if count:
+            if count and (names is None or name in names):
                 router.actor(name, recovering=True)
-        for actor in router.actors.values():
+        for name in names or ():  # (a claimed queue is served even when empty)
+            router.actor(name, recovering=True)
+        rebuilt = router.actors.values() if names is None else [
+            router.actors[name] for name in names]
+        for actor in rebuilt:
             self.writer.submit(actor.state.take_writes())
             actor.state.take_events()
-        self.commit_if_inline()  # a blocking store: run() awaits the commit
-        self.recovered_jobs = len(recovered.live_jobs)
-        assert self.scheduler is not None
-        self.scheduler.load(recovered.broker_records.get(CRON_KIND, {}), self.clock.now_ms())
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._clock is None:
@@ -329,7 +424,38 @@ class Broker:
                     await self.writer.flush()
                 except Exception:
                     log.exception("final flush failed")
+                else:
+                    await self._leave_cluster()
             self.storage.close()
+
+    async def join_cluster(self, tcp_port: int) -> None:
+        """In a cluster: start the peer links and join, once the TCP listener is bound
+        (``tcp_port``: the port it got, which the others are told when the configuration
+        says neither ``advertise`` nor a fixed port). Commands that arrive meanwhile
+        wait for the first beat's view (Cluster.prepare). The tasks are the broker's,
+        so they stop with it."""
+        cluster, peers = self.cluster, self.peers
+        if cluster is None or peers is None:
+            return
+        assert self._nursery is not None
+        if self.config.advertise is None and self.config.tcp_port == 0:
+            host = self.config.advertised().rpartition(":")[0]
+            cluster.address = f"{host}:{tcp_port}"
+        await self._nursery.start(peers.run)
+        await self._nursery.start(cluster.run)
+
+    async def _leave_cluster(self) -> None:
+        """Give this broker's leases back once its last commit is in, so the others
+        take its queues at their next beat rather than after the lease. Not after a
+        failed flush: writes of those queues may be missing, and the lease then runs
+        out as for a crash."""
+        cluster = self.cluster
+        if cluster is None or self.writer.failed:
+            return
+        try:
+            await trio.to_thread.run_sync(cluster.leave_now)
+        except Exception as exc:  # (a database gone: the lease runs out instead)
+            log.warning("could not leave the cluster: %s", exc)
 
     async def _sample_rates(self) -> None:
         """Sample the totals every RATE_SAMPLE_MS for the rates of Stats and the

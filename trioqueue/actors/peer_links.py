@@ -384,6 +384,7 @@ class PeerLinks:
         refused: Deliveries = []
         for req in batch:
             msg = dict(req.msg)  # a copy: the client's map may have other holders
+            msg["cmd"] = req.cmd  # (the part of a split command has it on the request)
             req_id = msg["reqId"] = next(self._ids)
             try:
                 payload = encode(msg)

@@ -93,20 +93,42 @@ class QueueActor(StoreReads):
         # a waiting receiver, bypassing the buffer, so the buffer size alone would miss
         # it; Broker.settle waits for this to reach zero.
         self.batches_in_flight = 0
+        self._scope = trio.CancelScope()  # cancelled by retire()
 
     # ------------------------------------------------------------------ supervision
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._loop()
-            except StorageFailure:
-                # Not this queue's fault and not curable by a restart: stop the broker.
-                raise
-            except Exception as exc:
-                if exc is self._fatal:
-                    raise  # already counted and logged by the inline step that crashed
-                self._crashed()
+        with self._scope:
+            while True:
+                try:
+                    await self._loop()
+                except StorageFailure:
+                    # Not this queue's fault and not curable by a restart: stop the
+                    # broker.
+                    raise
+                except Exception as exc:
+                    if exc is self._fatal:
+                        raise  # already counted and logged by the inline step that crashed
+                    self._crashed()
+
+    @property
+    def quiet(self) -> bool:
+        """Parked on its inbox with nothing taken and not applied, nothing sent and not
+        taken: no step can be midway (a cluster's handover waits for this)."""
+        return (self._idle is not None and not self.batches_in_flight
+                and not self._backlog and self._long is None and self._need is None
+                and not self._notices.pending)
+
+    def retire(self) -> None:
+        """Stop serving the queue (in a cluster, another broker takes it over): every
+        parked pull is answered with no job and every parked wait as timed out, so their
+        clients ask again (through the broker that serves the queue next), and the task
+        ends. Called only when :attr:`quiet`: nothing the queue accepted is left
+        unapplied, and what it applied was submitted to the writer."""
+        q = self.state
+        self._answer_waiters(q.expire_waits(1 << 62))  # (every waiter has a deadline)
+        self._finish_batch()
+        self._scope.cancel()
 
     def _crashed(self) -> None:
         """After a command (or a timer) raised: count the crash, answer, recover.

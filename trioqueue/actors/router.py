@@ -39,7 +39,16 @@ from ..core.states import visible_state
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_routes import (
+    ClusterRouting,
+    Forward,
+    flow_address,
+    ids_to_look_up,
+    queues_named,
+    remote_address,
+)
 from .fan_out import Gather
+from .joins import Join
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Request
@@ -53,51 +62,8 @@ log = logging.getLogger("trioqueue.router")
 Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 
 
-class _Join:
-    """Collects the sub-replies of a command split across queues, then answers once."""
-
-    def __init__(self, request: Request, multi: MultiId, ids: list[str],
-                 unknown: list[int]) -> None:
-        self.request = request
-        self.multi = multi
-        self.ids = ids
-        self.unknown = unknown
-        self.positions: dict[int, list[int]] = {}
-        self.parts: list[tuple[list[int], dict[str, Any]]] = []
-        self.error: str | None = None
-        self.expected = 0
-
-    def part(self, positions: list[int]) -> _JoinPart:
-        self.expected += 1
-        return _JoinPart(self, positions)
-
-    def _arrive(self, positions: list[int], reply: dict[str, Any]) -> None:
-        if not reply.get("ok"):
-            self.error = self.error or reply.get("error", "")
-        else:
-            self.parts.append((positions, reply))
-        self.expected -= 1
-        if self.expected == 0:
-            req = self.request
-            if self.error is not None:
-                req.error(self.error)
-            else:
-                req.ok(self.multi.merge(self.ids, self.parts, self.unknown))
-
-
-class _JoinPart:
-    def __init__(self, join: _Join, positions: list[int]) -> None:
-        self.join = join
-        self.positions = positions
-
-    def deliver(self, reply: dict[str, Any]) -> None:
-        self.join._arrive(self.positions, reply)
-
-
 # The queues of finished jobs by id, read off the trio thread (Router's finished_queues).
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
-# Routes that do not name one job id.
-_NOT_BY_ID = frozenset((BY_QUEUE, BY_IDS, BROKER, FLOW))
 
 
 class Router(DependentsIndex):
@@ -107,8 +73,14 @@ class Router(DependentsIndex):
                  admission: AdmissionFactory | None,
                  new_actor: Callable[[str], QueueActor], spawn: Spawn,
                  count_stored: Callable[[str, str], int] | None = None,
-                 finished_queues: FinishedQueues | None = None) -> None:
+                 finished_queues: FinishedQueues | None = None,
+                 cluster: ClusterRouting | None = None,
+                 forward: Forward | None = None) -> None:
         self._committer = committer
+        # In a cluster (docs/scale-out.md): which queues are served here, and how a
+        # command for one served elsewhere goes there (actors/cluster_routes.py).
+        self.cluster = cluster
+        self._forward = forward
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -231,6 +203,12 @@ class Router(DependentsIndex):
             del self._retained[job_id]
         return len(expired)
 
+    def queues_elsewhere(self) -> list[str]:
+        cluster = self.cluster
+        if cluster is None:
+            return []
+        return [q for q in cluster.queue_names() if q not in cluster.owned]
+
     def compact_index(self) -> int:
         before = sys.getsizeof(self._index)
         self.compact()
@@ -246,6 +224,9 @@ class Router(DependentsIndex):
         """
         actor = self.actors.get(name)
         if actor is None:
+            if self.cluster is not None and not recovering and (
+                    name not in self.cluster.owned):  # (a cluster: served elsewhere)
+                raise Refused(f"Queue {name} is served by another broker; retry")
             if not recovering and len(self.actors) >= self._limits.max_queues:
                 raise Refused(f"Too many queues (max {self._limits.max_queues})")
             actor = self.actors[name] = self._new_actor(name)
@@ -276,12 +257,19 @@ class Router(DependentsIndex):
         found = None
         if self._finished_queues is not None:
             found = await self._look_up_finished(routed, self._finished_queues)
+        if self.cluster is not None:
+            await self.cluster.prepare(queues_named(routed, self._index.get, found))
         groups: dict[str, list[Request]] = {}
+        remote: dict[str, list[Request]] = {}
         for command, req in routed:
             try:
-                self._resolve(command, req, groups, found)
+                self._resolve(command, req, groups, found, remote)
             except Refused as exc:
                 req.error(exc.message)
+        if remote:
+            assert self._forward is not None  # (a cluster has its peer links)
+            for address, reqs in remote.items():
+                self._forward(address, reqs)
         for name, reqs in groups.items():
             await self.send(name, reqs)
 
@@ -306,35 +294,35 @@ class Router(DependentsIndex):
         """The queues of the batch's ids that no live job has, in one read off the
         trio thread (a store whose reads block), so routing never waits on the store
         in the event loop. Each id asked maps to its queue or None."""
-        ids: list[str] = []
-        index = self._index
-        for command, req in routed:
-            if command.route == FLOW:  # a flow's ids are the client's: may exist
-                jobs = req.msg.get("jobs")
-                named = [j.get("id") for j in jobs if type(j) is dict] if (
-                    type(jobs) is list) else []
-            elif command.route in _NOT_BY_ID:
-                continue
-            else:
-                named = [req.msg.get(command.route)]
-            ids.extend(i for i in named if type(i) is str and i and i not in index)
+        ids = ids_to_look_up(routed, self._index, multi=self.cluster is not None)
         if not ids:
             return None
         return await finished_queues(ids)
 
+    def _group(self, name: str, req: Request, groups: dict[str, list[Request]],
+               remote: dict[str, list[Request]] | None) -> None:
+        """Add ``req`` to queue ``name``'s part of the batch: its actor's here, or (in
+        a cluster) the part forwarded to the broker that serves the queue."""
+        if self.cluster is not None and remote is not None:
+            address = remote_address(self.cluster, name, req)
+            if address is not None:
+                remote.setdefault(address, []).append(req)
+                return
+        self.actor(name)
+        groups.setdefault(name, []).append(req)
+
     def _resolve(self, command: Command, req: Request,
                  groups: dict[str, list[Request]],
-                 found: dict[str, str | None] | None = None) -> None:
+                 found: dict[str, str | None] | None = None,
+                 remote: dict[str, list[Request]] | None = None) -> None:
         msg = req.msg
         how = command.route
         if how == BY_QUEUE:
-            name = fields.queue_name(msg.get("queue"))
-            self.actor(name)
-            groups.setdefault(name, []).append(req)
+            self._group(fields.queue_name(msg.get("queue")), req, groups, remote)
             return
         if how == BY_IDS:
             assert command.multi is not None  # the registry checked it
-            self._resolve_many(command.multi, req, groups)
+            self._resolve_many(command.multi, req, groups, found, remote)
             return
         if how == BROKER:
             # Broker-wide state (workers, queues, memory): answered here; with writes
@@ -354,6 +342,11 @@ class Router(DependentsIndex):
                 req.ok(answer)
             return
         if how == FLOW:
+            if self.cluster is not None and remote is not None:
+                address = flow_address(self.cluster, req)
+                if address is not None:
+                    remote.setdefault(address, []).append(req)
+                    return
             self._push_flow(req, found)
             return
         # An id route: its name is the field that holds the id. No length check: an
@@ -369,11 +362,12 @@ class Router(DependentsIndex):
             assert command.missing is not None  # the registry checked it
             req.ok(command.missing(job_id))
             return
-        self.actor(queue)
-        groups.setdefault(queue, []).append(req)
+        self._group(queue, req, groups, remote)
 
     def _resolve_many(self, multi: MultiId, req: Request,
-                      groups: dict[str, list[Request]]) -> None:
+                      groups: dict[str, list[Request]],
+                      found: dict[str, str | None] | None = None,
+                      remote: dict[str, list[Request]] | None = None) -> None:
         # Refuse bad arguments up front, exactly as the queue would, so an unknown id
         # or a split across queues never hides an invalid command.
         ids = multi.ids(req.msg)
@@ -381,22 +375,27 @@ class Router(DependentsIndex):
         unknown: list[int] = []
         for i, job_id in enumerate(ids):
             queue = self._index.get(job_id)
+            if queue is None and found is not None:  # (a cluster: another broker's)
+                queue = found.get(job_id)
             if queue is None:
                 unknown.append(i)
             else:
                 by_queue.setdefault(queue, []).append(i)
+        if self.cluster is not None and remote is not None:
+            for queue in by_queue:  # (refused whole, before any part is routed)
+                remote_address(self.cluster, queue, req)
         if len(by_queue) == 1 and not unknown:
-            groups.setdefault(next(iter(by_queue)), []).append(req)
+            self._group(next(iter(by_queue)), req, groups, remote)
             return
         if not by_queue:
             # Nothing live: the answer is the same as for a queue that knows none of them.
             req.ok(multi.merge(ids, [], unknown))
             return
-        join = _Join(req, multi, ids, unknown)
+        join = Join(req, multi, ids, unknown)
         for queue, positions in by_queue.items():
             part = Request(req.cmd, multi.slice(req.msg, positions), join.part(positions),
                            conn=req.conn)
-            groups.setdefault(queue, []).append(part)
+            self._group(queue, part, groups, remote)
 
     def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
@@ -423,8 +422,9 @@ class Router(DependentsIndex):
         if self._admission is not None and self._admission().refuses(
                 req.frame_bytes, len(items)):
             raise Refused(STORAGE_FULL)
-        writes = Writes()
-        writes.durable = True
+        # One Writes per queue, submitted together: one commit all the same, and in a
+        # cluster each is fenced by its own queue's lease.
+        writes: dict[str, Writes] = {}
         per_queue: dict[str, list[JobRecord]] = {}
         snapshots = []
         for item in items:
@@ -435,12 +435,17 @@ class Router(DependentsIndex):
             self.add(job.id, job.queue)
             for child_id in job.pending or ():
                 self.add_dependent(child_id, job.id)
-            writes.put_job(job.to_record())
+            queue_writes = writes.get(job.queue)
+            if queue_writes is None:
+                queue_writes = writes[job.queue] = Writes(job.queue)
+                queue_writes.durable = True
+            queue_writes.put_job(job.to_record())
             per_queue.setdefault(job.queue, []).append(job)
             wire = job.to_wire()
             wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
             snapshots.append(wire)
-        self._committer.submit(writes)
+        for queue_writes in writes.values():
+            self._committer.submit(queue_writes)
         for name, jobs in per_queue.items():
             self.actors[name].post((ADOPT, jobs))
         self._committer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])

@@ -47,6 +47,8 @@ class BrokerScope(Protocol):
         many went."""
     def compact_index(self) -> int:
         """Give back the job index's empty slots; the bytes freed."""
+    def queues_elsewhere(self) -> Iterable[str]:
+        """In a cluster: the queues other brokers serve (none otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,8 @@ def queue_listed(scope: BrokerScope, name: str, q: QueueState) -> bool:
 def list_queues(scope: BrokerScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
     """The listed queues' names (see :func:`queue_listed`), sorted."""
     names = [name for name, q in scope.queue_states() if queue_listed(scope, name, q)]
-    return {"queues": sorted(names)}
+    names.extend(scope.queues_elsewhere())  # (a cluster: as their leases name them)
+    return {"queues": sorted(set(names))}
 
 
 def trim_events(scope: BrokerScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:

@@ -16,6 +16,9 @@ trustworthy queue must never do:
 - **counters going back**: ``attempts`` or ``stallCount`` of a job smaller than a value
   seen earlier (in a delivery or in the final record).
 
+:func:`two_live_holders` (given the lock time the workers asked for) also finds a job
+delivered to a second worker while the first one certainly still held it live.
+
 The checker never trusts the broker's own account of what happened: only what clients
 saw, plus the final state read at the end.
 """
@@ -36,6 +39,7 @@ ADD = "add"
 PULL = "pull"
 ACK = "ack"
 NACK = "fail"  # a FAIL command (the job failed an attempt)
+LOST = "lost"  # a client's connection died: the jobs it held are no longer held live
 
 TERMINAL_STATES = frozenset({"completed", "failed"})
 
@@ -199,3 +203,43 @@ def _check_deliveries(history: History, final: dict[str, dict[str, Any] | None],
                 problems.append(
                     f"counters went back: {job_id} ended with attempts/stalls {end} after "
                     f"{seen} was seen")
+
+
+def two_live_holders(history: History, lock_ttl_ms: int) -> list[str]:
+    """Jobs delivered while another worker certainly still held them live.
+
+    A delivery's lock runs from the moment the broker handed the job out (after the
+    PULL was sent) for ``lock_ttl_ms`` at least (renewals only lengthen it), unless the
+    holder acknowledged or failed the job first, or lost its connection. A second
+    delivery received before the first PULL's sending plus the lock time, with the first
+    holder still connected and its job not settled, means two live holders at once.
+    """
+    ttl_s = lock_ttl_ms / 1000
+    lost_at: dict[str, float] = {}
+    settled: dict[tuple[str, str], list[float]] = {}
+    deliveries: dict[str, list[Op]] = {}
+    for op in history.ops:
+        if op.kind == LOST:
+            lost_at.setdefault(op.process, op.invoked_at)
+        elif op.job_id is None:
+            continue
+        elif op.kind in (ACK, NACK) and op.status != INVOKE:
+            settled.setdefault((op.process, op.job_id), []).append(op.invoked_at)
+        elif op.kind == PULL and op.status == OK and op.completed_at is not None:
+            deliveries.setdefault(op.job_id, []).append(op)
+    problems = []
+    for job_id, ops in sorted(deliveries.items()):
+        ops.sort(key=lambda op: op.completed_at or 0.0)
+        for first, second in itertools.pairwise(ops):
+            got = second.completed_at
+            assert got is not None
+            live_until = min(first.invoked_at + ttl_s,
+                             lost_at.get(first.process, float("inf")),
+                             *(t for t in settled.get((first.process, job_id), ())
+                               if t >= first.invoked_at), float("inf"))
+            if got < live_until:
+                problems.append(
+                    f"two live holders: {job_id} delivered to {second.process} (op "
+                    f"{second.index}) while {first.process} still held it (op "
+                    f"{first.index})")
+    return problems

@@ -46,6 +46,7 @@ class BrokerProcess:
         self.tcp_port = 0
         self.ws_port = 0
         self.log = b""
+        self._paused = False
 
     async def start(self, timeout_s: float = 20.0) -> None:
         args = [sys.executable, *self.entry, "--host", "127.0.0.1",
@@ -93,8 +94,26 @@ class BrokerProcess:
             await self.process.stderr.aclose()
         return code
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stops where it is, its sockets open (a broker cut off
+        or frozen, as a cluster's fencing tests need)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self._paused = False
+
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
+            if self._paused:
+                self.resume()
             await self.kill(signal.SIGKILL)
 
 

@@ -26,6 +26,8 @@ class SessionOps(Protocol):
     def authenticate(self, token: Any) -> bool: ...
     def subscribe(self, queue: str, replier: Any) -> None: ...
     def unsubscribe(self) -> None: ...
+    def become_peer(self, broker_id: str) -> None: ...
+    def cluster_status(self) -> dict[str, Any]: ...
 
 
 def _auth(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
@@ -58,12 +60,30 @@ def _unsubscribe(session: SessionOps, msg: dict[str, Any], replier: Any) -> Repl
     return {}
 
 
+def _cluster_peer(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
+    """The first frame of another broker's peer link (docs/scale-out.md): the commands
+    that follow were forwarded to this broker because it serves their queues."""
+    broker = msg.get("broker")
+    if type(broker) is not str or not 0 < len(broker) <= 64:
+        raise Refused("ClusterPeer needs the sending broker's id (1 to 64 characters)")
+    session.become_peer(broker)
+    return {}
+
+
+def _cluster_status(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
+    """This broker's view of its cluster (docs/scale-out.md): its id, the live brokers
+    and the queues it serves; ``{"cluster": null}`` on a broker that is not in one."""
+    return {"data": session.cluster_status()}
+
+
 COMMANDS = CORE_COMMANDS.extended([
     Command("Auth", SESSION, _auth, before_auth=True),
     Command("Hello", SESSION, _hello),
     Command("Ping", SESSION, _ping),
     Command("SubscribeEvents", SESSION, _subscribe),
     Command("UnsubscribeEvents", SESSION, _unsubscribe),
+    Command("ClusterPeer", SESSION, _cluster_peer),
+    Command("ClusterStatus", SESSION, _cluster_status),
 ])
 
 # Views for existing readers: command -> route, and the pulls (whose deliveries are

@@ -58,6 +58,12 @@ class SessionRouter(Protocol):
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
 
 
+class ClusterView(Protocol):
+    """A cluster as ClusterStatus shows it (actors/cluster.py)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
 class EventSource(Protocol):
     def subscribe(self, subscriber: EventSubscriber) -> None: ...
     def unsubscribe(self, subscriber: EventSubscriber) -> None: ...
@@ -117,6 +123,10 @@ class Session:
         # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
         self._large_min = broker.config.large_frame_bytes or _NEVER
         self.authenticated = not broker.config.auth_tokens
+        # In a cluster: the id of the broker at the other end, when this connection is
+        # another broker's peer link (ClusterPeer); its commands are never forwarded on
+        # (actors/cluster_routes.py).
+        self.peer_broker: str | None = None
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
         self._send_now = send_now
@@ -278,7 +288,10 @@ class Session:
         """Process every message of one read: ``(value, frame bytes, JSON bound or
         None)``, where a value that is a DecodeError marks a bad payload."""
         routed: list[tuple[Command, Request]] = []
-        limit = self.config.max_inflight_per_connection
+        # Another broker's peer link carries many clients' commands: it is bounded by
+        # the sender's own in-flight limit, not by one client's.
+        limit = (self.config.max_inflight_per_connection if self.peer_broker is None
+                 else self.config.peer_max_in_flight)
         ahead_min = self._ahead_min
         large_min = self._large_min
         replier: Any = self if tag is None else self.replier_for(tag)
@@ -368,6 +381,15 @@ class Session:
             self.authenticated = True
             return True
         return False
+
+    def become_peer(self, broker_id: str) -> None:
+        """ClusterPeer: this connection carries another broker's forwarded commands."""
+        self.peer_broker = broker_id
+
+    def cluster_status(self) -> dict[str, Any]:
+        # (the router's, in a cluster; a router of tests may have none)
+        cluster: ClusterView | None = getattr(self.router, "cluster", None)
+        return {"cluster": None if cluster is None else cluster.status()}
 
     def subscribe(self, queue: str, replier: Any) -> None:
         """Push every event of ``queue`` to this connection as ``{type: "event", event}``.

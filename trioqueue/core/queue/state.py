@@ -88,7 +88,7 @@ class QueueState:
         self.jobs: SplitDict[str, JobRecord] = SplitDict()
         self.settings = QueueSettings()
         self.groups = Groups(self.settings.groups, self.settings.group_defaults)
-        self.writes = Writes()
+        self.writes = Writes(name)  # (the queue whose lease they need in a cluster)
         self.events: list[dict[str, Any]] = []
         # Events cost a dict per transition; nobody pays for them until someone listens.
         self.events_enabled = False
@@ -132,7 +132,7 @@ class QueueState:
         self.dlq = DeadLetters()  # the marks of the DLQ entries (the records are stored)
 
     def take_writes(self) -> Writes:
-        writes, self.writes = self.writes, Writes()
+        writes, self.writes = self.writes, Writes(self.name)
         return writes
 
     def take_events(self) -> list[dict[str, Any]]:

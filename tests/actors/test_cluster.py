@@ -1,0 +1,141 @@
+"""The cluster runtime's rules (actors/cluster.py) on the in-memory membership and lease
+tables (storage/memory_cluster.py): who serves which queue, claims on first use,
+failover to the survivors, and a broker that finds itself dead stopping.
+(The same operations on PostgreSQL: tests/storage/test_pg_cluster.py; three real
+brokers: tests/e2e/test_cluster.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from trioqueue.actors.cluster import Cluster, HeldLeases, LostMembership
+from trioqueue.core.placement import preferred_owner
+from trioqueue.storage.memory_cluster import MemoryCluster
+from trioqueue.storage.port import Recovered
+
+LEASE_S = 5.0
+QUEUES = [f"queue-{i}" for i in range(40)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Node:
+    """One broker's Cluster, recording what it was asked to rebuild."""
+
+    def __init__(self, tables: MemoryCluster, name: str) -> None:
+        self.adopted: list[str] = []
+        self.retired: list[str] = []
+        self.forgotten: list[str] = []
+        self.cluster = Cluster(tables, held=HeldLeases(name), address=f"{name}:1",
+                               lease_s=LEASE_S, adopt=self._adopt, retire=self._retire,
+                               forget=self.forgotten.append)
+
+    def _adopt(self, recovered: Recovered, names: list[str]) -> None:
+        self.adopted.extend(names)
+
+    async def _retire(self, queue: str) -> bool:
+        self.retired.append(queue)
+        return True
+
+
+async def _joined(tables: MemoryCluster, *names: str) -> list[Node]:
+    nodes = [Node(tables, name) for name in names]
+    for node in nodes:
+        tables.join(node.cluster.broker_id, node.cluster.address)
+    for node in nodes:
+        await node.cluster.beat()
+        node.cluster.joined.set()
+    return nodes
+
+
+async def test_every_broker_routes_a_queue_to_the_same_one() -> None:
+    tables = MemoryCluster(Clock())
+    a, b, c = await _joined(tables, "a", "b", "c")
+    for queue in QUEUES:
+        owner = preferred_owner(queue, ["a", "b", "c"])
+        for node in (a, b, c):
+            expected = None if owner == node.cluster.broker_id else f"{owner}:1"
+            assert node.cluster.route(queue) == expected
+    # the queues are spread over the three
+    assert {preferred_owner(q, ["a", "b", "c"]) for q in QUEUES} == {"a", "b", "c"}
+
+
+async def test_a_queue_is_claimed_and_rebuilt_on_first_use_by_its_broker() -> None:
+    tables = MemoryCluster(Clock())
+    a, b = await _joined(tables, "a", "b")
+    mine = [q for q in QUEUES if preferred_owner(q, ["a", "b"]) == "a"]
+    await a.cluster.prepare(mine + mine[:2])  # (a queue named twice is claimed once)
+    assert a.adopted == mine
+    assert {q: tables.leases[q] for q in mine} == {q: ("a", 1) for q in mine}
+    assert a.cluster.held.epoch(mine[0]) == 1
+    # b routes them to a, even once its view says a holds them
+    await b.cluster.beat()
+    assert all(b.cluster.route(q) == "a:1" for q in mine)
+    await b.cluster.prepare(mine)  # not b's: nothing claimed
+    assert b.adopted == []
+
+
+async def test_the_survivors_take_the_queues_of_a_dead_broker() -> None:
+    clock = Clock()
+    tables = MemoryCluster(clock)
+    a, b, c = await _joined(tables, "a", "b", "c")
+    a_queues = [q for q in QUEUES if preferred_owner(q, ["a", "b", "c"]) == "a"]
+    await a.cluster.prepare(a_queues)
+    for _ in range(2):  # a stops beating; b and c go on: a is dead to them
+        clock.now += LEASE_S * 0.6
+        for node in (b, c):
+            await node.cluster.beat()
+    for node in (b, c):
+        assert "a" not in node.cluster.live
+        await node.cluster.take_orphans()
+    taken = {q: tables.leases[q] for q in a_queues}
+    for queue, (owner, epoch) in taken.items():
+        assert owner == preferred_owner(queue, ["b", "c"]) and epoch == 2
+    assert sorted(b.adopted + c.adopted) == sorted(a_queues)
+    assert b.cluster.takeovers + c.cluster.takeovers == len(a_queues)
+    # a wakes up: its beat finds it dead and it stops, whatever it held
+    with pytest.raises(LostMembership, match="missed its heartbeat"):
+        await a.cluster.beat()
+
+
+async def test_a_claim_loses_to_a_live_holder_and_then_routes_to_it() -> None:
+    tables = MemoryCluster(Clock())
+    a, b = await _joined(tables, "a", "b")
+    queue = next(q for q in QUEUES if preferred_owner(q, ["a", "b"]) == "a")
+    tables.leases[queue] = ("b", 7)  # b holds it (say it won it while a was away)
+    await a.cluster.prepare([queue])
+    assert a.adopted == [] and a.cluster.route(queue) == "b:1"
+
+
+async def test_a_lease_that_moved_under_a_live_broker_stops_it() -> None:
+    tables = MemoryCluster(Clock())
+    (a,) = await _joined(tables, "a")
+    await a.cluster.prepare(["q"])
+    tables.leases["q"] = ("x", 9)  # (an operator's hand, or a bug: never silently)
+    with pytest.raises(LostMembership, match="moved to x"):
+        await a.cluster.beat()
+
+
+async def test_a_broker_that_joins_gets_the_queues_it_wins_and_no_others() -> None:
+    tables = MemoryCluster(Clock())
+    (a,) = await _joined(tables, "a")
+    await a.cluster.prepare(QUEUES)
+    assert sorted(a.adopted) == sorted(QUEUES)
+    (b,) = await _joined(tables, "b")
+    await a.cluster.beat()
+    await a.cluster.hand_over()
+    moving = [q for q in QUEUES if preferred_owner(q, ["a", "b"]) == "b"]
+    assert moving and len(moving) < len(QUEUES)
+    assert sorted(a.retired) == sorted(a.forgotten) == sorted(moving)
+    assert sorted(a.cluster.owned) == sorted(set(QUEUES) - set(moving))
+    assert all(tables.leases[q] == (None, 1) for q in moving)
+    await b.cluster.beat()
+    await b.cluster.take_orphans()  # (or on their first command)
+    assert sorted(b.adopted) == sorted(moving)
+    assert all(tables.leases[q] == ("b", 2) for q in moving)

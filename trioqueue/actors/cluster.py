@@ -1,0 +1,364 @@
+"""This broker's place in a cluster: its membership, the queues it owns, who owns the rest.
+
+Several brokers share one PostgreSQL database (docs/scale-out.md). Each queue is still
+one actor that owns its state; what the cluster decides is which broker runs it:
+
+* **Membership.** Each broker has a row with a heartbeat written with the database's
+  clock, renewed every ``lease_s / 5``; a broker whose heartbeat is older than
+  ``lease_s`` is dead to the others. No broker trusts its own clock for that.
+* **Placement.** The live broker that should own a queue is the rendezvous winner
+  (:mod:`trioqueue.core.placement`) among the live ones.
+* **Ownership.** A queue's lease row names its owner and an epoch, which every commit of
+  the queue's writes checks in the same transaction (the store's fence, which asks
+  :meth:`Cluster.epoch`). Taking a queue raises its epoch, so a broker that lost it can
+  never write for it again, whatever it believes.
+
+A broker owns a queue once it has claimed its lease and rebuilt it from the database:
+on the first command for it (:meth:`Cluster.prepare`, which the router awaits before it
+routes a batch), or when the beat finds the queue orphaned (its owner dead or gone) and
+this broker is the winner (:meth:`_take_orphans`: failover without waiting for a
+client). A command for a queue another live broker owns is forwarded there.
+
+**Why a stale heartbeat stops the broker.** When a beat finds this broker's own heartbeat
+older than the lease (the process was paused, or cut off from the database), the others
+may already have taken its queues: its memory of them is then stale, and the fence would
+refuse its commits anyway. :class:`LostMembership` ends the broker (exit status 5) rather
+than leave it answering from state it no longer owns; a supervisor restarts it as a new
+member, which claims queues afresh.
+
+All database calls run in worker threads (``trio.to_thread``): a beat or a claim is a
+network round trip and the event loop keeps serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import trio
+
+from ..core.placement import preferred_owner
+from ..storage.port import Recovered
+
+log = logging.getLogger("trioqueue.cluster")
+
+# Orphaned queues claimed per worker-thread hop by the takeover task: a few hundred
+# queues' claims and loads at a time, so a large failover never holds a claim lock for
+# long and the beats keep coming.
+TAKEOVER_STEP = 100
+
+
+class LostMembership(Exception):
+    """This broker's heartbeat went stale, or a lease it held moved: it stops (exit 5)."""
+
+
+class Lease(NamedTuple):
+    owner: str | None
+    epoch: int
+
+
+class BeatView(Protocol):
+    """What a beat returns: the live brokers (id -> address) and every lease."""
+
+    @property
+    def live(self) -> Mapping[str, str]: ...
+    @property
+    def leases(self) -> Mapping[str, tuple[str | None, int]]: ...
+
+
+class ClusterStore(Protocol):
+    """The named membership and lease operations (storage/pg_cluster.py, and
+    storage/memory_cluster.py for tests); each blocks for one round trip."""
+
+    def join(self, broker_id: str, address: str) -> None: ...
+    def beat(self, broker_id: str, lease_s: float) -> BeatView | None: ...
+    def claim(self, queue: str, broker_id: str, lease_s: float) -> int | None: ...
+    def release(self, queue: str, broker_id: str, epoch: int) -> bool: ...
+    def leave(self, broker_id: str) -> None: ...
+    def load_queues(self, queues: Sequence[str]) -> Recovered: ...
+    def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]: ...
+
+
+# Rebuild the named queues into this broker's actors from what was loaded (the broker's).
+Adopt = Callable[[Recovered, list[str]], None]
+# Handing a queue over: wait until its actor is quiet, retire it and commit what it
+# wrote (False: still busy after the grace; kept for a later beat); then, once the
+# lease is released, forget what is left of it here.
+Retire = Callable[[str], Awaitable[bool]]
+Forget = Callable[[str], None]
+
+
+class _Claimed(NamedTuple):
+    epochs: dict[str, int]
+    recovered: Recovered | None
+    view: BeatView | None  # a fresh view when some claim lost to a live broker
+
+
+def new_broker_id() -> str:
+    """A fresh id for a broker started without ``--broker-id``: a restarted broker is a
+    new member (it lost what it held in memory), so it takes a new name."""
+    return f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:12]}"
+
+
+class HeldLeases:
+    """The leases this broker holds: queue -> epoch. The store's fence asks it at every
+    commit (:meth:`epoch`), so it is made before the store opens and the cluster fills
+    it as it claims queues."""
+
+    def __init__(self, broker_id: str) -> None:
+        self.broker_id = broker_id
+        self.owned: dict[str, int] = {}
+
+    def epoch(self, queue: str) -> int | None:
+        return self.owned.get(queue)
+
+
+class Cluster:
+    """Membership, leases and routes of one broker (see the module docstring)."""
+
+    def __init__(self, store: ClusterStore, *, held: HeldLeases, address: str,
+                 lease_s: float, adopt: Adopt, retire: Retire | None = None,
+                 forget: Forget | None = None) -> None:
+        self.broker_id = held.broker_id
+        self.held = held
+        self.address = address
+        self.lease_s = lease_s
+        self.beat_s = lease_s / 5
+        self.store = store
+        self._adopt = adopt
+        self._retire = retire
+        self._forget = forget
+        self._moving: dict[str, trio.Event] = {}  # queues being handed over, by queue
+        self.handovers = 0  # queues handed to a broker that joined
+        self.owned = held.owned  # queue -> the epoch this broker holds
+        self.live: dict[str, str] = {}  # broker id -> address, as of the last beat
+        self.leases: dict[str, Lease] = {}  # every lease, as of the last beat
+        self._claiming: dict[str, trio.Event] = {}  # claims in flight, by queue
+        self._orphans_seen = trio.Event()  # set by a beat that saw queues to take
+        self.joined = trio.Event()  # set once the first beat gave a view of the cluster
+        self.takeovers = 0  # queues taken over from dead or departed brokers
+
+    def status(self) -> dict[str, Any]:
+        """What ClusterStatus answers: this broker, the live ones, what it serves."""
+        return {
+            "brokerId": self.broker_id, "address": self.address, "leaseS": self.lease_s,
+            "live": [{"brokerId": b, "address": a} for b, a in sorted(self.live.items())],
+            "queues": sorted(self.owned), "takeovers": self.takeovers,
+            "handovers": self.handovers,
+        }
+
+    def queue_names(self) -> list[str]:
+        """Every queue of the cluster, as the last beat's leases name them."""
+        return list(self.leases)
+
+    # --- routes -----------------------------------------------------------------------
+
+    def owner(self, queue: str) -> str | None:
+        """The broker that serves ``queue`` now: its lease's owner while that one is
+        live, else the rendezvous winner among the live brokers (None: none known)."""
+        if queue in self.owned:
+            return self.broker_id
+        lease = self.leases.get(queue)
+        if lease is not None and lease.owner is not None and lease.owner in self.live:
+            return lease.owner
+        return preferred_owner(queue, self.live)
+
+    def route(self, queue: str) -> str | None:
+        """None: this broker serves ``queue`` (it owns it, or :meth:`prepare` claims
+        it); else the address of the broker that does."""
+        owner = self.owner(queue)
+        if owner is None or owner == self.broker_id:
+            return None
+        return self.live[owner]
+
+    async def prepare(self, queues: Iterable[str]) -> None:
+        """Own every queue of ``queues`` that this broker should serve but does not
+        yet, before a batch naming them is routed: claim, load and rebuild each (or
+        wait for the claim another batch started). A queue whose claim loses to a live
+        broker is routed there afterwards (the view is refreshed)."""
+        if not self.joined.is_set():
+            await self.joined.wait()
+        queues = list(queues)
+        for queue in queues:
+            moving = self._moving.get(queue)
+            if moving is not None:  # routed once the new owner may claim it
+                await moving.wait()
+        wanted = [q for q in dict.fromkeys(queues)
+                  if q not in self.owned and self.route(q) is None]
+        if wanted:
+            await self._claim_all(wanted)
+
+    async def _claim_all(self, queues: list[str]) -> None:
+        waits: list[trio.Event] = []
+        mine: list[str] = []
+        for queue in queues:
+            event = self._claiming.get(queue)
+            if event is not None:
+                waits.append(event)
+            elif queue not in self.owned:
+                self._claiming[queue] = trio.Event()
+                mine.append(queue)
+        try:
+            if mine:
+                claimed = await trio.to_thread.run_sync(self._claim_in_thread, mine)
+                self._took(claimed)
+        finally:
+            # (whatever happened: a batch waiting on these claims goes on, and routes
+            # the queues by the view as it is)
+            for queue in mine:
+                self._claiming.pop(queue).set()
+        for event in waits:
+            await event.wait()
+
+    def _claim_in_thread(self, queues: list[str]) -> _Claimed:
+        """Worker thread: claim each queue, then load the claimed ones in one snapshot
+        taken after every claim committed (so it holds every commit of the previous
+        owner, whose later commits the new epochs refuse)."""
+        store = self.store
+        epochs: dict[str, int] = {}
+        lost = False
+        for queue in queues:
+            epoch = store.claim(queue, self.broker_id, self.lease_s)
+            if epoch is None:
+                lost = True
+            else:
+                epochs[queue] = epoch
+        recovered = store.load_queues(list(epochs)) if epochs else None
+        view = store.beat(self.broker_id, self.lease_s) if lost else None
+        return _Claimed(epochs, recovered, view)
+
+    def _took(self, claimed: _Claimed) -> None:
+        if claimed.view is not None:
+            self._see(claimed.view)
+        if not claimed.epochs:
+            return
+        names = list(claimed.epochs)
+        for queue, epoch in claimed.epochs.items():
+            self.owned[queue] = epoch
+            self.leases[queue] = Lease(self.broker_id, epoch)
+        assert claimed.recovered is not None
+        self._adopt(claimed.recovered, names)
+        log.info("serving %d queue(s) from now on: %s", len(names),
+                 ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+
+    # --- the beat ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Join, then beat every ``lease_s / 5`` until cancelled (the broker's shutdown:
+        it then calls :meth:`leave` once its last commit is flushed). A beat that finds
+        this broker dead to the others raises :class:`LostMembership`."""
+        store = self.store
+        await trio.to_thread.run_sync(store.join, self.broker_id, self.address)
+        await self._beat()
+        self.joined.set()
+        log.info("joined the cluster as %s (%s); %d broker(s) live", self.broker_id,
+                 self.address, len(self.live))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._take_orphans)
+            task_status.started()
+            while True:
+                await trio.sleep(self.beat_s)
+                await self._beat()
+
+    async def beat(self) -> None:
+        """One beat now (run() beats every beat_s)."""
+        await self._beat()
+
+    async def _beat(self) -> None:
+        view = await trio.to_thread.run_sync(self.store.beat, self.broker_id, self.lease_s)
+        if view is None:
+            raise LostMembership(
+                f"broker {self.broker_id} missed its heartbeat for more than "
+                f"{self.lease_s:g} s: the other brokers may have taken its queues")
+        self._see(view)
+
+    def _see(self, view: BeatView) -> None:
+        self.live = dict(view.live)
+        self.leases = {q: Lease(*lease) for q, lease in view.leases.items()}
+        for queue, epoch in self.owned.items():
+            lease = self.leases.get(queue)
+            if lease is None or lease.epoch < epoch:
+                # a view read before this broker's claim committed (a beat and a claim
+                # run in threads of their own): the claim is the newer word
+                self.leases[queue] = Lease(self.broker_id, epoch)
+                continue
+            if lease != (self.broker_id, epoch):
+                raise LostMembership(
+                    f"the lease of queue {queue!r} moved to {lease.owner} (epoch "
+                    f"{lease.epoch}) while broker {self.broker_id} held epoch {epoch}")
+        if self._orphans() or self._leaving():
+            self._orphans_seen.set()
+
+    def _orphans(self) -> list[str]:
+        """Queues with no live owner that this broker wins, and does not own."""
+        live = self.live
+        return [queue for queue, lease in self.leases.items()
+                if queue not in self.owned and queue not in self._claiming
+                and (lease.owner is None or lease.owner not in live)
+                and preferred_owner(queue, live) == self.broker_id]
+
+    async def _take_orphans(self) -> None:
+        """Failover: claim and rebuild the orphaned queues this broker wins as the
+        beats find them, a step at a time (a claim is a round trip; the beat goes on
+        meanwhile in its own task)."""
+        while True:
+            await self._orphans_seen.wait()
+            self._orphans_seen = trio.Event()
+            await self.take_orphans()
+            await self.hand_over()
+
+    def _leaving(self) -> list[str]:
+        """Queues this broker owns that a live broker now wins (one joined)."""
+        if self._retire is None:
+            return []
+        live = self.live
+        return [queue for queue in self.owned if queue not in self._moving
+                and preferred_owner(queue, live) not in (None, self.broker_id)]
+
+    async def hand_over(self) -> None:
+        """Rebalancing: give the queues another live broker now wins to it, a step at
+        a time. Each is drained first (commands sent to it before are applied and
+        committed; commands for it that arrive meanwhile wait in :meth:`prepare`),
+        then its lease released, then its remains forgotten; the new owner claims it
+        at its next beat or first command."""
+        for queue in self._leaving()[:TAKEOVER_STEP]:
+            await self._hand_over(queue)
+
+    async def _hand_over(self, queue: str) -> None:
+        assert self._retire is not None and self._forget is not None
+        moving = self._moving[queue] = trio.Event()
+        try:
+            if not await self._retire(queue):
+                return  # (busy past the grace: a later beat tries again)
+            epoch = self.owned[queue]
+            # (a lease not released, the database gone: it then runs out with this
+            # broker's heartbeat, and the beat stops the broker)
+            await trio.to_thread.run_sync(self.store.release, queue, self.broker_id, epoch)
+            del self.owned[queue]
+            self.leases[queue] = Lease(None, epoch)
+            self._forget(queue)
+            self.handovers += 1
+        finally:
+            del self._moving[queue]
+            moving.set()
+
+    async def take_orphans(self) -> None:
+        """Claim and rebuild the orphans of the last view, TAKEOVER_STEP at a time."""
+        orphans = self._orphans()
+        for start in range(0, len(orphans), TAKEOVER_STEP):
+            before = len(self.owned)
+            await self._claim_all(orphans[start:start + TAKEOVER_STEP])
+            self.takeovers += len(self.owned) - before
+
+    # --- leaving ----------------------------------------------------------------------
+
+    def leave_now(self) -> None:
+        """Give every lease back and remove this broker's row (blocking; the broker's
+        shutdown calls it in a worker thread after its last commit), so the others
+        take its queues at their next beat instead of after the lease."""
+        self.store.leave(self.broker_id)
+        self.owned.clear()
+

@@ -1,0 +1,140 @@
+"""How the router routes a batch in a cluster: what it asks of the cluster, and the
+batch's queues and ids that it must know about before it routes.
+
+In a cluster (docs/scale-out.md) a batch's command goes to the queue's actor when this
+broker owns the queue, and to the owning broker otherwise (forwarded over a peer link,
+the reply relayed). Before routing, the router looks up the ids no local queue holds
+(in the database: live or finished, in one read off the trio thread), then has the
+cluster claim the queues this broker should own but does not yet (a claim is a round
+trip and a rebuild), so that routing itself stays synchronous.
+
+A command that reached this broker from another one (a peer session: its first frame
+was ``ClusterPeer``) is never forwarded again: two brokers whose views of the cluster
+disagree for a beat would otherwise bounce it between them. It gets an error that says
+to retry, which the view of the next beat settles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Container, Iterable
+from typing import Any, Protocol
+
+from ..core import fields
+from ..core.errors import Refused
+from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, SESSION, Command
+from .request import Request
+
+# Forward requests to the broker at an address (PeerLinks.forward).
+Forward = Callable[[str, list[Request]], None]
+
+
+class ClusterRouting(Protocol):
+    """What the router asks of the cluster (actors/cluster.py)."""
+
+    @property
+    def owned(self) -> Container[str]: ...
+    def route(self, queue: str) -> str | None: ...
+    def prepare(self, queues: Iterable[str]) -> Awaitable[None]: ...
+    def status(self) -> dict[str, Any]: ...
+    def queue_names(self) -> Iterable[str]: ...
+
+
+def from_peer(req: Request) -> bool:
+    """Whether the request came from another broker of the cluster."""
+    return getattr(req.conn, "peer_broker", None) is not None
+
+
+def remote_address(cluster: ClusterRouting, queue: str, req: Request) -> str | None:
+    """Where a request for ``queue`` goes: None for this broker's own actor, else the
+    address of the broker that serves it. Refused when neither can take it now."""
+    address = cluster.route(queue)
+    if address is None:
+        if queue not in cluster.owned:  # (its claim lost, or failed, just now)
+            raise Refused(f"Queue {queue} is moving between brokers; retry")
+        return None
+    if from_peer(req):
+        raise Refused(f"Queue {queue} is served by another broker; retry")
+    return address
+
+
+def ids_to_look_up(routed: list[tuple[Command, Request]], known: Container[str],
+                   *, multi: bool) -> list[str]:
+    """The job ids the batch names that ``known`` (the live index) lacks: single-id
+    commands, a flow's client-given ids, and (``multi``: in a cluster, where another
+    broker's queues hold most jobs) the ids of multi-id commands."""
+    ids: list[str] = []
+    for command, req in routed:
+        how = command.route
+        if how == FLOW:  # a flow's ids are the client's: they may exist already
+            jobs = req.msg.get("jobs")
+            named: list[Any] = [j.get("id") for j in jobs if type(j) is dict] if (
+                type(jobs) is list) else []
+        elif how == BY_IDS:
+            if not multi or command.multi is None:
+                continue
+            try:
+                named = list(command.multi.ids(req.msg))
+            except Refused:  # (refused again, with its reply, when it is routed)
+                continue
+        elif how in (BY_QUEUE, BROKER, SESSION):
+            continue
+        else:
+            named = [req.msg.get(how)]
+        ids.extend(i for i in named if type(i) is str and i and i not in known)
+    return ids
+
+
+def queues_named(routed: list[tuple[Command, Request]], locate: Callable[[str], str | None],
+                 found: dict[str, str | None] | None) -> list[str]:
+    """The queues a batch's commands name, by queue name or through their job ids
+    (``locate``: the live index; ``found``: what the look-up found), for the cluster to
+    claim those it should own before the batch is routed."""
+    queues: list[str] = []
+
+    def of(job_id: Any) -> None:
+        if type(job_id) is str:
+            queue = locate(job_id)
+            if queue is None and found is not None:
+                queue = found.get(job_id)
+            if queue is not None:
+                queues.append(queue)
+
+    for command, req in routed:
+        how = command.route
+        msg = req.msg
+        if how == BY_QUEUE:
+            try:
+                queues.append(fields.queue_name(msg.get("queue")))
+            except Refused:
+                continue
+        elif how == BY_IDS:
+            if command.multi is None:
+                continue
+            try:
+                for job_id in command.multi.ids(msg):
+                    of(job_id)
+            except Refused:
+                continue
+        elif how == FLOW:
+            jobs = msg.get("jobs")
+            if type(jobs) is list:
+                queues.extend(j["queue"] for j in jobs
+                              if type(j) is dict and type(j.get("queue")) is str)
+        elif how not in (BROKER, SESSION):
+            of(msg.get(how))
+    return queues
+
+
+def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
+    """Where a flow (PUSHF) is admitted: None here, when this broker serves all of its
+    queues; the address of the broker that serves them all otherwise. A flow is
+    admitted in one commit by the one broker that owns its queues; one whose queues are
+    served by different brokers is refused (docs/scale-out.md, "Limits")."""
+    jobs = req.msg.get("jobs")
+    names = {j["queue"] for j in jobs if type(j) is dict and type(j.get("queue")) is str
+             } if type(jobs) is list else set()
+    addresses = {remote_address(cluster, name, req) for name in names}
+    if len(addresses) > 1:
+        raise Refused("A flow's queues must be served by one broker of the cluster: "
+                      + ", ".join(sorted(names)) + " are not")
+    return addresses.pop() if addresses else None
