@@ -36,7 +36,8 @@ class Node:
                                lease_s=LEASE_S, adopt=self._adopt, retire=self._retire,
                                forget=self.forgotten.append)
 
-    def _adopt(self, recovered: Recovered, names: list[str]) -> None:
+    def _adopt(self, recovered: Recovered, names: list[str],
+               waits: list[tuple[str, str, str]]) -> None:
         self.adopted.extend(names)
 
     async def _retire(self, queue: str) -> bool:

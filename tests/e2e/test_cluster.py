@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 import trio
 
+from trioqueue.core.placement import preferred_owner
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster
+
+from .test_dependencies import tree
 
 QUEUES = [f"q{i}" for i in range(8)]
 
@@ -94,4 +97,48 @@ async def test_a_batch_of_ids_across_brokers_is_split_and_merged(
 async def _wait_for_three(client: RawClient) -> None:
     with trio.fail_after(10):
         while len((await _status(client))["live"]) < 3:
+            await trio.sleep(0.05)
+
+
+def _named_for(owner: str, prefix: str) -> str:
+    """A queue name the rendezvous gives ``owner`` among b0, b1 and b2."""
+    return next(f"{prefix}{i}" for i in range(10_000)
+                if preferred_owner(f"{prefix}{i}", ["b0", "b1", "b2"]) == owner)
+
+
+async def test_a_flow_across_three_brokers_resolves(cluster: BrokerCluster) -> None:
+    """Parent served by b0, children by b1 and b2, the flow pushed through b1: admitted
+    in one commit, found through every broker at once, and the parent resolves when the
+    children complete on their brokers."""
+    a, b, c = await _clients(cluster)
+    await _wait_for_three(a)
+    parent_q, q1, q2 = (_named_for(owner, f"flow-{owner}-") for owner in ("b0", "b1", "b2"))
+    reply = await b.ok("PUSHF", jobs=tree("p", {"k1": q1, "k2": q2}, parent_queue=parent_q))
+    assert [(j["id"], j["state"]) for j in reply["data"]["jobs"]] == [
+        ("p", "waiting-children"), ("k1", "waiting"), ("k2", "waiting")]
+    for client in (a, b, c):  # read-your-writes, whichever broker is asked
+        assert (await client.ok("GetState", id="p"))["state"] == "waiting-children"
+        assert (await client.ok("GetState", id="k2"))["state"] == "waiting"
+    for queue, result in ((q1, "one"), (q2, "two")):
+        job = (await c.ok("PULL", queue=queue, timeout=0))["job"]
+        await a.ok("ACK", id=job["id"], result=result)
+    with trio.fail_after(10):  # the outcomes travel to b0 (poked at once; a beat at most)
+        while (await c.ok("GetState", id="p"))["state"] != "waiting":
+            await trio.sleep(0.05)
+    parent = (await a.ok("PULL", queue=parent_q, timeout=0))["job"]
+    assert parent["id"] == "p"
+    values = (await b.ok("GetChildrenValues", id="p"))["data"]["values"]
+    assert values == {f"{q1}:k1": "one", f"{q2}:k2": "two"}
+
+
+async def test_a_flow_whose_queues_one_other_broker_serves_is_forwarded_whole(
+        cluster: BrokerCluster) -> None:
+    a, _, _ = await _clients(cluster)
+    await _wait_for_three(a)
+    parent_q, child_q = _named_for("b2", "whole-p"), _named_for("b2", "whole-c")
+    await a.ok("PUSHF", jobs=tree("wp", {"wk": child_q}, parent_queue=parent_q))
+    job = (await a.ok("PULL", queue=child_q, timeout=0))["job"]
+    await a.ok("ACK", id=job["id"], result=1)
+    with trio.fail_after(10):
+        while (await a.ok("GetState", id="wp"))["state"] != "waiting":
             await trio.sleep(0.05)

@@ -349,8 +349,8 @@ def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
             conn.execute("INSERT INTO tq_finished_counts VALUES ('done', 'completed', 4),"
                          " ('emptied', 'failed', 0)")
         assert schema_version(conn) == 1
-        assert migrate(conn) == [2]
-        assert schema_version(conn) == 2
+        assert migrate(conn) == [2, 3]
+        assert schema_version(conn) == L.LATEST_VERSION == 3
         leases = conn.execute("SELECT queue, owner, epoch FROM tq_queue_leases"
                               " ORDER BY queue").fetchall()
     assert leases == [("busy", None, 0), ("done", None, 0), ("paused", None, 0)]

@@ -36,6 +36,7 @@ from ..process_numbers import process_numbers
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
+from .broker_cluster import ClusterMember
 from .clock import PauseWatch, TrioClock
 from .cluster import Cluster, HeldLeases, new_broker_id
 from .events import EventHub
@@ -87,7 +88,7 @@ def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Stor
         raise StorageOpenError(f"cannot open the PostgreSQL store: {why}") from None
 
 
-class Broker:
+class Broker(ClusterMember):
     def __init__(self, config: Config, storage: Storage | None = None,
                  clock: Clock | None = None) -> None:
         config.validate()
@@ -122,6 +123,8 @@ class Broker:
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_stored=self._count_stored, finished_queues=finished_queues,
             cluster=self.cluster, forward=None if self.peers is None else self.peers.forward)
+        if self.cluster is not None:
+            self._wire_inbox()
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
         stats.process = process_numbers
@@ -151,39 +154,6 @@ class Broker:
         self.pauses: PauseWatch | None = None
         # The cron schedules' one timer (made in run, with the clock; loaded by recovery).
         self.scheduler: CronScheduler | None = None
-
-    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks]:
-        """The cluster's runtime and the peer links to the other brokers."""
-        config = self.config
-        cluster_of = getattr(self.storage, "cluster", None)
-        if cluster_of is None:
-            raise ValueError("a cluster needs a PostgreSQL store (--storage)")
-        cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
-                          lease_s=config.cluster_lease_s, adopt=self._adopt,
-                          retire=self._retire_queue, forget=self._forget_queue)
-        peers = PeerLinks(hello=self._peer_hello,
-                          connect_timeout_s=config.peer_connect_timeout_s,
-                          max_in_flight=config.peer_max_in_flight)
-        return cluster, peers
-
-    def _peer_hello(self) -> list[dict[str, Any]]:
-        """The first frames of a peer link: the cluster's token (the brokers of a
-        cluster share their tokens), then ClusterPeer, which tells the other broker
-        not to forward these commands again."""
-        assert self.cluster is not None
-        frames: list[dict[str, Any]] = []
-        if self.config.auth_tokens:
-            frames.append({"cmd": "Auth", "token": self.config.auth_tokens[0]})
-        frames.append({"cmd": "ClusterPeer", "broker": self.cluster.broker_id})
-        return frames
-
-    async def _cluster_queues(self, job_ids: list[str]) -> dict[str, str | None]:
-        """In a cluster: the queues of jobs, live or finished, that no local queue
-        holds (most are other brokers'), read from the database in a worker thread."""
-        assert self.cluster is not None
-        store = self.cluster.store
-        found = await self.writer.read_committed(lambda: store.queues_of(job_ids))
-        return {job_id: found.get(job_id) for job_id in job_ids}
 
     @property
     def clock(self) -> Clock:
@@ -321,42 +291,6 @@ class Broker:
         assert self.scheduler is not None
         self.scheduler.load(recovered.broker_records.get(CRON_KIND, {}), self.clock.now_ms())
 
-    def _adopt(self, recovered: Recovered, names: list[str]) -> None:
-        """In a cluster: rebuild queues this broker just claimed. Their active jobs stay
-        active with their locks (a worker holding one may be connected to a surviving
-        broker, and renew or acknowledge it through any broker); only a lock that then
-        expires is charged, by the attempt rules (docs/scale-out.md)."""
-        self._rebuild(recovered, set(names), charge_active=False)
-        self.recovered_jobs += len(recovered.live_jobs)
-
-    async def _retire_queue(self, name: str) -> bool:
-        """In a cluster, handing queue ``name`` over: once its actor is quiet (what it
-        accepted is applied), retire it and commit what it wrote. False when it is
-        still busy after the shutdown grace (a later beat tries again)."""
-        actor = self.router.actors.get(name)
-        if actor is None:
-            return True
-        with trio.move_on_after(self.config.shutdown_grace_s):
-            while not actor.quiet:
-                await trio.sleep(0.005)  # (a poll, as settle's: the actor has no signal)
-            actor.retire()
-            await self.writer.commit()
-            return True
-        return False
-
-    def _forget_queue(self, name: str) -> None:
-        """In a cluster, after queue ``name`` was handed over: its actor, its jobs in
-        the live index, its retained results and its counts go (O(its jobs))."""
-        router = self.router
-        actor = router.actors.pop(name, None)
-        if actor is not None:
-            for job_id in list(actor.state.jobs):
-                router.remove(job_id)
-        router.forget_retained(name)
-        forget = getattr(self.storage, "forget_queue", None)
-        if forget is not None:
-            forget(name)
-
     def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
                  charge_active: bool) -> None:
         """Rebuild the queues ``names`` (None: every queue) from ``recovered`` into
@@ -427,35 +361,6 @@ class Broker:
                 else:
                     await self._leave_cluster()
             self.storage.close()
-
-    async def join_cluster(self, tcp_port: int) -> None:
-        """In a cluster: start the peer links and join, once the TCP listener is bound
-        (``tcp_port``: the port it got, which the others are told when the configuration
-        says neither ``advertise`` nor a fixed port). Commands that arrive meanwhile
-        wait for the first beat's view (Cluster.prepare). The tasks are the broker's,
-        so they stop with it."""
-        cluster, peers = self.cluster, self.peers
-        if cluster is None or peers is None:
-            return
-        assert self._nursery is not None
-        if self.config.advertise is None and self.config.tcp_port == 0:
-            host = self.config.advertised().rpartition(":")[0]
-            cluster.address = f"{host}:{tcp_port}"
-        await self._nursery.start(peers.run)
-        await self._nursery.start(cluster.run)
-
-    async def _leave_cluster(self) -> None:
-        """Give this broker's leases back once its last commit is in, so the others
-        take its queues at their next beat rather than after the lease. Not after a
-        failed flush: writes of those queues may be missing, and the lease then runs
-        out as for a crash."""
-        cluster = self.cluster
-        if cluster is None or self.writer.failed:
-            return
-        try:
-            await trio.to_thread.run_sync(cluster.leave_now)
-        except Exception as exc:  # (a database gone: the lease runs out instead)
-            log.warning("could not leave the cluster: %s", exc)
 
     async def _sample_rates(self) -> None:
         """Sample the totals every RATE_SAMPLE_MS for the rates of Stats and the

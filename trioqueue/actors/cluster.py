@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import trio
@@ -80,10 +80,14 @@ class ClusterStore(Protocol):
     def leave(self, broker_id: str) -> None: ...
     def load_queues(self, queues: Sequence[str]) -> Recovered: ...
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]: ...
+    def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]: ...
+    def waits_of(self, queues: Sequence[str]) -> list[tuple[str, str, str]]: ...
+    def inbox_queues(self) -> list[str]: ...
 
 
-# Rebuild the named queues into this broker's actors from what was loaded (the broker's).
-Adopt = Callable[[Recovered, list[str]], None]
+# Rebuild the named queues into this broker's actors from what was loaded, with the
+# (child, parent, parent's queue) rows of their children's parents elsewhere.
+Adopt = Callable[[Recovered, list[str], list[tuple[str, str, str]]], None]
 # Handing a queue over: wait until its actor is quiet, retire it and commit what it
 # wrote (False: still busy after the grace; kept for a later beat); then, once the
 # lease is released, forget what is left of it here.
@@ -94,6 +98,7 @@ Forget = Callable[[str], None]
 class _Claimed(NamedTuple):
     epochs: dict[str, int]
     recovered: Recovered | None
+    waits: list[tuple[str, str, str]]
     view: BeatView | None  # a fresh view when some claim lost to a live broker
 
 
@@ -139,6 +144,7 @@ class Cluster:
         self._claiming: dict[str, trio.Event] = {}  # claims in flight, by queue
         self._orphans_seen = trio.Event()  # set by a beat that saw queues to take
         self.joined = trio.Event()  # set once the first beat gave a view of the cluster
+        self._beaten = trio.Event()  # set (then replaced) by each beat
         self.takeovers = 0  # queues taken over from dead or departed brokers
 
     def status(self) -> dict[str, Any]:
@@ -166,6 +172,13 @@ class Cluster:
             return lease.owner
         return preferred_owner(queue, self.live)
 
+    def held_elsewhere(self, queue: str) -> bool:
+        """Whether a live broker other than this one holds ``queue``'s lease (as of the
+        last beat, or of a claim that lost to it)."""
+        lease = self.leases.get(queue)
+        return (lease is not None and lease.owner is not None
+                and lease.owner != self.broker_id and lease.owner in self.live)
+
     def route(self, queue: str) -> str | None:
         """None: this broker serves ``queue`` (it owns it, or :meth:`prepare` claims
         it); else the address of the broker that does."""
@@ -174,11 +187,16 @@ class Cluster:
             return None
         return self.live[owner]
 
-    async def prepare(self, queues: Iterable[str]) -> None:
+    async def prepare(self, queues: Iterable[str], asked: Collection[str] = ()) -> None:
         """Own every queue of ``queues`` that this broker should serve but does not
         yet, before a batch naming them is routed: claim, load and rebuild each (or
         wait for the claim another batch started). A queue whose claim loses to a live
-        broker is routed there afterwards (the view is refreshed)."""
+        broker is routed there afterwards (the view is refreshed).
+
+        ``asked``: queues another broker sent commands for, believing this one serves
+        them. Views differ for a beat when a broker joins; rather than bounce the
+        command, this broker claims such a queue when its lease is free (never from a
+        live holder), and hands it to the rendezvous winner once the views agree."""
         if not self.joined.is_set():
             await self.joined.wait()
         queues = list(queues)
@@ -187,7 +205,7 @@ class Cluster:
             if moving is not None:  # routed once the new owner may claim it
                 await moving.wait()
         wanted = [q for q in dict.fromkeys(queues)
-                  if q not in self.owned and self.route(q) is None]
+                  if q not in self.owned and (q in asked or self.route(q) is None)]
         if wanted:
             await self._claim_all(wanted)
 
@@ -227,8 +245,9 @@ class Cluster:
             else:
                 epochs[queue] = epoch
         recovered = store.load_queues(list(epochs)) if epochs else None
+        waits = store.waits_of(list(epochs)) if epochs else []
         view = store.beat(self.broker_id, self.lease_s) if lost else None
-        return _Claimed(epochs, recovered, view)
+        return _Claimed(epochs, recovered, waits, view)
 
     def _took(self, claimed: _Claimed) -> None:
         if claimed.view is not None:
@@ -240,7 +259,7 @@ class Cluster:
             self.owned[queue] = epoch
             self.leases[queue] = Lease(self.broker_id, epoch)
         assert claimed.recovered is not None
-        self._adopt(claimed.recovered, names)
+        self._adopt(claimed.recovered, names, claimed.waits)
         log.info("serving %d queue(s) from now on: %s", len(names),
                  ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
 
@@ -274,6 +293,12 @@ class Cluster:
                 f"broker {self.broker_id} missed its heartbeat for more than "
                 f"{self.lease_s:g} s: the other brokers may have taken its queues")
         self._see(view)
+        self._beaten.set()
+        self._beaten = trio.Event()
+
+    async def next_beat(self) -> None:
+        """Wait for the next beat (the inbox reader's pace)."""
+        await self._beaten.wait()
 
     def _see(self, view: BeatView) -> None:
         self.live = dict(view.live)

@@ -9,14 +9,15 @@ cluster claim the queues this broker should own but does not yet (a claim is a r
 trip and a rebuild), so that routing itself stays synchronous.
 
 A command that reached this broker from another one (a peer session: its first frame
-was ``ClusterPeer``) is never forwarded again: two brokers whose views of the cluster
-disagree for a beat would otherwise bounce it between them. It gets an error that says
-to retry, which the view of the next beat settles.
+was ``ClusterPeer``) is forwarded again only to the holder of its queue's lease: two
+brokers whose guesses disagree for a beat (a broker joined) would otherwise bounce it
+between them. Without a lease holder it gets an error that says to retry, which the
+view of the next beat settles.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Container, Iterable
+from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from typing import Any, Protocol
 
 from ..core import fields
@@ -34,8 +35,10 @@ class ClusterRouting(Protocol):
     @property
     def owned(self) -> Container[str]: ...
     def route(self, queue: str) -> str | None: ...
-    def prepare(self, queues: Iterable[str]) -> Awaitable[None]: ...
+    def prepare(self, queues: Iterable[str], asked: Collection[str] = ()
+                ) -> Awaitable[None]: ...
     def status(self) -> dict[str, Any]: ...
+    def held_elsewhere(self, queue: str) -> bool: ...
     def queue_names(self) -> Iterable[str]: ...
 
 
@@ -52,7 +55,9 @@ def remote_address(cluster: ClusterRouting, queue: str, req: Request) -> str | N
         if queue not in cluster.owned:  # (its claim lost, or failed, just now)
             raise Refused(f"Queue {queue} is moving between brokers; retry")
         return None
-    if from_peer(req):
+    if from_peer(req) and not cluster.held_elsewhere(queue):
+        # (passed on only to the holder of the queue's lease: a guess from the
+        # rendezvous would let two brokers whose views differ bounce it)
         raise Refused(f"Queue {queue} is served by another broker; retry")
     return address
 
@@ -126,15 +131,14 @@ def queues_named(routed: list[tuple[Command, Request]], locate: Callable[[str], 
 
 
 def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
-    """Where a flow (PUSHF) is admitted: None here, when this broker serves all of its
-    queues; the address of the broker that serves them all otherwise. A flow is
-    admitted in one commit by the one broker that owns its queues; one whose queues are
-    served by different brokers is refused (docs/scale-out.md, "Limits")."""
+    """Where a flow (PUSHF) is admitted: when one other broker serves all of its queues,
+    that broker (the flow is forwarded whole); else here, where the jobs of queues
+    other brokers serve become inbox messages in the flow's one commit
+    (actors/cluster_messages.py)."""
     jobs = req.msg.get("jobs")
     names = {j["queue"] for j in jobs if type(j) is dict and type(j.get("queue")) is str
              } if type(jobs) is list else set()
     addresses = {remote_address(cluster, name, req) for name in names}
-    if len(addresses) > 1:
-        raise Refused("A flow's queues must be served by one broker of the cluster: "
-                      + ", ".join(sorted(names)) + " are not")
-    return addresses.pop() if addresses else None
+    if len(addresses) == 1:
+        return addresses.pop()
+    return None

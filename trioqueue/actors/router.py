@@ -26,32 +26,36 @@ import trio
 
 from ..core import fields
 from ..core.broker_stats import BrokerStats
+from ..core.cluster_handlers import InboxPoke
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
-from ..core.errors import STORAGE_FULL, Refused
-from ..core.flows import Dependents, DependentsIndex, new_flow_job, parse_flow
-from ..core.job import FINISHED_STATES, JobRecord
+from ..core.errors import Refused
+from ..core.flows import Dependents, DependentsIndex
+from ..core.job import FINISHED_STATES
 from ..core.maintenance import FanOut
-from ..core.queue import ADOPT, QueueState
+from ..core.queue import QueueState
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
-from ..core.states import visible_state
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_inbox import ClusterInbox
+from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
 from .cluster_routes import (
     ClusterRouting,
     Forward,
     flow_address,
+    from_peer,
     ids_to_look_up,
     queues_named,
     remote_address,
 )
 from .fan_out import Gather
+from .flow_admission import FlowAdmission
 from .joins import Join
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
-from .request import Request
+from .request import Replier, Request
 from .timings import BatchTimer
 
 if TYPE_CHECKING:
@@ -66,7 +70,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex):
+class Router(DependentsIndex, FlowAdmission):
     def __init__(self, *, committer: Committer,
                  find_finished: Callable[[str], dict[str, Any] | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -81,6 +85,10 @@ class Router(DependentsIndex):
         # command for one served elsewhere goes there (actors/cluster_routes.py).
         self.cluster = cluster
         self._forward = forward
+        # In a cluster: the queues of parents served elsewhere of this broker's children,
+        # and the reader of this broker's queues' inboxes (set by the broker)
+        self.remote_parents = RemoteParents()
+        self.inbox: ClusterInbox | None = None
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -157,11 +165,30 @@ class Router(DependentsIndex):
 
     def post_notices(self, notices: list[Notice]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the
-        job is gone: whatever it was about no longer matters)."""
+        job is gone: whatever it was about no longer matters). In a cluster, a notice
+        for a job another broker serves goes there as an inbox message, committed with
+        the batch that made it (actors/cluster_messages.py)."""
+        elsewhere: list[Notice] | None = None
         for job_id, notice in notices:
             queue = self._index.get(job_id)
             if queue is not None:
                 self.actors[queue].post(notice)
+            elif self.cluster is not None:
+                if elsewhere is None:
+                    elsewhere = []
+                elsewhere.append((job_id, notice))
+        if elsewhere:
+            writes = remote_notices(self.remote_parents, elsewhere)
+            if writes is not None:
+                self._release_messages(writes, None)
+
+    def _release_messages(self, writes: Writes,
+                          then: tuple[Replier, dict[str, Any]] | None) -> None:
+        """Commit a cluster's inbox messages, then poke the brokers they are for."""
+        assert self.cluster is not None and self._forward is not None
+        release_with_pokes(self._committer, writes,
+                           [queue for queue, _ in writes.cluster.messages],
+                           self.cluster.route, self._forward, then)
 
     def post_to(self, queue: str, notice: tuple[Any, ...]) -> bool:
         """Hand a notice to queue ``queue``; False when there is no such queue."""
@@ -258,7 +285,10 @@ class Router(DependentsIndex):
         if self._finished_queues is not None:
             found = await self._look_up_finished(routed, self._finished_queues)
         if self.cluster is not None:
-            await self.cluster.prepare(queues_named(routed, self._index.get, found))
+            asked = queues_named([(c, r) for c, r in routed if from_peer(r)],
+                                 self._index.get, found)
+            await self.cluster.prepare(queues_named(routed, self._index.get, found),
+                                       set(asked))
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
         for command, req in routed:
@@ -287,6 +317,23 @@ class Router(DependentsIndex):
             except BaseException:
                 actor.batches_in_flight -= 1
                 raise
+
+    async def send_if_served(self, name: str, reqs: list[Request]) -> None:
+        """Send to queue ``name``'s actor if this broker has one (the inbox reader's:
+        a queue handed over meanwhile is skipped; its messages wait for its owner)."""
+        if name in self.actors:
+            await self.send(name, reqs)
+        else:
+            for req in reqs:
+                req.error(f"Queue {name} is not served here")
+
+    async def _apply_inbox(self, queues: list[str], req: Request) -> None:
+        """ClusterPoke: apply the named queues' inbox messages, then answer (a queue
+        this broker should serve and does not yet is claimed first)."""
+        if self.inbox is not None and self.cluster is not None:
+            await self.cluster.prepare(queues, set(queues))
+            await self.inbox.take(queues)
+        req.ok({})
 
     async def _look_up_finished(self, routed: list[tuple[Command, Request]],
                                 finished_queues: FinishedQueues
@@ -334,6 +381,9 @@ class Router(DependentsIndex):
                 gather = Gather(req, answer.combine, len(self.actors))
                 for name in list(self.actors):
                     self._post(name, Request(answer.command, {}, gather))
+            elif isinstance(answer, InboxPoke):
+                # (another broker committed messages for these queues: apply them now)
+                self._spawn(self._apply_inbox, answer.queues, req)
             elif isinstance(answer, Committed):
                 # The broker's own records: the reply leaves once they are committed.
                 self._committer.submit(answer.writes)
@@ -396,59 +446,6 @@ class Router(DependentsIndex):
             part = Request(req.cmd, multi.slice(req.msg, positions), join.part(positions),
                            conn=req.conn)
             self._group(queue, part, groups, remote)
-
-    def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
-        """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
-
-        Queue actors each own their jobs, so no single actor can admit a flow that
-        spans queues atomically. The router does it, synchronously (no actor can run in
-        between): it validates the whole graph, claims every id, writes every job in
-        one commit (durable, whatever the fsync policy), then hands each queue its jobs
-        as an ``adopt`` notice. Notices are applied before a queue's inbox, and the
-        reply leaves only after the commit, so any command the client sends after the
-        reply finds the jobs in place.
-        """
-        limits = self._limits
-        items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
-        now = self._now_ms()
-        for item in items:
-            if self._queue_of(item.id, found) is not None or (
-                    self.retained_result(item.id, now) is not None):
-                raise Refused(f"Job {item.id} already exists")
-        new_queues = {item.queue for item in items} - self.actors.keys()
-        if len(self.actors) + len(new_queues) > limits.max_queues:
-            raise Refused(f"Too many queues (max {limits.max_queues})")
-        # Last of the checks, first before any change: a refused flow leaves no trace.
-        if self._admission is not None and self._admission().refuses(
-                req.frame_bytes, len(items)):
-            raise Refused(STORAGE_FULL)
-        # One Writes per queue, submitted together: one commit all the same, and in a
-        # cluster each is fenced by its own queue's lease.
-        writes: dict[str, Writes] = {}
-        per_queue: dict[str, list[JobRecord]] = {}
-        snapshots = []
-        for item in items:
-            job = new_flow_job(item, now)
-            # The one place the router touches a queue's state (its admission
-            # counter): synchronous, on the one trio thread, so no actor is midway.
-            job.seq = self.actor(job.queue).state.reserve_seq()
-            self.add(job.id, job.queue)
-            for child_id in job.pending or ():
-                self.add_dependent(child_id, job.id)
-            queue_writes = writes.get(job.queue)
-            if queue_writes is None:
-                queue_writes = writes[job.queue] = Writes(job.queue)
-                queue_writes.durable = True
-            queue_writes.put_job(job.to_record())
-            per_queue.setdefault(job.queue, []).append(job)
-            wire = job.to_wire()
-            wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
-            snapshots.append(wire)
-        for queue_writes in writes.values():
-            self._committer.submit(queue_writes)
-        for name, jobs in per_queue.items():
-            self.actors[name].post((ADOPT, jobs))
-        self._committer.release([(req.replier, req.reply({"data": {"jobs": snapshots}}))])
 
     def connection_closed(self, conn: Any, queues: set[str]) -> None:
         """Forget a closed connection's workers; return what it held to its queues."""

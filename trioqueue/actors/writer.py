@@ -85,7 +85,7 @@ class StorageWriter:
         self.committed_ops = 0
 
     def submit(self, writes: Writes) -> None:
-        if writes.ops:
+        if writes:
             self._writes.append(writes)
             if writes.durable:
                 self._durable = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import cluster_handlers as cl
 from . import cron_handlers as ch
 from . import dashboard as db
 from . import dlq_handlers as dlq
@@ -266,6 +267,9 @@ CORE_COMMANDS = CommandTable([
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),
     Command(ch.CRON_FIRE, INTERNAL, ch.cron_fire),
+    # ---- between the brokers of a cluster (docs/scale-out.md)
+    Command(cl.CLUSTER_INBOX, INTERNAL, cl.apply_inbox),
+    Command("ClusterPoke", BROKER, cl.cluster_poke),
 ])
 
 # ------------------------------------------------------------------ views

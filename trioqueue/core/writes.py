@@ -81,21 +81,68 @@ Op = PutJob | FinishJob | DeleteJob | PutQueueMeta | PutDepOutcome | PutBrokerRe
 _new = tuple.__new__
 
 
+class ClusterWrites:
+    """Rows only a cluster's store keeps (several brokers on one PostgreSQL database,
+    docs/scale-out.md), committed with the batch they ride in:
+
+    * ``messages``: (queue, message) for another broker's queue, into that queue's
+      inbox (``tq_inbox``): a flow's jobs for it to adopt, a notice for one of its jobs.
+      Written in the sender's commit, so a message exists exactly when what caused it
+      does; the owner applies it and deletes it in its own commit (``consumed``: the
+      inbox rows' numbers).
+    * ``waits``: (child id, parent id, parent's queue, child's queue) for a child and a
+      parent served by different brokers, so whichever broker serves the child knows
+      whom to tell when it settles, after any takeover; ``waits_done``: the child ids
+      whose rows go (the child settled and its parents were told).
+    """
+
+    __slots__ = ("messages", "consumed", "waits", "waits_done")
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, Any]] = []
+        self.consumed: list[int] = []
+        self.waits: list[tuple[str, str, str, str]] = []
+        self.waits_done: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.consumed or self.waits or self.waits_done)
+
+    def extend(self, other: ClusterWrites) -> None:
+        self.messages.extend(other.messages)
+        self.consumed.extend(other.consumed)
+        self.waits.extend(other.waits)
+        self.waits_done.extend(other.waits_done)
+
+
 class Writes:
     """An ordered list of storage operations, plus whether the caller asked for fsync,
     and the queue whose lease they need in a cluster (``queue``: set by whoever submits
     them; None for writes of no queue, the broker's own records). A store with a fence
-    (storage/pg_store.py) commits them only while this broker holds that queue."""
+    (storage/pg_store.py) commits them only while this broker holds that queue.
+    ``cluster``: a cluster's own rows (:class:`ClusterWrites`), made on first use."""
 
-    __slots__ = ("ops", "durable", "queue")
+    __slots__ = ("ops", "durable", "queue", "_cluster")
 
     def __init__(self, queue: str | None = None) -> None:
         self.ops: list[Op] = []
         self.durable = False
         self.queue = queue
+        self._cluster: ClusterWrites | None = None
+
+    @property
+    def cluster(self) -> ClusterWrites:
+        if self._cluster is None:
+            self._cluster = ClusterWrites()
+        return self._cluster
+
+    @property
+    def cluster_rows(self) -> ClusterWrites | None:
+        """The cluster's rows, None when there are none (no store but a cluster's
+        ever sees any)."""
+        return self._cluster if self._cluster else None
 
     def __bool__(self) -> bool:
-        return bool(self.ops)
+        return bool(self.ops) or bool(self._cluster)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -138,3 +185,5 @@ class Writes:
             self.queue = other.queue  # (writes of no queue may ride on a queue's lease)
         self.ops.extend(other.ops)
         self.durable = self.durable or other.durable
+        if other._cluster:
+            self.cluster.extend(other._cluster)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .memory import MemoryStorage
 from .port import Beat, Recovered
@@ -100,3 +101,13 @@ class MemoryCluster:
                  if r["id"] in wanted}
         found.update(self._store.queues_of_finished(list(wanted - found.keys())))
         return found
+
+    def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:
+        """(Messages between brokers are PostgreSQL's: none here.)"""
+        return []
+
+    def waits_of(self, queues: Sequence[str]) -> list[tuple[str, str, str]]:
+        return []
+
+    def inbox_queues(self) -> list[str]:
+        return []

@@ -103,6 +103,31 @@ class PgCluster:
         return {K.decode_job_key(bytes(key)): queue for key, queue in rows}
 
 
+    def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:
+        """Up to ``limit`` messages for ``queues`` from other brokers, oldest first:
+        (number, queue, message decoded)."""
+        if not queues:
+            return []
+        rows = self._link.read(lambda conn: conn.execute(
+            L.INBOX_OF, (list(queues), limit)).fetchall())
+        return [(int(seq), queue, K.decode_value(bytes(raw))) for seq, queue, raw in rows]
+
+    def inbox_queues(self) -> list[str]:
+        """The queues with messages waiting (few: each is applied within a beat)."""
+        return [q for (q,) in self._link.read(
+            lambda conn: conn.execute(L.INBOX_QUEUES).fetchall())]
+
+    def waits_of(self, queues: Sequence[str]) -> list[tuple[str, str, str]]:
+        """(child id, parent id, parent's queue) for the children of ``queues`` whose
+        parents another broker may serve."""
+        if not queues:
+            return []
+        rows = self._link.read(lambda conn: conn.execute(
+            L.WAITS_OF, (list(queues),)).fetchall())
+        return [(K.decode_job_key(bytes(child)), K.decode_job_key(bytes(parent)), queue)
+                for child, parent, queue in rows]
+
+
 def _run(conn: psycopg.Connection[Any], query: str, args: Any) -> None:
     conn.execute(query, args)
 

@@ -135,6 +135,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         END
         $fence$""",
     )),
+    Migration(3, "a cluster: queue inboxes, dependencies across brokers", (
+        # messages for a queue from other brokers (a flow's jobs to adopt, a notice for
+        # one of its jobs), written in the sender's commit, applied and deleted in the
+        # owner's: read by queue in arrival order
+        """CREATE TABLE tq_inbox (
+            seq bigserial PRIMARY KEY,
+            queue text COLLATE "C" NOT NULL,
+            message bytea NOT NULL)""",
+        "CREATE INDEX tq_inbox_queue ON tq_inbox (queue, seq)",
+        # a child and a parent served by different brokers: read by the child's queue
+        # when a broker takes it, so it knows whom to tell when the child settles
+        """CREATE TABLE tq_waits (
+            child bytea NOT NULL,
+            parent bytea NOT NULL,
+            parent_queue text COLLATE "C" NOT NULL,
+            child_queue text COLLATE "C" NOT NULL,
+            PRIMARY KEY (child, parent))""",
+        "CREATE INDEX tq_waits_child_queue ON tq_waits (child_queue)",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -222,11 +241,26 @@ WRITE_BATCH = f"{_BATCH_PARTS}\n{_COUNTS_NEW}"
 # all keeps every claim of those queues waiting until this commit ends. Raised, its
 # error (SQLSTATE FENCED_SQLSTATE) aborts the statement, the whole batch. Its row has no
 # (queue, state): the counts rows come after it.
-WRITE_BATCH_FENCED = f"""{_BATCH_PARTS},
+FENCED_SQLSTATE = "TQF01"
+# It also writes the cluster's own rows (core.writes.ClusterWrites: inbox messages sent
+# and consumed, dependencies across brokers), so a message is committed with what caused
+# it, and consumed with what it caused; pg_plan.plan_cluster hands each table's rows
+# over at most once. In a cluster every batch is this statement.
+_CLUSTER_PARTS = """
+    inbox_new AS (
+        INSERT INTO tq_inbox (queue, message)
+            SELECT * FROM unnest(%b::text[], %b::bytea[])),
+    inbox_gone AS (DELETE FROM tq_inbox WHERE seq = ANY(%b::int8[])),
+    waits_gone AS (DELETE FROM tq_waits WHERE child = ANY(%b::bytea[])),
+    waits_new AS (
+        INSERT INTO tq_waits (child, parent, parent_queue, child_queue)
+            SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::text[], %b::text[])
+        ON CONFLICT (child, parent) DO UPDATE SET parent_queue = EXCLUDED.parent_queue,
+            child_queue = EXCLUDED.child_queue)"""
+WRITE_BATCH_CLUSTER = f"""{_BATCH_PARTS},{_CLUSTER_PARTS},
     counts AS ({_COUNTS_NEW})
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
 UNION ALL SELECT queue, state, n FROM counts"""
-FENCED_SQLSTATE = "TQF01"
 
 # Sessions: every statement the broker runs once started reaches rows by key (ids, or a
 # (queue, state) prefix of tq_finished_order). The server plans a prepared statement
@@ -331,3 +365,9 @@ LOAD_COUNTS_OF = """SELECT queue, state, n FROM tq_finished_counts
     WHERE queue = ANY(%s::text[]) AND n > 0"""
 QUEUES_OF_JOBS = """SELECT id, queue FROM tq_live WHERE id = ANY(%b::bytea[])
 UNION ALL SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"""
+# A cluster's inbox of some queues, oldest first, a page at a time; the waits of the
+# children of some queues (a takeover's: whom to tell when they settle).
+INBOX_OF = """SELECT seq, queue, message FROM tq_inbox WHERE queue = ANY(%s::text[])
+    ORDER BY seq LIMIT %s"""
+WAITS_OF = "SELECT child, parent, parent_queue FROM tq_waits WHERE child_queue = ANY(%s::text[])"
+INBOX_QUEUES = "SELECT DISTINCT queue FROM tq_inbox"

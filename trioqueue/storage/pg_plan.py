@@ -28,6 +28,7 @@ from ..core.writes import (
     PutDepOutcome,
     PutJob,
     PutQueueMeta,
+    Writes,
 )
 from . import keys as K
 from .ops import Op
@@ -118,3 +119,39 @@ def _other(plan: BatchPlan, op: Any) -> None:
             plan.broker_delete.discard(key)
     else:
         raise ValueError(f"unknown storage operation: {op!r}")
+
+
+@dataclass
+class ClusterRows:
+    """A cluster's own rows of a batch (core.writes.ClusterWrites), as the statement
+    takes them: each table's rows at most once, the last word on each."""
+
+    messages: list[tuple[str, bytes]] = field(default_factory=list)
+    consumed: set[int] = field(default_factory=set)
+    waits_put: dict[tuple[bytes, bytes], tuple[str, str]] = field(default_factory=dict)
+    waits_gone: set[bytes] = field(default_factory=set)
+
+
+def plan_cluster(batches: Sequence[Writes]) -> ClusterRows | None:
+    """The cluster rows of ``batches`` in order (None: none): a child's waits put after
+    its rows went are kept, and the reverse."""
+    rows: ClusterRows | None = None
+    for writes in batches:
+        part = writes.cluster_rows
+        if part is None:
+            continue
+        if rows is None:
+            rows = ClusterRows()
+        encode = K.encode_value
+        rows.messages.extend((queue, encode(message)) for queue, message in part.messages)
+        rows.consumed.update(part.consumed)
+        for child_id in part.waits_done:
+            child = K.job_key(child_id)
+            rows.waits_gone.add(child)
+            for key in [k for k in rows.waits_put if k[0] == child]:
+                del rows.waits_put[key]
+        for child_id, parent_id, parent_queue, child_queue in part.waits:
+            child = K.job_key(child_id)
+            rows.waits_put[(child, K.job_key(parent_id))] = (parent_queue, child_queue)
+            rows.waits_gone.discard(child)
+    return rows

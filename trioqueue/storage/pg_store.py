@@ -19,7 +19,8 @@ runs the same step alone.
 **In a cluster** (several brokers on one database) the store is given a
 :class:`~.port.Fence`: each batch then commits only if this broker still holds the lease
 of every queue whose writes it carries, checked by the batch's own statement
-(:data:`.pg_layout.WRITE_BATCH_FENCED`); otherwise :class:`~.port.Fenced` is raised
+(:data:`.pg_layout.WRITE_BATCH_CLUSTER`, which also writes the cluster's own rows:
+inbox messages, dependencies across brokers); otherwise :class:`~.port.Fenced` is raised
 and nothing is applied. The membership and lease operations are :meth:`PgStorage.cluster`'s.
 """
 
@@ -38,7 +39,7 @@ from . import pg_layout as L
 from .ops import validate_writes
 from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
-from .pg_plan import BatchPlan, plan_batch
+from .pg_plan import BatchPlan, ClusterRows, plan_batch, plan_cluster
 from .pg_schema import migrate
 from .port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
 from .positions import check_page_limit, page_window
@@ -78,10 +79,16 @@ class PgStorage(Storage):
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
         plan = plan_batch(validate_writes(batches))  # ValueError before any I/O
-        if not plan:
+        rows = plan_cluster(batches)
+        if not plan and rows is None:
             return
-        leases = None if self._fence is None else _leases(self._fence, batches)
-        totals = self._link.write(lambda conn: _commit(conn, plan, leases))
+        if self._fence is None:
+            if rows is not None:
+                raise ValueError("a cluster's rows need a cluster's store (a fence)")
+            totals = self._link.write(lambda conn: _commit(conn, plan))
+        else:
+            fenced = (*_leases(self._fence, batches), rows or ClusterRows())
+            totals = self._link.write(lambda conn: _commit(conn, plan, fenced))
         self._counts.update(totals)
         if time.monotonic() - self._measured_at >= _MEASURE_EVERY_S:
             self._measure()
@@ -264,11 +271,11 @@ def _leases(fence: Fence, batches: Sequence[Writes]) -> tuple[str, list[str], li
 
 
 def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
-            leases: tuple[str, list[str], list[int]] | None
+            fenced: tuple[str, list[str], list[int], ClusterRows] | None = None
             ) -> dict[tuple[str, str], int]:
-    """The batch as one statement (an implicit transaction, one round trip), fenced by
-    ``leases`` (None, or no queue: not fenced); returns the finished totals it
-    changed."""
+    """The batch as one statement (an implicit transaction, one round trip); in a
+    cluster (``fenced``: this broker, the batch's queues and their epochs, the cluster's
+    rows) fenced by the leases; returns the finished totals it changed."""
     live_keys = list(plan.live_put)
     live_rows = plan.live_put.values()
     fin_keys = list(plan.finished_put)
@@ -293,11 +300,20 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
         list(plan.broker_delete),
         list(plan.broker_put), list(plan.broker_put.values()),
     )
-    if leases is None or not leases[1]:  # (the broker's own records need no lease)
+    if fenced is None:
         rows = conn.execute(L.WRITE_BATCH, params, prepare=True).fetchall()
         return {(queue, state): n for queue, state, n in rows}
+    broker, queues, epochs, extra = fenced
+    waits = list(extra.waits_put.items())
+    cluster_params = (
+        [q for q, _ in extra.messages], [m for _, m in extra.messages],
+        list(extra.consumed), list(extra.waits_gone),
+        [child for (child, _), _ in waits], [parent for (_, parent), _ in waits],
+        [pq for _, (pq, _) in waits], [cq for _, (_, cq) in waits],
+    )
     try:
-        rows = conn.execute(L.WRITE_BATCH_FENCED, (*params, *leases), prepare=True
+        rows = conn.execute(L.WRITE_BATCH_CLUSTER, (*params, *cluster_params, broker,
+                                                    queues, epochs), prepare=True
                             ).fetchall()
     except psycopg.Error as exc:
         if exc.sqlstate == L.FENCED_SQLSTATE:

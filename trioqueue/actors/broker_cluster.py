@@ -1,0 +1,160 @@
+"""The broker's part in a cluster (docs/scale-out.md), a mixin of
+:class:`~trioqueue.actors.broker.Broker`: joining once the listener is bound, the peer
+links, claiming and rebuilding queues, handing them over, reading the inboxes, and
+leaving at shutdown. Kept apart from broker.py, which stays about one broker."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from ..config import Config
+from ..storage.port import Recovered, Storage
+from .cluster import Cluster, HeldLeases
+from .cluster_inbox import ClusterInbox
+from .peer_links import PeerLinks
+from .router import Router
+from .writer import StorageWriter
+
+log = logging.getLogger("trioqueue.broker")
+
+
+class ClusterMember:
+    """What the cluster's hooks use of the broker."""
+
+    config: Config
+    storage: Storage
+    router: Router
+    writer: StorageWriter
+    cluster: Cluster | None
+    peers: PeerLinks | None
+    recovered_jobs: int
+    _nursery: trio.Nursery | None
+
+    def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
+                 charge_active: bool) -> None:
+        raise NotImplementedError
+
+    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks]:
+        """The cluster's runtime and the peer links to the other brokers."""
+        config = self.config
+        cluster_of = getattr(self.storage, "cluster", None)
+        if cluster_of is None:
+            raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+        cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
+                          lease_s=config.cluster_lease_s, adopt=self._adopt,
+                          retire=self._retire_queue, forget=self._forget_queue)
+        peers = PeerLinks(hello=self._peer_hello,
+                          connect_timeout_s=config.peer_connect_timeout_s,
+                          max_in_flight=config.peer_max_in_flight)
+        return cluster, peers
+
+    def _wire_inbox(self) -> None:
+        """The reader of this broker's queues' inboxes, on the router (a cluster)."""
+        assert self.cluster is not None
+        router = self.router
+        router.inbox = ClusterInbox(self.cluster.store, self.cluster.owned,
+                                    router.send_if_served, router.remote_parents)
+
+    def _peer_hello(self) -> list[dict[str, Any]]:
+        """The first frames of a peer link: the cluster's token (the brokers of a
+        cluster share their tokens), then ClusterPeer, which tells the other broker
+        not to forward these commands again."""
+        assert self.cluster is not None
+        frames: list[dict[str, Any]] = []
+        if self.config.auth_tokens:
+            frames.append({"cmd": "Auth", "token": self.config.auth_tokens[0]})
+        frames.append({"cmd": "ClusterPeer", "broker": self.cluster.broker_id})
+        return frames
+
+    async def _cluster_queues(self, job_ids: list[str]) -> dict[str, str | None]:
+        """In a cluster: the queues of jobs, live or finished, that no local queue
+        holds (most are other brokers'), read from the database in a worker thread."""
+        assert self.cluster is not None
+        store = self.cluster.store
+        found = await self.writer.read_committed(lambda: store.queues_of(job_ids))
+        return {job_id: found.get(job_id) for job_id in job_ids}
+
+    def _adopt(self, recovered: Recovered, names: list[str],
+               waits: list[tuple[str, str, str]]) -> None:
+        """In a cluster: rebuild queues this broker just claimed. Their active jobs stay
+        active with their locks (a worker holding one may be connected to a surviving
+        broker, and renew or acknowledge it through any broker); only a lock that then
+        expires is charged, by the attempt rules (docs/scale-out.md). ``waits``: their
+        children's parents served elsewhere, to be told when those children settle."""
+        self.router.remote_parents.learn(waits, self.router.dependents)
+        self._rebuild(recovered, set(names), charge_active=False)
+        self.recovered_jobs += len(recovered.live_jobs)
+
+    async def _retire_queue(self, name: str) -> bool:
+        """In a cluster, handing queue ``name`` over: once its actor is quiet (what it
+        accepted is applied), retire it and commit what it wrote. False when it is
+        still busy after the shutdown grace (a later beat tries again)."""
+        actor = self.router.actors.get(name)
+        if actor is None:
+            return True
+        with trio.move_on_after(self.config.shutdown_grace_s):
+            while not actor.quiet:
+                await trio.sleep(0.005)  # (a poll, as settle's: the actor has no signal)
+            actor.retire()
+            await self.writer.commit()
+            return True
+        return False
+
+    def _forget_queue(self, name: str) -> None:
+        """In a cluster, after queue ``name`` was handed over: its actor, its jobs in
+        the live index, its retained results and its counts go (O(its jobs))."""
+        router = self.router
+        actor = router.actors.pop(name, None)
+        if actor is not None:
+            for job_id in list(actor.state.jobs):
+                router.remove(job_id)
+        router.forget_retained(name)
+        forget = getattr(self.storage, "forget_queue", None)
+        if forget is not None:
+            forget(name)
+
+    async def join_cluster(self, tcp_port: int) -> None:
+        """In a cluster: start the peer links and join, once the TCP listener is bound
+        (``tcp_port``: the port it got, which the others are told when the configuration
+        says neither ``advertise`` nor a fixed port). Commands that arrive meanwhile
+        wait for the first beat's view (Cluster.prepare). The tasks are the broker's,
+        so they stop with it."""
+        cluster, peers = self.cluster, self.peers
+        if cluster is None or peers is None:
+            return
+        assert self._nursery is not None
+        if self.config.advertise is None and self.config.tcp_port == 0:
+            host = self.config.advertised().rpartition(":")[0]
+            cluster.address = f"{host}:{tcp_port}"
+        await self._nursery.start(peers.run)
+        await self._nursery.start(cluster.run)
+        self._nursery.start_soon(self._read_inboxes, cluster)
+
+    async def _read_inboxes(self, cluster: Cluster) -> None:
+        """At every beat, apply the inbox messages other brokers committed for this
+        broker's queues (their pokes apply them sooner; this catches a lost poke)."""
+        inbox = self.router.inbox
+        assert inbox is not None
+        while True:
+            await cluster.next_beat()
+            # (a queue with messages and no owner yet, whose sender's poke was lost:
+            # the broker that wins it claims it, and applies them)
+            waiting = await trio.to_thread.run_sync(cluster.store.inbox_queues)
+            await cluster.prepare([q for q in waiting if cluster.route(q) is None])
+            await inbox.take()
+
+    async def _leave_cluster(self) -> None:
+        """Give this broker's leases back once its last commit is in, so the others
+        take its queues at their next beat rather than after the lease. Not after a
+        failed flush: writes of those queues may be missing, and the lease then runs
+        out as for a crash."""
+        cluster = self.cluster
+        if cluster is None or self.writer.failed:
+            return
+        try:
+            await trio.to_thread.run_sync(cluster.leave_now)
+        except Exception as exc:  # (a database gone: the lease runs out instead)
+            log.warning("could not leave the cluster: %s", exc)

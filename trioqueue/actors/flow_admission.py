@@ -1,0 +1,123 @@
+"""PUSHF: how the router admits a flow graph across queues, all or nothing, in one
+commit (a mixin of :class:`~trioqueue.actors.router.Router`, kept apart for its size).
+
+In a cluster the flow's jobs in queues other brokers serve become inbox messages of the
+same commit (actors/cluster_messages.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core.errors import STORAGE_FULL, Refused
+from ..core.flows import new_flow_job, parse_flow
+from ..core.job import JobRecord
+from ..core.queue import ADOPT
+from ..core.states import visible_state
+from ..core.writes import Writes
+from .cluster_messages import RemoteParents, flow_across
+from .cluster_routes import ClusterRouting, remote_address
+from .ports import AdmissionFactory, Committer, RouterLimits
+from .queue_actor import QueueActor
+from .request import Replier, Request
+
+
+class FlowAdmission:
+    """What admitting a flow needs of the router (its own attributes and methods)."""
+
+    _limits: RouterLimits
+    _admission: AdmissionFactory | None
+    _committer: Committer
+    cluster: ClusterRouting | None
+    remote_parents: RemoteParents
+    actors: dict[str, QueueActor]
+    _now_ms: Callable[[], int]
+
+    def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
+        raise NotImplementedError
+
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        raise NotImplementedError
+
+    def actor(self, name: str, *, recovering: bool = False) -> QueueActor:
+        raise NotImplementedError
+
+    def add(self, job_id: str, queue: str) -> None:
+        raise NotImplementedError
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        raise NotImplementedError
+
+    def _release_messages(self, writes: Writes,
+                          then: tuple[Replier, dict[str, Any]] | None) -> None:
+        raise NotImplementedError
+
+    def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
+        """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
+
+        Queue actors each own their jobs, so no single actor can admit a flow that
+        spans queues atomically. The router does it, synchronously (no actor can run in
+        between): it validates the whole graph, claims every id, writes every job in
+        one commit (durable, whatever the fsync policy), then hands each queue its jobs
+        as an ``adopt`` notice. Notices are applied before a queue's inbox, and the
+        reply leaves only after the commit, so any command the client sends after the
+        reply finds the jobs in place.
+        """
+        limits = self._limits
+        items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
+        now = self._now_ms()
+        for item in items:
+            if self._queue_of(item.id, found) is not None or (
+                    self.retained_result(item.id, now) is not None):
+                raise Refused(f"Job {item.id} already exists")
+        # In a cluster: the queues other brokers serve (their jobs become messages)
+        remote = set() if self.cluster is None else {
+            item.queue for item in items
+            if remote_address(self.cluster, item.queue, req) is not None}
+        new_queues = {item.queue for item in items} - self.actors.keys() - remote
+        if len(self.actors) + len(new_queues) > limits.max_queues:
+            raise Refused(f"Too many queues (max {limits.max_queues})")
+        # Last of the checks, first before any change: a refused flow leaves no trace.
+        if self._admission is not None and self._admission().refuses(
+                req.frame_bytes, len(items)):
+            raise Refused(STORAGE_FULL)
+        # One Writes per queue, submitted together: one commit all the same, and in a
+        # cluster each is fenced by its own queue's lease.
+        writes: dict[str, Writes] = {}
+        per_queue: dict[str, list[JobRecord]] = {}
+        snapshots = []
+        jobs: list[JobRecord] = []
+        for item in items:
+            job = new_flow_job(item, now)
+            jobs.append(job)
+            wire = job.to_wire()
+            wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
+            snapshots.append(wire)
+            if job.queue in remote:
+                # (admitted by the broker that serves it: flow_across; its children
+                # served here tell it how they end, through its queue's inbox)
+                for child_id in job.pending or ():
+                    self.add_dependent(child_id, job.id)
+                continue
+            # The one place the router touches a queue's state (its admission
+            # counter): synchronous, on the one trio thread, so no actor is midway.
+            job.seq = self.actor(job.queue).state.reserve_seq()
+            self.add(job.id, job.queue)
+            for child_id in job.pending or ():
+                self.add_dependent(child_id, job.id)
+            queue_writes = writes.get(job.queue)
+            if queue_writes is None:
+                queue_writes = writes[job.queue] = Writes(job.queue)
+                queue_writes.durable = True
+            queue_writes.put_job(job.to_record())
+            per_queue.setdefault(job.queue, []).append(job)
+        for queue_writes in writes.values():
+            self._committer.submit(queue_writes)
+        for name, queue_jobs in per_queue.items():
+            self.actors[name].post((ADOPT, queue_jobs))
+        reply = (req.replier, req.reply({"data": {"jobs": snapshots}}))
+        if remote:
+            self._release_messages(flow_across(jobs, remote, self.remote_parents), reply)
+        else:
+            self._committer.release([reply])
