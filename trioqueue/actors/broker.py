@@ -39,6 +39,7 @@ from .ahead_writes import AheadWriter
 from .clock import PauseWatch, TrioClock
 from .cluster import Cluster, HeldLeases, new_broker_id
 from .events import EventHub
+from .peer_events import PeerEvents
 from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
@@ -431,7 +432,8 @@ class Broker:
     async def join_cluster(self, tcp_port: int) -> None:
         """In a cluster: start the peer links and join, once the TCP listener is bound
         (``tcp_port``: the port it got, which the others are told when the configuration
-        says neither ``advertise`` nor a fixed port). Commands that arrive meanwhile
+        says neither ``advertise`` nor a fixed port), then relay the other brokers'
+        events to this one's clients (PeerEvents). Commands that arrive meanwhile
         wait for the first beat's view (Cluster.prepare). The tasks are the broker's,
         so they stop with it."""
         cluster, peers = self.cluster, self.peers
@@ -443,6 +445,13 @@ class Broker:
             cluster.address = f"{host}:{tcp_port}"
         await self._nursery.start(peers.run)
         await self._nursery.start(cluster.run)
+        me = cluster.broker_id
+        events = PeerEvents(
+            self.events, peers=lambda: {b: a for b, a in cluster.live.items() if b != me},
+            changed=lambda: cluster.live_changed, hello=self._peer_hello,
+            connect_timeout_s=self.config.peer_connect_timeout_s)
+        cluster.status_extra = events.status
+        await self._nursery.start(events.run)
 
     async def _leave_cluster(self) -> None:
         """Give this broker's leases back once its last commit is in, so the others
