@@ -14,6 +14,8 @@ from ..config import Config
 from ..storage.port import Recovered, Storage
 from .cluster import Cluster, HeldLeases
 from .cluster_inbox import ClusterInbox
+from .events import EventHub
+from .peer_events import PeerEvents
 from .peer_links import PeerLinks
 from .router import Router
 from .writer import StorageWriter
@@ -31,6 +33,7 @@ class ClusterMember:
     cluster: Cluster | None
     peers: PeerLinks | None
     recovered_jobs: int
+    events: EventHub
     _nursery: trio.Nursery | None
 
     def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
@@ -119,7 +122,8 @@ class ClusterMember:
     async def join_cluster(self, tcp_port: int) -> None:
         """In a cluster: start the peer links and join, once the TCP listener is bound
         (``tcp_port``: the port it got, which the others are told when the configuration
-        says neither ``advertise`` nor a fixed port). Commands that arrive meanwhile
+        says neither ``advertise`` nor a fixed port), then relay the other brokers'
+        events to this one's clients (PeerEvents). Commands that arrive meanwhile
         wait for the first beat's view (Cluster.prepare). The tasks are the broker's,
         so they stop with it."""
         cluster, peers = self.cluster, self.peers
@@ -132,6 +136,13 @@ class ClusterMember:
         await self._nursery.start(peers.run)
         await self._nursery.start(cluster.run)
         self._nursery.start_soon(self._read_inboxes, cluster)
+        me = cluster.broker_id
+        events = PeerEvents(
+            self.events, peers=lambda: {b: a for b, a in cluster.live.items() if b != me},
+            changed=lambda: cluster.live_changed, hello=self._peer_hello,
+            connect_timeout_s=self.config.peer_connect_timeout_s)
+        cluster.status_extra = events.status
+        await self._nursery.start(events.run)
 
     async def _read_inboxes(self, cluster: Cluster) -> None:
         """At every beat, apply the inbox messages other brokers committed for this

@@ -140,6 +140,11 @@ class Cluster:
         self.handovers = 0  # queues handed to a broker that joined
         self.owned = held.owned  # queue -> the epoch this broker holds
         self.live: dict[str, str] = {}  # broker id -> address, as of the last beat
+        # Set (and replaced by a fresh one) by each beat that changed ``live``: how
+        # PeerEvents follows the brokers that join and leave.
+        self.live_changed = trio.Event()
+        # More of ClusterStatus, from the parts that follow the cluster (PeerEvents).
+        self.status_extra: Callable[[], dict[str, Any]] | None = None
         self.leases: dict[str, Lease] = {}  # every lease, as of the last beat
         self._claiming: dict[str, trio.Event] = {}  # claims in flight, by queue
         self._orphans_seen = trio.Event()  # set by a beat that saw queues to take
@@ -154,6 +159,7 @@ class Cluster:
             "live": [{"brokerId": b, "address": a} for b, a in sorted(self.live.items())],
             "queues": sorted(self.owned), "takeovers": self.takeovers,
             "handovers": self.handovers,
+            **(self.status_extra() if self.status_extra is not None else {}),
         }
 
     def queue_names(self) -> list[str]:
@@ -301,7 +307,11 @@ class Cluster:
         await self._beaten.wait()
 
     def _see(self, view: BeatView) -> None:
-        self.live = dict(view.live)
+        live = dict(view.live)
+        if live != self.live:
+            self.live = live
+            changed, self.live_changed = self.live_changed, trio.Event()
+            changed.set()
         self.leases = {q: Lease(*lease) for q, lease in view.leases.items()}
         for queue, epoch in self.owned.items():
             lease = self.leases.get(queue)

@@ -30,7 +30,8 @@ have applied them). Dropping a link (its broker left) and stopping :meth:`PeerLi
 (the broker shuts down) answer what they hold too.
 
 Frames from the peer that answer no pending request (event frames) are counted in
-:attr:`PeerLinks.dropped_frames` and dropped (subscriptions through a peer come later).
+:attr:`PeerLinks.dropped_frames` and dropped: the peers' events travel on connections
+of their own (:mod:`.peer_events`), so a slow events stream never delays a command.
 """
 
 from __future__ import annotations

@@ -72,11 +72,13 @@ def decode_now(codec: Codec, payload: Any) -> Any:
 
 
 async def exchange_hello(stream: trio.abc.Stream, decoder: FrameDecoder, codec: Codec,
-                         frames: list[dict[str, Any]], ids: itertools.count[int]
-                         ) -> str | None:
+                         frames: list[dict[str, Any]], ids: itertools.count[int],
+                         others: list[Any] | None = None) -> str | None:
     """Send a new link's hello ``frames`` in one write (each with a reqId of ``ids``)
     and wait for their replies: the reason the peer refused the link, or None when
-    every reply is ok. The caller bounds the wait (the connect timeout)."""
+    every reply is ok. The caller bounds the wait (the connect timeout). Frames that
+    answer none of them (event frames, which may follow the last reply in its read)
+    are added to ``others`` when given, dropped otherwise."""
     if not frames:
         return None
     waiting: dict[int, Any] = {}
@@ -100,6 +102,8 @@ async def exchange_hello(stream: trio.abc.Stream, decoder: FrameDecoder, codec: 
             if type(answered) is not int or answered not in waiting:
                 if reply.get("ok") is False:  # e.g. a frame refused unread
                     return f"it refused the link: {reply.get('error')}"
+                if others is not None:
+                    others.append(reply)
                 continue  # an event frame
             cmd = waiting.pop(answered)
             if not reply.get("ok"):

@@ -18,15 +18,21 @@ from ..core.registry import SESSION, Command, Reply
 
 PROTOCOL_VERSION = 3
 CAPABILITIES = ["pipelining", "separate-job-name"]
+#: A session command's answer the session gives itself, later: SubscribeEvents' in a
+#: cluster, once the events of every live broker reach this one (at once when they do).
+AFTER_RELAYS: Reply = {}
 
 
 class SessionOps(Protocol):
     """What the session commands do to their session (see transport.session)."""
 
+    peer_broker: str | None  # another broker's id, on its peer connection
+
     def authenticate(self, token: Any) -> bool: ...
     def subscribe(self, queue: str, replier: Any) -> None: ...
     def unsubscribe(self) -> None: ...
     def become_peer(self, broker_id: str) -> None: ...
+    def stream_cluster_events(self, replier: Any) -> None: ...
     def cluster_status(self) -> dict[str, Any]: ...
 
 
@@ -52,7 +58,7 @@ def _ping(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
 
 def _subscribe(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
     session.subscribe(fields.queue_name(msg.get("queue")), replier)
-    return {}
+    return AFTER_RELAYS
 
 
 def _unsubscribe(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
@@ -70,6 +76,17 @@ def _cluster_peer(session: SessionOps, msg: dict[str, Any], replier: Any) -> Rep
     return {}
 
 
+def _cluster_events(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
+    """A peer broker's events connection (actors/peer_events.py): after this, every job
+    event of the queues this broker serves follows as an event frame, never one it
+    only relayed from another broker (so none goes round or twice)."""
+    if session.peer_broker is None:
+        raise Refused("ClusterEvents is for another broker's peer connection "
+                      "(ClusterPeer first)")
+    session.stream_cluster_events(replier)
+    return {}
+
+
 def _cluster_status(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
     """This broker's view of its cluster (docs/scale-out.md): its id, the live brokers
     and the queues it serves; ``{"cluster": null}`` on a broker that is not in one."""
@@ -83,6 +100,7 @@ COMMANDS = CORE_COMMANDS.extended([
     Command("SubscribeEvents", SESSION, _subscribe),
     Command("UnsubscribeEvents", SESSION, _unsubscribe),
     Command("ClusterPeer", SESSION, _cluster_peer),
+    Command("ClusterEvents", SESSION, _cluster_events),
     Command("ClusterStatus", SESSION, _cluster_status),
 ])
 

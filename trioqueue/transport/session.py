@@ -27,7 +27,7 @@ from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
 from .codec import DecodeError
-from .commands import COMMANDS
+from .commands import AFTER_RELAYS, COMMANDS
 from .reply_slices import is_long
 
 log = logging.getLogger("trioqueue.session")
@@ -64,9 +64,10 @@ class ClusterView(Protocol):
     def status(self) -> dict[str, Any]: ...
 
 
-class EventSource(Protocol):
-    def subscribe(self, subscriber: EventSubscriber) -> None: ...
+class EventSource(Protocol):  # (the broker's EventHub, actors/events.py)
+    def subscribe(self, subscriber: EventSubscriber, *, stream: bool = False) -> None: ...
     def unsubscribe(self, subscriber: EventSubscriber) -> None: ...
+    def when_relayed(self, done: Callable[[], None]) -> bool: ...
 
 
 class AheadWrites(Protocol):
@@ -156,8 +157,10 @@ class Session:
         self._slot = trio.Event()
         self.pulled_queues: set[str] = set()
         self.closed = False
-        # SubscribeEvents: at most one queue per connection, as in bunqueue.
+        # SubscribeEvents: at most one queue per connection, as in bunqueue; and
+        # ClusterEvents, on another broker's events connection.
         self._subscriber: EventSubscriber | None = None
+        self._cluster_stream: EventSubscriber | None = None
 
     # ------------------------------------------------------------------ replies
 
@@ -232,7 +235,7 @@ class Session:
         """Whether the idle timeout must spare this connection: a command in flight (a
         parked pull or WaitJob included), an event subscription, or a job delivered
         over it that is still active."""
-        if self.inflight > 0 or self._subscriber is not None:
+        if self.inflight > 0 or self._subscriber or self._cluster_stream:
             return True
         return bool(self.pulled_queues) and self.router.holds_jobs(self, self.pulled_queues)
 
@@ -356,15 +359,30 @@ class Session:
         if command.route == SESSION:
             assert command.handler is not None  # the registry checked it
             try:
-                self._answer(replier, request.reply(command.handler(self, msg, replier)))
+                answer = command.handler(self, msg, replier)
             except Refused as exc:
                 self._answer(replier, request.error_reply(exc.message))
+                return None
+            if answer is not AFTER_RELAYS:
+                self._answer(replier, request.reply(answer))
+            elif self.events.when_relayed(self._answer_later(request, replier)):
+                self._answer(replier, request.reply({}))
             return None
         if command.pull:
             queue = msg.get("queue")
             if isinstance(queue, str):
                 self.pulled_queues.add(queue)
         return command, request
+
+    def _answer_later(self, request: Request, replier: Any) -> Callable[[], None]:
+        """What answers ``request`` once a cluster's relays are up (AFTER_RELAYS)."""
+        reply = request.reply({})
+
+        def answer() -> None:
+            self.inflight += 1  # (deliver_many gives back a slot per reply)
+            replier.deliver_many([reply])
+
+        return answer
 
     def _count_oversize(self, reply: dict[str, Any]) -> None:
         """A large frame's reply: a refusal for too much job data (PUSH, or a PUSHB's
@@ -385,6 +403,15 @@ class Session:
     def become_peer(self, broker_id: str) -> None:
         """ClusterPeer: this connection carries another broker's forwarded commands."""
         self.peer_broker = broker_id
+
+    def stream_cluster_events(self, replier: Any) -> None:
+        """ClusterEvents: the events of this broker's own queues, as SubscribeEvents'
+        frames (same path, same byte bound: a peer that falls behind is cut)."""
+        if self._cluster_stream is None:
+            tag = getattr(replier, "tag", None)
+            self._cluster_stream = lambda events: self.send_frames(
+                [{"type": "event", "event": e} for e in events], tag)
+            self.events.subscribe(self._cluster_stream, stream=True)
 
     def cluster_status(self) -> dict[str, Any]:
         # (the router's, in a cluster; a router of tests may have none)
@@ -420,6 +447,8 @@ class Session:
             return
         self.closed = True
         self.unsubscribe()
+        if self._cluster_stream is not None:
+            self.events.unsubscribe(self._cluster_stream)
         self.router.connection_closed(self, self.pulled_queues)
         # Nothing is sent after the close (send_frames returns at once), so the
         # transport's callbacks and the tagged repliers can go: they are the cycles
