@@ -15,6 +15,7 @@ CLUSTER_ENV = {
     "broker_id": "TRIOQUEUE_BROKER_ID",
     "advertise": "TRIOQUEUE_ADVERTISE",
     "cluster_lease_s": "TRIOQUEUE_CLUSTER_LEASE_S",
+    "cluster_read_timeout_s": "TRIOQUEUE_CLUSTER_READ_TIMEOUT_S",
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -35,6 +36,11 @@ def add_cluster_flags(serve: Any) -> None:
     group.add_argument("--cluster-lease-s", dest="cluster_lease_s", metavar="SECONDS",
                        help="a broker without a heartbeat this long is dead to the others "
                             "and its queues move (default 5)")
+    group.add_argument("--cluster-read-timeout-s", dest="cluster_read_timeout_s",
+                       metavar="SECONDS",
+                       help="how long Stats, Metrics, Prometheus, the dashboard and "
+                            "ListWorkers wait for the other brokers' answers; one later "
+                            "is left out and named in the reply (default 2)")
 
 
 def cluster_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
@@ -50,9 +56,11 @@ def cluster_settings(config: Config, args: argparse.Namespace, env: Mapping[str,
         value = getattr(args, setting) or env.get(CLUSTER_ENV[setting]) or None
         if value is not None:
             setattr(config, setting, value)
-    raw = args.cluster_lease_s or env.get(CLUSTER_ENV["cluster_lease_s"])
-    if raw is not None:
-        try:
-            config.cluster_lease_s = float(raw)
-        except ValueError:
-            raise SystemExit(f"Invalid cluster-lease-s: {raw!r} (expected seconds)") from None
+    for setting in ("cluster_lease_s", "cluster_read_timeout_s"):
+        raw = getattr(args, setting) or env.get(CLUSTER_ENV[setting])
+        if raw is not None:
+            try:
+                setattr(config, setting, float(raw))
+            except ValueError:
+                flag = setting.replace("_", "-")
+                raise SystemExit(f"Invalid {flag}: {raw!r} (expected seconds)") from None

@@ -67,6 +67,10 @@ class Config:
     broker_id: str | None = None
     advertise: str | None = None
     cluster_lease_s: float = 5.0
+    # How long a broker-wide read (Stats, Metrics, Prometheus, the dashboard's,
+    # ListWorkers) waits for the other brokers' answers; one that has not answered by
+    # then is left out, and the reply names it (actors/cluster_fanout.py).
+    cluster_read_timeout_s: float = 2.0
     auth_tokens: list[str] = field(default_factory=list)
     # "interval": commits survive kill -9 at once and reach the disk within
     # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
@@ -268,6 +272,8 @@ class Config:
     def _validate_cluster(self) -> None:
         if not 1 <= self.cluster_lease_s <= 300:
             raise ValueError("cluster_lease_s must be between 1 and 300 seconds")
+        if not 0.01 <= self.cluster_read_timeout_s <= 60:
+            raise ValueError("cluster_read_timeout_s must be between 0.01 and 60 seconds")
         if not self.cluster:
             return
         if self.storage_url is None:

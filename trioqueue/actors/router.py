@@ -39,6 +39,7 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
 from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
 from .cluster_routes import (
@@ -79,7 +80,8 @@ class Router(DependentsIndex, FlowAdmission):
                  count_stored: Callable[[str, str], int] | None = None,
                  finished_queues: FinishedQueues | None = None,
                  cluster: ClusterRouting | None = None,
-                 forward: Forward | None = None) -> None:
+                 forward: Forward | None = None,
+                 reads: ClusterReads | None = None) -> None:
         self._committer = committer
         # In a cluster (docs/scale-out.md): which queues are served here, and how a
         # command for one served elsewhere goes there (actors/cluster_routes.py).
@@ -89,6 +91,8 @@ class Router(DependentsIndex, FlowAdmission):
         # and the reader of this broker's queues' inboxes (set by the broker)
         self.remote_parents = RemoteParents()
         self.inbox: ClusterInbox | None = None
+        # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
+        self.reads = reads
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -377,6 +381,8 @@ class Router(DependentsIndex, FlowAdmission):
             # runs it in its own actor).
             assert command.handler is not None
             answer = command.handler(self, msg, self._now_ms(), req.conn)
+            if self.reads is not None and self.reads.take(req, answer):
+                return  # (a cluster: the other brokers' answers merged with this one)
             if isinstance(answer, FanOut):
                 gather = Gather(req, answer.combine, len(self.actors))
                 for name in list(self.actors):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..core.broker_stats import mib
@@ -28,10 +29,23 @@ WORKER_FIELDS = ("name", "queues", "concurrency", "workerId", "hostname", "pid",
                  "startedAt")
 
 
+def _read(cmd: str) -> Callable[[Call], dict[str, Any]]:
+    """A broker-wide read: in a cluster, every broker's answers merged, or with
+    ``?local=true`` this broker's own (docs/scale-out.md, "Broker-wide reads")."""
+
+    def build(call: Call) -> dict[str, Any]:
+        msg: dict[str, Any] = {"cmd": cmd}
+        if call.arg("local") in ("1", "true"):
+            msg["local"] = True
+        return msg
+
+    return build
+
+
 async def _dashboard_queues(call: Call, run: RunCommand) -> Response:
     """DashboardQueues, one page of it: ``offset`` and ``limit`` (bunqueue pages this
     route, not the command) cut the sorted list; ``total`` counts them all."""
-    reply = await run({"cmd": "DashboardQueues"})
+    reply = await run(_read("DashboardQueues")(call))
     data = reply.get("data")
     if reply.get("ok") is not False and isinstance(data, dict):
         queues = data.get("queues") or []
@@ -53,7 +67,7 @@ def _dashboard_queue(call: Call) -> dict[str, Any]:
 
 async def _prometheus(call: Call, run: RunCommand) -> Response:
     """The exposition text itself (a refusal is answered as JSON)."""
-    reply = await run({"cmd": "Prometheus"})
+    reply = await run(_read("Prometheus")(call))
     metrics = (reply.get("data") or {}).get("metrics")
     if reply.get("ok", True) is False:
         return Response(reply_status(reply), reply)
@@ -97,7 +111,7 @@ ADMIN_ROUTES: list[Route] = [
                                                       key="webhookId"))),
     Route("PUT", "/webhooks/{id}/enabled", command(forward(
         "SetWebhookEnabled", "id", body=("enabled",)))),
-    Route("GET", "/workers", command(forward("ListWorkers"))),
+    Route("GET", "/workers", command(_read("ListWorkers"))),
     Route("POST", "/workers", command(forward("RegisterWorker", body=WORKER_FIELDS))),
     Route("DELETE", "/workers/{id}", command(forward("UnregisterWorker", "id",
                                                      key="workerId"))),
@@ -105,10 +119,10 @@ ADMIN_ROUTES: list[Route] = [
         "Heartbeat", "id", body=("activeJobs", "processed", "failed")))),
     Route("GET", "/ping", command(forward("Ping"))),
     Route("GET", "/storage", command(forward("StorageStatus"))),
-    Route("GET", "/stats", command(forward("Stats"))),
-    Route("GET", "/metrics", command(forward("Metrics"))),
+    Route("GET", "/stats", command(_read("Stats"))),
+    Route("GET", "/metrics", command(_read("Metrics"))),
     Route("GET", "/prometheus", _prometheus),
-    Route("GET", "/dashboard", command(forward("DashboardOverview"))),
+    Route("GET", "/dashboard", command(_read("DashboardOverview"))),
     Route("GET", "/dashboard/queues", _dashboard_queues),
     Route("GET", "/dashboard/queues/{queue}", command(_dashboard_queue)),
     Route("POST", "/gc", command(forward("CompactMemory"))),
