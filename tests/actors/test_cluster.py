@@ -6,10 +6,14 @@ brokers: tests/e2e/test_cluster.py.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from trioqueue.actors.cluster import Cluster, HeldLeases, LostMembership
 from trioqueue.core.placement import preferred_owner
+from trioqueue.core.writes import Writes
+from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.memory_cluster import MemoryCluster
 from trioqueue.storage.port import Recovered
 
@@ -140,3 +144,118 @@ async def test_a_broker_that_joins_gets_the_queues_it_wins_and_no_others() -> No
     await b.cluster.take_orphans()  # (or on their first command)
     assert sorted(b.adopted) == sorted(moving)
     assert all(tables.leases[q] == ("b", 2) for q in moving)
+
+
+# --- a role: a lease that is no queue (the cron scheduler's) -------------------------
+
+ROLE = "#role"
+
+
+class RoleNode(Node):
+    """A broker with one role, recording what it was given and when it retired."""
+
+    def __init__(self, tables: MemoryCluster, name: str) -> None:
+        super().__init__(tables, name)
+        self.taken: list[dict[str, Any]] = []
+        self.retires = 0
+        self.cluster = Cluster(tables, held=HeldLeases(name), address=f"{name}:1",
+                               lease_s=LEASE_S, adopt=self._adopt, retire=self._retire,
+                               forget=self.forgotten.append, roles={ROLE: self})
+
+    kinds = ("cron",)
+
+    def take(self, records: dict[str, Any]) -> None:
+        self.taken.append(records)
+
+    async def retire(self) -> None:
+        self.retires += 1
+
+
+async def _role_nodes(tables: MemoryCluster, *names: str) -> list[RoleNode]:
+    nodes = [RoleNode(tables, name) for name in names]
+    for node in nodes:
+        tables.join(node.cluster.broker_id, node.cluster.address)
+    for node in nodes:
+        await node.cluster.beat()
+        node.cluster.joined.set()
+    return nodes
+
+
+def _holder(nodes: list[RoleNode]) -> RoleNode:
+    [holder] = [n for n in nodes if ROLE in n.cluster.owned]
+    return holder
+
+
+async def test_a_role_is_claimed_by_its_winner_with_its_records_and_is_no_queue() -> None:
+    store = MemoryStorage()
+    writes = Writes()
+    writes.put_broker_record("cron", "nightly", {"name": "nightly"})
+    writes.put_broker_record("webhook", "w1", {"id": "w1"})
+    store.apply([writes])
+    tables = MemoryCluster(Clock(), store=store)
+    nodes = await _role_nodes(tables, "a", "b", "c")
+    for node in nodes:  # (its lease has no row yet: only the winner claims it)
+        await node.cluster.take_orphans()
+    holder = _holder(nodes)
+    assert holder.cluster.broker_id == preferred_owner(ROLE, ["a", "b", "c"])
+    assert holder.taken == [{"cron": {"nightly": {"name": "nightly"}}}]
+    assert holder.adopted == [] and holder.cluster.takeovers == 0
+    assert tables.leases[ROLE] == (holder.cluster.broker_id, 1)
+    for node in nodes:
+        await node.cluster.beat()
+        assert ROLE not in node.cluster.queue_names()
+        status = node.cluster.status()
+        assert ROLE not in status["queues"]
+        assert status["roles"] == {ROLE: holder.cluster.broker_id}
+        expected = None if node is holder else f"{holder.cluster.broker_id}:1"
+        assert node.cluster.route(ROLE) == expected
+
+
+async def test_a_role_moves_to_a_broker_that_joins_and_wins_it() -> None:
+    tables = MemoryCluster(Clock())
+    names = ["a", "b", "c", "d", "e"]
+    winner = preferred_owner(ROLE, names)
+    first = [n for n in names if n != winner]
+    nodes = await _role_nodes(tables, *first)
+    for node in nodes:
+        await node.cluster.take_orphans()
+    old = _holder(nodes)
+    (new,) = await _role_nodes(tables, winner)
+    await old.cluster.beat()
+    await old.cluster.hand_over()  # retired first, then released
+    assert old.retires == 1 and ROLE not in old.cluster.owned
+    assert old.forgotten == [] and old.cluster.handovers == 1
+    assert tables.leases[ROLE] == (None, 1)
+    await new.cluster.beat()
+    await new.cluster.take_orphans()
+    assert ROLE in new.cluster.owned and tables.leases[ROLE] == (winner, 2)
+    assert len(new.taken) == 1
+
+
+async def test_the_survivors_take_a_dead_holders_role() -> None:
+    clock = Clock()
+    tables = MemoryCluster(clock)
+    nodes = await _role_nodes(tables, "a", "b", "c")
+    for node in nodes:
+        await node.cluster.take_orphans()
+    dead = _holder(nodes)
+    survivors = [n for n in nodes if n is not dead]
+    for _ in range(2):
+        clock.now += LEASE_S * 0.6
+        for node in survivors:
+            await node.cluster.beat()
+    for node in survivors:
+        await node.cluster.take_orphans()
+    taker = _holder(survivors)
+    assert taker.cluster.broker_id == preferred_owner(
+        ROLE, [n.cluster.broker_id for n in survivors])
+    assert tables.leases[ROLE] == (taker.cluster.broker_id, 2) and len(taker.taken) == 1
+
+
+async def test_a_beat_carries_the_versions_of_the_broker_records() -> None:
+    tables = MemoryCluster(Clock())
+    (a,) = await _joined(tables, "a")
+    assert a.cluster.versions == {}
+    tables.versions["webhook"] = 3  # (a commit of another broker raised it)
+    await a.cluster.beat()
+    assert a.cluster.versions == {"webhook": 3}

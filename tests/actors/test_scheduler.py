@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from trioqueue.actors.request import Request
 from trioqueue.actors.scheduler import CronScheduler
 from trioqueue.core.cron_handlers import CRON_FIRE
-from trioqueue.core.crons import parse_cron_command
+from trioqueue.core.crons import SCHEDULER_LEASE, parse_cron_command
 from trioqueue.core.workers import WorkerRegistry
 from trioqueue.core.writes import PutBrokerRecord, Writes
 
@@ -132,3 +132,38 @@ def test_refusals_are_logged_not_raised(caplog: Any) -> None:
     scheduler, _, _ = make(0)
     scheduler.deliver({"ok": False, "error": "Storage full"})
     assert "Storage full" in caplog.text
+
+
+def test_in_a_cluster_the_holder_fires_through_its_hook_under_the_lease() -> None:
+    """A cluster's scheduler (actors/cluster_crons.py): each firing goes to ``fire``
+    (the queue may be another broker's), every write names the scheduler's lease, and
+    the registry is the one loaded when the lease was taken, until it is dropped."""
+    clock = HandClock(1_000_000)
+    sent = Sent()
+    fired: list[tuple[str, int]] = []
+    scheduler = CronScheduler(clock, WorkerRegistry(), sent.post, sent.submit,
+                              fire=lambda d: fired.append((d.name, d.executions)),
+                              lease=SCHEDULER_LEASE)
+    late = parse_cron_command({"name": "late", "queue": "q", "repeatEvery": 500,
+                               "maxLimit": 2, "preventOverlap": False}, 998_000, None)
+    late.executions = 1  # (its predecessor fired once, then the lease moved)
+    old = parse_cron_command({"name": "old", "queue": "q", "repeatEvery": 500,
+                              "preventOverlap": False}, 900_000, None)
+    scheduler.take({"late": late.to_record(), "old": old.to_record()}, late_ms=4000)
+    # a slot missed while the lease moved fires now; one missed long ago is skipped,
+    # as after a restart (skipMissedOnRestart)
+    assert scheduler.get("late").next_run == 998_500  # type: ignore[union-attr]
+    assert scheduler.get("old").next_run == 1_000_500  # type: ignore[union-attr]
+    scheduler.fire_due(1_000_000)
+    assert fired == [("late", 2)] and sent == []
+    scheduler.remove("old")
+    run_until(scheduler, clock, 1_010_000)
+    assert fired == [("late", 2)]
+    assert [(w.queue, w.ops) for w in sent.committed] == [
+        (SCHEDULER_LEASE, [PutBrokerRecord("cron", "late", None)])]  # maxLimit reached
+    scheduler.take({"u": parse_cron_command({"name": "u", "queue": "q",
+                                             "repeatEvery": 500}, 0, None).to_record()},
+                   late_ms=4000)
+    assert [c["name"] for c in scheduler.listing()] == ["u"]
+    scheduler.drop()  # handed over: nothing left to fire here
+    assert scheduler.listing() == [] and scheduler.registry.next_due() is None

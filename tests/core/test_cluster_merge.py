@@ -11,6 +11,7 @@ from trioqueue.core.cluster_merge import (
     Answered,
     merge_dashboard_overview,
     merge_dashboard_queues,
+    merge_list_webhooks,
     merge_list_workers,
     merge_metrics,
     merge_stats,
@@ -19,6 +20,7 @@ from trioqueue.core.cluster_merge import (
 from trioqueue.core.dashboard import dashboard_overview, dashboard_queues
 from trioqueue.core.queue import QueueState
 from trioqueue.core.stats_handlers import metrics, stats
+from trioqueue.core.webhook_handlers import list_webhooks
 
 THREE = Answered(["b0", "b1", "b2"], [])
 
@@ -162,3 +164,29 @@ def test_history_points_are_summed_per_step() -> None:
 
 def test_brokers_field() -> None:
     assert Answered(["b0", "b1"], ["b2"]).wire() == {"answered": 2, "missing": ["b2"]}
+
+
+def test_webhooks_are_the_askers_with_every_brokers_delivery_counts() -> None:
+    """Every broker holds the table's webhooks; each counts the deliveries it made (the
+    events of the queues it serves): the list is the asker's, the counts summed."""
+    scopes = [Broker({}, cap=100) for _ in range(3)]
+    for scope in scopes:
+        scope.webhooks.load([
+            {"id": "w1", "url": "http://h/1", "events": ["job.pushed"], "queue": None,
+             "createdAt": NOW},
+            {"id": "w2", "url": "http://h/2", "events": ["job.failed"], "queue": "q1",
+             "createdAt": NOW, "enabled": False}])
+    for i, scope in enumerate(scopes):
+        hook = scope.webhooks.hooks["w1"]
+        hook.success_count, hook.failure_count, hook.dropped_count = i, 1, i * 2
+        hook.last_triggered = None if i == 0 else NOW + i
+    scopes[2].webhooks.load([{"id": "w3", "url": "http://h/3", "events": ["job.pushed"],
+                              "queue": None, "createdAt": NOW}])  # (a moment ahead)
+    replies = [list_webhooks(scope, {}, NOW, None) for scope in scopes]
+    merged = merge_list_webhooks(replies, THREE)["data"]
+    w1, w2 = merged["webhooks"]
+    assert (w1["id"], w1["successCount"], w1["failureCount"], w1["droppedCount"],
+            w1["lastTriggered"]) == ("w1", 0 + 1 + 2, 3, 0 + 2 + 4, NOW + 2)
+    assert (w2["id"], w2["successCount"], w2["enabled"], w2["lastTriggered"]) == (
+        "w2", 0, False, None)
+    assert merged["stats"] == {"total": 2, "enabled": 1}

@@ -64,6 +64,16 @@ def test_process_uptime_and_storage_are_the_askers() -> None:
     assert families["bunqueue_storage_used_bytes"].samples[0].value == 0
 
 
+def test_webhooks_are_the_askers_every_broker_holds_them_all() -> None:
+    brokers = _brokers()
+    for scope in brokers:
+        scope.webhooks.load([{"id": "w", "url": "http://h/", "events": ["job.pushed"],
+                              "queue": None, "createdAt": NOW}])
+    families = _scrape(*brokers)["families"]
+    assert families["bunqueue_webhooks_registered"].samples[0].value == 1
+    assert families["bunqueue_webhooks_enabled"].samples[0].value == 1
+
+
 def test_histograms_add_up_bucket_by_bucket() -> None:
     families = _scrape(*_brokers())["families"]
     push = _values(families["bunqueue_push_duration_seconds"])

@@ -199,3 +199,28 @@ def test_refused_add_changes_nothing() -> None:
                     NOW, None)
     assert list_webhooks(scope, {}, NOW, None) == {
         "data": {"webhooks": [], "stats": {"total": 0, "enabled": 0}}}
+
+
+def test_a_reload_from_the_table_keeps_the_webhooks_still_there() -> None:
+    """A cluster's reload (actors/cluster_webhooks.py): a webhook still stored keeps its
+    object, so its delivery task and counters go on; one gone is removed, with its
+    deliveries; a new one is added; ``enabled`` is the table's. Only the commands'
+    own changes count as this broker's changes."""
+    registry = WebhookRegistry()
+    removed: list[str] = []
+    registry.on_removed = removed.append
+    kept = registry.new("http://h/kept", ["job.pushed"], "q", None, NOW)
+    registry.new("http://h/gone", ["job.pushed"], None, None, NOW)
+    kept.success_count = 7
+    changes = registry.changes
+    assert changes == 2
+    registry.replace([
+        {**kept.record(), "enabled": False},
+        {"id": "new", "url": "http://h/new", "events": ["job.failed"], "queue": "q",
+         "secret": "s", "createdAt": NOW}])
+    assert registry.changes == changes
+    assert list(registry.hooks) == [kept.id, "new"] and registry.hooks[kept.id] is kept
+    assert kept.success_count == 7 and not kept.enabled
+    assert len(removed) == 1 and removed[0] != kept.id
+    assert [h.id for h in registry.matching("q", "job.failed")] == ["new"]
+    assert not registry.matching("q", "job.pushed")

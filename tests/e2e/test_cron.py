@@ -86,6 +86,20 @@ async def test_prevent_overlap_and_max_limit(
     assert await count(client) == 1  # the completed one
 
 
+async def test_a_schedule_deleted_at_its_max_limit_is_committed_at_once(
+        autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
+    """The deletion at maxLimit has no reply to wait for: it is committed at once, not
+    left for some later command's commit (meanwhile a shutdown waited for it)."""
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("Cron", name="once", queue=Q, repeatEvery=1000, maxLimit=1)
+    await trio.sleep(2.5)  # fired at 1 s, deleted at 2 s
+    assert (await client.call("CronGet", name="once"))["error"] == "Cron job not found"
+    with trio.fail_after(1):  # (nothing left to commit: settled at once)
+        await server.broker.settle()
+    assert "once" not in server.broker.storage.load().broker_records.get("cron", {})
+
+
 async def test_skip_if_no_worker_fires_only_with_a_registered_worker(
         autojump_clock: trio.testing.MockClock, start_server: Callable[..., Any]) -> None:
     server = await start_server(memory=True)

@@ -100,9 +100,9 @@ def _migrate(*args: str, env: dict[str, Any] | None = None) -> subprocess.Comple
 def test_trioqueue_migrate(pg_dsn: str) -> None:
     first = _migrate("--storage", pg_dsn)
     assert first.returncode == 0, first.stderr
-    assert "applied migration(s) 1, 2, 3; schema at version 3" in first.stdout
+    assert "applied migration(s) 1, 2, 3, 4; schema at version 4" in first.stdout
     again = _migrate("--storage", pg_dsn)
-    assert again.returncode == 0 and "schema already at version 3" in again.stdout
+    assert again.returncode == 0 and "schema already at version 4" in again.stdout
     missing = _migrate("--storage", pg_dsn.rsplit("/", 1)[0] + "/no_such_database")
     assert missing.returncode == 4
     assert 'database "no_such_database" does not exist' in missing.stderr

@@ -334,7 +334,52 @@ def test_a_queue_taken_over_gets_exact_counts(pg_dsn: str) -> None:
         assert new.count_finished("q", "completed") == 0
 
 
-# --- migration 2 ----------------------------------------------------------------------------
+# --- broker records in a cluster -----------------------------------------------------------
+
+
+def test_broker_records_load_by_kind_without_jobs(setup: Setup) -> None:
+    records = Writes()
+    records.put_broker_record("cron", "nightly", {"name": "nightly", "n": 1})
+    records.put_broker_record("webhook", "w1", {"id": "w1"})
+    records.put_broker_record("webhook", "w2", {"id": "w2"})
+    records.put_broker_record("webhookish", "x", {"id": "x"})  # (a kind that starts alike)
+    setup.store.apply([records, queue_writes("q", put(rec("j")))])
+    c = setup.cluster
+    assert c.load_broker_records(["webhook"]) == {
+        "webhook": {"w1": {"id": "w1"}, "w2": {"id": "w2"}}}
+    assert c.load_broker_records(["cron", "webhook"])["cron"] == {
+        "nightly": {"name": "nightly", "n": 1}}
+    assert c.load_broker_records(["none"]) == {}
+
+
+def test_a_commit_that_changes_webhooks_raises_their_version_in_the_beat(
+        pg_dsn: str) -> None:
+    """The version of a kind of broker records moves in the very commit that changes
+    one (a fenced batch of a cluster's broker), and each beat returns it: how every
+    broker learns within a beat that another changed the webhooks."""
+    with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {}))) as store:
+        cluster = store.cluster()
+        cluster.join("a", "A")
+        beat = cluster.beat("a", LEASE_S)
+        assert beat is not None and dict(beat.versions) == {}
+        add = queue_writes(None, ("put_broker_record", "webhook", "w1", {"id": "w1"}))
+        store.apply([add])
+        beat = cluster.beat("a", LEASE_S)
+        assert beat is not None and dict(beat.versions) == {"webhook": 1}
+        store.apply([queue_writes(None, ("put_broker_record", "webhook", "w1", None),
+                                  ("put_broker_record", "cron", "c", {"n": 1}))])
+        beat = cluster.beat("a", LEASE_S)
+        assert beat is not None and dict(beat.versions) == {"webhook": 2, "cron": 1}
+        cluster.claim("q", "a", LEASE_S)
+        with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {"q": 1}),
+                               migrate_schema=False)) as owner:
+            owner.apply([queue_writes("q", put(rec("j")))])  # (no broker record)
+        beat = cluster.beat("a", LEASE_S)
+        assert beat is not None and dict(beat.versions) == {"webhook": 2, "cron": 1}
+        assert cluster.load_broker_records(["webhook"]) == {}
+
+
+# --- migrations 2 to 4 ----------------------------------------------------------------------------
 
 
 def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
@@ -349,8 +394,8 @@ def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
             conn.execute("INSERT INTO tq_finished_counts VALUES ('done', 'completed', 4),"
                          " ('emptied', 'failed', 0)")
         assert schema_version(conn) == 1
-        assert migrate(conn) == [2, 3]
-        assert schema_version(conn) == L.LATEST_VERSION == 3
+        assert migrate(conn) == [2, 3, 4]
+        assert schema_version(conn) == L.LATEST_VERSION == 4
         leases = conn.execute("SELECT queue, owner, epoch FROM tq_queue_leases"
                               " ORDER BY queue").fetchall()
     assert leases == [("busy", None, 0), ("done", None, 0), ("paused", None, 0)]

@@ -28,10 +28,11 @@ from ..core.broker_stats import (
     StorageUsage,
 )
 from ..core.clock import Clock
-from ..core.crons import CRON_KIND
+from ..core.crons import CRON_KIND, SCHEDULER_LEASE
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.writes import Writes
 from ..process_numbers import process_numbers
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError
 from .admission import Admission, admit_estimate
@@ -114,6 +115,7 @@ class Broker(ClusterMember):
         self.queue_limits = limits_from(config, QueueLimits)
         self.cluster: Cluster | None = None
         self.peers: PeerLinks | None = None
+        self.scheduler_role = self.firings = self.webhook_sync = None
         finished_queues = self._finished_queues if self.storage.apply_blocks else None
         reads: ClusterReads | None = None
         if held is not None:
@@ -278,6 +280,13 @@ class Broker(ClusterMember):
         self._nursery.start_soon(actor.run, name=f"queue:{name}")
         return actor
 
+    def _store_soon(self, writes: Writes) -> None:
+        """Commit writes no reply waits for (a schedule deleted at its maxLimit) with
+        the next commit, started now: merely submitted, they would wait for some
+        command's, and a shutdown would wait for them in vain."""
+        self.writer.submit(writes)
+        self.writer.release([])
+
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
@@ -286,8 +295,9 @@ class Broker(ClusterMember):
         """Rebuild every queue from storage, before anyone connects (see core.recovery:
         the notices recovery makes are applied within it, so queues start settled).
         In a cluster no queue is rebuilt here: each is claimed and rebuilt by the
-        broker that wins it (:meth:`_adopt`)."""
-        recovered = Recovered() if self.cluster is not None else self.storage.load()
+        broker that wins it (:meth:`_adopt`); the webhooks alone are loaded."""
+        recovered = (self._cluster_records() if self.cluster is not None
+                     else self.storage.load())
         router = self.router
         router.webhooks.load(recovered.broker_records.get(WEBHOOK_RECORDS, {}).values())
         self._rebuild(recovered, None, charge_active=True)
@@ -335,8 +345,13 @@ class Broker(ClusterMember):
         if self._clock is None:
             self._clock = TrioClock()
         self.router.stats.started_ms = self._clock.now_ms()
-        self.scheduler = CronScheduler(self._clock, self.router.workers, self.router.post,
-                                       self.writer.submit)
+        firings = self.firings  # (a cluster's: see actors/cluster_crons.py)
+        self.scheduler = CronScheduler(
+            self._clock, self.router.workers, self.router.post, self._store_soon,
+            fire=None if firings is None else firings.fire,
+            lease=None if firings is None else SCHEDULER_LEASE)
+        if self.scheduler_role is not None:
+            self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler
         if self.config.lease_grace_after_pause_s > 0:
             self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)

@@ -1,7 +1,8 @@
 """The broker's part in a cluster (docs/scale-out.md), a mixin of
 :class:`~trioqueue.actors.broker.Broker`: joining once the listener is bound, the peer
-links, claiming and rebuilding queues, handing them over, reading the inboxes, and
-leaving at shutdown. Kept apart from broker.py, which stays about one broker."""
+links, claiming and rebuilding queues, handing them over, reading the inboxes, the cron
+scheduler's lease and the webhooks that follow the table, and leaving at shutdown. Kept
+apart from broker.py, which stays about one broker."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from typing import Any
 import trio
 
 from ..config import Config
+from ..core.crons import SCHEDULER_LEASE
+from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import Recovered, Storage
 from .cluster import Cluster, HeldLeases
+from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole
 from .cluster_inbox import ClusterInbox
+from .cluster_webhooks import WebhookSync
 from .events import EventHub
 from .peer_events import PeerEvents
 from .peer_links import PeerLinks
@@ -35,6 +40,13 @@ class ClusterMember:
     recovered_jobs: int
     events: EventHub
     _nursery: trio.Nursery | None
+    # In a cluster: the scheduler's lease, the firings, the webhooks following the table
+    scheduler_role: SchedulerRole | None
+    firings: CronFirings | None
+    webhook_sync: WebhookSync | None
+
+    def spawn(self, fn: Any, *args: Any) -> None:
+        raise NotImplementedError
 
     def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
                  charge_active: bool) -> None:
@@ -46,20 +58,36 @@ class ClusterMember:
         cluster_of = getattr(self.storage, "cluster", None)
         if cluster_of is None:
             raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+        self.scheduler_role = SchedulerRole(self.writer, config.cluster_lease_s)
         cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
                           lease_s=config.cluster_lease_s, adopt=self._adopt,
-                          retire=self._retire_queue, forget=self._forget_queue)
+                          retire=self._retire_queue, forget=self._forget_queue,
+                          roles={SCHEDULER_LEASE: self.scheduler_role})
         peers = PeerLinks(hello=self._peer_hello,
                           connect_timeout_s=config.peer_connect_timeout_s,
                           max_in_flight=config.peer_max_in_flight)
         return cluster, peers
 
     def _wire_inbox(self) -> None:
-        """The reader of this broker's queues' inboxes, on the router (a cluster)."""
-        assert self.cluster is not None
+        """The reader of this broker's queues' inboxes, on the router (a cluster); the
+        cron firings, and the webhooks that follow the table."""
+        cluster, peers = self.cluster, self.peers
+        assert cluster is not None and peers is not None
         router = self.router
-        router.inbox = ClusterInbox(self.cluster.store, self.cluster.owned,
-                                    router.send_if_served, router.remote_parents)
+        router.inbox = ClusterInbox(cluster.store, cluster.owned, router.send_if_served,
+                                    router.remote_parents, cluster.prepare)
+        self.firings = CronFirings(self.writer, cluster, peers.forward,
+                                   router.inbox.poked, self.spawn)
+        self.webhook_sync = WebhookSync(router.webhooks, cluster.store,
+                                        self.writer.read_committed)
+        router.records = ClusterRecords(cluster, self.webhook_sync)
+
+    def _cluster_records(self) -> Recovered:
+        """What a cluster's broker loads at its start: the webhooks alone (a queue is
+        rebuilt by the broker that claims it; the schedules by the scheduler's)."""
+        assert self.cluster is not None
+        records = self.cluster.store.load_broker_records([WEBHOOK_RECORDS])
+        return Recovered(broker_records=records)
 
     def _peer_hello(self) -> list[dict[str, Any]]:
         """The first frames of a peer link: the cluster's token (the brokers of a
@@ -136,6 +164,8 @@ class ClusterMember:
         await self._nursery.start(peers.run)
         await self._nursery.start(cluster.run)
         self._nursery.start_soon(self._read_inboxes, cluster)
+        if self.webhook_sync is not None:
+            self._nursery.start_soon(self.webhook_sync.follow, cluster)
         me = cluster.broker_id
         events = PeerEvents(
             self.events, peers=lambda: {b: a for b, a in cluster.live.items() if b != me},

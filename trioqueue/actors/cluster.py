@@ -13,6 +13,13 @@ one actor that owns its state; what the cluster decides is which broker runs it:
   :meth:`Cluster.epoch`). Taking a queue raises its epoch, so a broker that lost it can
   never write for it again, whatever it believes.
 
+**Roles.** A lease may name a task of the cluster's instead of a queue: one live broker
+runs it at a time (the cron scheduler, actors/cluster_crons.py). Its name is one no
+client queue can have, and it moves as a queue does (claimed by the rendezvous winner,
+handed over when a broker joins, taken over when its holder dies), with its writes
+fenced by it; instead of a queue's rebuild, the :class:`Role` is given the broker
+records it runs on, read after its claim committed, and is retired before a handover.
+
 A broker owns a queue once it has claimed its lease and rebuilt it from the database:
 on the first command for it (:meth:`Cluster.prepare`, which the router awaits before it
 routes a batch), or when the beat finds the queue orphaned (its owner dead or gone) and
@@ -61,12 +68,35 @@ class Lease(NamedTuple):
 
 
 class BeatView(Protocol):
-    """What a beat returns: the live brokers (id -> address) and every lease."""
+    """What a beat returns: the live brokers (id -> address), every lease, and the
+    versions of the broker records (kind -> version)."""
 
     @property
     def live(self) -> Mapping[str, str]: ...
     @property
     def leases(self) -> Mapping[str, tuple[str | None, int]]: ...
+    @property
+    def versions(self) -> Mapping[str, int]: ...
+
+
+# The broker's records by kind: kind -> {name: record} (Recovered.broker_records).
+Records = dict[str, dict[str, dict[str, Any]]]
+
+
+class Role(Protocol):
+    """A lease that names a task one live broker of the cluster runs, not a queue (see
+    the module docstring)."""
+
+    @property
+    def kinds(self) -> Sequence[str]:
+        """The kinds of broker records the role runs on (read when it is claimed)."""
+
+    def take(self, records: Records) -> None:
+        """This broker holds the role from now on, with ``records`` (read after the
+        claim committed: every write of the previous holder is in them)."""
+
+    async def retire(self) -> None:
+        """Before a handover: stop, and commit what was written under the lease."""
 
 
 class ClusterStore(Protocol):
@@ -79,6 +109,7 @@ class ClusterStore(Protocol):
     def release(self, queue: str, broker_id: str, epoch: int) -> bool: ...
     def leave(self, broker_id: str) -> None: ...
     def load_queues(self, queues: Sequence[str]) -> Recovered: ...
+    def load_broker_records(self, kinds: Sequence[str]) -> Records: ...
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]: ...
     def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]: ...
     def waits_of(self, queues: Sequence[str]) -> list[tuple[str, str, str]]: ...
@@ -100,6 +131,7 @@ class _Claimed(NamedTuple):
     recovered: Recovered | None
     waits: list[tuple[str, str, str]]
     view: BeatView | None  # a fresh view when some claim lost to a live broker
+    records: Records  # for the roles claimed
 
 
 def new_broker_id() -> str:
@@ -126,7 +158,8 @@ class Cluster:
 
     def __init__(self, store: ClusterStore, *, held: HeldLeases, address: str,
                  lease_s: float, adopt: Adopt, retire: Retire | None = None,
-                 forget: Forget | None = None) -> None:
+                 forget: Forget | None = None,
+                 roles: Mapping[str, Role] | None = None) -> None:
         self.broker_id = held.broker_id
         self.held = held
         self.address = address
@@ -136,6 +169,7 @@ class Cluster:
         self._adopt = adopt
         self._retire = retire
         self._forget = forget
+        self.roles: Mapping[str, Role] = roles or {}  # by their leases' names
         self._moving: dict[str, trio.Event] = {}  # queues being handed over, by queue
         self.handovers = 0  # queues handed to a broker that joined
         self.owned = held.owned  # queue -> the epoch this broker holds
@@ -146,6 +180,9 @@ class Cluster:
         # More of ClusterStatus, from the parts that follow the cluster (PeerEvents).
         self.status_extra: Callable[[], dict[str, Any]] | None = None
         self.leases: dict[str, Lease] = {}  # every lease, as of the last beat
+        # kind -> version of the broker records, as of the last beat (followed by
+        # actors/cluster_webhooks.py)
+        self.versions: Mapping[str, int] = {}
         self._claiming: dict[str, trio.Event] = {}  # claims in flight, by queue
         self._orphans_seen = trio.Event()  # set by a beat that saw queues to take
         self.joined = trio.Event()  # set once the first beat gave a view of the cluster
@@ -157,14 +194,15 @@ class Cluster:
         return {
             "brokerId": self.broker_id, "address": self.address, "leaseS": self.lease_s,
             "live": [{"brokerId": b, "address": a} for b, a in sorted(self.live.items())],
-            "queues": sorted(self.owned), "takeovers": self.takeovers,
-            "handovers": self.handovers,
+            "queues": sorted(q for q in self.owned if q not in self.roles),
+            "roles": {name: self.owner(name) for name in sorted(self.roles)},
+            "takeovers": self.takeovers, "handovers": self.handovers,
             **(self.status_extra() if self.status_extra is not None else {}),
         }
 
     def queue_names(self) -> list[str]:
         """Every queue of the cluster, as the last beat's leases name them."""
-        return list(self.leases)
+        return [name for name in self.leases if name not in self.roles]
 
     # --- routes -----------------------------------------------------------------------
 
@@ -250,20 +288,30 @@ class Cluster:
                 lost = True
             else:
                 epochs[queue] = epoch
-        recovered = store.load_queues(list(epochs)) if epochs else None
-        waits = store.waits_of(list(epochs)) if epochs else []
+        names = [q for q in epochs if q not in self.roles]
+        recovered = store.load_queues(names) if epochs else None
+        waits = store.waits_of(names) if names else []
+        kinds = sorted({k for q in epochs if q in self.roles for k in self.roles[q].kinds})
+        records = store.load_broker_records(kinds) if kinds else {}
         view = store.beat(self.broker_id, self.lease_s) if lost else None
-        return _Claimed(epochs, recovered, waits, view)
+        return _Claimed(epochs, recovered, waits, view, records)
 
     def _took(self, claimed: _Claimed) -> None:
         if claimed.view is not None:
             self._see(claimed.view)
         if not claimed.epochs:
             return
-        names = list(claimed.epochs)
         for queue, epoch in claimed.epochs.items():
             self.owned[queue] = epoch
             self.leases[queue] = Lease(self.broker_id, epoch)
+        for name in claimed.epochs:
+            role = self.roles.get(name)
+            if role is not None:
+                role.take(claimed.records)
+                log.info("holding %s from now on (epoch %d)", name, claimed.epochs[name])
+        names = [q for q in claimed.epochs if q not in self.roles]
+        if not names:
+            return
         assert claimed.recovered is not None
         self._adopt(claimed.recovered, names, claimed.waits)
         log.info("serving %d queue(s) from now on: %s", len(names),
@@ -313,6 +361,7 @@ class Cluster:
             changed, self.live_changed = self.live_changed, trio.Event()
             changed.set()
         self.leases = {q: Lease(*lease) for q, lease in view.leases.items()}
+        self.versions = view.versions
         for queue, epoch in self.owned.items():
             lease = self.leases.get(queue)
             if lease is None or lease.epoch < epoch:
@@ -330,7 +379,9 @@ class Cluster:
     def _orphans(self) -> list[str]:
         """Queues with no live owner that this broker wins, and does not own."""
         live = self.live
-        return [queue for queue, lease in self.leases.items()
+        # (a role's lease is one from its first claim: before that, it has no row)
+        unheld = [(q, Lease(None, 0)) for q in self.roles if q not in self.leases]
+        return [queue for queue, lease in [*self.leases.items(), *unheld]
                 if queue not in self.owned and queue not in self._claiming
                 and (lease.owner is None or lease.owner not in live)
                 and preferred_owner(queue, live) == self.broker_id]
@@ -365,8 +416,11 @@ class Cluster:
     async def _hand_over(self, queue: str) -> None:
         assert self._retire is not None and self._forget is not None
         moving = self._moving[queue] = trio.Event()
+        role = self.roles.get(queue)
         try:
-            if not await self._retire(queue):
+            if role is not None:
+                await role.retire()
+            elif not await self._retire(queue):
                 return  # (busy past the grace: a later beat tries again)
             epoch = self.owned[queue]
             # (a lease not released, the database gone: it then runs out with this
@@ -374,7 +428,8 @@ class Cluster:
             await trio.to_thread.run_sync(self.store.release, queue, self.broker_id, epoch)
             del self.owned[queue]
             self.leases[queue] = Lease(None, epoch)
-            self._forget(queue)
+            if role is None:
+                self._forget(queue)
             self.handovers += 1
         finally:
             del self._moving[queue]
@@ -384,9 +439,12 @@ class Cluster:
         """Claim and rebuild the orphans of the last view, TAKEOVER_STEP at a time."""
         orphans = self._orphans()
         for start in range(0, len(orphans), TAKEOVER_STEP):
-            before = len(self.owned)
+            before = self._queues_owned()
             await self._claim_all(orphans[start:start + TAKEOVER_STEP])
-            self.takeovers += len(self.owned) - before
+            self.takeovers += self._queues_owned() - before
+
+    def _queues_owned(self) -> int:
+        return sum(1 for name in self.owned if name not in self.roles)
 
     # --- leaving ----------------------------------------------------------------------
 

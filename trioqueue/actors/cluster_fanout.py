@@ -29,6 +29,7 @@ from ..core.cluster_merge import (
     Merge,
     merge_dashboard_overview,
     merge_dashboard_queues,
+    merge_list_webhooks,
     merge_list_workers,
     merge_metrics,
     merge_stats,
@@ -51,6 +52,7 @@ CLUSTER_READS: dict[str, Merge] = {
     "DashboardOverview": merge_dashboard_overview,
     "DashboardQueues": merge_dashboard_queues,
     "ListWorkers": merge_list_workers,
+    "ListWebhooks": merge_list_webhooks,
 }
 
 

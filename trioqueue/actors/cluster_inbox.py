@@ -31,17 +31,28 @@ class InboxStore(Protocol):
 
 # Send requests to a queue's actor (the router's send, its actor made if needed).
 SendTo = Callable[[str, list[Request]], Awaitable[None]]
+# Claim the queues this broker should serve and does not yet (Cluster.prepare), with
+# those it was asked for (claimed when their lease is free).
+Claim = Callable[[Sequence[str], Collection[str]], Awaitable[None]]
 
 
 class ClusterInbox:
     def __init__(self, store: InboxStore, owned: Collection[str], send: SendTo,
-                 parents: RemoteParents) -> None:
+                 parents: RemoteParents, claim: Claim) -> None:
         self._store = store
         self._owned = owned
         self._send = send
         self._parents = parents
+        self._claim = claim
         self._applying: set[int] = set()
         self.applied = 0  # messages applied since the start
+
+    async def poked(self, queues: Sequence[str]) -> None:
+        """Messages were just committed for ``queues`` (a ClusterPoke from their
+        sender, or a cron firing committed here): apply them now, a queue this broker
+        should serve and does not yet claimed first."""
+        await self._claim(queues, queues)
+        await self.take(queues)
 
     async def take(self, queues: Sequence[str] | None = None) -> None:
         """Apply the waiting messages of ``queues`` (None: every queue served here),

@@ -39,6 +39,7 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_crons import ClusterRecords
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
 from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
@@ -91,8 +92,10 @@ class Router(DependentsIndex, FlowAdmission):
         # and the reader of this broker's queues' inboxes (set by the broker)
         self.remote_parents = RemoteParents()
         self.inbox: ClusterInbox | None = None
-        # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
+        # ... how the broker-wide reads (Stats, ListWorkers...) ask every broker, and
+        # where cron commands go, webhooks reloaded first (actors/cluster_crons.py)
         self.reads = reads
+        self.records: ClusterRecords | None = None
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -293,6 +296,8 @@ class Router(DependentsIndex, FlowAdmission):
                                  self._index.get, found)
             await self.cluster.prepare(queues_named(routed, self._index.get, found),
                                        set(asked))
+            if self.records is not None:
+                await self.records.prepare(routed)
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
         for command, req in routed:
@@ -332,11 +337,9 @@ class Router(DependentsIndex, FlowAdmission):
                 req.error(f"Queue {name} is not served here")
 
     async def _apply_inbox(self, queues: list[str], req: Request) -> None:
-        """ClusterPoke: apply the named queues' inbox messages, then answer (a queue
-        this broker should serve and does not yet is claimed first)."""
-        if self.inbox is not None and self.cluster is not None:
-            await self.cluster.prepare(queues, set(queues))
-            await self.inbox.take(queues)
+        """ClusterPoke: apply the named queues' inbox messages, then answer."""
+        if self.inbox is not None:
+            await self.inbox.poked(queues)
         req.ok({})
 
     async def _look_up_finished(self, routed: list[tuple[Command, Request]],
@@ -378,7 +381,9 @@ class Router(DependentsIndex, FlowAdmission):
         if how == BROKER:
             # Broker-wide state (workers, queues, memory): answered here; with writes
             # to commit first (Committed: webhooks); or by every queue (a FanOut: each
-            # runs it in its own actor).
+            # runs it in its own actor). In a cluster a cron command may go elsewhere.
+            if self.records is not None and self.records.take(command, req, remote):
+                return
             assert command.handler is not None
             answer = command.handler(self, msg, self._now_ms(), req.conn)
             if self.reads is not None and self.reads.take(req, answer):
@@ -462,7 +467,7 @@ class Router(DependentsIndex, FlowAdmission):
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)
-        without waiting: the cron scheduler's firings."""
+        without waiting: a single broker's cron firings (a cluster's: cluster_crons)."""
         self.actor(name)
         self._post(name, request)
 
@@ -475,7 +480,6 @@ class Router(DependentsIndex, FlowAdmission):
             actor.batches_in_flight += 1
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self._spawn(self.send, name, [request])
-
 
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool:
         """Whether a job delivered over ``conn`` in one of ``queues`` is still active.

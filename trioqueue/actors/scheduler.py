@@ -12,12 +12,20 @@ next start (or is skipped, with ``skipMissedOnRestart``).
 
 Why one task and not a timer per schedule: 10,000 schedules are one heap and one
 ``move_on_at``; a firing costs O(log n).
+
+In a cluster (docs/scale-out.md) one broker runs the schedules, the holder of the
+scheduler's lease (actors/cluster_crons.py): its registry is loaded when it takes the
+lease (:meth:`CronScheduler.take`) and emptied when it hands it over
+(:meth:`CronScheduler.drop`), every write of a schedule is fenced by that lease
+(:attr:`CronScheduler.lease`), and a firing is handed to ``fire`` instead of a queue's
+actor (the queue may be served by another broker).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -33,15 +41,20 @@ log = logging.getLogger("trioqueue.cron")
 
 class CronScheduler:
     def __init__(self, clock: Clock, workers: WorkerRegistry, post: Any,
-                 submit: Any) -> None:
+                 submit: Any, *, fire: Callable[[cr.CronDef], None] | None = None,
+                 lease: str | None = None) -> None:
         """``post(queue, request)``: hand a request to a queue's actor without waiting
         (the router's; it makes the actor if the queue has none yet); ``submit(writes)``:
-        the storage writer's, for a schedule deleted at its maxLimit."""
+        the storage writer's, for a schedule deleted at its maxLimit. In a cluster:
+        ``fire(schedule)`` sends a firing (the schedule already advanced) in place of
+        ``post``, and ``lease`` names the lease that fences the schedules' writes."""
         self.registry = cr.CronRegistry()
+        self.lease = lease
         self._clock = clock
         self._workers = workers
         self._post = post
         self._submit = submit
+        self._fire = fire
         self._changed = trio.Event()
 
     # ------------------------------------------------------------------ Schedules
@@ -69,6 +82,24 @@ class CronScheduler:
         for record in records.values():
             self.registry.put(cr.restored(cr.CronDef.from_record(record), now))
 
+    def take(self, records: dict[str, dict[str, Any]], late_ms: int) -> None:
+        """A cluster's: this broker runs the schedules from now on, ``records`` as the
+        store holds them (read after the lease was claimed). A slot missed by at most
+        ``late_ms`` (while the lease moved: a handover, a takeover) fires now, late; one
+        missed for longer (every broker was down) is skipped as after a restart."""
+        registry = self.registry = cr.CronRegistry()
+        now = self._clock.now_ms()
+        for record in records.values():
+            defn = cr.CronDef.from_record(record)
+            registry.put(defn if defn.next_run >= now - late_ms else cr.restored(defn, now))
+        self._changed.set()
+
+    def drop(self) -> None:
+        """A cluster's: another broker runs the schedules from now on (nothing more
+        fires here; what fired is committed by the caller)."""
+        self.registry = cr.CronRegistry()
+        self._changed.set()
+
     # ------------------------------------------------------------------ the timer
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -93,7 +124,7 @@ class CronScheduler:
             action, reason = cr.decide(defn, now, has_worker)
             if action == cr.EXHAUSTED:
                 self.registry.delete(defn.name)
-                self._submit(stored(defn.name, None))
+                self._submit(stored(defn.name, None, self.lease))
                 continue
             if action == cr.SKIP:
                 log.debug("cron %s: slot %d skipped (%s)", defn.name, defn.next_run, reason)
@@ -101,6 +132,9 @@ class CronScheduler:
             self.registry.put(defn)
             if action == cr.FIRE:
                 fired += 1
+                if self._fire is not None:
+                    self._fire(defn)
+                    continue
                 self._post(defn.queue, Request(CRON_FIRE, {
                     "name": defn.name, "record": defn.to_record(),
                     "job": defn.job_message()}, self))

@@ -15,22 +15,33 @@ Two kinds, as lists (they cross the store's encoding):
   queue tells them when a child settles.
 * ``["notice", job id, notice]``: a notice (core.queue.dependencies) for one of this
   queue's jobs, such as a child's outcome for a parent.
+* ``["push", schedule name, PUSH message]``: a cron firing of the broker that runs the
+  schedules (actors/cluster_crons.py), committed with the schedule's new count, pushed
+  here as its job (the queue's rules apply: a preventOverlap key, a deduplication). It
+  was admitted by that commit, as a flow's jobs for another broker are by theirs; a push
+  the queue refuses (a template gone bad) is logged and consumed, never retried.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from . import fields
+from .errors import Refused
 from .handlers import Ctx
 from .job import JobRecord
+from .options import parse_job_input
 from .queue import QueueState
 from .registry import Reply
+
+log = logging.getLogger("trioqueue.cluster")
 
 CLUSTER_INBOX = "__cluster_inbox__"  # the broker's, never a client's
 ADOPT_MESSAGE = "adopt"
 NOTICE_MESSAGE = "notice"
+PUSH_MESSAGE = "push"
 
 
 def adopt_message(records: list[dict[str, Any]], edges: list[list[str]]) -> list[Any]:
@@ -39,6 +50,10 @@ def adopt_message(records: list[dict[str, Any]], edges: list[list[str]]) -> list
 
 def notice_message(job_id: str, notice: tuple[Any, ...]) -> list[Any]:
     return [NOTICE_MESSAGE, job_id, list(notice)]
+
+
+def push_message(schedule: str, job: dict[str, Any]) -> list[Any]:
+    return [PUSH_MESSAGE, schedule, job]
 
 
 def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -56,6 +71,8 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         elif kind == NOTICE_MESSAGE:
             if q.index.locate(message[1]) == q.name:
                 q.apply_notice(tuple(message[2]), now)
+        elif kind == PUSH_MESSAGE:
+            _push(q, message[1], message[2], ctx)
         else:
             raise ValueError(f"unknown inbox message {kind!r}")
         q.writes.cluster.consumed.append(seq)
@@ -71,6 +88,16 @@ def _adopt(q: QueueState, job: JobRecord, now: int) -> None:
         q.index.add_dependent(child_id, job.id)
     q.adopt(job, now)
     q.writes.put_job(job.to_record())
+
+
+def _push(q: QueueState, schedule: str, job: dict[str, Any], ctx: Ctx) -> None:
+    try:
+        spec = parse_job_input(job, custom_id_key="jobId",
+                               max_data_bytes=ctx.max_data_bytes)
+        q.push([spec], ctx.now)
+    except Refused as exc:
+        log.warning("cron %s: its firing was refused by queue %s: %s", schedule, q.name,
+                    exc.message)
 
 
 @dataclass(frozen=True, slots=True)

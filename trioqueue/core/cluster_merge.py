@@ -2,19 +2,22 @@
 
 In a cluster (docs/scale-out.md) each queue is served by one broker and each worker is
 registered on the broker its connection reached, so ``Stats``, ``Metrics``,
-``Prometheus``, ``DashboardOverview``, ``DashboardQueues`` and ``ListWorkers`` are asked
-of every live broker (actors/cluster_fanout.py) and their replies merged here. Each
-merge is a pure function of the replies' bodies (``ok`` and ``reqId`` taken off), the
-asking broker's first, in bunqueue's shape so that its clients still parse the result.
+``Prometheus``, ``DashboardOverview``, ``DashboardQueues``, ``ListWorkers`` and
+``ListWebhooks`` are asked of every live broker (actors/cluster_fanout.py) and their
+replies merged here. Each merge is a pure function of the replies' bodies (``ok``
+and ``reqId`` taken off), the asking broker's first, in bunqueue's shape so that its
+clients still parse the result.
 
 What is summed and what is the asking broker's own:
 
 * **Summed:** the live counts (a queue has one owner, so no job is counted twice), the
-  lifetime totals, the push and pull rates, workers, crons, webhooks, connections.
+  lifetime totals, the push and pull rates, workers, crons (one broker runs them all),
+  connections, and each webhook's delivery counters (``ListWebhooks``).
 * **The asking broker's own:** ``uptime`` and the process's numbers (memory, CPU),
   whose sum would describe no process; the storage's numbers (one database for all);
   the latency figures (what a client of this broker sees; the brokers send averages
-  and percentiles, which do not add up); ``timestamp``.
+  and percentiles, which do not add up); ``timestamp``; the webhooks themselves (every
+  broker holds all of them).
 * **Joined:** per-queue rows and series (a queue appears once: where two brokers name
   it, for the moment a queue moves, the first reply's row is kept), the workers list
   (a worker known to two brokers, after it reconnected elsewhere, is listed once, as
@@ -228,3 +231,30 @@ def merge_dashboard_overview(replies: list[Reply], answered: Answered) -> Reply:
                       "list": workers}
     out["crons"] = {"total": total(_body(body, "crons").get("total") for body in bodies)}
     return {"data": out}
+
+
+# ------------------------------------------------------------------ webhooks
+
+# A webhook's delivery counters, counted in memory by each broker that delivered.
+WEBHOOK_COUNTERS = ("successCount", "failureCount", "droppedCount")
+
+
+def merge_list_webhooks(replies: list[Reply], answered: Answered) -> Reply:
+    """ListWebhooks: the webhooks as the asker lists them (every broker holds the
+    table's webhooks), with each one's delivery counters summed over the brokers
+    (deliveries start on the broker that serves the event's queue) and its
+    ``lastTriggered`` the latest; ``stats`` the asker's (counts of webhooks)."""
+    body = _body(replies[0], "data")
+    hooks = [dict(h) for h in body.get("webhooks") or () if isinstance(h, dict)]
+    by_id = {hook.get("id"): hook for hook in hooks}
+    for other in _bodies(replies[1:], "data"):
+        for entry in other.get("webhooks") or ():
+            hook = by_id.get(entry.get("id")) if isinstance(entry, dict) else None
+            if hook is None:
+                continue  # (another broker's view of a moment ago: not the asker's)
+            for key in WEBHOOK_COUNTERS:
+                hook[key] = total([hook.get(key), entry.get(key)])
+            times = [t for t in (hook.get("lastTriggered"), entry.get("lastTriggered"))
+                     if isinstance(t, (int, float))]
+            hook["lastTriggered"] = max(times) if times else None
+    return {"data": {**body, "webhooks": hooks}}

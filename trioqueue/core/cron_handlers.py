@@ -23,7 +23,10 @@ CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the reco
 
 
 class Schedules(Protocol):
-    """What the cron commands use of the scheduler (actors/scheduler.py)."""
+    """What the cron commands use of the scheduler (actors/scheduler.py); ``lease``:
+    in a cluster, the lease that fences the schedules' writes (None: no fence)."""
+
+    lease: str | None
 
     def get(self, name: str) -> CronDef | None: ...
     def upsert(self, defn: CronDef) -> None: ...
@@ -43,9 +46,10 @@ def _name(msg: dict[str, Any]) -> str:
     return name
 
 
-def stored(name: str, record: dict[str, Any] | None) -> Writes:
-    """The write that stores (None: deletes) the schedule ``name``."""
-    writes = Writes()
+def stored(name: str, record: dict[str, Any] | None, lease: str | None = None) -> Writes:
+    """The write that stores (None: deletes) the schedule ``name``; in a cluster,
+    committed only while this broker holds ``lease`` (the scheduler's)."""
+    writes = Writes(lease)
     writes.put_broker_record(CRON_KIND, name, record)
     return writes
 
@@ -55,7 +59,8 @@ def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committe
     existing = scope.crons.get(_name(msg))
     defn = parse_cron_command(msg, now, existing)
     scope.crons.upsert(defn)
-    return Committed({"cron": defn.info()}, stored(defn.name, defn.to_record()))
+    return Committed({"cron": defn.info()},
+                     stored(defn.name, defn.to_record(), scope.crons.lease))
 
 
 def cron_get(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
@@ -73,7 +78,7 @@ def cron_delete(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> C
     defn = scope.crons.remove(_name(msg))
     if defn is None:
         raise Refused(CRON_NOT_FOUND)
-    return Committed({}, stored(defn.name, None))
+    return Committed({}, stored(defn.name, None, scope.crons.lease))
 
 
 # ------------------------------------------------------------------ in the queue actor

@@ -24,6 +24,9 @@ from .errors import Refused
 from .options import parse_job_input
 
 CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
+# In a cluster, the lease whose holder runs every schedule (actors/cluster_crons.py):
+# '#' is no character of a queue name (fields.queue_name), so no client queue has it.
+SCHEDULER_LEASE = "#cron-scheduler"
 CRON_NOT_FOUND = "Cron job not found"
 MAX_REPEAT_EVERY_MS = 4_320_000_000_000_000
 OVERLAP_FRACTION = 0.8  # bunqueue: no firing within 0.8 x the interval of the last one

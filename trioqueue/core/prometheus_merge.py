@@ -6,11 +6,12 @@ and writes one valid exposition (format 0.0.4), each series (name and labels) on
 * **per-queue series** (``bunqueue_queue_jobs_*``) are joined: each queue is served by
   one broker, so each has its series once (a queue two brokers name, while it moves:
   the first reply's);
-* **the asking broker's own**: uptime, storage (one database for all), build info and
-  the process's series (``process_*``), whose sum would describe no process;
+* **the asking broker's own**: uptime, storage (one database for all), build info,
+  the process's series (``process_*``), whose sum would describe no process, and the
+  webhooks (every broker holds all of them);
 * **every other series is summed** per name and labels: job counts and totals,
-  workers, crons, webhooks, connections per transport, the per-queue cap's
-  exported/omitted counts (the cap applies per broker), and the push/pull/ack
+  workers, crons (one broker runs them all), connections per transport, the per-queue
+  cap's exported/omitted counts (the cap applies per broker), and the push/pull/ack
   histograms (their buckets are the same on every broker, so sums are exact);
 * ``bunqueue_cluster_broker_up{broker="..."}``: 1 for each broker that answered, 0 for
   each left out (its numbers are missing from the sums).
@@ -23,7 +24,7 @@ from .prometheus import Exposition, Sample
 
 JOINED = ("bunqueue_queue_jobs_",)
 ASKERS_OWN = ("bunqueue_uptime_seconds", "bunqueue_storage_", "bunqueue_build_info",
-              "bunqueue_process_", "process_")
+              "bunqueue_process_", "process_", "bunqueue_webhooks_")
 BROKER_UP = "bunqueue_cluster_broker_up"
 
 

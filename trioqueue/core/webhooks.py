@@ -79,6 +79,9 @@ class WebhookRegistry:
         self.on_removed: Callable[[str], None] | None = None
         # The broker's flag (webhook_allow_private): private addresses allowed (dev).
         self.allow_private = False
+        # Changes made by this broker's commands (a cluster's reload from the table
+        # that one overtook is not applied: actors/cluster_webhooks.py)
+        self.changes = 0
 
     # ------------------------------------------------------------------ changes
 
@@ -91,18 +94,41 @@ class WebhookRegistry:
 
     def put(self, hook: Webhook) -> None:
         self.hooks[hook.id] = hook
+        self.changes += 1
         self._reindex()
 
     def remove(self, hook_id: str) -> Webhook | None:
-        hook = self.hooks.pop(hook_id, None)
+        hook = self._drop(hook_id)
         if hook is not None:
+            self.changes += 1
             self._reindex()
-            if self.on_removed is not None:
-                self.on_removed(hook_id)
+        return hook
+
+    def _drop(self, hook_id: str) -> Webhook | None:
+        hook = self.hooks.pop(hook_id, None)
+        if hook is not None and self.on_removed is not None:
+            self.on_removed(hook_id)
         return hook
 
     def set_enabled(self, hook: Webhook, enabled: bool) -> None:
         hook.enabled = enabled
+        self.changes += 1
+        self._reindex()
+
+    def replace(self, records: Iterable[dict[str, Any]]) -> None:
+        """The webhooks become the stored ones (a cluster's reload, after another
+        broker changed them): one still stored keeps its object (its delivery task
+        and counters) and takes the stored ``enabled``; one no longer stored is
+        removed (its deliveries stop); a new one is added."""
+        stored = {record["id"]: record for record in records}
+        for hook_id in [h for h in self.hooks if h not in stored]:
+            self._drop(hook_id)
+        for hook_id, record in stored.items():
+            hook = self.hooks.get(hook_id)
+            if hook is None:
+                self.hooks[hook_id] = Webhook.from_record(record)
+            else:
+                hook.enabled = bool(record.get("enabled", True))
         self._reindex()
 
     def load(self, records: Iterable[dict[str, Any]]) -> None:

@@ -42,6 +42,9 @@ class MemoryCluster:
         self._store = store
         self.brokers: dict[str, Member] = {}
         self.leases: dict[str, tuple[str | None, int]] = {}  # queue -> (owner, epoch)
+        # kind -> version of the broker records: a test raises one as a commit of
+        # another broker would (a MemoryStorage takes no cluster writes)
+        self.versions: dict[str, int] = {}
 
     def _live(self, broker_id: str | None, lease_s: float, now: float) -> bool:
         member = None if broker_id is None else self.brokers.get(broker_id)
@@ -58,7 +61,7 @@ class MemoryCluster:
         live = {bid: m.address for bid, m in self.brokers.items()
                 if m.heartbeat > now - lease_s}
         self.brokers[broker_id].heartbeat = now
-        return Beat(live, dict(self.leases))
+        return Beat(live, dict(self.leases), dict(self.versions))
 
     def claim(self, queue: str, broker_id: str, lease_s: float) -> int | None:
         now = self._clock()
@@ -92,6 +95,13 @@ class MemoryCluster:
             queue_meta={q: m for q, m in everything.queue_meta.items() if q in names},
             finished_counts={key: n for key, n in everything.finished_counts.items()
                              if key[0] in names})
+
+    def load_broker_records(self, kinds: Sequence[str]
+                            ) -> dict[str, dict[str, dict[str, Any]]]:
+        if self._store is None:
+            return {}
+        records = self._store.load().broker_records
+        return {kind: dict(records[kind]) for kind in kinds if kind in records}
 
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]:
         if self._store is None:

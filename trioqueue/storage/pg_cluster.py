@@ -55,14 +55,17 @@ class PgCluster:
         renewed = False
         live: dict[str, str] = {}
         leases: dict[str, tuple[str | None, int]] = {}
+        versions: dict[str, int] = {}
         for kind, name, value, epoch in rows:
             if kind == "l":
                 leases[name] = (value, epoch)
             elif kind == "b":
                 live[name] = value
+            elif kind == "v":
+                versions[name] = int(epoch)
             else:
                 renewed = True
-        return Beat(live, leases) if renewed else None
+        return Beat(live, leases, versions) if renewed else None
 
     def claim(self, queue: str, broker_id: str, lease_s: float) -> int | None:
         """Take ``queue`` if its lease is missing, free or held by a broker that is not
@@ -91,6 +94,16 @@ class PgCluster:
         if self._on_counts is not None:
             self._on_counts(names, recovered.finished_counts)
         return recovered
+
+    def load_broker_records(self, kinds: Sequence[str]
+                            ) -> dict[str, dict[str, dict[str, Any]]]:
+        """The broker's own records of ``kinds`` (cron schedules, webhooks): kind ->
+        {name: record}, from one snapshot, without reading a job (a cluster's broker
+        starts, or takes the cron scheduler, or follows another broker's change)."""
+        ranges = [(kind.encode("utf-8") + b"\x00", kind.encode("utf-8") + b"\x01")
+                  for kind in kinds]
+        rows = self._link.read(lambda conn: _broker_rows(conn, ranges))
+        return K.decode_broker_rows(rows)
 
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` stored live or finished (ids that
@@ -130,6 +143,18 @@ class PgCluster:
 
 def _run(conn: psycopg.Connection[Any], query: str, args: Any) -> None:
     conn.execute(query, args)
+
+
+def _broker_rows(conn: psycopg.Connection[Any], ranges: list[tuple[bytes, bytes]]
+                 ) -> list[tuple[bytes, bytes]]:
+    """The rows of tq_broker_records in each key range, read in one snapshot."""
+    rows: list[tuple[bytes, bytes]] = []
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        for low, high in ranges:
+            rows.extend((bytes(k), bytes(v)) for k, v in conn.execute(
+                L.LOAD_BROKER_RECORDS_OF, (low, high)).fetchall())
+    return rows
 
 
 def _load_queues(conn: psycopg.Connection[Any], queues: list[str]) -> Recovered:

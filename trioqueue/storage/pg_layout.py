@@ -154,6 +154,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (child, parent))""",
         "CREATE INDEX tq_waits_child_queue ON tq_waits (child_queue)",
     )),
+    Migration(4, "a cluster: versions of the broker records", (
+        # kind -> a number that every commit changing a broker record of that kind
+        # raises (in the commit itself); each beat reads it, so every broker knows
+        # within a beat that another one changed the webhooks, and reloads them
+        """CREATE TABLE tq_record_versions (
+            kind text COLLATE "C" PRIMARY KEY,
+            version bigint NOT NULL)""",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -245,7 +253,10 @@ FENCED_SQLSTATE = "TQF01"
 # It also writes the cluster's own rows (core.writes.ClusterWrites: inbox messages sent
 # and consumed, dependencies across brokers), so a message is committed with what caused
 # it, and consumed with what it caused; pg_plan.plan_cluster hands each table's rows
-# over at most once. In a cluster every batch is this statement.
+# over at most once. And it raises the version of each kind of broker record the batch
+# changes (tq_record_versions, migration 4), in the same commit as the change, so a
+# beat that sees the new version reads a table that holds it. In a cluster every batch
+# is this statement.
 _CLUSTER_PARTS = """
     inbox_new AS (
         INSERT INTO tq_inbox (queue, message)
@@ -256,7 +267,11 @@ _CLUSTER_PARTS = """
         INSERT INTO tq_waits (child, parent, parent_queue, child_queue)
             SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::text[], %b::text[])
         ON CONFLICT (child, parent) DO UPDATE SET parent_queue = EXCLUDED.parent_queue,
-            child_queue = EXCLUDED.child_queue)"""
+            child_queue = EXCLUDED.child_queue),
+    versions_new AS (
+        INSERT INTO tq_record_versions AS v (kind, version)
+            SELECT unnest(%b::text[]), 1
+        ON CONFLICT (kind) DO UPDATE SET version = v.version + 1)"""
 WRITE_BATCH_CLUSTER = f"""{_BATCH_PARTS},{_CLUSTER_PARTS},
     counts AS ({_COUNTS_NEW})
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
@@ -291,6 +306,9 @@ LOAD_LIVE = "SELECT record FROM tq_live ORDER BY id"
 LOAD_QUEUE_META = "SELECT queue, meta FROM tq_queue_meta ORDER BY queue"
 LOAD_COUNTS = "SELECT queue, state, n FROM tq_finished_counts WHERE n > 0"
 LOAD_BROKER_RECORDS = "SELECT key, value FROM tq_broker_records ORDER BY key"
+# One kind's records (keys.broker_key: the kind, NUL, the name): a range of the key.
+LOAD_BROKER_RECORDS_OF = """SELECT key, value FROM tq_broker_records
+    WHERE key >= %b AND key < %b ORDER BY key"""
 GET_FINISHED = "SELECT record FROM tq_finished WHERE id = %b"
 GET_RESULT = "SELECT result FROM tq_finished WHERE id = %b"
 QUEUES_OF_FINISHED = "SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"
@@ -328,7 +346,7 @@ ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = now(),
 # have claimed our queues, and a renewal would make us look live again while they own
 # them. The 'me' row says whether it was; 'b' rows are the live brokers (ours among
 # them exactly when it was renewed: the same test on the row as it was), 'l' rows the
-# leases.
+# leases, 'v' rows the versions of the broker records (a few kinds).
 BEAT = """WITH me AS (
     UPDATE tq_brokers SET heartbeat = now()
     WHERE id = %(id)s AND heartbeat > now() - make_interval(secs => %(lease)s)
@@ -336,7 +354,8 @@ BEAT = """WITH me AS (
 SELECT 'me', id, NULL::text, NULL::bigint FROM me
 UNION ALL SELECT 'b', id, address, NULL::bigint FROM tq_brokers
     WHERE heartbeat > now() - make_interval(secs => %(lease)s)
-UNION ALL SELECT 'l', queue, owner, epoch FROM tq_queue_leases"""
+UNION ALL SELECT 'l', queue, owner, epoch FROM tq_queue_leases
+UNION ALL SELECT 'v', kind, NULL, version FROM tq_record_versions"""
 # Taken when the row is missing (epoch 1), free, or held by a broker that is not live;
 # never by a broker that is itself not live (it would take a queue the others may
 # already count as free again). Two claims at once: the second waits for the first's

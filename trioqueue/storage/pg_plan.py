@@ -51,6 +51,8 @@ class BatchPlan:
     queue_meta: dict[str, bytes] = field(default_factory=dict)
     broker_put: dict[bytes, bytes] = field(default_factory=dict)
     broker_delete: set[bytes] = field(default_factory=set)
+    # the kinds of broker records put or deleted (a cluster raises their versions)
+    broker_kinds: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return any((self.live_put, self.live_delete, self.finished_put,
@@ -111,6 +113,7 @@ def _other(plan: BatchPlan, op: Any) -> None:
         plan.queue_meta[op.queue] = K.encode_value(op.meta)
     elif cls is PutBrokerRecord:
         key = K.broker_key(op.kind, op.name)
+        plan.broker_kinds.add(op.kind)
         if op.value is None:
             plan.broker_put.pop(key, None)
             plan.broker_delete.add(key)

@@ -310,6 +310,7 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
         list(extra.consumed), list(extra.waits_gone),
         [child for (child, _), _ in waits], [parent for (_, parent), _ in waits],
         [pq for _, (pq, _) in waits], [cq for _, (_, cq) in waits],
+        sorted(plan.broker_kinds),
     )
     try:
         rows = conn.execute(L.WRITE_BATCH_CLUSTER, (*params, *cluster_params, broker,

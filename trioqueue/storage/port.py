@@ -18,8 +18,9 @@ failed) and ``queue`` which queue owns it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from ..core.job import FINISHED_STATES
@@ -306,8 +307,10 @@ class Fence(Protocol):
 
 
 class Beat(NamedTuple):
-    """What a heartbeat sees: every live broker and every queue's lease."""
+    """What a heartbeat sees: every live broker, every queue's lease, and the version
+    of each kind of broker record (raised by each commit that changes one of them)."""
 
     live: dict[str, str]  # broker id -> address, this broker included
     leases: dict[str, tuple[str | None, int]]  # queue -> (owner or None: free, epoch)
+    versions: Mapping[str, int] = MappingProxyType({})  # kind -> version (none yet: absent)
 
