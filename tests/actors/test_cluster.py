@@ -6,6 +6,7 @@ brokers: tests/e2e/test_cluster.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -49,8 +50,9 @@ class Node:
         return True
 
 
-async def _joined(tables: MemoryCluster, *names: str) -> list[Node]:
-    nodes = [Node(tables, name) for name in names]
+async def _joined(tables: MemoryCluster, *names: str,
+                  kind: Callable[[MemoryCluster, str], Node] = Node) -> list[Node]:
+    nodes = [kind(tables, name) for name in names]
     for node in nodes:
         tables.join(node.cluster.broker_id, node.cluster.address)
     for node in nodes:
@@ -172,13 +174,8 @@ class RoleNode(Node):
 
 
 async def _role_nodes(tables: MemoryCluster, *names: str) -> list[RoleNode]:
-    nodes = [RoleNode(tables, name) for name in names]
-    for node in nodes:
-        tables.join(node.cluster.broker_id, node.cluster.address)
-    for node in nodes:
-        await node.cluster.beat()
-        node.cluster.joined.set()
-    return nodes
+    nodes = await _joined(tables, *names, kind=RoleNode)
+    return [node for node in nodes if isinstance(node, RoleNode)]
 
 
 def _holder(nodes: list[RoleNode]) -> RoleNode:
@@ -215,6 +212,7 @@ async def test_a_role_moves_to_a_broker_that_joins_and_wins_it() -> None:
     tables = MemoryCluster(Clock())
     names = ["a", "b", "c", "d", "e"]
     winner = preferred_owner(ROLE, names)
+    assert winner is not None
     first = [n for n in names if n != winner]
     nodes = await _role_nodes(tables, *first)
     for node in nodes:

@@ -71,7 +71,7 @@ async def _clients(cluster: BrokerCluster) -> dict[str, RawClient]:
     running = [f"b{i}" for i, b in enumerate(cluster.brokers) if b in cluster.running()]
     clients = {f"b{i}": await RawClient.connect(broker.tcp_port)
                for i, broker in enumerate(cluster.brokers) if f"b{i}" in running}
-    scheduler = preferred_owner(SCHEDULER_LEASE, running)
+    scheduler = _scheduler(running)
     for client in clients.values():
         with trio.fail_after(10):
             while True:
@@ -81,6 +81,13 @@ async def _clients(cluster: BrokerCluster) -> dict[str, RawClient]:
                     break
                 await trio.sleep(0.05)
     return clients
+
+
+def _scheduler(running: list[str]) -> str:
+    """The broker that runs the schedules once ``running`` see each other."""
+    owner = preferred_owner(SCHEDULER_LEASE, running)
+    assert owner is not None
+    return owner
 
 
 def _named_for(owner: str, prefix: str, among: list[str] = IDS) -> str:
@@ -115,7 +122,7 @@ async def _until_exhausted(ask: RawClient, count: RawClient, queue: str, name: s
 async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
         cluster: BrokerCluster) -> None:
     clients = await _clients(cluster)
-    scheduler = preferred_owner(SCHEDULER_LEASE, IDS)
+    scheduler = _scheduler(IDS)
     via, server = (b for b in IDS if b != scheduler)
     queue = _named_for(server, "cron-q")
     made = await clients[via].ok("Cron", name="every-second", queue=queue,
@@ -138,7 +145,7 @@ async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
 
 async def test_the_schedules_survive_their_brokers_sigkill(cluster: BrokerCluster) -> None:
     clients = await _clients(cluster)
-    scheduler = preferred_owner(SCHEDULER_LEASE, IDS)
+    scheduler = _scheduler(IDS)
     survivors = [b for b in IDS if b != scheduler]
     asker, server = survivors
     queue = _named_for(server, "kill-q")

@@ -47,12 +47,14 @@ class ClusterInbox:
         self._applying: set[int] = set()
         self.applied = 0  # messages applied since the start
 
-    async def poked(self, queues: Sequence[str]) -> None:
+    async def poked(self, queues: Sequence[str], then: Request | None = None) -> None:
         """Messages were just committed for ``queues`` (a ClusterPoke from their
-        sender, or a cron firing committed here): apply them now, a queue this broker
-        should serve and does not yet claimed first."""
+        sender, answered by ``then``, or a cron firing committed here): apply them now,
+        a queue this broker should serve and does not yet claimed first."""
         await self._claim(queues, queues)
         await self.take(queues)
+        if then is not None:
+            then.ok({})
 
     async def take(self, queues: Sequence[str] | None = None) -> None:
         """Apply the waiting messages of ``queues`` (None: every queue served here),

@@ -92,10 +92,9 @@ class Router(DependentsIndex, FlowAdmission):
         # and the reader of this broker's queues' inboxes (set by the broker)
         self.remote_parents = RemoteParents()
         self.inbox: ClusterInbox | None = None
-        # ... how the broker-wide reads (Stats, ListWorkers...) ask every broker, and
-        # where cron commands go, webhooks reloaded first (actors/cluster_crons.py)
+        # ... how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
-        self.records: ClusterRecords | None = None
+        self.records: ClusterRecords | None = None  # cron, webhook commands (set later)
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -336,12 +335,6 @@ class Router(DependentsIndex, FlowAdmission):
             for req in reqs:
                 req.error(f"Queue {name} is not served here")
 
-    async def _apply_inbox(self, queues: list[str], req: Request) -> None:
-        """ClusterPoke: apply the named queues' inbox messages, then answer."""
-        if self.inbox is not None:
-            await self.inbox.poked(queues)
-        req.ok({})
-
     async def _look_up_finished(self, routed: list[tuple[Command, Request]],
                                 finished_queues: FinishedQueues
                                 ) -> dict[str, str | None] | None:
@@ -379,28 +372,7 @@ class Router(DependentsIndex, FlowAdmission):
             self._resolve_many(command.multi, req, groups, found, remote)
             return
         if how == BROKER:
-            # Broker-wide state (workers, queues, memory): answered here; with writes
-            # to commit first (Committed: webhooks); or by every queue (a FanOut: each
-            # runs it in its own actor). In a cluster a cron command may go elsewhere.
-            if self.records is not None and self.records.take(command, req, remote):
-                return
-            assert command.handler is not None
-            answer = command.handler(self, msg, self._now_ms(), req.conn)
-            if self.reads is not None and self.reads.take(req, answer):
-                return  # (a cluster: the other brokers' answers merged with this one)
-            if isinstance(answer, FanOut):
-                gather = Gather(req, answer.combine, len(self.actors))
-                for name in list(self.actors):
-                    self._post(name, Request(answer.command, {}, gather))
-            elif isinstance(answer, InboxPoke):
-                # (another broker committed messages for these queues: apply them now)
-                self._spawn(self._apply_inbox, answer.queues, req)
-            elif isinstance(answer, Committed):
-                # The broker's own records: the reply leaves once they are committed.
-                self._committer.submit(answer.writes)
-                self._committer.release([(req.replier, req.reply(answer.reply))])
-            else:
-                req.ok(answer)
+            self._broker(command, req, remote)
             return
         if how == FLOW:
             if self.cluster is not None and remote is not None:
@@ -424,6 +396,34 @@ class Router(DependentsIndex, FlowAdmission):
             req.ok(command.missing(job_id))
             return
         self._group(queue, req, groups, remote)
+
+    def _broker(self, command: Command, req: Request,
+                remote: dict[str, list[Request]] | None) -> None:
+        """Broker-wide state (workers, queues, memory): answered here; with writes to
+        commit first (Committed); or by every queue (a FanOut). Or a cluster's cron
+        command for the scheduler's broker."""
+        if self.records is not None and self.records.take(command, req, remote):
+            return
+        assert command.handler is not None
+        answer = command.handler(self, req.msg, self._now_ms(), req.conn)
+        if self.reads is not None and self.reads.take(req, answer):
+            return  # (a cluster: the other brokers' answers merged with this one)
+        if isinstance(answer, FanOut):
+            gather = Gather(req, answer.combine, len(self.actors))
+            for name in list(self.actors):
+                self._post(name, Request(answer.command, {}, gather))
+        elif isinstance(answer, InboxPoke):
+            # (another broker committed messages for these queues: apply them now)
+            if self.inbox is not None:
+                self._spawn(self.inbox.poked, answer.queues, req)
+            else:
+                req.ok({})
+        elif isinstance(answer, Committed):
+            # The broker's own records: the reply leaves once they are committed.
+            self._committer.submit(answer.writes)
+            self._committer.release([(req.replier, req.reply(answer.reply))])
+        else:
+            req.ok(answer)
 
     def _resolve_many(self, multi: MultiId, req: Request,
                       groups: dict[str, list[Request]],
