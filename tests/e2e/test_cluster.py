@@ -142,3 +142,30 @@ async def test_a_flow_whose_queues_one_other_broker_serves_is_forwarded_whole(
     with trio.fail_after(10):
         while (await a.ok("GetState", id="wp"))["state"] != "waiting":
             await trio.sleep(0.05)
+
+
+async def test_dependencies_and_custom_ids_reach_across_brokers(
+        cluster: BrokerCluster) -> None:
+    """A parent served by b2 depends on a job b1 serves: it waits, and resolves when that
+    job completes there; a custom id another broker's live job has is that job."""
+    a, b, c = await _clients(cluster)
+    for client in (a, b, c):
+        await _wait_for_three(client)
+    dep_q, parent_q = _named_for("b1", "dep-"), _named_for("b2", "par-")
+    dep = (await a.ok("PUSH", queue=dep_q, name="n", data=1, jobId="the-dep"))["id"]
+    job = (await a.ok("PUSH", queue=parent_q, name="n", data=2, dependsOn=[dep]))["id"]
+    assert (await c.ok("GetState", id=job))["state"] == "waiting-children"
+    # the same custom id pushed to another queue through another broker: the same job
+    again = await b.ok("PUSH", queue=parent_q, name="n", data=3, jobId="the-dep")
+    assert again["id"] == "the-dep"
+    assert (await a.ok("GetJob", id="the-dep"))["job"]["queue"] == dep_q
+    pulled = (await b.ok("PULL", queue=dep_q, timeout=0))["job"]
+    await c.ok("ACK", id=pulled["id"], result={"sum": 3})
+    with trio.fail_after(10):
+        while (await a.ok("GetState", id=job))["state"] != "waiting":
+            await trio.sleep(0.05)
+    values = (await b.ok("GetChildrenValues", id=job))["data"]["values"]
+    assert values == {f"{dep_q}:{dep}": {"sum": 3}}
+    # a dependency that completed on another broker already counts at once
+    later = (await a.ok("PUSH", queue=parent_q, name="n", data=4, dependsOn=[dep]))["id"]
+    assert (await c.ok("GetState", id=later))["state"] == "waiting"

@@ -74,11 +74,21 @@ class ClusterMember:
 
     async def _cluster_queues(self, job_ids: list[str]) -> dict[str, str | None]:
         """In a cluster: the queues of jobs, live or finished, that no local queue
-        holds (most are other brokers'), read from the database in a worker thread."""
+        holds (most are other brokers'), read from the database in a worker thread.
+        The live ones are noted for the batch's queues to see (Router.locate): a push
+        whose custom id or dependency is another broker's live job."""
         assert self.cluster is not None
         store = self.cluster.store
-        found = await self.writer.read_committed(lambda: store.queues_of(job_ids))
-        return {job_id: found.get(job_id) for job_id in job_ids}
+        found = await self.writer.read_committed(lambda: store.locate_jobs(job_ids))
+        remote_live = self.router.remote_live
+        for job_id in job_ids:
+            where = found.get(job_id)
+            if where is not None and where[1]:
+                remote_live.note(job_id, where[0])
+            else:
+                remote_live.forget(job_id)
+        return {job_id: (found[job_id][0] if job_id in found else None)
+                for job_id in job_ids}
 
     def _adopt(self, recovered: Recovered, names: list[str],
                waits: list[tuple[str, str, str]]) -> None:

@@ -16,7 +16,7 @@ from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.states import visible_state
 from ..core.writes import Writes
-from .cluster_messages import RemoteParents, flow_across
+from .cluster_messages import RemoteJobs, flow_across
 from .cluster_routes import ClusterRouting, remote_address
 from .ports import AdmissionFactory, Committer, RouterLimits
 from .queue_actor import QueueActor
@@ -30,7 +30,7 @@ class FlowAdmission:
     _admission: AdmissionFactory | None
     _committer: Committer
     cluster: ClusterRouting | None
-    remote_parents: RemoteParents
+    remote_parents: RemoteJobs
     actors: dict[str, QueueActor]
     _now_ms: Callable[[], int]
 

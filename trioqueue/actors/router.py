@@ -41,7 +41,7 @@ from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
-from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
+from .cluster_messages import RemoteJobs, depend_writes, release_with_pokes, remote_notices
 from .cluster_routes import (
     ClusterRouting,
     Forward,
@@ -89,7 +89,10 @@ class Router(DependentsIndex, FlowAdmission):
         self._forward = forward
         # In a cluster: the queues of parents served elsewhere of this broker's children,
         # and the reader of this broker's queues' inboxes (set by the broker)
-        self.remote_parents = RemoteParents()
+        self.remote_parents = RemoteJobs()
+        # ... and the live jobs of other brokers that this broker's pushes name (custom
+        # ids, dependencies), as the batch's look-up found them (Broker._cluster_queues)
+        self.remote_live = RemoteJobs()
         self.inbox: ClusterInbox | None = None
         # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
@@ -125,7 +128,20 @@ class Router(DependentsIndex, FlowAdmission):
     # ------------------------------------------------------------------ JobIndex
 
     def locate(self, job_id: str) -> str | None:
-        return self._index.get(job_id)
+        queue = self._index.get(job_id)
+        if queue is None and self.cluster is not None:  # (another broker's live job)
+            queue = self.remote_live.queue_of(job_id)
+        return queue
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.add(child_id, parent_id)
+        if self.cluster is not None and child_id not in self._index:
+            child_queue = self.remote_live.queue_of(child_id)
+            parent_queue = self._index.get(parent_id)
+            if child_queue is not None and parent_queue is not None:
+                # (a dependency another broker serves: it must tell this parent)
+                self._release_messages(
+                    depend_writes(child_id, parent_id, parent_queue, child_queue), None)
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue

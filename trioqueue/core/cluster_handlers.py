@@ -15,6 +15,8 @@ Two kinds, as lists (they cross the store's encoding):
   queue tells them when a child settles.
 * ``["notice", job id, notice]``: a notice (core.queue.dependencies) for one of this
   queue's jobs, such as a child's outcome for a parent.
+* ``["depend", child id, parent id, parent's queue]``: a parent admitted elsewhere waits
+  for this queue's job: told when it settles, or at once if it already has.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import fields
+from . import fields, flows
 from .handlers import Ctx
-from .job import JobRecord
+from .job import COMPLETED, JobRecord
 from .queue import QueueState
+from .queue import finished as fin
+from .queue.dependencies import SETTLED
 from .registry import Reply
 
 CLUSTER_INBOX = "__cluster_inbox__"  # the broker's, never a client's
 ADOPT_MESSAGE = "adopt"
 NOTICE_MESSAGE = "notice"
+DEPEND_MESSAGE = "depend"
 
 
 def adopt_message(records: list[dict[str, Any]], edges: list[list[str]]) -> list[Any]:
@@ -41,11 +46,20 @@ def notice_message(job_id: str, notice: tuple[Any, ...]) -> list[Any]:
     return [NOTICE_MESSAGE, job_id, list(notice)]
 
 
+def depend_message(child_id: str, parent_id: str, parent_queue: str) -> list[Any]:
+    return [DEPEND_MESSAGE, child_id, parent_id, parent_queue]
+
+
 def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     """Apply this queue's inbox messages ``[[number, message], ...]`` in order, each
     recorded consumed in this batch's commit. An adopted job this queue already has
     (a message applied before a restart that replayed it) is skipped."""
     now = ctx.now
+    # (the finished records a depend may need, asked for before anything changes: the
+    # command runs again once they are read)
+    q.finished.want(fin.record_reads(
+        m[1] for _, m in msg["messages"]
+        if m[0] == DEPEND_MESSAGE and q.index.locate(m[1]) != q.name))
     for seq, message in msg["messages"]:
         kind = message[0]
         if kind == ADOPT_MESSAGE:
@@ -56,14 +70,35 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         elif kind == NOTICE_MESSAGE:
             if q.index.locate(message[1]) == q.name:
                 q.apply_notice(tuple(message[2]), now)
+        elif kind == DEPEND_MESSAGE:
+            _depend(q, message[1], message[2])
         else:
             raise ValueError(f"unknown inbox message {kind!r}")
         q.writes.cluster.consumed.append(seq)
     return {}
 
 
+def _depend(q: QueueState, child_id: str, parent_id: str) -> None:
+    """A parent elsewhere waits for ``child_id``: registered while the child is live
+    here; told at once (outcome row and notice, as a settling child does) when it
+    already completed, or is gone; a child that failed without a policy keeps its
+    parents waiting, as on one broker (a retry from the DLQ may still complete it)."""
+    if q.index.locate(child_id) == q.name:
+        q.index.add_dependent(child_id, parent_id)
+        return
+    record = q.finished.get_any(child_id)
+    if record is not None and record["state"] != COMPLETED:
+        return
+    if record is None:
+        outcome = flows.DETACHED
+    else:
+        outcome = flows.completed_outcome(record["queue"], *q.finished.result_any(child_id))
+    q.writes.put_dep_outcome(parent_id, child_id, outcome)
+    q.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
+
+
 def _adopt(q: QueueState, job: JobRecord, now: int) -> None:
-    if job.id in q.jobs or q.index.locate(job.id) is not None:
+    if job.id in q.jobs:  # (applied once already: a replayed message)
         return
     job.seq = q.reserve_seq()
     q.index.add(job.id, q.name)

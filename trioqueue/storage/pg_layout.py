@@ -363,8 +363,8 @@ LOAD_LIVE_OF = "SELECT record FROM tq_live WHERE queue = ANY(%s::text[])"
 LOAD_QUEUE_META_OF = "SELECT queue, meta FROM tq_queue_meta WHERE queue = ANY(%s::text[])"
 LOAD_COUNTS_OF = """SELECT queue, state, n FROM tq_finished_counts
     WHERE queue = ANY(%s::text[]) AND n > 0"""
-QUEUES_OF_JOBS = """SELECT id, queue FROM tq_live WHERE id = ANY(%b::bytea[])
-UNION ALL SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"""
+QUEUES_OF_JOBS = """SELECT id, queue, true FROM tq_live WHERE id = ANY(%b::bytea[])
+UNION ALL SELECT id, queue, false FROM tq_finished WHERE id = ANY(%b::bytea[])"""
 # A cluster's inbox of some queues, oldest first, a page at a time; the waits of the
 # children of some queues (a takeover's: whom to tell when they settle).
 INBOX_OF = """SELECT seq, queue, message FROM tq_inbox WHERE queue = ANY(%s::text[])
