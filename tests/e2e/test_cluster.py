@@ -169,3 +169,32 @@ async def test_dependencies_and_custom_ids_reach_across_brokers(
     # a dependency that completed on another broker already counts at once
     later = (await a.ok("PUSH", queue=parent_q, name="n", data=4, dependsOn=[dep]))["id"]
     assert (await c.ok("GetState", id=later))["state"] == "waiting"
+
+
+async def test_bunqueues_python_client_works_through_a_broker_that_serves_nothing(
+        cluster: BrokerCluster) -> None:
+    """bunqueue's published client (0.1.5), connected to b2 only: its queue ("compat")
+    served by b1, its flow's parent by b0 and children by b1 (the client's FlowProducer
+    pushes the children first, then the parent with dependsOn, then UpdateParent per
+    child)."""
+    from .test_bunqueue_client import _flow_with_the_client, _produce_and_process
+
+    a, b, c = await _clients(cluster)
+    for client in (a, b, c):
+        await _wait_for_three(client)
+    assert preferred_owner("compat", ["b0", "b1", "b2"]) == "b1"
+    port = cluster[2].tcp_port
+    with trio.fail_after(60):
+        out = await trio.to_thread.run_sync(_produce_and_process, port, 10)
+    assert out["finished"] and sorted(out["processed"]) == sorted(out["ids"])
+    assert out["counts_after"]["completed"] == 10 and out["worker_errors"] == []
+    parent_q, kids_q = _named_for("b0", "bq-parent-"), _named_for("b1", "bq-kids-")
+    with trio.fail_after(60):
+        flow = await trio.to_thread.run_sync(_flow_with_the_client, port, parent_q, kids_q)
+    assert flow["before"] == "waiting-children"
+    kid1, kid2 = flow["kids"]
+    with trio.fail_after(10):  # (the outcomes travel to b0 through its inbox)
+        while (await b.ok("GetState", id=flow["parent"]))["state"] != "waiting":
+            await trio.sleep(0.05)
+    values = (await a.ok("GetChildrenValues", id=flow["parent"]))["data"]["values"]
+    assert values == {f"{kids_q}:{kid1}": 10, f"{kids_q}:{kid2}": 20}
