@@ -39,6 +39,7 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_clients import StandIns
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
 from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
@@ -93,6 +94,7 @@ class Router(DependentsIndex, FlowAdmission):
         self.inbox: ClusterInbox | None = None
         # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
+        self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -459,6 +461,7 @@ class Router(DependentsIndex, FlowAdmission):
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
+        self.clients.closed(self, conn)  # (a peer link's stand-ins; what it pulled elsewhere)
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)
@@ -475,7 +478,6 @@ class Router(DependentsIndex, FlowAdmission):
             actor.batches_in_flight += 1
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self._spawn(self.send, name, [request])
-
 
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool:
         """Whether a job delivered over ``conn`` in one of ``queues`` is still active.
