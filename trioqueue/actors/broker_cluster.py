@@ -6,13 +6,14 @@ leaving at shutdown. Kept apart from broker.py, which stays about one broker."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config import Config
 from ..storage.port import Recovered, Storage
 from .cluster import Cluster, HeldLeases
+from .cluster_clients import ClusterClients
 from .cluster_inbox import ClusterInbox
 from .events import EventHub
 from .peer_events import PeerEvents
@@ -36,12 +37,13 @@ class ClusterMember:
     events: EventHub
     _nursery: trio.Nursery | None
 
-    def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
-                 charge_active: bool) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # (the class that mixes this in has them)
+        def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
+                     charge_active: bool) -> None: ...
 
-    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks]:
-        """The cluster's runtime and the peer links to the other brokers."""
+    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks, ClusterClients]:
+        """The cluster's runtime, the peer links to the other brokers, and the clients
+        whose commands go over them (named to the peers, released there when they go)."""
         config = self.config
         cluster_of = getattr(self.storage, "cluster", None)
         if cluster_of is None:
@@ -49,10 +51,12 @@ class ClusterMember:
         cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
                           lease_s=config.cluster_lease_s, adopt=self._adopt,
                           retire=self._retire_queue, forget=self._forget_queue)
+        clients = ClusterClients(lambda address, reqs: peers.forward(address, reqs))
         peers = PeerLinks(hello=self._peer_hello,
                           connect_timeout_s=config.peer_connect_timeout_s,
-                          max_in_flight=config.peer_max_in_flight)
-        return cluster, peers
+                          max_in_flight=config.peer_max_in_flight,
+                          origin_of=clients.origin_of)
+        return cluster, peers, clients
 
     def _wire_inbox(self) -> None:
         """The reader of this broker's queues' inboxes, on the router (a cluster)."""

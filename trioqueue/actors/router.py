@@ -39,6 +39,7 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_clients import StandIns
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
 from .cluster_messages import RemoteJobs, depend_writes, release_with_pokes, remote_notices
@@ -57,6 +58,7 @@ from .joins import Join
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Replier, Request
+from .retained import RetainedResults
 from .timings import BatchTimer
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex, FlowAdmission):
+class Router(DependentsIndex, FlowAdmission, RetainedResults):
     def __init__(self, *, committer: Committer,
                  find_finished: Callable[[str], dict[str, Any] | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -96,6 +98,7 @@ class Router(DependentsIndex, FlowAdmission):
         self.inbox: ClusterInbox | None = None
         # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
+        self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -116,7 +119,7 @@ class Router(DependentsIndex, FlowAdmission):
         self.crons: Any = None
         self.webhooks = WebhookRegistry()
         # job id -> (expires at, queue, has result, result)
-        self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
+        self._retained = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
@@ -150,38 +153,10 @@ class Router(DependentsIndex, FlowAdmission):
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
 
-    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
-                      now: int) -> None:
-        """Keep a removed-on-complete job's result for a late WaitJob (memory only).
-
-        Bounded in time and count (``removed_result_retention_s``,
-        ``max_removed_results``); a new job with the same custom id forgets it.
-        """
-        retained = self._retained
-        retained.pop(job_id, None)
-        retained[job_id] = (now + self._limits.removed_result_retention_s * 1000,
-                            queue, has_result, result)
-        while len(retained) > self._limits.max_removed_results:
-            retained.popitem(last=False)
-
-    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
-        entry = self._retained.get(job_id)
-        if entry is None:
-            return None
-        expires, _, has_result, result = entry
-        if expires <= now:
-            del self._retained[job_id]
-            return None
-        return has_result, result
-
     def compact(self) -> None:
         """Copy the index once most of it is gone: a dict never shrinks on deletes, so
         after a million jobs drained it would keep ~30 MB of empty slots."""
         self._index.compact()
-
-    def forget_retained(self, queue: str) -> None:
-        for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:
-            del self._retained[job_id]
 
     def post_notices(self, notices: list[Notice]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the
@@ -241,14 +216,6 @@ class Router(DependentsIndex, FlowAdmission):
 
     def stored_count(self, queue: str, state: str) -> int:
         return 0 if self._count_stored is None else self._count_stored(queue, state)
-
-    def forget_expired_retained(self, now: int) -> int:
-        """Drop the retained results past their window (bounded by
-        ``max_removed_results``; otherwise dropped only when a WaitJob asks)."""
-        expired = [j for j, entry in self._retained.items() if entry[0] <= now]
-        for job_id in expired:
-            del self._retained[job_id]
-        return len(expired)
 
     def queues_elsewhere(self) -> list[str]:
         cluster = self.cluster
@@ -475,6 +442,7 @@ class Router(DependentsIndex, FlowAdmission):
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
+        self.clients.closed(self, conn)  # (a peer link's stand-ins; what it pulled elsewhere)
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)
@@ -491,7 +459,6 @@ class Router(DependentsIndex, FlowAdmission):
             actor.batches_in_flight += 1
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self._spawn(self.send, name, [request])
-
 
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool:
         """Whether a job delivered over ``conn`` in one of ``queues`` is still active.

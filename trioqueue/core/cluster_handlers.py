@@ -17,6 +17,9 @@ Two kinds, as lists (they cross the store's encoding):
   queue's jobs, such as a child's outcome for a parent.
 * ``["depend", child id, parent id, parent's queue]``: a parent admitted elsewhere waits
   for this queue's job: told when it settles, or at once if it already has.
+
+And :func:`cluster_release`, which another broker sends when a client whose commands it
+forwarded here has gone.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import fields, flows
+from .errors import Refused
 from .handlers import Ctx
 from .job import COMPLETED, JobRecord
-from .queue import QueueState
+from .queue import QueueState, Sliced, slices
 from .queue import finished as fin
 from .queue.dependencies import SETTLED
 from .registry import Reply
 
 CLUSTER_INBOX = "__cluster_inbox__"  # the broker's, never a client's
+CLUSTER_RELEASE = "ClusterRelease"  # another broker's, on its peer link
 ADOPT_MESSAGE = "adopt"
 NOTICE_MESSAGE = "notice"
 DEPEND_MESSAGE = "depend"
@@ -121,3 +126,24 @@ def cluster_poke(scope: Any, msg: dict[str, Any], now: int, conn: Any) -> InboxP
     now rather than at the next beat. Answered once they are applied and committed."""
     return InboxPoke([fields.queue_name(q) for q in fields.str_list(msg.get("queues"),
                                                                      "queues")])
+
+
+def cluster_release(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
+    """ClusterRelease: a client of the broker at the other end of this peer link, whose
+    commands for this queue it forwarded here, has closed its connection. What it
+    pulled goes back now, uncharged, as for a client of this broker (RELEASE_CONNECTION),
+    rather than when its locks run out; and its parked pulls and waits end, answered
+    (the link is still open and carries others' commands: every one it sent gets a
+    reply). Routed by queue, so it comes after that client's commands sent before it.
+
+    Only for the stand-in of such a client (``ctx.conn``: the frame's origin, see
+    actors/cluster_clients.py), never for a connection of its own: a client's
+    connection releases its jobs by closing."""
+    if getattr(ctx.conn, "origin", None) is None:
+        raise Refused(f"{CLUSTER_RELEASE} is for another broker's peer link, naming one "
+                      "of its clients")
+    work = q.release_connection_work(ctx.conn, ctx.now, answer_parked=True)
+    if slices.is_long(len(q.conn_jobs.get(ctx.conn, ()))):
+        return work  # long work: a slice a step (queue/leases.py)
+    work.run()
+    return {}
