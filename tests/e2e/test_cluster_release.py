@@ -9,34 +9,19 @@ worker connects to b0. Needs a PostgreSQL server (``pg_dsn``); skipped without o
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from trioqueue.testing import RawClient
-from trioqueue.testing.cluster import BrokerCluster
-
-from .test_cluster import _named_for, _wait_for_three
+from trioqueue.testing.cluster import BrokerCluster, connect_all, queue_served_by
 
 LOCK_TTL_MS = 60_000  # far longer than any test: a job back sooner was released
 BACK_WITHIN_S = 2.0
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
-    brokers = BrokerCluster(pg_dsn, 3, tmp_path)
-    try:
-        await brokers.start()
-        yield brokers
-    finally:
-        await brokers.stop()
-
-
-async def _connect(cluster: BrokerCluster, index: int) -> RawClient:
-    return await RawClient.connect(cluster[index].tcp_port)
+async def _connect(three_brokers: BrokerCluster, index: int) -> RawClient:
+    return await RawClient.connect(three_brokers[index].tcp_port)
 
 
 async def _push(client: RawClient, queue: str, count: int) -> list[str]:
@@ -68,14 +53,13 @@ async def _nothing_waiting(client: RawClient, queue: str) -> bool:
 
 
 async def test_a_client_that_closes_gives_back_what_it_pulled_through_another_broker(
-        cluster: BrokerCluster) -> None:
+        three_brokers: BrokerCluster) -> None:
     """A worker on b0 pulls two jobs of b1's queue, then its connection closes: both
     are waiting again at once (pulled through b2), their attempts unchanged."""
-    other = await _connect(cluster, 2)
-    await _wait_for_three(other)
-    queue = _named_for("b1", "release-")
+    other = (await connect_all(three_brokers))[2]
+    queue = queue_served_by("b1", "release-")
     pushed = await _push(other, queue, 2)
-    worker = await _connect(cluster, 0)
+    worker = await _connect(three_brokers, 0)
     held = [await _pull(worker, queue), await _pull(worker, queue)]
     assert sorted(j["id"] for j in held) == sorted(pushed)
     assert await _nothing_waiting(other, queue)  # (held, under a 60 s lock)
@@ -87,15 +71,14 @@ async def test_a_client_that_closes_gives_back_what_it_pulled_through_another_br
 
 
 async def test_one_client_closing_releases_only_its_own_jobs(
-        cluster: BrokerCluster) -> None:
+        three_brokers: BrokerCluster) -> None:
     """Two workers on b0 pull from the same queue of b1 (one peer link carries both):
     the one that closes gives back its job alone; the other still acknowledges its
     own, and nothing else is waiting."""
-    other = await _connect(cluster, 2)
-    await _wait_for_three(other)
-    queue = _named_for("b1", "two-clients-")
+    other = (await connect_all(three_brokers))[2]
+    queue = queue_served_by("b1", "two-clients-")
     await _push(other, queue, 2)
-    leaving, staying = await _connect(cluster, 0), await _connect(cluster, 0)
+    leaving, staying = await _connect(three_brokers, 0), await _connect(three_brokers, 0)
     left_job, kept_job = await _pull(leaving, queue), await _pull(staying, queue)
 
     await leaving.aclose()
@@ -107,18 +90,17 @@ async def test_one_client_closing_releases_only_its_own_jobs(
 
 
 async def test_jobs_held_through_a_killed_broker_come_back_when_its_link_closes(
-        cluster: BrokerCluster) -> None:
+        three_brokers: BrokerCluster) -> None:
     """b0 is killed (SIGKILL) while its worker holds two jobs of b1's queue: b1 sees
     b0's peer link close and the jobs are waiting again, long before their locks (60 s)
     or b0's lease would run out."""
-    other = await _connect(cluster, 2)
-    await _wait_for_three(other)
-    queue = _named_for("b1", "killed-")
+    other = (await connect_all(three_brokers))[2]
+    queue = queue_served_by("b1", "killed-")
     pushed = await _push(other, queue, 2)
-    worker = await _connect(cluster, 0)
+    worker = await _connect(three_brokers, 0)
     held = [await _pull(worker, queue), await _pull(worker, queue)]
 
-    await cluster[0].kill(signal.SIGKILL)
+    await three_brokers[0].kill(signal.SIGKILL)
     back = await _pull_back(other, queue, 2)
     assert sorted(j["id"] for j in back) == sorted(pushed)
     assert [j["attempts"] for j in back] == [j["attempts"] for j in held]

@@ -14,22 +14,15 @@ from typing import Any
 
 import trio
 
-from trioqueue.core.placement import preferred_owner
 from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP
 from trioqueue.testing import RawClient
-from trioqueue.testing.cluster import BrokerCluster
+from trioqueue.testing.cluster import BrokerCluster, queue_served_by, queues_served_by
 from trioqueue.testing.history import ADD, OK, History, check, two_live_holders
 
 from .test_crashes import AMBIGUOUS, LOCK_TTL_MS, drain_and_read, producer, worker
 
 LEASE_S = 2.0
 IDS = ["b0", "b1", "b2"]
-
-
-def _queues_of(owner: str, count: int) -> list[str]:
-    """``count`` queue names the rendezvous gives ``owner`` among b0, b1 and b2."""
-    names = (f"load-{i}" for i in range(10_000))
-    return [q for q in names if preferred_owner(q, IDS) == owner][:count]
 
 
 async def _cluster_status(port: int) -> dict[str, Any]:
@@ -55,7 +48,7 @@ async def test_kill_9_of_one_of_three_brokers_under_load_loses_nothing(
     rebuild, no acknowledged job is lost, and no job has two live holders."""
     cluster = BrokerCluster(pg_dsn, 3, tmp_path, lease_s=LEASE_S)
     history = History()
-    queues = [q for owner in IDS for q in _queues_of(owner, 2)]
+    queues = [q for owner in IDS for q in queues_served_by(owner, 2, "load-")]
     await cluster.start()
     try:
         await _wait_for_members(cluster, 3)
@@ -77,7 +70,7 @@ async def test_kill_9_of_one_of_three_brokers_under_load_loses_nothing(
             killed_at = time.monotonic()
             # b0's queues served again: a PUSH through b1 is answered for each
             served_again = await _served_again(history, cluster[1].tcp_port,
-                                               _queues_of("b0", 2))
+                                               queues_served_by("b0", 2, "load-"))
             failover_s = served_again - killed_at
             with trio.fail_after(60):  # the producers through b1 and b2 finish
                 while any(op.kind == ADD and op.status == "invoke" for op in history.ops):
@@ -125,7 +118,7 @@ async def test_a_broker_frozen_past_its_lease_is_fenced_off(
     take its queues; SIGCONT: its late write is refused by the epoch check, its client
     gets no acknowledgement, it exits with status 5, and the job is nowhere."""
     cluster = BrokerCluster(pg_dsn, 3, tmp_path, lease_s=LEASE_S)
-    queue = _queues_of("b0", 1)[0]
+    queue = queue_served_by("b0", "load-")
     await cluster.start()
     try:
         await _wait_for_members(cluster, 3)
