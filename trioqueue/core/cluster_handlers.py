@@ -60,12 +60,12 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     recorded consumed in this batch's commit. An adopted job this queue already has
     (a message applied before a restart that replayed it) is skipped."""
     now = ctx.now
+    messages = _checked(msg.get("messages"))
     # (the finished records a depend may need, asked for before anything changes: the
     # command runs again once they are read)
     q.finished.want(fin.record_reads(
-        m[1] for _, m in msg["messages"]
-        if m[0] == DEPEND_MESSAGE and q.index.locate(m[1]) != q.name))
-    for seq, message in msg["messages"]:
+        m[1] for _, m in messages if m[0] == DEPEND_MESSAGE and q.index.locate(m[1]) != q.name))
+    for seq, message in messages:
         kind = message[0]
         if kind == ADOPT_MESSAGE:
             for record in message[1]:
@@ -81,6 +81,25 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             raise ValueError(f"unknown inbox message {kind!r}")
         q.writes.cluster.consumed.append(seq)
     return {}
+
+
+def _checked(messages: Any) -> list[tuple[int, list[Any]]]:
+    """The broker's own inbox rows, checked for shape (a malformed one is a bug, refused
+    whole before anything is applied: never half a batch)."""
+    if type(messages) is not list:
+        raise Refused("messages must be a list of [number, message]")
+    out = []
+    for entry in messages:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2
+                and type(entry[0]) is int and isinstance(entry[1], (list, tuple))
+                and entry[1] and entry[1][0] in _SHAPES
+                and len(entry[1]) == _SHAPES[entry[1][0]]):
+            raise Refused(f"not an inbox message: {entry!r:.100}")
+        out.append((entry[0], list(entry[1])))
+    return out
+
+
+_SHAPES = {ADOPT_MESSAGE: 3, NOTICE_MESSAGE: 3, DEPEND_MESSAGE: 4}
 
 
 def _depend(q: QueueState, child_id: str, parent_id: str) -> None:
