@@ -257,7 +257,19 @@ _CLUSTER_PARTS = """
             SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::text[], %b::text[])
         ON CONFLICT (child, parent) DO UPDATE SET parent_queue = EXCLUDED.parent_queue,
             child_queue = EXCLUDED.child_queue)"""
-WRITE_BATCH_CLUSTER = f"""{_BATCH_PARTS},{_CLUSTER_PARTS},
+# A live row of a queue this batch does not write for (another broker's) is never
+# replaced: two brokers that admitted one new custom id in two queues at once (each
+# checked the database before the other committed) leave the first job's row whole, and
+# the second, never stored, is gone at its queue's next rebuild, as a push deduplicated
+# late; nor deleted (that job finishing would take the first one's row). The batch's
+# own queues (the fence's list, twice more as parameters) may replace or delete a row.
+_LIVE_UPSERT = "ON CONFLICT (id) DO UPDATE SET queue = EXCLUDED.queue, record = EXCLUDED.record)"
+_LIVE_DELETE = "live_gone AS (DELETE FROM tq_live WHERE id = ANY(%b::bytea[]))"
+assert _LIVE_UPSERT in _BATCH_PARTS and _LIVE_DELETE in _BATCH_PARTS
+_CLUSTER_BATCH_PARTS = _BATCH_PARTS.replace(_LIVE_UPSERT, _LIVE_UPSERT[:-1] + """
+            WHERE tq_live.queue = EXCLUDED.queue OR tq_live.queue = ANY(%b::text[]))"""
+).replace(_LIVE_DELETE, _LIVE_DELETE[:-1] + " AND queue = ANY(%b::text[]))")
+WRITE_BATCH_CLUSTER = f"""{_CLUSTER_BATCH_PARTS},{_CLUSTER_PARTS},
     counts AS ({_COUNTS_NEW})
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
 UNION ALL SELECT queue, state, n FROM counts"""
