@@ -78,6 +78,7 @@ async def main_async(args: argparse.Namespace) -> None:
     columns: list[tuple[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
+        workdir.chmod(0o755)  # (the server runs as the postgres user when we are root)
         server = None if args.dsn else PostgresServer(workdir / "pg")
         try:
             if server is not None:

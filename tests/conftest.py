@@ -17,6 +17,7 @@ from trioqueue.config import Config
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing import postgres as pg
+from trioqueue.testing.cluster import BrokerCluster
 
 # Which store the tests' brokers use: "lmdb" (default) or "postgres" (a fresh database
 # of the test server each). A module or test marked ``engines("lmdb", "postgres")`` runs
@@ -188,6 +189,14 @@ def pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator
         if isinstance(postgres_server, pg.PostgresServer):
             postgres_server.start()  # the test may have stopped or killed it
         postgres_server.drop_database(name)
+
+
+@pytest.fixture
+async def three_brokers(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
+    """Three brokers (b0, b1, b2; lease 2 s) on this test's database, stopped after it
+    (tests of a cluster: docs/scale-out.md)."""
+    async with BrokerCluster(pg_dsn, 3, tmp_path) as cluster:
+        yield cluster
 
 
 @pytest.fixture

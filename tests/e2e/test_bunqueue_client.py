@@ -90,23 +90,24 @@ async def test_bunqueue_python_client_adds_reads_and_processes(server: Server) -
     assert out["worker_errors"] == []
 
 
-def _flow_with_the_client(port: int) -> dict[str, Any]:
+def _flow_with_the_client(port: int, parent_q: str = "cflow-parent",
+                          kids_q: str = "cflow-kids") -> dict[str, Any]:
     """bunqueue-client 0.1.5's FlowProducer: children pushed first (with a placeholder
     parent), then the parent with dependsOn, then one UpdateParent per child."""
     from bunqueue import FlowProducer
 
     flows = FlowProducer(host="127.0.0.1", port=port)
-    node = flows.add({"name": "report", "queueName": "cflow-parent", "data": {"r": 1},
+    node = flows.add({"name": "report", "queueName": parent_q, "data": {"r": 1},
                       "children": [
-                          {"name": "part", "queueName": "cflow-kids", "data": {"n": 1}},
-                          {"name": "part", "queueName": "cflow-kids", "data": {"n": 2}}]})
-    queue = Queue("cflow-kids", host="127.0.0.1", port=port)
-    parent_queue = Queue("cflow-parent", host="127.0.0.1", port=port)
+                          {"name": "part", "queueName": kids_q, "data": {"n": 1}},
+                          {"name": "part", "queueName": kids_q, "data": {"n": 2}}]})
+    queue = Queue(kids_q, host="127.0.0.1", port=port)
+    parent_queue = Queue(parent_q, host="127.0.0.1", port=port)
     state_before = parent_queue.get_state(node.job.id)
     kids = [child.job.id for child in node.children]
     child_parent = queue.get_job(kids[0])
     for _ in kids:
-        job = queue.connection.call({"cmd": "PULL", "queue": "cflow-kids"})["job"]
+        job = queue.connection.call({"cmd": "PULL", "queue": kids_q})["job"]
         queue.connection.call({"cmd": "ACK", "id": job["id"],
                                "result": job["data"]["n"] * 10})
     state_after = parent_queue.get_state(node.job.id)

@@ -6,59 +6,33 @@ Needs a PostgreSQL server (``pg_dsn``); skipped, saying why, without one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
-
-import pytest
 import trio
 
 from trioqueue.core.placement import preferred_owner
-from trioqueue.testing import RawClient
-from trioqueue.testing.cluster import BrokerCluster
+from trioqueue.testing.cluster import (
+    BrokerCluster,
+    cluster_status,
+    connect_all,
+    queue_served_by,
+)
 
 from .test_dependencies import tree
 
 QUEUES = [f"q{i}" for i in range(8)]
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
-    brokers = BrokerCluster(pg_dsn, 3, tmp_path)
-    try:
-        await brokers.start()
-        yield brokers
-    finally:
-        await brokers.stop()
-
-
-async def _clients(cluster: BrokerCluster) -> list[RawClient]:
-    return [await RawClient.connect(broker.tcp_port) for broker in cluster.brokers]
-
-
-async def _status(client: RawClient) -> dict[str, Any]:
-    status: dict[str, Any] = (await client.ok("ClusterStatus"))["data"]["cluster"]
-    return status
-
-
-async def test_the_brokers_see_each_other(cluster: BrokerCluster) -> None:
-    clients = await _clients(cluster)
+async def test_the_brokers_see_each_other(three_brokers: BrokerCluster) -> None:
+    clients = await connect_all(three_brokers)
     for i, client in enumerate(clients):
-        status = await _status(client)
+        status = await cluster_status(client)  # (connect_all waited for each view)
         assert status["brokerId"] == f"b{i}"
-        # (b0 saw the others join at its later beats: wait for its view)
-        with trio.fail_after(10):
-            while len(status["live"]) < 3:
-                await trio.sleep(0.05)
-                status = await _status(client)
         assert [b["brokerId"] for b in status["live"]] == ["b0", "b1", "b2"]
-        assert status["live"][i]["address"] == f"127.0.0.1:{cluster[i].tcp_port}"
+        assert status["live"][i]["address"] == f"127.0.0.1:{three_brokers[i].tcp_port}"
 
 
 async def test_push_through_one_pull_through_another_ack_through_the_third(
-        cluster: BrokerCluster) -> None:
-    a, b, c = await _clients(cluster)
-    await _wait_for_three(a)
+        three_brokers: BrokerCluster) -> None:
+    a, b, c = await connect_all(three_brokers)
     pushed = {q: (await a.ok("PUSH", queue=q, name="n", data={"q": q}))["id"] for q in QUEUES}
     for q in QUEUES:
         job = (await b.ok("PULL", queue=q, timeout=0))["job"]
@@ -74,16 +48,15 @@ async def test_push_through_one_pull_through_another_ack_through_the_third(
             while not set(QUEUES) <= set((await client.ok("ListQueues"))["queues"]):
                 await trio.sleep(0.05)
     # each queue is served by exactly one broker, and the queues are spread out
-    served = [set((await _status(client))["queues"]) for client in (a, b, c)]
+    served = [set((await cluster_status(client))["queues"]) for client in (a, b, c)]
     assert set().union(*served) >= set(QUEUES)
     assert sum(len(s & set(QUEUES)) for s in served) == len(QUEUES)
     assert sum(1 for s in served if s & set(QUEUES)) >= 2
 
 
 async def test_a_batch_of_ids_across_brokers_is_split_and_merged(
-        cluster: BrokerCluster) -> None:
-    a, b, _ = await _clients(cluster)
-    await _wait_for_three(a)
+        three_brokers: BrokerCluster) -> None:
+    a, b, _ = await connect_all(three_brokers)
     ids = [(await a.ok("PUSH", queue=q, name="n", data=1))["id"] for q in QUEUES]
     pulled = []
     for q in QUEUES:
@@ -94,25 +67,12 @@ async def test_a_batch_of_ids_across_brokers_is_split_and_merged(
         assert (await a.ok("GetResult", id=job_id))["result"] == {"n": i}
 
 
-async def _wait_for_three(client: RawClient) -> None:
-    with trio.fail_after(10):
-        while len((await _status(client))["live"]) < 3:
-            await trio.sleep(0.05)
-
-
-def _named_for(owner: str, prefix: str) -> str:
-    """A queue name the rendezvous gives ``owner`` among b0, b1 and b2."""
-    return next(f"{prefix}{i}" for i in range(10_000)
-                if preferred_owner(f"{prefix}{i}", ["b0", "b1", "b2"]) == owner)
-
-
-async def test_a_flow_across_three_brokers_resolves(cluster: BrokerCluster) -> None:
+async def test_a_flow_across_three_brokers_resolves(three_brokers: BrokerCluster) -> None:
     """Parent served by b0, children by b1 and b2, the flow pushed through b1: admitted
     in one commit, found through every broker at once, and the parent resolves when the
     children complete on their brokers."""
-    a, b, c = await _clients(cluster)
-    await _wait_for_three(a)
-    parent_q, q1, q2 = (_named_for(owner, f"flow-{owner}-") for owner in ("b0", "b1", "b2"))
+    a, b, c = await connect_all(three_brokers)
+    parent_q, q1, q2 = (queue_served_by(owner, f"flow-{owner}-") for owner in ("b0", "b1", "b2"))
     reply = await b.ok("PUSHF", jobs=tree("p", {"k1": q1, "k2": q2}, parent_queue=parent_q))
     assert [(j["id"], j["state"]) for j in reply["data"]["jobs"]] == [
         ("p", "waiting-children"), ("k1", "waiting"), ("k2", "waiting")]
@@ -132,13 +92,64 @@ async def test_a_flow_across_three_brokers_resolves(cluster: BrokerCluster) -> N
 
 
 async def test_a_flow_whose_queues_one_other_broker_serves_is_forwarded_whole(
-        cluster: BrokerCluster) -> None:
-    a, _, _ = await _clients(cluster)
-    await _wait_for_three(a)
-    parent_q, child_q = _named_for("b2", "whole-p"), _named_for("b2", "whole-c")
+        three_brokers: BrokerCluster) -> None:
+    a, _, _ = await connect_all(three_brokers)
+    parent_q, child_q = queue_served_by("b2", "whole-p"), queue_served_by("b2", "whole-c")
     await a.ok("PUSHF", jobs=tree("wp", {"wk": child_q}, parent_queue=parent_q))
     job = (await a.ok("PULL", queue=child_q, timeout=0))["job"]
     await a.ok("ACK", id=job["id"], result=1)
     with trio.fail_after(10):
         while (await a.ok("GetState", id="wp"))["state"] != "waiting":
             await trio.sleep(0.05)
+
+
+async def test_dependencies_and_custom_ids_reach_across_brokers(
+        three_brokers: BrokerCluster) -> None:
+    """A parent served by b2 depends on a job b1 serves: it waits, and resolves when that
+    job completes there; a custom id another broker's live job has is that job."""
+    a, b, c = await connect_all(three_brokers)
+    dep_q, parent_q = queue_served_by("b1", "dep-"), queue_served_by("b2", "par-")
+    dep = (await a.ok("PUSH", queue=dep_q, name="n", data=1, jobId="the-dep"))["id"]
+    job = (await a.ok("PUSH", queue=parent_q, name="n", data=2, dependsOn=[dep]))["id"]
+    assert (await c.ok("GetState", id=job))["state"] == "waiting-children"
+    # the same custom id pushed to another queue through another broker: the same job
+    again = await b.ok("PUSH", queue=parent_q, name="n", data=3, jobId="the-dep")
+    assert again["id"] == "the-dep"
+    assert (await a.ok("GetJob", id="the-dep"))["job"]["queue"] == dep_q
+    pulled = (await b.ok("PULL", queue=dep_q, timeout=0))["job"]
+    await c.ok("ACK", id=pulled["id"], result={"sum": 3})
+    with trio.fail_after(10):
+        while (await a.ok("GetState", id=job))["state"] != "waiting":
+            await trio.sleep(0.05)
+    values = (await b.ok("GetChildrenValues", id=job))["data"]["values"]
+    assert values == {f"{dep_q}:{dep}": {"sum": 3}}
+    # a dependency that completed on another broker already counts at once
+    later = (await a.ok("PUSH", queue=parent_q, name="n", data=4, dependsOn=[dep]))["id"]
+    assert (await c.ok("GetState", id=later))["state"] == "waiting"
+
+
+async def test_bunqueues_python_client_works_through_a_broker_that_serves_nothing(
+        three_brokers: BrokerCluster) -> None:
+    """bunqueue's published client (0.1.5), connected to b2 only: its queue ("compat")
+    served by b1, its flow's parent by b0 and children by b1 (the client's FlowProducer
+    pushes the children first, then the parent with dependsOn, then UpdateParent per
+    child)."""
+    from .test_bunqueue_client import _flow_with_the_client, _produce_and_process
+
+    a, b, c = await connect_all(three_brokers)
+    assert preferred_owner("compat", ["b0", "b1", "b2"]) == "b1"
+    port = three_brokers[2].tcp_port
+    with trio.fail_after(60):
+        out = await trio.to_thread.run_sync(_produce_and_process, port, 10)
+    assert out["finished"] and sorted(out["processed"]) == sorted(out["ids"])
+    assert out["counts_after"]["completed"] == 10 and out["worker_errors"] == []
+    parent_q, kids_q = queue_served_by("b0", "bq-parent-"), queue_served_by("b1", "bq-kids-")
+    with trio.fail_after(60):
+        flow = await trio.to_thread.run_sync(_flow_with_the_client, port, parent_q, kids_q)
+    assert flow["before"] == "waiting-children"
+    kid1, kid2 = flow["kids"]
+    with trio.fail_after(10):  # (the outcomes travel to b0 through its inbox)
+        while (await b.ok("GetState", id=flow["parent"]))["state"] != "waiting":
+            await trio.sleep(0.05)
+    values = (await a.ok("GetChildrenValues", id=flow["parent"]))["data"]["values"]
+    assert values == {f"{kids_q}:{kid1}": 10, f"{kids_q}:{kid2}": 20}

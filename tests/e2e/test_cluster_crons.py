@@ -21,7 +21,7 @@ import trio
 from trioqueue.core.crons import SCHEDULER_LEASE
 from trioqueue.core.placement import preferred_owner
 from trioqueue.testing import RawClient
-from trioqueue.testing.cluster import BrokerCluster
+from trioqueue.testing.cluster import BrokerCluster, cluster_status, queue_served_by
 from trioqueue.testing.process import BrokerProcess
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 
@@ -75,7 +75,7 @@ async def _clients(cluster: BrokerCluster) -> dict[str, RawClient]:
     for client in clients.values():
         with trio.fail_after(10):
             while True:
-                status = (await client.ok("ClusterStatus"))["data"]["cluster"]
+                status = await cluster_status(client)
                 if (sorted(b["brokerId"] for b in status["live"]) == running
                         and status["roles"] == {SCHEDULER_LEASE: scheduler}):
                     break
@@ -88,12 +88,6 @@ def _scheduler(running: list[str]) -> str:
     owner = preferred_owner(SCHEDULER_LEASE, running)
     assert owner is not None
     return owner
-
-
-def _named_for(owner: str, prefix: str, among: list[str] = IDS) -> str:
-    """A queue name the rendezvous gives ``owner`` among ``among``."""
-    return next(f"{prefix}{i}" for i in range(10_000)
-                if preferred_owner(f"{prefix}{i}", among) == owner)
 
 
 async def _jobs(client: RawClient, queue: str) -> int:
@@ -124,7 +118,7 @@ async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
     clients = await _clients(cluster)
     scheduler = _scheduler(IDS)
     via, server = (b for b in IDS if b != scheduler)
-    queue = _named_for(server, "cron-q")
+    queue = queue_served_by(server, "cron-q")
     made = await clients[via].ok("Cron", name="every-second", queue=queue,
                                  repeatEvery=1000, maxLimit=3, preventOverlap=False,
                                  data={"from": "cron"})
@@ -139,8 +133,7 @@ async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
             await trio.sleep(0.05)
     jobs = (await clients["b0"].ok("GetJobs", queue=queue))["jobs"]
     assert [j["data"] for j in jobs] == [{"from": "cron"}] * 3
-    served = (await clients[server].ok("ClusterStatus"))["data"]["cluster"]["queues"]
-    assert queue in served
+    assert queue in (await cluster_status(clients[server]))["queues"]
 
 
 async def test_the_schedules_survive_their_brokers_sigkill(cluster: BrokerCluster) -> None:
@@ -148,7 +141,7 @@ async def test_the_schedules_survive_their_brokers_sigkill(cluster: BrokerCluste
     scheduler = _scheduler(IDS)
     survivors = [b for b in IDS if b != scheduler]
     asker, server = survivors
-    queue = _named_for(server, "kill-q")
+    queue = queue_served_by(server, "kill-q")
     assert preferred_owner(queue, survivors) == server  # (it stays where it is)
     await clients[asker].ok("Cron", name="steady", queue=queue, repeatEvery=1000,
                             maxLimit=6, preventOverlap=False)
@@ -164,7 +157,7 @@ async def test_the_schedules_survive_their_brokers_sigkill(cluster: BrokerCluste
         while await _jobs(clients[server], queue) < 6:
             await trio.sleep(0.05)
     assert await _jobs(clients[asker], queue) == 6
-    status = (await clients[asker].ok("ClusterStatus"))["data"]["cluster"]
+    status = await cluster_status(clients[asker])
     assert status["roles"][SCHEDULER_LEASE] in survivors
 
 
@@ -209,7 +202,7 @@ def _delivered(receiver: WebhookReceiver) -> set[str]:
 async def test_a_webhook_added_anywhere_delivers_where_its_queue_is_served(
         cluster: BrokerCluster, nursery: trio.Nursery) -> None:
     clients = await _clients(cluster)
-    queue = _named_for("b1", "hooked-")
+    queue = queue_served_by("b1", "hooked-")
     control = await nursery.start(WebhookReceiver().run)
     watched = await nursery.start(WebhookReceiver().run)
     await clients["b2"].ok("AddWebhook", url=control.url, events=["job.pushed"],

@@ -20,7 +20,7 @@ from trio_websocket import open_websocket_url
 from trioqueue.client import QueueEvents, open_connection
 from trioqueue.core.placement import preferred_owner
 from trioqueue.testing import RawClient
-from trioqueue.testing.cluster import BrokerCluster
+from trioqueue.testing.cluster import BrokerCluster, queue_served_by
 
 from .test_events import next_event
 
@@ -42,12 +42,6 @@ async def started(cluster: BrokerCluster) -> list[RawClient]:
     clients = [await RawClient.connect(broker.tcp_port) for broker in cluster.brokers]
     await until_all(clients, lambda s: len(s["live"]) == 3, "every broker to see three")
     return clients
-
-
-def queue_served_by(broker: str, prefix: str, among: list[str] = IDS) -> str:
-    """A queue name that ``broker`` wins among the brokers ``among``."""
-    names = (f"{prefix}{i}" for i in itertools.count())
-    return next(q for q in names if preferred_owner(q, among) == broker)
 
 
 async def status(client: RawClient) -> dict[str, Any]:

@@ -404,3 +404,26 @@ def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
         cluster.join("a", "A")
         assert cluster.claim("busy", "a", LEASE_S) == 1
         assert cluster.claim("emptied", "a", LEASE_S) == 1
+
+
+def test_a_live_row_of_another_brokers_queue_is_never_replaced_or_deleted(
+        pg_dsn: str) -> None:
+    """Two brokers admitted one new custom id in their two queues at once (each looked
+    it up before the other committed): the first job's row stays whole, whatever the
+    second's broker writes for its own copy (a put, then its finish)."""
+    with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {"qa": 1}))) as a, \
+            closing(PgStorage(pg_dsn, outage_s=5, fence=Held("b", {"qb": 1}),
+                              migrate_schema=False)) as b:
+        for store, broker, queue in ((a, "a", "qa"), (b, "b", "qb")):
+            store.cluster().join(broker, broker.upper())
+            assert store.cluster().claim(queue, broker, LEASE_S) == 1
+        a.apply([queue_writes("qa", put(rec("x", queue="qa", data="first")))])
+        b.apply([queue_writes("qb", put(rec("x", queue="qb", data="second")))])
+        b.apply([queue_writes("qb", finish(rec("x", queue="qb", state="completed"), 1))])
+        loaded = a.cluster().load_queues(["qa"])
+        assert [(r["id"], r["data"]) for r in loaded.live_jobs] == [("x", "first")]
+        # a batch of a's own queues may still replace and delete its rows
+        a.apply([queue_writes("qa", put(rec("x", queue="qa", data="again")))])
+        assert [r["data"] for r in a.cluster().load_queues(["qa"]).live_jobs] == ["again"]
+        a.apply([queue_writes("qa", finish(rec("x", queue="qa", state="completed"), 2))])
+        assert a.cluster().load_queues(["qa"]).live_jobs == []

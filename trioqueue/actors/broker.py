@@ -40,6 +40,7 @@ from .ahead_writes import AheadWriter
 from .broker_cluster import ClusterMember
 from .clock import PauseWatch, TrioClock
 from .cluster import Cluster, HeldLeases, new_broker_id
+from .cluster_clients import ClusterClients
 from .cluster_fanout import ClusterReads
 from .events import EventHub
 from .peer_links import PeerLinks
@@ -116,10 +117,11 @@ class Broker(ClusterMember):
         self.cluster: Cluster | None = None
         self.peers: PeerLinks | None = None
         self.scheduler_role = self.firings = self.webhook_sync = None
+        clients: ClusterClients | None = None
         finished_queues = self._finished_queues if self.storage.apply_blocks else None
         reads: ClusterReads | None = None
         if held is not None:
-            self.cluster, self.peers = self._join_cluster(held)
+            self.cluster, self.peers, clients = self._join_cluster(held)
             finished_queues = self._cluster_queues
             reads = ClusterReads(self.cluster, self.peers.forward, self.spawn,
                                  config.cluster_read_timeout_s)
@@ -128,8 +130,10 @@ class Broker(ClusterMember):
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_stored=self._count_stored, finished_queues=finished_queues,
-            cluster=self.cluster, forward=None if self.peers is None else self.peers.forward,
+            cluster=self.cluster, forward=None if clients is None else clients.forward,
             reads=reads)
+        if clients is not None:
+            self.router.clients = clients
         if self.cluster is not None:
             self._wire_inbox()
         stats = self.router.stats

@@ -7,7 +7,7 @@ apart from broker.py, which stays about one broker."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -16,6 +16,7 @@ from ..core.crons import SCHEDULER_LEASE
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import Recovered, Storage
 from .cluster import Cluster, HeldLeases
+from .cluster_clients import ClusterClients
 from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole
 from .cluster_inbox import ClusterInbox
 from .cluster_webhooks import WebhookSync
@@ -45,15 +46,15 @@ class ClusterMember:
     firings: CronFirings | None
     webhook_sync: WebhookSync | None
 
-    def spawn(self, fn: Any, *args: Any) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # (the class that mixes this in has them)
+        def spawn(self, fn: Any, *args: Any) -> None: ...
 
-    def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
-                 charge_active: bool) -> None:
-        raise NotImplementedError
+        def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
+                     charge_active: bool) -> None: ...
 
-    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks]:
-        """The cluster's runtime and the peer links to the other brokers."""
+    def _join_cluster(self, held: HeldLeases) -> tuple[Cluster, PeerLinks, ClusterClients]:
+        """The cluster's runtime, the peer links to the other brokers, and the clients
+        whose commands go over them (named to the peers, released there when they go)."""
         config = self.config
         cluster_of = getattr(self.storage, "cluster", None)
         if cluster_of is None:
@@ -63,10 +64,12 @@ class ClusterMember:
                           lease_s=config.cluster_lease_s, adopt=self._adopt,
                           retire=self._retire_queue, forget=self._forget_queue,
                           roles={SCHEDULER_LEASE: self.scheduler_role})
+        clients = ClusterClients(lambda address, reqs: peers.forward(address, reqs))
         peers = PeerLinks(hello=self._peer_hello,
                           connect_timeout_s=config.peer_connect_timeout_s,
-                          max_in_flight=config.peer_max_in_flight)
-        return cluster, peers
+                          max_in_flight=config.peer_max_in_flight,
+                          origin_of=clients.origin_of)
+        return cluster, peers, clients
 
     def _wire_inbox(self) -> None:
         """The reader of this broker's queues' inboxes, on the router (a cluster); the
@@ -102,11 +105,21 @@ class ClusterMember:
 
     async def _cluster_queues(self, job_ids: list[str]) -> dict[str, str | None]:
         """In a cluster: the queues of jobs, live or finished, that no local queue
-        holds (most are other brokers'), read from the database in a worker thread."""
+        holds (most are other brokers'), read from the database in a worker thread.
+        The live ones are noted for the batch's queues to see (Router.locate): a push
+        whose custom id or dependency is another broker's live job."""
         assert self.cluster is not None
         store = self.cluster.store
-        found = await self.writer.read_committed(lambda: store.queues_of(job_ids))
-        return {job_id: found.get(job_id) for job_id in job_ids}
+        found = await self.writer.read_committed(lambda: store.locate_jobs(job_ids))
+        remote_live = self.router.remote_live
+        for job_id in job_ids:
+            where = found.get(job_id)
+            if where is not None and where[1]:
+                remote_live.note(job_id, where[0])
+            else:
+                remote_live.forget(job_id)
+        return {job_id: (found[job_id][0] if job_id in found else None)
+                for job_id in job_ids}
 
     def _adopt(self, recovered: Recovered, names: list[str],
                waits: list[tuple[str, str, str]]) -> None:

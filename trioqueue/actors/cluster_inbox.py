@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import trio
 
-from ..core.cluster_handlers import ADOPT_MESSAGE, CLUSTER_INBOX
-from .cluster_messages import RemoteParents
+from ..core.cluster_handlers import ADOPT_MESSAGE, CLUSTER_INBOX, DEPEND_MESSAGE
+from .cluster_messages import RemoteJobs
 from .request import Request
 
 log = logging.getLogger("trioqueue.cluster")
@@ -38,7 +38,7 @@ Claim = Callable[[Sequence[str], Collection[str]], Awaitable[None]]
 
 class ClusterInbox:
     def __init__(self, store: InboxStore, owned: Collection[str], send: SendTo,
-                 parents: RemoteParents, claim: Claim) -> None:
+                 parents: RemoteJobs, claim: Claim) -> None:
         self._store = store
         self._owned = owned
         self._send = send
@@ -79,6 +79,8 @@ class ClusterInbox:
             if message[0] == ADOPT_MESSAGE:  # whom its children will tell, elsewhere
                 for _, parent_id, parent_queue in message[2]:
                     self._parents.note(parent_id, parent_queue)
+            elif message[0] == DEPEND_MESSAGE:
+                self._parents.note(message[2], message[3])
             by_queue.setdefault(queue, []).append([seq, message])
         done = _Countdown(len(by_queue))
         try:

@@ -15,7 +15,7 @@ place, on every broker.
 broker's queue) goes the same way: a ``notice`` message written in the commit of the
 batch that settled the child, the child's ``tq_waits`` rows deleted in the same commit,
 then a poke. The parent's queue is known from those rows (or from the flow that made
-the pair), kept in :class:`RemoteParents`.
+the pair), kept in :class:`RemoteJobs`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core.cluster_handlers import adopt_message, notice_message
+from ..core.cluster_handlers import adopt_message, depend_message, notice_message
 from ..core.flows import Dependents
 from ..core.job import JobRecord
 from ..core.queue.dependencies import SETTLED
@@ -41,9 +41,10 @@ Forward = Callable[[str, list[Request]], None]
 Route = Callable[[str], str | None]
 
 
-class RemoteParents:
-    """parent id -> its queue, for the parents another broker serves of this broker's
-    children (bounded: MAX_REMOTE_PARENTS)."""
+class RemoteJobs:
+    """job id -> its queue, for jobs another broker serves that this broker's jobs refer
+    to: the parents of its children (where their outcomes go), or the live jobs its
+    pushes name as custom ids or dependencies (bounded: MAX_REMOTE_PARENTS)."""
 
     def __init__(self) -> None:
         self._queues: OrderedDict[str, str] = OrderedDict()
@@ -57,6 +58,9 @@ class RemoteParents:
     def queue_of(self, parent_id: str) -> str | None:
         return self._queues.get(parent_id)
 
+    def forget(self, job_id: str) -> None:
+        self._queues.pop(job_id, None)
+
     def learn(self, waits: Iterable[tuple[str, str, str]], dependents: Dependents) -> None:
         """Rows of tq_waits (child, parent, parent's queue) read at a takeover."""
         for child_id, parent_id, queue in waits:
@@ -64,7 +68,7 @@ class RemoteParents:
             self.note(parent_id, queue)
 
 
-def remote_notices(parents: RemoteParents, notices: list[tuple[str, tuple[Any, ...]]]
+def remote_notices(parents: RemoteJobs, notices: list[tuple[str, tuple[Any, ...]]]
                    ) -> Writes | None:
     """The messages for notices whose job no queue here holds (None: none goes
     elsewhere): each addressed to its parent's queue; a settled child's waits rows go."""
@@ -81,7 +85,18 @@ def remote_notices(parents: RemoteParents, notices: list[tuple[str, tuple[Any, .
     return writes
 
 
-def flow_across(jobs: list[JobRecord], remote: set[str], parents: RemoteParents) -> Writes:
+def depend_writes(child_id: str, parent_id: str, parent_queue: str, child_queue: str
+                  ) -> Writes:
+    """A parent admitted here waits for a child another broker serves: a ``depend``
+    message for the child's queue, and the pair's waits row, in the parent's commit."""
+    writes = Writes()
+    writes.cluster.messages.append(
+        (child_queue, depend_message(child_id, parent_id, parent_queue)))
+    writes.cluster.waits.append((child_id, parent_id, parent_queue, child_queue))
+    return writes
+
+
+def flow_across(jobs: list[JobRecord], remote: set[str], parents: RemoteJobs) -> Writes:
     """The inbox messages and waits rows of a flow's jobs in ``remote`` queues (served
     by other brokers), and the notes of remote parents of its local children."""
     queue_of = {job.id: job.queue for job in jobs}

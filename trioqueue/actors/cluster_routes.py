@@ -66,10 +66,14 @@ def ids_to_look_up(routed: list[tuple[Command, Request]], known: Container[str],
                    *, multi: bool) -> list[str]:
     """The job ids the batch names that ``known`` (the live index) lacks: single-id
     commands, a flow's client-given ids, and (``multi``: in a cluster, where another
-    broker's queues hold most jobs) the ids of multi-id commands."""
+    broker's queues hold most jobs) the ids of multi-id commands and the custom ids and
+    dependencies of pushes (a custom id or a dependency may be another broker's job)."""
     ids: list[str] = []
     for command, req in routed:
         how = command.route
+        if multi and req.cmd in _PUSHES:
+            ids.extend(i for i in push_ids(req.cmd, req.msg) if i not in known)
+            continue
         if how == FLOW:  # a flow's ids are the client's: they may exist already
             jobs = req.msg.get("jobs")
             named: list[Any] = [j.get("id") for j in jobs if type(j) is dict] if (
@@ -142,3 +146,24 @@ def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
     if len(addresses) == 1:
         return addresses.pop()
     return None
+
+
+_PUSHES = frozenset(("PUSH", "PUSHB"))
+
+
+def push_ids(cmd: str, msg: dict[str, Any]) -> list[str]:
+    """A PUSH's or PUSHB's custom ids and dependencies, as given (checked later)."""
+    jobs = msg.get("jobs")
+    items: list[Any] = [msg] if cmd == "PUSH" else jobs if type(jobs) is list else []
+    key = "jobId" if cmd == "PUSH" else "customId"
+    ids: list[str] = []
+    for item in items:
+        if type(item) is not dict:
+            continue
+        custom = item.get(key)
+        if type(custom) is str and custom:
+            ids.append(custom)
+        deps = item.get("dependsOn")
+        if type(deps) is list:
+            ids.extend(d for d in deps if type(d) is str and d)
+    return ids

@@ -8,7 +8,7 @@ same commit (actors/cluster_messages.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import new_flow_job, parse_flow
@@ -16,7 +16,7 @@ from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.states import visible_state
 from ..core.writes import Writes
-from .cluster_messages import RemoteParents, flow_across
+from .cluster_messages import RemoteJobs, flow_across
 from .cluster_routes import ClusterRouting, remote_address
 from .ports import AdmissionFactory, Committer, RouterLimits
 from .queue_actor import QueueActor
@@ -30,28 +30,23 @@ class FlowAdmission:
     _admission: AdmissionFactory | None
     _committer: Committer
     cluster: ClusterRouting | None
-    remote_parents: RemoteParents
+    remote_parents: RemoteJobs
     actors: dict[str, QueueActor]
     _now_ms: Callable[[], int]
 
-    def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # (the class that mixes this in has them)
+        def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None: ...
 
-    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
-        raise NotImplementedError
+        def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None: ...
 
-    def actor(self, name: str, *, recovering: bool = False) -> QueueActor:
-        raise NotImplementedError
+        def actor(self, name: str, *, recovering: bool = False) -> QueueActor: ...
 
-    def add(self, job_id: str, queue: str) -> None:
-        raise NotImplementedError
+        def add(self, job_id: str, queue: str) -> None: ...
 
-    def add_dependent(self, child_id: str, parent_id: str) -> None:
-        raise NotImplementedError
+        def add_dependent(self, child_id: str, parent_id: str) -> None: ...
 
-    def _release_messages(self, writes: Writes,
-                          then: tuple[Replier, dict[str, Any]] | None) -> None:
-        raise NotImplementedError
+        def _release_messages(self, writes: Writes,
+                              then: tuple[Replier, dict[str, Any]] | None) -> None: ...
 
     def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.

@@ -20,7 +20,9 @@ Each link has two tasks in :class:`PeerLinks`' nursery:
 
 A forwarded message is a copy of the client's with the link's own ``reqId`` (a counter
 shared by all links); the client's ``reqId`` stays on the :class:`Request` and is put
-back on the reply (or taken off, when the client sent none).
+back on the reply (or taken off, when the client sent none). The copy also names the
+client connection it came from (``origin_of``; :data:`.peer_wire.ORIGIN`), so that the
+peer keeps each client's jobs apart and can release them when it leaves.
 
 No request is ever left without an answer (the texts are in :mod:`.peer_wire`). A peer
 that cannot be reached (refused, timed out, its hello refused) fails the requests
@@ -48,6 +50,7 @@ from ..transport.codec import CBOR, Codec
 from ..transport.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
 from ..transport.large_frames import decode_large, unmap_soon
 from .peer_wire import (
+    ORIGIN,
     RECEIVE_BYTES,
     PeerBroken,
     decode_now,
@@ -77,6 +80,8 @@ SHUTTING_DOWN = "This broker is shutting down"
 
 #: Opens a stream to ``(host, port)``; trio.open_tcp_stream unless a test wraps it.
 Connect = Callable[[str, int], Awaitable[trio.abc.Stream]]
+#: The number that names a request's client connection to the peer (None: none).
+OriginOf = Callable[[Any], int | None]
 Deliveries = list[tuple[Replier, dict[str, Any]]]
 
 
@@ -130,14 +135,16 @@ class PeerLinks:
     here); each reply must be ok, or the connection is given up and the requests
     waiting for it fail. ``connect_timeout_s`` bounds the connection *and* its hello.
     At most ``max_in_flight`` requests wait for one peer (queued or sent); past that
-    :meth:`forward` refuses and :meth:`forward_wait` waits.
+    :meth:`forward` refuses and :meth:`forward_wait` waits. ``origin_of`` names each
+    request's client (its ``conn``) in the message sent.
     """
 
     def __init__(self, *, hello: Callable[[], list[dict[str, Any]]],
                  connect_timeout_s: float, max_in_flight: int = 10_000,
                  codec: Codec = CBOR, connect: Connect | None = None,
                  retry_first_s: float = RETRY_FIRST_S, retry_max_s: float = RETRY_MAX_S,
-                 large_reply_bytes: int = LARGE_REPLY_BYTES) -> None:
+                 large_reply_bytes: int = LARGE_REPLY_BYTES,
+                 origin_of: OriginOf | None = None) -> None:
         if not connect_timeout_s > 0:
             raise ValueError("connect_timeout_s must be positive")
         if max_in_flight < 1:
@@ -150,6 +157,7 @@ class PeerLinks:
         self._retry_first_s = retry_first_s
         self._retry_max_s = retry_max_s
         self._large = large_reply_bytes or MAX_WIRE_LENGTH + 1
+        self._origin_of = origin_of
         self._links: dict[str, _Link] = {}
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -382,11 +390,14 @@ class PeerLinks:
         parts: list[bytes] = []
         pending = conn.pending
         encode = self._codec.encode
+        origin_of = self._origin_of
         refused: Deliveries = []
         for req in batch:
             msg = dict(req.msg)  # a copy: the client's map may have other holders
             msg["cmd"] = req.cmd  # (the part of a split command has it on the request)
             req_id = msg["reqId"] = next(self._ids)
+            if origin_of is not None and (origin := origin_of(req.conn)) is not None:
+                msg[ORIGIN] = origin
             try:
                 payload = encode(msg)
                 header = frame_header(len(payload))

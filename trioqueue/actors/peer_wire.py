@@ -20,11 +20,16 @@ from ..transport.framing import FrameDecoder, frame_header
 from ..transport.large_frames import unmap_soon
 from .request import _NO_REQ_ID, Replier, Request
 
-__all__ = ["PeerBroken", "exchange_hello", "in_flight_error", "lost_error",
+__all__ = ["ORIGIN", "PeerBroken", "exchange_hello", "in_flight_error", "lost_error",
            "not_sent_error", "relay", "split_address", "unreachable_error"]
 
 #: What one read of a link's socket takes at most.
 RECEIVE_BYTES = 256 * 1024
+#: The field of a forwarded command that names the client it came from (a number of
+#: the forwarding broker's, one per client connection): the receiving session takes it
+#: off before the command is routed, and gives that client's commands a connection of
+#: their own (actors/cluster_clients.py).
+ORIGIN = "clusterOrigin"
 
 
 def unreachable_error(address: str, reason: str) -> str:

@@ -39,10 +39,11 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from .cluster_clients import StandIns
 from .cluster_crons import ClusterRecords
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
-from .cluster_messages import RemoteParents, release_with_pokes, remote_notices
+from .cluster_messages import RemoteJobs, depend_writes, release_with_pokes, remote_notices
 from .cluster_routes import (
     ClusterRouting,
     Forward,
@@ -58,6 +59,7 @@ from .joins import Join
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Replier, Request
+from .retained import RetainedResults
 from .timings import BatchTimer
 
 if TYPE_CHECKING:
@@ -72,7 +74,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex, FlowAdmission):
+class Router(DependentsIndex, FlowAdmission, RetainedResults):
     def __init__(self, *, committer: Committer,
                  find_finished: Callable[[str], dict[str, Any] | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -90,11 +92,15 @@ class Router(DependentsIndex, FlowAdmission):
         self._forward = forward
         # In a cluster: the queues of parents served elsewhere of this broker's children,
         # and the reader of this broker's queues' inboxes (set by the broker)
-        self.remote_parents = RemoteParents()
+        self.remote_parents = RemoteJobs()
+        # ... and the live jobs of other brokers that this broker's pushes name (custom
+        # ids, dependencies), as the batch's look-up found them (Broker._cluster_queues)
+        self.remote_live = RemoteJobs()
         self.inbox: ClusterInbox | None = None
-        # ... how the broker-wide reads (Stats, ListWorkers...) ask every broker
+        # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
         self.records: ClusterRecords | None = None  # cron, webhook commands (set later)
+        self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
         self._find_finished = find_finished
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -115,7 +121,7 @@ class Router(DependentsIndex, FlowAdmission):
         self.crons: Any = None
         self.webhooks = WebhookRegistry()
         # job id -> (expires at, queue, has result, result)
-        self._retained: OrderedDict[str, tuple[float, str, bool, Any]] = OrderedDict()
+        self._retained = OrderedDict()
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
@@ -127,7 +133,20 @@ class Router(DependentsIndex, FlowAdmission):
     # ------------------------------------------------------------------ JobIndex
 
     def locate(self, job_id: str) -> str | None:
-        return self._index.get(job_id)
+        queue = self._index.get(job_id)
+        if queue is None and self.cluster is not None:  # (another broker's live job)
+            queue = self.remote_live.queue_of(job_id)
+        return queue
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.add(child_id, parent_id)
+        if self.cluster is not None and child_id not in self._index:
+            child_queue = self.remote_live.queue_of(child_id)
+            parent_queue = self._index.get(parent_id)
+            if child_queue is not None and parent_queue is not None:
+                # (a dependency another broker serves: it must tell this parent)
+                self._release_messages(
+                    depend_writes(child_id, parent_id, parent_queue, child_queue), None)
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
@@ -136,38 +155,10 @@ class Router(DependentsIndex, FlowAdmission):
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
 
-    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
-                      now: int) -> None:
-        """Keep a removed-on-complete job's result for a late WaitJob (memory only).
-
-        Bounded in time and count (``removed_result_retention_s``,
-        ``max_removed_results``); a new job with the same custom id forgets it.
-        """
-        retained = self._retained
-        retained.pop(job_id, None)
-        retained[job_id] = (now + self._limits.removed_result_retention_s * 1000,
-                            queue, has_result, result)
-        while len(retained) > self._limits.max_removed_results:
-            retained.popitem(last=False)
-
-    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
-        entry = self._retained.get(job_id)
-        if entry is None:
-            return None
-        expires, _, has_result, result = entry
-        if expires <= now:
-            del self._retained[job_id]
-            return None
-        return has_result, result
-
     def compact(self) -> None:
         """Copy the index once most of it is gone: a dict never shrinks on deletes, so
         after a million jobs drained it would keep ~30 MB of empty slots."""
         self._index.compact()
-
-    def forget_retained(self, queue: str) -> None:
-        for job_id in [j for j, entry in self._retained.items() if entry[1] == queue]:
-            del self._retained[job_id]
 
     def post_notices(self, notices: list[Notice]) -> None:
         """Hand each notice to the queue that holds its target job (dropped when the
@@ -227,14 +218,6 @@ class Router(DependentsIndex, FlowAdmission):
 
     def stored_count(self, queue: str, state: str) -> int:
         return 0 if self._count_stored is None else self._count_stored(queue, state)
-
-    def forget_expired_retained(self, now: int) -> int:
-        """Drop the retained results past their window (bounded by
-        ``max_removed_results``; otherwise dropped only when a WaitJob asks)."""
-        expired = [j for j, entry in self._retained.items() if entry[0] <= now]
-        for job_id in expired:
-            del self._retained[job_id]
-        return len(expired)
 
     def queues_elsewhere(self) -> list[str]:
         cluster = self.cluster
@@ -464,6 +447,7 @@ class Router(DependentsIndex, FlowAdmission):
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
+        self.clients.closed(self, conn)  # (a peer link's stand-ins; what it pulled elsewhere)
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)

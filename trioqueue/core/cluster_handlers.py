@@ -15,11 +15,16 @@ Two kinds, as lists (they cross the store's encoding):
   queue tells them when a child settles.
 * ``["notice", job id, notice]``: a notice (core.queue.dependencies) for one of this
   queue's jobs, such as a child's outcome for a parent.
+* ``["depend", child id, parent id, parent's queue]``: a parent admitted elsewhere waits
+  for this queue's job: told when it settles, or at once if it already has.
 * ``["push", schedule name, PUSH message]``: a cron firing of the broker that runs the
   schedules (actors/cluster_crons.py), committed with the schedule's new count, pushed
   here as its job (the queue's rules apply: a preventOverlap key, a deduplication). It
   was admitted by that commit, as a flow's jobs for another broker are by theirs; a push
   the queue refuses (a template gone bad) is logged and consumed, never retried.
+
+And :func:`cluster_release`, which another broker sends when a client whose commands it
+forwarded here has gone.
 """
 
 from __future__ import annotations
@@ -28,19 +33,23 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import fields
+from . import fields, flows
 from .errors import Refused
 from .handlers import Ctx
-from .job import JobRecord
+from .job import COMPLETED, JobRecord
 from .options import parse_job_input
-from .queue import QueueState
+from .queue import QueueState, Sliced, slices
+from .queue import finished as fin
+from .queue.dependencies import SETTLED
 from .registry import Reply
 
 log = logging.getLogger("trioqueue.cluster")
 
 CLUSTER_INBOX = "__cluster_inbox__"  # the broker's, never a client's
+CLUSTER_RELEASE = "ClusterRelease"  # another broker's, on its peer link
 ADOPT_MESSAGE = "adopt"
 NOTICE_MESSAGE = "notice"
+DEPEND_MESSAGE = "depend"
 PUSH_MESSAGE = "push"
 
 
@@ -52,6 +61,10 @@ def notice_message(job_id: str, notice: tuple[Any, ...]) -> list[Any]:
     return [NOTICE_MESSAGE, job_id, list(notice)]
 
 
+def depend_message(child_id: str, parent_id: str, parent_queue: str) -> list[Any]:
+    return [DEPEND_MESSAGE, child_id, parent_id, parent_queue]
+
+
 def push_message(schedule: str, job: dict[str, Any]) -> list[Any]:
     return [PUSH_MESSAGE, schedule, job]
 
@@ -61,7 +74,12 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     recorded consumed in this batch's commit. An adopted job this queue already has
     (a message applied before a restart that replayed it) is skipped."""
     now = ctx.now
-    for seq, message in msg["messages"]:
+    messages = _checked(msg.get("messages"))
+    # (the finished records a depend may need, asked for before anything changes: the
+    # command runs again once they are read)
+    q.finished.want(fin.record_reads(
+        m[1] for _, m in messages if m[0] == DEPEND_MESSAGE and q.index.locate(m[1]) != q.name))
+    for seq, message in messages:
         kind = message[0]
         if kind == ADOPT_MESSAGE:
             for record in message[1]:
@@ -71,6 +89,8 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         elif kind == NOTICE_MESSAGE:
             if q.index.locate(message[1]) == q.name:
                 q.apply_notice(tuple(message[2]), now)
+        elif kind == DEPEND_MESSAGE:
+            _depend(q, message[1], message[2])
         elif kind == PUSH_MESSAGE:
             _push(q, message[1], message[2], ctx)
         else:
@@ -79,8 +99,58 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {}
 
 
+def _checked(messages: Any) -> list[tuple[int, list[Any]]]:
+    """The broker's own inbox rows, checked for shape (a malformed one is a bug, refused
+    whole before anything is applied: never half a batch)."""
+    if type(messages) is not list:
+        raise Refused("messages must be a list of [number, message]")
+    out = []
+    for entry in messages:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2
+                and type(entry[0]) is int and isinstance(entry[1], (list, tuple))
+                and entry[1] and entry[1][0] in _SHAPES
+                and len(entry[1]) == _SHAPES[entry[1][0]]):
+            raise Refused(f"not an inbox message: {entry!r:.100}")
+        out.append((entry[0], list(entry[1])))
+    return out
+
+
+_SHAPES = {ADOPT_MESSAGE: 3, NOTICE_MESSAGE: 3, DEPEND_MESSAGE: 4, PUSH_MESSAGE: 3}
+
+
+def _depend(q: QueueState, child_id: str, parent_id: str) -> None:
+    """A parent elsewhere waits for ``child_id``: registered while the child is live
+    here; told at once (outcome row and notice, as a settling child does) when it
+    already completed, or is gone; a child that failed without a policy keeps its
+    parents waiting, as on one broker (a retry from the DLQ may still complete it)."""
+    if q.index.locate(child_id) == q.name:
+        q.index.add_dependent(child_id, parent_id)
+        return
+    record = q.finished.get_any(child_id)
+    if record is not None and record["state"] != COMPLETED:
+        return
+    if record is None:
+        outcome = flows.DETACHED
+    else:
+        outcome = flows.completed_outcome(record["queue"], *q.finished.result_any(child_id))
+    q.writes.put_dep_outcome(parent_id, child_id, outcome)
+    q.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
+
+
+def _push(q: QueueState, schedule: Any, job: Any, ctx: Ctx) -> None:
+    try:
+        if type(job) is not dict:
+            raise Refused(f"not a job: {job!r:.100}")
+        spec = parse_job_input(job, custom_id_key="jobId",
+                               max_data_bytes=ctx.max_data_bytes)
+        q.push([spec], ctx.now)
+    except Refused as exc:
+        log.warning("cron %s: its firing was refused by queue %s: %s", schedule, q.name,
+                    exc.message)
+
+
 def _adopt(q: QueueState, job: JobRecord, now: int) -> None:
-    if job.id in q.jobs or q.index.locate(job.id) is not None:
+    if job.id in q.jobs:  # (applied once already: a replayed message)
         return
     job.seq = q.reserve_seq()
     q.index.add(job.id, q.name)
@@ -88,16 +158,6 @@ def _adopt(q: QueueState, job: JobRecord, now: int) -> None:
         q.index.add_dependent(child_id, job.id)
     q.adopt(job, now)
     q.writes.put_job(job.to_record())
-
-
-def _push(q: QueueState, schedule: str, job: dict[str, Any], ctx: Ctx) -> None:
-    try:
-        spec = parse_job_input(job, custom_id_key="jobId",
-                               max_data_bytes=ctx.max_data_bytes)
-        q.push([spec], ctx.now)
-    except Refused as exc:
-        log.warning("cron %s: its firing was refused by queue %s: %s", schedule, q.name,
-                    exc.message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +173,24 @@ def cluster_poke(scope: Any, msg: dict[str, Any], now: int, conn: Any) -> InboxP
     now rather than at the next beat. Answered once they are applied and committed."""
     return InboxPoke([fields.queue_name(q) for q in fields.str_list(msg.get("queues"),
                                                                      "queues")])
+
+
+def cluster_release(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
+    """ClusterRelease: a client of the broker at the other end of this peer link, whose
+    commands for this queue it forwarded here, has closed its connection. What it
+    pulled goes back now, uncharged, as for a client of this broker (RELEASE_CONNECTION),
+    rather than when its locks run out; and its parked pulls and waits end, answered
+    (the link is still open and carries others' commands: every one it sent gets a
+    reply). Routed by queue, so it comes after that client's commands sent before it.
+
+    Only for the stand-in of such a client (``ctx.conn``: the frame's origin, see
+    actors/cluster_clients.py), never for a connection of its own: a client's
+    connection releases its jobs by closing."""
+    if getattr(ctx.conn, "origin", None) is None:
+        raise Refused(f"{CLUSTER_RELEASE} is for another broker's peer link, naming one "
+                      "of its clients")
+    work = q.release_connection_work(ctx.conn, ctx.now, answer_parked=True)
+    if slices.is_long(len(q.conn_jobs.get(ctx.conn, ()))):
+        return work  # long work: a slice a step (queue/leases.py)
+    work.run()
+    return {}

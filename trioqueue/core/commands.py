@@ -270,6 +270,7 @@ CORE_COMMANDS = CommandTable([
     # ---- between the brokers of a cluster (docs/scale-out.md)
     Command(cl.CLUSTER_INBOX, INTERNAL, cl.apply_inbox),
     Command("ClusterPoke", BROKER, cl.cluster_poke),
+    Command(cl.CLUSTER_RELEASE, BY_QUEUE, cl.cluster_release),
 ])
 
 # ------------------------------------------------------------------ views

@@ -104,12 +104,16 @@ class MemoryCluster:
         return {kind: dict(records[kind]) for kind in kinds if kind in records}
 
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]:
+        return {job_id: queue for job_id, (queue, _) in self.locate_jobs(job_ids).items()}
+
+    def locate_jobs(self, job_ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
         if self._store is None:
             return {}
         wanted = set(job_ids)
-        found = {r["id"]: r["queue"] for r in self._store.load().live_jobs
+        found = {r["id"]: (r["queue"], True) for r in self._store.load().live_jobs
                  if r["id"] in wanted}
-        found.update(self._store.queues_of_finished(list(wanted - found.keys())))
+        finished = self._store.queues_of_finished(list(wanted - found.keys()))
+        found.update((job_id, (queue, False)) for job_id, queue in finished.items())
         return found
 
     def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:

@@ -108,13 +108,18 @@ class PgCluster:
     def queues_of(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` stored live or finished (ids that
         could never be stored are skipped), in one round trip."""
+        return {job_id: queue for job_id, (queue, _) in self.locate_jobs(job_ids).items()}
+
+    def locate_jobs(self, job_ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        """Job id -> (queue, whether it is live) for those of ``job_ids`` stored live
+        or finished, in one round trip."""
         keys = [key for key in map(K.lookup_job_key, job_ids) if key is not None]
         if not keys:
             return {}
         rows = self._link.read(lambda conn: conn.execute(
             L.QUEUES_OF_JOBS, (keys, keys)).fetchall())
-        return {K.decode_job_key(bytes(key)): queue for key, queue in rows}
-
+        return {K.decode_job_key(bytes(key)): (queue, bool(live))
+                for key, queue, live in rows}
 
     def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:
         """Up to ``limit`` messages for ``queues`` from other brokers, oldest first:

@@ -272,7 +272,19 @@ _CLUSTER_PARTS = """
         INSERT INTO tq_record_versions AS v (kind, version)
             SELECT unnest(%b::text[]), 1
         ON CONFLICT (kind) DO UPDATE SET version = v.version + 1)"""
-WRITE_BATCH_CLUSTER = f"""{_BATCH_PARTS},{_CLUSTER_PARTS},
+# A live row of a queue this batch does not write for (another broker's) is never
+# replaced: two brokers that admitted one new custom id in two queues at once (each
+# checked the database before the other committed) leave the first job's row whole, and
+# the second, never stored, is gone at its queue's next rebuild, as a push deduplicated
+# late; nor deleted (that job finishing would take the first one's row). The batch's
+# own queues (the fence's list, twice more as parameters) may replace or delete a row.
+_LIVE_UPSERT = "ON CONFLICT (id) DO UPDATE SET queue = EXCLUDED.queue, record = EXCLUDED.record)"
+_LIVE_DELETE = "live_gone AS (DELETE FROM tq_live WHERE id = ANY(%b::bytea[]))"
+assert _LIVE_UPSERT in _BATCH_PARTS and _LIVE_DELETE in _BATCH_PARTS
+_CLUSTER_BATCH_PARTS = _BATCH_PARTS.replace(_LIVE_UPSERT, _LIVE_UPSERT[:-1] + """
+            WHERE tq_live.queue = EXCLUDED.queue OR tq_live.queue = ANY(%b::text[]))"""
+).replace(_LIVE_DELETE, _LIVE_DELETE[:-1] + " AND queue = ANY(%b::text[]))")
+WRITE_BATCH_CLUSTER = f"""{_CLUSTER_BATCH_PARTS},{_CLUSTER_PARTS},
     counts AS ({_COUNTS_NEW})
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
 UNION ALL SELECT queue, state, n FROM counts"""
@@ -382,8 +394,8 @@ LOAD_LIVE_OF = "SELECT record FROM tq_live WHERE queue = ANY(%s::text[])"
 LOAD_QUEUE_META_OF = "SELECT queue, meta FROM tq_queue_meta WHERE queue = ANY(%s::text[])"
 LOAD_COUNTS_OF = """SELECT queue, state, n FROM tq_finished_counts
     WHERE queue = ANY(%s::text[]) AND n > 0"""
-QUEUES_OF_JOBS = """SELECT id, queue FROM tq_live WHERE id = ANY(%b::bytea[])
-UNION ALL SELECT id, queue FROM tq_finished WHERE id = ANY(%b::bytea[])"""
+QUEUES_OF_JOBS = """SELECT id, queue, true FROM tq_live WHERE id = ANY(%b::bytea[])
+UNION ALL SELECT id, queue, false FROM tq_finished WHERE id = ANY(%b::bytea[])"""
 # A cluster's inbox of some queues, oldest first, a page at a time; the waits of the
 # children of some queues (a takeover's: whom to tell when they settle).
 INBOX_OF = """SELECT seq, queue, message FROM tq_inbox WHERE queue = ANY(%s::text[])

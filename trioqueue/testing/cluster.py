@@ -8,12 +8,17 @@ can be killed, paused (SIGSTOP) and resumed like any :class:`BrokerProcess`.
 
 from __future__ import annotations
 
+import itertools
 import signal
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 
+from ..core.placement import preferred_owner
 from .process import BrokerProcess
+from .wire import RawClient
 
 
 class BrokerCluster:
@@ -43,6 +48,17 @@ class BrokerCluster:
         return [b for b in self.brokers
                 if b.process is not None and b.process.returncode is None]
 
+    async def __aenter__(self) -> BrokerCluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # (the brokers that did start)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def stop(self, timeout_s: float = 20.0) -> None:
         """Stop every broker still running (SIGTERM: each commits, then leaves); one
         that does not stop in time is killed."""
@@ -53,3 +69,36 @@ class BrokerCluster:
                 await broker.kill(signal.SIGTERM, timeout_s)
             except trio.TooSlowError:
                 await broker.kill(signal.SIGKILL, timeout_s)
+
+
+BROKER_IDS = ("b0", "b1", "b2")
+
+
+def queue_served_by(broker: str, prefix: str, among: Sequence[str] = BROKER_IDS) -> str:
+    """A queue name that ``broker`` wins among the brokers ``among`` (the brokers' own
+    rendezvous), so a test knows which broker serves it."""
+    return queues_served_by(broker, 1, prefix, among)[0]
+
+
+def queues_served_by(broker: str, count: int, prefix: str,
+                     among: Sequence[str] = BROKER_IDS) -> list[str]:
+    names = (f"{prefix}{i}" for i in itertools.count())
+    return list(itertools.islice((q for q in names if preferred_owner(q, among) == broker),
+                                 count))
+
+
+async def cluster_status(client: RawClient) -> dict[str, Any]:
+    """The ClusterStatus of the broker at the other end of ``client``."""
+    status: dict[str, Any] = (await client.ok("ClusterStatus"))["data"]["cluster"]
+    return status
+
+
+async def connect_all(cluster: BrokerCluster, *, timeout_s: float = 15.0) -> list[RawClient]:
+    """A client of each running broker, once each sees every running broker live."""
+    running = cluster.running()
+    clients = [await RawClient.connect(broker.tcp_port) for broker in running]
+    with trio.fail_after(timeout_s):
+        for client in clients:
+            while len((await cluster_status(client))["live"]) != len(running):
+                await trio.sleep(0.02)  # (polling ClusterStatus, under the deadline)
+    return clients

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ..actors.cluster_clients import PeerClients
 from ..actors.request import OnReply, Request
 from ..config import Config
 from ..core.errors import Refused
@@ -124,10 +125,11 @@ class Session:
         # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
         self._large_min = broker.config.large_frame_bytes or _NEVER
         self.authenticated = not broker.config.auth_tokens
-        # In a cluster: the id of the broker at the other end, when this connection is
-        # another broker's peer link (ClusterPeer); its commands are never forwarded on
-        # (actors/cluster_routes.py).
+        # In a cluster, when this connection is another broker's peer link (ClusterPeer):
+        # that broker's id (its commands are never forwarded on: actors/cluster_routes.py)
+        # and the stand-ins of its clients (actors/cluster_clients.py).
         self.peer_broker: str | None = None
+        self.peer_clients: PeerClients | None = None
         # A transport that can write without blocking (TCP) answers in the same pass of
         # the scheduler as the commit; otherwise replies wait for the sender task.
         self._send_now = send_now
@@ -235,7 +237,8 @@ class Session:
         """Whether the idle timeout must spare this connection: a command in flight (a
         parked pull or WaitJob included), an event subscription, or a job delivered
         over it that is still active."""
-        if self.inflight > 0 or self._subscriber or self._cluster_stream:
+        if self.inflight > 0 or self._subscriber or self._cluster_stream or (
+                self.peer_clients is not None and self.peer_clients.hold_jobs(self.router)):
             return True
         return bool(self.pulled_queues) and self.router.holds_jobs(self, self.pulled_queues)
 
@@ -343,9 +346,9 @@ class Session:
             self._refuse(replier, {"ok": False, "error": BAD_COMMAND})
             return None
         cmd = msg.get("cmd")
-        request = Request(
-            cmd if isinstance(cmd, str) else "", msg, replier, conn=self, frame_bytes=size,
-            json_bound=bound)
+        request = Request(cmd if isinstance(cmd, str) else "", msg, replier, conn=self if (
+            self.peer_clients is None) else self.peer_clients.conn_of(self, msg),
+            frame_bytes=size, json_bound=bound)
         if not isinstance(cmd, str) or not cmd:
             self._refuse(replier, request.error_reply(BAD_COMMAND))
             return None
@@ -370,8 +373,8 @@ class Session:
             return None
         if command.pull:
             queue = msg.get("queue")
-            if isinstance(queue, str):
-                self.pulled_queues.add(queue)
+            if isinstance(queue, str):  # (a peer's client's: its stand-in's)
+                request.conn.pulled_queues.add(queue)
         return command, request
 
     def _answer_later(self, request: Request, replier: Any) -> Callable[[], None]:
@@ -403,6 +406,7 @@ class Session:
     def become_peer(self, broker_id: str) -> None:
         """ClusterPeer: this connection carries another broker's forwarded commands."""
         self.peer_broker = broker_id
+        self.peer_clients = self.peer_clients or PeerClients(broker_id)  # (kept if sent again)
 
     def stream_cluster_events(self, replier: Any) -> None:
         """ClusterEvents: the events of this broker's own queues, as SubscribeEvents'

@@ -194,8 +194,10 @@ def release_connection(q: QueueState, conn: Any, now: int) -> int:
     return released
 
 
-def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
-    """The release of a closed connection's jobs, a slice (``slice_jobs``) a step.
+def release_connection_work(q: QueueState, conn: Any, now: int, *,
+                            answer_parked: bool = False) -> Sliced:
+    """The release of a closed connection's jobs, a slice (``slice_jobs``) a step
+    (``answer_parked``: its parked requests are answered, see ``drop_waiters``).
 
     A renewed lock means the worker heartbeats, possibly over another pooled
     connection, so that job is left to lock expiry instead. A job requeued costs about
@@ -204,7 +206,7 @@ def release_connection_work(q: QueueState, conn: Any, now: int) -> Sliced:
     job is delivered over the closed connection meanwhile.
     """
     def steps() -> Steps:
-        q.drop_waiters(conn)
+        q.drop_waiters(conn, answer=answer_parked)
         released = 0
         fill = slices.SliceFill(q)
         while (held := q.conn_jobs.get(conn)):

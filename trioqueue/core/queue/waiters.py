@@ -103,7 +103,9 @@ class Parked:
         # live parked pulls per connection (an ordered set): a closed connection's are
         # found without walking every pull parked on the queue
         self.pulls_by_conn: dict[Any, dict[PullWaiter, None]] = {}
-        self.settled: list[WaiterAnswer] = []  # holds answered by a transition, for tick()
+        # holds answered by a transition (and requests of a connection dropped with an
+        # answer: drop_waiters), for tick()
+        self.settled: list[WaiterAnswer] = []
         # One heap for every parked pull and hold, so the next deadline and the expired
         # ones cost O(log n) per batch, not a scan of every parked request. In chunks,
         # so that its stale entries can be shed a chunk at a time (see _answered).
@@ -210,22 +212,24 @@ class Parked:
                 self.settled.append(WaiterAnswer(w, reply, error))
         self._answered(len(waits))
 
-    def drop(self, conn: Any) -> None:
-        """A closed connection's pulls claim nothing and its holds are removed."""
-        dropped = 0
+    def drop(self, conn: Any) -> list[PullWaiter | JobWaiter]:
+        """A closed connection's pulls claim nothing and its holds are removed; returned
+        for a caller that still answers them."""
+        dropped: list[PullWaiter | JobWaiter] = []
         for w in self.pulls_by_conn.pop(conn, ()):
             w.done = True
-            dropped += 1
+            dropped.append(w)
         for hold in self.by_conn.pop(conn, ()):
             hold.done = True
-            dropped += 1
+            dropped.append(hold)
             waits = self.by_job.get(hold.job_id)
             if waits is not None:
                 del waits[hold]
                 if not waits:
                     del self.by_job[hold.job_id]
         if dropped:
-            self._answered(dropped)
+            self._answered(len(dropped))
+        return dropped
 
     def take_settled(self) -> list[WaiterAnswer]:
         settled, self.settled = self.settled, []
@@ -238,14 +242,15 @@ def park(q: QueueState, waiter: PullWaiter) -> None:
 
 def expire_waits(q: QueueState, now: int) -> list[WaiterAnswer]:
     """Answer parked pulls (no job) and waits (``completed: false``) at their deadline."""
-    out: list[WaiterAnswer] = []
-    for waiter in q.parked.expired(now):
-        if isinstance(waiter, PullWaiter):
-            reply = q.pull_reply([], [], batch=waiter.batch, owner=waiter.owner)
-            out.append(WaiterAnswer(waiter, reply))
-        else:
-            out.append(WaiterAnswer(waiter, {"completed": False}))
-    return out
+    return [_empty_answer(q, waiter) for waiter in q.parked.expired(now)]
+
+
+def _empty_answer(q: QueueState, waiter: PullWaiter | JobWaiter) -> WaiterAnswer:
+    """A parked pull's answer without a job, a wait's without an outcome."""
+    if isinstance(waiter, PullWaiter):
+        return WaiterAnswer(waiter, q.pull_reply([], [], batch=waiter.batch,
+                                                 owner=waiter.owner))
+    return WaiterAnswer(waiter, {"completed": False})
 
 
 def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
@@ -288,9 +293,14 @@ def abandon_pulls(q: QueueState) -> list[WaiterAnswer]:
             for w in q.parked.pulls if not w.done and w.handle is not None]
 
 
-def drop_waiters(q: QueueState, conn: Any) -> None:
-    """A closed connection's parked pulls claim nothing and its waits end."""
-    q.parked.drop(conn)
+def drop_waiters(q: QueueState, conn: Any, *, answer: bool = False) -> None:
+    """A closed connection's parked pulls claim nothing and its waits end. ``answer``:
+    each is answered as at its deadline, for a connection still open that carried them
+    (a peer link, for one of its broker's clients that left: actors/cluster_clients.py),
+    whose in-flight commands must all be answered."""
+    dropped = q.parked.drop(conn)
+    if answer and dropped:
+        q.parked.settled.extend(_empty_answer(q, waiter) for waiter in dropped)
 
 
 def park_job_waiter(q: QueueState, waiter: JobWaiter) -> None:
