@@ -442,6 +442,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx (webhook deliveries) logs every request at INFO: a line per delivery is
+    # noise, and the broker's own delivery log says what failed
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     return run_serve(config)
 
 

@@ -427,3 +427,23 @@ def test_a_live_row_of_another_brokers_queue_is_never_replaced_or_deleted(
         assert [r["data"] for r in a.cluster().load_queues(["qa"]).live_jobs] == ["again"]
         a.apply([queue_writes("qa", finish(rec("x", queue="qa", state="completed"), 2))])
         assert a.cluster().load_queues(["qa"]).live_jobs == []
+
+
+def test_a_batch_with_inbox_messages_wakes_the_listeners_once(pg_dsn: str) -> None:
+    """One notification per batch that wrote inbox messages, none for one that did not:
+    what wakes a broker to read its queues' inboxes (LISTEN/NOTIFY)."""
+    with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {"qa": 1}))) as a, \
+            closing(PgStorage(pg_dsn, outage_s=5, migrate_schema=False)) as b:
+        a.cluster().join("a", "A")
+        assert a.cluster().claim("qa", "a", LEASE_S) == 1
+        listener = b.cluster()
+        assert listener.wait_inbox(0.05) is False  # (listening from now on)
+        a.apply([queue_writes("qa", put(rec("plain", queue="qa")))])
+        assert listener.wait_inbox(0.2) is False
+        messages = Writes()
+        for i in range(3):
+            messages.cluster.messages.append(("elsewhere", ["notice", f"j{i}", ["x"]]))
+        a.apply([queue_writes("qa", put(rec("more", queue="qa"))), messages])
+        assert listener.wait_inbox(5) is True
+        assert listener.wait_inbox(0.2) is False  # (one for the batch, not per message)
+        assert [q for _, q, _ in listener.inbox(["elsewhere"], 10)] == ["elsewhere"] * 3

@@ -177,6 +177,7 @@ class ClusterMember:
         await self._nursery.start(peers.run)
         await self._nursery.start(cluster.run)
         self._nursery.start_soon(self._read_inboxes, cluster)
+        self._nursery.start_soon(self._listen_inboxes, cluster)
         if self.webhook_sync is not None:
             self._nursery.start_soon(self.webhook_sync.follow, cluster)
         me = cluster.broker_id
@@ -186,6 +187,18 @@ class ClusterMember:
             connect_timeout_s=self.config.peer_connect_timeout_s)
         cluster.status_extra = events.status
         await self._nursery.start(events.run)
+
+    async def _listen_inboxes(self, cluster: Cluster) -> None:
+        """Read this broker's queues' inboxes whenever a commit notifies (LISTEN:
+        another broker's batch wrote messages, one notification per batch). The wait
+        runs in a worker thread, a second at a time; at shutdown it is abandoned (it
+        ends within that second on its own, and its connection with the process)."""
+        inbox = self.router.inbox
+        assert inbox is not None
+        while True:
+            if await trio.to_thread.run_sync(cluster.store.wait_inbox, 1.0,
+                                             abandon_on_cancel=True):
+                await inbox.take()
 
     async def _read_inboxes(self, cluster: Cluster) -> None:
         """At every beat, apply the inbox messages other brokers committed for this

@@ -168,10 +168,9 @@ class Pokes:
 def release_with_pokes(committer: Committer, writes: Writes, queues: Iterable[str],
                        route: Route, forward: Forward,
                        then: tuple[Replier, dict[str, Any]] | None = None) -> None:
-    """Submit ``writes``; once committed, poke the brokers of ``queues``, and hand
-    ``then``'s reply to its replier when they have answered."""
+    """Submit ``writes``. With ``then`` (a flow's reply), once committed, poke the
+    brokers of ``queues`` and hand the reply to its replier when they have answered;
+    without, the commit's own notification (LISTEN/NOTIFY) wakes those brokers."""
     committer.submit(writes)
-    if then is None:
-        committer.release([(Pokes(queues, route, forward), {})])
-    else:
+    if then is not None:  # (else the commit's notification wakes their brokers)
         committer.release([(Pokes(queues, route, forward, then[0]), then[1])])

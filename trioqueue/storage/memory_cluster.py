@@ -125,3 +125,8 @@ class MemoryCluster:
 
     def inbox_queues(self) -> list[str]:
         return []
+
+    def wait_inbox(self, timeout_s: float) -> bool:
+        """(No inbox here: waits out the timeout, from the caller's thread.)"""
+        time.sleep(timeout_s)
+        return False

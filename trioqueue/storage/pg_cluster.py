@@ -15,6 +15,7 @@ the database's, so no broker's clock matters.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ class PgCluster:
     def __init__(self, link: PgLink, *, on_counts: CountsSink | None = None) -> None:
         self._link = link
         self._on_counts = on_counts
+        self._listener: psycopg.Connection[Any] | None = None  # see wait_inbox
 
     def join(self, broker_id: str, address: str) -> None:
         """Add (or replace) this broker's row, its heartbeat now."""
@@ -129,6 +131,29 @@ class PgCluster:
         rows = self._link.read(lambda conn: conn.execute(
             L.INBOX_OF, (list(queues), limit)).fetchall())
         return [(int(seq), queue, K.decode_value(bytes(raw))) for seq, queue, raw in rows]
+
+    def wait_inbox(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a batch's inbox notification (any broker's
+        commit that wrote inbox messages: WRITE_BATCH_CLUSTER notifies once); whether
+        one came. LISTEN is a session's, so it has a connection of its own, opened on
+        first use, only ever used from the one thread that calls this. A failure drops
+        it (the next call opens another) after waiting out the timeout: a notification
+        missed meanwhile costs a beat, at which every inbox is read anyway."""
+        conn = self._listener
+        try:
+            if conn is None or conn.closed:
+                conn = self._listener = self._link.connect()
+                conn.autocommit = True
+                conn.execute(L.LISTEN_INBOX)
+            for _ in conn.notifies(timeout=timeout_s, stop_after=1):
+                return True
+            return False
+        except psycopg.Error:
+            self._listener = None
+            if conn is not None:
+                conn.close()
+            time.sleep(timeout_s)
+            return False
 
     def inbox_queues(self) -> list[str]:
         """The queues with messages waiting (few: each is applied within a beat)."""

@@ -284,10 +284,18 @@ assert _LIVE_UPSERT in _BATCH_PARTS and _LIVE_DELETE in _BATCH_PARTS
 _CLUSTER_BATCH_PARTS = _BATCH_PARTS.replace(_LIVE_UPSERT, _LIVE_UPSERT[:-1] + """
             WHERE tq_live.queue = EXCLUDED.queue OR tq_live.queue = ANY(%b::text[]))"""
 ).replace(_LIVE_DELETE, _LIVE_DELETE[:-1] + " AND queue = ANY(%b::text[]))")
+# A batch that wrote inbox messages wakes the other brokers with ONE notification
+# (INBOX_CHANNEL, sent at its commit; never one per message or job: a NOTIFY takes a
+# lock at commit), which each broker's listener turns into a read of its queues'
+# inboxes; the row is the main query's, so it always runs.
+INBOX_CHANNEL = "tq_inbox"
 WRITE_BATCH_CLUSTER = f"""{_CLUSTER_BATCH_PARTS},{_CLUSTER_PARTS},
     counts AS ({_COUNTS_NEW})
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
-UNION ALL SELECT queue, state, n FROM counts"""
+UNION ALL SELECT queue, state, n FROM counts
+UNION ALL SELECT NULL, NULL, 0 FROM (SELECT pg_notify('{INBOX_CHANNEL}', '')
+    WHERE %b::int8 > 0) AS woken"""
+LISTEN_INBOX = f"LISTEN {INBOX_CHANNEL}"
 
 # Sessions: every statement the broker runs once started reaches rows by key (ids, or a
 # (queue, state) prefix of tq_finished_order). The server plans a prepared statement

@@ -316,7 +316,8 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
         # (the live table's guards take the batch's queues after their own rows)
         guarded = (params[0], queues, *params[1:4], queues, *params[4:])
         rows = conn.execute(L.WRITE_BATCH_CLUSTER, (*guarded, *cluster_params, broker,
-                                                    queues, epochs), prepare=True).fetchall()
+                                                    queues, epochs, len(extra.messages)),
+                            prepare=True).fetchall()
     except psycopg.Error as exc:
         if exc.sqlstate == L.FENCED_SQLSTATE:
             raise Fenced(exc.diag.message_primary or str(exc)) from None
