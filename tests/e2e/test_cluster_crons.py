@@ -136,6 +136,7 @@ async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
     assert queue in (await cluster_status(clients[server]))["queues"]
 
 
+@pytest.mark.slow  # (CI runs the rest of the cluster suite: README)
 async def test_the_schedules_survive_their_brokers_sigkill(cluster: BrokerCluster) -> None:
     clients = await _clients(cluster)
     scheduler = _scheduler(IDS)
@@ -234,6 +235,7 @@ async def test_a_webhook_added_anywhere_delivers_where_its_queue_is_served(
         assert [h["url"] for h in hooks] == [control.url]
 
 
+@pytest.mark.slow  # (CI runs the rest of the cluster suite: README)
 async def test_a_restart_of_every_broker_keeps_the_crons_and_webhooks(
         cluster: BrokerCluster, nursery: trio.Nursery) -> None:
     clients = await _clients(cluster)

@@ -144,6 +144,7 @@ async def test_event_connections_are_held_only_while_a_client_listens(
                     "the event connections to close")
 
 
+@pytest.mark.slow  # (CI runs the rest of the cluster suite: README)
 async def test_a_queue_that_moves_to_a_broker_that_joined_keeps_its_subscribers(
         cluster: BrokerCluster) -> None:
     for broker in cluster.brokers[:2]:

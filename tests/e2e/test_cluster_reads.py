@@ -134,6 +134,7 @@ async def test_list_workers_through_one_broker_lists_every_brokers_workers(
     assert listed["brokers"] == {"answered": 3, "missing": []}
 
 
+@pytest.mark.slow  # (CI runs the rest of the cluster suite: README)
 async def test_a_paused_broker_is_left_out_within_the_bound(
         cluster: BrokerCluster) -> None:
     clients = await _clients(cluster)
