@@ -48,12 +48,12 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
+from ..core.backoff import reconnect_delay_s
 from ..transport.codec import CBOR, Codec
 from ..transport.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload
 from ..transport.large_frames import decode_large, unmap_soon
@@ -230,9 +230,8 @@ class PeerEvents:
                 if now - opened >= self._retry_max_s:
                     link.failures = 0  # it lasted: a break, not a broker that is down
                 link.failures += 1
-                delay = min(self._retry_first_s * 2 ** (link.failures - 1),
-                            self._retry_max_s)
-                link.retry_at = now + delay * (1 + 0.3 * random.random())
+                link.retry_at = now + reconnect_delay_s(
+                    link.failures - 1, self._retry_first_s, self._retry_max_s)
                 log.info("events of broker %s (%s) stopped: %s", link.broker_id,
                          link.address, why)
 

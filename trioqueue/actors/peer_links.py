@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from ..core.backoff import reconnect_delay_s
 from ..transport.codec import CBOR, Codec
 from ..transport.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
 from ..transport.large_frames import decode_large, unmap_soon
@@ -369,8 +369,8 @@ class PeerLinks:
 
     def _fail_attempt(self, link: _Link, reason: str) -> None:
         link.failures += 1
-        delay = min(self._retry_first_s * 2 ** (link.failures - 1), self._retry_max_s)
-        link.retry_at = trio.current_time() + delay * (1 + 0.3 * random.random())
+        link.retry_at = trio.current_time() + reconnect_delay_s(
+            link.failures - 1, self._retry_first_s, self._retry_max_s)
         queued, link.queued = link.queued, []
         log.info("broker at %s unreachable (%d commands refused): %s",
                  link.address, len(queued), reason)

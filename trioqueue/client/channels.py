@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import random
 import socket
 import time
 from typing import Any
@@ -30,6 +29,7 @@ import cbor2
 import sniffio
 import trio
 
+from ..core.backoff import reconnect_delay_s
 from ..transport.codec import CBOR, Codec
 from ..transport.framing import FrameDecoder, encode_frame
 from .errors import CommandTimeout, ConnectionLost
@@ -48,8 +48,7 @@ EMBEDDED_NEEDS_TRIO = ("embedded mode needs trio; under asyncio connect over TCP
 def backoff_s(attempt: int) -> float:
     """Reconnect delay before attempt ``attempt`` (0-based): doubling, capped, 0-30%
     jitter so that many clients of a restarted broker do not come back in step."""
-    base = min(RECONNECT_FIRST_S * (2 ** attempt), RECONNECT_MAX_S)
-    return float(base * (1 + random.random() * 0.3))
+    return reconnect_delay_s(attempt, RECONNECT_FIRST_S, RECONNECT_MAX_S)
 
 
 def current_backend() -> str:

@@ -35,3 +35,12 @@ def backoff_delay_ms(
         exponent = min(max(attempts, 0), _MAX_EXPONENT)
         delay = base_ms * (2.0**exponent) * r.uniform(0.5, 1.5)
     return int(min(delay, cap))
+
+
+def reconnect_delay_s(attempt: int, first_s: float, max_s: float) -> float:
+    """Delay before reconnect attempt ``attempt`` (0-based): doubling from ``first_s``,
+    capped at ``max_s``, with 0-30% jitter so that the many clients (or brokers) of a
+    peer that came back do not all retry in step. The client's reconnects and the
+    brokers' peer links share it."""
+    base = min(first_s * 2 ** min(attempt, _MAX_EXPONENT), max_s)
+    return float(base * (1 + random.random() * 0.3))
