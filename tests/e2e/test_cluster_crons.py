@@ -22,7 +22,6 @@ from trioqueue.core.crons import SCHEDULER_LEASE
 from trioqueue.core.placement import preferred_owner
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, cluster_status, queue_served_by
-from trioqueue.testing.process import BrokerProcess
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 
 IDS = ["b0", "b1", "b2"]
@@ -34,35 +33,15 @@ NOT_FOUND = "Cron job not found"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, pg_dsn: str, nursery: trio.Nursery
-                  ) -> AsyncIterator[BrokerCluster]:
+async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
     # (the receivers listen on loopback, which webhooks may reach only when allowed)
     brokers = BrokerCluster(pg_dsn, 3, tmp_path, lease_s=LEASE_S,
                             extra_args=("--webhook-allow-private",))
     try:
-        await _start(brokers, nursery)
+        await brokers.start()
         yield brokers
     finally:
         await brokers.stop()
-
-
-async def _start(cluster: BrokerCluster, nursery: trio.Nursery) -> None:
-    """Start the brokers, and keep reading what each logs (into its ``log``): a broker
-    process's stderr is read only until it is ready, and one that logs a line per
-    webhook delivery (httpx does, at INFO) would block once the pipe is full."""
-    await cluster.start()
-    for broker in cluster.running():
-        nursery.start_soon(_read_log, broker)
-
-
-async def _read_log(broker: BrokerProcess) -> None:
-    assert broker.process is not None and broker.process.stderr is not None
-    stream = broker.process.stderr
-    try:
-        while chunk := await stream.receive_some(65536):
-            broker.log += chunk
-    except (trio.ClosedResourceError, trio.BrokenResourceError):
-        return  # (closed by its kill)
 
 
 async def _clients(cluster: BrokerCluster) -> dict[str, RawClient]:
@@ -245,7 +224,7 @@ async def test_a_restart_of_every_broker_keeps_the_crons_and_webhooks(
     await clients["b2"].ok("AddWebhook", url=receiver.url, events=["job.pushed"],
                            queue="hooked")
     await cluster.stop()
-    await _start(cluster, nursery)
+    await cluster.start()
     clients = await _clients(cluster)
     for client in clients.values():
         assert [c["name"] for c in (await client.ok("CronList"))["crons"]] == ["kept"]
