@@ -135,6 +135,20 @@ def test_a_queue_is_claimed_from_free_or_dead_owners_only(setup: Setup) -> None:
     assert beat is not None and beat.leases == {"q": ("a", 3)}
 
 
+def test_a_broker_restarted_under_its_id_claims_its_queues_afresh(setup: Setup) -> None:
+    """Restarted with the same --broker-id within the lease, a broker holds nothing in
+    memory: joining gives up what its id held, so it claims each queue again (a new
+    epoch, which fences off any earlier process under that id) instead of finding it
+    'held already' forever."""
+    c = setup.cluster
+    c.join("a", "A")
+    assert c.claim("q", "a", LEASE_S) == 1
+    c.join("a", "A")  # the same id, a new process
+    beat = c.beat("a", LEASE_S)
+    assert beat is not None and beat.leases == {"q": (None, 1)}
+    assert c.claim("q", "a", LEASE_S) == 2
+
+
 def test_a_broker_that_leaves_frees_its_queues_at_once(setup: Setup) -> None:
     c = setup.cluster
     c.join("a", "A")

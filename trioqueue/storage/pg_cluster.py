@@ -45,8 +45,10 @@ class PgCluster:
         self._listener: psycopg.Connection[Any] | None = None  # see wait_inbox
 
     def join(self, broker_id: str, address: str) -> None:
-        """Add (or replace) this broker's row, its heartbeat now."""
-        self._link.read(lambda conn: _run(conn, L.JOIN, (broker_id, address)))
+        """Add (or replace) this broker's row, its heartbeat now; leases an earlier
+        process under the same id held are given up (claimed afresh)."""
+        self._link.read(lambda conn: _run(conn, L.JOIN, {"id": broker_id,
+                                                        "address": address}))
 
     def beat(self, broker_id: str, lease_s: float) -> Beat | None:
         """Renew our heartbeat and see every live broker and every lease; None when

@@ -359,7 +359,15 @@ TABLE_BYTES = """SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 # it); a lease length comes as float seconds (%(lease)s). A broker is live while its
 # heartbeat is younger than the lease.
 
-JOIN = """INSERT INTO tq_brokers (id, address) VALUES (%s, %s)
+# A broker that joins under an id some leases still name (restarted with the same
+# --broker-id within the lease) gives them up first: it holds nothing in memory, so it
+# claims them afresh (a new epoch), and an old process still running under that id is
+# fenced off by the same change. Rows locked in queue order, as tq_fence locks them.
+JOIN = """WITH mine AS (
+        SELECT queue FROM tq_queue_leases WHERE owner = %(id)s ORDER BY queue FOR UPDATE),
+    freed AS (
+        UPDATE tq_queue_leases l SET owner = NULL FROM mine WHERE l.queue = mine.queue)
+INSERT INTO tq_brokers (id, address) VALUES (%(id)s, %(address)s)
 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = now(),
     heartbeat = now()"""
 # Our heartbeat is renewed only while it is still fresh: once stale, the others may
