@@ -20,11 +20,12 @@ DEFAULT_LMDB_MAX_BYTES = 1 << 40
 def default_reserve_bytes(max_bytes: int) -> int:
     """The space kept for existing jobs when ``store_reserve_bytes`` is not set.
 
-    1/32 of the store, at least 8 MiB (room for a few thousand jobs to be pulled and
-    finished, and for LMDB's copy-on-write pages), but never more than a quarter of a
-    small store, so that tiny stores still admit jobs.
+    1/32 of the store, at least 8 MiB (LMDB's copy-on-write pages of a large commit,
+    results beyond the allowance), but never more than a sixteenth of a small store:
+    the live jobs' claims (Storage.finish_bytes) come on top of it, and a 12 MiB store
+    must still take 1,536 jobs of 1 KB.
     """
-    return min(max(8 * MIB, max_bytes // 32), max_bytes // 4)
+    return min(max(8 * MIB, max_bytes // 32), max_bytes // 16)
 
 
 # What --storage accepts (libpq's two URL schemes).

@@ -14,6 +14,7 @@ import pytest
 
 from trioqueue.actors.admission import Admission, admit_estimate
 from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
+from trioqueue.core.cron_handlers import CRON_FIRE
 from trioqueue.core.errors import STORAGE_FULL, Refused
 from trioqueue.core.handlers import Ctx
 from trioqueue.core.options import parse_job_input
@@ -22,6 +23,18 @@ from trioqueue.testing.queue import QueueHarness
 
 T0 = 1_764_000_000_000
 FULL = Ctx(T0, storage_full=True)
+
+
+class NoRoom:
+    """A store with no room left: what the actor's Admission answers when full."""
+
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        return True
+
+
+def full(h: QueueHarness) -> None:
+    """The store is full from now on, for the core's own asks as well (q.room)."""
+    h.q.room = NoRoom()
 
 
 def run(h: QueueHarness, cmd: str, msg: dict[str, Any], ctx: Ctx) -> Any:
@@ -96,10 +109,13 @@ def test_move_to_wait_of_a_dead_letter_is_refused_while_full() -> None:
     job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "FAIL", {"id": "dead", "token": job["token"], "unrecoverable": True}, Ctx(T0))
     before = snapshot(h)
+    room = h.q.room
+    full(h)
     with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": "dead"}, FULL)
     assert refused.value.message == STORAGE_FULL  # reviving creates a live job
     assert snapshot(h) == before
+    h.q.room = room
     run(h, "MoveToWait", {"id": "dead"}, Ctx(T0))
     assert h.q.jobs["dead"].state == "queued"
 
@@ -110,14 +126,17 @@ def test_move_to_wait_keeps_its_own_errors_while_full() -> None:
     job_id = h.call("push", [spec], T0)[0]
     pulled = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "ACK", {"id": job_id, "token": pulled["token"]}, Ctx(T0))
+    full(h)
     with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": job_id}, FULL)
     assert refused.value.message == "Cannot move job from state 'completed' to waiting"
 
 
 def test_only_job_creating_commands_are_admission_checked() -> None:
-    # RetryDlq and RetryCompleted make dead-lettered / completed jobs live again
-    assert ADMITTING == {"PUSH", "PUSHB", "MoveToWait", "RetryDlq", "RetryCompleted"}
+    # Commands measured before they run, by their frame; revivals (RetryDlq,
+    # RetryCompleted, MoveToWait of a dead letter, auto-retry) and repeat successors
+    # ask the step's room in the core instead (q.room).
+    assert ADMITTING == {"PUSH", "PUSHB", CRON_FIRE}
     assert ADMITTING <= QUEUE_HANDLERS.keys()
 
 

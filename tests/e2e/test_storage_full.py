@@ -309,8 +309,8 @@ async def test_a_restart_on_a_full_lmdb_store_loses_nothing_acknowledged(
 
 def test_default_reserve() -> None:
     assert default_reserve_bytes(DEFAULT_LMDB_MAX_BYTES) == DEFAULT_LMDB_MAX_BYTES // 32
-    assert default_reserve_bytes(64 * MIB) == 8 * MIB
-    assert default_reserve_bytes(2 * MIB) == 512 * KIB  # a quarter of a tiny store
+    assert default_reserve_bytes(128 * MIB) == 8 * MIB
+    assert default_reserve_bytes(12 * MIB) == 768 * KIB  # a sixteenth of a small store
     config = Config()
     assert config.store_limit_bytes() == DEFAULT_LMDB_MAX_BYTES
     assert Config(memory=True).store_limit_bytes() is None
