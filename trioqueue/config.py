@@ -210,6 +210,9 @@ class Config:
     # What each live job may keep when it finishes (result, error, stack trace), held
     # back for it while new jobs are admitted; beyond it a finish draws on the reserve.
     store_finish_allowance_bytes: int = 1024
+    # A cron firing refused for a full store is fired again this much later (or at the
+    # schedule's next slot, if that comes first).
+    cron_full_retry_ms: int = 1000
 
     def store_limit_bytes(self) -> int | None:
         """The store's maximum in bytes, or None for a memory store with no limit."""
@@ -250,6 +253,8 @@ class Config:
             raise ValueError("store_reserve_bytes must be at least 0")
         if self.store_finish_allowance_bytes < 0:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
+        if self.cron_full_retry_ms <= 0:
+            raise ValueError("cron_full_retry_ms must be positive")
         limit = self.store_limit_bytes()
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.

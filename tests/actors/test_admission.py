@@ -210,3 +210,62 @@ def test_a_command_asked_again_after_need_data_is_charged_once() -> None:
     assert batch.refuses(600, request=second)  # 400 left
     assert batch.refuses(600, request=second)
     assert not batch.refuses(400, request=object())
+
+
+# ------------------------------------------------- the core's own asks (q.room)
+
+
+def bury(h: QueueHarness, n: int) -> None:
+    for i in range(n):
+        run(h, "PUSH", {"data": i, "jobId": f"d{i}", "maxAttempts": 1}, Ctx(T0))
+        job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
+        run(h, "FAIL", {"id": f"d{i}", "token": job["token"]}, Ctx(T0))
+
+
+class Room:
+    """Room for ``left`` more jobs."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        if jobs > self.left:
+            return True
+        self.left -= jobs
+        return False
+
+
+def test_a_bulk_retry_dlq_revives_what_fits_then_refuses() -> None:
+    h = QueueHarness()
+    bury(h, 5)
+    h.q.room = Room(2)
+    with pytest.raises(Refused) as refused:
+        run(h, "RetryDlq", {}, Ctx(T0))
+    assert refused.value.message == STORAGE_FULL
+    assert sorted(h.q.jobs) == ["d0", "d1"]  # what fitted; the rest stays dead
+    assert len(h.q.dlq) == 3
+
+
+def test_dlq_auto_retry_holds_while_full_and_retries_later() -> None:
+    h = QueueHarness()
+    bury(h, 3)
+    run(h, "SetDlqConfig", {"config": {"autoRetry": True, "autoRetryInterval": 10}},
+        Ctx(T0))
+    full(h)
+    h.q.auto_retry_work(T0 + 100).run()
+    assert h.q.jobs == {} and len(h.q.dlq) == 3  # not done, not lost
+    assert h.q.dlq.next_wakeup(h.q.settings.dlq) == T0 + 100 + 1000  # no spin
+    h.q.room = Room(10)
+    assert h.q.auto_retry_work(T0 + 1100).run() == 3
+
+
+def test_an_ackb_admitting_repeat_successors_is_refused_whole_while_full() -> None:
+    h = QueueHarness()
+    rid = run(h, "PUSH", {"data": 1, "repeat": {"every": 1000}}, Ctx(T0))["id"]
+    run(h, "PUSH", {"data": 2, "jobId": "plain"}, Ctx(T0))
+    pulled = run(h, "PULLB", {"count": 2, "timeout": 0, "owner": "w"}, Ctx(T0))
+    full(h)
+    with pytest.raises(Refused) as refused:
+        run(h, "ACKB", {"ids": [rid, "plain"], "tokens": pulled["tokens"]}, Ctx(T0))
+    assert refused.value.message == STORAGE_FULL
+    assert {h.q.jobs[rid].state, h.q.jobs["plain"].state} == {"active"}

@@ -40,8 +40,15 @@ class _Unlimited:
 UNLIMITED: Room = _Unlimited()
 
 
+# A job made live from a record the store already holds (a revival, a successor
+# copied from its generation) is charged as the smallest push's frame: its record
+# takes about what it took already, but it claims the same room to be finished, and a
+# store that refuses the smallest push must refuse it too.
+STORED_JOB_FRAME_BYTES = 64
+
+
 def refuse_unless_room(q: QueueState, jobs: int = 1) -> None:
     """Refuse (retriably) a rule about to make ``jobs`` live jobs of records the store
     already holds, unless they fit."""
-    if q.room.refuses(None, jobs):
+    if q.room.refuses(STORED_JOB_FRAME_BYTES * jobs, jobs):
         raise Refused(STORAGE_FULL)
