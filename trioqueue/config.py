@@ -20,11 +20,12 @@ DEFAULT_LMDB_MAX_BYTES = 1 << 40
 def default_reserve_bytes(max_bytes: int) -> int:
     """The space kept for existing jobs when ``store_reserve_bytes`` is not set.
 
-    1/32 of the store, at least 8 MiB (room for a few thousand jobs to be pulled and
-    finished, and for LMDB's copy-on-write pages), but never more than a quarter of a
-    small store, so that tiny stores still admit jobs.
+    1/32 of the store, at least 8 MiB (LMDB's copy-on-write pages of a large commit,
+    results beyond the allowance), but never more than a sixteenth of a small store:
+    the live jobs' claims (Storage.finish_bytes) come on top of it, and a 12 MiB store
+    must still take 1,536 jobs of 1 KB.
     """
-    return min(max(8 * MIB, max_bytes // 32), max_bytes // 4)
+    return min(max(8 * MIB, max_bytes // 32), max_bytes // 16)
 
 
 # What --storage accepts (libpq's two URL schemes).
@@ -209,6 +210,9 @@ class Config:
     # What each live job may keep when it finishes (result, error, stack trace), held
     # back for it while new jobs are admitted; beyond it a finish draws on the reserve.
     store_finish_allowance_bytes: int = 1024
+    # A cron firing refused for a full store is fired again this much later (or at the
+    # schedule's next slot, if that comes first).
+    cron_full_retry_ms: int = 1000
 
     def store_limit_bytes(self) -> int | None:
         """The store's maximum in bytes, or None for a memory store with no limit."""
@@ -249,6 +253,8 @@ class Config:
             raise ValueError("store_reserve_bytes must be at least 0")
         if self.store_finish_allowance_bytes < 0:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
+        if self.cron_full_retry_ms <= 0:
+            raise ValueError("cron_full_retry_ms must be positive")
         limit = self.store_limit_bytes()
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.

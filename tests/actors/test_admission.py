@@ -14,6 +14,7 @@ import pytest
 
 from trioqueue.actors.admission import Admission, admit_estimate
 from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
+from trioqueue.core.cron_handlers import CRON_FIRE
 from trioqueue.core.errors import STORAGE_FULL, Refused
 from trioqueue.core.handlers import Ctx
 from trioqueue.core.options import parse_job_input
@@ -22,6 +23,18 @@ from trioqueue.testing.queue import QueueHarness
 
 T0 = 1_764_000_000_000
 FULL = Ctx(T0, storage_full=True)
+
+
+class NoRoom:
+    """A store with no room left: what the actor's Admission answers when full."""
+
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        return True
+
+
+def full(h: QueueHarness) -> None:
+    """The store is full from now on, for the core's own asks as well (q.room)."""
+    h.q.room = NoRoom()
 
 
 def run(h: QueueHarness, cmd: str, msg: dict[str, Any], ctx: Ctx) -> Any:
@@ -96,10 +109,13 @@ def test_move_to_wait_of_a_dead_letter_is_refused_while_full() -> None:
     job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "FAIL", {"id": "dead", "token": job["token"], "unrecoverable": True}, Ctx(T0))
     before = snapshot(h)
+    room = h.q.room
+    full(h)
     with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": "dead"}, FULL)
     assert refused.value.message == STORAGE_FULL  # reviving creates a live job
     assert snapshot(h) == before
+    h.q.room = room
     run(h, "MoveToWait", {"id": "dead"}, Ctx(T0))
     assert h.q.jobs["dead"].state == "queued"
 
@@ -110,14 +126,17 @@ def test_move_to_wait_keeps_its_own_errors_while_full() -> None:
     job_id = h.call("push", [spec], T0)[0]
     pulled = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
     run(h, "ACK", {"id": job_id, "token": pulled["token"]}, Ctx(T0))
+    full(h)
     with pytest.raises(Refused) as refused:
         run(h, "MoveToWait", {"id": job_id}, FULL)
     assert refused.value.message == "Cannot move job from state 'completed' to waiting"
 
 
 def test_only_job_creating_commands_are_admission_checked() -> None:
-    # RetryDlq and RetryCompleted make dead-lettered / completed jobs live again
-    assert ADMITTING == {"PUSH", "PUSHB", "MoveToWait", "RetryDlq", "RetryCompleted"}
+    # Commands measured before they run, by their frame; revivals (RetryDlq,
+    # RetryCompleted, MoveToWait of a dead letter, auto-retry) and repeat successors
+    # ask the step's room in the core instead (q.room).
+    assert ADMITTING == {"PUSH", "PUSHB", CRON_FIRE}
     assert ADMITTING <= QUEUE_HANDLERS.keys()
 
 
@@ -191,3 +210,62 @@ def test_a_command_asked_again_after_need_data_is_charged_once() -> None:
     assert batch.refuses(600, request=second)  # 400 left
     assert batch.refuses(600, request=second)
     assert not batch.refuses(400, request=object())
+
+
+# ------------------------------------------------- the core's own asks (q.room)
+
+
+def bury(h: QueueHarness, n: int) -> None:
+    for i in range(n):
+        run(h, "PUSH", {"data": i, "jobId": f"d{i}", "maxAttempts": 1}, Ctx(T0))
+        job = run(h, "PULL", {"timeout": 0, "owner": "w"}, Ctx(T0))
+        run(h, "FAIL", {"id": f"d{i}", "token": job["token"]}, Ctx(T0))
+
+
+class Room:
+    """Room for ``left`` more jobs."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        if jobs > self.left:
+            return True
+        self.left -= jobs
+        return False
+
+
+def test_a_bulk_retry_dlq_revives_what_fits_then_refuses() -> None:
+    h = QueueHarness()
+    bury(h, 5)
+    h.q.room = Room(2)
+    with pytest.raises(Refused) as refused:
+        run(h, "RetryDlq", {}, Ctx(T0))
+    assert refused.value.message == STORAGE_FULL
+    assert sorted(h.q.jobs) == ["d0", "d1"]  # what fitted; the rest stays dead
+    assert len(h.q.dlq) == 3
+
+
+def test_dlq_auto_retry_holds_while_full_and_retries_later() -> None:
+    h = QueueHarness()
+    bury(h, 3)
+    run(h, "SetDlqConfig", {"config": {"autoRetry": True, "autoRetryInterval": 10}},
+        Ctx(T0))
+    full(h)
+    h.q.auto_retry_work(T0 + 100).run()
+    assert h.q.jobs == {} and len(h.q.dlq) == 3  # not done, not lost
+    assert h.q.dlq.next_wakeup(h.q.settings.dlq) == T0 + 100 + 1000  # no spin
+    h.q.room = Room(10)
+    assert h.q.auto_retry_work(T0 + 1100).run() == 3
+
+
+def test_an_ackb_admitting_repeat_successors_is_refused_whole_while_full() -> None:
+    h = QueueHarness()
+    rid = run(h, "PUSH", {"data": 1, "repeat": {"every": 1000}}, Ctx(T0))["id"]
+    run(h, "PUSH", {"data": 2, "jobId": "plain"}, Ctx(T0))
+    pulled = run(h, "PULLB", {"count": 2, "timeout": 0, "owner": "w"}, Ctx(T0))
+    full(h)
+    with pytest.raises(Refused) as refused:
+        run(h, "ACKB", {"ids": [rid, "plain"], "tokens": pulled["tokens"]}, Ctx(T0))
+    assert refused.value.message == STORAGE_FULL
+    assert {h.q.jobs[rid].state, h.q.jobs["plain"].state} == {"active"}

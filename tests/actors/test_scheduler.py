@@ -11,6 +11,7 @@ from trioqueue.actors.request import Request
 from trioqueue.actors.scheduler import CronScheduler
 from trioqueue.core.cron_handlers import CRON_FIRE
 from trioqueue.core.crons import SCHEDULER_LEASE, parse_cron_command
+from trioqueue.core.errors import STORAGE_FULL
 from trioqueue.core.workers import WorkerRegistry
 from trioqueue.core.writes import PutBrokerRecord, Writes
 
@@ -167,3 +168,34 @@ def test_in_a_cluster_the_holder_fires_through_its_hook_under_the_lease() -> Non
     assert [c["name"] for c in scheduler.listing()] == ["u"]
     scheduler.drop()  # handed over: nothing left to fire here
     assert scheduler.listing() == [] and scheduler.registry.next_due() is None
+
+
+def test_a_firing_refused_for_a_full_store_is_undone_retried_and_logged_once(
+        caplog: Any) -> None:
+    clock = HandClock(1_000_000)
+    sent = Sent()
+    scheduler = CronScheduler(clock, WorkerRegistry(), sent.post, sent.submit,
+                              full_retry_ms=100)
+    scheduler.upsert(parse_cron_command({
+        "name": "c", "queue": "q", "repeatEvery": 60_000, "preventOverlap": False},
+        1_000_000, None))
+    def tick() -> None:  # the timer's next wake-up
+        due = scheduler.registry.next_due()
+        assert due is not None
+        clock.now = due
+        scheduler.fire_due(due)
+
+    for n in range(1, 4):  # refused three times: the firing is undone each time
+        tick()
+        _, firing = sent[-1]
+        assert len(sent) == n
+        firing.replier.deliver({"ok": False, "error": STORAGE_FULL})
+        defn = scheduler.get("c")
+        assert defn is not None and defn.executions == 0
+        assert defn.next_run == clock.now + 100  # the next tick, not the next slot
+    assert sum("a firing was refused" in r.message for r in caplog.records) == 1
+    tick()
+    assert len(sent) == 4
+    sent[-1][1].replier.deliver({"ok": True, "id": "j"})
+    assert scheduler.get("c").executions == 1  # type: ignore[union-attr]
+    assert "fires again" in caplog.text

@@ -385,11 +385,20 @@ def test_obliterate_resets_entries_and_config(h: Harness) -> None:
     assert h.cmd("GetDlqConfig", NOW + 2) == {"config": DEFAULTS}
 
 
+class _NoRoom:
+    def refuses(self, frame_bytes: int | None, jobs: int = 1, request: object = None) -> bool:
+        return True
+
+
 def test_a_full_store_refuses_retries_as_it_refuses_pushes(h: Harness) -> None:
     job = h.bury(NOW)
-    full = Ctx(now=NOW, storage_full=True)
+    done = h.push(NOW)
+    token = h.cmd("PULL", NOW, timeout=0, owner="w")["token"]
+    h.cmd("ACK", NOW, id=done, token=token)
+    h.q.room = _NoRoom()  # the store has no room (the actor's Admission says so)
     for name, msg in (("RetryDlq", {"jobId": job}), ("RetryDlq", {}),
-                      ("RetryCompleted", {})):
+                      ("RetryCompleted", {}), ("RetryCompleted", {"id": done})):
         with pytest.raises(Refused, match="Storage full"):
-            QUEUE_HANDLERS[name](h.q, {"queue": "q", **msg}, full)
+            h.cmd(name, NOW, **msg)
     assert h.listed(NOW) == [job]
+    assert h.q.jobs == {}

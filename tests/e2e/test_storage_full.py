@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -309,8 +310,8 @@ async def test_a_restart_on_a_full_lmdb_store_loses_nothing_acknowledged(
 
 def test_default_reserve() -> None:
     assert default_reserve_bytes(DEFAULT_LMDB_MAX_BYTES) == DEFAULT_LMDB_MAX_BYTES // 32
-    assert default_reserve_bytes(64 * MIB) == 8 * MIB
-    assert default_reserve_bytes(2 * MIB) == 512 * KIB  # a quarter of a tiny store
+    assert default_reserve_bytes(128 * MIB) == 8 * MIB
+    assert default_reserve_bytes(12 * MIB) == 768 * KIB  # a sixteenth of a small store
     config = Config()
     assert config.store_limit_bytes() == DEFAULT_LMDB_MAX_BYTES
     assert Config(memory=True).store_limit_bytes() is None
@@ -356,3 +357,220 @@ def test_the_finish_allowance_flag_and_variable() -> None:
     assert parse([], env).store_finish_allowance_bytes == 300
     with pytest.raises(ValueError):
         Config(store_finish_allowance_bytes=-1).validate()
+
+
+# ------------------------------------------------- what a small store admits (issue 40)
+
+SMALL = {"store_max_bytes": 12 * MIB}  # LMDB, the default reserve (768 KiB)
+KB_PAD = "d" * 1000  # a ~1 KB job
+
+
+async def fill_1kb(client: RawClient, queue: str, **options: Any) -> list[str]:
+    """PUSHB 20 ~1 KB jobs at a time until refused: the ids acknowledged."""
+    accepted: list[str] = []
+    for _ in range(10_000):
+        reply = await client.call("PUSHB", queue=queue, jobs=[
+            {"name": "j", "data": {"pad": KB_PAD}, **options} for _ in range(20)])
+        if not reply["ok"]:
+            assert is_full(reply), reply
+            return accepted
+        accepted.extend(reply["ids"])
+    raise AssertionError("the store never filled up")
+
+
+async def drain(client: RawClient, queue: str, finish: Callable[..., Any]) -> int:
+    """PULLB 100 at a time until the queue is empty, each job handed to ``finish``."""
+    done = 0
+    for _ in range(10_000):
+        reply = await client.ok("PULLB", queue=queue, count=100, timeout=0, owner="w")
+        if not reply["jobs"]:
+            return done
+        for pulled, token in zip(reply["jobs"], reply["tokens"], strict=True):
+            await finish(pulled["id"], token)
+            done += 1
+    raise AssertionError("the queue never emptied")
+
+
+@pytest.mark.parametrize("how", ["ack", "dlq", "retried"])
+async def test_a_12_mib_store_takes_an_eighth_of_itself_in_1kb_jobs_and_finishes_them(
+    start_server: StartServer, how: str
+) -> None:
+    """At least 12 MiB / 8 of ~1 KB jobs are admitted (the claims of live jobs are what
+    they can really still write), and every one of them can then be pulled and
+    finished without a commit failing: acknowledged with a result, failed into the DLQ
+    with an error and a stack trace, or failed once, retried and acknowledged."""
+    server = await start_server(**SMALL)
+    client = await connect(server)
+    accepted = await fill_1kb(client, "q", maxAttempts=2 if how == "retried" else 1,
+                              backoff=0)
+    assert len(accepted) >= 12 * MIB // 8 // KIB, len(accepted)
+
+    failed_once: set[str] = set()
+
+    async def finish(job_id: str, token: str) -> None:
+        if how == "ack" or job_id in failed_once:
+            await client.ok("ACK", id=job_id, token=token, result=RESULT)
+        else:
+            await client.ok("FAIL", id=job_id, token=token,
+                            error="ValueError: bad input", stack=STACK)
+            if how == "retried":  # back to waiting at once (no backoff)
+                failed_once.add(job_id)
+
+    finished = await drain(client, "q", finish)
+    assert finished == len(accepted) * (2 if how == "retried" else 1)
+    now = await counts(client, "q")
+    kept = "failed" if how == "dlq" else "completed"
+    assert now[kept] == len(accepted)
+    assert (now["waiting"], now["active"], now["delayed"]) == (0, 0, 0)
+    assert not server.broker.writer.failed
+
+
+async def test_bulk_retry_dlq_and_retry_completed_go_through_admission(
+    start_server: StartServer,
+) -> None:
+    """Bulk RetryDlq and RetryCompleted make live jobs again: on a full store they
+    stop at the limit with the retriable error (they used to revive every entry past
+    it), and whatever they did revive can still be finished."""
+    server = await start_server(**SMALL)
+    client = await connect(server)
+    done = await fill_1kb(client, "done")
+
+    async def ack(job_id: str, token: str) -> None:
+        await client.ok("ACK", id=job_id, token=token, result=RESULT)
+
+    assert await drain(client, "done", ack) == len(done)
+    dead = (await client.ok("PUSHB", queue="dead", jobs=[
+        {"name": "j", "data": {"pad": KB_PAD}, "maxAttempts": 1} for _ in range(100)]))["ids"]
+
+    async def bury(job_id: str, token: str) -> None:
+        await client.ok("FAIL", id=job_id, token=token, error="no")
+
+    assert await drain(client, "dead", bury) == len(dead)
+    await fill_1kb(client, "live")
+    await fill_with_pushes(client, "live", "t", data={})  # no room for one more job
+    assert is_full(await client.call("RetryCompleted", queue="done"))
+    assert is_full(await client.call("RetryDlq", queue="dead"))
+    assert (await counts(client, "done"))["waiting"] == 0
+    assert (await counts(client, "dead"))["waiting"] == 0
+    # With room for some: a bulk retry takes what fits and says the rest was refused.
+    await client.ok("Obliterate", queue="live")
+    reply = await client.call("RetryCompleted", queue="done")
+    assert is_full(reply), reply
+    revived = (await counts(client, "done"))["waiting"]
+    assert 0 < revived < len(done)
+    assert await drain(client, "done", ack) == revived
+    assert not server.broker.writer.failed
+
+
+async def test_an_ack_that_would_admit_a_repeat_successor_is_refused_while_full(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(**LIMITS["lmdb"])
+    client = await connect(server)
+    gen1 = (await client.ok("PUSH", queue="r", name="tick", data={},
+                            repeat={"every": 60_000}))["id"]
+    pulled = await client.ok("PULL", queue="r", timeout=0, owner="w")
+    assert pulled["job"]["id"] == gen1
+    await fill(client, "q")  # to the last small job
+    refused = await client.call("ACK", id=gen1, token=pulled["token"])
+    assert is_full(refused), refused
+    assert (await client.ok("GetState", id=gen1))["state"] == "active"  # retriable
+    await client.ok("Obliterate", queue="q")
+    await client.ok("ACK", id=gen1, token=pulled["token"])
+    assert (await counts(client, "r"))["delayed"] == 1  # the successor
+    assert not server.broker.writer.failed
+
+
+async def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` (a condition of the broker's state) until true, or fail."""
+    with trio.move_on_after(timeout_s):
+        while not await predicate():
+            await trio.sleep(0.01)
+        return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_dlq_auto_retry_waits_for_room(start_server: StartServer) -> None:
+    """The DLQ's auto-retry on a full store revives nothing (it used to run past the
+    limit); the entries stay due and are retried once there is room."""
+    server = await start_server(**LIMITS["lmdb"])
+    client = await connect(server)
+    dead = (await client.ok("PUSHB", queue="d", jobs=[
+        {"name": "j", "data": {"pad": PAD}, "maxAttempts": 1} for _ in range(30)]))["ids"]
+    for _ in dead:
+        pulled = await client.ok("PULL", queue="d", timeout=0, owner="w")
+        await client.ok("FAIL", id=pulled["job"]["id"], token=pulled["token"], error="no")
+    await fill(client, "q")  # to the last small job
+    actor = server.broker.router.actor("d")
+    await client.ok("SetDlqConfig", queue="d",
+                    config={"autoRetry": True, "autoRetryInterval": 50})
+
+    async def tried() -> bool:  # held back for room (now), or revived (before)
+        waiting = (await counts(client, "d"))["waiting"]
+        return waiting > 0 or actor.state.dlq.retries_held_until > 0
+
+    await wait_for(tried, "an auto-retry")
+    assert (await counts(client, "d"))["waiting"] == 0
+    assert (await client.ok("GetDlqStats", queue="d"))["data"]["stats"]["total"] == len(dead)
+    await client.ok("Obliterate", queue="q")
+
+    async def retried() -> bool:
+        return bool((await counts(client, "d"))["waiting"] == len(dead))
+
+    await wait_for(retried, "the entries retried once there is room")
+    assert not server.broker.writer.failed
+
+
+async def test_a_cron_firing_refused_for_space_is_retried_and_logged_once(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cron firings go through admission: on a full store they are refused (they used
+    to push past the limit until the broker stopped), not counted, tried again at the
+    next tick, logged once; once there is room the schedule fires again."""
+    server = await start_server(**LIMITS["lmdb"], cron_full_retry_ms=50)
+    client = await connect(server)
+    await fill_with_batches(client, "q", "b")
+    scheduler = server.broker.scheduler
+    assert scheduler is not None
+    answers: list[dict[str, Any]] = []
+    answered = scheduler.answered
+
+    def counting(firing: Any, reply: dict[str, Any]) -> None:
+        answers.append(reply)
+        answered(firing, reply)
+
+    scheduler.answered = counting  # type: ignore[method-assign]
+    big = {"pad": "c" * 100_000}  # each firing a large job: past the reserve fast
+    await client.ok("Cron", name="c", queue="cq", repeatEvery=100, data=big,
+                    preventOverlap=False)
+
+    async def refused_thrice() -> bool:
+        return sum(1 for a in answers if is_full(a)) >= 3 or server.broker.writer.failed
+
+    await wait_for(refused_thrice, "three refused firings")
+    assert not server.broker.writer.failed
+    assert (await counts(client, "cq"))["waiting"] == 0
+    assert (await client.ok("CronGet", name="c"))["cron"]["executions"] == 0
+    assert sum("cron c: a firing was refused" in r.message for r in caplog.records) == 1
+    await client.ok("Obliterate", queue="q")
+
+    async def fired() -> bool:
+        return bool((await counts(client, "cq"))["waiting"] > 0)
+
+    await wait_for(fired, "a firing once there is room")
+    assert not server.broker.writer.failed
+
+
+async def test_a_20_mb_rest_push_gets_a_4xx_not_a_crash(start_server: StartServer) -> None:
+    """One REST push of 20 MB into a 12 MiB store: counted by its body's size, as a TCP
+    frame is, and refused with a clear 4xx; the broker keeps serving."""
+    server = await start_server(**SMALL)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                 timeout=30.0) as http:
+        reply = await http.post("/queues/q/jobs",
+                                json={"name": "big", "data": {"pad": "z" * (20 << 20)}})
+        assert 400 <= reply.status_code < 500, reply.text
+        assert reply.json()["ok"] is False
+        ok = await http.post("/queues/q/jobs", json={"name": "small", "data": {}})
+        assert ok.status_code == 200, ok.text
+    assert not server.broker.writer.failed

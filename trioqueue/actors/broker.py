@@ -353,7 +353,8 @@ class Broker(ClusterMember):
         self.scheduler = CronScheduler(
             self._clock, self.router.workers, self.router.post, self._store_soon,
             fire=None if firings is None else firings.fire,
-            lease=None if firings is None else SCHEDULER_LEASE)
+            lease=None if firings is None else SCHEDULER_LEASE,
+            full_retry_ms=self.config.cron_full_retry_ms)
         if self.scheduler_role is not None:
             self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler

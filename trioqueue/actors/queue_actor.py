@@ -14,10 +14,12 @@ dropped), puts the rest of the batch back in front and carries on. Too many cras
 a short window re-raise, taking the broker down rather than looping forever; so does any
 crash with a store whose calls block (PostgreSQL), whose rebuild a restart does.
 
-Full storage: commands that create jobs (``admits`` in core.commands) are refused with
-``Storage full`` while the store is nearly full. The actor measures the store at most
-once per batch (:class:`Admission`) and hands the answer to the handlers in ``Ctx``;
-they refuse before they change anything: a refused job leaves no trace. What the actor
+Full storage: whatever creates a live job is refused with ``Storage full`` while the
+store is nearly full. The actor gives each step one :class:`Admission` (the core's
+``q.room``), which measures the store at most once; commands that declare ``admits``
+in core.commands (PUSH, PUSHB, a cron firing) get its answer in ``Ctx``, and the core
+asks it itself where it revives a job or admits a repeat job's successor. Both refuse
+before they change anything: a refused job leaves no trace. What the actor
 needs of the broker comes as the narrow interfaces of :mod:`trioqueue.actors.ports`.
 """
 
@@ -283,6 +285,8 @@ class QueueActor(StoreReads):
         """Apply notices, then the backlog, then timers; commit and answer (never awaits)."""
         q = self.state
         self._budget.start_clock(q)  # the step's deadline, for its slices and its tick
+        if self._admission is not None:
+            q.room = self._admission()  # measured once a step, if a job is made
         now = self._clock.now_ms()
         pauses = self._pauses  # looked at before anything here can judge a lock
         if pauses is not None and pauses.check(now) != self._pauses_told:
@@ -347,6 +351,8 @@ class QueueActor(StoreReads):
         commits), so no transaction grows with the queue."""
         assert self._long is not None
         self._budget.begin(self.state)
+        if self._admission is not None:
+            self.state.room = self._admission()
         req, work = self._long
         self._current = req
         self.state.events_enabled = self._events.active
@@ -395,9 +401,10 @@ class QueueActor(StoreReads):
         ctx = Ctx(now=now, max_data_bytes=limits.max_data_bytes,
                   max_wait_holds=limits.max_wait_holds_per_connection)
         # Room for new jobs: measured at the batch's first job-creating command, then
-        # counted down (see Admission). The handlers refuse; nothing else checks.
-        new_admission = self._admission
-        admission = None
+        # counted down (see Admission): the step's own (q.room, set by _step), which
+        # the core's revivals and repeat successors ask as well.
+        admits = ADMITS if self._admission is not None else None
+        room = q.room
         # A long backlog is served a part per step; the rest after other tasks ran.
         stop_at = now + STEP_BUDGET_MS if len(backlog) > BUDGET_EVERY else None
         served = 0
@@ -414,13 +421,10 @@ class QueueActor(StoreReads):
             ctx.frame_bytes = req.frame_bytes
             ctx.json_bound = req.json_bound
             ctx.storage_full = False
-            if new_admission is not None:
-                jobs = ADMITS.get(req.cmd)
+            if admits is not None:
+                jobs = admits.get(req.cmd)
                 if jobs is not None:
-                    if admission is None:
-                        admission = new_admission()
-                    ctx.storage_full = admission.refuses(req.frame_bytes,
-                                                                jobs(req.msg), req)
+                    ctx.storage_full = room.refuses(req.frame_bytes, jobs(req.msg), req)
             try:
                 result = handler(q, req.msg, ctx)
             except NeedData as need:

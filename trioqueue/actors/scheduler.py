@@ -33,21 +33,41 @@ import trio
 from ..core import crons as cr
 from ..core.clock import Clock
 from ..core.cron_handlers import CRON_FIRE, stored
+from ..core.errors import STORAGE_FULL
 from ..core.workers import WorkerRegistry
 from .request import Request
 
 log = logging.getLogger("trioqueue.cron")
 
 
+class _Firing:
+    """Where a firing's answer lands: the schedule as it was before the firing advanced
+    it, so that a firing the store had no room for can be undone and tried again."""
+
+    __slots__ = ("_scheduler", "name", "slot", "executions", "last_fired")
+
+    def __init__(self, scheduler: CronScheduler, defn: cr.CronDef) -> None:
+        self._scheduler = scheduler
+        self.name = defn.name
+        self.slot = defn.next_run
+        self.executions = defn.executions
+        self.last_fired = defn.last_fired
+
+    def deliver(self, reply: dict[str, Any]) -> None:
+        self._scheduler.answered(self, reply)
+
+
 class CronScheduler:
     def __init__(self, clock: Clock, workers: WorkerRegistry, post: Any,
                  submit: Any, *, fire: Callable[[cr.CronDef], None] | None = None,
-                 lease: str | None = None) -> None:
+                 lease: str | None = None, full_retry_ms: int = 1000) -> None:
         """``post(queue, request)``: hand a request to a queue's actor without waiting
         (the router's; it makes the actor if the queue has none yet); ``submit(writes)``:
         the storage writer's, for a schedule deleted at its maxLimit. In a cluster:
         ``fire(schedule)`` sends a firing (the schedule already advanced) in place of
-        ``post``, and ``lease`` names the lease that fences the schedules' writes."""
+        ``post``, and ``lease`` names the lease that fences the schedules' writes.
+        ``full_retry_ms``: how long after a firing refused for a full store it is
+        tried again."""
         self.registry = cr.CronRegistry()
         self.lease = lease
         self._clock = clock
@@ -55,6 +75,10 @@ class CronScheduler:
         self._post = post
         self._submit = submit
         self._fire = fire
+        self._full_retry_ms = full_retry_ms
+        # Schedules whose last firing the store had no room for (logged once, until
+        # one fires again).
+        self._refused: set[str] = set()
         self._changed = trio.Event()
 
     # ------------------------------------------------------------------ Schedules
@@ -128,6 +152,7 @@ class CronScheduler:
                 continue
             if action == cr.SKIP:
                 log.debug("cron %s: slot %d skipped (%s)", defn.name, defn.next_run, reason)
+            before = _Firing(self, defn) if action == cr.FIRE else None
             cr.advance(defn, now, fired=action == cr.FIRE)
             self.registry.put(defn)
             if action == cr.FIRE:
@@ -135,14 +160,44 @@ class CronScheduler:
                 if self._fire is not None:
                     self._fire(defn)
                     continue
+                assert before is not None
                 self._post(defn.queue, Request(CRON_FIRE, {
                     "name": defn.name, "record": defn.to_record(),
-                    "job": defn.job_message()}, self))
+                    "job": defn.job_message()}, before))
         return fired
 
     # ------------------------------------------------------------------ replies
 
     def deliver(self, reply: dict[str, Any]) -> None:
-        """A queue's answer to a firing or a store: only refusals matter (logged)."""
+        """A queue's answer to a store of a schedule: only refusals matter (logged)."""
         if not reply.get("ok"):
             log.warning("cron: a firing or store was refused: %s", reply.get("error"))
+
+    def answered(self, firing: _Firing, reply: dict[str, Any]) -> None:
+        """A queue's answer to a firing. One refused for a full store stored nothing
+        (cron_fire): the schedule is put back as it was before it and fired again
+        ``full_retry_ms`` later, rather than counted in memory without its job until a
+        restart. Said once in the log, and once more when it fires again."""
+        name = firing.name
+        if reply.get("ok"):
+            if name in self._refused:
+                self._refused.discard(name)
+                log.warning("cron %s: fires again, the store has room", name)
+            return
+        error = reply.get("error")
+        if error != STORAGE_FULL:
+            log.warning("cron %s: a firing was refused: %s", name, error)
+            return
+        if name not in self._refused:
+            self._refused.add(name)
+            log.warning("cron %s: a firing was refused (%s); tried again every %d ms "
+                        "until the store has room", name, error, self._full_retry_ms)
+        defn = self.registry.by_name.get(name)
+        if defn is None or defn.executions != firing.executions + 1:
+            return  # deleted, replaced or fired since: nothing of this firing to undo
+        defn.executions = firing.executions
+        defn.last_fired = firing.last_fired
+        # (its next slot, if that comes first: the two are one firing then)
+        defn.next_run = min(defn.next_run, self._clock.now_ms() + self._full_retry_ms)
+        self.registry.put(defn)
+        self._changed.set()

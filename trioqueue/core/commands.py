@@ -180,10 +180,10 @@ CORE_COMMANDS = CommandTable([
     _by_queue("Clean", mt.clean),
     _by_queue("Dlq", dlq.dlq),
     _by_queue("GetDlqStats", dlq.get_dlq_stats),
-    _by_queue("RetryDlq", dlq.retry_dlq, admits=_one_job),
+    _by_queue("RetryDlq", dlq.retry_dlq),
     _by_queue("PurgeDlq", dlq.purge_dlq),
     _by_queue("RemoveDlqJob", dlq.remove_dlq_job),
-    _by_queue("RetryCompleted", dlq.retry_completed, admits=_one_job),
+    _by_queue("RetryCompleted", dlq.retry_completed),
     _by_queue("SetDlqConfig", dlq.set_dlq_config),
     _by_queue("GetDlqConfig", dlq.get_dlq_config),
     _by_queue("DashboardQueue", db.dashboard_queue),
@@ -201,8 +201,7 @@ CORE_COMMANDS = CommandTable([
     # A job removed on completion is gone from storage; its retained result answers.
     _by_id("WaitJob", qh.wait_job, not_found("Job {id} not found"),
            retained=completed_reply),
-    # Only when it revives a dead-lettered job does it create one (see move_to_wait).
-    _by_id("MoveToWait", h.move_to_wait, admits=_one_job),
+    _by_id("MoveToWait", h.move_to_wait),
     _by_id("GetState", qh.get_state, not_found(id=JOB_ID, state=st.UNKNOWN)),
     _by_id("GetResult", qh.get_result, not_found(id=JOB_ID)),
     # a job no queue knows holds no key
@@ -266,7 +265,7 @@ CORE_COMMANDS = CommandTable([
     # ---- the broker's own, never from a client
     Command(RELEASE_CONNECTION, INTERNAL, _release_connection),
     Command(mt.COMPACT_QUEUE, INTERNAL, mt.compact_queue),
-    Command(ch.CRON_FIRE, INTERNAL, ch.cron_fire),
+    Command(ch.CRON_FIRE, INTERNAL, ch.cron_fire, admits=_one_job),
     # ---- between the brokers of a cluster (docs/scale-out.md)
     Command(cl.CLUSTER_INBOX, INTERNAL, cl.apply_inbox),
     Command("ClusterPoke", BROKER, cl.cluster_poke),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import fields
-from .context import Ctx, Reply, _refuse_if_full
+from .context import Ctx, Reply
 from .errors import Refused
 from .job import COMPLETED, FAILED
 from .queue import QueueState, Sliced
@@ -59,7 +59,6 @@ def get_dlq_stats(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
-    _refuse_if_full(ctx)  # a retried entry is a new live job
     job_id = msg.get("jobId")
     if job_id is not None:
         job_id = fields.job_id(job_id, "jobId")
@@ -94,7 +93,6 @@ def remove_dlq_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def retry_completed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
-    _refuse_if_full(ctx)
     cutoff = fields.lenient_number(msg.get("timestamp"), "timestamp")
     job_id = msg.get("id")
     if job_id is not None:

@@ -16,9 +16,8 @@ from typing import Any
 
 from . import fields
 from .context import Ctx, Reply, _opt_int, _refuse_if_full, _token
-from .errors import STORAGE_FULL, Refused
+from .errors import Refused
 from .group_handlers import pull_group
-from .job import FAILED
 from .options import parse_job_input, validate_job_data
 from .queue import PullWaiter, QueueState, Sliced, slices
 from .queue.dependencies import push_reads
@@ -358,13 +357,9 @@ def move_to_delayed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     """Back to waiting. A dead-lettered job is revived as a new live job, which a nearly
-    full store refuses like a push (it would need the reserve to be processed again);
-    moving a live job is a change of an existing job and is always allowed."""
+    full store refuses like a push (the revival asks for room, moves._revive); moving
+    a live job is a change of an existing job and is always allowed."""
     job_id = fields.job_id(msg.get("id"))
-    if ctx.storage_full and job_id not in q.jobs:
-        record = q.finished.get(job_id)
-        if record is not None and record["state"] == FAILED:
-            raise Refused(STORAGE_FULL)
     q.move_to_wait(job_id, ctx.now, _token(msg))
     return {}
 

@@ -66,7 +66,7 @@ _MAY: dict[str, frozenset[str]] = {
     BY_CUSTOM_ID: frozenset(),
     BY_PARENT_ID: frozenset(),
     BY_IDS: frozenset(),
-    INTERNAL: frozenset(),
+    INTERNAL: frozenset({"admits"}),
     SESSION: frozenset({"before_auth"}),
     BROKER: frozenset(),
     FLOW: frozenset(),

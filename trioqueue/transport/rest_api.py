@@ -13,12 +13,18 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from .codec import JSON, DecodeError
 
-RunCommand = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+class RunCommand(Protocol):
+    """Runs one command message; ``size_bytes``: the request body it came in (what
+    admission counts a new job's record by, as a TCP frame's size)."""
+
+    def __call__(self, msg: dict[str, Any], size_bytes: int = 0
+                 ) -> Awaitable[dict[str, Any]]: ...
 
 INVALID_JSON = "Invalid JSON body"
 
@@ -97,7 +103,7 @@ def command(build: Callable[[Call], dict[str, Any]], *, lookup: bool = False,
     ``always_ok`` answers 200 whatever the reply says (bunqueue's PULL routes)."""
 
     async def handle(call: Call, run: RunCommand) -> Response:
-        reply = await run(build(call))
+        reply = await run(build(call), len(call.body))
         return Response(200 if always_ok else reply_status(reply, lookup=lookup), reply)
 
     return handle

@@ -19,6 +19,8 @@ from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
+from .repeats import may_follow
+from .room import refuse_unless_room
 from .tallies import count_completed, count_failed
 from .views import completed_reply, failed_reply
 
@@ -139,9 +141,16 @@ def ack(
     if job is not None and job.state == QUEUED and job.attempts > 0:
         # A late ACK for a job that lock expiry already put back: the work was done,
         # so complete the queued copy instead of running it a second time.
+        if may_follow(job):
+            refuse_unless_room(q)  # its successor is a new live job
         q._transition(job, st.RECLAIM, now)
-    job = q._active_job(job_id)
-    q._check_token(job, token)
+        job = q._active_job(job_id)
+        q._check_token(job, token)
+    else:
+        job = q._active_job(job_id)
+        q._check_token(job, token)
+        if may_follow(job):
+            refuse_unless_room(q)
     q._complete(job, now, has_result, result, remove)
     count_completed(q.c, 1, now, now - (job.started_at or now))
 
@@ -215,6 +224,9 @@ def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
             continue
         q._check_token(job, tokens[i] if tokens is not None else None)
         checked.append((i, job))
+    successors = sum(1 for _, job in checked if job.repeat is not None and may_follow(job))
+    if successors:
+        refuse_unless_room(q, successors)  # the whole batch, as a PUSHB is
     return checked, ignored
 
 

@@ -129,7 +129,8 @@ class Mark:
 class DeadLetters:
     """The marks of one queue's DLQ entries: by id, in entry order, per retry count."""
 
-    __slots__ = ("marks", "order", "by_retries", "by_reason", "_arrivals")
+    __slots__ = ("marks", "order", "by_retries", "by_reason", "_arrivals",
+                 "retries_held_until")
 
     def __init__(self) -> None:
         self.marks: SplitDict[str, Mark] = SplitDict()  # never copied whole as it grows
@@ -137,6 +138,9 @@ class DeadLetters:
         self.by_retries: dict[int, ChainedOrder[None]] = {}
         self.by_reason: dict[str, int] = {}
         self._arrivals = 0
+        # No auto-retry runs before this (ms): the store had no room for the last one,
+        # so the timer waits a while rather than asking again at every step.
+        self.retries_held_until = 0
 
     def __len__(self) -> int:
         return len(self.marks)
@@ -199,7 +203,8 @@ class DeadLetters:
         return mark.retry_base + config.retry_delay(mark.retry_count)
 
     def first_retry(self, config: DlqConfig) -> tuple[int, Mark] | None:
-        """The entry whose auto-retry is due first, with when (None: none will be)."""
+        """The entry whose auto-retry is due first, with when (None: none will be);
+        never before :attr:`retries_held_until`."""
         if not config.auto_retry:
             return None
         best: tuple[int, Mark] | None = None
@@ -207,7 +212,7 @@ class DeadLetters:
             if count >= config.max_auto_retries:
                 continue
             mark = self.marks[fifo.first()[0]]
-            at = mark.retry_base + config.retry_delay(count)
+            at = max(mark.retry_base + config.retry_delay(count), self.retries_held_until)
             if best is None or at < best[0]:
                 best = (at, mark)
         return best

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Refused
 from ..job import COMPLETED, FAILED
 from .dead_letters import Key, Mark
 from .dlq import drop_entry, entry_wire
@@ -191,7 +192,9 @@ def _due(q: QueueState, now: int, most: int, tried: set[str]) -> list[Mark]:
 
 
 def auto_retry(q: QueueState, now: int) -> Steps:
-    """The timer's auto-retries that are due, a slice at a time; returns how many."""
+    """The timer's auto-retries that are due, a slice at a time; returns how many.
+    One the store has no room for stops them all for ``MIN_POSTPONE_MS``: the entries
+    stay in the DLQ, due, and the timer tries again then."""
     tried: set[str] = set()
     retried = 0
     while q.settings.dlq.auto_retry:
@@ -201,7 +204,12 @@ def auto_retry(q: QueueState, now: int) -> Steps:
         tried.update(mark.job_id for mark in marks)
         yield from want_records(q, [mark.job_id for mark in marks])
         for mark in marks:
-            if _retry_one(q, mark, now, auto=True):
+            try:
+                revived = _retry_one(q, mark, now, auto=True)
+            except Refused:  # (Storage full: can_revive passed) not now, nor lost
+                q.dlq.retries_held_until = now + MIN_POSTPONE_MS
+                return retried
+            if revived:
                 retried += 1
                 q._emit("dlq-auto-retried", mark.job_id, now)
         yield None

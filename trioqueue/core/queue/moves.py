@@ -12,6 +12,7 @@ from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, JobRecord
 from . import slices
 from .dedup import DedupKey
 from .repeats import pending_successor
+from .room import refuse_unless_room
 from .slices import Sliced
 
 if TYPE_CHECKING:
@@ -142,11 +143,15 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
 def _revive(q: QueueState, record: dict[str, Any], now: int,
             carry: dict[str, Any] | None = None) -> None:
     """A dead-lettered (or completed) job becomes a fresh waiting job with the same id
-    (bunqueue's DLQ retry, RetryCompleted): attempts, stalls and timing start over.
+    (bunqueue's DLQ retry, RetryCompleted, MoveToWait of a failed job, the DLQ's
+    auto-retry): attempts, stalls and timing start over. Refused with ``Storage full``,
+    before it changes anything, when the store has no room for one more live job.
     ``carry``: an auto-retry's count and time, kept on the job for its next entry."""
     job = JobRecord.from_record(record)
     if job.unique_key is not None and q.dedup_owner(job.unique_key, now) is not None:
         raise Refused(f"Unique key {job.unique_key} is held by another job")
+    # A live job again: it needs room to be pulled and finished, as a push does.
+    refuse_unless_room(q)
     q._move(job, st.REVIVE)
     job.attempts = job.stall_count = 0
     job.run_at = job.last_heartbeat = now

@@ -157,6 +157,14 @@ def follow(q: QueueState, job: JobRecord, now: int) -> None:
     job.repeat = {**repeat, SUCCESSOR_KEY: successor}
 
 
+def may_follow(job: JobRecord) -> bool:
+    """Whether completing ``job`` may admit a successor (:func:`follow`): the ACK then
+    asks the store for room for it first, as a push would (it cannot be refused
+    once the job is completed)."""
+    repeat = job.repeat
+    return repeat is not None and SUCCESSOR_KEY not in repeat
+
+
 def pending_successor(q: QueueState, job_id: str) -> JobRecord | None:
     """The live successor named by the completed repeat job ``job_id``, if any (a read
     of the finished record: may raise NeedData, so call it before any change)."""

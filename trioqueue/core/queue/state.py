@@ -63,6 +63,7 @@ from .leases import Lock
 from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
+from .room import UNLIMITED, Room
 from .settings import QueueSettings
 from .stalls import STALL_CHECK_MS, StallWatch
 from .waiters import Parked, PullWaiter, WaiterAnswer
@@ -77,7 +78,7 @@ class QueueState:
         "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
         "slice_over", "_seq", "locks", "_lock_heap", "_expiry_held_until", "rate_wake",
         "owner_conn", "conn_jobs", "dedup", "dlq", "parked", "logs", "stall_watch",
-        "_next_stall_check", "_timeouts", "notices", "c", "places",
+        "_next_stall_check", "_timeouts", "notices", "c", "places", "room",
     )
 
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
@@ -130,6 +131,9 @@ class QueueState:
         self.c = Counters()
         self.places = Places()  # listing orders, kept with the counters
         self.dlq = DeadLetters()  # the marks of the DLQ entries (the records are stored)
+        # Whether new live jobs still fit in the store: set by the driver for each step
+        # (the broker's admission, when the store has a maximum); see room.py.
+        self.room: Room = UNLIMITED
 
     def take_writes(self) -> Writes:
         writes, self.writes = self.writes, Writes(self.name)
