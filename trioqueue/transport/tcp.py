@@ -257,14 +257,16 @@ class TcpConnection:
         try:
             while self._pending.chunks:
                 data = self._pending.next_chunk()
+                # A long reply's slices count in the broker-wide budget as they are
+                # encoded, before the send (which waits for as long as the client does
+                # not read). Not against max_write_queue_bytes: one reply larger than
+                # that, to a client that reads it, is not an overflow.
                 if data is None:  # a slice of a long reply encoded: others run now
-                    self._bound_pending()  # (its bytes count from now)
+                    self._charge_replies()
                     await give_way()
                     continue
                 self._sending = len(data)
-                # counted before the send, which waits for as long as the client does
-                # not read: the last slice of a long reply was encoded just now
-                self._bound_pending()
+                self._charge_replies()
                 await self.stream.send_all(data)
                 self._sending = 0
                 self._charge_replies()
