@@ -97,6 +97,10 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
         "bytes", "freed memory kept for reuse rather than given back to the OS, so large "
                  "jobs do not fault in fresh pages (glibc only; default 64MiB; 0: the "
                  "allocator's defaults)"),
+    "gc_full_interval_s": (
+        "seconds", "collect every generation this often, then freeze what survived, so "
+                   "cyclic garbage is freed within this long and each pass looks only at "
+                   "what was made since the last (default 60; 0: never)"),
 }
 # Webhook deliveries (actors/webhook_delivery.py), parsed as the limits are.
 WEBHOOK_FLAGS: dict[str, tuple[str, str]] = {

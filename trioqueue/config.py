@@ -181,6 +181,13 @@ class Config:
     # Young-generation collections only, every this many allocations (standalone broker
     # only; see server.tune_gc); 0 keeps Python's own policy.
     gc_gen0_threshold: int = 2_000
+    # With that policy, a collection of every generation this often, what survives it
+    # then frozen, so each pass looks only at what was made since the last (standalone
+    # broker only; see gc_passes.py): cyclic garbage is freed within this long. 0: never.
+    gc_full_interval_s: float = 60.0
+    # ... or sooner, once the young collections have moved about this many objects on
+    # since the last pass (a burst of new jobs): it bounds a pass's pause. 0: never sooner.
+    gc_full_after_young_objects: int = 20_000
 
     # --- leases: after a pause of the broker itself (SIGSTOP, a frozen VM) no lock
     # expires for this long, so holders can renew first; 0 disables (guarantees.md)
@@ -345,7 +352,8 @@ class Config:
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
                      "partial_frame_timeout_s", "idle_spin_ms", "heap_keep_bytes",
-                     "metrics_max_queues"):
+                     "metrics_max_queues", "gc_full_interval_s",
+                     "gc_full_after_young_objects"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")
         if self.heap_keep_bytes >= 2**31:  # mallopt takes an int

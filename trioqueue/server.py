@@ -19,6 +19,7 @@ import trio
 from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
+from .gc_passes import FullCollections
 from .process_heap import keep_freed_heap
 from .transport.http_front import HttpPort, serve_http
 from .transport.limits import Shell
@@ -37,6 +38,9 @@ class Server:
         self._stop = trio.Event()
         # What every connection shares (limits, broker-wide budgets, their timers).
         self.shell = Shell(config)
+        # Run by serve() only, as tune_gc is: an embedded broker leaves the GC alone.
+        self.collections = FullCollections(config.gc_full_interval_s,
+                                           config.gc_full_after_young_objects)
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,7 +121,7 @@ def auth_state(config: Config) -> str:
 _NEVER = 1 << 30
 
 
-def tune_gc(config: Config) -> None:
+def tune_gc(config: Config) -> bool:
     """Collect only the young generation (standalone broker only).
 
     Every live job is a few GC-tracked objects. A collection of an older generation
@@ -131,22 +135,27 @@ def tune_gc(config: Config) -> None:
     they fell in; with 2,000 (the default), 0.3 and 2.4 ms, for about 10% more
     collection time in all (it was 200,000 once, for throughput, and each collection
     took about 60 ms). What survives a young collection moves to the middle
-    generation, which is never collected, so it is never traversed again.
+    generation, which only the passes of ``gc_passes.FullCollections`` collect; each
+    freezes what survived it, so nothing is traversed by more than one pass.
 
-    That is sound only because the broker's paths make no reference cycles: what they
-    drop is freed by reference counting, and ``tests/test_server_gc.py`` checks that a
-    full collection after the broker's paths (connections that close or are closed,
-    errors, flows, WebSocket) finds nothing. Cyclic garbage from elsewhere (a crashed
-    actor's traceback) would stay until a restart. An embedded broker leaves the host
-    program's GC settings alone; ``gc_gen0_threshold = 0`` keeps Python's own policy.
+    The broker's paths make no reference cycles: what they drop is freed by reference
+    counting, and ``tests/test_server_gc.py`` checks that a full collection after the
+    broker's paths (connections that close or are closed, errors, flows, WebSocket)
+    finds nothing. Cyclic garbage from elsewhere (a crashed actor's traceback, a
+    library) is freed by the passes of :class:`~trioqueue.gc_passes.FullCollections`
+    every ``gc_full_interval_s``, which ``serve`` runs when this returns True. An
+    embedded broker leaves the host program's GC settings alone;
+    ``gc_gen0_threshold = 0`` keeps Python's own policy (and returns False).
     """
     if config.gc_gen0_threshold > 0:
         gc.set_threshold(config.gc_gen0_threshold, _NEVER, _NEVER)
+        return True
+    return False
 
 
 async def serve(config: Config, broker: Broker | None = None) -> None:
     """Run until SIGINT or SIGTERM (``broker``: a prepared one, e.g. on a faulty store)."""
-    tune_gc(config)
+    tuned = tune_gc(config)
     keep_freed_heap(config.heap_keep_bytes)
     if config.log_slow_step_ms > 0:
         trio.lowlevel.add_instrument(SlowSteps(config.log_slow_step_ms))
@@ -158,6 +167,8 @@ async def serve(config: Config, broker: Broker | None = None) -> None:
                 nursery.start_soon(server.shell.spin.run)
             # What recovery loaded lives long: keep it out of every later collection.
             gc.freeze()
+            if tuned:  # the older generations, collected a pass at a time
+                nursery.start_soon(server.collections.run)
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 server.stop()

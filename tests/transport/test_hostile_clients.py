@@ -416,6 +416,27 @@ async def test_past_the_reply_budget_the_largest_holder_is_cut_and_its_lease_rel
     await wait_until(lambda: budget.total == 0, "the budget to empty")
 
 
+async def test_a_long_reply_a_client_does_not_read_counts_in_the_reply_budget(
+    start_server: StartServer,
+) -> None:
+    """A listing of 250 jobs (10 MB, encoded a slice at a time by the sender) to a client
+    that reads nothing: its bytes count in the broker-wide budget as they are encoded.
+    Before, they counted only once its first piece was on the wire, which a client
+    that reads nothing never lets happen: 10 such clients held 100 MB uncounted."""
+    server = await start_server(memory=True, idle_timeout_s=0)
+    budget = server.shell.replies
+    healthy = await connect(server)
+    for _ in range(5):
+        await healthy.ok("PUSHB", queue="list", jobs=[
+            {"name": "n", "data": {"text": "z" * 40_000}} for _ in range(50)])
+    hog = await connect(server, rcvbuf=4096)
+    await hog.send_raw(hog.frame({"cmd": "GetJobs", "queue": "list", "limit": 250}))
+    # (the kernel's buffers take a few hundred KB of it at most)
+    await wait_until(lambda: budget.total >= 8 * 1024 * 1024, "the unread listing to count")
+    await hog.aclose()
+    await wait_until(lambda: budget.total == 0, "the budget to empty")
+
+
 def ws_text_frame(text: str) -> bytes:
     """One masked (client-to-server) WebSocket text frame."""
     payload = text.encode()

@@ -95,7 +95,8 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
     queue.push(b"first")
     queue.push(SlicedFrame(CBOR, reply))
     queue.push(b"last")
-    assert queue.bytes == len(b"first") + len(b"last")  # the long one: once encoded
+    head = queue.bytes - len(b"first") - len(b"last")
+    assert 0 < head < 16  # the long one: what is encoded of it, its head so far
     sent = []
     while queue.chunks:
         chunk = queue.next_chunk()
@@ -107,6 +108,21 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
     assert sent[0] == b"first"
     assert b"".join(sent[1:]) == encode_frames(CBOR, [reply]) + b"last"
     assert queue.bytes == 0
+
+
+def test_a_long_reply_is_counted_as_its_slices_are_encoded() -> None:
+    """A client that reads nothing never takes the first piece of a long reply: its
+    bytes must count while it is encoded, not once it is whole or given."""
+    reply = {"jobs": [{"i": "x" * 100} for i in range(3 * reply_slices.SLICE_ITEMS)]}
+    frame = encode_frames(CBOR, [reply])
+    queue = SendQueue()
+    queue.push(SlicedFrame(CBOR, reply))
+    counted = [queue.bytes]
+    while (first := queue.next_chunk()) is None:
+        counted.append(queue.bytes)
+    assert len(counted) == 3 and counted[0] < counted[1] < counted[2]
+    assert counted[2] > 2 * len(frame) // 3 - 100  # two slices of three, counted
+    assert queue.bytes + len(first) == len(frame)  # whole: exactly what is left to give
 
 
 def test_a_long_frame_begun_on_the_wire_is_finished_when_the_unsent_are_dropped() -> None:

@@ -135,7 +135,9 @@ class SlicedFrame(SlicedPayload):
         super().__init__(codec, reply)
         self._parts = [b"".join(self._parts)]  # the head: then one part per slice
         self._pieces: deque[bytes] | None = None  # once encoded, what is still to give
-        self.unsent_bytes = 0  # the pieces' bytes not yet given (0 while encoding)
+        # The bytes encoded and not yet given, counted as each slice is encoded: a
+        # client that reads nothing must not hold an uncounted frame of any size.
+        self.unsent_bytes = len(self._parts[0]) + sum(map(len, self._rest))
 
     @property
     def begun(self) -> bool:
@@ -147,14 +149,24 @@ class SlicedFrame(SlicedPayload):
         """Whether every piece has been given."""
         return self._pieces is not None and not self._pieces
 
+    def encode_slice(self) -> bool:
+        """Encode the next slice (none once all are); True when the frame is whole."""
+        if self._pieces is not None:
+            return True
+        part = b"".join(self._encode_slice())
+        self._parts.append(part)
+        self.unsent_bytes += len(part)
+        if self._done < len(self._items):
+            return False
+        pieces = self._pieces = self._frame_pieces()
+        self.unsent_bytes = sum(map(len, pieces))
+        return True
+
     def step(self) -> bytes | None:
+        if self._pieces is None and not self.encode_slice():
+            return None
         pieces = self._pieces
-        if pieces is None:
-            self._parts.append(b"".join(self._encode_slice()))
-            if self._done < len(self._items):
-                return None
-            pieces = self._pieces = self._frame_pieces()
-            self.unsent_bytes = sum(map(len, pieces))
+        assert pieces is not None  # (encode_slice made them)
         piece = pieces.popleft()
         self.unsent_bytes -= len(piece)
         return piece

@@ -98,7 +98,8 @@ def _small(part: Chunk | SlicedFrame) -> bool:
 
 
 class SendQueue:
-    """The queue, its size in bytes (long replies count once encoded) and its head."""
+    """The queue, its size in bytes (a long reply's counted as its slices are encoded)
+    and its head."""
 
     __slots__ = ("chunks", "bytes", "head")
 
@@ -121,10 +122,11 @@ class SendQueue:
         if isinstance(first, SlicedFrame):
             before = first.unsent_bytes
             piece = first.step()
-            if piece is None:
+            if piece is None:  # a slice more encoded: counted now
+                self.bytes += first.unsent_bytes - before
                 chunks.appendleft(first)
                 return None
-            self.bytes += first.unsent_bytes + len(piece) - before  # once encoded
+            self.bytes += first.unsent_bytes + len(piece) - before
             if not first.sent:  # its next piece comes next: nothing is joined to this one
                 chunks.appendleft(first)
             first = piece
@@ -141,6 +143,14 @@ class SendQueue:
             data = b"".join(parts)
         self.bytes -= len(data)
         return data
+
+    def encode_slice(self, frame: SlicedFrame) -> bool:
+        """Encode a slice more of ``frame``, a long reply already queued, counted at once;
+        True when it is whole (see :meth:`SlicedFrame.encode_slice`)."""
+        before = frame.unsent_bytes
+        whole = frame.encode_slice()
+        self.bytes += frame.unsent_bytes - before
+        return whole
 
     def drop_unsent(self) -> None:
         """Forget the queued replies but the end of a frame already begun on the wire."""

@@ -187,12 +187,13 @@ class Session:
             if self._send_now(replies) != SENT:
                 self._wake.set()
             return
-        if self.overflowed:
-            return  # closing: nothing more is queued behind the notice
         encode = self._encode
         assert encode is not None, "a transport without send_now must give encode"
         later = self._encode_later
+        limit = self.config.max_write_queue_bytes
         for reply in replies:
+            if self.overflowed:
+                break  # closing (or cut): nothing more is queued behind the notice
             if later is not None and not self._outbox and is_long(reply):
                 # Nothing waits before it: so a client that reads nothing gets nothing
                 # encoded lazily, and its unsent bytes stay bounded (as on TCP).
@@ -201,16 +202,17 @@ class Session:
             message = encode(tag, reply)
             self._outbox.append(message)
             self._outbox_bytes += len(message)
-        limit = self.config.max_write_queue_bytes
-        if limit and self._outbox_bytes > limit and self._on_overflow is not None:
-            # As on TCP: drop what was not read, queue one notice in its place, and let
-            # the transport close once it is out (or after overflow_notice_s).
-            log.info("closing a connection that does not read its replies")
-            self.overflowed = True
-            self._outbox = [encode(tag, overflow_notice(limit))]
-            self._outbox_bytes = 0
-            self._on_overflow()
-        self._report_outbox()
+            # Looked at after each reply, not after the batch: a batch of large replies
+            # for a client that reads nothing is not all encoded before it is cut.
+            if limit and self._outbox_bytes > limit and self._on_overflow is not None:
+                # As on TCP: drop what was not read, queue one notice in its place, and
+                # let the transport close once it is out (or after overflow_notice_s).
+                log.info("closing a connection that does not read its replies")
+                self.overflowed = True
+                self._outbox = [encode(tag, overflow_notice(limit))]
+                self._outbox_bytes = 0
+                self._on_overflow()
+            self._report_outbox()  # (the broker-wide budget may cut it here)
         self._wake.set()
 
     def sending(self, nbytes: int) -> None:

@@ -125,7 +125,7 @@ class TcpConnection:
         if self._pending.chunks or self._flushing or self._closing:
             # behind what waits (counted against the write-queue bound: so a client
             # that reads nothing gets nothing encoded lazily); nothing after a last frame
-            return self._queue(*frame_parts(self._codec(), replies))
+            return self._queue_each(replies)
         for reply in replies:
             if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
                 # encoded by the sender task, in slices (reply_slices.py)
@@ -153,8 +153,30 @@ class TcpConnection:
         if self._pending.chunks or self._closing:  # the ones before it did not all go
             return self._send_now(replies[i:])
         self._pending.push(SlicedFrame(self._codec(), replies[i]))
+        self._charge_replies()
         if i + 1 < len(replies):
             self._send_now(replies[i + 1:])  # queued behind it: the order is kept
+        return KEPT
+
+    def _queue_each(self, replies: list[dict[str, Any]]) -> str:
+        """Queue ``replies`` behind what waits, encoded now and counted as they are: a
+        reply at a time, a long one a slice at a time (:class:`SlicedFrame`, its slices
+        kept as they are, never joined), so that a client that reads nothing is cut
+        once what it holds passes a bound, not after a whole batch of large replies
+        (50 listings of 5 MB each) was encoded for it."""
+        codec = self._codec()
+        pending = self._pending
+        for reply in replies:
+            if self._closing:
+                break  # cut or overflowed: the rest would be dropped anyway
+            if LIST_KEY in reply and is_long(reply):
+                frame = SlicedFrame(codec, reply)
+                pending.push(frame)
+                while not self._closing and not pending.encode_slice(frame):
+                    self._bound_pending()
+                self._bound_pending()
+            else:
+                self._queue(*frame_parts(codec, (reply,)))
         return KEPT
 
     def _queue(self, *chunks: bytes | memoryview) -> str:
@@ -162,12 +184,17 @@ class TcpConnection:
             return KEPT  # closing: nothing more is queued behind the last frame
         for data in chunks:
             self._pending.push(data)
+        self._bound_pending()
+        return KEPT
+
+    def _bound_pending(self) -> None:
+        """The unsent bytes changed: past ``max_write_queue_bytes`` the connection
+        overflows; else they are charged to the broker-wide budget (which may cut it)."""
         limit = self._limits.max_write_queue_bytes
         if limit and self._pending.bytes > limit:
             self._overflow()
         else:
             self._charge_replies()
-        return KEPT
 
     def _charge_replies(self) -> None:
         self._shell.replies.set(self, self._pending.bytes + self._sending)
@@ -230,10 +257,16 @@ class TcpConnection:
         try:
             while self._pending.chunks:
                 data = self._pending.next_chunk()
+                # A long reply's slices count in the broker-wide budget as they are
+                # encoded, before the send (which waits for as long as the client does
+                # not read). Not against max_write_queue_bytes: one reply larger than
+                # that, to a client that reads it, is not an overflow.
                 if data is None:  # a slice of a long reply encoded: others run now
+                    self._charge_replies()
                     await give_way()
                     continue
                 self._sending = len(data)
+                self._charge_replies()
                 await self.stream.send_all(data)
                 self._sending = 0
                 self._charge_replies()
