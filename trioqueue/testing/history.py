@@ -391,22 +391,24 @@ def stale_tokens(history: History) -> list[str]:
 
 def refused_live_holders(history: History, lock_ttl_ms: float) -> list[str]:
     """Heartbeats, ACKs and FAILs of a holder whose lease certainly still ran, refused
-    as if it held nothing (a lock or token refusal, not an error that says to retry),
-    while no other delivery of the job could have superseded it: the broker took a
-    live worker's lease away."""
+    as if it held nothing (the lock and token rules' refusals, not an error that says
+    the command could not reach its queue for now), while no other delivery of the job
+    could have superseded it: the broker took a live worker's lease away."""
     leases = _Leases(history, lock_ttl_ms)
     problems = []
+    reported: set[int] = set()  # one report per lease: its first refusal
     for op in leases.renewals:
-        if op.status != FAIL or op.completed_at is None or _transient(op.error):
+        if op.status != FAIL or op.completed_at is None or not _lease_refusal(op.error):
             continue
         own = leases.delivery_of(op)
-        if own is None or own.detail.get("token") is None:
+        if own is None or own.detail.get("token") is None or own.index in reported:
             continue
         superseded = any(
             other is not own and other.invoked_at < op.completed_at
             and _handed_out_first(other, own) is not True
             for other in leases.deliveries.get(op.job_id or "", ()))
         if not superseded and op.completed_at < leases.live_until(own, op.invoked_at):
+            reported.add(own.index)
             problems.append(
                 f"live holder refused: {op.kind} of {op.job_id} by {op.process} (op "
                 f"{op.index}) refused ({op.error}) while its lease (op {own.index}) "
@@ -414,7 +416,12 @@ def refused_live_holders(history: History, lock_ttl_ms: float) -> list[str]:
     return problems
 
 
-def _transient(error: str | None) -> bool:
-    """An error that says the command was not applied for now and to retry (a queue
-    moving between brokers), not that the holder no longer holds the job."""
-    return error is not None and "retry" in error.lower()
+# How the broker says a holder holds the job no longer: the token rule, a job that is
+# not active (any more), a FAIL not applied (the job was queued again meanwhile).
+LEASE_REFUSALS = ("token", "not in processing", "not active", "not applied")
+
+
+def _lease_refusal(error: str | None) -> bool:
+    """A refusal for the lease itself, not one that says the command could not reach
+    its queue for now (a broker unreachable, a queue moving: retry)."""
+    return error is not None and any(phrase in error for phrase in LEASE_REFUSALS)

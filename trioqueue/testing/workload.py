@@ -101,10 +101,11 @@ class Link:
 
 
 def running_ports(brokers: Sequence[BrokerProcess]) -> Callable[[], list[int]]:
-    """``targets`` for a workload: the ports of the brokers that run now."""
+    """``targets`` for a workload: the ports of the brokers that run now (not
+    paused: a client would wait on one)."""
     def ports() -> list[int]:
         return [b.tcp_port for b in brokers
-                if b.process is not None and b.process.returncode is None]
+                if b.process is not None and b.process.returncode is None and not b.paused]
     return ports
 
 
@@ -176,7 +177,7 @@ class Workload:
             self.producers_done.set()
 
     def stop(self) -> None:
-        """Workers take no new job; those held are settled, then they close."""
+        """Workers take no new job and settle those they hold at once, then close."""
         self._stop.set()
 
     def acknowledged_adds(self) -> int:
@@ -285,10 +286,11 @@ class Workload:
         hold_until = trio.current_time() + (
             self._rng.uniform(0, self.max_hold_s) if held else 0.0)
         async with trio.open_nursery() as beats:
-            while trio.current_time() < hold_until:
-                await trio.sleep(max(0.0, min(self.heartbeat_every_s,
-                                              hold_until - trio.current_time())))
-                if trio.current_time() >= hold_until:
+            while trio.current_time() < hold_until and not self._stop.is_set():
+                with trio.move_on_after(max(0.0, min(self.heartbeat_every_s,
+                                                     hold_until - trio.current_time()))):
+                    await self._stop.wait()  # (holding the job; a stop cuts it short)
+                if trio.current_time() >= hold_until or self._stop.is_set():
                     break
                 beats.start_soon(self._settle_or_renew, link, process, HEARTBEAT,
                                  job_id, token)
