@@ -18,7 +18,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
