@@ -210,10 +210,12 @@ def _check_deliveries(history: History, final: dict[str, dict[str, Any] | None],
             else:
                 token = op.detail.get("token")
                 twice = acked_tokens.get(token) if token is not None else None
-                if twice is not None or (last_ack is not None and not redelivered_since_ack):
+                if twice is None and not redelivered_since_ack:
+                    twice = last_ack
+                if twice is not None:
                     problems.append(
-                        f"completed twice: {job_id} (ops {(twice or last_ack).index} and "
-                        f"{op.index}) with no redelivery in between")
+                        f"completed twice: {job_id} (ops {twice.index} and {op.index}) "
+                        f"with no redelivery in between")
                 if token is not None:
                     acked_tokens[token] = op
                 last_ack = op
