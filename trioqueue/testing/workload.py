@@ -151,6 +151,7 @@ class Workload:
     fail_ratio: float = 0.1
     deadline_s: float = 60.0
     reconnect_every_s: float = 0.05
+    stop_grace_s: float = 30.0
     seed: int = 0
     producers_done: trio.Event = field(default_factory=trio.Event)
     _stop: trio.Event = field(default_factory=trio.Event)
@@ -166,15 +167,26 @@ class Workload:
                   ) -> None:
         """Producers and workers until :meth:`stop` (``nursery.start(load.run)``)."""
         deadline = trio.current_time() + self.deadline_s
-        async with trio.open_nursery() as nursery:
-            async with trio.open_nursery() as producing:
-                task_status.started()
-                for w in range(self.workers):
-                    nursery.start_soon(self._worker, f"{self.prefix}-worker-{w}")
-                for p in range(self.producers):
-                    producing.start_soon(self._producer, f"{self.prefix}-producer-{p}",
-                                         f"{self.prefix}{p}-", deadline)
-            self.producers_done.set()
+        async with trio.open_nursery() as guard:
+            async with trio.open_nursery() as nursery:
+                guard.start_soon(self._cut_off_after_stop, nursery.cancel_scope)
+                async with trio.open_nursery() as producing:
+                    task_status.started()
+                    for w in range(self.workers):
+                        nursery.start_soon(self._worker, f"{self.prefix}-worker-{w}")
+                    for p in range(self.producers):
+                        producing.start_soon(self._producer, f"{self.prefix}-producer-{p}",
+                                             f"{self.prefix}{p}-", deadline)
+                self.producers_done.set()
+            guard.cancel_scope.cancel()
+
+    async def _cut_off_after_stop(self, scope: trio.CancelScope) -> None:
+        """Bounds the end: ``stop_grace_s`` after :meth:`stop`, whatever still waits
+        (a reply from a broker that never answers) is cancelled; its operations stay
+        pending, and ``pending_as_unknown`` makes them unknown."""
+        await self._stop.wait()
+        await trio.sleep(self.stop_grace_s)  # (the bound itself)
+        scope.cancel()
 
     def stop(self) -> None:
         """Workers take no new job and settle those they hold at once, then close."""
