@@ -53,6 +53,9 @@ class Link:
         self._waiting: dict[str, list[Any]] = {}  # reqId -> [event, reply]
         self._send_lock = trio.Lock()
         self.closed = trio.Event()
+        # The last moment the connection surely still held: when its last frame came
+        # (the broker may have dropped it, and released what it held, any time after).
+        self.last_heard = time.monotonic()
 
     @classmethod
     async def open(cls, nursery: trio.Nursery, port: int) -> Link:
@@ -64,6 +67,7 @@ class Link:
         try:
             while True:
                 msg = await self.client.receive()
+                self.last_heard = time.monotonic()
                 slot = self._waiting.pop(str(msg.get("reqId")), None)
                 if slot is not None:
                     slot[1] = msg
@@ -259,14 +263,22 @@ class Workload:
                 if link is None:
                     await trio.sleep(self.reconnect_every_s)  # (no broker is up)
                     continue
+                nursery.start_soon(self._record_loss, link, process)
                 async with trio.open_nursery() as slots:
                     for slot in range(self.concurrency):
                         slots.start_soon(self._slot, link, process, slot)
-                if link.closed.is_set():
-                    self.history.ok(self.history.invoke(process, LOST))
                 await link.aclose()
             if not self._stop.is_set():
                 await trio.sleep(self.reconnect_every_s)  # (before reconnecting)
+
+    async def _record_loss(self, link: Link, process: str) -> None:
+        """``LOST`` as soon as the connection dies, dated from its last frame: what the
+        process held is no longer a live holder's from then on (its slots may still be
+        finishing their holds)."""
+        await link.closed.wait()
+        lost = self.history.invoke(process, LOST)
+        lost.invoked_at = link.last_heard
+        self.history.ok(lost)
 
     async def _slot(self, link: Link, process: str, slot: int) -> None:
         """One job at a time: PULL under a lock, hold and renew, settle."""
