@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import states as st
 from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, JobRecord
+from .finished import COUNT
 from .order import page
 
 if TYPE_CHECKING:
@@ -68,9 +69,13 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     """Jobs in any of ``states``, ordered by (createdAt, id) before paginating.
 
-    Live states are paged from their :class:`~.order.CreationOrder` in O(page); one
-    finished state is paged by the store. A listing that mixes finished states with
-    each other or with live ones merges the first ``offset + limit`` of each part.
+    Live states are paged from their :class:`~.order.CreationOrder` in O(spans + page);
+    one finished state is paged by the store. Only the parts that hold jobs count: a
+    listing of every state (GetJobs without one) on a queue without finished jobs is a
+    page of its live orders, and on one with only completed (or only failed) jobs and
+    nothing live, a page of the store. A listing that mixes finished jobs of both
+    states, or finished and live jobs, still merges the first ``offset + limit`` of
+    each part.
     """
     wanted = set(states)
     if q.settings.paused:
@@ -81,8 +86,14 @@ def list_jobs(
         if listed_paused:
             wanted.update((st.WAITING, st.PRIORITIZED))
     q._promote_due(now)  # the places follow time: a due delayed job lists as waiting
-    live = [q.places.of(state) for state in LIVE_LISTED if state in wanted]
+    live = [order for state in LIVE_LISTED if state in wanted
+            if (order := q.places.of(state)).size]
     finished = [state for state in (COMPLETED, FAILED) if state in wanted]
+    if live and finished or len(finished) > 1:
+        # The stored counts (O(1), one round of reads for both): an empty part needs
+        # no merge.
+        q.finished.want([(COUNT, state) for state in finished])
+        finished = [state for state in finished if q.finished.count(state)]
     if not finished:
         return [_live_wire(q, q.jobs[job_id], now)
                 for _, job_id in page(live, asc=asc, offset=offset, limit=limit)]
