@@ -214,7 +214,7 @@ def test_mixed_listing_at_a_large_offset_reads_only_about_a_page(
     h = Harness()
     n = 3000
     h.pushb(NOW, *({"customId": f"a{i:05d}"} for i in range(n)))
-    for i in range(0, n, 500):
+    for _ in range(0, n, 500):
         pulled, _ = h.pull(NOW + 1, 500)
         for j, job_id in enumerate(pulled[:400]):
             _finish_pulled(h, job_id, NOW + 2, failed=j % 3 == 0)

@@ -156,9 +156,9 @@ class RangeRanks:
                 anchor, count = positions.anchors[j], positions.counts[j]
             keys = []
             with self._txn.cursor(db=self._index.idx) as cur:
+                # (the count is exact in this snapshot: every key read is the range's)
                 if count and cur.set_range(anchor):
-                    keys = [key for key in islice(cur.iternext(keys=True, values=False), count)
-                            if key.startswith(prefix)]
+                    keys = list(islice(cur.iternext(keys=True, values=False), count))
             self._blocks[(prefix, j)] = keys
         return keys
 

@@ -36,6 +36,7 @@ RANKS = "ranks"
 
 Read = tuple[Hashable, ...]
 Ranked = tuple[int, str, tuple[int, ...]]  # one answer of a RANKS read
+RankedList = list[Ranked]
 IdsPage = tuple[list[str], Any]  # (ids, cursor of the next page | None)
 
 
@@ -121,8 +122,8 @@ class FinishedView:
         return records
 
     def ranks(self, state: str, positions: tuple[int, ...],
-              others: tuple[str, ...]) -> list[Ranked]:
-        found: list[Ranked] = self._need((RANKS, state, positions, others))
+              others: tuple[str, ...]) -> RankedList:
+        found: RankedList = self._need((RANKS, state, positions, others))
         return found
 
     def ids_page(self, state: str, *, after: Any, limit: int) -> IdsPage:
