@@ -12,7 +12,8 @@ What the model checks is what the limits promise, not which of several allowed j
 comes next:
 
 - a pull never takes the queue past its concurrency limit, nor a group past its own or
-  the default one, nor a paused group's job, nor more tokens than the bucket can have;
+  the default one, nor a paused group's job, nor the queue's rate window past ``max``
+  jobs leased in the last ``duration`` ms;
 - ungrouped ready jobs go before any grouped one;
 - a pull that comes back short had a reason: the queue's limits bind, or every group
   with a ready job is paused, full or empty (no job is starved while another waits);
@@ -53,8 +54,7 @@ class LimitsMachine(RuleBasedStateMachine):
         self.live: dict[str, dict[str, Any]] = {}  # id -> {group, state, run_at, token}
         self.concurrency: int | None = None
         self.rate: tuple[int, int] | None = None  # (limit, duration)
-        self.rate_since = START  # when the rate limit was set (the bucket full then)
-        self.rate_taken = 0  # jobs leased since
+        self.rate_starts: list[int] = []  # when each job leased under the limit started
         self.group_cap: dict[str, int] = {}
         self.paused: set[str] = set()
         self.default_cap: int | None = None
@@ -82,11 +82,10 @@ class LimitsMachine(RuleBasedStateMachine):
         cap = self._cap(group)
         return group in self.paused or (cap is not None and self._active(group) >= cap)
 
-    def _bucket_most(self) -> float:
-        """The most jobs the bucket can have handed out since the limit was set."""
+    def _in_window(self) -> int:
+        """Jobs leased in the rate window that ends now, ``(now - duration, now]``."""
         assert self.rate is not None
-        limit, duration = self.rate
-        return max(limit, 1) + (self.now - self.rate_since) * limit / duration
+        return sum(1 for t in self.rate_starts if t > self.now - self.rate[1])
 
     # --------------------------------------------------------------- rules
 
@@ -126,9 +125,9 @@ class LimitsMachine(RuleBasedStateMachine):
             job["state"], job["token"] = "active", token or None
             if self.concurrency is not None:
                 assert self._active() <= self.concurrency
-        if self.rate is not None:
-            self.rate_taken += len(got)
-            assert self.rate_taken <= self._bucket_most() + 1e-6
+        if self.rate is not None and got:
+            self.rate_starts += [self.now] * len(got)
+            assert self._in_window() <= self.rate[0], "the rate window went over max"
         if seen_grouped:
             assert self._ready(None) == 0, "a grouped job went before an ungrouped one"
         if len(got) < count:
@@ -138,7 +137,7 @@ class LimitsMachine(RuleBasedStateMachine):
         if self.concurrency is not None and self._active() >= self.concurrency:
             return
         if self.rate is not None:
-            return  # the bucket may be empty: bounded above, not asserted here
+            return  # the window may be full: bounded above, not asserted here
         assert self._ready(None) == 0, "an ungrouped ready job was left behind"
         for group in GROUPS:
             if self._ready(group):
@@ -184,7 +183,12 @@ class LimitsMachine(RuleBasedStateMachine):
             self.h.call("clear_rate_limit", self.now)
         else:
             self.h.call("set_rate_limit", rate[0], rate[1], None, self.now)
-        self.rate, self.rate_since, self.rate_taken = rate, self.now, 0
+        if rate != self.rate:
+            # A new limit holds for the leases from now on (it also counts the ones of
+            # the last window it replaces, but not those a shorter window forgot).
+            self.rate_starts = []
+        # (set again as it was, its recent leases still count: no new window opens)
+        self.rate = rate
         self._tick()
 
     @rule(group=st.sampled_from(GROUPS), cap=st.one_of(st.none(), st.integers(1, 2)))
@@ -242,8 +246,7 @@ class LimitsMachine(RuleBasedStateMachine):
         self.now += dt
         self.h.restart(self.now, charge_active=charge_active)
         self.parked = 0  # parked pulls live in memory: their clients poll again
-        if self.rate is not None:  # a restarted queue starts its bucket full
-            self.rate_since, self.rate_taken = self.now, 0
+        self.rate_starts = []  # a restarted queue starts its rate window empty
         for job_id, job in list(self.live.items()):
             job["token"] = None
             if job["state"] != "active" or not charge_active:

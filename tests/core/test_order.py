@@ -110,3 +110,25 @@ def test_emptied_groups_are_dropped_a_few_per_removal(monkeypatch: pytest.Monkey
         order.add(T0 + 5_000 + i, f"x{i}")
         order.discard(T0 + 5_000 + i, f"x{i}")
     assert list(order.ids()) == ["again"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0, 1, 5, 1 << SPAN_BITS,
+                                                               3 << SPAN_BITS]),
+                          st.text("abc", min_size=1, max_size=3)), max_size=40),
+       st.lists(st.tuples(st.sampled_from([-1, 0, 1, 5, 6, 1 << SPAN_BITS, 9 << SPAN_BITS]),
+                          st.text("abc", max_size=3)), max_size=12))
+def test_ranks_count_the_jobs_before_each_key(
+        jobs: list[tuple[int, int, str]], keys: list[tuple[int, str]]) -> None:
+    """``ranks`` of keys held or not, across several orders (with createdAt ties that
+    ids order), equals counting the merged order by hand."""
+    orders = [CreationOrder() for _ in range(3)]
+    held: dict[str, int] = {}
+    for which, created, job_id in jobs:
+        if job_id not in held:  # a job is in one place
+            held[job_id] = created
+            orders[which].add(created, job_id)
+    merged = sorted((created, job_id) for job_id, created in held.items())
+    keys = sorted(set(keys))
+    want = [sum(1 for job in merged if job < key) for key in keys]
+    assert order_mod.ranks(orders, keys) == want

@@ -55,6 +55,22 @@ def test_the_overview_shows_counts_and_updates_them_live(
     page.screenshot(path=str(SCREENSHOTS / "overview.png"))
 
 
+def test_the_overview_counts_prioritized_jobs_once_before_any_live_frame(
+        start_broker: Callable[..., Broker], page: Any) -> None:
+    # No snapshot frame comes while the test runs: what the page shows is what it
+    # loaded (Stats' waiting already holds the prioritized jobs).
+    broker = start_broker(stats_snapshot_interval_s=60.0)
+    for n in range(3):
+        push(broker, "emails", data={"n": n})
+    for n in range(2):
+        push(broker, "emails", data={"n": n}, priority=5)
+    stats = broker.call("GET", "/stats")["stats"]
+    assert (stats["waiting"], stats["prioritized"]) == (5, 2)
+    page.goto(broker.url + "/#/")
+    expect(page.get_by_test_id("count-delayed")).to_have_text("0")
+    expect(page.get_by_test_id("count-waiting")).to_have_text("5")
+
+
 def test_a_pushed_queue_appears_and_its_count_changes_live(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()

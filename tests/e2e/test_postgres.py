@@ -52,6 +52,30 @@ async def test_pages_of_finished_jobs_from_either_end(client: RawClient) -> None
     assert counts["completed"] == 30
 
 
+async def test_a_listing_of_every_state_mixing_finished_and_live_jobs(
+        client: RawClient) -> None:
+    """GetJobs without a state on completed, failed and waiting jobs interleaved: the
+    search for where the page starts asks PostgreSQL for ranks in a worker thread, a
+    round at a time, and every page is the sorted union's."""
+    ids = (await client.ok("PUSHB", queue="m", jobs=[
+        {"name": "n", "data": i, "timestamp": 1_000 + i // 4, "maxAttempts": 1}
+        for i in range(150)]))["ids"]
+    pulled = (await client.ok("PULLB", queue="m", count=100))["jobs"]
+    for k, job in enumerate(pulled):
+        if k % 3 == 2:
+            await client.ok("FAIL", id=job["id"], error="boom")
+        else:
+            await client.ok("ACK", id=job["id"], result=k)
+    counts = (await client.ok("GetJobCounts", queue="m"))["counts"]
+    assert (counts["completed"], counts["failed"], counts["waiting"]) == (67, 33, 50)
+    order = [job_id for _, job_id in sorted((1_000 + i // 4, j) for i, j in enumerate(ids))]
+    for offset in (0, 1, 40, 99, 100, 131, 149, 150):
+        for asc in (True, False):
+            listed = await client.ok("GetJobs", queue="m", offset=offset, limit=7, asc=asc)
+            expected = (order if asc else order[::-1])[offset:offset + 7]
+            assert [j["id"] for j in listed["jobs"]] == expected, (offset, asc)
+
+
 async def test_a_finished_job_is_found_by_id_through_a_worker_thread(
         client: RawClient, server: Server) -> None:
     job_id = (await client.ok("PUSH", queue="g", name="n", data=5))["id"]

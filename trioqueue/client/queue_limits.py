@@ -15,8 +15,8 @@ class QueueLimits(QueueCommands):
 
     async def set_global_rate_limit(self, max: int, duration_ms: int = 1000,
                                     ttl_ms: int | None = None) -> None:
-        """At most ``max`` jobs leased per ``duration_ms`` (a token bucket of ``max``
-        tokens, full when set); ``ttl_ms`` ends the limit by itself. 0 stops pulls."""
+        """At most ``max`` jobs leased in any window of ``duration_ms``, the first one
+        included; ``ttl_ms`` ends the limit by itself. 0 stops pulls."""
         fields: dict[str, Any] = {"limit": check_int("max", max, 0),
                                   "duration": check_int("duration_ms", duration_ms, 1)}
         if ttl_ms is not None:

@@ -2,9 +2,9 @@
 
 ``limiter`` and ``group_concurrency`` are not enforced in the worker: a limit kept by
 each worker would let two workers run twice the jobs. They become the queue's own limit
-at the broker (``RateLimit``, bunqueue's token bucket, set when the worker starts) and
-the per-group default every pull of the worker sends (``PULLB``'s ``group`` field), so
-they bind every consumer of the queue together.
+at the broker (``RateLimit``, at most ``max`` jobs in any ``duration``, set when the
+worker starts) and the per-group default every pull of the worker sends (``PULLB``'s
+``group`` field), so they bind every consumer of the queue together.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def check_worker_options(*, batch_size: Any, lock_duration_ms: float,
 def rate_limit_fields(limiter: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """BullMQ's ``limiter={"max": n, "duration": ms}`` as the fields of the queue's
     ``RateLimit``: at most ``max`` jobs leased per ``duration`` ms by all the queue's
-    consumers together (a token bucket of ``max`` tokens, full at the start)."""
+    consumers together, in any window of ``duration`` ms from the first."""
     if limiter is None:
         return None
     unknown = set(limiter) - {"max", "duration"}

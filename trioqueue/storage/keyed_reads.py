@@ -10,6 +10,7 @@ the :class:`~trioqueue.storage.port.Storage` methods itself.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any
 
 from . import keys as K
@@ -31,6 +32,14 @@ class KeyedFinishedReads(abc.ABC):
     ) -> list[bytes | None]:
         """The encoded records of a page under ``prefix``, in the page's order (None
         for an index entry whose record is gone), read in one snapshot."""
+
+    @abc.abstractmethod
+    def _ranks_at(
+        self, prefix: bytes, positions: Sequence[int], others: Sequence[bytes]
+    ) -> list[tuple[bytes, tuple[int, ...]]]:
+        """The index keys at ``positions`` (ascending) of the range ``prefix`` and, for
+        each, how many keys of each range of ``others`` sort before the same
+        (createdAt, job key) suffix; read in one snapshot."""
 
     @abc.abstractmethod
     def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
@@ -58,3 +67,17 @@ class KeyedFinishedReads(abc.ABC):
         records = [loads(value) for value in values if value is not None]
         put_data_back(records, self._data_at, loads)  # (a read of its own: kept_data.py)
         return records
+
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        self._check_open()
+        prefix = K.lookup_prefix(queue, state)
+        other_prefixes = [K.lookup_prefix(queue, other) for other in others]
+        if prefix is None or not positions:
+            return []
+        # (the queue name is storable, so every other prefix is too: same length)
+        found = self._ranks_at(prefix, positions, [p for p in other_prefixes if p])
+        cut = len(prefix)
+        return [(K.decode_created(key[cut : cut + K.CREATED_LEN]), K.idx_job_id(key, cut),
+                 before) for key, before in found]

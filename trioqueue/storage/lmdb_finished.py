@@ -14,6 +14,7 @@ reads, which open their own (they run after a commit, on committed data).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from itertools import islice
 from typing import Any
@@ -61,6 +62,15 @@ class FinishedIndex:
         for prefix, n in sizes:
             if n >= self.indexed_keys:
                 self._build(prefix, n)
+
+    @property
+    def idx(self) -> Any:
+        return self._idx
+
+    def count(self, txn: lmdb.Transaction[bytes], prefix: bytes) -> int:
+        """The stored count of a range, in ``txn``'s snapshot."""
+        raw = txn.get(prefix, db=self._counts)
+        return K.decode_count(raw) if raw is not None else 0
 
     def _build(self, prefix: bytes, total: int) -> None:
         self.tracked[prefix] = Positions(prefix, total, self._keys_every, self.block)
@@ -117,6 +127,53 @@ class FinishedIndex:
                     break
                 out.append(key[cut:])
         return out
+
+
+class RangeRanks:
+    """Keys by position and positions by key in ``finished_idx`` ranges, for one read
+    transaction (:meth:`~.port.Storage.finished_ranks`).
+
+    LMDB finds a key, not a rank: a key's rank is its block's start (the positions'
+    Fenwick tree) plus its place among the block's keys, so each block (or a whole
+    untracked range, a few thousand keys at most) is read once per call, into a sorted
+    list; the probes of one call then mostly fall into blocks already read.
+    """
+
+    __slots__ = ("_index", "_txn", "_blocks")
+
+    def __init__(self, index: FinishedIndex, txn: lmdb.Transaction[bytes]) -> None:
+        self._index = index
+        self._txn = txn
+        self._blocks: dict[tuple[bytes, int], list[bytes]] = {}
+
+    def _block(self, prefix: bytes, j: int) -> list[bytes]:
+        keys = self._blocks.get((prefix, j))
+        if keys is None:
+            positions = self._index.tracked.get(prefix)
+            if positions is None:
+                anchor, count = prefix, self._index.count(self._txn, prefix)
+            else:
+                anchor, count = positions.anchors[j], positions.counts[j]
+            keys = []
+            with self._txn.cursor(db=self._index.idx) as cur:
+                # (the count is exact in this snapshot: every key read is the range's)
+                if count and cur.set_range(anchor):
+                    keys = list(islice(cur.iternext(keys=True, values=False), count))
+            self._blocks[(prefix, j)] = keys
+        return keys
+
+    def key_at(self, prefix: bytes, position: int) -> bytes:
+        positions = self._index.tracked.get(prefix)
+        j, skip = (0, position) if positions is None else positions.locate_block(position)
+        return self._block(prefix, j)[skip]
+
+    def below(self, prefix: bytes, key: bytes) -> int:
+        """How many keys of the range ``prefix`` sort before ``key``."""
+        positions = self._index.tracked.get(prefix)
+        if positions is None:
+            return bisect_left(self._block(prefix, 0), key)
+        j = positions.block_of(key)
+        return positions.before(j) + bisect_left(self._block(prefix, j), key)
 
 
 def ids_page(txn: lmdb.Transaction[bytes], idx: Any, prefix: bytes,

@@ -9,6 +9,7 @@ reuse. Large job data kept apart from its record (:mod:`.kept_data`) is put back
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -17,7 +18,7 @@ import lmdb
 from . import keys as K
 from .kept_data import KeptData, put_data_back, with_data
 from .keyed_reads import KeyedFinishedReads
-from .lmdb_finished import FinishedIndex, ids_page, scan
+from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
 from .positions import page_window
 
@@ -120,6 +121,19 @@ class LmdbReads(KeyedFinishedReads):
                 keys.reverse()
             finished = self._finished
             return [txn.get(jkey, db=finished) for jkey in keys]
+
+    def _ranks_at(
+        self, prefix: bytes, positions: Sequence[int], others: Sequence[bytes]
+    ) -> list[tuple[bytes, tuple[int, ...]]]:
+        cut = len(prefix)
+        out = []
+        with self._env.begin() as txn:
+            ranks = RangeRanks(self._index, txn)
+            for position in positions:
+                key = ranks.key_at(prefix, position)
+                out.append((key, tuple(ranks.below(other, other + key[cut:])
+                                       for other in others)))
+        return out
 
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int

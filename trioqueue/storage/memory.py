@@ -346,6 +346,19 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         cut = len(prefix) + K.CREATED_LEN
         return [self._finished.get(key[cut:]) for key in window]
 
+    def _ranks_at(
+        self, prefix: bytes, positions: Sequence[int], others: Sequence[bytes]
+    ) -> list[tuple[bytes, tuple[int, ...]]]:
+        entries = self._idx.get(prefix, [])
+        ranges = [self._idx.get(other, []) for other in others]
+        cut = len(prefix)
+        out = []
+        for position in positions:
+            key = entries[position]
+            out.append((key, tuple(bisect_left(keys, other + key[cut:])
+                                   for other, keys in zip(others, ranges, strict=True))))
+        return out
+
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:

@@ -344,6 +344,27 @@ PAGE_DESC = """SELECT f.record FROM (
         SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
         ORDER BY created_at DESC, id DESC OFFSET %s LIMIT %s) AS p
     JOIN tq_finished f USING (id) ORDER BY p.created_at DESC, p.id DESC"""
+# finished_ranks: the (createdAt, id) at some positions of one state's order, and, with
+# another state, how many of its jobs come before each (a running count over both
+# states merged by tq_finished_order, one index-only scan per state). The scan stops
+# at the last position asked for: PostgreSQL counts ranks entry by entry.
+RANKS_ALONE = """SELECT created_at, id FROM (
+        SELECT created_at, id, row_number() OVER (ORDER BY created_at, id) - 1 AS pos
+        FROM (SELECT created_at, id FROM tq_finished WHERE queue = %(queue)s
+              AND state = %(state)s ORDER BY created_at, id LIMIT %(scan)s) AS s) AS r
+    WHERE pos = ANY(%(positions)s) ORDER BY pos"""
+RANKS_WITH_OTHER = """SELECT created_at, id, before_other FROM (
+        SELECT state, created_at, id,
+            count(*) FILTER (WHERE state = %(state)s) OVER w - 1 AS pos,
+            count(*) FILTER (WHERE state <> %(state)s) OVER w AS before_other
+        FROM ((SELECT state, created_at, id FROM tq_finished
+                WHERE queue = %(queue)s AND state = %(state)s ORDER BY created_at, id)
+              UNION ALL
+              (SELECT state, created_at, id FROM tq_finished
+                WHERE queue = %(queue)s AND state = %(other)s ORDER BY created_at, id)
+              ORDER BY created_at, id) AS m
+        WINDOW w AS (ORDER BY created_at, id ROWS UNBOUNDED PRECEDING)) AS r
+    WHERE state = %(state)s AND pos = ANY(%(positions)s) LIMIT %(n)s"""
 IDS_FIRST = """SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s
     ORDER BY created_at, id LIMIT %s"""
 IDS_AFTER = """SELECT id, created_at FROM tq_finished WHERE queue = %s AND state = %s

@@ -201,6 +201,26 @@ class PgStorage(Storage):
             records.reverse()
         return records
 
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        self._check_open()
+        _check_state(state)
+        for other in others:
+            _check_state(other)
+        if not positions:
+            return []
+        if len(others) > 1:
+            raise ValueError(f"finished_ranks: at most one other state, not {others!r}")
+        args: dict[str, Any] = {"queue": queue, "state": state,
+                                "positions": list(positions), "n": len(positions),
+                                "scan": positions[-1] + 1}
+        query = L.RANKS_ALONE
+        if others:
+            query, args["other"] = L.RANKS_WITH_OTHER, others[0]
+        rows = self._link.read(lambda conn: conn.execute(query, args).fetchall())
+        return [(row[0], K.decode_job_key(bytes(row[1])), tuple(row[2:])) for row in rows]
+
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:

@@ -172,6 +172,22 @@ class Storage(abc.ABC):
         """How many finished jobs of one queue and state are stored (exact, O(1))."""
 
     @abc.abstractmethod
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        """Where jobs of one finished state stand among the other finished states.
+
+        For each of ``positions`` (ascending, each below :meth:`count_finished`) of the
+        (createdAt, id) order of the queue's ``state`` jobs: ``(createdAt, id, before)``
+        of the job there, ``before`` holding, for each state of ``others``, how many of
+        the queue's jobs in that state come before it in that order. One snapshot.
+
+        GetJobs over finished and live jobs together finds its offset from these (a
+        search of a few rounds, see core/queue/listing.py), so a call costs
+        O(positions · log n) where the store can find a position, never O(n).
+        """
+
+    @abc.abstractmethod
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:

@@ -192,6 +192,25 @@ class Positions:
 
         ``position`` must be below :attr:`total`; ``skip`` is below the block's count.
         """
+        j, rest = self.locate_block(position)
+        return self.anchors[j], rest
+
+    def block_of(self, key: bytes) -> int:
+        """The block a key of the range falls in (held or not)."""
+        return max(bisect_right(self.anchors, key) - 1, 0)
+
+    def before(self, block: int) -> int:
+        """Keys in the blocks before ``block``: O(log blocks)."""
+        tree = self._tree
+        n = 0
+        i = block
+        while i > 0:
+            n += tree[i]
+            i -= i & -i
+        return n
+
+    def locate_block(self, position: int) -> tuple[int, int]:
+        """``(block, skip)``: the ``position``-th key is the ``skip``-th of that block."""
         tree = self._tree
         size = len(tree) - 1
         j = 0  # blocks [0, j) lie wholly before position
@@ -203,4 +222,4 @@ class Positions:
                 j = nxt
                 rest -= tree[nxt]
             step >>= 1
-        return self.anchors[j], rest
+        return j, rest

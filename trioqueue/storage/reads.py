@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.queue.finished import COUNT, GET, IDS, LIST, OUTCOMES, RESULT, FinishedView, Read
+from ..core.queue.finished import (
+    COUNT,
+    GET,
+    IDS,
+    LIST,
+    OUTCOMES,
+    RANKS,
+    RESULT,
+    FinishedView,
+    Read,
+)
 from .port import Storage
 
 
@@ -30,6 +40,9 @@ def fetch(storage: Storage, queue: str, read: Read) -> Any:
     if kind == LIST:
         state, asc, offset, limit = args
         return storage.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+    if kind == RANKS:
+        state, positions, others = args
+        return storage.finished_ranks(queue, state, positions, others)
     if kind == IDS:
         state, after, limit = args
         return tuple(storage.finished_ids_page(queue, state, after=after, limit=limit))

@@ -91,6 +91,10 @@ class FaultyStorage(Storage):
                           limit: int) -> FinishedPage:
         return self.inner.finished_ids_page(queue, state, after=after, limit=limit)
 
+    def finished_ranks(self, queue: str, state: str, positions: Sequence[int],
+                       others: Sequence[str]) -> list[tuple[int, str, tuple[int, ...]]]:
+        return self.inner.finished_ranks(queue, state, positions, others)
+
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
         return self.inner.dep_outcomes(parent_id)
 

@@ -30,8 +30,13 @@ OUTCOMES = "outcomes"  # (OUTCOMES, parent id) -> {child id: outcome}
 COUNT = "count"  # (COUNT, state) -> finished jobs of this queue in that state
 LIST = "list"  # (LIST, state, asc, offset, limit) -> records of this queue
 IDS = "ids"  # (IDS, state, cursor, limit) -> (ids, next cursor | None)
+# (RANKS, state, positions, others) -> per position (ascending) of that state's
+# (createdAt, id) order: (createdAt, id, (jobs of each other state before it, ...))
+RANKS = "ranks"
 
 Read = tuple[Hashable, ...]
+Ranked = tuple[int, str, tuple[int, ...]]  # one answer of a RANKS read
+RankedList = list[Ranked]
 IdsPage = tuple[list[str], Any]  # (ids, cursor of the next page | None)
 
 
@@ -115,6 +120,11 @@ class FinishedView:
              limit: int) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = self._need((LIST, state, asc, offset, limit))
         return records
+
+    def ranks(self, state: str, positions: tuple[int, ...],
+              others: tuple[str, ...]) -> RankedList:
+        found: RankedList = self._need((RANKS, state, positions, others))
+        return found
 
     def ids_page(self, state: str, *, after: Any, limit: int) -> IdsPage:
         page: IdsPage = self._need((IDS, state, after, limit))

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import states as st
 from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, JobRecord
+from .finished import COUNT
+from .listing import mixed_page, window
 from .order import page
 
 if TYPE_CHECKING:
@@ -68,9 +70,13 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     """Jobs in any of ``states``, ordered by (createdAt, id) before paginating.
 
-    Live states are paged from their :class:`~.order.CreationOrder` in O(page); one
-    finished state is paged by the store. A listing that mixes finished states with
-    each other or with live ones merges the first ``offset + limit`` of each part.
+    Live states are paged from their :class:`~.order.CreationOrder` in O(spans + page);
+    one finished state is paged by the store. Only the parts that hold jobs count: a
+    listing of every state (GetJobs without one) on a queue without finished jobs is a
+    page of its live orders, and on one with only completed (or only failed) jobs and
+    nothing live, a page of the store. A listing that mixes finished jobs of both
+    states, or finished and live jobs, finds where the page starts in each part by rank
+    (:mod:`.listing`, a few rounds of store reads) and merges one page of each.
     """
     wanted = set(states)
     if q.settings.paused:
@@ -81,24 +87,30 @@ def list_jobs(
         if listed_paused:
             wanted.update((st.WAITING, st.PRIORITIZED))
     q._promote_due(now)  # the places follow time: a due delayed job lists as waiting
-    live = [q.places.of(state) for state in LIVE_LISTED if state in wanted]
+    live = [order for state in LIVE_LISTED if state in wanted
+            if (order := q.places.of(state)).size]
     finished = [state for state in (COMPLETED, FAILED) if state in wanted]
+    if live and finished or len(finished) > 1:
+        # The stored counts (O(1), one round of reads for both): an empty part needs
+        # no merge.
+        q.finished.want([(COUNT, state) for state in finished])
+        finished = [state for state in finished if q.finished.count(state)]
     if not finished:
         return [_live_wire(q, q.jobs[job_id], now)
                 for _, job_id in page(live, asc=asc, offset=offset, limit=limit)]
     if not live and len(finished) == 1:
         return [finished_wire(record) for record in
                 q.finished.list(finished[0], asc=asc, offset=offset, limit=limit)]
-    need = offset + limit
-    rows: list[tuple[int, str, Any]] = [
-        (created, job_id, q.jobs[job_id])
-        for created, job_id in page(live, asc=asc, offset=0, limit=need)]
-    for state in finished:
-        for rec in q.finished.list(state, asc=asc, offset=0, limit=need):
-            rows.append((int(rec["createdAt"]), rec["id"], rec))
-    rows.sort(key=lambda r: (r[0], r[1]), reverse=not asc)
+    total = sum(o.size for o in live) + sum(q.finished.count(state) for state in finished)
+    start, take = window(total, asc=asc, offset=offset, limit=limit)
+    if not take:
+        return []
+    rows = mixed_page(q, live, {state: q.finished.count(state) for state in finished},
+                      start=start, take=take)
+    if not asc:
+        rows.reverse()
     return [_live_wire(q, item, now) if isinstance(item, JobRecord) else finished_wire(item)
-            for _, _, item in rows[offset : offset + limit]]
+            for _, _, item in rows]
 
 
 def _live_wire(q: QueueState, job: JobRecord, now: int) -> dict[str, Any]:

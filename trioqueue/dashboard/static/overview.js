@@ -40,10 +40,11 @@ function Storage({ storage }) {
   </dl>`;
 }
 
-// Counts from /stats (which has `failed`; the snapshot frame does not).
+// Counts from /stats (which has `failed`; the snapshot frame does not). Its `waiting`
+// holds the prioritized jobs already, as the snapshot frame's does.
 function countsOf(stats) {
   return {
-    waiting: (stats.waiting || 0) + (stats.prioritized || 0), active: stats.active,
+    waiting: stats.waiting, active: stats.active,
     delayed: stats.delayed, completed: stats.completed, failed: stats.failed, dlq: stats.dlq,
   };
 }
