@@ -245,9 +245,9 @@ class LimitsMachine(RuleBasedStateMachine):
         if self.rate is not None:  # a restarted queue starts its bucket full
             self.rate_since, self.rate_taken = self.now, 0
         for job_id, job in list(self.live.items()):
-            job["token"] = None
             if job["state"] != "active" or not charge_active:
-                continue
+                continue  # (an active job not charged keeps its lock and token)
+            job["token"] = None
             record = self.h.q.jobs.get(job_id)
             if record is None:
                 del self.live[job_id]  # charged and dead-lettered
