@@ -63,7 +63,8 @@ class ClusterMember:
         cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
                           lease_s=config.cluster_lease_s, adopt=self._adopt,
                           retire=self._retire_queue, forget=self._forget_queue,
-                          roles={SCHEDULER_LEASE: self.scheduler_role})
+                          roles={SCHEDULER_LEASE: self.scheduler_role},
+                          on_lost=self._fenced_off)
         clients = ClusterClients(lambda address, reqs: peers.forward(address, reqs))
         peers = PeerLinks(hello=self._peer_hello,
                           connect_timeout_s=config.peer_connect_timeout_s,
@@ -71,6 +72,16 @@ class ClusterMember:
                           origin_of=clients.origin_of,
                           reply_timeout_s=config.peer_reply_timeout_s)
         return cluster, peers, clients
+
+    async def _fenced_off(self, why: str) -> None:
+        """This broker is dead to the others, or lost a lease it held: from now on it
+        commits nothing, and answers every command waiting for a commit, and those
+        that come, with an error that names ``why`` and says to retry (the writer's
+        refusal), for ``cluster_fenced_grace_s``; then it stops (exit status 5). Its
+        clients, and the brokers that forwarded to it, get an answer rather than a
+        dropped connection."""
+        self.writer.refuse(why)
+        await trio.sleep(self.config.cluster_fenced_grace_s)
 
     def _wire_inbox(self) -> None:
         """The reader of this broker's queues' inboxes, on the router (a cluster); the

@@ -80,7 +80,7 @@ def holds(cmd: str, msg: dict[str, Any]) -> bool:
     if cmd not in HOLDING:
         return False
     timeout = msg.get("timeout")
-    return cmd == "WaitJob" or (type(timeout) in (int, float) and timeout > 0)
+    return cmd == "WaitJob" or (isinstance(timeout, (int, float)) and timeout > 0)
 
 
 def split_address(address: str) -> tuple[str, int]:
