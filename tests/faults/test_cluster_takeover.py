@@ -47,15 +47,17 @@ async def _cluster(tmp_path: Path, dsn: str) -> AsyncIterator[BrokerCluster]:
 
 
 async def _taken_over(cluster: BrokerCluster, queue: str) -> float:
-    """Wait until b1 or b2 serves ``queue``; the time (monotonic) it was seen."""
+    """Wait until b1 or b2 serves ``queue`` and both see b0 gone (so either routes to
+    the new owner); the time (monotonic) it was seen."""
     clients = [await RawClient.connect(cluster[i].tcp_port) for i in (1, 2)]
     try:
         with trio.fail_after(LEASE_S + 10):
             while True:
-                for client in clients:
-                    if queue in (await cluster_status(client))["queues"]:
-                        return time.monotonic()
-                await trio.sleep(0.02)
+                statuses = [await cluster_status(client) for client in clients]
+                if any(queue in s["queues"] for s in statuses) and all(
+                        "b0" not in [b["brokerId"] for b in s["live"]] for s in statuses):
+                    return time.monotonic()
+                await trio.sleep(0.02)  # (polling ClusterStatus, under the deadline)
     finally:
         for client in clients:
             await client.aclose()

@@ -235,10 +235,9 @@ class StorageWriter:
         """Fenced off: commit nothing from now on, and answer each reply that waits for
         a commit, and each released later, with :func:`refusal_text` of ``why``. A
         commit in flight in a worker thread finishes; its replies follow its outcome."""
-        if self.refusal is not None:
-            return
-        self.refusal = refusal_text(why)
-        log.warning("fenced off, answering every command with: %s", self.refusal)
+        if self.refusal is None:  # (the first reason stays: later ones follow from it)
+            self.refusal = refusal_text(why)
+            log.warning("fenced off, answering every command with: %s", self.refusal)
         held, self._held = self._held, []
         self._writes.clear()
         self._durable = False
