@@ -64,8 +64,9 @@ async def _kill_one_of_three_under_load(tmp_path: Path, pg_dsn: str, *,
     await cluster.start()
     try:
         await _wait_for_members(cluster, 3)
-        # A job active at the takeover keeps no lock: a worker that is gone has it
-        # retried by the stall watch (docs/scale-out.md), here after 2 s, not 30.
+        # A job active at the takeover keeps its lock (10 s here, renewed by nobody
+        # once its worker is gone with b0); the stall watch retries it sooner, after
+        # 2 s (docs/scale-out.md, "Takeover").
         client = await RawClient.connect(cluster[1].tcp_port)
         for queue in queues:
             await client.ok("SetStallConfig", queue=queue, config={
