@@ -210,6 +210,17 @@ class Config:
     # broker (sent or not), more are refused (retriable).
     peer_connect_timeout_s: float = 5.0
     peer_max_in_flight: int = 10_000
+    # A forwarded command that holds nothing (not a long-poll PULL/PULLB or WaitJob)
+    # unanswered this long gives its link up: every command waiting on it gets a
+    # retriable error (a broker that stopped reading, a cut network). A broker that
+    # leaves the cluster (dead, or frozen past its lease) has its link given up at the
+    # beat that sees it gone, whatever this says.
+    peer_reply_timeout_s: float = 10.0
+    # A broker that finds itself fenced off (its heartbeat stale, or a commit refused
+    # because another broker took a queue) answers its clients' commands, and those
+    # other brokers forwarded to it, with a retriable error for this long, committing
+    # nothing, before it exits (status 5).
+    cluster_fenced_grace_s: float = 0.5
 
     # --- storage limits (docs/durability.md, "Full storage")
     store_max_bytes: int | None = None  # None: 1 TiB for LMDB, unlimited for --memory
@@ -326,6 +337,10 @@ class Config:
             raise ValueError("peer_connect_timeout_s must be a positive finite number")
         if self.peer_max_in_flight < 1:
             raise ValueError("peer_max_in_flight must be at least 1")
+        if not 0 < self.peer_reply_timeout_s < math.inf:
+            raise ValueError("peer_reply_timeout_s must be a positive finite number")
+        if not 0 <= self.cluster_fenced_grace_s <= 60:
+            raise ValueError("cluster_fenced_grace_s must be between 0 and 60 seconds")
 
     def _validate_webhooks(self) -> None:
         if self.webhook_max_attempts < 1:

@@ -257,3 +257,24 @@ async def test_a_beat_carries_the_versions_of_the_broker_records() -> None:
     tables.versions["webhook"] = 3  # (a commit of another broker raised it)
     await a.cluster.beat()
     assert a.cluster.versions == {"webhook": 3}
+
+
+async def test_a_broker_that_finds_itself_fenced_off_is_told_why_before_it_stops() -> None:
+    """on_lost runs, with the reason, before LostMembership ends the broker: the
+    broker's chance to answer its clients' commands instead of dropping them."""
+    clock = Clock()
+    tables = MemoryCluster(clock)
+    told: list[str] = []
+
+    async def on_lost(why: str) -> None:
+        told.append(why)
+
+    a = Cluster(tables, held=HeldLeases("a"), address="a:1", lease_s=LEASE_S,
+                adopt=lambda *args: None, on_lost=on_lost)
+    tables.join("a", "a:1")
+    await a.beat()
+    assert told == []
+    clock.now += LEASE_S * 1.5  # (a paused past its lease)
+    with pytest.raises(LostMembership) as caught:
+        await a.beat()
+    assert told == [str(caught.value)] and "missed its heartbeat" in told[0]

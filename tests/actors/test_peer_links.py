@@ -392,8 +392,9 @@ async def test_dropping_a_link_answers_its_requests(
     links.drop(peer)
     assert session.replies == [{
         "ok": False, "reqId": "w",
-        "error": f"The broker left the cluster: the command forwarded to the broker at "
-                 f"{peer} may or may not have been applied"}]
+        "error": f"The broker at {peer} left the cluster before answering (its queues "
+                 "move to the others): the command may or may not have been applied; "
+                 "retry"}]
     assert links.in_flight(peer) == 0
     # a later forward to the address opens a new link
     links.forward(peer, [request(session, "Ping", "p")])
@@ -456,3 +457,50 @@ def test_the_link_limits_are_checked_settings(setting: str, value: Any) -> None:
     Config().validate()
     with pytest.raises(ValueError, match=setting):
         broker_config(**{setting: value}).validate()
+
+
+async def test_a_peer_that_stops_answering_has_its_commands_answered_at_the_deadline(
+        nursery: trio.Nursery, start_links: Callable[..., Any]) -> None:
+    """A peer that takes the commands and never answers (frozen, wedged): once a
+    command that holds nothing waits past the reply deadline, every command on the
+    link gets an error that says to retry (the long-poll behind it too), and the next
+    command opens a new connection."""
+    accepted: list[trio.SocketStream] = []
+
+    async def frozen(stream: trio.SocketStream) -> None:
+        accepted.append(stream)
+        await trio.sleep_forever()
+
+    [listener] = await nursery.start(partial(trio.serve_tcp, frozen, 0, host="127.0.0.1"))
+    address = f"127.0.0.1:{listener.socket.getsockname()[1]}"
+    links: PeerLinks = await start_links(hello=lambda: [], reply_timeout_s=0.4)
+    session = FakeSession("s")
+    started = trio.current_time()
+    links.forward(address, [request(session, "PULL", "long", queue="q",
+                                    timeout=LONG_PULL_MS),
+                            request(session, "PUSH", "push", queue="q", data=1)])
+    await answered(session, count=2, timeout_s=3)
+    waited = trio.current_time() - started
+    assert 0.4 <= waited < 1.5, waited
+    for reply in session.replies:
+        assert reply["error"] == (f"The broker at {address} did not answer within 0.4 s: "
+                                  "the command may or may not have been applied; retry")
+    assert links.in_flight(address) == 0
+    links.forward(address, [request(session, "Ping", "again")])
+    await wait_until(lambda: len(accepted) == 2, "a new connection")
+
+
+async def test_a_long_poll_alone_is_not_cut_by_the_reply_deadline(
+        nursery: trio.Nursery, start_links: Callable[..., Any]) -> None:
+    """A long-poll may rightly wait at the peer longer than the deadline."""
+    async def quiet(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    [listener] = await nursery.start(partial(trio.serve_tcp, quiet, 0, host="127.0.0.1"))
+    address = f"127.0.0.1:{listener.socket.getsockname()[1]}"
+    links: PeerLinks = await start_links(hello=lambda: [], reply_timeout_s=0.2)
+    session = FakeSession("s")
+    links.forward(address, [request(session, "PULL", "long", queue="q",
+                                    timeout=LONG_PULL_MS)])
+    await trio.sleep(1.0)  # (five deadlines pass: nothing may happen in them)
+    assert session.replies == [] and links.in_flight(address) == 1

@@ -24,6 +24,7 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import PutJob, Writes
 from trioqueue.server import Server
 from trioqueue.storage.memory import MemoryStorage
+from trioqueue.storage.port import Fenced
 from trioqueue.testing import RawClient
 
 Connect = Callable[[], Awaitable[RawClient]]
@@ -511,3 +512,53 @@ async def test_inline_commit_is_commit_now_without_a_checkpoint() -> None:
         scope.cancel()  # a checkpoint would raise Cancelled here
         await writer.commit()
     assert [r["id"] for r in store.load().live_jobs] == ["a"]
+
+
+class FencedStorage(BlockingStorage):
+    """A cluster's store whose next commit the fence refuses (another broker took the
+    queue): nothing of it is applied."""
+
+    def apply(self, batches: Sequence[Writes]) -> None:
+        try:
+            super().apply(batches)
+        except OSError:
+            raise Fenced.lost("q", 1) from None
+
+
+async def test_a_fenced_off_writer_answers_every_reply_with_a_retriable_error() -> None:
+    """A commit refused by the fence applied nothing: its replies, those released
+    meanwhile and those released during the grace are answered with the reason and
+    'retry' (no commit is attempted any more), and only then does the writer stop."""
+    store = FencedStorage()
+    store.fail = True
+    writer = StorageWriter(store, fsync="never", refusal_grace_s=0.2)
+    first, second, late = Inbox(), Inbox(), Inbox()
+    error = ("Not applied: this broker lost the lease of queue 'q' (epoch 1) to another "
+             "broker; retry")
+    stopped_at: list[float] = []
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            writer.submit(job_writes("a"))
+            writer.release([(first, {"id": "a", "reqId": "r1"})])
+            with trio.fail_after(5):
+                await store.entered.wait()
+            writer.submit(job_writes("b"))  # (waits for the next hop)
+            writer.release([(second, {"id": "b", "reqId": "r2"})])
+            store.permits.release()
+            with trio.fail_after(5):
+                await first.arrived.wait()
+            failed_at = trio.current_time()
+            writer.submit(job_writes("c"))  # during the grace: refused at once
+            writer.release([(late, {"id": "c", "reqId": "r3"})])
+            try:
+                await trio.sleep_forever()
+            finally:
+                stopped_at.append(trio.current_time() - failed_at)
+    assert caught.value.subgroup(lambda e: isinstance(e, StorageFailure)) is not None
+    assert first.replies == [{"ok": False, "error": error, "reqId": "r1"}]
+    assert second.replies == [{"ok": False, "error": error, "reqId": "r2"}]
+    assert late.replies == [{"ok": False, "error": error, "reqId": "r3"}]
+    assert stopped_at[0] >= 0.15  # the grace, answering
+    assert store.live_ids() == [] and store.applies == []
+    await writer.commit()  # (fenced off: nothing more to wait for)

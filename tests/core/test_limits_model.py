@@ -248,9 +248,9 @@ class LimitsMachine(RuleBasedStateMachine):
         self.parked = 0  # parked pulls live in memory: their clients poll again
         self.rate_starts = []  # a restarted queue starts its rate window empty
         for job_id, job in list(self.live.items()):
-            job["token"] = None
             if job["state"] != "active" or not charge_active:
-                continue
+                continue  # (an active job not charged keeps its lock and token)
+            job["token"] = None
             record = self.h.q.jobs.get(job_id)
             if record is None:
                 del self.live[job_id]  # charged and dead-lettered

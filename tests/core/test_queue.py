@@ -1101,8 +1101,11 @@ def test_restore_without_charge_keeps_active(h: Harness) -> None:
     j = h.q.jobs[job]
     assert (j.state, j.attempts, j.stall_count) == ("active", 0, 0)
     assert h.counts(NOW + 100) == counts_of(active=1, delayed=1)
-    assert not h.q.locks
-    h.ack(job, NOW + 101)  # the lock is gone: an ACK without token is taken
+    # the lock is kept, with its token (a worker that holds the job lives on)
+    assert [(k, lock.token) for k, lock in h.q.locks.items()] == [(job, token)]
+    with pytest.raises(Refused, match="Lock token required"):
+        h.ack(job, NOW + 101)
+    h.ack(job, NOW + 101, token=token)
     assert h.state(queued, NOW + 500) == "waiting"
 
 

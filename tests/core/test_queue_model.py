@@ -82,6 +82,7 @@ class MJob:
     token: str | None = None  # set while a lock exists
     lock_expires: int | None = None
     renewals: int = 0
+    lock_span: int = 0  # the longest lease granted (the pull's, or a longer renewal)
     conn: str | None = None  # the connection it would be released with
     dedup_lost: bool = False  # its uniqueKey went to a newer job (replace, expired key)
 
@@ -322,6 +323,7 @@ class QueueMachine(RuleBasedStateMachine):
             job.state = "active"
             if owner is not None:
                 job.token, job.lock_expires, job.renewals = token, now + lock_ttl, 0
+                job.lock_span = lock_ttl
             tracked = conn is not None and not (detach and owner is None)
             job.conn = conn if tracked else None
             if renew and owner is not None:
@@ -490,6 +492,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert job is not None
             job.lock_expires = self.now + duration
             job.renewals += 1
+            job.lock_span = max(job.lock_span, duration)
 
     @rule(dt=st.sampled_from([1, 100, 999, 1000, 5000, 30_000]))
     def advance_time(self, dt: int) -> None:
@@ -554,8 +557,14 @@ class QueueMachine(RuleBasedStateMachine):
         self.h.restart(self.now, charge_active=charge_active)
         assert self.h.q.paused == self.paused
         for job in before:
-            job.token = job.lock_expires = job.conn = None
+            job.conn = None
             job.renewals = 0
+            if job.state == "active" and not charge_active and job.token is not None:
+                # its lock kept, to a whole lease after the rebuild (renewals are not
+                # stored: the holder may have renewed just before)
+                job.lock_expires = self.now + job.lock_span
+                continue
+            job.token = job.lock_expires = None
             if job.state != "active" or not charge_active:
                 continue
             job.attempts += 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from trioqueue.core.errors import Refused
 from trioqueue.core.job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import SETTLED, QueueState
@@ -216,3 +217,75 @@ def test_the_two_orders() -> None:
     ]
     assert [r["id"] for r in in_restore_order(records)] == ["b", "c", "a"]
     assert [r["id"] for r in in_charge_order(records)] == ["c", "a", "b"]
+
+
+def _pull_locked(h: QueueHarness, count: int, now: int, ttl: int = 5_000
+                 ) -> list[tuple[str, str]]:
+    jobs, tokens = h.call("pull", now, count=count, owner="w1", lock_ttl=ttl, conn=None)
+    return [(job["id"], token) for job, token in zip(jobs, tokens, strict=True)]
+
+
+def test_a_rebuild_that_keeps_active_jobs_keeps_their_locks_and_tokens() -> None:
+    """A takeover (or an actor's restart): the worker's token still renews and
+    acknowledges the job; a wrong or missing token is refused as before."""
+    h = QueueHarness()
+    push(h, "a")
+    push(h, "b")
+    (a, token_a), (b, token_b) = _pull_locked(h, 2, T0)
+
+    h.restart(T0 + 1_000, charge_active=False)
+
+    assert h.call("heartbeat", a, T0 + 2_000, token=token_a, duration=None)
+    assert not h.call("heartbeat", a, T0 + 2_000, token="not-it", duration=None)
+    with pytest.raises(Refused, match="Lock token required"):
+        h.call("ack", b, T0 + 2_000)
+    h.call("ack", b, T0 + 2_000, token=token_b)
+    assert state(h, "b") == "completed"
+
+
+def test_a_kept_lock_runs_out_a_ttl_after_the_rebuild_not_before() -> None:
+    """Renewals are not stored: the lock ends a whole ttl after the rebuild (the
+    holder may have renewed it just before), and then the job is re-leased at once,
+    long before the stall interval; never before."""
+    h = QueueHarness()
+    h.call("push", [parse_job_input({"data": None, "jobId": "a", "maxAttempts": 3},
+                                    custom_id_key="jobId")], T0)
+    [(a, _)] = _pull_locked(h, 1, T0, ttl=5_000)
+    rebuilt_at = T0 + 3_000
+
+    h.restart(rebuilt_at, charge_active=False)
+
+    h.q.tick(rebuilt_at + 5_000)
+    h.commit()
+    assert state(h, a) == ACTIVE
+    assert h.q.next_deadline() == rebuilt_at + 5_001
+    h.q.tick(rebuilt_at + 5_001)
+    h.commit()
+    assert state(h, a) == QUEUED
+    assert [j for j, _ in _pull_locked(h, 1, rebuilt_at + 5_002)] == [a]
+
+
+def test_a_kept_lock_keeps_the_longest_renewal_granted() -> None:
+    """An ExtendLock longer than the pull's ttl is stored (it is a longer promise),
+    so the rebuilt lock lasts at least that long after the rebuild."""
+    h = QueueHarness()
+    push(h, "a")
+    [(a, token)] = _pull_locked(h, 1, T0, ttl=5_000)
+    assert h.call("extend_lock", a, T0 + 100, token=token, duration=60_000)
+
+    h.restart(T0 + 1_000, charge_active=False)
+
+    h.q.tick(T0 + 1_000 + 59_000)
+    h.commit()
+    assert state(h, a) == ACTIVE
+    assert h.q.locks[a].expires_at == T0 + 1_000 + 60_001
+
+
+def test_a_restart_of_the_broker_still_charges_active_jobs() -> None:
+    """A broker restart (its workers' connections are gone) charges the attempt, as
+    before: the stored lock does not keep the job active."""
+    h = QueueHarness()
+    push(h, "a")
+    _pull_locked(h, 1, T0)
+    h.restart(T0 + 1_000)
+    assert "a" not in h.q.locks and state(h, "a") == FAILED  # (maxAttempts 1)

@@ -110,8 +110,9 @@ class Broker(ClusterMember):
             self.admit_limit_bytes = store_max - reserve
         self._finish_allowance_bytes = config.store_finish_allowance_bytes
         self._clock = clock
-        self.writer = StorageWriter(self.storage, fsync=config.fsync,
-                                    fsync_interval_s=config.fsync_interval_s)
+        self.writer = StorageWriter(
+            self.storage, fsync=config.fsync, fsync_interval_s=config.fsync_interval_s,
+            refusal_grace_s=config.cluster_fenced_grace_s if config.cluster else 0.0)
         self.events = EventHub()
         self.queue_limits = limits_from(config, QueueLimits)
         self.cluster: Cluster | None = None

@@ -63,13 +63,25 @@ class ClusterMember:
         cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
                           lease_s=config.cluster_lease_s, adopt=self._adopt,
                           retire=self._retire_queue, forget=self._forget_queue,
-                          roles={SCHEDULER_LEASE: self.scheduler_role})
+                          roles={SCHEDULER_LEASE: self.scheduler_role},
+                          on_lost=self._fenced_off)
         clients = ClusterClients(lambda address, reqs: peers.forward(address, reqs))
         peers = PeerLinks(hello=self._peer_hello,
                           connect_timeout_s=config.peer_connect_timeout_s,
                           max_in_flight=config.peer_max_in_flight,
-                          origin_of=clients.origin_of)
+                          origin_of=clients.origin_of,
+                          reply_timeout_s=config.peer_reply_timeout_s)
         return cluster, peers, clients
+
+    async def _fenced_off(self, why: str) -> None:
+        """This broker is dead to the others, or lost a lease it held: from now on it
+        commits nothing, and answers every command waiting for a commit, and those
+        that come, with an error that names ``why`` and says to retry (the writer's
+        refusal), for ``cluster_fenced_grace_s``; then it stops (exit status 5). Its
+        clients, and the brokers that forwarded to it, get an answer rather than a
+        dropped connection."""
+        self.writer.refuse(why)
+        await trio.sleep(self.config.cluster_fenced_grace_s)
 
     def _wire_inbox(self) -> None:
         """The reader of this broker's queues' inboxes, on the router (a cluster); the
@@ -178,6 +190,7 @@ class ClusterMember:
         await self._nursery.start(cluster.run)
         self._nursery.start_soon(self._read_inboxes, cluster)
         self._nursery.start_soon(self._listen_inboxes, cluster)
+        self._nursery.start_soon(self._drop_departed, cluster, peers)
         if self.webhook_sync is not None:
             self._nursery.start_soon(self.webhook_sync.follow, cluster)
         me = cluster.broker_id
@@ -187,6 +200,20 @@ class ClusterMember:
             connect_timeout_s=self.config.peer_connect_timeout_s)
         cluster.status_extra = events.status
         await self._nursery.start(events.run)
+
+    @staticmethod
+    async def _drop_departed(cluster: Cluster, peers: PeerLinks) -> None:
+        """Give up the link to each broker that left the live set (dead, or frozen
+        past its lease), at the beat that sees it gone: what was forwarded to it is
+        answered with an error that says to retry (peer_links.py), instead of waiting
+        for a broker that will never answer or, frozen, will find itself fenced off
+        when it wakes. Its queues are the survivors' from that beat on."""
+        while True:
+            await cluster.live_changed.wait()
+            live = set(cluster.live.values())
+            for address in peers.addresses():
+                if address not in live:
+                    peers.drop(address)
 
     async def _listen_inboxes(self, cluster: Cluster) -> None:
         """Read this broker's queues' inboxes whenever a commit notifies (LISTEN:

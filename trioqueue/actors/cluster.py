@@ -126,6 +126,8 @@ Adopt = Callable[[Recovered, list[str], list[tuple[str, str, str]]], None]
 # lease is released, forget what is left of it here.
 Retire = Callable[[str], Awaitable[bool]]
 Forget = Callable[[str], None]
+# This broker found itself fenced off (the reason): what it does before it stops.
+OnLost = Callable[[str], Awaitable[None]]
 
 
 class _Claimed(NamedTuple):
@@ -161,7 +163,8 @@ class Cluster:
     def __init__(self, store: ClusterStore, *, held: HeldLeases, address: str,
                  lease_s: float, adopt: Adopt, retire: Retire | None = None,
                  forget: Forget | None = None,
-                 roles: Mapping[str, Role] | None = None) -> None:
+                 roles: Mapping[str, Role] | None = None,
+                 on_lost: OnLost | None = None) -> None:
         self.broker_id = held.broker_id
         self.held = held
         self.address = address
@@ -171,6 +174,7 @@ class Cluster:
         self._adopt = adopt
         self._retire = retire
         self._forget = forget
+        self._on_lost = on_lost
         self.roles: Mapping[str, Role] = roles or {}  # by their leases' names
         self._moving: dict[str, trio.Event] = {}  # queues being handed over, by queue
         self.handovers = 0  # queues handed to a broker that joined
@@ -344,11 +348,16 @@ class Cluster:
 
     async def _beat(self) -> None:
         view = await trio.to_thread.run_sync(self.store.beat, self.broker_id, self.lease_s)
-        if view is None:
-            raise LostMembership(
-                f"broker {self.broker_id} missed its heartbeat for more than "
-                f"{self.lease_s:g} s: the other brokers may have taken its queues")
-        self._see(view)
+        try:
+            if view is None:
+                raise LostMembership(
+                    f"broker {self.broker_id} missed its heartbeat for more than "
+                    f"{self.lease_s:g} s: the other brokers may have taken its queues")
+            self._see(view)
+        except LostMembership as exc:
+            if self._on_lost is not None:
+                await self._on_lost(str(exc))
+            raise
         self._beaten.set()
         self._beaten = trio.Event()
 

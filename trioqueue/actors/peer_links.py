@@ -28,8 +28,20 @@ No request is ever left without an answer (the texts are in :mod:`.peer_wire`). 
 that cannot be reached (refused, timed out, its hello refused) fails the requests
 waiting for it at once with ``unreachable_error`` (not sent: safe to retry). A link that
 breaks with requests in flight fails each with ``lost_error`` (the peer may or may not
-have applied them). Dropping a link (its broker left) and stopping :meth:`PeerLinks.run`
-(the broker shuts down) answer what they hold too.
+have applied them). Dropping a link (its broker left the cluster: dead, or frozen past
+its lease) and stopping :meth:`PeerLinks.run` (the broker shuts down) answer what they
+hold too.
+
+**A deadline.** A peer that stops answering without closing its connection (frozen,
+wedged, cut off by the network) would hold what was sent to it for as long as it
+stays so. A command that holds nothing at the peer (:func:`.peer_wire.holds`: not a
+long-poll) is answered within milliseconds by a peer that works; one left unanswered
+for ``reply_timeout_s`` gives its connection up, and every command on it gets
+``timed_out_error`` (retriable, and ambiguous: the peer may have applied it before it
+stopped). The broker's cluster drops the link of a broker that left at its next beat
+(:meth:`PeerLinks.drop`), long-polls included. Neither sends the command to the queue's
+new owner itself: a broker that stopped answering may have committed it before its
+lease moved, and a command applied twice is worse than one answered with an error.
 
 Frames from the peer that answer no pending request (event frames) are counted in
 :attr:`PeerLinks.dropped_frames` and dropped: the peers' events travel on connections
@@ -40,6 +52,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,13 +67,16 @@ from .peer_wire import (
     RECEIVE_BYTES,
     PeerBroken,
     decode_now,
+    departed_error,
     exchange_hello,
+    holds,
     in_flight_error,
     lost_error,
     not_sent_error,
     reason_of,
     relay,
     split_address,
+    timed_out_error,
     unreachable_error,
 )
 from .request import Replier, Request, deliver_all
@@ -89,7 +105,7 @@ class _Conn:
     """One connection of a link: its stream, the decoder of its replies, and the
     requests sent on it and not yet answered (by the link's ``reqId``)."""
 
-    __slots__ = ("stream", "decoder", "pending", "scope", "broken")
+    __slots__ = ("stream", "decoder", "pending", "scope", "broken", "quick")
 
     def __init__(self, stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
         self.stream = stream
@@ -97,6 +113,17 @@ class _Conn:
         self.pending: dict[int, Request] = {}
         self.scope = trio.CancelScope()  # the reader's: cancelled when the link breaks
         self.broken = False
+        # (sent at, reqId) of the requests that hold nothing at the peer, in send
+        # order: the reply deadline watches the oldest one still pending (answered
+        # ones are dropped from the front as it looks)
+        self.quick: deque[tuple[float, int]] = deque()
+
+    def oldest_quick(self) -> float | None:
+        """When the oldest request still pending that holds nothing was sent."""
+        quick, pending = self.quick, self.pending
+        while quick and quick[0][1] not in pending:
+            quick.popleft()
+        return quick[0][0] if quick else None
 
 
 class _Link:
@@ -133,7 +160,9 @@ class PeerLinks:
 
     ``hello`` gives the frames every new connection starts with (its reqIds are set
     here); each reply must be ok, or the connection is given up and the requests
-    waiting for it fail. ``connect_timeout_s`` bounds the connection *and* its hello.
+    waiting for it fail. ``connect_timeout_s`` bounds the connection *and* its hello;
+    ``reply_timeout_s`` (None: no deadline) the wait for the reply of a command that
+    holds nothing at the peer (see the module docstring).
     At most ``max_in_flight`` requests wait for one peer (queued or sent); past that
     :meth:`forward` refuses and :meth:`forward_wait` waits. ``origin_of`` names each
     request's client (its ``conn``) in the message sent.
@@ -144,9 +173,13 @@ class PeerLinks:
                  codec: Codec = CBOR, connect: Connect | None = None,
                  retry_first_s: float = RETRY_FIRST_S, retry_max_s: float = RETRY_MAX_S,
                  large_reply_bytes: int = LARGE_REPLY_BYTES,
-                 origin_of: OriginOf | None = None) -> None:
+                 origin_of: OriginOf | None = None,
+                 reply_timeout_s: float | None = None) -> None:
         if not connect_timeout_s > 0:
             raise ValueError("connect_timeout_s must be positive")
+        if reply_timeout_s is not None and not reply_timeout_s > 0:
+            raise ValueError("reply_timeout_s must be positive")
+        self._reply_timeout_s = reply_timeout_s
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self._hello = hello
@@ -183,6 +216,8 @@ class PeerLinks:
                 self._nursery = nursery
                 for link in self._links.values():
                     nursery.start_soon(self._send_loop, link)
+                if self._reply_timeout_s is not None:
+                    nursery.start_soon(self._watch_replies, self._reply_timeout_s)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -256,13 +291,19 @@ class PeerLinks:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     def drop(self, address: str) -> None:
-        """Close the link to a broker that left: what waits for it is answered now (not
-        sent: retriable; in flight: may or may not have been applied)."""
+        """Close the link to a broker that left the cluster: what waits for it is
+        answered now, with an error that says to retry (not sent: it was not applied;
+        in flight: it may or may not have been)."""
         link = self._links.pop(address, None)
         if link is None:
             return
-        self._close_link(link, not_sent_error(address, "it left the cluster"),
-                         in_flight_error(address, "The broker left the cluster"))
+        log.info("link to %s given up: the broker left the cluster", address)
+        self._close_link(link, not_sent_error(address, "it left the cluster; retry"),
+                         departed_error(address))
+
+    def addresses(self) -> list[str]:
+        """The peers this broker has links to."""
+        return list(self._links)
 
     def in_flight(self, address: str) -> int:
         """Requests forwarded to ``address`` and not answered yet (queued or sent)."""
@@ -304,6 +345,23 @@ class PeerLinks:
         else:
             log.info("link to %s closed: %s", link.address, why)
         link.room.unpark_all()
+
+    async def _watch_replies(self, timeout_s: float) -> None:
+        """The reply deadline: a connection whose oldest pending request that holds
+        nothing was sent more than ``timeout_s`` ago is given up (each request on it
+        answered with ``timed_out_error``); the next request opens a new one. Looks a
+        few times per deadline, at a cost of one look per link."""
+        while True:
+            await trio.sleep(timeout_s / 4)
+            now = trio.current_time()
+            for link in list(self._links.values()):
+                conn = link.conn
+                if conn is None:
+                    continue
+                sent = conn.oldest_quick()
+                if sent is not None and now - sent > timeout_s:
+                    self._lose(link, conn, timed_out_error(link.address, timeout_s),
+                               f"no answer within {timeout_s:g} s")
 
     # ------------------------------------------------------------------ sending
 
@@ -392,6 +450,8 @@ class PeerLinks:
         encode = self._codec.encode
         origin_of = self._origin_of
         refused: Deliveries = []
+        quick = conn.quick if self._reply_timeout_s is not None else None
+        now = trio.current_time()
         for req in batch:
             msg = dict(req.msg)  # a copy: the client's map may have other holders
             msg["cmd"] = req.cmd  # (the part of a split command has it on the request)
@@ -408,6 +468,8 @@ class PeerLinks:
                 continue
             parts += (header, payload)
             pending[req_id] = req
+            if quick is not None and not holds(req.cmd, req.msg):
+                quick.append((now, req_id))
         if refused:
             deliver_all(refused)
             link.room.unpark_all()

@@ -20,8 +20,9 @@ from ..transport.framing import FrameDecoder, frame_header
 from ..transport.large_frames import unmap_soon
 from .request import _NO_REQ_ID, Replier, Request
 
-__all__ = ["ORIGIN", "PeerBroken", "exchange_hello", "in_flight_error", "lost_error",
-           "not_sent_error", "relay", "split_address", "unreachable_error"]
+__all__ = ["ORIGIN", "PeerBroken", "departed_error", "exchange_hello", "holds",
+           "in_flight_error", "lost_error", "not_sent_error", "relay", "split_address",
+           "timed_out_error", "unreachable_error"]
 
 #: What one read of a link's socket takes at most.
 RECEIVE_BYTES = 256 * 1024
@@ -52,6 +53,34 @@ def in_flight_error(address: str, why: str) -> str:
     """A command sent to ``address`` and not answered, as the link closes ``why``."""
     return (f"{why}: the command forwarded to the broker at {address} may or may not have "
             "been applied")
+
+
+def departed_error(address: str) -> str:
+    """A command sent to a broker that left the cluster (dead, or frozen past its
+    lease) before it answered. Its queues move to the others, and a broker that lost a
+    queue can no longer commit for it, but it may have committed the command before."""
+    return (f"The broker at {address} left the cluster before answering (its queues "
+            "move to the others): the command may or may not have been applied; retry")
+
+
+def timed_out_error(address: str, timeout_s: float) -> str:
+    """The commands on a link whose peer left a command that holds nothing unanswered
+    for ``timeout_s`` (see :func:`holds`)."""
+    return (f"The broker at {address} did not answer within {timeout_s:g} s: the command "
+            "may or may not have been applied; retry")
+
+
+#: Commands that may rightly wait at the broker before answering (a long-poll, a wait
+#: for a job's outcome): the reply deadline of the links leaves them out.
+HOLDING = frozenset(("PULL", "PULLB", "WaitJob"))
+
+
+def holds(cmd: str, msg: dict[str, Any]) -> bool:
+    """Whether a command may rightly wait at the broker before answering."""
+    if cmd not in HOLDING:
+        return False
+    timeout = msg.get("timeout")
+    return cmd == "WaitJob" or (isinstance(timeout, (int, float)) and timeout > 0)
 
 
 def split_address(address: str) -> tuple[str, int]:

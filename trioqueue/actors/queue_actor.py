@@ -177,7 +177,7 @@ class QueueActor(StoreReads):
         state = self.state = QueueState(self.name, self._index, self._view)
         self._index.forget_queue(self.name)
         # Active jobs stay active (their workers are still alive; only the actor
-        # died), but their locks are gone, so ACKs are taken without token.
+        # died), with the locks their records keep (the same tokens).
         with self.reading_directly():
             notices = rebuild(self._storage.load(), self._clock.now_ms(),
                               state_for={self.name: state}.get, locate=self._index.locate,

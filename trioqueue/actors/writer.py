@@ -24,6 +24,13 @@ The writer commits in one of two ways, chosen by the store
   ``RuntimeError`` here, because it would block every queue for a round trip:
   callers that need read-your-writes ``await`` :meth:`commit` instead, which works in
   both modes (inline it is :meth:`commit_now` and returns without a checkpoint).
+
+**Fenced off** (a cluster's broker whose commit was refused because another broker took
+a queue, or whose heartbeat went stale): nothing of the refused commit was applied, and
+nothing is committed from then on (:meth:`refuse`). So each reply that waited for it,
+or is released later, can truthfully say so: it is answered with an error that names
+the reason and says to retry, instead of the connection being dropped at the exit.
+The broker keeps answering so for ``refusal_grace_s``, then stops (exit status 5).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any, TypeVar
 import trio
 
 from ..core.writes import Writes
-from ..storage.port import Storage, StorageUnavailable
+from ..storage.port import Fenced, Storage, StorageUnavailable
 from .request import Replier, deliver_all
 
 log = logging.getLogger("trioqueue.writer")
@@ -56,9 +63,26 @@ class StorageFailure(Exception):
         self.repeated = repeated
 
 
+def refusal_text(why: str) -> str:
+    """The error of a command a fenced-off broker did not apply (see the module
+    docstring)."""
+    return f"Not applied: {why}; retry"
+
+
+def _refused(deliveries: list[Delivery], error: str) -> list[Delivery]:
+    return [(replier, _error_reply(reply, error)) for replier, reply in deliveries]
+
+
+def _error_reply(reply: dict[str, Any], error: str) -> dict[str, Any]:
+    refusal: dict[str, Any] = {"ok": False, "error": error}
+    if "reqId" in reply:
+        refusal["reqId"] = reply["reqId"]
+    return refusal
+
+
 class StorageWriter:
     def __init__(self, storage: Storage, *, fsync: str = "interval",
-                 fsync_interval_s: float = 0.2) -> None:
+                 fsync_interval_s: float = 0.2, refusal_grace_s: float = 0.0) -> None:
         self.storage = storage
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
@@ -81,6 +105,10 @@ class StorageWriter:
         self._progress = trio.Event()
         self.failed = False
         self.failure: StorageFailure | None = None
+        # Fenced off: the error every reply gets from now on (see refuse), and how
+        # long the broker goes on answering so once a commit was refused.
+        self.refusal: str | None = None
+        self.refusal_grace_s = refusal_grace_s
         self.commits = 0
         self.committed_ops = 0
 
@@ -101,6 +129,11 @@ class StorageWriter:
         fsync is due the replies wait for the writer task, which flushes off-thread;
         so do they all when the store commits off the trio thread.
         """
+        if self.refusal is not None:
+            self._writes.clear()  # (never committed: what the replies say)
+            if deliveries:
+                deliver_all(_refused(deliveries, self.refusal))
+            return
         if not deliveries and not self._writes:
             return
         if self._inline and not self._durable:
@@ -138,7 +171,7 @@ class StorageWriter:
                 self.storage.apply(batches)
             except Exception as exc:
                 failure = StorageFailure(f"storage commit failed: {exc!r}")
-                self._fail(failure)
+                self._fail(failure, exc)
                 raise failure from exc
             self.commits += 1
             self.committed_ops += sum(map(len, batches))
@@ -158,8 +191,11 @@ class StorageWriter:
         hot paths that call it stay one scheduler pass). Off the trio thread it wakes
         the writer task and waits for the hop that takes these writes (or the one in
         flight, which may hold them); it does not wait for an fsync. Raises
-        :class:`StorageFailure` if that commit, or any before it, failed.
+        :class:`StorageFailure` if that commit, or any before it, failed (fenced off:
+        returns at once, as nothing more will be committed and every reply is refused).
         """
+        if self.refusal is not None:
+            return
         if not self.off_thread:
             self.commit_now()
             return
@@ -169,9 +205,11 @@ class StorageWriter:
         else:
             needed = self._hops_started  # the hop in flight, if any, holds them
         while self._hops_done < needed:
-            if self.failed:
+            if self.failed or self.refusal is not None:
                 break
             await self._progress.wait()
+        if self.refusal is not None:
+            return
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
@@ -193,14 +231,32 @@ class StorageWriter:
             self._fail(failure)
             raise failure from exc
 
-    def _fail(self, failure: StorageFailure) -> None:
+    def refuse(self, why: str) -> None:
+        """Fenced off: commit nothing from now on, and answer each reply that waits for
+        a commit, and each released later, with :func:`refusal_text` of ``why``. A
+        commit in flight in a worker thread finishes; its replies follow its outcome."""
+        if self.refusal is None:  # (the first reason stays: later ones follow from it)
+            self.refusal = refusal_text(why)
+            log.warning("fenced off, answering every command with: %s", self.refusal)
+        held, self._held = self._held, []
+        self._writes.clear()
+        self._durable = False
+        if held:
+            deliver_all(_refused(held, self.refusal))
+        self._progress.set()  # commit() waiters return
+
+    def _fail(self, failure: StorageFailure, cause: BaseException | None = None) -> None:
         """After a failed commit or fsync nothing is acknowledged any more, ever.
 
         The writer task is woken to raise the failure in the broker's nursery, which
         stops the broker whichever task's commit failed: a session's task (an inline
         queue step, a read's commit) may have its exception replaced by the
-        cancellation of its own cleanup while the broker goes down.
+        cancellation of its own cleanup while the broker goes down. A commit refused
+        by the fence (``cause``) applied nothing: the replies are refused instead
+        (:meth:`refuse`).
         """
+        if isinstance(cause, Fenced):
+            self.refuse(f"this broker {cause}")
         self.failed = True
         self.failure = failure
         self._wake.set()
@@ -223,12 +279,20 @@ class StorageWriter:
         the last batch is committed and answered.
         """
         task_status.started()
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            if self.failure is not None:
-                raise StorageFailure(str(self.failure)) from self.failure.__cause__
-            await self._cycle()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if self.failure is not None:
+                    raise StorageFailure(str(self.failure)) from self.failure.__cause__
+                await self._cycle()
+        except StorageFailure:
+            if self.refusal is not None:
+                # Fenced off: the broker answers what comes with the refusal for a
+                # moment (commands read meanwhile, those other brokers forwarded),
+                # rather than drop its connections with them unanswered.
+                await trio.sleep(self.refusal_grace_s)
+            raise
 
     async def _cycle(self) -> None:
         if self.off_thread:
@@ -258,6 +322,9 @@ class StorageWriter:
         if self.failed:
             raise StorageFailure("storage failed earlier; nothing more is committed",
                                  repeated=True)
+        if self.refusal is not None:
+            self.release([])  # (the writes go, never committed)
+            return
         batches, self._writes = self._writes, []
         durable, self._durable = self._durable, False
         ready, self._held = self._held, []
@@ -276,7 +343,9 @@ class StorageWriter:
             if failed is not None:
                 stage, exc = failed
                 failure = StorageFailure(f"storage {stage} failed: {exc!r}")
-                self._fail(failure)
+                if isinstance(exc, Fenced):  # nothing was applied: refused, first
+                    self._held[:0] = ready
+                self._fail(failure, exc)
                 raise failure from exc
             if batches:
                 self.commits += 1

@@ -28,6 +28,43 @@ class Lock:
     expires_at: int  # the first clock reading at which it is over (lease_deadline)
     ttl: float
     renewals: int = 0
+    # The longest renewal granted beyond ``ttl`` (ExtendLock or a heartbeat with a
+    # longer duration), kept with the job's record: see stored_lock.
+    longest: float = 0.0
+
+
+def stored_lock(lock: Lock) -> list[Any]:
+    """What a job's record keeps of its lock (its ``lock`` field), so that a broker
+    that rebuilds the queue (a cluster's takeover, a queue actor's restart) gives the
+    worker that holds the job the same token, and re-leases the job only once that
+    worker may no longer hold it (:func:`restore_lock`). Written with the record at the
+    pull (and whenever the active job is stored again); a renewal writes nothing, except
+    one longer than any granted before, which changes what a holder may have been
+    promised."""
+    return [lock.token, lock.owner, lock.ttl, lock.expires_at, lock.longest]
+
+
+def restore_lock(q: QueueState, job: JobRecord, stored: Any, now: int) -> bool:
+    """Give an active job rebuilt from its record the lock the record keeps (False: it
+    keeps none, or one this code cannot read; the job then has no lock, as before).
+
+    Renewals are not stored, so the lock's true expiry is unknown: the holder may have
+    renewed it up to the moment the old owner stopped serving, which is before ``now``.
+    So the lock ends at the later of its stored expiry and ``now`` plus the longest
+    lease the holder was granted: never before the holder's lease could have run out,
+    and at most that long after the rebuild, when the holder is gone too.
+    """
+    if type(stored) is not list or len(stored) != 5:
+        return False
+    token, owner, ttl, expires_at, longest = stored
+    if (type(token) is not str or not token or type(owner) is not str
+            or not all(type(v) in (int, float) for v in (ttl, expires_at, longest))):
+        return False
+    span = max(ttl, longest)
+    expires = max(int(expires_at), lease_deadline(now, span))
+    q.locks[job.id] = Lock(token, owner, now, expires, ttl, longest=longest)
+    q._lock_heap.push((expires, job.id, token))
+    return True
 
 
 def lease_deadline(now: int, duration: float) -> int:
@@ -106,6 +143,9 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
     lock.renewals += 1
     q.stall_watch.beat(job, now)
     q._lock_heap.push((lock.expires_at, job_id, lock.token))
+    if duration > lock.ttl and duration > lock.longest:
+        lock.longest = duration  # a longer promise: stored, see stored_lock
+        q._persist(job)
     return True
 
 

@@ -10,7 +10,7 @@ from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..job import ACTIVE, QUEUED, JobRecord
 from .dedup import DedupKey
-from .leases import is_overlap_job
+from .leases import is_overlap_job, restore_lock
 from .stalls import STALL_CHECK_MS
 
 if TYPE_CHECKING:
@@ -24,8 +24,11 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
     A job that was ACTIVE when the broker died is charged an interrupted attempt and
     a stall, then retried with backoff or buried, as bunqueue's startup recovery does:
     the worker that had it may have done part of the work, so it counts as a try.
-    With ``charge_active=False`` (only the queue actor restarted, its workers are
-    alive) an active job stays active, without a lock.
+    With ``charge_active=False`` (only the queue actor restarted, or another broker
+    of a cluster took the queue over: its workers are alive) an active job stays
+    active, with the lock its record keeps (same token; the expiry rule is
+    :func:`~.leases.restore_lock`'s), so its worker renews and acknowledges it as
+    before, and it is re-leased only once that lock runs out.
     """
     job = JobRecord.from_record(record)
     q.jobs[job.id] = job
@@ -61,5 +64,8 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
             job.last_heartbeat = now
             if q._next_stall_check is None:
                 q._next_stall_check = now + STALL_CHECK_MS
+            lock = record.get("lock")
+            if lock is not None:
+                restore_lock(q, job, lock, now)
         q._count(job, +1, now)
     return job

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..job import JobRecord
+from ..job import ACTIVE, JobRecord
 from ..split_dict import SplitDict
 from ..split_heap import SplitHeap
 from ..writes import Writes
@@ -59,7 +59,7 @@ from .dead_letters import DeadLetters
 from .dedup import DedupKey
 from .finished import FinishedView
 from .groups import Groups
-from .leases import Lock
+from .leases import Lock, stored_lock
 from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
@@ -165,7 +165,12 @@ class QueueState:
         return self._next_seq()
 
     def _persist(self, job: JobRecord) -> None:
-        self.writes.put_job(job.to_record())
+        record = job.to_record()
+        if job.state == ACTIVE:  # (its lock, if any, goes with it: leases.stored_lock)
+            lock = self.locks.get(job.id)
+            if lock is not None:
+                record["lock"] = stored_lock(lock)
+        self.writes.put_job(record)
         if job.durable:
             self.writes.durable = True
 
