@@ -109,3 +109,62 @@ async def test_a_claim_a_killed_broker_left_stops_blocking_once_its_lease_ran_ou
             await trio.sleep(0.1)
     job = (await a.ok("GetJob", id="orphan"))["job"]
     assert (job["queue"], job["data"]) == (qa, 3)
+
+
+def _claims_left(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM tq_id_claims").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_pushb_custom_ids_raced_into_two_queues_are_admitted_once(
+        three_brokers: BrokerCluster) -> None:
+    """The same custom ids in two PUSHBs, to two queues of two brokers at once: each id
+    admitted by one queue, both batches answered with every id, no claim left over."""
+    a, b, _ = await connect_all(three_brokers)
+    qa, qb = queue_served_by("b0", "pa-"), queue_served_by("b1", "pb-")
+    ids = [f"batch-{i}" for i in range(IDS)]
+    replies: dict[str, dict[str, Any]] = {}
+
+    async def pushb(client: RawClient, queue: str) -> None:
+        jobs = [{"name": "n", "data": i, "customId": job_id} for i, job_id in enumerate(ids)]
+        for start in range(0, IDS, 30):  # (several batches, each racing the other's)
+            replies[f"{queue}{start}"] = await client.ok(
+                "PUSHB", queue=queue, jobs=jobs[start:start + 30])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pushb, a, qa)
+            nursery.start_soon(pushb, b, qb)
+    for queue in (qa, qb):
+        assert [i for start in range(0, IDS, 30)
+                for i in replies[f"{queue}{start}"]["ids"]] == ids
+    in_a, in_b = await _held(a, qa), await _held(b, qb)
+    assert not in_a & in_b and in_a | in_b == set(ids)
+    assert _claims_left(three_brokers.dsn) == 0
+
+
+async def test_a_flows_ids_across_brokers_are_taken_until_its_jobs_are_adopted(
+        three_brokers: BrokerCluster) -> None:
+    """A flow pushed through b1 with jobs for b0's and b2's queues: its ids are taken at
+    once on every broker (a push of one elsewhere is the duplicate answer), a flow
+    naming one of them is refused, and no claim outlives the adoption."""
+    a, b, c = await connect_all(three_brokers)
+    parent_q, q1, q2 = (queue_served_by(owner, f"fc-{owner}-") for owner in ("b0", "b1", "b2"))
+    other = queue_served_by("b0", "fc-other-")
+    jobs = [{"id": "fp", "queue": parent_q,
+             "input": {"name": "p", "data": {}, "dependsOn": ["f1", "f2"]}},
+            {"id": "f1", "queue": q1, "input": {"name": "c", "data": {}}},
+            {"id": "f2", "queue": q2, "input": {"name": "c", "data": {}}}]
+    await b.ok("PUSHF", jobs=jobs)
+    for job_id in ("fp", "f1", "f2"):
+        assert (await a.ok("PUSH", queue=other, name="n", jobId=job_id))["id"] == job_id
+    assert (await a.ok("GetJobCounts", queue=other))["counts"]["waiting"] == 0
+    again = await c.call("PUSHF", jobs=[
+        {"id": "f2", "queue": other, "input": {"name": "x", "data": {}}}])
+    assert again["ok"] is False and "f2" in again["error"]
+    assert (await c.ok("GetJob", id="f2"))["job"]["queue"] == q2
+    with trio.fail_after(10):  # (each message's claim goes in its adopter's commit)
+        while _claims_left(three_brokers.dsn):
+            await trio.sleep(0.05)

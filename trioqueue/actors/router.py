@@ -39,7 +39,7 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
-from ..storage.port import FINISHED, OURS
+from ..storage.port import OURS
 from .cluster_clients import StandIns
 from .cluster_crons import ClusterRecords
 from .cluster_fanout import ClusterReads
@@ -357,11 +357,9 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if not wanted:
             return found, None
         where = await self._claim_ids(wanted)
-        claims: dict[str, str] = {}
-        for job_id, queue in wanted.claims.items():
-            seen = where.get(job_id)
-            if seen is not None and seen.kind in (OURS, FINISHED):
-                claims[job_id] = queue
+        # (every id sent was claimed, if only until its push is answered as existing)
+        claims = {job_id: queue for job_id, queue in wanted.claims.items()
+                  if job_id in where}
         if wanted.flows:
             found = {} if found is None else found
             for job_id, queue in wanted.flows.items():
