@@ -351,11 +351,12 @@ _CLUSTER_PARTS = """
         DELETE FROM tq_id_claims c USING unnest(%b::bytea[], %b::text[]) AS r(id, queue)
         WHERE c.id = r.id AND c.queue = r.queue AND (c.broker IS NULL OR c.broker = %b::text))"""
 # A live row of a queue this batch does not write for (another broker's) is never
-# replaced: two brokers that admitted one new custom id in two queues at once (each
-# checked the database before the other committed) leave the first job's row whole, and
-# the second, never stored, is gone at its queue's next rebuild, as a push deduplicated
-# late; nor deleted (that job finishing would take the first one's row). The batch's
-# own queues (the fence's list, twice more as parameters) may replace or delete a row.
+# replaced: new custom ids are claimed before they are admitted (tq_id_claims), but
+# a finished job retried in its own queue needs no claim, and a push of its id into
+# another queue at that instant must leave the retried job's row whole (the pushed one,
+# never stored, is gone at its queue's next rebuild, as a push deduplicated late); nor
+# deleted (that job finishing would take the other one's row). The batch's own queues
+# (the fence's list, twice more as parameters) may replace or delete a row.
 _LIVE_UPSERT = "ON CONFLICT (id) DO UPDATE SET queue = EXCLUDED.queue, record = EXCLUDED.record)"
 _LIVE_DELETE = "live_gone AS (DELETE FROM tq_live WHERE id = ANY(%b::bytea[]))"
 assert _LIVE_UPSERT in _BATCH_PARTS and _LIVE_DELETE in _BATCH_PARTS
@@ -443,6 +444,8 @@ TABLE_BYTES = """SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 # --broker-id within the lease) gives them up first: it holds nothing in memory, so it
 # claims them afresh (a new epoch), and an old process still running under that id is
 # fenced off by the same change. Rows locked in queue order, as tq_fence locks them.
+# Its custom-id claims go too (their pushes died with the old process; a flow's claim,
+# which only liveness held, fails that process's commit if it is still running).
 JOIN = """WITH mine AS (
         SELECT queue FROM tq_queue_leases WHERE owner = %(id)s ORDER BY queue FOR UPDATE),
     freed AS (
