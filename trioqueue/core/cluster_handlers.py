@@ -156,7 +156,8 @@ def release_claims(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     pushes before it sent them here: applied after them, so each push is settled
     (admitted, answered as a duplicate, or refused), and the claims go in the commit
     that holds what those pushes wrote. Until then another broker finds the id taken."""
-    q.writes.cluster.claims_done.extend((job_id, q.name) for job_id in msg["ids"])
+    ids = fields.str_list(msg.get("ids"), "ids")
+    q.writes.cluster.claims_done.extend((job_id, q.name) for job_id in ids)
     return {}
 
 
