@@ -27,7 +27,15 @@ from trioqueue.storage.memory_cluster import MemoryCluster  # noqa: E402
 from trioqueue.storage.pg_cluster import PgCluster  # noqa: E402
 from trioqueue.storage.pg_schema import migrate, schema_version  # noqa: E402
 from trioqueue.storage.pg_store import PgStorage  # noqa: E402
-from trioqueue.storage.port import Fenced, Storage  # noqa: E402
+from trioqueue.storage.port import (  # noqa: E402
+    FINISHED,
+    LIVE,
+    OURS,
+    THEIRS,
+    Claimed,
+    Fenced,
+    Storage,
+)
 
 from .test_storage import finish, meta, put, rec  # noqa: E402
 
@@ -408,8 +416,8 @@ def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
             conn.execute("INSERT INTO tq_finished_counts VALUES ('done', 'completed', 4),"
                          " ('emptied', 'failed', 0)")
         assert schema_version(conn) == 1
-        assert migrate(conn) == [2, 3, 4]
-        assert schema_version(conn) == L.LATEST_VERSION == 4
+        assert migrate(conn) == [2, 3, 4, 5]
+        assert schema_version(conn) == L.LATEST_VERSION == 5
         leases = conn.execute("SELECT queue, owner, epoch FROM tq_queue_leases"
                               " ORDER BY queue").fetchall()
     assert leases == [("busy", None, 0), ("done", None, 0), ("paused", None, 0)]
@@ -461,3 +469,162 @@ def test_a_batch_with_inbox_messages_wakes_the_listeners_once(pg_dsn: str) -> No
         assert listener.wait_inbox(5) is True
         assert listener.wait_inbox(0.2) is False  # (one for the batch, not per message)
         assert [q for _, q, _ in listener.inbox(["elsewhere"], 10)] == ["elsewhere"] * 3
+
+
+
+# --- claims of new custom ids (tq_id_claims) ---------------------------------------------
+
+
+def _settle(queue: str | None, done: list[tuple[str, str]],
+            held: list[tuple[str, str]] | None = None, *calls: tuple[Any, ...]) -> Writes:
+    """A batch of ``queue`` that settles claims (``done``: they go; ``held``: a flow's,
+    held by its inbox messages from then on)."""
+    w = queue_writes(queue, *calls)
+    w.cluster.claims_done.extend(done)
+    w.cluster.claims_held.extend(held or [])
+    return w
+
+
+@dataclass
+class Owners:
+    a: PgStorage  # broker a, holding qa at epoch 1
+    b: PgStorage  # broker b, holding qb at epoch 1
+    dsn: str
+
+    def claims(self) -> list[tuple[Any, ...]]:
+        return _rows(self.dsn, "SELECT convert_from(id, 'UTF8'), queue, broker, epoch"
+                               " FROM tq_id_claims ORDER BY id")
+
+
+@pytest.fixture
+def owners(pg_dsn: str) -> Iterator[Owners]:
+    with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {"qa": 1}))) as a, \
+            closing(PgStorage(pg_dsn, outage_s=5, fence=Held("b", {"qb": 1}),
+                              migrate_schema=False)) as b:
+        for store, broker, queue in ((a, "a", "qa"), (b, "b", "qb")):
+            store.cluster().join(broker, broker.upper())
+            assert store.cluster().claim(queue, broker, LEASE_S) == 1
+        yield Owners(a, b, pg_dsn)
+
+
+def test_one_new_id_is_claimed_by_one_queue_until_its_admission_settles(
+        owners: Owners) -> None:
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
+    assert owners.claims() == [("x", "qa", "a", 1)]  # tied to a's lease of qa
+    # claimed again for the same queue (another push of it, in flight): still a's
+    assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
+    # b's queue finds it taken (the duplicate answer); a look-up alone claims nothing
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], ["y"]) == {"x": Claimed("qa", THEIRS)}
+    # the commit that admits the job settles the claim: the job is what is found now
+    owners.a.apply([_settle("qa", [("x", "qa")], None, put(rec("x", queue="qa")))])
+    assert owners.claims() == []
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qa", LIVE)}
+    # b's claim made by that look-up goes with the commit of b's duplicate answer
+    assert owners.claims() == [("x", "qb", "b", 1)]
+    owners.b.apply([_settle("qb", [("x", "qb")])])
+    assert owners.claims() == []
+
+
+def test_a_claim_whose_push_was_refused_frees_the_id_in_its_commit(owners: Owners) -> None:
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
+    # (b settling a claim it does not hold changes nothing)
+    owners.b.apply([_settle("qb", [("x", "qa")])])
+    assert owners.claims() == [("x", "qa", "a", 1)]
+    owners.a.apply([_settle("qa", [("x", "qa")])])  # refused: no job, the claim goes
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qb", OURS)}
+
+
+def test_a_finished_job_of_the_id_is_found_and_the_claim_is_made(owners: Owners) -> None:
+    """A new job of an id whose job finished replaces it (as on one broker): claimed,
+    so one queue only does."""
+    owners.a.apply([queue_writes("qa", finish(rec("x", queue="qa", state="completed")))])
+    assert owners.b.cluster().claim_ids("b", LEASE_S, [("x", "qb")], []) == {
+        "x": Claimed("qa", FINISHED)}
+    assert owners.claims() == [("x", "qb", "b", 1)]
+    assert owners.a.cluster().claim_ids("a", LEASE_S, [("x", "qa")], []) == {
+        "x": Claimed("qb", THEIRS)}
+
+
+def test_a_dead_brokers_claim_is_taken_once_its_queue_is(owners: Owners) -> None:
+    """A claim left by a broker killed before its commit holds while the lease it was
+    made under does (the broker may be paused, and commit yet), and is taken over once
+    another broker has taken the queue (a new epoch: that broker can commit no more)."""
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
+    _age(owners.dsn, "a")
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qa", THEIRS)}
+    assert cb.claim("qa", "b", LEASE_S) == 2
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qb", OURS)}
+    assert owners.claims() == [("x", "qb", "b", 1)]
+
+
+def test_a_claim_of_a_broker_that_gave_its_queue_back_is_free(owners: Owners) -> None:
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca.claim_ids("a", LEASE_S, [("x", "qa")], [])
+    ca.leave("a")  # (a SIGTERM: its last commit is in, its leases freed)
+    assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qb", OURS)}
+
+
+def test_a_broker_that_joins_again_drops_its_old_claims(owners: Owners) -> None:
+    ca = owners.a.cluster()
+    ca.claim_ids("a", LEASE_S, [("x", "qa"), ("y", "qr")], [])
+    assert len(owners.claims()) == 2
+    ca.join("a", "A")
+    assert owners.claims() == []
+
+
+def test_a_flows_claim_for_another_brokers_queue_is_held_by_its_message(
+        owners: Owners) -> None:
+    """A flow admitted by a for qr (a queue a does not serve): claimed while a is live,
+    then held by the inbox message a's commit writes, whatever becomes of a, until the
+    broker serving qr applies the message."""
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    assert ca.claim_ids("a", LEASE_S, [("z", "qr")], []) == {"z": Claimed("qr", OURS)}
+    assert owners.claims() == [("z", "qr", "a", None)]
+    assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qr", THEIRS)}
+    owners.a.apply([_settle("qa", [], [("z", "qr")])])
+    assert owners.claims() == [("z", "qr", None, None)]
+    _age(owners.dsn, "a")
+    assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qr", THEIRS)}
+    with closing(PgStorage(owners.dsn, outage_s=5, fence=Held("b", {"qr": 1}),
+                           migrate_schema=False)) as adopter:
+        assert cb.claim("qr", "b", LEASE_S) == 1
+        adopter.apply([_settle("qr", [("z", "qr")], None, put(rec("z", queue="qr")))])
+    assert owners.claims() == []
+    assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qr", LIVE)}
+
+
+def test_a_flows_commit_fails_if_its_claim_was_taken_meanwhile(owners: Owners) -> None:
+    """a was dead to the others (paused past its lease) between its claim and its
+    flow's commit, and b took the id: a's commit is refused whole, as a lost lease's."""
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca.claim_ids("a", LEASE_S, [("z", "qr")], [])
+    _age(owners.dsn, "a")
+    assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qb", OURS)}
+    with pytest.raises(Fenced, match="lost the claim of 1 job id"):
+        owners.a.apply([_settle("qa", [], [("z", "qr")], put(rec("k", queue="qa")))])
+    assert _rows(owners.dsn, "SELECT count(*) FROM tq_live") == [(0,)]
+
+
+def test_a_claim_waits_for_a_commit_that_settles_one_and_then_sees_its_job(
+        owners: Owners) -> None:
+    """A claim made while another broker's commit admitting the id is in flight waits
+    for that commit, then finds its job (a fresh look after the claim): never an id
+    free in an old snapshot while its job is being committed."""
+    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca.claim_ids("a", LEASE_S, [("x", "qa")], [])
+    found: list[dict[str, Claimed]] = []
+    with psycopg.connect(owners.dsn) as committing:  # a's commit, left open
+        committing.execute("DELETE FROM tq_id_claims WHERE id = %s", (K.job_key("x"),))
+        committing.execute("INSERT INTO tq_live VALUES (%s, 'qa', %s)",
+                           (K.job_key("x"), K.encode_value(rec("x", queue="qa"))))
+        waiter = threading.Thread(target=lambda: found.append(
+            cb.claim_ids("b", LEASE_S, [("x", "qb")], [])))
+        waiter.start()
+        _wait_for_a_lock_wait(owners.dsn)
+        assert found == []
+        committing.commit()
+    waiter.join(10)
+    assert found == [{"x": Claimed("qa", LIVE)}]

@@ -12,7 +12,7 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.ops import validate_writes
-from trioqueue.storage.pg_plan import BatchPlan, plan_batch
+from trioqueue.storage.pg_plan import BatchPlan, plan_batch, plan_cluster
 
 
 def rec(job_id: str, state: str = "queued", created: int = 1) -> dict[str, Any]:
@@ -79,3 +79,17 @@ def test_queue_meta_and_broker_records_keep_their_last_value() -> None:
 def test_an_id_no_key_can_hold_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(ValueError):
         plan(("put_job", rec("ok")), ("put_job", rec("é" * 300)))
+
+
+def test_a_batchs_custom_id_claims_keep_the_last_word_on_each_id() -> None:
+    """A claim settled (it goes) and a flow's claim held by its message: the last of
+    the batch's writes on an id decides, as for every other row."""
+    first, second = Writes("qa"), Writes(None)
+    first.cluster.claims_done.extend([("x", "qa"), ("y", "qa")])
+    second.cluster.claims_held.append(("y", "qr"))
+    second.cluster.claims_done.append(("z", "qa"))
+    rows = plan_cluster([first, Writes("qb"), second])
+    assert rows is not None
+    assert rows.claims_gone == {K.job_key("x"): "qa", K.job_key("z"): "qa"}
+    assert rows.claims_held == {K.job_key("y"): "qr"}
+    assert plan_cluster([Writes("qa")]) is None

@@ -132,7 +132,7 @@ class Broker(ClusterMember):
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_stored=self._count_stored, finished_queues=finished_queues,
             cluster=self.cluster, forward=None if clients is None else clients.forward,
-            reads=reads)
+            reads=reads, claim_ids=None if held is None else self._claim_ids)
         if clients is not None:
             self.router.clients = clients
         if self.cluster is not None:

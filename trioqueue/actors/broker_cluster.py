@@ -14,11 +14,12 @@ import trio
 from ..config import Config
 from ..core.crons import SCHEDULER_LEASE
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
-from ..storage.port import Recovered, Storage
+from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
 from .cluster import Cluster, HeldLeases
 from .cluster_clients import ClusterClients
 from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole
 from .cluster_inbox import ClusterInbox
+from .cluster_routes import Wanted
 from .cluster_webhooks import WebhookSync
 from .events import EventHub
 from .peer_events import PeerEvents
@@ -132,6 +133,27 @@ class ClusterMember:
                 remote_live.forget(job_id)
         return {job_id: (found[job_id][0] if job_id in found else None)
                 for job_id in job_ids}
+
+    async def _claim_ids(self, wanted: Wanted) -> dict[str, Claimed]:
+        """In a cluster: claim the new custom ids a batch admits here and look them and
+        its pushes' dependencies up, in one read in a worker thread (storage/
+        pg_cluster.py). An id another broker's live job or claim has is noted for the
+        batch's queues (Router.locate): a push of it gets the duplicate answer, as for a
+        live job on one broker."""
+        cluster = self.cluster
+        assert cluster is not None
+        store = cluster.store
+        claims = list(wanted.claims.items())
+        where = await self.writer.read_committed(lambda: store.claim_ids(
+            cluster.broker_id, cluster.lease_s, claims, wanted.looks))
+        remote_live = self.router.remote_live
+        for job_id in (*wanted.claims, *wanted.looks):
+            seen = where.get(job_id)
+            if seen is not None and seen.kind in (LIVE, THEIRS):
+                remote_live.note(job_id, seen.queue)
+            else:
+                remote_live.forget(job_id)
+        return where
 
     def _adopt(self, recovered: Recovered, names: list[str],
                waits: list[tuple[str, str, str]]) -> None:

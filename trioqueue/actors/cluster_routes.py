@@ -23,10 +23,13 @@ from typing import Any, Protocol
 from ..core import fields
 from ..core.errors import Refused
 from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, SESSION, Command
+from ..storage.port import Claimed
 from .request import Request
 
 # Forward requests to the broker at an address (PeerLinks.forward).
 Forward = Callable[[str, list[Request]], None]
+# Claim a batch's new custom ids and look them up (Broker._claim_ids).
+ClaimIds = Callable[["Wanted"], Awaitable[dict[str, Claimed]]]
 
 
 class ClusterRouting(Protocol):
@@ -66,13 +69,12 @@ def ids_to_look_up(routed: list[tuple[Command, Request]], known: Container[str],
                    *, multi: bool) -> list[str]:
     """The job ids the batch names that ``known`` (the live index) lacks: single-id
     commands, a flow's client-given ids, and (``multi``: in a cluster, where another
-    broker's queues hold most jobs) the ids of multi-id commands and the custom ids and
-    dependencies of pushes (a custom id or a dependency may be another broker's job)."""
+    broker's queues hold most jobs) the ids of multi-id commands. A cluster's pushes
+    and flows are looked up later, with their claims (:func:`claims_wanted`)."""
     ids: list[str] = []
     for command, req in routed:
         how = command.route
-        if multi and req.cmd in _PUSHES:
-            ids.extend(i for i in push_ids(req.cmd, req.msg) if i not in known)
+        if multi and (how == FLOW or req.cmd in _PUSHES):
             continue
         if how == FLOW:  # a flow's ids are the client's: they may exist already
             jobs = req.msg.get("jobs")
@@ -91,6 +93,75 @@ def ids_to_look_up(routed: list[tuple[Command, Request]], known: Container[str],
             named = [req.msg.get(how)]
         ids.extend(i for i in named if type(i) is str and i and i not in known)
     return ids
+
+
+class Wanted:
+    """A batch's custom ids to claim (id -> the queue it is pushed to, the first push
+    of it in the batch) and the ids only looked up (dependencies), for the pushes and
+    flows this broker admits itself (docs/scale-out.md, custom ids)."""
+
+    __slots__ = ("claims", "looks", "flows")
+
+    def __init__(self) -> None:
+        self.claims: dict[str, str] = {}
+        self.looks: list[str] = []
+        # a flow's ids -> their queues (a flow takes an id only if it is claimed for
+        # the flow's own queue of it: it must hold each claim it commits)
+        self.flows: dict[str, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.looks)
+
+    def claim(self, job_id: Any, queue: Any, known: Container[str]) -> None:
+        if type(job_id) is str and job_id and type(queue) is str and (
+                job_id not in known):
+            self.claims.setdefault(job_id, queue)
+
+
+def claims_wanted(routed: list[tuple[Command, Request]], cluster: ClusterRouting,
+                  known: Container[str]) -> Wanted:
+    """What the batch's admissions here must claim and look up, in one round trip
+    after the batch's queues are claimed: the custom ids of pushes for queues this
+    broker serves (a push forwarded is claimed by the broker that serves its queue)
+    and their dependencies, and every id of a flow admitted here. Ids in ``known``
+    (the live index) are left to the queues, as on one broker."""
+    wanted = Wanted()
+    for command, req in routed:
+        try:
+            if command.route == FLOW:
+                if flow_address(cluster, req) is None:
+                    _flow_claims(req.msg, wanted, known)
+            elif req.cmd in _PUSHES:
+                queue = fields.queue_name(req.msg.get("queue"))
+                if remote_address(cluster, queue, req) is None:
+                    _push_claims(req.cmd, req.msg, queue, wanted, known)
+        except Refused:  # (refused again, with its reply, when it is routed)
+            continue
+    return wanted
+
+
+def _flow_claims(msg: dict[str, Any], wanted: Wanted, known: Container[str]) -> None:
+    jobs = msg.get("jobs")
+    for job in jobs if type(jobs) is list else ():
+        if type(job) is dict:
+            job_id, queue = job.get("id"), job.get("queue")
+            wanted.claim(job_id, queue, known)
+            if type(job_id) is str and type(queue) is str:
+                wanted.flows.setdefault(job_id, queue)
+
+
+def _push_claims(cmd: str, msg: dict[str, Any], queue: str, wanted: Wanted,
+                 known: Container[str]) -> None:
+    jobs = msg.get("jobs")
+    items: list[Any] = [msg] if cmd == "PUSH" else jobs if type(jobs) is list else []
+    key = "jobId" if cmd == "PUSH" else "customId"
+    for item in items:
+        if type(item) is not dict:
+            continue
+        wanted.claim(item.get(key), queue, known)
+        deps = item.get("dependsOn")
+        if type(deps) is list:
+            wanted.looks.extend(d for d in deps if type(d) is str and d and d not in known)
 
 
 def queues_named(routed: list[tuple[Command, Request]], locate: Callable[[str], str | None],
@@ -149,21 +220,3 @@ def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
 
 
 _PUSHES = frozenset(("PUSH", "PUSHB"))
-
-
-def push_ids(cmd: str, msg: dict[str, Any]) -> list[str]:
-    """A PUSH's or PUSHB's custom ids and dependencies, as given (checked later)."""
-    jobs = msg.get("jobs")
-    items: list[Any] = [msg] if cmd == "PUSH" else jobs if type(jobs) is list else []
-    key = "jobId" if cmd == "PUSH" else "customId"
-    ids: list[str] = []
-    for item in items:
-        if type(item) is not dict:
-            continue
-        custom = item.get(key)
-        if type(custom) is str and custom:
-            ids.append(custom)
-        deps = item.get("dependsOn")
-        if type(deps) is list:
-            ids.extend(d for d in deps if type(d) is str and d)
-    return ids

@@ -48,7 +48,8 @@ class FlowAdmission:
         def _release_messages(self, writes: Writes,
                               then: tuple[Replier, dict[str, Any]] | None) -> None: ...
 
-    def _push_flow(self, req: Request, found: dict[str, str | None] | None) -> None:
+    def _push_flow(self, req: Request, found: dict[str, str | None] | None,
+                   claims: dict[str, str] | None = None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
 
         Queue actors each own their jobs, so no single actor can admit a flow that
@@ -58,6 +59,10 @@ class FlowAdmission:
         as an ``adopt`` notice. Notices are applied before a queue's inbox, and the
         reply leaves only after the commit, so any command the client sends after the
         reply finds the jobs in place.
+
+        In a cluster ``claims`` are the ids this batch claimed (id -> queue): the flow
+        settles its own in its commit, and those of its jobs in other brokers' queues
+        pass to the messages that carry them (each taken off ``claims``).
         """
         limits = self._limits
         items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
@@ -83,17 +88,23 @@ class FlowAdmission:
         per_queue: dict[str, list[JobRecord]] = {}
         snapshots = []
         jobs: list[JobRecord] = []
+        held: list[tuple[str, str]] = []  # claims the messages for other brokers hold
         for item in items:
             job = new_flow_job(item, now)
             jobs.append(job)
             wire = job.to_wire()
             wire["state"] = visible_state(job.state, job.run_at, job.priority, now)
             snapshots.append(wire)
+            claimed = claims is not None and claims.get(job.id) == job.queue
+            if claims is not None and claimed:
+                del claims[job.id]
             if job.queue in remote:
                 # (admitted by the broker that serves it: flow_across; its children
                 # served here tell it how they end, through its queue's inbox)
                 for child_id in job.pending or ():
                     self.add_dependent(child_id, job.id)
+                if claimed:
+                    held.append((job.id, job.queue))
                 continue
             # The one place the router touches a queue's state (its admission
             # counter): synchronous, on the one trio thread, so no actor is midway.
@@ -106,6 +117,8 @@ class FlowAdmission:
                 queue_writes = writes[job.queue] = Writes(job.queue)
                 queue_writes.durable = True
             queue_writes.put_job(job.to_record())
+            if claimed:
+                queue_writes.cluster.claims_done.append((job.id, job.queue))
             per_queue.setdefault(job.queue, []).append(job)
         for queue_writes in writes.values():
             self._committer.submit(queue_writes)
@@ -113,6 +126,8 @@ class FlowAdmission:
             self.actors[name].post((ADOPT, queue_jobs))
         reply = (req.replier, req.reply({"data": {"jobs": snapshots}}))
         if remote:
-            self._release_messages(flow_across(jobs, remote, self.remote_parents), reply)
+            across = flow_across(jobs, remote, self.remote_parents)
+            across.cluster.claims_held.extend(held)
+            self._release_messages(across, reply)
         else:
             self._committer.release([reply])

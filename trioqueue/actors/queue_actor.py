@@ -454,7 +454,7 @@ class QueueActor(StoreReads):
     def _finish_batch(self) -> None:
         q = self.state
         committer = self._committer
-        if q.writes.ops:
+        if q.writes:  # (a cluster's rows alone count: claims settled, messages consumed)
             committer.submit(q.take_writes())
         # Posted before the replies go out: a client that saw this batch's reply and
         # then asks another queue finds the notice applied there first.

@@ -26,7 +26,7 @@ import trio
 
 from ..core import fields
 from ..core.broker_stats import BrokerStats
-from ..core.cluster_handlers import InboxPoke
+from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import Refused
@@ -39,14 +39,17 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
+from ..storage.port import OURS
 from .cluster_clients import StandIns
 from .cluster_crons import ClusterRecords
 from .cluster_fanout import ClusterReads
 from .cluster_inbox import ClusterInbox
 from .cluster_messages import RemoteJobs, depend_writes, release_with_pokes, remote_notices
 from .cluster_routes import (
+    ClaimIds,
     ClusterRouting,
     Forward,
+    claims_wanted,
     flow_address,
     from_peer,
     ids_to_look_up,
@@ -84,12 +87,16 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                  finished_queues: FinishedQueues | None = None,
                  cluster: ClusterRouting | None = None,
                  forward: Forward | None = None,
-                 reads: ClusterReads | None = None) -> None:
+                 reads: ClusterReads | None = None,
+                 claim_ids: ClaimIds | None = None) -> None:
         self._committer = committer
         # In a cluster (docs/scale-out.md): which queues are served here, and how a
         # command for one served elsewhere goes there (actors/cluster_routes.py).
         self.cluster = cluster
         self._forward = forward
+        # ... and how the custom ids its pushes and flows admit are claimed (one round
+        # trip per batch, with their look-up), so no other broker admits them too
+        self._claim_ids = claim_ids
         # In a cluster: the queues of parents served elsewhere of this broker's children,
         # and the reader of this broker's queues' inboxes (set by the broker)
         self.remote_parents = RemoteJobs()
@@ -280,13 +287,18 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                                        set(asked))
             if self.records is not None:
                 await self.records.prepare(routed)
+            found, claims = await self._claim(routed, found)
+        else:
+            claims = None
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
         for command, req in routed:
             try:
-                self._resolve(command, req, groups, found, remote)
+                self._resolve(command, req, groups, found, remote, claims)
             except Refused as exc:
                 req.error(exc.message)
+        if claims:
+            self._settle_claims(claims, groups)
         if remote:
             assert self._forward is not None  # (a cluster has its peer links)
             for address, reqs in remote.items():
@@ -329,6 +341,53 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             return None
         return await finished_queues(ids)
 
+    async def _claim(self, routed: list[tuple[Command, Request]],
+                     found: dict[str, str | None] | None
+                     ) -> tuple[dict[str, str | None] | None, dict[str, str] | None]:
+        """In a cluster: claim the new custom ids of the pushes and flows this broker
+        admits, and look them up (and the pushes' dependencies), in one read. Returns
+        ``found`` with each flow id's queue where it is taken (None: free, and claimed
+        here for its queue), and the claims made (id -> queue) that the batch must
+        settle (:meth:`_settle_claims`). Where another broker's job or claim has an id,
+        a push of it gets the duplicate answer (``remote_live``, set by the claimer)."""
+        if self._claim_ids is None:
+            return found, None
+        assert self.cluster is not None
+        wanted = claims_wanted(routed, self.cluster, self._index)
+        if not wanted:
+            return found, None
+        where = await self._claim_ids(wanted)
+        # (every id sent was claimed, if only until its push is answered as existing)
+        claims = {job_id: queue for job_id, queue in wanted.claims.items()
+                  if job_id in where}
+        if wanted.flows:
+            found = {} if found is None else found
+            for job_id, queue in wanted.flows.items():
+                seen = where.get(job_id)
+                taken = seen is not None and (seen.kind != OURS or seen.queue != queue)
+                found[job_id] = seen.queue if taken and seen is not None else None
+        return found, claims
+
+    def _settle_claims(self, claims: dict[str, str], groups: dict[str, list[Request]]
+                       ) -> None:
+        """The claims a batch made and its flows did not settle: each queue's go in
+        the commit after its pushes (a request of its own, after them); those of pushes
+        forwarded or refused here go now."""
+        by_queue: dict[str, list[str]] = {}
+        rest: list[tuple[str, str]] = []
+        for job_id, queue in claims.items():
+            if queue in groups:
+                by_queue.setdefault(queue, []).append(job_id)
+            else:
+                rest.append((job_id, queue))
+        for queue, ids in by_queue.items():
+            groups[queue].append(Request(RELEASE_CLAIMS, {"ids": ids}, _NoReply()))
+        if rest:
+            writes = Writes()
+            writes.cluster.claims_done.extend(rest)
+            self._committer.submit(writes)
+            self._committer.release([])
+
     def _group(self, name: str, req: Request, groups: dict[str, list[Request]],
                remote: dict[str, list[Request]] | None) -> None:
         """Add ``req`` to queue ``name``'s part of the batch: its actor's here, or (in
@@ -344,7 +403,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
     def _resolve(self, command: Command, req: Request,
                  groups: dict[str, list[Request]],
                  found: dict[str, str | None] | None = None,
-                 remote: dict[str, list[Request]] | None = None) -> None:
+                 remote: dict[str, list[Request]] | None = None,
+                 claims: dict[str, str] | None = None) -> None:
         msg = req.msg
         how = command.route
         if how == BY_QUEUE:
@@ -363,7 +423,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 if address is not None:
                     remote.setdefault(address, []).append(req)
                     return
-            self._push_flow(req, found)
+            self._push_flow(req, found, claims)
             return
         # An id route: its name is the field that holds the id. No length check: an
         # over-long id can never exist, so it reads as not found.

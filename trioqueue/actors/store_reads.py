@@ -60,8 +60,11 @@ class StoreReads:
         return False
 
     def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
-        if q.writes:
+        if q.writes.ops:
             raise RuntimeError(f"{need}: asked after changing the queue")
+        if q.writes:  # (earlier commands' cluster rows alone: claims settled, messages
+            # consumed, which the actor submits with the next job writes; now instead)
+            self._committer.submit(q.take_writes())
         self._refetches += 1
         if self._refetches > MAX_REFETCHES:
             raise RuntimeError(f"{need}: still missing after {MAX_REFETCHES} rounds")

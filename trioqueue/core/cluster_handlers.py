@@ -24,7 +24,8 @@ Two kinds, as lists (they cross the store's encoding):
   the queue refuses (a template gone bad) is logged and consumed, never retried.
 
 And :func:`cluster_release`, which another broker sends when a client whose commands it
-forwarded here has gone.
+forwarded here has gone; and :func:`release_claims`, which the router sends a queue
+after the pushes whose new custom ids it claimed for it (tq_id_claims).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ log = logging.getLogger("trioqueue.cluster")
 
 CLUSTER_INBOX = "__cluster_inbox__"  # the broker's, never a client's
 CLUSTER_RELEASE = "ClusterRelease"  # another broker's, on its peer link
+RELEASE_CLAIMS = "__release_claims__"  # the router's, after the pushes it claimed ids for
 ADOPT_MESSAGE = "adopt"
 NOTICE_MESSAGE = "notice"
 DEPEND_MESSAGE = "depend"
@@ -149,7 +151,19 @@ def _push(q: QueueState, schedule: Any, job: Any, ctx: Ctx) -> None:
                     exc.message)
 
 
+def release_claims(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
+    """The claims of new custom ids ``ids`` that the router made for this queue's
+    pushes before it sent them here: applied after them, so each push is settled
+    (admitted, answered as a duplicate, or refused), and the claims go in the commit
+    that holds what those pushes wrote. Until then another broker finds the id taken."""
+    ids = fields.str_list(msg.get("ids"), "ids")
+    q.writes.cluster.claims_done.extend((job_id, q.name) for job_id in ids)
+    return {}
+
+
 def _adopt(q: QueueState, job: JobRecord, now: int) -> None:
+    # (the claim of its id, held by the message since the flow's commit, goes with it)
+    q.writes.cluster.claims_done.append((job.id, q.name))
     if job.id in q.jobs:  # (applied once already: a replayed message)
         return
     job.seq = q.reserve_seq()

@@ -270,6 +270,7 @@ CORE_COMMANDS = CommandTable([
     Command(cl.CLUSTER_INBOX, INTERNAL, cl.apply_inbox),
     Command("ClusterPoke", BROKER, cl.cluster_poke),
     Command(cl.CLUSTER_RELEASE, BY_QUEUE, cl.cluster_release),
+    Command(cl.RELEASE_CLAIMS, INTERNAL, cl.release_claims),
 ])
 
 # ------------------------------------------------------------------ views

@@ -94,24 +94,34 @@ class ClusterWrites:
       parent served by different brokers, so whichever broker serves the child knows
       whom to tell when it settles, after any takeover; ``waits_done``: the child ids
       whose rows go (the child settled and its parents were told).
+    * ``claims_done``: (job id, queue) of custom-id claims whose admission is settled
+      (admitted, answered as a duplicate, or refused), which go (``tq_id_claims``);
+      ``claims_held``: (job id, queue) of a flow's claims for jobs it sends another
+      broker's queue, which its inbox message holds from then on.
     """
 
-    __slots__ = ("messages", "consumed", "waits", "waits_done")
+    __slots__ = ("messages", "consumed", "waits", "waits_done", "claims_done",
+                 "claims_held")
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, Any]] = []
         self.consumed: list[int] = []
         self.waits: list[tuple[str, str, str, str]] = []
         self.waits_done: list[str] = []
+        self.claims_done: list[tuple[str, str]] = []
+        self.claims_held: list[tuple[str, str]] = []
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.consumed or self.waits or self.waits_done)
+        return bool(self.messages or self.consumed or self.waits or self.waits_done
+                    or self.claims_done or self.claims_held)
 
     def extend(self, other: ClusterWrites) -> None:
         self.messages.extend(other.messages)
         self.consumed.extend(other.consumed)
         self.waits.extend(other.waits)
         self.waits_done.extend(other.waits_done)
+        self.claims_done.extend(other.claims_done)
+        self.claims_held.extend(other.claims_held)
 
 
 class Writes:

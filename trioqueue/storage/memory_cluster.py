@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .memory import MemoryStorage
-from .port import Beat, Recovered
+from .port import FINISHED, LIVE, Beat, Claimed, Recovered
 
 __all__ = ["Member", "MemoryCluster"]
 
@@ -118,6 +118,14 @@ class MemoryCluster:
         finished = self._store.queues_of_finished(list(wanted - found.keys()))
         found.update((job_id, (queue, False)) for job_id, queue in finished.items())
         return found
+
+    def claim_ids(self, broker_id: str, lease_s: float, wanted: Sequence[tuple[str, str]],
+                  looks: Sequence[str]) -> dict[str, Claimed]:
+        """(Where the ids are, and no claims: the races between brokers that claims
+        settle are PostgreSQL's, tested against it.)"""
+        found = self.locate_jobs([job_id for job_id, _ in wanted] + list(looks))
+        return {job_id: Claimed(queue, LIVE if live else FINISHED)
+                for job_id, (queue, live) in found.items()}
 
     def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:
         """(Messages between brokers are PostgreSQL's: none here.)"""

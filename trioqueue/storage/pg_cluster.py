@@ -24,7 +24,7 @@ import psycopg
 from . import keys as K
 from . import pg_layout as L
 from .pg_connection import PgLink
-from .port import Beat, Recovered
+from .port import Beat, Claimed, Recovered, where_claimed
 
 __all__ = ["Beat", "PgCluster"]
 
@@ -124,6 +124,23 @@ class PgCluster:
             L.QUEUES_OF_JOBS, (keys, keys)).fetchall())
         return {K.decode_job_key(bytes(key)): (queue, bool(live))
                 for key, queue, live in rows}
+
+    def claim_ids(self, broker_id: str, lease_s: float, wanted: Sequence[tuple[str, str]],
+                  looks: Sequence[str]) -> dict[str, Claimed]:
+        """Claim the new ids a batch admits (``wanted``: (job id, queue), each id once)
+        and look up ``looks`` too, in one round trip: job id -> where it is now (a
+        :class:`Claimed`; ids found nowhere and claimed by nobody are left out). A claim
+        is ours when it names us: ours before (an admission in flight), or made now."""
+        keyed = [(K.lookup_job_key(job_id), queue) for job_id, queue in wanted]
+        claims = [(key, queue) for key, queue in keyed if key is not None]
+        looked = [key for key in map(K.lookup_job_key, looks) if key is not None]
+        if not claims and not looked:
+            return {}
+        rows = self._link.read(lambda conn: conn.execute(L.CLAIM_IDS, (
+            broker_id, float(lease_s), [k for k, _ in claims], [q for _, q in claims],
+            looked)).fetchall())
+        return where_claimed((K.decode_job_key(bytes(key)), queue, kind)
+                             for key, queue, kind in rows)
 
     def inbox(self, queues: Sequence[str], limit: int) -> list[tuple[int, str, Any]]:
         """Up to ``limit`` messages for ``queues`` from other brokers, oldest first:

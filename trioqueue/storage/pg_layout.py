@@ -162,6 +162,77 @@ MIGRATIONS: tuple[Migration, ...] = (
             kind text COLLATE "C" PRIMARY KEY,
             version bigint NOT NULL)""",
     )),
+    Migration(5, "a cluster: claims of new custom ids", (
+        # A job id a broker is about to admit as new (a client's custom id), claimed in
+        # the look-up that precedes the admission, so two brokers never admit one id in
+        # two queues. ``broker`` and ``epoch``: the claimant and its lease of ``queue``
+        # (the claim is valid while that lease is); epoch NULL: a flow's job for a queue
+        # another broker serves, valid while the claimant is live; broker NULL: that
+        # job's inbox message was committed, and the claim goes when it is applied.
+        # Rows are few: each goes in the commit that settles its admission.
+        """CREATE TABLE tq_id_claims (
+            id bytea PRIMARY KEY,
+            queue text COLLATE "C" NOT NULL,
+            broker text COLLATE "C",
+            epoch bigint,
+            claimed_at timestamptz NOT NULL DEFAULT now())""",
+        # The look-up and the claim, one call (CLAIM_IDS). First the claims: a new row,
+        # or a row whose claim is no longer valid taken over (its lease moved on, or its
+        # flow's broker is dead), in id order so two claimants cannot deadlock; a row
+        # another transaction is writing (a commit that settles it, another claim) is
+        # waited for. Then, with a fresh snapshot (a statement of a volatile function),
+        # where each id is: a live or finished job (a commit that settled a claim is
+        # seen whole), and whose claim it is now ('m': ours, 'c': another's).
+        """CREATE FUNCTION tq_claim_ids(me text, lease float8, ids bytea[],
+                                        queues text[], looks bytea[])
+            RETURNS TABLE (job bytea, job_queue text, kind text)
+            LANGUAGE plpgsql AS $claim$
+        #variable_conflict use_column
+        BEGIN
+            INSERT INTO tq_id_claims AS c (id, queue, broker, epoch)
+                SELECT w.id, w.queue, me, l.epoch
+                FROM unnest(ids, queues) AS w(id, queue)
+                LEFT JOIN tq_queue_leases l ON l.queue = w.queue AND l.owner = me
+                ORDER BY w.id
+            ON CONFLICT (id) DO UPDATE SET queue = EXCLUDED.queue,
+                broker = EXCLUDED.broker, epoch = EXCLUDED.epoch, claimed_at = now()
+                WHERE c.broker IS NOT NULL AND NOT CASE WHEN c.epoch IS NULL
+                    THEN EXISTS (SELECT 1 FROM tq_brokers b WHERE b.id = c.broker
+                        AND b.heartbeat > now() - make_interval(secs => lease))
+                    ELSE EXISTS (SELECT 1 FROM tq_queue_leases l WHERE l.queue = c.queue
+                        AND l.owner = c.broker AND l.epoch = c.epoch) END;
+            RETURN QUERY
+                SELECT t.id, t.queue, 'l'::text FROM tq_live t
+                    WHERE t.id = ANY(ids || looks)
+                UNION ALL SELECT f.id, f.queue, 'f'::text FROM tq_finished f
+                    WHERE f.id = ANY(ids || looks)
+                UNION ALL SELECT c.id, c.queue,
+                    CASE WHEN c.broker = me THEN 'm' ELSE 'c' END
+                    FROM tq_id_claims c WHERE c.id = ANY(ids);
+        END
+        $claim$""",
+        # A flow's commit turns its claims for other brokers' queues into claims held
+        # by the inbox messages it writes (broker NULL), each of which must still be
+        # this broker's: one taken over (this broker was dead to the others meanwhile)
+        # fails the commit, as a lost lease does.
+        """CREATE FUNCTION tq_hold_claims(me text, ids bytea[], queues text[])
+            RETURNS bigint LANGUAGE plpgsql AS $hold$
+        DECLARE
+            held bigint;
+        BEGIN
+            UPDATE tq_id_claims c SET broker = NULL, epoch = NULL
+                FROM unnest(ids, queues) AS w(id, queue)
+                WHERE c.id = w.id AND c.queue = w.queue AND c.broker = me;
+            GET DIAGNOSTICS held = ROW_COUNT;
+            IF held < cardinality(ids) THEN
+                RAISE EXCEPTION USING ERRCODE = 'TQF01', MESSAGE = format(
+                    'lost the claim of %s job id(s) to another broker',
+                    cardinality(ids) - held);
+            END IF;
+            RETURN held;
+        END
+        $hold$""",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -256,7 +327,11 @@ FENCED_SQLSTATE = "TQF01"
 # over at most once. And it raises the version of each kind of broker record the batch
 # changes (tq_record_versions, migration 4), in the same commit as the change, so a
 # beat that sees the new version reads a table that holds it. In a cluster every batch
-# is this statement.
+# is this statement. It settles custom-id claims (tq_id_claims, migration 5): this
+# broker's own (or those an inbox message held) are deleted in the commit that admitted
+# their jobs or refused them; a flow's claims for other brokers' queues become the
+# inbox messages' own (tq_hold_claims, a branch like the fence: it fails the commit if
+# one was taken over).
 _CLUSTER_PARTS = """
     inbox_new AS (
         INSERT INTO tq_inbox (queue, message)
@@ -271,13 +346,17 @@ _CLUSTER_PARTS = """
     versions_new AS (
         INSERT INTO tq_record_versions AS v (kind, version)
             SELECT unnest(%b::text[]), 1
-        ON CONFLICT (kind) DO UPDATE SET version = v.version + 1)"""
+        ON CONFLICT (kind) DO UPDATE SET version = v.version + 1),
+    claims_gone AS (
+        DELETE FROM tq_id_claims c USING unnest(%b::bytea[], %b::text[]) AS r(id, queue)
+        WHERE c.id = r.id AND c.queue = r.queue AND (c.broker IS NULL OR c.broker = %b::text))"""
 # A live row of a queue this batch does not write for (another broker's) is never
-# replaced: two brokers that admitted one new custom id in two queues at once (each
-# checked the database before the other committed) leave the first job's row whole, and
-# the second, never stored, is gone at its queue's next rebuild, as a push deduplicated
-# late; nor deleted (that job finishing would take the first one's row). The batch's
-# own queues (the fence's list, twice more as parameters) may replace or delete a row.
+# replaced: new custom ids are claimed before they are admitted (tq_id_claims), but
+# a finished job retried in its own queue needs no claim, and a push of its id into
+# another queue at that instant must leave the retried job's row whole (the pushed one,
+# never stored, is gone at its queue's next rebuild, as a push deduplicated late); nor
+# deleted (that job finishing would take the other one's row). The batch's own queues
+# (the fence's list, twice more as parameters) may replace or delete a row.
 _LIVE_UPSERT = "ON CONFLICT (id) DO UPDATE SET queue = EXCLUDED.queue, record = EXCLUDED.record)"
 _LIVE_DELETE = "live_gone AS (DELETE FROM tq_live WHERE id = ANY(%b::bytea[]))"
 assert _LIVE_UPSERT in _BATCH_PARTS and _LIVE_DELETE in _BATCH_PARTS
@@ -294,7 +373,9 @@ WRITE_BATCH_CLUSTER = f"""{_CLUSTER_BATCH_PARTS},{_CLUSTER_PARTS},
 SELECT NULL, NULL, tq_fence(%b::text, %b::text[], %b::int8[])
 UNION ALL SELECT queue, state, n FROM counts
 UNION ALL SELECT NULL, NULL, 0 FROM (SELECT pg_notify('{INBOX_CHANNEL}', '')
-    WHERE %b::int8 > 0) AS woken"""
+    WHERE %b::int8 > 0) AS woken
+UNION ALL SELECT NULL, NULL, tq_hold_claims(%b::text, %b::bytea[], %b::text[])
+    WHERE %b::int8 > 0"""
 LISTEN_INBOX = f"LISTEN {INBOX_CHANNEL}"
 
 # Sessions: every statement the broker runs once started reaches rows by key (ids, or a
@@ -384,10 +465,13 @@ TABLE_BYTES = """SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 # --broker-id within the lease) gives them up first: it holds nothing in memory, so it
 # claims them afresh (a new epoch), and an old process still running under that id is
 # fenced off by the same change. Rows locked in queue order, as tq_fence locks them.
+# Its custom-id claims go too (their pushes died with the old process; a flow's claim,
+# which only liveness held, fails that process's commit if it is still running).
 JOIN = """WITH mine AS (
         SELECT queue FROM tq_queue_leases WHERE owner = %(id)s ORDER BY queue FOR UPDATE),
     freed AS (
-        UPDATE tq_queue_leases l SET owner = NULL FROM mine WHERE l.queue = mine.queue)
+        UPDATE tq_queue_leases l SET owner = NULL FROM mine WHERE l.queue = mine.queue),
+    unclaimed AS (DELETE FROM tq_id_claims WHERE broker = %(id)s)
 INSERT INTO tq_brokers (id, address) VALUES (%(id)s, %(address)s)
 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = now(),
     heartbeat = now()"""
@@ -431,6 +515,12 @@ LOAD_LIVE_OF = "SELECT record FROM tq_live WHERE queue = ANY(%s::text[])"
 LOAD_QUEUE_META_OF = "SELECT queue, meta FROM tq_queue_meta WHERE queue = ANY(%s::text[])"
 LOAD_COUNTS_OF = """SELECT queue, state, n FROM tq_finished_counts
     WHERE queue = ANY(%s::text[]) AND n > 0"""
+# A batch's look-up of job ids, with the claims of the new custom ids it admits
+# (tq_claim_ids, migration 5): this broker, the lease, (ids, their queues) to claim, the
+# ids only looked up. Rows: (id, queue, 'l' live / 'f' finished / 'm' our claim /
+# 'c' another's claim).
+CLAIM_IDS = """SELECT job, job_queue, kind
+    FROM tq_claim_ids(%s, %s, %b::bytea[], %s::text[], %b::bytea[])"""
 QUEUES_OF_JOBS = """SELECT id, queue, true FROM tq_live WHERE id = ANY(%b::bytea[])
 UNION ALL SELECT id, queue, false FROM tq_finished WHERE id = ANY(%b::bytea[])"""
 # A cluster's inbox of some queues, oldest first, a page at a time; the waits of the

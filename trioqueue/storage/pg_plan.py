@@ -133,6 +133,9 @@ class ClusterRows:
     consumed: set[int] = field(default_factory=set)
     waits_put: dict[tuple[bytes, bytes], tuple[str, str]] = field(default_factory=dict)
     waits_gone: set[bytes] = field(default_factory=set)
+    # custom-id claims settled (deleted) and held by inbox messages: job key -> queue
+    claims_gone: dict[bytes, str] = field(default_factory=dict)
+    claims_held: dict[bytes, str] = field(default_factory=dict)
 
 
 def plan_cluster(batches: Sequence[Writes]) -> ClusterRows | None:
@@ -157,4 +160,17 @@ def plan_cluster(batches: Sequence[Writes]) -> ClusterRows | None:
             child = K.job_key(child_id)
             rows.waits_put[(child, K.job_key(parent_id))] = (parent_queue, child_queue)
             rows.waits_gone.discard(child)
+        _claims(rows, part)
     return rows
+
+
+def _claims(rows: ClusterRows, part: Any) -> None:
+    """A batch's custom-id claims, the last word on each id kept."""
+    for job_id, queue in part.claims_done:
+        key = K.job_key(job_id)
+        rows.claims_held.pop(key, None)
+        rows.claims_gone[key] = queue
+    for job_id, queue in part.claims_held:
+        key = K.job_key(job_id)
+        rows.claims_gone.pop(key, None)
+        rows.claims_held[key] = queue

@@ -331,13 +331,15 @@ def _commit(conn: psycopg.Connection[Any], plan: BatchPlan,
         [child for (child, _), _ in waits], [parent for (_, parent), _ in waits],
         [pq for _, (pq, _) in waits], [cq for _, (_, cq) in waits],
         sorted(plan.broker_kinds),
+        list(extra.claims_gone), list(extra.claims_gone.values()),
     )
+    held = (list(extra.claims_held), list(extra.claims_held.values()))
     try:
         # (the live table's guards take the batch's queues after their own rows)
         guarded = (params[0], queues, *params[1:4], queues, *params[4:])
-        rows = conn.execute(L.WRITE_BATCH_CLUSTER, (*guarded, *cluster_params, broker,
-                                                    queues, epochs, len(extra.messages)),
-                            prepare=True).fetchall()
+        rows = conn.execute(L.WRITE_BATCH_CLUSTER, (
+            *guarded, *cluster_params, broker, broker, queues, epochs,
+            len(extra.messages), broker, *held, len(held[0])), prepare=True).fetchall()
     except psycopg.Error as exc:
         if exc.sqlstate == L.FENCED_SQLSTATE:
             raise Fenced(exc.diag.message_primary or str(exc)) from None

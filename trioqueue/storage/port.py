@@ -18,7 +18,7 @@ failed) and ``queue`` which queue owns it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -323,6 +323,31 @@ class Fence(Protocol):
 
     def epoch(self, queue: str) -> int | None:
         """The epoch of ``queue``'s lease held here; None: not held."""
+
+
+class Claimed(NamedTuple):
+    """Where a job id is, as a cluster's look-up and claim of custom ids found it
+    (storage/pg_cluster.py): ``kind`` is LIVE or FINISHED (a job of ``queue``), OURS
+    (this broker's claim for ``queue``: none of its admissions of the id has settled
+    yet) or THEIRS (another broker's valid claim: the id is being admitted there)."""
+
+    queue: str
+    kind: str
+
+
+LIVE, THEIRS, FINISHED, OURS = "l", "c", "f", "m"
+_CLAIM_RANK = {LIVE: 0, THEIRS: 1, FINISHED: 2, OURS: 3}
+
+
+def where_claimed(rows: Iterable[tuple[str, str, str]]) -> dict[str, Claimed]:
+    """Rows (job id, queue, kind) to one answer per id: a live job first, then
+    another's claim (the id is taken), a finished job (ours to replace), our claim."""
+    out: dict[str, Claimed] = {}
+    for job_id, queue, kind in rows:
+        seen = out.get(job_id)
+        if seen is None or _CLAIM_RANK[kind] < _CLAIM_RANK[seen.kind]:
+            out[job_id] = Claimed(queue, kind)
+    return out
 
 
 class Beat(NamedTuple):
