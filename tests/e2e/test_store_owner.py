@@ -13,12 +13,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import trio
 
-from trioqueue.serve_exit import EXIT_STORE_IN_USE
+from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP, EXIT_STORE_IN_USE
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 
@@ -172,4 +173,45 @@ async def test_a_broker_starts_on_the_database_of_one_killed_by_sigkill(
         assert (await client.ok("GetJob", id=job_id))["job"]["data"] == {"n": 1}
         await client.aclose()
     finally:
+        await second.stop()
+
+
+def _end_writer_session(dsn: str, broker_pid: int) -> None:
+    """End the database session of the broker's writer (as a restart of PostgreSQL
+    would), and wait until the server has."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT session_pid FROM tq_owners WHERE pid = %s",
+                           (broker_pid,)).fetchone()
+        assert row is not None
+        conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        for _ in range(500):
+            if not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                (row[0],)).fetchone()[0]:
+                return
+            time.sleep(0.01)  # (polling the server for the session's end)
+        raise AssertionError("the session did not end")
+
+
+async def test_a_broker_whose_store_was_taken_while_its_session_was_down_stops(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """Its writer's session gone, another broker starts and takes the store: the first
+    one's next commit finds the lock taken, commits nothing and stops (status 5)."""
+    first = BrokerProcess(tmp_path / "a", storage_url=pg_dsn)
+    await first.start()
+    second = BrokerProcess(tmp_path / "b", storage_url=pg_dsn)
+    try:
+        assert first.process is not None
+        await trio.to_thread.run_sync(_end_writer_session, pg_dsn, first.process.pid)
+        await second.start()
+        client = await RawClient.connect(first.tcp_port)
+        await client.send("PUSH", queue="lost", name="n", data={})
+        assert await first.wait_exit() == EXIT_LOST_OWNERSHIP
+        assert b"lost the store" in first.log, first.log.decode()
+        assert not [m for m in await client.drain_until_closed() if m.get("ok")]
+        await client.aclose()
+        await _serves(second, "taken")
+    finally:
+        await first.stop()
         await second.stop()

@@ -105,7 +105,7 @@ class PgOwner:
             blocking = [h for h in holders(conn) if h.exclusive or not self.cluster]
             if not self._going(conn, blocking) or time.monotonic() >= deadline:
                 raise self._refusal(blocking)
-            time.sleep(delay)
+            _pause(delay)
             delay = min(delay * 2, _RETRY_MAX_S)
         self._sessions.add(conn.info.backend_pid)
         self.record(conn)
@@ -171,6 +171,11 @@ def _list(found: list[Holder]) -> str:
         return "gone since: try again"
     more = f", and {len(found) - 1} more" if len(found) > 1 else ""
     return found[0].words() + more
+
+
+def _pause(seconds: float) -> None:
+    """Wait before asking for the lock again (in the writer's thread)."""
+    time.sleep(seconds)
 
 
 def _alive(pid: int) -> bool:
