@@ -34,10 +34,12 @@ def run_serve(config: Config, broker: Any = None) -> int:
     trioqueue) is status 4; a port in use, 1. A store another broker serves is status
     6, with one line naming that broker: a store has one owner (on PostgreSQL, one
     broker without ``--cluster``, or brokers that all run with it), and a supervisor
-    that restarts on 6 only waits for the other one to stop. In a cluster, a broker that finds itself
-    dead to the others (its heartbeat went stale) or fenced off a queue (a commit
-    refused because another broker took the queue) stops with status 5: it must not
-    answer from state it no longer owns, and a supervisor restarts it as a new member.
+    that restarts on 6 only waits for the other one to stop. In a cluster, a broker
+    that finds itself dead to the others (its heartbeat went stale) or fenced off a
+    queue (a commit refused because another broker took the queue) stops with status
+    5: it must not answer from state it no longer owns, and a supervisor restarts it as
+    a new member. So does a broker whose PostgreSQL store another broker took while
+    its connection was down (``StoreLost``, a kind of ``Fenced``).
     """
     from .actors.cluster import LostMembership
     from .actors.writer import StorageFailure

@@ -17,6 +17,7 @@ from tests.conftest import StoreEngine
 from trioqueue.cli import build_parser, config_from
 from trioqueue.config import Config
 from trioqueue.server import Server
+from trioqueue.storage.pg_layout import LATEST_VERSION
 from trioqueue.testing import RawClient
 
 pytestmark = pytest.mark.engines("postgres")
@@ -100,9 +101,12 @@ def _migrate(*args: str, env: dict[str, Any] | None = None) -> subprocess.Comple
 def test_trioqueue_migrate(pg_dsn: str) -> None:
     first = _migrate("--storage", pg_dsn)
     assert first.returncode == 0, first.stderr
-    assert "applied migration(s) 1, 2, 3, 4; schema at version 4" in first.stdout
+    versions = ", ".join(str(v) for v in range(1, LATEST_VERSION + 1))
+    assert (f"applied migration(s) {versions}; schema at version {LATEST_VERSION}"
+            in first.stdout)
     again = _migrate("--storage", pg_dsn)
-    assert again.returncode == 0 and "schema already at version 4" in again.stdout
+    assert again.returncode == 0
+    assert f"schema already at version {LATEST_VERSION}" in again.stdout
     missing = _migrate("--storage", pg_dsn.rsplit("/", 1)[0] + "/no_such_database")
     assert missing.returncode == 4
     assert 'database "no_such_database" does not exist' in missing.stderr

@@ -25,7 +25,7 @@ import fcntl
 import json
 import os
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .owners import owner_words, since_words
@@ -61,7 +61,7 @@ class DirectoryOwner:
             os.close(fd)
             raise
         record = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": since_words(datetime.now(timezone.utc))}
+                  "since": since_words(datetime.now(UTC))}
         data = json.dumps(record).encode("utf-8") + b"\n"
         try:
             os.ftruncate(fd, 0)

@@ -3,12 +3,12 @@ every store (``lmdb_owner.py``, ``pg_owner.py``)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def since_words(when: datetime) -> str:
     """A moment as an owner's ``since``: UTC, to the second."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def owner_words(pid: object, host: object, since: str | None) -> str:

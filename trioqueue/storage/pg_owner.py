@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import psycopg
@@ -82,7 +82,7 @@ class PgOwner:
         self.mode = "cluster" if cluster else "single"
         self.pid = os.getpid()
         self.host = socket.gethostname()
-        self.since = datetime.now(timezone.utc)
+        self.since = datetime.now(UTC)
         self._sessions: set[int] = set()  # the database sessions that held it for us
 
     @property
