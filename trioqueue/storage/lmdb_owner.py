@@ -51,7 +51,7 @@ class DirectoryOwner:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise StoreInUse(
-                    f"the store {directory} is served by another broker "
+                    f"the store {os.path.abspath(directory)} is served by another broker "
                     f"({_words(other)}); stop it first: one broker serves a data "
                     f"directory") from None
             raise StorageOpenError(f"cannot lock {self.path}: {exc.strerror} (the "
