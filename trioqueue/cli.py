@@ -23,6 +23,7 @@ from .serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_OPEN_STORAGE,
     EXIT_LOST_OWNERSHIP,
     EXIT_STORAGE_FAILURE,
+    EXIT_STORE_IN_USE,
     run_serve,
 )
 
@@ -454,7 +455,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 __all__ = ["EXIT_CANNOT_LISTEN", "EXIT_CANNOT_OPEN_STORAGE", "EXIT_LOST_OWNERSHIP",
-           "EXIT_STORAGE_FAILURE",
+           "EXIT_STORAGE_FAILURE", "EXIT_STORE_IN_USE",
            "build_parser", "config_from", "main", "run_serve"]
 
 if __name__ == "__main__":

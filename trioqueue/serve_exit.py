@@ -1,6 +1,6 @@
 """How ``trioqueue serve`` ends: its exit statuses, and one line instead of a traceback
 for the ways a broker cannot run (a port taken, a store that cannot be opened, a store
-that failed)."""
+that failed, a store another broker serves)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from typing import Any
 import trio
 
 from .config import Config
-from .storage.port import StorageOpenError
+from .storage.port import StorageOpenError, StoreInUse
 
 EXIT_STORAGE_FAILURE = 3
 EXIT_CANNOT_LISTEN = 1
 EXIT_CANNOT_OPEN_STORAGE = 4
 EXIT_LOST_OWNERSHIP = 5
+EXIT_STORE_IN_USE = 6
 
 
 def run_serve(config: Config, broker: Any = None) -> int:
@@ -30,10 +31,15 @@ def run_serve(config: Config, broker: Any = None) -> int:
     a storage failure from a crash and restart on the committed state (a PostgreSQL
     store gone for longer than ``pg_outage_s`` ends the same way). A store that cannot
     be opened at all (PostgreSQL unreachable at startup, a schema newer than this
-    trioqueue) is status 4; a port in use, 1. In a cluster, a broker that finds itself
-    dead to the others (its heartbeat went stale) or fenced off a queue (a commit
-    refused because another broker took the queue) stops with status 5: it must not
-    answer from state it no longer owns, and a supervisor restarts it as a new member.
+    trioqueue) is status 4; a port in use, 1. A store another broker serves is status
+    6, with one line naming that broker: a store has one owner (on PostgreSQL, one
+    broker without ``--cluster``, or brokers that all run with it), and a supervisor
+    that restarts on 6 only waits for the other one to stop. In a cluster, a broker
+    that finds itself dead to the others (its heartbeat went stale) or fenced off a
+    queue (a commit refused because another broker took the queue) stops with status
+    5: it must not answer from state it no longer owns, and a supervisor restarts it as
+    a new member. So does a broker whose PostgreSQL store another broker took while
+    its connection was down (``StoreLost``, a kind of ``Fenced``).
     """
     from .actors.cluster import LostMembership
     from .actors.writer import StorageFailure
@@ -46,6 +52,9 @@ def run_serve(config: Config, broker: Any = None) -> int:
             raise
         _cannot_listen(config, exc)
         return EXIT_CANNOT_LISTEN
+    except StoreInUse as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_STORE_IN_USE
     except StorageOpenError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_CANNOT_OPEN_STORAGE

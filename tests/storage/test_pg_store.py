@@ -43,7 +43,8 @@ from .test_storage import (  # noqa: E402
 TABLES = ("tq_live", "tq_finished", "tq_finished_counts", "tq_dep_outcomes",
           "tq_queue_meta", "tq_broker_records")
 ALL_TABLES = {*TABLES, "tq_wal_flushes", "tq_brokers", "tq_queue_leases", "tq_inbox",
-              "tq_waits", "tq_record_versions", "tq_id_claims"}
+              "tq_waits", "tq_record_versions", "tq_id_claims",
+              "tq_owners"}
 
 
 @pytest.fixture

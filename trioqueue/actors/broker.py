@@ -34,7 +34,7 @@ from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers
-from ..storage.port import Fence, Recovered, Storage, StorageOpenError
+from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse
 from .admission import Admission, admit_estimate
 from .ahead_writes import AheadWriter
 from .broker_cluster import ClusterMember
@@ -80,10 +80,15 @@ def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Stor
             f"PostgreSQL storage needs psycopg: pip install 'trioqueue[postgres]' ({exc})"
         ) from None
     from ..storage.pg_connection import StorageUnavailable, redact
+    from ..storage.pg_owner import PgOwner
     from ..storage.pg_schema import SchemaTooNew
 
+    # One owner: exclusive alone, shared in a cluster (the fence says which).
+    owner = PgOwner(redact(url), cluster=fence is not None, wait_s=outage_s)
     try:
-        return PgStorage(url, outage_s=outage_s, fence=fence)
+        return PgStorage(url, outage_s=outage_s, fence=fence, owner=owner)
+    except StoreInUse:  # (its line is the whole story)
+        raise
     except Exception as exc:  # (ours name the server; psycopg's own, a bad URL: add it)
         why = str(exc).strip() or type(exc).__name__
         if not isinstance(exc, (StorageUnavailable, SchemaTooNew)):

@@ -34,6 +34,8 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   store opens (one walk of those ranges, about 60 ms per million finished jobs) and
   updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
   one thread at a time (``apply_blocks`` is False: the writer commits inline).
+* One broker per store: the store holds an OS lock on a file in its directory from open
+  to close (:mod:`.lmdb_owner`), and refuses to open while another process holds it.
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
   parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
@@ -53,6 +55,7 @@ from .kept_data import KeptAheadRows, KeptData
 from .lmdb_ahead import LmdbAhead
 from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
+from .lmdb_owner import DirectoryOwner
 from .lmdb_reads import LmdbReads
 from .ops import validate_writes
 from .port import Space, Storage, StorageFullError
@@ -108,19 +111,13 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self.max_map_size_bytes = max(max_map_size_bytes, map_size_bytes)
         self.fsync_on_commit = fsync_on_commit
         self._closed = False
-        self._env = lmdb.open(
-            self.path,
-            map_size=map_size_bytes,
-            max_dbs=MAX_DBS,
-            subdir=True,
-            create=True,
-            sync=fsync_on_commit,
-            metasync=fsync_on_commit,
-            writemap=False,  # never: a full disk would SIGBUS instead of failing a write
-            map_async=False,
-            readahead=False,
-            lock=True,
-        )
+        # One broker per store: refused here, before LMDB opens, while another holds it.
+        self._owner = DirectoryOwner(self.path)
+        try:
+            self._env = self._open_env(map_size_bytes)
+        except BaseException:
+            self._owner.release()
+            raise
         try:
             self._open_dbs()
             self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
@@ -129,8 +126,24 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             self.sweep_ahead()  # pieces of pushes that never got their record
         except BaseException:
             self._env.close()
+            self._owner.release()
             self._closed = True
             raise
+
+    def _open_env(self, map_size_bytes: int) -> lmdb.Environment:
+        return lmdb.open(
+            self.path,
+            map_size=map_size_bytes,
+            max_dbs=MAX_DBS,
+            subdir=True,
+            create=True,
+            sync=self.fsync_on_commit,
+            metasync=self.fsync_on_commit,
+            writemap=False,  # never: a full disk would SIGBUS instead of failing a write
+            map_async=False,
+            readahead=False,
+            lock=True,
+        )
 
     def _open_dbs(self) -> None:
         env = self._env
@@ -463,4 +476,5 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         if not self._closed:
             self._closed = True
             self._env.close()
+            self._owner.release()
 

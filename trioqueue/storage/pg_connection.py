@@ -15,6 +15,11 @@ safe even when the lost connection had committed it (every statement of a batch 
 rows to their final values: :mod:`.pg_layout`). Any other database error is a bug, not
 an outage, and stops the broker at once; so does :class:`~.port.Fenced` (a cluster's
 broker that lost a queue's lease), which is raised at once, never retried.
+
+**The owner lock.** A broker's writer session holds the store's owner lock
+(:mod:`.pg_owner`): each writer's session is opened with it taken, so after an outage
+the lock is taken again before the batch is written again; refused then (another
+broker took the store meanwhile), the broker stops, committing nothing more.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_layout as L
+from .pg_owner import PgOwner
 from .port import Fenced, StorageUnavailable
 
 log = logging.getLogger("trioqueue.storage.pg")
@@ -71,9 +77,12 @@ def redact(dsn: str) -> str:
 class PgLink:
     """The writer's connection and the readers' pool, with the outage rule above."""
 
-    def __init__(self, dsn: str, *, outage_s: float) -> None:
+    def __init__(self, dsn: str, *, outage_s: float, owner: PgOwner | None = None) -> None:
         self.dsn = dsn
         self.outage_s = outage_s
+        # A broker's hold on the store, taken by every writer's session it opens (so a
+        # batch only ever commits on a session that holds it); None for tools.
+        self.owner = owner
         self._kwargs = connect_kwargs(outage_s)
         self._writer: psycopg.Connection[Any] | None = None
         self._writer_lock = threading.Lock()  # one user at a time (the writer thread)
@@ -95,16 +104,26 @@ class PgLink:
         its own transaction (no BEGIN and COMMIT round trips)."""
         conn = self._writer
         if conn is None or conn.closed:
-            conn = self._writer = self.connect()
-            conn.autocommit = True
-            # The batch statement is prepared, and its plan does not depend on how
-            # many rows a batch has (index look-ups per row): one generic plan saves
-            # planning a statement of a dozen parts each time (0.3 ms here).
-            conn.execute("SET plan_cache_mode = force_generic_plan")
-            conn.execute(L.KEYED_SESSION)
-            setting = conn.execute("SHOW synchronous_commit").fetchone()
-            self.commits_flushed = setting is not None and setting[0] != "off"
+            conn = self.connect()
+            try:
+                self._set_up_writer(conn)
+            except BaseException:
+                conn.close()  # (no batch may commit on a session without the lock)
+                raise
+            self._writer = conn
         return conn
+
+    def _set_up_writer(self, conn: psycopg.Connection[Any]) -> None:
+        conn.autocommit = True
+        # The batch statement is prepared, and its plan does not depend on how
+        # many rows a batch has (index look-ups per row): one generic plan saves
+        # planning a statement of a dozen parts each time (0.3 ms here).
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(L.KEYED_SESSION)
+        setting = conn.execute("SHOW synchronous_commit").fetchone()
+        self.commits_flushed = setting is not None and setting[0] != "off"
+        if self.owner is not None:
+            self.owner.take(conn)
 
     def _reads(self) -> ConnectionPool[Any]:
         pool = self._pool

@@ -233,6 +233,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         END
         $hold$""",
     )),
+    Migration(6, "the brokers serving the database: who holds the owner lock", (
+        # a row per database session holding OWNER_LOCK_KEY (session_pid: its
+        # pg_backend_pid), saying which broker it is; believed only while that
+        # session holds the lock (OWNERS joins the two), so a row the broker left
+        # behind (killed) means nothing, and the next owner deletes it
+        """CREATE TABLE tq_owners (
+            session_pid integer PRIMARY KEY,
+            mode text NOT NULL,
+            pid integer NOT NULL,
+            host text NOT NULL,
+            since timestamptz NOT NULL)""",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -245,6 +257,46 @@ CURRENT_VERSION = f"SELECT coalesce(max(version), 0) FROM {VERSION_TABLE}"
 RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, description) VALUES (%s, %s)"
 HAS_VERSION_TABLE = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
 LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
+
+# --- the owner lock (storage/pg_owner.py) ------------------------------------------
+#
+# A session-level advisory lock on one key, held by the writer's session of every
+# broker for its life: a broker without --cluster takes it exclusive, a cluster's
+# broker shared, so a single broker excludes every other broker and cluster brokers
+# exclude a single one but not each other. The server drops it with the session.
+# Key: any bigint ("tq-own" in ASCII); pg_locks shows it as classid (its high 32 bits),
+# objid (its low 32 bits) and objsubid 1.
+OWNER_LOCK_KEY = 0x74712D6F776E
+TAKE_OWNER_LOCK = "SELECT pg_try_advisory_lock(%s)"
+TAKE_OWNER_LOCK_SHARED = "SELECT pg_try_advisory_lock_shared(%s)"
+_OWNER_HOLDERS = """SELECT pid, mode FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 1
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND classid = %(high)s::oid AND objid = %(low)s::oid"""
+# Who holds it: the lock's mode (ExclusiveLock or ShareLock) and the broker the session
+# recorded, if it did yet; oldest first.
+OWNERS = f"""SELECT h.mode, o.pid, o.host, o.since, h.pid FROM ({_OWNER_HOLDERS}) h
+    LEFT JOIN tq_owners o ON o.session_pid = h.pid ORDER BY o.since NULLS LAST, h.pid"""
+OWNERS_UNRECORDED = f"SELECT mode, NULL, NULL, NULL, pid FROM ({_OWNER_HOLDERS}) h"
+HAS_OWNER_TABLE = "SELECT to_regclass('tq_owners') IS NOT NULL"
+# This session's row, written once it holds the lock; the rows of sessions that no
+# longer hold it go (NOT EXISTS: pg_locks has rows without a pid).
+RECORD_OWNER = f"""WITH holders AS ({_OWNER_HOLDERS}),
+    gone AS (DELETE FROM tq_owners o WHERE o.session_pid <> pg_backend_pid()
+        AND NOT EXISTS (SELECT 1 FROM holders h WHERE h.pid = o.session_pid))
+INSERT INTO tq_owners (session_pid, mode, pid, host, since)
+    VALUES (pg_backend_pid(), %(mode)s, %(pid)s, %(host)s, %(since)s)
+ON CONFLICT (session_pid) DO UPDATE SET mode = EXCLUDED.mode, pid = EXCLUDED.pid,
+    host = EXCLUDED.host, since = EXCLUDED.since"""
+# Our own earlier session, still holding the lock after we lost its connection (the
+# server has not noticed yet): ended so that this broker can take the lock again.
+END_SESSION = "SELECT pg_terminate_backend(%s)"
+# The server notices a vanished broker (its host gone, the network cut) by TCP
+# keepalives on the lock's session: these say within about 11 s, not the system's
+# default of two hours. (Ignored on a Unix socket, where no peer can vanish.)
+OWNER_KEEPALIVES = ("SELECT set_config('tcp_keepalives_idle', '5', false),"
+                    " set_config('tcp_keepalives_interval', '2', false),"
+                    " set_config('tcp_keepalives_count', '3', false)")
 
 # --- writes: a whole batch is ONE statement ----------------------------------------
 #

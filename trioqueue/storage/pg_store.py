@@ -13,6 +13,11 @@ reduced to the rows they leave (:mod:`.pg_plan`) and written by one statement
 (:data:`.pg_layout.WRITE_BATCH`), committed as it ends; only then does :meth:`apply`
 return, and only then are the batch's replies sent (docs/durability.md, "PostgreSQL").
 
+A broker's store is given a :class:`~.pg_owner.PgOwner`: the writer's session then
+holds the store's owner lock, and a store another broker serves is refused
+(:class:`~.port.StoreInUse`). Tools and tests that open a store beside a broker give
+none.
+
 The schema is migrated when the store opens (:mod:`.pg_schema`); ``trioqueue migrate``
 runs the same step alone.
 
@@ -39,6 +44,7 @@ from . import pg_layout as L
 from .ops import validate_writes
 from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
+from .pg_owner import PgOwner
 from .pg_plan import BatchPlan, ClusterRows, plan_batch, plan_cluster
 from .pg_schema import migrate
 from .port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
@@ -58,12 +64,18 @@ class PgStorage(Storage):
     apply_blocks = True
 
     def __init__(self, dsn: str, *, outage_s: float = 30.0, migrate_schema: bool = True,
-                 fence: Fence | None = None) -> None:
-        self._link = PgLink(dsn, outage_s=outage_s)
+                 fence: Fence | None = None, owner: PgOwner | None = None) -> None:
+        self._link = PgLink(dsn, outage_s=outage_s, owner=owner)
         self.location = redact(dsn)
         self._fence = fence
-        if migrate_schema:  # (waits out a server that is still starting)
-            self._link.write(migrate)
+        try:
+            if migrate_schema:  # (waits out a server that is still starting)
+                self._link.write(migrate)
+            if owner is not None:  # (held from the writer's first session on)
+                self._link.write(owner.record)
+        except BaseException:
+            self._link.close()
+            raise
         # (queue, state) -> finished jobs stored: filled by load(), then kept current
         # from the totals each commit returns (this broker is the only writer; in a
         # cluster, the only writer of the queues it owns, so only their counts are

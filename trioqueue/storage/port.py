@@ -296,6 +296,12 @@ class StorageOpenError(Exception):
     than this trioqueue): the broker does not start; the message says why in a line."""
 
 
+class StoreInUse(StorageOpenError):
+    """Another broker serves the store (a store has one owner; on PostgreSQL, one
+    broker without ``--cluster`` or any number with it): this one does not start. The
+    message names the other owner and what to do, in a line."""
+
+
 # --- a cluster: several brokers on one database (docs: shared/design/scale-out.md) ----
 
 
