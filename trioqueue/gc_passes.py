@@ -43,7 +43,7 @@ class FullCollections:
     started by ``serve`` beside the broker; ``collect`` is one pass."""
 
     __slots__ = ("interval_s", "after_objects", "passes", "freed", "last_pause_s",
-                 "longest_pause_s", "_asked", "_sleep")
+                 "longest_pause_s", "_asked", "_sleep", "_closed")
 
     def __init__(self, interval_s: float, after_objects: int = 0) -> None:
         self.interval_s = interval_s  # 0: never
@@ -54,8 +54,16 @@ class FullCollections:
         self.longest_pause_s = 0.0
         self._asked = False  # a young collection asked for a pass that has not run yet
         self._sleep: trio.CancelScope | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Make :meth:`run` return (the server is stopping)."""
+        self._closed = True
+        self._wake()
 
     async def run(self) -> None:
+        """A pass every ``interval_s`` (or when the young collections ask) until
+        :meth:`close`."""
         if self.interval_s <= 0:
             return
         token = trio.lowlevel.current_trio_token()
@@ -74,12 +82,13 @@ class FullCollections:
         if self.after_objects > 0:
             gc.callbacks.append(after_young)
         try:
-            while True:
+            while not self._closed:
                 with trio.CancelScope(deadline=trio.current_time() + self.interval_s) as sleep:
                     self._sleep = sleep
                     await trio.sleep_forever()
                 self._sleep = None
-                self.collect()
+                if not self._closed:
+                    self.collect()
         finally:
             if after_young in gc.callbacks:
                 gc.callbacks.remove(after_young)

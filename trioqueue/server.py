@@ -173,5 +173,6 @@ async def serve(config: Config, broker: Broker | None = None) -> None:
                 log.info("received %s", signal.Signals(signum).name)
                 server.stop()
                 server.shell.spin.close()
+                server.collections.close()
                 break
     log.info("trioqueue stopped")
