@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import STORAGE_FULL, Refused
-from ..core.flows import new_flow_job, parse_flow
+from ..core.flows import FlowItem, new_flow_job, parse_flow
 from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.states import visible_state
@@ -48,6 +48,28 @@ class FlowAdmission:
         def _release_messages(self, writes: Writes,
                               then: tuple[Replier, dict[str, Any]] | None) -> None: ...
 
+    def _check_flow(self, req: Request, items: list[FlowItem],
+                    found: dict[str, str | None] | None, now: int) -> set[str]:
+        """Refuse a flow before any change (a refused flow leaves no trace); return the
+        queues of its jobs that other brokers serve (in a cluster: their jobs become
+        messages)."""
+        limits = self._limits
+        for item in items:
+            if self._queue_of(item.id, found) is not None or (
+                    self.retained_result(item.id, now) is not None):
+                raise Refused(f"Job {item.id} already exists")
+        remote = set() if self.cluster is None else {
+            item.queue for item in items
+            if remote_address(self.cluster, item.queue, req) is not None}
+        new_queues = {item.queue for item in items} - self.actors.keys() - remote
+        if len(self.actors) + len(new_queues) > limits.max_queues:
+            raise Refused(f"Too many queues (max {limits.max_queues})")
+        # Last of the checks: the room in the store.
+        if self._admission is not None and self._admission().refuses(
+                req.frame_bytes, len(items)):
+            raise Refused(STORAGE_FULL)
+        return remote
+
     def _push_flow(self, req: Request, found: dict[str, str | None] | None,
                    claims: dict[str, str] | None = None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
@@ -64,24 +86,9 @@ class FlowAdmission:
         settles its own in its commit, and those of its jobs in other brokers' queues
         pass to the messages that carry them (each taken off ``claims``).
         """
-        limits = self._limits
-        items = parse_flow(req.msg, max_data_bytes=limits.max_data_bytes)
+        items = parse_flow(req.msg, max_data_bytes=self._limits.max_data_bytes)
         now = self._now_ms()
-        for item in items:
-            if self._queue_of(item.id, found) is not None or (
-                    self.retained_result(item.id, now) is not None):
-                raise Refused(f"Job {item.id} already exists")
-        # In a cluster: the queues other brokers serve (their jobs become messages)
-        remote = set() if self.cluster is None else {
-            item.queue for item in items
-            if remote_address(self.cluster, item.queue, req) is not None}
-        new_queues = {item.queue for item in items} - self.actors.keys() - remote
-        if len(self.actors) + len(new_queues) > limits.max_queues:
-            raise Refused(f"Too many queues (max {limits.max_queues})")
-        # Last of the checks, first before any change: a refused flow leaves no trace.
-        if self._admission is not None and self._admission().refuses(
-                req.frame_bytes, len(items)):
-            raise Refused(STORAGE_FULL)
+        remote = self._check_flow(req, items, found, now)
         # One Writes per queue, submitted together: one commit all the same, and in a
         # cluster each is fenced by its own queue's lease.
         writes: dict[str, Writes] = {}
