@@ -6,10 +6,12 @@ brokers: tests/e2e/test_cluster.py.)"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import trio
 
 from trioqueue.actors.cluster import Cluster, HeldLeases, LostMembership
 from trioqueue.core.placement import preferred_owner
@@ -278,3 +280,46 @@ async def test_a_broker_that_finds_itself_fenced_off_is_told_why_before_it_stops
     with pytest.raises(LostMembership) as caught:
         await a.beat()
     assert told == [str(caught.value)] and "missed its heartbeat" in told[0]
+
+
+class StuckBeats(MemoryCluster):
+    """Tables whose beats hang after the first, as on a database that stopped
+    answering (the calls run in worker threads, so the hang is a thread's)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock)
+        self.beats = 0
+        self.unstick = threading.Event()
+
+    def beat(self, broker_id: str, lease_s: float) -> Any:
+        self.beats += 1
+        if self.beats > 1:
+            self.unstick.wait(10)
+        return super().beat(broker_id, lease_s)
+
+
+async def test_a_broker_that_reaches_no_database_stops_before_its_lease_runs_out() -> None:
+    """Beats that never come back say nothing, so the broker goes by its own clock: it
+    is told why and stops before the others could take its queues (their clock: the
+    last successful beat plus the lease), instead of renewing its workers' locks from
+    memory while another broker re-leases their jobs."""
+    lease_s = 0.5
+    tables = StuckBeats(Clock())
+    told: list[str] = []
+
+    async def on_lost(why: str) -> None:
+        told.append(why)
+
+    a = Cluster(tables, held=HeldLeases("a"), address="a:1", lease_s=lease_s,
+                adopt=lambda *args: None, on_lost=on_lost)
+    started = trio.current_time()
+    try:
+        with trio.fail_after(lease_s * 10), pytest.RaisesGroup(
+                LostMembership, allow_unwrapped=True, flatten_subgroups=True) as caught:
+            await a.run()
+    finally:
+        tables.unstick.set()
+    assert trio.current_time() - started < lease_s + 0.2
+    assert tables.beats >= 2  # (it was beating: the second beat hung)
+    (lost,) = caught.value.exceptions
+    assert told == [str(lost)] and "reached no database" in told[0]

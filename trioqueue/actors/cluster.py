@@ -31,7 +31,12 @@ older than the lease (the process was paused, or cut off from the database), the
 may already have taken its queues: its memory of them is then stale, and the fence would
 refuse its commits anyway. :class:`LostMembership` ends the broker (exit status 5) rather
 than leave it answering from state it no longer owns; a supervisor restarts it as a new
-member, which claims queues afresh.
+member, which claims queues afresh. A broker that cannot reach the database at all
+learns nothing from its beats, so it goes by its own clock too: when no beat has
+succeeded for ``OWN_LEASE_FRACTION`` of the lease since the last one was sent, the
+others may soon take its queues, so it stops the same way before they can. Otherwise
+it would go on renewing its workers' locks from memory while a takeover re-leases
+those jobs to other workers: two live holders.
 
 All database calls run in worker threads (``trio.to_thread``): a beat or a claim is a
 network round trip and the event loop keeps serving meanwhile.
@@ -56,6 +61,11 @@ log = logging.getLogger("trioqueue.cluster")
 # queues' claims and loads at a time, so a large failover never holds a claim lock for
 # long and the beats keep coming.
 TAKEOVER_STEP = 100
+
+# How much of the lease may pass, from the moment a successful beat was sent, before a
+# broker that has had no beat since stops itself (the others may take its queues once
+# the lease has passed by the database's clock, which stamped that beat no earlier).
+OWN_LEASE_FRACTION = 0.8
 
 
 class LostMembership(Exception):
@@ -196,6 +206,9 @@ class Cluster:
         self.joined = trio.Event()  # set once the first beat gave a view of the cluster
         self._beaten = trio.Event()  # set (then replaced) by each beat
         self.takeovers = 0  # queues taken over from dead or departed brokers
+        # trio time until which this broker may still believe itself a member: a
+        # successful beat's sending time plus OWN_LEASE_FRACTION of the lease
+        self.member_until = float("-inf")  # (set by the first beat, before run() watches)
 
     def status(self) -> dict[str, Any]:
         """What ClusterStatus answers: this broker, the live ones, what it serves."""
@@ -339,6 +352,7 @@ class Cluster:
                  self.address, len(self.live))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._take_orphans)
+            nursery.start_soon(self._watch_own_lease)
             task_status.started()
             while True:
                 await trio.sleep(self.beat_s)
@@ -349,7 +363,11 @@ class Cluster:
         await self._beat()
 
     async def _beat(self) -> None:
-        view = await trio.to_thread.run_sync(self.store.beat, self.broker_id, self.lease_s)
+        sent = trio.current_time()
+        # (abandoned when cancelled: a beat stuck on an unreachable database must not
+        # keep a broker that stopped itself from exiting)
+        view = await trio.to_thread.run_sync(self.store.beat, self.broker_id, self.lease_s,
+                                             abandon_on_cancel=True)
         try:
             if view is None:
                 raise LostMembership(
@@ -357,11 +375,29 @@ class Cluster:
                     f"{self.lease_s:g} s: the other brokers may have taken its queues")
             self._see(view)
         except LostMembership as exc:
-            if self._on_lost is not None:
-                await self._on_lost(str(exc))
+            await self._lost(exc)
             raise
+        self.member_until = max(self.member_until,
+                                sent + self.lease_s * OWN_LEASE_FRACTION)
         self._beaten.set()
         self._beaten = trio.Event()
+
+    async def _lost(self, exc: LostMembership) -> None:
+        if self._on_lost is not None:
+            await self._on_lost(str(exc))
+
+    async def _watch_own_lease(self) -> None:
+        """Stop this broker once no beat has succeeded for most of the lease (see the
+        module docstring): a beat stuck on an unreachable database says nothing."""
+        while True:
+            await trio.sleep_until(self.member_until)
+            if trio.current_time() >= self.member_until:
+                exc = LostMembership(
+                    f"broker {self.broker_id} has reached no database for "
+                    f"{self.lease_s * OWN_LEASE_FRACTION:g} s of its {self.lease_s:g} s "
+                    "lease: the other brokers may take its queues")
+                await self._lost(exc)
+                raise exc
 
     async def next_beat(self) -> None:
         """Wait for the next beat (the inbox reader's pace)."""
