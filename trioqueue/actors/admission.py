@@ -3,7 +3,10 @@ what an admitted command adds (see docs/durability.md, "Full storage")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+from ..config import Config
 
 # What one admitted command is taken to add to the store, before it is committed and
 # can be measured: twice its frame (a record carries its data plus the broker's fields,
@@ -18,6 +21,40 @@ def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
     """The bytes the records of ``jobs`` jobs made from a ``frame_bytes`` frame may add
     (what they will need to be pulled and finished comes on top: Broker.admit_need)."""
     return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
+
+
+def disk_limit_bytes(disk_bytes: int, config: Config) -> int:
+    """The used bytes past which new jobs are refused on a disk where the store could
+    take ``disk_bytes`` (its file, and what the file system can still give it): less
+    the store's reserve for that size (what its own bookkeeping and the finishes of
+    accepted jobs may write beyond the estimates) and the room left to other writers
+    of the disk (``disk_reserve_bytes``). Negative: no new job fits."""
+    return (disk_bytes - config.reserve_bytes_for(disk_bytes)
+            - config.disk_reserve_bytes_for(disk_bytes))
+
+
+class StoreLimit:
+    """The used bytes past which new jobs are refused: the store's maximum less its
+    reserve, or what its disk allows (:func:`disk_limit_bytes`), whichever is smaller.
+
+    The disk is measured at each ask (two syscalls), so a disk that other writers
+    fill is seen at the next batch that creates jobs. A store with no disk of its own
+    (in memory, a database server) has its maximum alone.
+    """
+
+    __slots__ = ("max_limit_bytes", "_disk_bytes", "_config")
+
+    def __init__(self, max_limit_bytes: int, disk_bytes: Callable[[], int | None],
+                 config: Config) -> None:
+        self.max_limit_bytes = max_limit_bytes  # the maximum, less its reserve
+        self._disk_bytes = disk_bytes
+        self._config = config
+
+    def bytes(self) -> int:
+        disk = self._disk_bytes()
+        if disk is None:
+            return self.max_limit_bytes
+        return min(self.max_limit_bytes, disk_limit_bytes(disk, self._config))
 
 
 class StoreRoom(Protocol):
