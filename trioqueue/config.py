@@ -233,6 +233,9 @@ class Config:
     # new jobs are refused because the data directory's file system is nearly full;
     # the store's reserve is kept there too. None: default_disk_reserve_bytes.
     disk_reserve_bytes: int | None = None
+    # How old a measure of that file system a batch far from full may reuse (one
+    # nearly full measures it again); other writers may fill it this long unseen.
+    disk_measure_interval_ms: float = 100.0
     # A cron firing refused for a full store is fired again this much later (or at the
     # schedule's next slot, if that comes first).
     cron_full_retry_ms: int = 1000
@@ -286,6 +289,8 @@ class Config:
             raise ValueError("store_reserve_bytes must be at least 0")
         if self.disk_reserve_bytes is not None and self.disk_reserve_bytes < 0:
             raise ValueError("disk_reserve_bytes must be at least 0")
+        if not 0 <= self.disk_measure_interval_ms < math.inf:
+            raise ValueError("disk_measure_interval_ms must be a finite number, 0 or more")
         if self.store_finish_allowance_bytes < 0:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
         if self.cron_full_retry_ms <= 0:

@@ -235,12 +235,36 @@ def test_the_disk_limit_keeps_the_stores_reserve_and_room_for_other_writers() ->
 def test_the_limit_is_the_smaller_of_the_maximum_and_the_disk() -> None:
     config = Config()
     disk: list[int | None] = [100 * GIB]
-    limit = StoreLimit(10 * GIB, lambda: disk[0], config)
+    limit = StoreLimit(10 * GIB, lambda: disk[0], config, now_s=lambda: 0.0)
     assert limit.bytes() == 10 * GIB  # a maximum below what the disk can take
-    disk[0] = 2 * GIB  # another writer filled the disk: seen at the next ask
-    assert limit.bytes() == disk_limit_bytes(2 * GIB, config) < 2 * GIB
+    disk[0] = 2 * GIB  # another writer filled the disk: seen at the next exact ask
+    assert limit.bytes(fresh=True) == disk_limit_bytes(2 * GIB, config) < 2 * GIB
     disk[0] = None  # no disk of its own (memory, a database server): the maximum
-    assert limit.bytes() == 10 * GIB
+    assert limit.bytes(fresh=True) == 10 * GIB
+
+
+def test_a_cheap_ask_reuses_the_disk_measure_for_a_while() -> None:
+    """The store's own growth leaves what it could take on its disk unchanged, so a
+    batch far from full does not pay two syscalls: the measure is reused for
+    disk_measure_interval_ms, then taken again."""
+    config = Config(disk_measure_interval_ms=100)
+    measures: list[int] = []
+    clock = [0.0]
+
+    def disk_bytes() -> int:
+        measures.append(1)
+        return 2 * GIB - 100 * MIB * (len(measures) - 1)  # another writer fills it
+
+    def after(writes: int) -> int:
+        return disk_limit_bytes(2 * GIB - 100 * MIB * writes, config)
+
+    limit = StoreLimit(10 * GIB, disk_bytes, config, now_s=lambda: clock[0])
+    assert limit.bytes() == after(0)
+    clock[0] = 0.099
+    assert limit.bytes() == after(0) and len(measures) == 1
+    clock[0] = 0.1
+    assert limit.bytes() == after(1) and len(measures) == 2
+    assert limit.bytes(fresh=True) == after(2) and len(measures) == 3
 
 
 def test_the_disk_reserve_is_a_setting() -> None:

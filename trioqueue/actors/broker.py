@@ -254,7 +254,7 @@ class Broker(ClusterMember):
         extra transaction, but only for a store that is nearly full.
         """
         assert self.store_limit is not None
-        limit = self.store_limit.bytes()
+        limit = self.store_limit.bytes(fresh=exact)
         storage = self.storage
         if exact:
             self.commit_if_inline()
