@@ -353,6 +353,15 @@ def test_flags_and_environment() -> None:
             parse(["--store-max-bytes", bad])
 
 
+def test_the_disk_reserve_flag_and_variable() -> None:
+    assert parse([]).disk_reserve_bytes is None
+    assert parse(["--disk-reserve-bytes", "256MiB"]).disk_reserve_bytes == 256 * MIB
+    env = {"TRIOQUEUE_DISK_RESERVE_BYTES": "0"}
+    assert parse([], env).disk_reserve_bytes == 0
+    with pytest.raises(SystemExit):
+        parse(["--disk-reserve-bytes", "lots"])
+
+
 def test_the_finish_allowance_flag_and_variable() -> None:
     assert Config().store_finish_allowance_bytes == KIB
     assert parse(["--store-finish-allowance-bytes", "2KiB"]).store_finish_allowance_bytes == 2 * KIB

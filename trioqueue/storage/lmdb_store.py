@@ -12,7 +12,8 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   Between syncs an OS crash or power loss can lose the latest commits and, as LMDB's
   documentation of ``MDB_NOSYNC`` warns, can even corrupt the file.
 * Never ``writemap`` (a full disk would SIGBUS the process instead of failing a write).
-  A full disk then fails the commit with an ``lmdb.Error`` (EIO) and nothing applied.
+  A full disk then fails the commit with an ``lmdb.Error`` (ENOSPC or EIO) and nothing
+  applied; the broker refuses new jobs before that, by :meth:`LmdbStorage.disk_bytes`.
 * When the map is full the transaction is aborted, the map doubled (up to
   ``max_map_size_bytes``) and the whole batch retried; at the maximum, one no-op
   commit makes the pages freed by the previous commit reusable and the batch is tried
