@@ -7,11 +7,20 @@ and prints one row per run: jobs accepted, jobs finished, bytes used when full a
 the end, growth per finished job, and whether the store's writer failed.
 
     python scripts/fill_and_drain.py --store lmdb --max-mib 12 --data-bytes 1000
+
+``--data-dir`` puts LMDB in a directory of your own instead, on a small file system
+for instance, and ``--max-mib 0`` leaves the maximum at its default (1 TiB), so only
+the disk limits the store; the last column is then the disk's free bytes, when full
+and at the end, as the broker's user sees them (f_bavail)::
+
+    mount -t tmpfs -o size=16m tmpfs /mnt/small
+    python scripts/fill_and_drain.py --store lmdb --max-mib 0 --data-dir /mnt/small/data
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import tempfile
@@ -25,10 +34,12 @@ from trioqueue.testing import RawClient
 STACK = [f"  File \"worker.py\", line {n}, in step_{n}" for n in range(10)]
 
 
-async def run(store: str, max_mib: int, data_bytes: int, fail_share: float) -> str:
-    data_dir = tempfile.mkdtemp(prefix="trioqueue-fill-")
+async def run(store: str, max_mib: int, data_bytes: int, fail_share: float,
+              own_dir: str | None) -> str:
+    data_dir = own_dir or tempfile.mkdtemp(prefix="trioqueue-fill-")
     config = Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=data_dir,
-                    fsync="never", memory=store == "memory", store_max_bytes=max_mib * MIB)
+                    fsync="never", memory=store == "memory",
+                    store_max_bytes=max_mib * MIB or None)
     progress = {"accepted": 0, "done": 0, "full": 0}
     try:
         async with trio.open_nursery() as nursery:
@@ -41,7 +52,8 @@ async def run(store: str, max_mib: int, data_bytes: int, fail_share: float) -> s
         return (f"{progress['accepted']:>9} {progress['done']:>9} {progress['full']:>12} "
                 f"{'-':>12} {'-':>10} {'yes':>7}  ({group.exceptions[0]!r:.60})")
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if own_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def fill_and_drain(server: Server, data_bytes: int, fail_share: float,
@@ -59,6 +71,7 @@ async def fill_and_drain(server: Server, data_bytes: int, fail_share: float,
         accepted += 50
         progress["accepted"] = accepted
     full = progress["full"] = storage.used_bytes()
+    free_full = free_bytes(server.broker.config.data_dir)
     rng = random.Random(1)
     done = 0
     try:
@@ -80,8 +93,14 @@ async def fill_and_drain(server: Server, data_bytes: int, fail_share: float,
     end = storage.used_bytes()
     failed = server.broker.writer.failed
     per_job = (end - full) / done if done else 0.0
+    free_end = free_bytes(server.broker.config.data_dir)
     return (f"{accepted:>9} {done:>9} {full:>12} {end:>12} {per_job:>10.0f} "
-            f"{'yes' if failed else 'no':>7}")
+            f"{'yes' if failed else 'no':>7}  {free_full}/{free_end}")
+
+
+def free_bytes(path: str) -> int:
+    vfs = os.statvfs(path)
+    return vfs.f_bavail * vfs.f_frsize
 
 
 def main() -> None:
@@ -91,12 +110,14 @@ def main() -> None:
     parser.add_argument("--max-mib", type=int, nargs="+", default=[12, 64])
     parser.add_argument("--data-bytes", type=int, default=1000)
     parser.add_argument("--fail-share", type=float, default=0.05)
+    parser.add_argument("--data-dir", help="LMDB here (kept), not in a temporary directory")
     args = parser.parse_args()
     print(f"{'store':>6} {'max MiB':>7} {'accepted':>9} {'finished':>9} {'used full':>12} "
-          f"{'used end':>12} {'B/finish':>10} {'died':>7}")
+          f"{'used end':>12} {'B/finish':>10} {'died':>7}  disk free full/end")
     for store in args.store:
         for max_mib in args.max_mib:
-            row = trio.run(run, store, max_mib, args.data_bytes, args.fail_share)
+            row = trio.run(run, store, max_mib, args.data_bytes, args.fail_share,
+                           args.data_dir)
             print(f"{store:>6} {max_mib:>7} {row}")
 
 

@@ -42,6 +42,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "store_max_bytes": ("TRIOQUEUE_STORE_MAX_BYTES",),
     "store_reserve_bytes": ("TRIOQUEUE_STORE_RESERVE_BYTES",),
     "store_finish_allowance_bytes": ("TRIOQUEUE_STORE_FINISH_ALLOWANCE_BYTES",),
+    "disk_reserve_bytes": ("TRIOQUEUE_DISK_RESERVE_BYTES",),
     "lease_grace_after_pause_s": ("TRIOQUEUE_LEASE_GRACE_AFTER_PAUSE_S",),
     "log_slow_step_ms": ("TRIOQUEUE_LOG_SLOW_STEP_MS",),
     "slice_budget_ms": ("TRIOQUEUE_SLICE_BUDGET_MS",),
@@ -309,7 +310,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     level = args.log_level or env_value(env, "log_level")
     if level:
         config.log_level = level.lower()
-    for setting in ("store_max_bytes", "store_reserve_bytes", "store_finish_allowance_bytes"):
+    for setting in ("store_max_bytes", "store_reserve_bytes", "store_finish_allowance_bytes",
+                    "disk_reserve_bytes"):
         raw = getattr(args, setting)
         if raw is None:
             raw = env_value(env, setting)
@@ -377,10 +379,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "unlimited with --memory)")
     serve.add_argument("--store-reserve-bytes",
                        help="space kept for existing jobs once new ones are refused "
-                            "(default 1/32 of the maximum, at least 8MiB, at most 1/4)")
+                            "(default 1/32 of the maximum, at least 8MiB, at most 1/16)")
     serve.add_argument("--store-finish-allowance-bytes",
                        help="result, error and stack trace each live job may keep when it "
                             "finishes, held back from new jobs (default 1KiB)")
+    serve.add_argument("--disk-reserve-bytes",
+                       help="LMDB: disk space left to other writers (logs, backups) when "
+                            "new jobs are refused because the data directory's disk is "
+                            "nearly full (default 1/32 of what the store could take "
+                            "there, at most 64MiB)")
     serve.add_argument("--lease-grace-after-pause-s", dest="lease_grace_after_pause_s",
                        help="after a pause of the broker itself (SIGSTOP, a frozen VM), "
                             "no lease expires for this many seconds, so holders can "

@@ -28,6 +28,16 @@ def default_reserve_bytes(max_bytes: int) -> int:
     return min(max(8 * MIB, max_bytes // 32), max_bytes // 16)
 
 
+def default_disk_reserve_bytes(disk_bytes: int) -> int:
+    """The disk space left to other writers when ``disk_reserve_bytes`` is not set.
+
+    1/32 of what the store could take on its disk, at most 64 MiB: room for the logs
+    beside the data directory while new jobs are refused, that does not make a small
+    disk useless.
+    """
+    return min(64 * MIB, disk_bytes // 32)
+
+
 # What --storage accepts (libpq's two URL schemes).
 STORAGE_URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -46,7 +56,9 @@ class Config:
     :func:`default_reserve_bytes` of the maximum. Beyond that fixed reserve, the room
     every live job may still need to be pulled and finished (its record's pages again,
     and ``store_finish_allowance_bytes`` of result and error) is held back from new
-    jobs as well.
+    jobs as well. LMDB's data directory has a second ceiling, its file system: the
+    store may not pass what its file holds plus what the disk can still give, less
+    the reserve for that size and ``disk_reserve_bytes`` for other writers.
     """
 
     host: str = "127.0.0.1"
@@ -228,6 +240,13 @@ class Config:
     # What each live job may keep when it finishes (result, error, stack trace), held
     # back for it while new jobs are admitted; beyond it a finish draws on the reserve.
     store_finish_allowance_bytes: int = 1024
+    # LMDB: the disk's bytes left to other writers (logs, backups) below the point where
+    # new jobs are refused because the data directory's file system is nearly full;
+    # the store's reserve is kept there too. None: default_disk_reserve_bytes.
+    disk_reserve_bytes: int | None = None
+    # How old a measure of that file system a batch far from full may reuse (one
+    # nearly full measures it again); other writers may fill it this long unseen.
+    disk_measure_interval_ms: float = 100.0
     # A cron firing refused for a full store is fired again this much later (or at the
     # schedule's next slot, if that comes first).
     cron_full_retry_ms: int = 1000
@@ -243,6 +262,13 @@ class Config:
         if self.store_reserve_bytes is not None:
             return self.store_reserve_bytes
         return default_reserve_bytes(max_bytes)
+
+    def disk_reserve_bytes_for(self, disk_bytes: int) -> int:
+        """The disk space kept for other writers when the store could take
+        ``disk_bytes`` on its disk."""
+        if self.disk_reserve_bytes is not None:
+            return self.disk_reserve_bytes
+        return default_disk_reserve_bytes(disk_bytes)
 
     def validate(self) -> None:
         self._validate_auth_tokens()
@@ -265,10 +291,17 @@ class Config:
             raise ValueError("lease_grace_after_pause_s must be a finite number, 0 or more")
         self._validate_storage_url()
         self._validate_cluster()
+        self._validate_store_limits()
+
+    def _validate_store_limits(self) -> None:
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:
             raise ValueError("store_max_bytes must be positive")
         if self.store_reserve_bytes is not None and self.store_reserve_bytes < 0:
             raise ValueError("store_reserve_bytes must be at least 0")
+        if self.disk_reserve_bytes is not None and self.disk_reserve_bytes < 0:
+            raise ValueError("disk_reserve_bytes must be at least 0")
+        if not 0 <= self.disk_measure_interval_ms < math.inf:
+            raise ValueError("disk_measure_interval_ms must be a finite number, 0 or more")
         if self.store_finish_allowance_bytes < 0:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
         if self.cron_full_retry_ms <= 0:
@@ -292,6 +325,8 @@ class Config:
             # PostgreSQL's room is its server's; nothing here could measure it per batch
             raise ValueError("store_max_bytes and store_reserve_bytes apply to LMDB and "
                              "--memory, not to PostgreSQL")
+        if self.disk_reserve_bytes is not None:
+            raise ValueError("disk_reserve_bytes applies to LMDB, not to PostgreSQL")
 
     def _validate_cluster(self) -> None:
         if not 1 <= self.cluster_lease_s <= 300:

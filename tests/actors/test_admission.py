@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from trioqueue.actors.admission import Admission, admit_estimate
+from trioqueue.actors.admission import Admission, StoreLimit, admit_estimate, disk_limit_bytes
+from trioqueue.config import MIB, Config
 from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
 from trioqueue.core.cron_handlers import CRON_FIRE
 from trioqueue.core.errors import STORAGE_FULL, Refused
@@ -210,6 +211,70 @@ def test_a_command_asked_again_after_need_data_is_charged_once() -> None:
     assert batch.refuses(600, request=second)  # 400 left
     assert batch.refuses(600, request=second)
     assert not batch.refuses(400, request=object())
+
+
+# ---------------------------------------------------- the limit: maximum and disk
+
+GIB = 1024 * MIB
+
+
+def test_the_disk_limit_keeps_the_stores_reserve_and_room_for_other_writers() -> None:
+    config = Config()
+    # a 16 MiB disk: the store's reserve for that size (1 MiB, a sixteenth) and 1/32
+    # of it for other writers
+    assert disk_limit_bytes(16 * MIB, config) == 16 * MIB - MIB - MIB // 2
+    # a disk of 100 GiB: 1/32 as the store's reserve, and at most 64 MiB for others
+    assert disk_limit_bytes(100 * GIB, config) == 100 * GIB - 100 * GIB // 32 - 64 * MIB
+    # set by hand, both are taken as given
+    config = Config(store_reserve_bytes=2 * MIB, disk_reserve_bytes=3 * MIB)
+    assert disk_limit_bytes(100 * MIB, config) == 95 * MIB
+    # a disk with less than the reserves left refuses every new job
+    assert disk_limit_bytes(4 * MIB, config) < 0
+
+
+def test_the_limit_is_the_smaller_of_the_maximum_and_the_disk() -> None:
+    config = Config()
+    disk: list[int | None] = [100 * GIB]
+    limit = StoreLimit(10 * GIB, lambda: disk[0], config, now_s=lambda: 0.0)
+    assert limit.bytes() == 10 * GIB  # a maximum below what the disk can take
+    disk[0] = 2 * GIB  # another writer filled the disk: seen at the next exact ask
+    assert limit.bytes(fresh=True) == disk_limit_bytes(2 * GIB, config) < 2 * GIB
+    disk[0] = None  # no disk of its own (memory, a database server): the maximum
+    assert limit.bytes(fresh=True) == 10 * GIB
+
+
+def test_a_cheap_ask_reuses_the_disk_measure_for_a_while() -> None:
+    """The store's own growth leaves what it could take on its disk unchanged, so a
+    batch far from full does not pay two syscalls: the measure is reused for
+    disk_measure_interval_ms, then taken again."""
+    config = Config(disk_measure_interval_ms=100)
+    measures: list[int] = []
+    clock = [0.0]
+
+    def disk_bytes() -> int:
+        measures.append(1)
+        return 2 * GIB - 100 * MIB * (len(measures) - 1)  # another writer fills it
+
+    def after(writes: int) -> int:
+        return disk_limit_bytes(2 * GIB - 100 * MIB * writes, config)
+
+    limit = StoreLimit(10 * GIB, disk_bytes, config, now_s=lambda: clock[0])
+    assert limit.bytes() == after(0)
+    clock[0] = 0.099
+    assert limit.bytes() == after(0) and len(measures) == 1
+    clock[0] = 0.1
+    assert limit.bytes() == after(1) and len(measures) == 2
+    assert limit.bytes(fresh=True) == after(2) and len(measures) == 3
+
+
+def test_the_disk_reserve_is_a_setting() -> None:
+    assert Config().disk_reserve_bytes_for(16 * MIB) == MIB // 2
+    assert Config().disk_reserve_bytes_for(1 << 40) == 64 * MIB
+    assert Config(disk_reserve_bytes=0).disk_reserve_bytes_for(1 << 40) == 0
+    with pytest.raises(ValueError):
+        Config(disk_reserve_bytes=-1).validate()
+    with pytest.raises(ValueError):  # PostgreSQL's disk is its server's
+        Config(storage_url="postgresql://db/q", disk_reserve_bytes=MIB).validate()
 
 
 # ------------------------------------------------- the core's own asks (q.room)

@@ -19,7 +19,9 @@ storage"):
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator, Callable
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from trioqueue.config import DEFAULT_LMDB_MAX_BYTES, MIB, Config, default_reserv
 from trioqueue.core.errors import STORAGE_FULL
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.small_disk import CannotMount, small_tmpfs
 
 # store limits are LMDB's and the memory store's (PostgreSQL refuses them: test_postgres.py)
 pytestmark = pytest.mark.engines("lmdb")
@@ -350,6 +353,15 @@ def test_flags_and_environment() -> None:
             parse(["--store-max-bytes", bad])
 
 
+def test_the_disk_reserve_flag_and_variable() -> None:
+    assert parse([]).disk_reserve_bytes is None
+    assert parse(["--disk-reserve-bytes", "256MiB"]).disk_reserve_bytes == 256 * MIB
+    env = {"TRIOQUEUE_DISK_RESERVE_BYTES": "0"}
+    assert parse([], env).disk_reserve_bytes == 0
+    with pytest.raises(SystemExit):
+        parse(["--disk-reserve-bytes", "lots"])
+
+
 def test_the_finish_allowance_flag_and_variable() -> None:
     assert Config().store_finish_allowance_bytes == KIB
     assert parse(["--store-finish-allowance-bytes", "2KiB"]).store_finish_allowance_bytes == 2 * KIB
@@ -574,3 +586,66 @@ async def test_a_20_mb_rest_push_gets_a_4xx_not_a_crash(start_server: StartServe
         ok = await http.post("/queues/q/jobs", json={"name": "small", "data": {}})
         assert ok.status_code == 200, ok.text
     assert not server.broker.writer.failed
+
+
+# ------------------------------------------------------- a disk that fills (issue 40)
+
+DISK_BYTES = 16 * MIB
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs for this test; skipped, saying why, where mounting is not
+    permitted."""
+    try:
+        with small_tmpfs(tmp_path / "disk", DISK_BYTES) as mount_point:
+            yield mount_point
+    except CannotMount as exc:
+        pytest.skip(str(exc))
+
+
+async def test_a_disk_that_fills_refuses_new_jobs_and_every_admitted_one_finishes(
+    small_disk: Path,
+) -> None:
+    """No store maximum is set (LMDB's 1 TiB default), but the data directory's file
+    system holds 16 MiB: pushes are refused with the retriable ``Storage full`` before
+    the disk runs out (the broker used to stop on a failed commit), and every job
+    admitted can then be pulled and finished, 90% acknowledged with a result, 10%
+    failed into the DLQ with an error and a stack trace, the broker alive throughout.
+    Removing jobs makes room again."""
+    with trio.fail_after(120):
+        async with running(small_disk, data_dir=str(small_disk / "data")) as server:
+            assert server.broker.storage.max_bytes == DEFAULT_LMDB_MAX_BYTES
+            client = await connect(server)
+            accepted = await fill_1kb(client, "q", maxAttempts=1)
+            singles, refused = await fill_with_pushes(client, "q", "s")
+            await assert_missing(client, [refused])
+            accepted += singles
+            # a disk of 16 MiB takes at least a third of what a 16 MiB store would
+            assert len(accepted) >= 16 * MIB // 8 // 1024 // 3, len(accepted)
+            vfs = os.statvfs(small_disk)
+            assert vfs.f_bavail * vfs.f_frsize > 0  # refused before the disk was full
+
+            failed = 0
+
+            async def finish(job_id: str, token: str) -> None:
+                nonlocal failed
+                if int(hashlib.sha1(job_id.encode()).hexdigest(), 16) % 10 == 0:
+                    await client.ok("FAIL", id=job_id, token=token,
+                                    error="ValueError: bad input", stack=STACK)
+                    failed += 1
+                else:
+                    await client.ok("ACK", id=job_id, token=token, result=RESULT)
+
+            assert await drain(client, "q", finish) == len(accepted)
+            assert not server.broker.writer.failed
+            now = await counts(client, "q")
+            assert (now["completed"], now["failed"]) == (len(accepted) - failed, failed)
+            assert failed > 0
+            dead = (await client.ok("Dlq", queue="q", count=failed + 1))["jobs"]
+            assert len(dead) == failed
+
+            await client.ok("Obliterate", queue="q")  # space returns
+            await client.ok("PUSH", queue="q", name="j", data={}, jobId="after")
+            assert not server.broker.writer.failed
+            await client.aclose()

@@ -147,18 +147,12 @@ async def full_store_while_draining(data: Path, *extra_args: str, load_s: float,
     return stats
 
 
-@pytest.mark.xfail(reason="needs full-store admission: a full disk stops the broker "
-                   "(exit 3, 'No space left on device') instead of refusing new jobs",
-                   strict=False)
 async def test_a_full_disk_while_draining_refuses_new_jobs_and_finishes_the_old_sample(
         small_disk: Path) -> None:
     await full_store_while_draining(small_disk / "data", load_s=3, seed=3)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs full-store admission: a full disk stops the broker "
-                   "(exit 3, 'No space left on device') instead of refusing new jobs",
-                   strict=False)
 async def test_a_full_disk_while_draining_full(small_disk: Path) -> None:
     await full_store_while_draining(small_disk / "data", load_s=20, seed=4)
 

@@ -10,6 +10,8 @@ whatever the order the jobs finish in.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +20,15 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.lmdb_store import MIN_LIVE_NODE_BYTES, LmdbStorage
+from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Space, Storage
+from trioqueue.testing.small_disk import CannotMount, small_tmpfs
 
 from .stores import MIB, store_fixture
 
 ALLOWANCE = 1024
 T0 = 1_764_000_000_000
+PAGE = 4096
 
 
 store = store_fixture(64 * MIB)
@@ -115,3 +120,43 @@ def test_space_is_what_the_store_holds(store: Storage) -> None:
     commit(store, [job(n, 100) for n in range(10)])
     space = store.space()
     assert space.used_bytes == store.used_bytes() and space.live_jobs == 10
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs; skipped, saying why, where mounting is not permitted."""
+    try:
+        with small_tmpfs(tmp_path / "disk", 8 * MIB) as mount_point:
+            yield mount_point
+    except CannotMount as exc:
+        pytest.skip(str(exc))
+
+
+def test_disk_bytes_is_what_the_store_could_reach_on_its_disk(small_disk: Path) -> None:
+    """An LMDB store's pages in use can reach disk_bytes: its own growth does not
+    change it (the file takes what the disk gives), another writer's file takes its
+    size from it, and pages freed inside the file stay counted."""
+    lmdb_store = LmdbStorage(small_disk / "data")
+    try:
+        before = lmdb_store.disk_bytes()
+        assert before is not None and 7 * MIB < before <= 8 * MIB
+        records = [job(n, 1000) for n in range(1000)]
+        commit(lmdb_store, records)
+        grown = lmdb_store.disk_bytes()
+        assert grown is not None and abs(grown - before) <= 16 * PAGE
+        assert lmdb_store.used_bytes() > MIB  # (it did grow)
+        (small_disk / "log").write_bytes(b"l" * MIB)  # another writer of the disk
+        shared = lmdb_store.disk_bytes()
+        assert shared is not None and abs(grown - MIB - shared) <= 16 * PAGE
+        w = Writes()
+        for r in records:
+            w.delete_job(r["id"])
+        lmdb_store.apply([w])  # freed pages: reused inside the file, still counted
+        emptied = lmdb_store.disk_bytes()
+        assert emptied is not None and abs(emptied - shared) <= 16 * PAGE
+    finally:
+        lmdb_store.close()
+
+
+def test_a_store_with_no_disk_of_its_own_has_no_disk_bytes() -> None:
+    assert MemoryStorage().disk_bytes() is None

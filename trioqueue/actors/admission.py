@@ -3,7 +3,12 @@ what an admitted command adds (see docs/durability.md, "Full storage")."""
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
 from typing import Protocol
+
+from ..config import Config
 
 # What one admitted command is taken to add to the store, before it is committed and
 # can be measured: twice its frame (a record carries its data plus the broker's fields,
@@ -18,6 +23,53 @@ def admit_estimate(frame_bytes: int | None, jobs: int = 1) -> int:
     """The bytes the records of ``jobs`` jobs made from a ``frame_bytes`` frame may add
     (what they will need to be pulled and finished comes on top: Broker.admit_need)."""
     return ADMIT_FRAME_FACTOR * (frame_bytes or 0) + ADMIT_JOB_BYTES * jobs
+
+
+def disk_limit_bytes(disk_bytes: int, config: Config) -> int:
+    """The used bytes past which new jobs are refused on a disk where the store could
+    take ``disk_bytes`` (its file, and what the file system can still give it): less
+    the store's reserve for that size (what its own bookkeeping and the finishes of
+    accepted jobs may write beyond the estimates) and the room left to other writers
+    of the disk (``disk_reserve_bytes``). Negative: no new job fits."""
+    return (disk_bytes - config.reserve_bytes_for(disk_bytes)
+            - config.disk_reserve_bytes_for(disk_bytes))
+
+
+class StoreLimit:
+    """The used bytes past which new jobs are refused: the store's maximum less its
+    reserve, or what its disk allows (:func:`disk_limit_bytes`), whichever is smaller.
+
+    What the store could take on its disk does not change as the store itself grows
+    (the file takes what the file system gives), only as other writers use the disk.
+    So a cheap ask reuses a measure up to ``disk_measure_interval_ms`` old (two
+    syscalls cost more than the rest of an admission), and an exact ask, made when the
+    store may be nearly full, measures again. A store with no disk of its own (in
+    memory, a database server) has its maximum alone.
+    """
+
+    __slots__ = ("max_limit_bytes", "_disk_bytes", "_config", "_now_s", "_interval_s",
+                 "_disk_limit", "_measured_at")
+
+    def __init__(self, max_limit_bytes: int, disk_bytes: Callable[[], int | None],
+                 config: Config, now_s: Callable[[], float] = time.monotonic) -> None:
+        self.max_limit_bytes = max_limit_bytes  # the maximum, less its reserve
+        self._disk_bytes = disk_bytes
+        self._config = config
+        self._now_s = now_s
+        self._interval_s = config.disk_measure_interval_ms / 1000
+        self._disk_limit: int | None = None  # from the last measure; None: no disk
+        self._measured_at = -math.inf
+
+    def bytes(self, *, fresh: bool = False) -> int:
+        """The limit now; ``fresh``: with the disk measured now, not reused."""
+        now = self._now_s()
+        if fresh or now - self._measured_at >= self._interval_s:
+            disk = self._disk_bytes()
+            self._disk_limit = None if disk is None else disk_limit_bytes(disk, self._config)
+            self._measured_at = now
+        if self._disk_limit is None:
+            return self.max_limit_bytes
+        return min(self.max_limit_bytes, self._disk_limit)
 
 
 class StoreRoom(Protocol):

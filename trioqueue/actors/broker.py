@@ -35,7 +35,7 @@ from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse
-from .admission import Admission, admit_estimate
+from .admission import Admission, StoreLimit, admit_estimate
 from .ahead_writes import AheadWriter
 from .broker_cluster import ClusterMember
 from .clock import PauseWatch, TrioClock
@@ -108,11 +108,15 @@ class Broker(ClusterMember):
         # limit). Taken from the store itself, so an injected store's limit counts.
         store_max = self.storage.max_bytes
         self.admit_limit_bytes: int | None = None
+        self.store_limit: StoreLimit | None = None
         if store_max is not None:
             reserve = config.reserve_bytes_for(store_max)
             if reserve >= store_max:
                 raise ValueError("store_reserve_bytes must be less than the store's maximum")
             self.admit_limit_bytes = store_max - reserve
+            # (and the disk: an LMDB store's file system may fill before its maximum)
+            self.store_limit = StoreLimit(self.admit_limit_bytes, self.storage.disk_bytes,
+                                          config)
         self._finish_allowance_bytes = config.store_finish_allowance_bytes
         self._clock = clock
         self.writer = StorageWriter(
@@ -245,17 +249,18 @@ class Broker(ClusterMember):
 
     def storage_room(self, *, exact: bool) -> int:
         """Bytes new jobs may still take (negative: refuse them): the admission limit
-        (``max - reserve``), less what is used, less what the live jobs may still
-        write to be pulled and finished (Storage.finish_bytes), so that every job
-        accepted can be finished even once new ones are refused.
+        (``max - reserve``, or less on a disk nearly full: StoreLimit), less what is
+        used, less what the live jobs may still write to be pulled and finished
+        (Storage.finish_bytes), so that every job accepted can be finished even once
+        new ones are refused.
 
         ``exact=False`` answers from the store's cheap upper bounds, a lower bound of
         the room. ``exact=True`` commits what is pending first (writes held for an
         fsync, this batch's earlier commands), so they are counted; that costs an
         extra transaction, but only for a store that is nearly full.
         """
-        limit = self.admit_limit_bytes
-        assert limit is not None
+        assert self.store_limit is not None
+        limit = self.store_limit.bytes(fresh=exact)
         storage = self.storage
         if exact:
             self.commit_if_inline()

@@ -12,7 +12,8 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   Between syncs an OS crash or power loss can lose the latest commits and, as LMDB's
   documentation of ``MDB_NOSYNC`` warns, can even corrupt the file.
 * Never ``writemap`` (a full disk would SIGBUS the process instead of failing a write).
-  A full disk then fails the commit with an ``lmdb.Error`` (EIO) and nothing applied.
+  A full disk then fails the commit with an ``lmdb.Error`` (ENOSPC or EIO) and nothing
+  applied; the broker refuses new jobs before that, by :meth:`LmdbStorage.disk_bytes`.
 * When the map is full the transaction is aborted, the map doubled (up to
   ``max_map_size_bytes``) and the whole batch retried; at the maximum, one no-op
   commit makes the pages freed by the previous commit reusable and the batch is tried
@@ -62,6 +63,7 @@ from .port import Space, Storage, StorageFullError
 from .positions import BLOCK
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
+_DATA_FILE = "data.mdb"  # LMDB's file of pages, in the environment's directory
 # What pulling and finishing one live job may add to the store, measured (1,200 jobs
 # of 50 B to 5 KB pushed in batches of 1 to 100, pulled 50 at a time or all at once,
 # finished in order or shuffled, with a result, or dead-lettered with an error and
@@ -218,6 +220,19 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         """Bounds from the file's high-water mark alone (one ``env.info()``)."""
         bound = self.used_bytes_bound()
         return Space(bound, bound, bound // MIN_LIVE_NODE_BYTES)
+
+    def disk_bytes(self) -> int | None:
+        """The data file's blocks on the disk and the file system's free bytes for
+        unprivileged writers (``f_bavail``: blocks kept for root are not counted on).
+        The file grows as pages are written, never sparse ahead of them, and its free
+        pages are reused before it grows, so the store's pages in use can reach this
+        sum; writing past it fails the commit. None when either cannot be read."""
+        try:
+            held = os.stat(os.path.join(self.path, _DATA_FILE)).st_blocks * 512
+            vfs = os.statvfs(self.path)
+        except OSError:
+            return None
+        return held + vfs.f_bavail * vfs.f_frsize
 
     def finish_bytes(self, live_bytes: int, live_jobs: int, allowance_bytes: int) -> int:
         """A page per live job, and its allowance and index entry (see

@@ -271,6 +271,13 @@ class Storage(abc.ABC):
         :meth:`used_bytes_bound` (adapters with a cheap bound override it)."""
         return self.space()
 
+    def disk_bytes(self) -> int | None:
+        """The most this store could take on its disk now, in the unit of
+        :meth:`used_bytes`: what its files hold there and what the file system can
+        still give them. None for a store with no disk of its own (in memory, or a
+        database server's). A syscall or two: asked once per admission measure."""
+        return None
+
     def finish_bytes(self, live_bytes: int, live_jobs: int, allowance_bytes: int) -> int:
         """The most that pulling and finishing ``live_jobs`` jobs whose records take
         ``live_bytes`` may add to this store, if each keeps at most ``allowance_bytes``
