@@ -334,23 +334,17 @@ class ClusterFaults:
         return stats
 
 
-@pytest.mark.xfail(reason="needs lock tokens kept across cluster takeovers (a live "
-                   "worker's heartbeats are refused after its queue moves)", strict=False)
 async def test_cluster_sigstop_past_the_lease_under_load_sample(
         tmp_path: Path, pg_dsn: str) -> None:
     await ClusterFaults(tmp_path, pg_dsn, seed=9).run(["pause"], load_s=3)
 
 
-@pytest.mark.xfail(reason="needs store-ownership locks (a broker without --cluster on "
-                   "a cluster's database must refuse to start)", strict=False)
 async def test_cluster_a_broker_without_cluster_on_its_database_refuses_to_start_sample(
         tmp_path: Path, pg_dsn: str) -> None:
     await ClusterFaults(tmp_path, pg_dsn, seed=10).run(["intruder"], load_s=2)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs lock tokens kept across cluster takeovers and "
-                   "store-ownership locks", strict=False)
 async def test_cluster_every_fault_under_load_full(tmp_path: Path, pg_dsn: str) -> None:
     faults = ["kill", "pause", "intruder"] * 4
     random.Random(11).shuffle(faults)
@@ -358,8 +352,6 @@ async def test_cluster_every_fault_under_load_full(tmp_path: Path, pg_dsn: str) 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs lock tokens kept across cluster takeovers (a live "
-                   "worker's heartbeats are refused after its queue moves)", strict=False)
 async def test_cluster_kill_9_and_sigstop_under_load_full(tmp_path: Path, pg_dsn: str
                                                           ) -> None:
     await ClusterFaults(tmp_path, pg_dsn, seed=12).run(["kill", "pause"] * 4, load_s=40)
