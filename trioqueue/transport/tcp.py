@@ -159,27 +159,23 @@ class TcpConnection:
         return KEPT
 
     def _queue_each(self, replies: list[dict[str, Any]]) -> str:
-        """Queue ``replies`` behind what waits, encoded now and counted as they are: a
-        reply at a time, a long one a slice at a time (:class:`SlicedFrame`, its slices
-        kept as they are, never joined), so that a client that reads nothing is cut
-        once what it holds passes a bound, not after a whole batch of large replies
-        (50 listings of 5 MB each) was encoded for it."""
+        """Queue ``replies`` behind what waits, counted as they are queued, one at a
+        time: a short reply encoded now, a long one left for the sender to encode when
+        it comes to it (:class:`SlicedFrame`, counted whole from the start), so that a
+        client that reads nothing is cut once what it holds passes a bound, not after
+        a whole batch of large replies (50 listings of 5 MB each) was encoded for it,
+        and a listing it will never read is never encoded."""
         codec = self._codec()
-        pending = self._pending
         for reply in replies:
             if self._closing:
                 break  # cut or overflowed: the rest would be dropped anyway
             if LIST_KEY in reply and is_long(reply):
-                frame = SlicedFrame(codec, reply)
-                pending.push(frame)
-                while not self._closing and not pending.encode_slice(frame):
-                    self._bound_pending()
-                self._bound_pending()
+                self._queue(SlicedFrame(codec, reply))
             else:
                 self._queue(*frame_parts(codec, (reply,)))
         return KEPT
 
-    def _queue(self, *chunks: bytes | memoryview) -> str:
+    def _queue(self, *chunks: bytes | memoryview | SlicedFrame) -> str:
         if self._closing:
             return KEPT  # closing: nothing more is queued behind the last frame
         for data in chunks:
