@@ -27,7 +27,7 @@ from typing import Any
 
 from .codec import CBOR, JSON, Codec
 from .datamodel import ABSENT
-from .framing import frame_header
+from .framing import HEADER_SIZE, frame_header
 
 # A reply whose ``jobs`` list is longer than this is encoded in slices (below it the
 # whole reply takes at most a few milliseconds).
@@ -128,25 +128,33 @@ class SlicedFrame(SlicedPayload):
     jobs is one buffer of about 800 KB, copied twice more (the join, then the header
     in front), and sent in one system call; at a million jobs in the broker those
     copies and that send took 1-11 ms of the final step (fresh heap pages, the
-    kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth.
+    kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth. The
+    first piece is made with room for the header, written once the length is known,
+    and the last with the entries after the list: no piece is copied again.
 
     ``unsent_bytes`` is what the frame will hold until it is on the wire, known from
     the start: the bytes encoded and not yet given, and for each job not encoded yet
     an estimate (:meth:`_estimate`), so that the broker-wide reply budget sees a long
     reply whole the moment a connection is handed it, not as a client that reads
-    nothing lets it be encoded. The jobs are let go once encoded.
+    nothing lets it be encoded. The jobs are let go once encoded, each piece once given.
     """
 
-    __slots__ = ("_pieces", "unsent_bytes", "_per_item", "_first")
+    __slots__ = ("_pieces", "unsent_bytes", "_per_item", "_first", "_head", "_tail",
+                 "_lead", "_slices")
 
     def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
         super().__init__(codec, reply)
-        self._parts = [b"".join(self._parts)]  # the head: then one part per slice
-        self._pieces: deque[bytes] | None = None  # once encoded, what is still to give
+        self._head = b"".join(self._parts)  # the map's head, up to the list's items
+        self._tail = b"".join(self._rest)  # the entries after the list
+        self._parts = self._rest = []  # (the slices below, instead)
+        # the first slice encoded (its header written at the end), then the others
+        self._lead: bytearray | None = None
+        self._slices: list[bytes] = []
+        self._pieces: deque[bytes | memoryview] | None = None  # once encoded, what is still to give
         self._first = b""  # the first job, encoded by _estimate (then in the first slice)
         self._per_item = self._estimate()
         # (the first job too: each job counts the estimate until its slice is encoded)
-        self.unsent_bytes = (len(self._parts[0]) + sum(map(len, self._rest))
+        self.unsent_bytes = (HEADER_SIZE + len(self._head) + len(self._tail)
                              + self._per_item * len(self._items))
 
     def _estimate(self) -> int:
@@ -168,23 +176,48 @@ class SlicedFrame(SlicedPayload):
         """Whether every piece has been given."""
         return self._pieces is not None and not self._pieces
 
+    @property
+    def slice_ahead_bytes(self) -> int:
+        """What the next slice's jobs are counted for (0 once the frame is whole): while
+        the slice is made, its jobs' encodings and the joined slice are both held."""
+        if self._pieces is not None:
+            return 0
+        return self._per_item * (min(len(self._items), self._done - bool(self._first)
+                                     + SLICE_ITEMS) - self._done + bool(self._first))
+
     def encode_slice(self) -> bool:
         """Encode the next slice (none once all are); True when the frame is whole."""
         if self._pieces is not None:
             return True
-        start = self._done - bool(self._first)
-        part = b"".join((self._first, *self._encode_slice()))
-        self.unsent_bytes += len(part) - self._per_item * (self._done - start)
+        counted = self._per_item * (bool(self._first) - self._done)
+        encoded = [self._first, *self._encode_slice()]
+        counted += self._per_item * self._done
         self._first = b""
-        self._parts.append(part)
-        if self._done < len(self._items):
+        lead = self._lead
+        if lead is None:  # room for the frame's header, then the map's head
+            encoded[:0] = (bytes(HEADER_SIZE), self._head)
+            counted += HEADER_SIZE + len(self._head)
+        whole = self._done >= len(self._items)
+        if whole:
+            encoded.append(self._tail)
+            counted += len(self._tail)
+        if lead is None:
+            lead = self._lead = bytearray().join(encoded)
+            self.unsent_bytes += len(lead) - counted
+        else:
+            part = b"".join(encoded)
+            self._slices.append(part)
+            self.unsent_bytes += len(part) - counted
+        del encoded
+        if not whole:
             return False
-        pieces = self._pieces = self._frame_pieces()
-        self._items = []  # encoded: the jobs are not needed any more
-        self.unsent_bytes = sum(map(len, pieces))
+        lead[:HEADER_SIZE] = frame_header(self.unsent_bytes - HEADER_SIZE)
+        self._pieces = deque((memoryview(lead), *self._slices))
+        # encoded: the jobs are not needed any more, each piece once given
+        self._lead, self._slices, self._items = None, [], []
         return True
 
-    def step(self) -> bytes | None:
+    def step(self) -> bytes | memoryview | None:  # type: ignore[override]
         if self._pieces is None and not self.encode_slice():
             return None
         pieces = self._pieces
@@ -192,14 +225,6 @@ class SlicedFrame(SlicedPayload):
         piece = pieces.popleft()
         self.unsent_bytes -= len(piece)
         return piece
-
-    def _frame_pieces(self) -> deque[bytes]:
-        head, *slices = self._parts
-        rest = b"".join(self._rest)
-        size = len(head) + sum(map(len, slices)) + len(rest)
-        slices[0] = b"".join((frame_header(size), head, slices[0]))
-        slices[-1] += rest
-        return deque(slices)
 
 
 class SlicedJson:
