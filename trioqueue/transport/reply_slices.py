@@ -73,18 +73,30 @@ def array_header(codec: Codec, n: int) -> bytes:
     return _cbor_head(4, n) if codec is CBOR else _msgpack_head(0x90, 0xDC, n)
 
 
+def per_item_bytes(encoded_len: int, item: Any) -> int:
+    """What an item of a long list not encoded yet is counted for, from the first one:
+    its encoded length, or its map's own size where that is more (a job with little
+    data holds more memory as a map than as bytes)."""
+    return max(encoded_len, sys.getsizeof(item))
+
+
 class SlicedPayload:
     """One long reply on its way to bytes: :meth:`step` encodes a slice, and returns
     the whole payload once the last one is done (None before). A WebSocket binary
-    message carries the payload as it is."""
+    message carries the payload as it is.
 
-    __slots__ = ("_codec", "_items", "_done", "_parts", "_rest")
+    ``estimate_bytes`` is what it is counted for before it is encoded (the budget of
+    unsent replies sees it whole from the moment a connection is handed it): the
+    first item is encoded at once, and every item counted as it (:func:`per_item_bytes`).
+    """
+
+    __slots__ = ("_codec", "_items", "_done", "_parts", "_rest", "_first", "_per_item",
+                 "estimate_bytes")
 
     def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
         self._codec = codec
         items: list[Any] = reply[LIST_KEY]
         self._items = items
-        self._done = 0
         # The map's header, and every entry before the list's, with its key and header.
         encode = codec.encode
         entries = [(k, v) for k, v in reply.items() if v is not ABSENT]  # (encode's rule)
@@ -100,14 +112,23 @@ class SlicedPayload:
                 seen_list = True
             else:
                 target.append(encode(value))
+        # the first item, encoded ahead (it begins the first slice)
+        self._first = encode(items[0])
+        self._done = 1
+        self._per_item = per_item_bytes(len(self._first), items[0])
+        self.estimate_bytes = (sum(map(len, parts)) + sum(map(len, self._rest))
+                               + self._per_item * len(items))
 
     def _encode_slice(self) -> list[bytes]:
-        """The next :data:`SLICE_ITEMS` items, encoded."""
+        """The next :data:`SLICE_ITEMS` items, encoded (the first slice with the item
+        encoded ahead)."""
         items = self._items
-        # (to the next multiple: a frame encodes its first job ahead, see SlicedFrame)
         end = min((self._done // SLICE_ITEMS + 1) * SLICE_ITEMS, len(items))
         encode = self._codec.encode
         encoded = [encode(item) for item in items[self._done:end]]
+        if self._first:
+            encoded.insert(0, self._first)
+            self._first = b""
         self._done = end
         return encoded
 
@@ -115,6 +136,7 @@ class SlicedPayload:
         self._parts.extend(self._encode_slice())
         if self._done < len(self._items):
             return None
+        self._items = []  # encoded: the items are not needed any more
         return b"".join(self._parts + self._rest)
 
 
@@ -134,13 +156,12 @@ class SlicedFrame(SlicedPayload):
 
     ``unsent_bytes`` is what the frame will hold until it is on the wire, known from
     the start: the bytes encoded and not yet given, and for each job not encoded yet
-    an estimate (:meth:`_estimate`), so that the broker-wide reply budget sees a long
+    the estimate (``estimate_bytes``), so that the broker-wide reply budget sees a long
     reply whole the moment a connection is handed it, not as a client that reads
     nothing lets it be encoded. The jobs are let go once encoded, each piece once given.
     """
 
-    __slots__ = ("_pieces", "unsent_bytes", "_per_item", "_first", "_head", "_tail",
-                 "_lead", "_slices")
+    __slots__ = ("_pieces", "unsent_bytes", "_head", "_tail", "_lead", "_slices")
 
     def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
         super().__init__(codec, reply)
@@ -151,20 +172,8 @@ class SlicedFrame(SlicedPayload):
         self._lead: bytearray | None = None
         self._slices: list[bytes] = []
         self._pieces: deque[bytes | memoryview] | None = None  # once encoded, what is still to give
-        self._first = b""  # the first job, encoded by _estimate (then in the first slice)
-        self._per_item = self._estimate()
         # (the first job too: each job counts the estimate until its slice is encoded)
-        self.unsent_bytes = (HEADER_SIZE + len(self._head) + len(self._tail)
-                             + self._per_item * len(self._items))
-
-    def _estimate(self) -> int:
-        """What one job not encoded yet is counted for: the first job's encoded length,
-        or its map's own size where that is more (a job with little data costs more as
-        a map than as bytes). Its encoding is kept: it begins the first slice."""
-        first = self._items[0]
-        self._done = 1
-        encoded = self._first = self._codec.encode(first)
-        return max(len(encoded), sys.getsizeof(first))
+        self.unsent_bytes = HEADER_SIZE + self.estimate_bytes
 
     @property
     def begun(self) -> bool:
@@ -190,9 +199,8 @@ class SlicedFrame(SlicedPayload):
         if self._pieces is not None:
             return True
         counted = self._per_item * (bool(self._first) - self._done)
-        encoded = [self._first, *self._encode_slice()]
+        encoded = self._encode_slice()
         counted += self._per_item * self._done
-        self._first = b""
         lead = self._lead
         if lead is None:  # room for the frame's header, then the map's head
             encoded[:0] = (bytes(HEADER_SIZE), self._head)
@@ -237,14 +245,12 @@ class SlicedJson:
     as the whole reply would have been.
     """
 
-    __slots__ = ("_items", "_done", "_parts", "_head", "_tail")
+    __slots__ = ("_items", "_done", "_parts", "_head", "_tail", "estimate_bytes")
 
     def __init__(self, reply: dict[str, Any]) -> None:
         encode = JSON.encode_text
         items: list[Any] = reply[LIST_KEY]
         self._items = items
-        self._done = 0
-        self._parts: list[str] = []
         before: list[str] = []
         after: list[str] = []
         target = before
@@ -255,15 +261,22 @@ class SlicedJson:
                 target.append(f"{encode(key)}:{encode(value)}")
         self._head = "{" + "".join(entry + "," for entry in before) + encode(LIST_KEY) + ":["
         self._tail = "]" + "".join("," + entry for entry in after) + "}"
+        # the first item, encoded ahead: what each is counted for (see SlicedPayload)
+        first = encode(items[0])
+        self._parts: list[str] = [first]
+        self._done = 1
+        self.estimate_bytes = (len(self._head) + len(self._tail)
+                               + (per_item_bytes(len(first), items[0]) + 1) * len(items))
 
     def step(self) -> str | None:
         items = self._items
-        end = min(self._done + SLICE_ITEMS, len(items))
+        end = min((self._done // SLICE_ITEMS + 1) * SLICE_ITEMS, len(items))
         encode = JSON.encode_text
         self._parts.extend(encode(item) for item in items[self._done:end])
         self._done = end
         if end < len(items):
             return None
+        self._items = []
         return self._head + ",".join(self._parts) + self._tail
 
 

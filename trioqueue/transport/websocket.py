@@ -225,7 +225,7 @@ class WsConnection:
                 # not one 15-30 ms hold of the loop.
                 while (whole := message.step()) is None:
                     await give_way()
-                self.session.sending(len(whole))
+                self.session.sending(len(whole) - message.estimate_bytes)
                 message = whole
             await self.ws.send_message(message)
         if self.session.overflowed and not self.session.outbox_pending:
