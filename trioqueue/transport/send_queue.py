@@ -98,8 +98,8 @@ def _small(part: Chunk | SlicedFrame) -> bool:
 
 
 class SendQueue:
-    """The queue, its size in bytes (a long reply's counted as its slices are encoded)
-    and its head."""
+    """The queue, its size in bytes (a long reply's whole from the start: its estimate,
+    then its bytes as its slices are encoded; see :class:`SlicedFrame`) and its head."""
 
     __slots__ = ("chunks", "bytes", "head")
 

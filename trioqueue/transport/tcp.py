@@ -271,10 +271,10 @@ class TcpConnection:
                     if not self._pending.chunks:
                         break
                 data = self._pending.next_chunk()
-                # A long reply's slices count in the broker-wide budget as they are
-                # encoded, before the send (which waits for as long as the client does
-                # not read). Not against max_write_queue_bytes: one reply larger than
-                # that, to a client that reads it, is not an overflow.
+                # A long reply's slices replace its estimate in the broker-wide budget
+                # as they are encoded, before the send (which waits for as long as the
+                # client does not read). Not against max_write_queue_bytes: one reply
+                # larger than that, to a client that reads it, is not an overflow.
                 if data is None:  # a slice of a long reply encoded: others run now
                     self._charge_replies()
                     await give_way()
