@@ -5,6 +5,7 @@ meanwhile."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -96,7 +97,9 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
     queue.push(SlicedFrame(CBOR, reply))
     queue.push(b"last")
     head = queue.bytes - len(b"first") - len(b"last")
-    assert 0 < head < 16  # the long one: what is encoded of it, its head so far
+    # the long one, counted whole before it is encoded: its jobs' maps cost more than
+    # their bytes here, and are counted so
+    assert head >= len(encode_frames(CBOR, [reply]))
     sent = []
     while queue.chunks:
         chunk = queue.next_chunk()
@@ -110,19 +113,31 @@ def test_what_queues_behind_a_long_reply_goes_after_it() -> None:
     assert queue.bytes == 0
 
 
-def test_a_long_reply_is_counted_as_its_slices_are_encoded() -> None:
+def test_a_long_reply_is_counted_whole_before_it_is_encoded() -> None:
     """A client that reads nothing never takes the first piece of a long reply: its
-    bytes must count while it is encoded, not once it is whole or given."""
-    reply = {"jobs": [{"i": "x" * 100} for i in range(3 * reply_slices.SLICE_ITEMS)]}
+    bytes must count from the moment it is queued, before the sender encodes it (which
+    it does only when it comes to it), not once it is whole or given. Until then each
+    job is counted as the first one encoded, then exactly."""
+    reply = {"jobs": [{"i": "x" * 1000} for i in range(3 * reply_slices.SLICE_ITEMS)]}
     frame = encode_frames(CBOR, [reply])
     queue = SendQueue()
     queue.push(SlicedFrame(CBOR, reply))
     counted = [queue.bytes]
     while (first := queue.next_chunk()) is None:
         counted.append(queue.bytes)
-    assert len(counted) == 3 and counted[0] < counted[1] < counted[2]
-    assert counted[2] > 2 * len(frame) // 3 - 100  # two slices of three, counted
+    assert len(counted) == 3
+    assert all(len(frame) - 16 <= c <= len(frame) + 16 for c in counted)
     assert queue.bytes + len(first) == len(frame)  # whole: exactly what is left to give
+
+
+def test_a_long_reply_is_counted_at_least_as_its_jobs_maps() -> None:
+    """Jobs with little data hold more memory as maps than as encoded bytes: a long
+    reply not yet encoded is counted for what its maps hold."""
+    reply = {"jobs": [{str(k): k for k in range(40)} for _ in range(3 * reply_slices.SLICE_ITEMS)]}
+    queue = SendQueue()
+    queue.push(SlicedFrame(CBOR, reply))
+    assert queue.bytes >= sum(map(sys.getsizeof, reply["jobs"]))
+    assert queue.bytes > len(encode_frames(CBOR, [reply]))
 
 
 def test_a_long_frame_begun_on_the_wire_is_finished_when_the_unsent_are_dropped() -> None:

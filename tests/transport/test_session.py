@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from trioqueue.config import Config
-from trioqueue.transport.codec import DecodeError
+from trioqueue.transport.codec import CBOR, JSON, DecodeError
 from trioqueue.transport.session import SENT, Session
+from trioqueue.transport.websocket import WsConnection
 
 
 class _Host:
@@ -43,3 +44,23 @@ async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None
     assert answers[2]["error"] == "Unknown command: NoSuch"
     assert all(a["ok"] is False for a in answers[::4])
 
+
+
+def test_a_long_reply_left_to_the_sender_counts_whole_at_once() -> None:
+    """A WebSocket session leaves a long reply (a listing of 250 jobs) for its sender
+    task to encode a slice per pass. A client that reads nothing holds up that task
+    (it waits to send the reply before), so the reply must count against the
+    broker-wide bound the moment the session is handed it, not once it is encoded:
+    before, a listing behind a stuck send counted nothing."""
+    reported: list[int] = []
+    session = Session(_Host(), encode=WsConnection._encode,
+                      encode_later=WsConnection._encode_later,
+                      on_outbox_bytes=reported.append)
+    reply = {"ok": True, "jobs": [{"id": str(i), "data": "z" * 1000} for i in range(250)]}
+    for codec in (JSON, CBOR):
+        reported.clear()
+        session.send_frames([reply], tag=codec)
+        size = len(JSON.encode_text(reply)) if codec is JSON else len(CBOR.encode(reply))
+        assert reported and size * 0.95 <= reported[-1] <= size * 1.1  # (an estimate)
+        session.drop_unsent()
+        session.overflowed = False

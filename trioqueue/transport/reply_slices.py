@@ -21,12 +21,13 @@ items, so the parts encoded one by one and joined are the same payload
 from __future__ import annotations
 
 import struct
+import sys
 from collections import deque
 from typing import Any
 
 from .codec import CBOR, JSON, Codec
 from .datamodel import ABSENT
-from .framing import frame_header
+from .framing import HEADER_SIZE, frame_header
 
 # A reply whose ``jobs`` list is longer than this is encoded in slices (below it the
 # whole reply takes at most a few milliseconds).
@@ -72,18 +73,30 @@ def array_header(codec: Codec, n: int) -> bytes:
     return _cbor_head(4, n) if codec is CBOR else _msgpack_head(0x90, 0xDC, n)
 
 
+def per_item_bytes(encoded_len: int, item: Any) -> int:
+    """What an item of a long list not encoded yet is counted for, from the first one:
+    its encoded length, or its map's own size where that is more (a job with little
+    data holds more memory as a map than as bytes)."""
+    return max(encoded_len, sys.getsizeof(item))
+
+
 class SlicedPayload:
     """One long reply on its way to bytes: :meth:`step` encodes a slice, and returns
     the whole payload once the last one is done (None before). A WebSocket binary
-    message carries the payload as it is."""
+    message carries the payload as it is.
 
-    __slots__ = ("_codec", "_items", "_done", "_parts", "_rest")
+    ``estimate_bytes`` is what it is counted for before it is encoded (the budget of
+    unsent replies sees it whole from the moment a connection is handed it): the
+    first item is encoded at once, and every item counted as it (:func:`per_item_bytes`).
+    """
+
+    __slots__ = ("_codec", "_items", "_done", "_parts", "_rest", "_first", "_per_item",
+                 "estimate_bytes")
 
     def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
         self._codec = codec
         items: list[Any] = reply[LIST_KEY]
         self._items = items
-        self._done = 0
         # The map's header, and every entry before the list's, with its key and header.
         encode = codec.encode
         entries = [(k, v) for k, v in reply.items() if v is not ABSENT]  # (encode's rule)
@@ -99,13 +112,23 @@ class SlicedPayload:
                 seen_list = True
             else:
                 target.append(encode(value))
+        # the first item, encoded ahead (it begins the first slice)
+        self._first = encode(items[0])
+        self._done = 1
+        self._per_item = per_item_bytes(len(self._first), items[0])
+        self.estimate_bytes = (sum(map(len, parts)) + sum(map(len, self._rest))
+                               + self._per_item * len(items))
 
     def _encode_slice(self) -> list[bytes]:
-        """The next :data:`SLICE_ITEMS` items, encoded."""
+        """The next :data:`SLICE_ITEMS` items, encoded (the first slice with the item
+        encoded ahead)."""
         items = self._items
-        end = min(self._done + SLICE_ITEMS, len(items))
+        end = min((self._done // SLICE_ITEMS + 1) * SLICE_ITEMS, len(items))
         encode = self._codec.encode
         encoded = [encode(item) for item in items[self._done:end]]
+        if self._first:
+            encoded.insert(0, self._first)
+            self._first = b""
         self._done = end
         return encoded
 
@@ -113,6 +136,7 @@ class SlicedPayload:
         self._parts.extend(self._encode_slice())
         if self._done < len(self._items):
             return None
+        self._items = []  # encoded: the items are not needed any more
         return b"".join(self._parts + self._rest)
 
 
@@ -126,18 +150,30 @@ class SlicedFrame(SlicedPayload):
     jobs is one buffer of about 800 KB, copied twice more (the join, then the header
     in front), and sent in one system call; at a million jobs in the broker those
     copies and that send took 1-11 ms of the final step (fresh heap pages, the
-    kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth.
+    kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth. The
+    first piece is made with room for the header, written once the length is known,
+    and the last with the entries after the list: no piece is copied again.
+
+    ``unsent_bytes`` is what the frame will hold until it is on the wire, known from
+    the start: the bytes encoded and not yet given, and for each job not encoded yet
+    the estimate (``estimate_bytes``), so that the broker-wide reply budget sees a long
+    reply whole the moment a connection is handed it, not as a client that reads
+    nothing lets it be encoded. The jobs are let go once encoded, each piece once given.
     """
 
-    __slots__ = ("_pieces", "unsent_bytes")
+    __slots__ = ("_pieces", "unsent_bytes", "_head", "_tail", "_lead", "_slices")
 
     def __init__(self, codec: Codec, reply: dict[str, Any]) -> None:
         super().__init__(codec, reply)
-        self._parts = [b"".join(self._parts)]  # the head: then one part per slice
-        self._pieces: deque[bytes] | None = None  # once encoded, what is still to give
-        # The bytes encoded and not yet given, counted as each slice is encoded: a
-        # client that reads nothing must not hold an uncounted frame of any size.
-        self.unsent_bytes = len(self._parts[0]) + sum(map(len, self._rest))
+        self._head = b"".join(self._parts)  # the map's head, up to the list's items
+        self._tail = b"".join(self._rest)  # the entries after the list
+        self._parts = self._rest = []  # (the slices below, instead)
+        # the first slice encoded (its header written at the end), then the others
+        self._lead: bytearray | None = None
+        self._slices: list[bytes] = []
+        self._pieces: deque[bytes | memoryview] | None = None  # once encoded, what is still to give
+        # (the first job too: each job counts the estimate until its slice is encoded)
+        self.unsent_bytes = HEADER_SIZE + self.estimate_bytes
 
     @property
     def begun(self) -> bool:
@@ -149,20 +185,47 @@ class SlicedFrame(SlicedPayload):
         """Whether every piece has been given."""
         return self._pieces is not None and not self._pieces
 
+    @property
+    def slice_ahead_bytes(self) -> int:
+        """What the next slice's jobs are counted for (0 once the frame is whole): while
+        the slice is made, its jobs' encodings and the joined slice are both held."""
+        if self._pieces is not None:
+            return 0
+        return self._per_item * (min(len(self._items), self._done - bool(self._first)
+                                     + SLICE_ITEMS) - self._done + bool(self._first))
+
     def encode_slice(self) -> bool:
         """Encode the next slice (none once all are); True when the frame is whole."""
         if self._pieces is not None:
             return True
-        part = b"".join(self._encode_slice())
-        self._parts.append(part)
-        self.unsent_bytes += len(part)
-        if self._done < len(self._items):
+        counted = self._per_item * (bool(self._first) - self._done)
+        encoded = self._encode_slice()
+        counted += self._per_item * self._done
+        lead = self._lead
+        if lead is None:  # room for the frame's header, then the map's head
+            encoded[:0] = (bytes(HEADER_SIZE), self._head)
+            counted += HEADER_SIZE + len(self._head)
+        whole = self._done >= len(self._items)
+        if whole:
+            encoded.append(self._tail)
+            counted += len(self._tail)
+        if lead is None:
+            lead = self._lead = bytearray().join(encoded)
+            self.unsent_bytes += len(lead) - counted
+        else:
+            part = b"".join(encoded)
+            self._slices.append(part)
+            self.unsent_bytes += len(part) - counted
+        del encoded
+        if not whole:
             return False
-        pieces = self._pieces = self._frame_pieces()
-        self.unsent_bytes = sum(map(len, pieces))
+        lead[:HEADER_SIZE] = frame_header(self.unsent_bytes - HEADER_SIZE)
+        self._pieces = deque((memoryview(lead), *self._slices))
+        # encoded: the jobs are not needed any more, each piece once given
+        self._lead, self._slices, self._items = None, [], []
         return True
 
-    def step(self) -> bytes | None:
+    def step(self) -> bytes | memoryview | None:  # type: ignore[override]
         if self._pieces is None and not self.encode_slice():
             return None
         pieces = self._pieces
@@ -170,14 +233,6 @@ class SlicedFrame(SlicedPayload):
         piece = pieces.popleft()
         self.unsent_bytes -= len(piece)
         return piece
-
-    def _frame_pieces(self) -> deque[bytes]:
-        head, *slices = self._parts
-        rest = b"".join(self._rest)
-        size = len(head) + sum(map(len, slices)) + len(rest)
-        slices[0] = b"".join((frame_header(size), head, slices[0]))
-        slices[-1] += rest
-        return deque(slices)
 
 
 class SlicedJson:
@@ -190,14 +245,12 @@ class SlicedJson:
     as the whole reply would have been.
     """
 
-    __slots__ = ("_items", "_done", "_parts", "_head", "_tail")
+    __slots__ = ("_items", "_done", "_parts", "_head", "_tail", "estimate_bytes")
 
     def __init__(self, reply: dict[str, Any]) -> None:
         encode = JSON.encode_text
         items: list[Any] = reply[LIST_KEY]
         self._items = items
-        self._done = 0
-        self._parts: list[str] = []
         before: list[str] = []
         after: list[str] = []
         target = before
@@ -208,15 +261,22 @@ class SlicedJson:
                 target.append(f"{encode(key)}:{encode(value)}")
         self._head = "{" + "".join(entry + "," for entry in before) + encode(LIST_KEY) + ":["
         self._tail = "]" + "".join("," + entry for entry in after) + "}"
+        # the first item, encoded ahead: what each is counted for (see SlicedPayload)
+        first = encode(items[0])
+        self._parts: list[str] = [first]
+        self._done = 1
+        self.estimate_bytes = (len(self._head) + len(self._tail)
+                               + (per_item_bytes(len(first), items[0]) + 1) * len(items))
 
     def step(self) -> str | None:
         items = self._items
-        end = min(self._done + SLICE_ITEMS, len(items))
+        end = min((self._done // SLICE_ITEMS + 1) * SLICE_ITEMS, len(items))
         encode = JSON.encode_text
         self._parts.extend(encode(item) for item in items[self._done:end])
         self._done = end
         if end < len(items):
             return None
+        self._items = []
         return self._head + ",".join(self._parts) + self._tail
 
 

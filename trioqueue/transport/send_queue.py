@@ -98,8 +98,8 @@ def _small(part: Chunk | SlicedFrame) -> bool:
 
 
 class SendQueue:
-    """The queue, its size in bytes (a long reply's counted as its slices are encoded)
-    and its head."""
+    """The queue, its size in bytes (a long reply's whole from the start: its estimate,
+    then its bytes as its slices are encoded; see :class:`SlicedFrame`) and its head."""
 
     __slots__ = ("chunks", "bytes", "head")
 
@@ -144,13 +144,11 @@ class SendQueue:
         self.bytes -= len(data)
         return data
 
-    def encode_slice(self, frame: SlicedFrame) -> bool:
-        """Encode a slice more of ``frame``, a long reply already queued, counted at once;
-        True when it is whole (see :meth:`SlicedFrame.encode_slice`)."""
-        before = frame.unsent_bytes
-        whole = frame.encode_slice()
-        self.bytes += frame.unsent_bytes - before
-        return whole
+    def slice_ahead_bytes(self) -> int:
+        """What :meth:`next_chunk` holds beyond :attr:`bytes` while it makes a slice of
+        the long reply in front (0: it makes none)."""
+        first = self.chunks[0] if self.chunks else None
+        return first.slice_ahead_bytes if isinstance(first, SlicedFrame) else 0
 
     def drop_unsent(self) -> None:
         """Forget the queued replies but the end of a frame already begun on the wire."""

@@ -195,9 +195,13 @@ class Session:
             if self.overflowed:
                 break  # closing (or cut): nothing more is queued behind the notice
             if later is not None and not self._outbox and is_long(reply):
-                # Nothing waits before it: so a client that reads nothing gets nothing
-                # encoded lazily, and its unsent bytes stay bounded (as on TCP).
-                self._outbox.append(later(tag, reply))
+                # Nothing waits before it: encoded by the sender when it comes to it,
+                # counted whole (its estimate) from now, as on TCP; not against
+                # max_write_queue_bytes (one large reply to a reader is no overflow).
+                sliced = later(tag, reply)
+                self._outbox.append(sliced)
+                self._outbox_bytes += sliced.estimate_bytes
+                self._report_outbox()
                 continue
             message = encode(tag, reply)
             self._outbox.append(message)
@@ -216,8 +220,9 @@ class Session:
         self._wake.set()
 
     def sending(self, nbytes: int) -> None:
-        """The sender encoded ``nbytes`` more it is sending (a long reply, once whole):
-        they count against the broker-wide bound until the send is done."""
+        """What the sender is sending changed by ``nbytes`` (a long reply, once whole:
+        its bytes for its estimate): counted against the broker-wide bound until the
+        send is done."""
         self._sending_bytes += nbytes
         self._report_outbox()
 

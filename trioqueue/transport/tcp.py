@@ -84,6 +84,7 @@ class TcpConnection:
         self._reader = DirectReader(self._fd, RECEIVE_BYTES)
         self._closing = False  # a last frame is going out (or none): then the close
         self._abort = False  # close with a reset (cut while the client was not reading)
+        self._cut = False  # a broker-wide budget cut it
         self._scope = trio.CancelScope()
         self.session = Session(broker, send_now=self._send_now)
         self.codec: Codec | None = None
@@ -159,27 +160,23 @@ class TcpConnection:
         return KEPT
 
     def _queue_each(self, replies: list[dict[str, Any]]) -> str:
-        """Queue ``replies`` behind what waits, encoded now and counted as they are: a
-        reply at a time, a long one a slice at a time (:class:`SlicedFrame`, its slices
-        kept as they are, never joined), so that a client that reads nothing is cut
-        once what it holds passes a bound, not after a whole batch of large replies
-        (50 listings of 5 MB each) was encoded for it."""
+        """Queue ``replies`` behind what waits, counted as they are queued, one at a
+        time: a short reply encoded now, a long one left for the sender to encode when
+        it comes to it (:class:`SlicedFrame`, counted whole from the start), so that a
+        client that reads nothing is cut once what it holds passes a bound, not after
+        a whole batch of large replies (50 listings of 5 MB each) was encoded for it,
+        and a listing it will never read is never encoded."""
         codec = self._codec()
-        pending = self._pending
         for reply in replies:
             if self._closing:
                 break  # cut or overflowed: the rest would be dropped anyway
             if LIST_KEY in reply and is_long(reply):
-                frame = SlicedFrame(codec, reply)
-                pending.push(frame)
-                while not self._closing and not pending.encode_slice(frame):
-                    self._bound_pending()
-                self._bound_pending()
+                self._queue(SlicedFrame(codec, reply))
             else:
                 self._queue(*frame_parts(codec, (reply,)))
         return KEPT
 
-    def _queue(self, *chunks: bytes | memoryview) -> str:
+    def _queue(self, *chunks: bytes | memoryview | SlicedFrame) -> str:
         if self._closing:
             return KEPT  # closing: nothing more is queued behind the last frame
         for data in chunks:
@@ -224,7 +221,7 @@ class TcpConnection:
             self._pending.push(data)
         self._charge_replies()
         if not self._pending.chunks and not self._flushing:
-            self._scope.cancel()
+            self._end()
             return
         deadline = trio.current_time() + self._limits.overflow_notice_s
         self._scope.deadline = min(self._scope.deadline, deadline)
@@ -237,8 +234,9 @@ class TcpConnection:
         the kernel drops what it buffered too (a FIN would wait behind that data). One
         that is reading, or only sending, gets a notice and a normal close.
         """
-        if self._scope.cancel_called:
+        if self._cut:
             return
+        self._cut = True
         self._abort = bool(self._pending.chunks) or self._flushing
         if not self._abort:  # the wire is between frames
             notice = {"ok": False, "error": f"Connection cut: the broker's {budget} "
@@ -249,18 +247,34 @@ class TcpConnection:
         # already stopped counting them.
         self._pending.clear()
         unmap_soon(self.decoder.discard())
-        self._scope.cancel()
+        self._end()
+
+    def _end(self) -> None:
+        """End the connection: its scope is cancelled by trio's run loop, at once, not
+        here. A budget cuts a connection, and an overflow closes it, from inside the
+        step that handed it (or another connection) replies; trio raises the Cancelled
+        of a task parked elsewhere in the stack of whoever cancels it, and that
+        exception's traceback then held every frame of this stack, the step's replies
+        among them, until a pass of the cyclic GC: ten clients' listings piled up."""
+        self._scope.deadline = -math.inf
 
     async def _send(self, replies: list[tuple[Any, dict[str, Any]]]) -> None:
         # TCP replies never wait in the session's outbox: _send_now took them all.
         self._flushing = True
         try:
             while self._pending.chunks:
+                if ahead := self._pending.slice_ahead_bytes():
+                    # a slice of a long reply is made next: its jobs' encodings and the
+                    # joined slice are both held meanwhile, so the budget sees both (and
+                    # may cut this connection, which then has nothing left to send)
+                    self._shell.replies.set(self, self._pending.bytes + self._sending + ahead)
+                    if not self._pending.chunks:
+                        break
                 data = self._pending.next_chunk()
-                # A long reply's slices count in the broker-wide budget as they are
-                # encoded, before the send (which waits for as long as the client does
-                # not read). Not against max_write_queue_bytes: one reply larger than
-                # that, to a client that reads it, is not an overflow.
+                # A long reply's slices replace its estimate in the broker-wide budget
+                # as they are encoded, before the send (which waits for as long as the
+                # client does not read). Not against max_write_queue_bytes: one reply
+                # larger than that, to a client that reads it, is not an overflow.
                 if data is None:  # a slice of a long reply encoded: others run now
                     self._charge_replies()
                     await give_way()
@@ -403,7 +417,7 @@ class TcpConnection:
         """Serve the frames of one read; keep the partial frame's clock and charge."""
         decoder = self.decoder
         self._charge_partial()
-        if self._scope.cancel_called:
+        if self._cut:
             return  # cut by the budget: nothing more of this connection is served
         self._clock_partial(bool(payloads), now)
         if payloads:

@@ -177,7 +177,11 @@ class WsConnection:
             self._close_with = (code, reason)
             default = self._limits.ws_close_timeout_s
             self._close_grace_s = default if grace_s is None else grace_s
-        self._scope.cancel()
+        # Cancelled by trio's run loop, at once, not in this stack: a budget cuts from
+        # inside a queue's step, and a Cancelled raised here for a task parked
+        # elsewhere would hold the step's frames, its replies among them, until a pass
+        # of the cyclic GC (see TcpConnection._end).
+        self._scope.deadline = -math.inf
 
     # ------------------------------------------------------------------ clocks
 
@@ -221,7 +225,7 @@ class WsConnection:
                 # not one 15-30 ms hold of the loop.
                 while (whole := message.step()) is None:
                     await give_way()
-                self.session.sending(len(whole))
+                self.session.sending(len(whole) - message.estimate_bytes)
                 message = whole
             await self.ws.send_message(message)
         if self.session.overflowed and not self.session.outbox_pending:
