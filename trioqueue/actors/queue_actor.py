@@ -38,6 +38,7 @@ from ..core.errors import INTERNAL_ERROR, Refused
 from ..core.handlers import Ctx
 from ..core.queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
 from ..core.queue.finished import FinishedView, NeedData
+from ..core.queue.room import UNLIMITED
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .clock import PauseWatch
@@ -470,3 +471,7 @@ class QueueActor(StoreReads):
         # due): a subscriber never hears of a change a kill -9 could still undo.
         if q.events:
             self._events.publish(q.take_events())
+        # The step's admission goes with it: it remembers the last request it was
+        # asked about, which must not keep that request's connection alive while the
+        # queue idles (the next step measures afresh anyway).
+        q.room = UNLIMITED
