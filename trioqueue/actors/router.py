@@ -472,7 +472,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         """In a cluster: whether ``job_id`` was a live job of this broker when the batch
         was looked up (so it was not looked up), and its queue was handed over since:
         where it is now, only a new look-up can tell."""
-        return self.cluster is not None and (found is None or job_id not in found)
+        return (self.cluster is not None and self._finished_queues is not None
+                and (found is None or job_id not in found))
 
     def _broker(self, command: Command, req: Request,
                 remote: dict[str, list[Request]] | None) -> None:
