@@ -176,10 +176,13 @@ class ClusterMember:
         with trio.move_on_after(self.config.shutdown_grace_s):
             while not actor.quiet:
                 await trio.sleep(0.005)  # (a poll, as settle's: the actor has no signal)
-            actor.retire()
-            await self.writer.commit()
-            return True
-        return False
+        if not actor.quiet:
+            return False
+        # (past this point the handover goes on: a retired actor kept as the queue's
+        # would leave every command sent to it unanswered)
+        actor.retire()
+        await self.writer.commit()
+        return True
 
     def _forget_queue(self, name: str) -> None:
         """In a cluster, after queue ``name`` was handed over: its actor, its jobs in

@@ -244,6 +244,17 @@ class Cluster:
         return (lease is not None and lease.owner is not None
                 and lease.owner != self.broker_id and lease.owner in self.live)
 
+    def moving(self, queue: str) -> bool:
+        """Whether ``queue`` is being handed over now: its actor may be retired already,
+        while this broker still holds the lease, until :meth:`moved`."""
+        return queue in self._moving
+
+    async def moved(self) -> None:
+        """Wait until the handovers in progress now are done (their leases released,
+        or kept when the queue was too busy to retire)."""
+        for event in list(self._moving.values()):
+            await event.wait()
+
     def route(self, queue: str) -> str | None:
         """None: this broker serves ``queue`` (it owns it, or :meth:`prepare` claims
         it); else the address of the broker that does."""

@@ -97,6 +97,9 @@ class QueueActor(StoreReads):
         # it; Broker.settle waits for this to reach zero.
         self.batches_in_flight = 0
         self._scope = trio.CancelScope()  # cancelled by retire()
+        # Set by retire(): nothing takes from the inbox any more (the router answers
+        # what it would have sent, see Router.send).
+        self.retired = False
 
     # ------------------------------------------------------------------ supervision
 
@@ -129,6 +132,7 @@ class QueueActor(StoreReads):
         ends. Called only when :attr:`quiet`: nothing the queue accepted is left
         unapplied, and what it applied was submitted to the writer."""
         q = self.state
+        self.retired = True
         self._answer_waiters(q.expire_waits(1 << 62))  # (every waiter has a deadline)
         self._finish_batch()
         self._scope.cancel()

@@ -49,6 +49,7 @@ from .cluster_routes import (
     ClaimIds,
     ClusterRouting,
     Forward,
+    Moving,
     claims_wanted,
     flow_address,
     from_peer,
@@ -277,6 +278,16 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             timer.time(routed)
         if self.tracing is not None:
             self.tracing.take(routed, self)
+        while routed:
+            routed = await self._route(routed)
+
+    async def _route(self, routed: list[tuple[Command, Request]]
+                     ) -> list[tuple[Command, Request]]:
+        """Route a batch: look up the ids no live job here has, have the cluster claim
+        the queues this broker should serve, claim the new custom ids, then send each
+        request to its queue or its broker. Returns the requests to route again (a
+        cluster): those whose queue this broker handed over while the batch waited,
+        once that handover is done."""
         found = None
         if self._finished_queues is not None:
             found = await self._look_up_finished(routed, self._finished_queues)
@@ -292,9 +303,12 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             claims = None
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
+        again: list[tuple[Command, Request]] = []
         for command, req in routed:
             try:
                 self._resolve(command, req, groups, found, remote, claims)
+            except Moving:
+                again.append((command, req))
             except Refused as exc:
                 req.error(exc.message)
         if claims:
@@ -305,9 +319,19 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 self._forward(address, reqs)
         for name, reqs in groups.items():
             await self.send(name, reqs)
+        if again:
+            assert self.cluster is not None  # (only a cluster's queues move)
+            await self.cluster.moved()
+        return again
 
     async def send(self, name: str, reqs: list[Request]) -> None:
         actor = self.actors[name]
+        if actor.retired:
+            # (a cluster's queue handed over after these were routed to it: nothing
+            # would ever answer them)
+            for req in reqs:
+                req.error(f"Queue {name} is moving between brokers; retry")
+            return
         if actor.run_inline(reqs):
             return
         actor.batches_in_flight += 1  # counted until the actor takes it (see Broker.settle)
@@ -397,6 +421,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             if address is not None:
                 remote.setdefault(address, []).append(req)
                 return
+            if self.cluster.moving(name):  # (its actor may be retired already)
+                raise Moving(name)
         self.actor(name)
         groups.setdefault(name, []).append(req)
 
@@ -429,6 +455,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         # over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
         queue = self._queue_of(job_id, found)
+        if queue is None and self._forgotten(job_id, found):
+            raise Moving(job_id)
         if queue is None:
             if command.retained is not None:
                 retained = self.retained_result(job_id, self._now_ms())
@@ -439,6 +467,13 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             req.ok(command.missing(job_id))
             return
         self._group(queue, req, groups, remote)
+
+    def _forgotten(self, job_id: str, found: dict[str, str | None] | None) -> bool:
+        """In a cluster: whether ``job_id`` was a live job of this broker when the batch
+        was looked up (so it was not looked up), and its queue was handed over since:
+        where it is now, only a new look-up can tell."""
+        return (self.cluster is not None and self._finished_queues is not None
+                and (found is None or job_id not in found))
 
     def _broker(self, command: Command, req: Request,
                 remote: dict[str, list[Request]] | None) -> None:
@@ -482,12 +517,16 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             if queue is None and found is not None:  # (a cluster: another broker's)
                 queue = found.get(job_id)
             if queue is None:
+                if self._forgotten(job_id, found):
+                    raise Moving(job_id)
                 unknown.append(i)
             else:
                 by_queue.setdefault(queue, []).append(i)
         if self.cluster is not None and remote is not None:
             for queue in by_queue:  # (refused whole, before any part is routed)
-                remote_address(self.cluster, queue, req)
+                if remote_address(self.cluster, queue, req) is None and (
+                        self.cluster.moving(queue)):
+                    raise Moving(queue)  # (routed again whole, once it moved)
         if len(by_queue) == 1 and not unknown:
             self._group(next(iter(by_queue)), req, groups, remote)
             return
