@@ -121,6 +121,24 @@ def test_group_rate_window_and_the_wake_up_of_a_parked_pull() -> None:
             run(h, gh.set_group_rate_limit, groupId="a", max=bad, duration=1)
 
 
+def test_group_rate_limit_holds_in_every_window_not_only_fixed_ones() -> None:
+    """At most max claims in ANY duration: two at a window's end and two at the next
+    one's start would be four in a few ms (a fixed window lets that through)."""
+    h = Harness()
+    push_group(h, "a", 10)
+    run(h, gh.set_group_rate_limit, groupId="a", max=2, duration=1000)
+    starts: list[int] = []
+    for now in (NOW, NOW + 990, NOW + 995, NOW + 1000, NOW + 1001, NOW + 1500, NOW + 1990,
+                NOW + 2000, NOW + 2995, NOW + 3000):
+        ids, _ = h.pull(now, 1)
+        starts.extend([now] * len(ids))
+    assert starts, "nothing was claimed"
+    for at in starts:
+        inside = [t for t in starts if at - 1000 < t <= at]
+        assert len(inside) <= 2, (at, starts)
+    assert len(starts) >= 4  # (and it still lets jobs through, window after window)
+
+
 def test_rate_limit_group_holds_it_until_the_deadline() -> None:
     h = Harness()
     push_group(h, "a", 2)

@@ -25,9 +25,11 @@ checked at most once per change: amortised O(1), never a scan of the groups.
 
 Limits: a group's own (``SetGroupConcurrency``, ``SetGroupRateLimit``, stored with the
 queue) or else the queue's group defaults, which the pulls' ``group`` field sets
-(``{concurrency, limit: {max, duration}}``, stored when it changes). The rate limit is a
-fixed window of ``duration`` ms opened by the window's first claim (not durable: a
-restart opens a new one). ``RateLimitGroup`` holds the group until ``now + duration``.
+(``{concurrency, limit: {max, duration}}``, stored when it changes). The rate limit is
+the queue's rule (:class:`~.limits.RateLimit`): at most ``max`` claims in any
+``duration`` ms, the first window included, kept per group as the times of its recent
+claims (not durable: a restart starts with none). ``RateLimitGroup`` holds the group
+until ``now + duration``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Refused
 from ..job import QUEUED
+from .limits import RateLimit
 
 if TYPE_CHECKING:
     from ..job import JobRecord
@@ -84,8 +87,7 @@ class Group:
     pending: int = 0  # queued jobs of the group (waiting, prioritized, delayed)
     active: int = 0
     where: str = IDLE
-    window_start: int = 0  # the fixed rate window (not durable)
-    window_count: int = 0
+    starts: RateLimit | None = None  # its recent claims, while a rate limit applies
     held_until: int = 0  # RateLimitGroup's deadline
     timed_until: int = 0  # when a TIMED group may run again
     dead: bool = False  # forgotten (nothing queued, active or set): stale references
@@ -171,8 +173,8 @@ class Groups:
             job = self._pop_ready(q, g, now)
             if job is None:
                 continue
-            if self._rate(g) is not None:
-                g.window_count += 1
+            if g.starts is not None and self._rate(g) is not None:
+                g.starts.spend(1, now)
             if g.ready:
                 g.where = ROTATION
                 rotation.append(g)
@@ -243,12 +245,21 @@ class Groups:
             g.held_until = 0
         rate = self._rate(g)
         if rate is not None:
-            most, duration = rate
-            if now >= g.window_start + duration:
-                g.window_start, g.window_count = now, 0
-            elif g.window_count >= most:
-                return g.window_start + duration
+            wait = self._starts(g, rate, now).wait_ms(now)
+            if wait is None:  # (a limit of 0: looked at again a window later)
+                return now + rate[1]
+            if wait:
+                return now + wait
         return 0
+
+    @staticmethod
+    def _starts(g: Group, rate: tuple[int, int], now: int) -> RateLimit:
+        """The group's recent claims under ``rate``; a changed limit keeps them, so
+        setting it again opens no new burst."""
+        starts = g.starts
+        if starts is None or (starts.max, starts.duration) != rate:
+            starts = g.starts = RateLimit.new(rate[0], rate[1], None, now, before=starts)
+        return starts
 
     def rate_ttl(self, g: Group, now: int, max_jobs: int) -> int:
         """GetGroupRateLimitTtl: ms until ``max_jobs`` more may start; -2 with no limit."""
@@ -257,10 +268,8 @@ class Groups:
         rate = self._rate(g)
         if rate is None:
             return -2
-        most, duration = rate
-        if now >= g.window_start + duration or g.window_count + max_jobs <= most:
-            return 0
-        return g.window_start + duration - now
+        wait = self._starts(g, rate, now).wait_ms(now, max_jobs)
+        return rate[1] if wait is None else wait
 
     def reconsider(self) -> None:
         """A limit was raised or removed: the groups set aside by it may run now.
