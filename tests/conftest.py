@@ -199,6 +199,38 @@ async def three_brokers(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerClus
         yield cluster
 
 
+@pytest.fixture(scope="module")
+def module_pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator[str]:
+    """Like ``pg_dsn``, but one database for a whole test module (see
+    ``shared_three_brokers``), dropped after the module's last test."""
+    name = f"trioqueue_test_{uuid.uuid4().hex[:16]}"
+    dsn = postgres_server.create_database(name)
+    try:
+        yield dsn
+    finally:
+        if isinstance(postgres_server, pg.PostgresServer):
+            postgres_server.start()  # a test of the module may have stopped it
+        postgres_server.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def shared_three_brokers(tmp_path_factory: pytest.TempPathFactory, module_pg_dsn: str
+                         ) -> Iterator[BrokerCluster]:
+    """``three_brokers``, started once for a whole test module and shared by its tests:
+    only for tests that neither stop, kill nor pause a broker and that use queues and
+    job ids of their own (a test that needs a fresh cluster takes ``three_brokers``).
+
+    pytest-trio runs each test in a trio run of its own and allows async fixtures of one
+    test only, so the brokers are started and stopped by runs of their own here; a
+    broker process outlives the run that started it."""
+    cluster = BrokerCluster(module_pg_dsn, 3, tmp_path_factory.mktemp("cluster"))
+    trio.run(cluster.__aenter__)
+    try:
+        yield cluster
+    finally:
+        trio.run(cluster.stop)
+
+
 @pytest.fixture
 def restartable_postgres(postgres_server: pg.PostgresServer | pg.ExternalPostgres
                          ) -> Iterator[pg.PostgresServer]:

@@ -255,6 +255,10 @@ def closed_port() -> int:
 ATTEMPT = re.compile(r"\(attempt (\d+); retrying in ([\d.]+) s\)")
 
 
+# The backoff is the same anyio code on either backend: the trio run stays in the default
+# run, the asyncio one (seven real retries, as long again) is slow.
+@pytest.mark.parametrize("anyio_backend", [
+    "trio", pytest.param("asyncio", marks=pytest.mark.slow)], indirect=True)
 async def test_the_backoff_keeps_growing_past_the_first_connect_window(
         workdir: Path, anyio_backend: str) -> None:
     closed = closed_port()

@@ -18,21 +18,25 @@ from trioqueue.testing.cluster import (
 
 from .test_dependencies import tree
 
+# The tests share one cluster (``shared_three_brokers``): each uses queues and custom
+# ids of its own, and none stops, kills or pauses a broker.
 QUEUES = [f"q{i}" for i in range(8)]
+BATCH_QUEUES = [f"batch-q{i}" for i in range(8)]
 
 
-async def test_the_brokers_see_each_other(three_brokers: BrokerCluster) -> None:
-    clients = await connect_all(three_brokers)
+async def test_the_brokers_see_each_other(shared_three_brokers: BrokerCluster) -> None:
+    clients = await connect_all(shared_three_brokers)
     for i, client in enumerate(clients):
         status = await cluster_status(client)  # (connect_all waited for each view)
         assert status["brokerId"] == f"b{i}"
         assert [b["brokerId"] for b in status["live"]] == ["b0", "b1", "b2"]
-        assert status["live"][i]["address"] == f"127.0.0.1:{three_brokers[i].tcp_port}"
+        port = shared_three_brokers[i].tcp_port
+        assert status["live"][i]["address"] == f"127.0.0.1:{port}"
 
 
 async def test_push_through_one_pull_through_another_ack_through_the_third(
-        three_brokers: BrokerCluster) -> None:
-    a, b, c = await connect_all(three_brokers)
+        shared_three_brokers: BrokerCluster) -> None:
+    a, b, c = await connect_all(shared_three_brokers)
     pushed = {q: (await a.ok("PUSH", queue=q, name="n", data={"q": q}))["id"] for q in QUEUES}
     for q in QUEUES:
         job = (await b.ok("PULL", queue=q, timeout=0))["job"]
@@ -55,11 +59,11 @@ async def test_push_through_one_pull_through_another_ack_through_the_third(
 
 
 async def test_a_batch_of_ids_across_brokers_is_split_and_merged(
-        three_brokers: BrokerCluster) -> None:
-    a, b, _ = await connect_all(three_brokers)
-    ids = [(await a.ok("PUSH", queue=q, name="n", data=1))["id"] for q in QUEUES]
+        shared_three_brokers: BrokerCluster) -> None:
+    a, b, _ = await connect_all(shared_three_brokers)
+    ids = [(await a.ok("PUSH", queue=q, name="n", data=1))["id"] for q in BATCH_QUEUES]
     pulled = []
-    for q in QUEUES:
+    for q in BATCH_QUEUES:
         pulled.append((await b.ok("PULL", queue=q, timeout=0))["job"]["id"])
     assert sorted(pulled) == sorted(ids)
     await b.ok("ACKB", ids=pulled, results=[{"n": i} for i in range(len(pulled))])
@@ -67,11 +71,12 @@ async def test_a_batch_of_ids_across_brokers_is_split_and_merged(
         assert (await a.ok("GetResult", id=job_id))["result"] == {"n": i}
 
 
-async def test_a_flow_across_three_brokers_resolves(three_brokers: BrokerCluster) -> None:
+async def test_a_flow_across_three_brokers_resolves(
+        shared_three_brokers: BrokerCluster) -> None:
     """Parent served by b0, children by b1 and b2, the flow pushed through b1: admitted
     in one commit, found through every broker at once, and the parent resolves when the
     children complete on their brokers."""
-    a, b, c = await connect_all(three_brokers)
+    a, b, c = await connect_all(shared_three_brokers)
     parent_q, q1, q2 = (queue_served_by(owner, f"flow-{owner}-") for owner in ("b0", "b1", "b2"))
     reply = await b.ok("PUSHF", jobs=tree("p", {"k1": q1, "k2": q2}, parent_queue=parent_q))
     assert [(j["id"], j["state"]) for j in reply["data"]["jobs"]] == [
@@ -92,8 +97,8 @@ async def test_a_flow_across_three_brokers_resolves(three_brokers: BrokerCluster
 
 
 async def test_a_flow_whose_queues_one_other_broker_serves_is_forwarded_whole(
-        three_brokers: BrokerCluster) -> None:
-    a, _, _ = await connect_all(three_brokers)
+        shared_three_brokers: BrokerCluster) -> None:
+    a, _, _ = await connect_all(shared_three_brokers)
     parent_q, child_q = queue_served_by("b2", "whole-p"), queue_served_by("b2", "whole-c")
     await a.ok("PUSHF", jobs=tree("wp", {"wk": child_q}, parent_queue=parent_q))
     job = (await a.ok("PULL", queue=child_q, timeout=0))["job"]
@@ -104,10 +109,10 @@ async def test_a_flow_whose_queues_one_other_broker_serves_is_forwarded_whole(
 
 
 async def test_dependencies_and_custom_ids_reach_across_brokers(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """A parent served by b2 depends on a job b1 serves: it waits, and resolves when that
     job completes there; a custom id another broker's live job has is that job."""
-    a, b, c = await connect_all(three_brokers)
+    a, b, c = await connect_all(shared_three_brokers)
     dep_q, parent_q = queue_served_by("b1", "dep-"), queue_served_by("b2", "par-")
     dep = (await a.ok("PUSH", queue=dep_q, name="n", data=1, jobId="the-dep"))["id"]
     job = (await a.ok("PUSH", queue=parent_q, name="n", data=2, dependsOn=[dep]))["id"]
@@ -129,16 +134,16 @@ async def test_dependencies_and_custom_ids_reach_across_brokers(
 
 
 async def test_bunqueues_python_client_works_through_a_broker_that_serves_nothing(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """bunqueue's published client (0.1.5), connected to b2 only: its queue ("compat")
     served by b1, its flow's parent by b0 and children by b1 (the client's FlowProducer
     pushes the children first, then the parent with dependsOn, then UpdateParent per
     child)."""
     from .test_bunqueue_client import _flow_with_the_client, _produce_and_process
 
-    a, b, c = await connect_all(three_brokers)
+    a, b, c = await connect_all(shared_three_brokers)
     assert preferred_owner("compat", ["b0", "b1", "b2"]) == "b1"
-    port = three_brokers[2].tcp_port
+    port = shared_three_brokers[2].tcp_port
     with trio.fail_after(60):
         out = await trio.to_thread.run_sync(_produce_and_process, port, 10)
     assert out["finished"] and sorted(out["processed"]) == sorted(out["ids"])

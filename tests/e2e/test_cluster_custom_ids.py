@@ -18,6 +18,8 @@ from trioqueue.testing.cluster import BrokerCluster, connect_all, queue_served_b
 from trioqueue.testing.wire import RawClient
 
 IDS = 150  # custom ids raced per test
+# The tests that kill a broker start three of their own (``three_brokers``); the others
+# share the module's (``shared_three_brokers``), each with queues and ids of its own.
 
 
 async def _push_all(client: RawClient, queue: str, ids: list[str]) -> list[dict[str, Any]]:
@@ -50,10 +52,10 @@ async def _held(client: RawClient, queue: str) -> set[str]:
 
 
 async def test_one_new_custom_id_raced_into_two_queues_is_admitted_once(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """Each id is acknowledged as a new job by one queue only: the two queues' jobs
     together are the ids, each once, and every broker says where each one is."""
-    a, b, c = await connect_all(three_brokers)
+    a, b, c = await connect_all(shared_three_brokers)
     qa, qb = queue_served_by("b0", "ra-"), queue_served_by("b1", "rb-")
     ids = [f"race-{i}" for i in range(IDS)]
     await _race(a, qa, b, qb, ids)
@@ -119,10 +121,10 @@ def _claims_left(dsn: str) -> int:
 
 
 async def test_pushb_custom_ids_raced_into_two_queues_are_admitted_once(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """The same custom ids in two PUSHBs, to two queues of two brokers at once: each id
     admitted by one queue, both batches answered with every id, no claim left over."""
-    a, b, _ = await connect_all(three_brokers)
+    a, b, _ = await connect_all(shared_three_brokers)
     qa, qb = queue_served_by("b0", "pa-"), queue_served_by("b1", "pb-")
     ids = [f"batch-{i}" for i in range(IDS)]
     replies: dict[str, dict[str, Any]] = {}
@@ -142,15 +144,15 @@ async def test_pushb_custom_ids_raced_into_two_queues_are_admitted_once(
                 for i in replies[f"{queue}{start}"]["ids"]] == ids
     in_a, in_b = await _held(a, qa), await _held(b, qb)
     assert not in_a & in_b and in_a | in_b == set(ids)
-    assert _claims_left(three_brokers.dsn) == 0
+    assert _claims_left(shared_three_brokers.dsn) == 0
 
 
 async def test_a_flows_ids_across_brokers_are_taken_until_its_jobs_are_adopted(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """A flow pushed through b1 with jobs for b0's and b2's queues: its ids are taken at
     once on every broker (a push of one elsewhere is the duplicate answer), a flow
     naming one of them is refused, and no claim outlives the adoption."""
-    a, b, c = await connect_all(three_brokers)
+    a, b, c = await connect_all(shared_three_brokers)
     parent_q, q1, q2 = (queue_served_by(owner, f"fc-{owner}-") for owner in ("b0", "b1", "b2"))
     other = queue_served_by("b0", "fc-other-")
     jobs = [{"id": "fp", "queue": parent_q,
@@ -166,5 +168,5 @@ async def test_a_flows_ids_across_brokers_are_taken_until_its_jobs_are_adopted(
     assert again["ok"] is False and "f2" in again["error"]
     assert (await c.ok("GetJob", id="f2"))["job"]["queue"] == q2
     with trio.fail_after(10):  # (each message's claim goes in its adopter's commit)
-        while _claims_left(three_brokers.dsn):
+        while _claims_left(shared_three_brokers.dsn):
             await trio.sleep(0.05)

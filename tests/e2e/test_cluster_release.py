@@ -18,6 +18,8 @@ from trioqueue.testing.cluster import BrokerCluster, connect_all, queue_served_b
 
 LOCK_TTL_MS = 60_000  # far longer than any test: a job back sooner was released
 BACK_WITHIN_S = 2.0
+# The test that kills a broker starts three of its own (``three_brokers``); the others
+# share the module's (``shared_three_brokers``), each with a queue of its own.
 
 
 async def _connect(three_brokers: BrokerCluster, index: int) -> RawClient:
@@ -53,13 +55,13 @@ async def _nothing_waiting(client: RawClient, queue: str) -> bool:
 
 
 async def test_a_client_that_closes_gives_back_what_it_pulled_through_another_broker(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """A worker on b0 pulls two jobs of b1's queue, then its connection closes: both
     are waiting again at once (pulled through b2), their attempts unchanged."""
-    other = (await connect_all(three_brokers))[2]
+    other = (await connect_all(shared_three_brokers))[2]
     queue = queue_served_by("b1", "release-")
     pushed = await _push(other, queue, 2)
-    worker = await _connect(three_brokers, 0)
+    worker = await _connect(shared_three_brokers, 0)
     held = [await _pull(worker, queue), await _pull(worker, queue)]
     assert sorted(j["id"] for j in held) == sorted(pushed)
     assert await _nothing_waiting(other, queue)  # (held, under a 60 s lock)
@@ -71,14 +73,15 @@ async def test_a_client_that_closes_gives_back_what_it_pulled_through_another_br
 
 
 async def test_one_client_closing_releases_only_its_own_jobs(
-        three_brokers: BrokerCluster) -> None:
+        shared_three_brokers: BrokerCluster) -> None:
     """Two workers on b0 pull from the same queue of b1 (one peer link carries both):
     the one that closes gives back its job alone; the other still acknowledges its
     own, and nothing else is waiting."""
-    other = (await connect_all(three_brokers))[2]
+    other = (await connect_all(shared_three_brokers))[2]
     queue = queue_served_by("b1", "two-clients-")
     await _push(other, queue, 2)
-    leaving, staying = await _connect(three_brokers, 0), await _connect(three_brokers, 0)
+    leaving = await _connect(shared_three_brokers, 0)
+    staying = await _connect(shared_three_brokers, 0)
     left_job, kept_job = await _pull(leaving, queue), await _pull(staying, queue)
 
     await leaving.aclose()
