@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -32,21 +31,6 @@ from trioqueue.testing.process import BrokerProcess
 MIB = 1024 * 1024
 
 
-def memory_bytes(broker: BrokerProcess, field: str) -> int:
-    assert broker.process is not None
-    with open(f"/proc/{broker.process.pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field}")
-
-
-async def connect(port: int, rcvbuf: int = 0) -> RawClient:
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    await sock.connect(("127.0.0.1", port))
-    return RawClient(trio.SocketStream(sock))
 
 
 async def round_trips(client: RawClient, n: int) -> tuple[list[float], list[float]]:
@@ -80,16 +64,16 @@ async def one_run(args: argparse.Namespace) -> None:
                                env=env)
         await broker.start()
         try:
-            healthy = await connect(broker.tcp_port)
-            probe = await connect(broker.tcp_port)
+            healthy = await RawClient.connect(broker.tcp_port)
+            probe = await RawClient.connect(broker.tcp_port)
             for _ in range(5):
                 await healthy.ok("PUSHB", queue="list", jobs=[
                     {"name": "n", "data": {"text": "z" * 20_000}} for _ in range(50)])
             listing = {"cmd": "GetJobs", "queue": "list", "limit": 250}
             await healthy.ok(**listing)
             alone_ping, alone_push = await round_trips(probe, 300)
-            before = memory_bytes(broker, "VmRSS")
-            hogs = [await connect(broker.tcp_port, rcvbuf=4096)
+            before = broker.memory_bytes("VmRSS")
+            hogs = [await RawClient.connect(broker.tcp_port, rcvbuf=4096)
                     for _ in range(args.clients)]
             during_ping: list[float] = []
             during_push: list[float] = []
@@ -114,7 +98,7 @@ async def one_run(args: argparse.Namespace) -> None:
                 for _ in range(20):  # what the clients still connected hold is encoded
                     await healthy.ok("Ping")
                 attacking = False
-            grown = memory_bytes(broker, "VmHWM") - before
+            grown = broker.memory_bytes("VmHWM") - before
             cut = sum(hog.peer_closed() for hog in hogs)
             print(f"bound {args.bound_mib} MiB, {args.clients} clients x {args.asks} "
                   f"listings x {args.rounds} rounds: grew {grown / MIB:.1f} MiB "

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -52,26 +51,6 @@ async def broker_process(tmp_path: Path, *flags: str) -> AsyncIterator[BrokerPro
         await broker.stop()
 
 
-def memory_bytes(broker: BrokerProcess, field: str) -> int:
-    """``VmRSS`` (now) or ``VmHWM`` (the peak so far) of the broker, in bytes."""
-    assert broker.process is not None
-    with open(f"/proc/{broker.process.pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} in /proc status")
-
-
-
-
-
-
-async def connect(port: int, rcvbuf: int = 0) -> RawClient:
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    await sock.connect(("127.0.0.1", port))
-    return RawClient(trio.SocketStream(sock))
 
 
 async def send_until_cut(client: RawClient, data: bytes) -> None:
@@ -91,10 +70,10 @@ async def test_half_sent_frames_are_bounded_broker_wide(tmp_path: Path) -> None:
     bound = 32 * MIB
     async with broker_process(tmp_path, "--max-frame-bytes", "16MiB",
                               "--max-partial-frame-total-bytes", "32MiB") as broker:
-        healthy = await connect(broker.tcp_port)
+        healthy = await RawClient.connect(broker.tcp_port)
         await healthy.ok("Ping")
-        before = memory_bytes(broker, "VmRSS")
-        hogs = [await connect(broker.tcp_port) for _ in range(8)]
+        before = broker.memory_bytes("VmRSS")
+        hogs = [await RawClient.connect(broker.tcp_port) for _ in range(8)]
         body = frame_header(16 * MIB) + b"x" * (15 * MIB)
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
@@ -102,7 +81,7 @@ async def test_half_sent_frames_are_bounded_broker_wide(tmp_path: Path) -> None:
                     nursery.start_soon(send_until_cut, hog, body)
         # At most two whole 15 MiB partial frames fit in 32 MiB: six or more are cut.
         await wait_until(lambda: sum(hog.peer_closed() for hog in hogs) >= 6, "six hogs to be cut")
-        grown = memory_bytes(broker, "VmHWM") - before
+        grown = broker.memory_bytes("VmHWM") - before
         assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
         with trio.fail_after(5):
             await healthy.ok("Ping")
@@ -120,17 +99,17 @@ async def test_unread_replies_are_bounded_broker_wide(tmp_path: Path) -> None:
     bound = 32 * MIB
     async with broker_process(tmp_path, "--max-write-queue-total-bytes", "32MiB",
                               "--idle-timeout-s", "0") as broker:
-        healthy = await connect(broker.tcp_port)
+        healthy = await RawClient.connect(broker.tcp_port)
         job = await healthy.ok("PUSH", queue="big", name="n", data="y" * 100_000)
         await healthy.ok("GetJob", id=job["id"])  # warm the path once
-        before = memory_bytes(broker, "VmRSS")
+        before = broker.memory_bytes("VmRSS")
         ask = healthy.frame({"cmd": "GetJob", "id": job["id"]}) * 200
-        hogs = [await connect(broker.tcp_port, rcvbuf=4096) for _ in range(6)]
+        hogs = [await RawClient.connect(broker.tcp_port, rcvbuf=4096) for _ in range(6)]
         for hog in hogs:
             await send_until_cut(hog, ask)
         # 120 MB asked for, at most 32 MiB kept: at least four are cut.
         await wait_until(lambda: sum(hog.peer_closed() for hog in hogs) >= 4, "four hogs to be cut")
-        grown = memory_bytes(broker, "VmHWM") - before
+        grown = broker.memory_bytes("VmHWM") - before
         assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
         with trio.fail_after(5):
             await healthy.ok("Ping")
@@ -149,17 +128,17 @@ async def test_long_unread_listings_are_bounded_broker_wide(tmp_path: Path, asks
     bound = 32 * MIB
     async with broker_process(tmp_path, "--max-write-queue-total-bytes", "32MiB",
                               "--idle-timeout-s", "0") as broker:
-        healthy = await connect(broker.tcp_port)
+        healthy = await RawClient.connect(broker.tcp_port)
         for _ in range(5):
             await healthy.ok("PUSHB", queue="list", jobs=[
                 {"name": "n", "data": {"text": "z" * 20_000}} for _ in range(50)])
         listing = {"cmd": "GetJobs", "queue": "list", "limit": 250}
         assert len((await healthy.ok(**listing))["jobs"]) == 250  # warm the path once
-        before = memory_bytes(broker, "VmRSS")
-        hogs = [await connect(broker.tcp_port, rcvbuf=4096) for _ in range(10)]
+        before = broker.memory_bytes("VmRSS")
+        hogs = [await RawClient.connect(broker.tcp_port, rcvbuf=4096) for _ in range(10)]
 
         def grown() -> int:
-            return memory_bytes(broker, "VmHWM") - before
+            return broker.memory_bytes("VmHWM") - before
 
         for _ in range(3):
             for hog in hogs:
@@ -202,7 +181,7 @@ def raise_fd_limit(need: int) -> Callable[[], None]:
 
 async def answers_ping(port: int) -> RawClient | None:
     """A new connection that answers a Ping, or None if the broker turned it away."""
-    client = await connect(port)
+    client = await RawClient.connect(port)
     try:
         reply = await client.call("Ping")
     except (EOFError, trio.BrokenResourceError):
@@ -223,7 +202,7 @@ async def test_max_connections_refuses_clearly_above_1024_descriptors(tmp_path: 
         try:
             with trio.fail_after(120):
                 for _ in range(LIMIT):
-                    clients.append(await connect(broker.tcp_port))
+                    clients.append(await RawClient.connect(broker.tcp_port))
                 for client in clients:  # all pipelined, then every answer
                     await client.send("Ping")
                 for client in clients:
@@ -232,7 +211,7 @@ async def test_max_connections_refuses_clearly_above_1024_descriptors(tmp_path: 
             fds = [int(fd) for fd in os.listdir(f"/proc/{broker.process.pid}/fd")]
             assert len(fds) > LIMIT and max(fds) > 1024
 
-            extra = await connect(broker.tcp_port)
+            extra = await RawClient.connect(broker.tcp_port)
             with trio.fail_after(5):
                 assert await extra.receive() == {
                     "ok": False, "error": f"Too many connections (max {LIMIT})"}

@@ -117,6 +117,16 @@ class BrokerProcess:
         self.process.send_signal(signal.SIGCONT)
         self._paused = False
 
+    def memory_bytes(self, field: str = "VmRSS") -> int:
+        """``VmRSS`` (now) or ``VmHWM`` (the peak so far) of the broker, in bytes, from
+        ``/proc/<pid>/status``."""
+        assert self.process is not None
+        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError(f"no {field} in /proc status")
+
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
             if self._paused:

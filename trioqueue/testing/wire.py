@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import socket
 from typing import Any
 
 import trio
@@ -29,8 +30,16 @@ class RawClient:
 
     @classmethod
     async def connect(cls, port: int, codec: str = "msgpack",
-                      host: str = "127.0.0.1") -> RawClient:
-        stream = await trio.open_tcp_stream(host, port)
+                      host: str = "127.0.0.1", rcvbuf: int = 0) -> RawClient:
+        """``rcvbuf``: a receive buffer this small (bytes), set before connecting, so a
+        client that does not read holds back the broker's replies sooner."""
+        if rcvbuf:
+            sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            await sock.connect((host, port))
+            stream = trio.SocketStream(sock)
+        else:
+            stream = await trio.open_tcp_stream(host, port)
         return cls(stream, CBOR if codec == "cbor" else MSGPACK)
 
     async def aclose(self) -> None:
