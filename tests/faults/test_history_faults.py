@@ -14,10 +14,8 @@ fault cycles); ``-m slow`` runs the full variants.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import trio
 
 from trioqueue.testing.history import History, check
 from trioqueue.testing.process import BrokerProcess
+from trioqueue.testing.small_disk import CannotMount, small_tmpfs
 from trioqueue.testing.store_check import check_lmdb_store
 from trioqueue.testing.workload import Workload, drain_and_read, running_ports
 
@@ -101,19 +100,11 @@ async def test_lmdb_kill_9_and_sigstop_under_load_full(tmp_path: Path) -> None:
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MiB tmpfs mounted for this test (a disk that fills), unmounted after it;
     skipped, saying why, where mounting is not permitted."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs",
-                           str(mount_point)], capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
-        yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], timeout=30).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], timeout=30)
+        with small_tmpfs(tmp_path / "disk", 16 * 1024 * 1024) as mount_point:
+            yield mount_point
+    except CannotMount as exc:
+        pytest.skip(str(exc))
 
 
 async def full_store_while_draining(data: Path, *extra_args: str, load_s: float, seed: int
