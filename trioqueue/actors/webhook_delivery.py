@@ -26,6 +26,14 @@ name cannot resolve to a public address for the check and a private one for the
 connection. A refused address fails the delivery at once (no retry). With
 ``webhook_allow_private`` (development) neither check is made.
 
+A delivery never stops the broker. The URL is parsed as AddWebhook parsed it
+(:func:`~trioqueue.core.webhook_urls.delivery_url`), once per webhook task; a URL
+stored before AddWebhook refused what this parser refuses makes each of that webhook's
+events a failure, said once in the log. Any error of an attempt other than the
+transport's fails that delivery (counted, not retried), and an error escaping a
+webhook's task ends only that task: its buffered events are counted as failures and
+its next event starts a new one.
+
 The tasks run in this component's nursery, itself a task of the broker's: stopped at
 shutdown with everything else. Deliveries are at most once per attempt series and
 fire-and-forget: events buffered when the broker stops are not delivered.
