@@ -117,6 +117,9 @@ def test_allow_private_lets_internal_hosts_through_but_not_other_schemes() -> No
     ("http://example.com:99999/", "Invalid webhook URL"), ("https:///x", "Invalid webhook URL"),
     ("javascript:alert(1)", "Webhook URL must use http or https"),
     ("http://example.com/" + "x" * 2030, "Webhook URL too long (max 2048 characters)"),
+    # stored percent-encoded, past the maximum
+    ("http://example.com/" + "\u00e9" * 400, "Webhook URL too long (max 2048 characters)"),
+    ("http://example.com/" + "\U0001f600" * 1000, "Webhook URL too long (max 2048 characters)"),
 ])
 def test_malformed_urls(url: Any, error: str) -> None:
     with pytest.raises(Refused) as caught:

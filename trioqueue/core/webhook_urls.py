@@ -32,6 +32,11 @@ import httpx
 from .errors import Refused
 
 MAX_URL_LENGTH = 2048
+# The longest URL, in UTF-8 bytes, that may still be written in MAX_URL_LENGTH
+# characters: outside the host each byte of a non-ASCII character is written as three
+# (%XX); a host of at most 253 characters, each of up to four bytes, as one each at
+# least. Refused before parsing, which takes time in proportion to that length.
+_MAX_UTF8 = MAX_URL_LENGTH + 3 * 253
 SCHEMES = ("http", "https")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -52,29 +57,30 @@ def check_url(url: object, *, allow_private: bool) -> str:
     module docstring), else :class:`Refused`."""
     if not isinstance(url, str) or not url:
         raise Refused("url is required")
-    if len(url) > MAX_URL_LENGTH:
-        raise Refused(f"Webhook URL too long (max {MAX_URL_LENGTH} characters)")
-    parsed = delivery_url(url)
+    too_long = Refused(f"Webhook URL too long (max {MAX_URL_LENGTH} characters)")
+    if len(url) > MAX_URL_LENGTH or len(url.encode("utf-8", "surrogatepass")) > _MAX_UTF8:
+        raise too_long
+    written = str(delivery_url(url))
+    if len(written) > MAX_URL_LENGTH:  # percent-encoding or an ASCII name made it longer
+        raise too_long
+    # Read again: the first reading lower-cased the scheme, this one drops its default
+    # port, so what is stored reads back unchanged.
+    parsed = delivery_url(written)
     if parsed.scheme not in SCHEMES:
         raise Refused("Webhook URL must use http or https")
     host = parsed.raw_host.decode("ascii")
     port = parsed.port
     if not valid_host(host) or (port is not None and not 0 < port <= 65535):
         raise Refused("Invalid webhook URL")
-    normal = str(parsed)
-    if len(normal) > MAX_URL_LENGTH:  # an internationalised name or a path grew
-        raise Refused(f"Webhook URL too long (max {MAX_URL_LENGTH} characters)")
     if not allow_private:
         check_host(host)
-    return normal
+    return str(parsed)
 
 
 def delivery_url(url: str) -> httpx.URL:
-    """``url`` as the delivery parses it, else :class:`Refused`. Read twice: the first
-    reading lower-cases the scheme, the second then drops its default port, so what is
-    stored reads back unchanged."""
+    """``url`` as the delivery parses it, else :class:`Refused`."""
     try:
-        return httpx.URL(str(httpx.URL(url)))
+        return httpx.URL(url)
     except (httpx.InvalidURL, ValueError, TypeError):
         raise Refused("Invalid webhook URL") from None
 
