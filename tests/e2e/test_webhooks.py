@@ -18,11 +18,13 @@ import pytest
 import trio
 
 from trioqueue.actors import webhook_delivery
+from trioqueue.actors.broker import open_postgres
 from trioqueue.config import Config
 from trioqueue.core.writes import Writes
 from trioqueue.server import Server
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.testing import RawClient
+from trioqueue.testing.cluster import BrokerCluster, queue_served_by
 from trioqueue.testing.process import BrokerProcess
 from trioqueue.testing.served import served
 from trioqueue.testing.webhook_receiver import WebhookReceiver
@@ -212,6 +214,31 @@ async def test_a_stored_webhook_with_a_bad_url_does_not_stop_the_broker(
         await client.aclose()
     finally:
         await broker.stop()
+
+
+@pytest.mark.slow  # (three brokers started on the store: the one-broker test above is the fast one)
+async def test_a_cluster_on_a_store_holding_a_bad_webhook_keeps_serving(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """The same in a cluster, where every broker holds every webhook: each broker counts
+    the events of the queue it serves as failures and goes on (each exited before)."""
+    store = open_postgres(pg_dsn, outage_s=10.0)
+    writes = Writes()
+    writes.put_broker_record("webhook", "bad", {
+        "id": "bad", "url": UNPARSEABLE[0], "events": ["job.pushed"], "queue": None,
+        "secret": None, "createdAt": 1, "enabled": True})
+    store.apply([writes])
+    store.close()
+    async with BrokerCluster(pg_dsn, 3, tmp_path) as cluster:
+        clients = [await RawClient.connect(broker.tcp_port) for broker in cluster.brokers]
+        queues = [queue_served_by(f"b{n}", "bad-") for n in range(3)]
+        for round_ in (1, 2):
+            for client, queue in zip(clients, queues, strict=True):
+                await client.ok("PUSH", queue=queue, name="n", data=round_)
+            for client in clients:  # each broker counts the deliveries it made
+                await counted(client, "bad", "failureCount", round_)
+        assert len(cluster.running()) == 3
+        for client in clients:
+            await client.aclose()
 
 
 # ------------------------------------------------------------------ deliveries
