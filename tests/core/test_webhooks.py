@@ -120,6 +120,8 @@ def test_allow_private_lets_internal_hosts_through_but_not_other_schemes() -> No
     # stored percent-encoded, past the maximum
     ("http://example.com/" + "\u00e9" * 400, "Webhook URL too long (max 2048 characters)"),
     ("http://example.com/" + "\U0001f600" * 1000, "Webhook URL too long (max 2048 characters)"),
+    ("http://example.com/" + " " * 700, "Webhook URL too long (max 2048 characters)"),
+    ("http://" + ";" * 700 + "@example.com/", "Webhook URL too long (max 2048 characters)"),
 ])
 def test_malformed_urls(url: Any, error: str) -> None:
     with pytest.raises(Refused) as caught:
