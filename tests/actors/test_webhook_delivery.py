@@ -60,14 +60,15 @@ async def test_backoff_schedule_and_failure_count(
     attempts: list[float] = []
     bodies: list[bytes] = []
 
-    async def failing(client: Any, url: str, body: bytes, headers: dict[str, str]) -> bool:
+    async def failing(client: Any, url: Any, body: bytes, headers: dict[str, str]) -> bool:
         attempts.append(trio.current_time())
         bodies.append(body)
         return False
 
     hooks._attempt = failing  # type: ignore[method-assign]
     start = trio.current_time()
-    await hooks._deliver(None, hook, {"event": "job.pushed", "timestamp": 5})  # type: ignore[arg-type]
+    await hooks._deliver(None, hook, httpx.URL(hook.url),  # type: ignore[arg-type]
+                         {"event": "job.pushed", "timestamp": 5})
     assert [round(t - start, 3) for t in attempts] == [0.0, 1.0, 3.0]  # delay x attempt
     assert hook.failure_count == 1 and hook.success_count == 0
     assert json.loads(bodies[0]) == {"event": "job.pushed", "timestamp": 5}
@@ -78,14 +79,74 @@ async def test_refused_address_is_not_retried() -> None:
     hook = hooks.registry.new("https://e.com", ["job.pushed"], None, None, 0)
     calls = 0
 
-    async def refused(client: Any, url: str, body: bytes, headers: dict[str, str]) -> bool:
+    async def refused(client: Any, url: Any, body: bytes, headers: dict[str, str]) -> bool:
         nonlocal calls
         calls += 1
         raise AddressRefused("e.com resolves to 127.0.0.1")
 
     hooks._attempt = refused  # type: ignore[method-assign]
-    await hooks._deliver(None, hook, {"event": "job.pushed", "timestamp": 5})  # type: ignore[arg-type]
+    await hooks._deliver(None, hook, httpx.URL(hook.url),  # type: ignore[arg-type]
+                         {"event": "job.pushed", "timestamp": 5})
     assert calls == 1 and hook.failure_count == 1
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), httpx.InvalidURL("bad"),
+                                   KeyError("x"), ValueError("y")])
+async def test_any_error_of_an_attempt_is_a_counted_failure(error: Exception) -> None:
+    hooks = delivery()
+    hook = hooks.registry.new("https://e.com", ["job.pushed"], None, None, 0)
+
+    async def broken(client: Any, url: Any, body: bytes, headers: dict[str, str]) -> bool:
+        raise error
+
+    hooks._attempt = broken  # type: ignore[method-assign]
+    await hooks._deliver(None, hook, httpx.URL(hook.url),  # type: ignore[arg-type]
+                         {"event": "job.pushed", "timestamp": 5})
+    assert hook.failure_count == 1 and hook.success_count == 0
+
+
+@pytest.mark.parametrize("url", ["http://\uff21\uff22\uff23.com/h", "http://ab\tc.com/h",
+                                 "http://ab\x00c.com/h", "http://ab\u00adc.com/h", "", None])
+@pytest.mark.parametrize("loaded_by", ["load", "replace"])
+async def test_a_stored_url_delivery_cannot_use_counts_each_event_as_a_failure(
+        url: Any, loaded_by: str) -> None:
+    """A webhook stored before AddWebhook refused such URLs (its record loaded at
+    startup, or by a cluster's reload, on every broker): its events are failures,
+    never a crash."""
+    async def dns(host: str, port: int) -> list[str]:
+        raise AssertionError("nothing to resolve")
+
+    hooks = delivery(resolve=dns)
+    getattr(hooks.registry, loaded_by)([{
+        "id": "w", "url": url, "events": ["job.pushed"], "queue": None, "secret": None,
+        "createdAt": 0}])
+    hook = hooks.registry.hooks["w"]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hooks.run)
+        hooks.offer("q", [pushed("q")] * 3)
+        with trio.fail_after(5):
+            while hook.failure_count < 3:
+                await trio.testing.wait_all_tasks_blocked()
+        hooks.offer("q", [pushed("q")])
+        with trio.fail_after(5):
+            while hook.failure_count < 4:
+                await trio.testing.wait_all_tasks_blocked()
+        assert hook.success_count == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_internationalised_name_is_resolved_in_its_ascii_form() -> None:
+    asked: list[str] = []
+
+    async def dns(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["93.184.216.34"]
+
+    hooks = delivery(resolve=dns)
+    url, headers, extensions = await hooks._target(httpx.URL("https://stra\u00dfe.de/h"))
+    assert asked == ["xn--strae-oqa.de"]  # IDNA 2008, as the URL has it (not "strasse")
+    assert headers == {"Host": "xn--strae-oqa.de"}
+    assert extensions == {"sni_hostname": "xn--strae-oqa.de"}
 
 
 async def test_a_request_goes_to_the_checked_address() -> None:
@@ -102,7 +163,8 @@ async def test_a_request_goes_to_the_checked_address() -> None:
 
 
 @pytest.mark.parametrize("answers", [["93.184.216.34", "127.0.0.1"], ["169.254.169.254"],
-                                     ["::ffff:10.0.0.1"]])
+                                     ["::ffff:10.0.0.1"], ["64:ff9b::7f00:1"],
+                                     ["::ffff:0:a9fe:a9fe"], ["::a00:1"], ["fec0::1"]])
 async def test_any_refused_address_refuses_the_delivery(answers: list[str]) -> None:
     async def dns(host: str, port: int) -> list[str]:
         return answers

@@ -6,7 +6,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trioqueue.core.committed import Committed
 from trioqueue.core.errors import Refused
@@ -33,11 +36,61 @@ class Scope:
 
 
 @pytest.mark.parametrize("url", [
-    "https://example.com/hook", "http://example.com:8080/a?b=c", "HTTPS://Example.COM/",
+    "https://example.com/hook", "http://example.com:8080/a?b=c",
     "http://93.184.216.34/x", "http://[2606:4700::1111]/x", "http://cafe.de/x",
 ])
 def test_public_urls_pass(url: str) -> None:
     assert check_url(url, allow_private=False) == url
+
+
+@pytest.mark.parametrize("url", [
+    "http://\uff21\uff22\uff23.com/h",  # full-width letters
+    "http://\u2460\u2461\u2466.0.0.1/h",  # circled digits
+    "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/h",  # full-width digits
+    "http://ab\u00adc.com/h",  # a soft hyphen
+    "http://ex\u200bample.com/h",  # a zero-width space
+    "http://ab\tc.com/h", "http://ab\x00c.com/h", "http://example.com/\x7f",
+    "http://example.com/a\nb", "http://0177.0.0.1/h", "http://[1.2.3.4]/h",
+    "http://exa mple.com/h", "http://ex%41mple.com/h", "http://[fe80::1%25eth0]/h",
+    "http://example.com:0/h",
+])
+def test_urls_delivery_cannot_send_to_are_refused(url: str) -> None:
+    """Each passed the old check (urllib) and made the delivery's parser (httpx) raise,
+    which stopped the broker; or names a host no resolver reads."""
+    with pytest.raises(Refused) as caught:
+        check_url(url, allow_private=True)
+    assert caught.value.message == "Invalid webhook URL"
+
+
+@pytest.mark.parametrize(("url", "normal"), [
+    ("HTTPS://Example.COM/", "https://example.com/"),
+    ("HTTP://Example.com:80/x", "http://example.com/x"),
+    ("http://b\u00fccher.de/x", "http://xn--bcher-kva.de/x"),
+    ("http://example\u3002com/x", "http://example.com/x"),  # an ideographic full stop
+    ("http://example.com/a b?q=\u00e9", "http://example.com/a%20b?q=%C3%A9"),
+])
+def test_a_url_is_kept_in_the_form_delivery_sends_to(url: str, normal: str) -> None:
+    assert check_url(url, allow_private=False) == normal
+
+
+@pytest.mark.parametrize("url", [
+    "http://127\u30020\u30020\u30021/x", "http://127\uff0e0\uff0e0\uff0e1/x",
+    "http://localhost\u3002/x", "http://LOCALHOST\uff0e/x",
+])
+def test_the_guard_judges_the_host_delivery_connects_to(url: str) -> None:
+    """Dots a URL parser reads as full stops: the host is 127.0.0.1 or localhost."""
+    with pytest.raises(Refused, match=GUARD):
+        check_url(url, allow_private=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(codec="utf-8"), max_size=30), st.sampled_from(["", ":8080"]))
+def test_every_url_accepted_is_one_delivery_parses_as_stored(host: str, port: str) -> None:
+    try:
+        url = check_url(f"http://{host}{port}/h", allow_private=True)
+    except Refused:
+        return
+    assert str(httpx.URL(url)) == url
 
 
 @pytest.mark.parametrize("url", [
@@ -64,6 +117,11 @@ def test_allow_private_lets_internal_hosts_through_but_not_other_schemes() -> No
     ("http://example.com:99999/", "Invalid webhook URL"), ("https:///x", "Invalid webhook URL"),
     ("javascript:alert(1)", "Webhook URL must use http or https"),
     ("http://example.com/" + "x" * 2030, "Webhook URL too long (max 2048 characters)"),
+    # stored percent-encoded, past the maximum
+    ("http://example.com/" + "\u00e9" * 400, "Webhook URL too long (max 2048 characters)"),
+    ("http://example.com/" + "\U0001f600" * 1000, "Webhook URL too long (max 2048 characters)"),
+    ("http://example.com/" + " " * 700, "Webhook URL too long (max 2048 characters)"),
+    ("http://" + ";" * 700 + "@example.com/", "Webhook URL too long (max 2048 characters)"),
 ])
 def test_malformed_urls(url: Any, error: str) -> None:
     with pytest.raises(Refused) as caught:
@@ -83,6 +141,38 @@ def test_the_longest_url_allowed() -> None:
 ])
 def test_resolved_addresses(address: str, refused: bool) -> None:
     assert refused_address(ipaddress.ip_address(address)) is refused
+
+
+@pytest.mark.parametrize(("address", "refused"), [
+    # NAT64's well-known prefix: the IPv4 address in its last 32 bits decides
+    ("64:ff9b::7f00:1", True), ("64:ff9b::a9fe:a9fe", True), ("64:ff9b::a00:7", True),
+    ("64:ff9b::808:808", False),
+    # the local-use NAT64 prefix: where it holds the IPv4 address is the network's
+    # choice, and it is not globally reachable
+    ("64:ff9b:1::7f00:1", True), ("64:ff9b:1::808:808", True),
+    # IPv4-compatible (::a.b.c.d) and IPv4-translated (::ffff:0:a.b.c.d)
+    ("::7f00:1", True), ("::a9fe:a9fe", True), ("::808:808", False),
+    ("::ffff:0:7f00:1", True), ("::ffff:0:c0a8:101", True), ("::ffff:0:808:808", False),
+    # site-local, deprecated but still routed by some networks
+    ("fec0::1", True), ("feff::1", True),
+    # 6to4 and Teredo: refused when an IPv4 address they hold would be
+    ("2002:a00:1::", True), ("2002:a9fe:a9fe::1", True), ("2002:808:808::", False),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # client 192.0.2.45
+    ("2001:0:7f00:1::", True),  # server 127.0.0.1
+    ("::ffff:808:808", False),
+])
+def test_ipv6_forms_that_hold_an_ipv4_address(address: str, refused: bool) -> None:
+    assert refused_address(ipaddress.ip_address(address)) is refused
+
+
+@pytest.mark.parametrize("host", [
+    "[64:ff9b::127.0.0.1]", "[64:ff9b::a9fe:a9fe]", "[64:ff9b:1::10.0.0.1]",
+    "[::127.0.0.1]", "[::169.254.169.254]", "[::ffff:0:127.0.0.1]", "[::ffff:0:10.1.2.3]",
+    "[fec0::1]", "[2002:7f00:1::]", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]",
+])
+def test_ipv6_literals_that_hold_a_refused_ipv4_address(host: str) -> None:
+    with pytest.raises(Refused, match=GUARD):
+        check_url(f"http://{host}/h", allow_private=False)
 
 
 def test_address_literal_reads_what_the_resolver_reads() -> None:

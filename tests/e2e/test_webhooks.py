@@ -10,15 +10,22 @@ import hmac
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
 from trioqueue.actors import webhook_delivery
+from trioqueue.actors.broker import open_postgres
 from trioqueue.config import Config
+from trioqueue.core.writes import Writes
 from trioqueue.server import Server
+from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.testing import RawClient
+from trioqueue.testing.cluster import BrokerCluster, queue_served_by
+from trioqueue.testing.process import BrokerProcess
 from trioqueue.testing.served import served
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 
@@ -116,12 +123,122 @@ async def test_add_refusals(client: RawClient, fields: dict[str, Any], error: st
     "http://169.254.169.254/latest/meta-data", "http://metadata.google.internal/x",
     "http://[::1]:9000/x", "http://[fe80::1]/x", "http://[::ffff:127.0.0.1]/x",
     "http://0.0.0.0/x", "http://100.64.0.1/x",
+    # dots a URL parser reads as full stops
+    "http://127\u30020\u30020\u30021/x", "http://localhost\uff0e/x",
+    # IPv6 forms that hold an IPv4 address, and site-local
+    "http://[64:ff9b::127.0.0.1]/x", "http://[64:ff9b::169.254.169.254]/x",
+    "http://[64:ff9b:1::10.0.0.1]/x", "http://[::127.0.0.1]/x",
+    "http://[::ffff:0:10.0.0.1]/x", "http://[fec0::1]/x", "http://[2002:a9fe:a9fe::]/x",
 ])
 async def test_ssrf_refused_at_add(client: RawClient, url: str) -> None:
     reply = await client.call("AddWebhook", url=url, events=["job.pushed"])
     assert reply["ok"] is False
     assert reply["error"] == "Webhook URL must not target localhost, private or internal hosts"
     assert (await client.ok("ListWebhooks"))["data"]["stats"]["total"] == 0
+
+
+# The URLs that passed the old check (urllib) and made the delivery's parser (httpx)
+# raise, which stopped the broker at the next event of the webhook's queue.
+UNPARSEABLE = [
+    "http://\uff21\uff22\uff23.com/h",  # full-width letters
+    "http://\u2460\u2461\u2466.0.0.1/h",  # circled digits
+    "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/h",  # full-width digits
+    "http://ab\u00adc.com/h",  # a soft hyphen
+    "http://ab\tc.com/h", "http://ab\x00c.com/h",
+]
+
+
+@pytest.mark.parametrize("url", UNPARSEABLE)
+async def test_add_refuses_urls_delivery_cannot_send_to(client: RawClient, url: str) -> None:
+    reply = await client.call("AddWebhook", url=url, events=["job.pushed"])
+    assert reply == {"ok": False, "error": "Invalid webhook URL", "reqId": reply["reqId"]}
+    assert (await client.ok("ListWebhooks"))["data"]["stats"]["total"] == 0
+
+
+@pytest.mark.parametrize(("url", "normal"), [
+    ("HTTPS://Example.COM:443/In", "https://example.com/In"),
+    ("http://b\u00fccher.de/x y", "http://xn--bcher-kva.de/x%20y"),
+    ("http://example\u3002org/x", "http://example.org/x"),
+])
+async def test_add_stores_the_url_in_the_form_delivery_sends_to(
+        client: RawClient, url: str, normal: str) -> None:
+    added = (await client.ok("AddWebhook", url=url, events=["job.pushed"]))["data"]
+    assert added["url"] == normal
+    assert (await hook_entry(client, added["webhookId"]))["url"] == normal
+
+
+async def test_rest_add_refuses_and_normalises_as_tcp(start_server: Callable[..., Any]) -> None:
+    server: Server = await start_server()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                 timeout=10.0) as http:
+        for url in [*UNPARSEABLE, "http://127\u30020\u30020\u30021/h",
+                    "http://[64:ff9b::127.0.0.1]/h"]:
+            reply = await http.post("/webhooks", json={"url": url, "events": ["job.pushed"]})
+            assert reply.status_code == 400, (url, reply.text)
+            assert reply.json()["error"] in (
+                "Invalid webhook URL", "Webhook URL must not target localhost, private "
+                "or internal hosts"), (url, reply.text)
+        added = await http.post("/webhooks", json={"url": "http://B\u00dcCHER.de/h",
+                                                   "events": ["job.pushed"]})
+        assert added.status_code == 200 and added.json()["data"]["url"] == (
+            "http://xn--bcher-kva.de/h")
+        assert (await http.get("/webhooks")).json()["data"]["stats"]["total"] == 1
+
+
+async def test_a_stored_webhook_with_a_bad_url_does_not_stop_the_broker(
+        tmp_path: Path) -> None:
+    """Webhooks stored before AddWebhook refused such URLs: the broker starts, each
+    event of their queue is a failure of each, counted, and the broker goes on."""
+    data_dir = tmp_path / "data"
+    store = LmdbStorage(str(data_dir))
+    writes = Writes()
+    for n, url in enumerate([*UNPARSEABLE, "http://127\uff0e0\uff0e0\uff0e1/h"]):
+        writes.put_broker_record("webhook", f"w{n}", {
+            "id": f"w{n}", "url": url, "events": ["job.pushed"], "queue": "q",
+            "secret": None, "createdAt": 1, "enabled": True})
+    store.apply([writes])
+    store.close()
+    broker = BrokerProcess(data_dir)
+    await broker.start()
+    try:
+        client = await RawClient.connect(broker.tcp_port)
+        for n in range(1, 3):
+            await client.ok("PUSH", queue="q", name="n", data=n)
+            for hook in (await client.ok("ListWebhooks"))["data"]["webhooks"]:
+                await counted(client, hook["id"], "failureCount", n)
+        await client.ok("PUSH", queue="other", name="n", data=0)
+        assert broker.process is not None and broker.process.poll() is None
+        hooks = (await client.ok("ListWebhooks"))["data"]["webhooks"]
+        assert len(hooks) == len(UNPARSEABLE) + 1
+        assert all(h["successCount"] == 0 for h in hooks)
+        await client.aclose()
+    finally:
+        await broker.stop()
+
+
+@pytest.mark.slow  # (three brokers started on the store: the one-broker test above is the fast one)
+async def test_a_cluster_on_a_store_holding_a_bad_webhook_keeps_serving(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """The same in a cluster, where every broker holds every webhook: each broker counts
+    the events of the queue it serves as failures and goes on (each exited before)."""
+    store = open_postgres(pg_dsn, outage_s=10.0)
+    writes = Writes()
+    writes.put_broker_record("webhook", "bad", {
+        "id": "bad", "url": UNPARSEABLE[0], "events": ["job.pushed"], "queue": None,
+        "secret": None, "createdAt": 1, "enabled": True})
+    store.apply([writes])
+    store.close()
+    async with BrokerCluster(pg_dsn, 3, tmp_path) as cluster:
+        clients = [await RawClient.connect(broker.tcp_port) for broker in cluster.brokers]
+        queues = [queue_served_by(f"b{n}", "bad-") for n in range(3)]
+        for round_ in (1, 2):
+            for client, queue in zip(clients, queues, strict=True):
+                await client.ok("PUSH", queue=queue, name="n", data=round_)
+            for client in clients:  # each broker counts the deliveries it made
+                await counted(client, "bad", "failureCount", round_)
+        assert len(cluster.running()) == 3
+        for client in clients:
+            await client.aclose()
 
 
 # ------------------------------------------------------------------ deliveries
@@ -297,7 +414,8 @@ async def test_dead_receiver_slows_neither_pushes_nor_another_webhook(
 # ------------------------------------------------------------------ SSRF at delivery
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "169.254.169.254", "10.0.0.7"])
+@pytest.mark.parametrize("address", ["127.0.0.1", "169.254.169.254", "10.0.0.7",
+                                     "64:ff9b::7f00:1", "::ffff:0:a9fe:a9fe", "fec0::7"])
 async def test_name_resolving_to_a_refused_address_fails_the_delivery(
         start_server: Callable[..., Any], nursery: trio.Nursery,
         monkeypatch: pytest.MonkeyPatch, address: str) -> None:

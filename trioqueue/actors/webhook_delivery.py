@@ -26,6 +26,14 @@ name cannot resolve to a public address for the check and a private one for the
 connection. A refused address fails the delivery at once (no retry). With
 ``webhook_allow_private`` (development) neither check is made.
 
+A delivery never stops the broker. The URL is parsed as AddWebhook parsed it
+(:func:`~trioqueue.core.webhook_urls.delivery_url`), once per webhook task; a URL
+stored before AddWebhook refused what this parser refuses makes each of that webhook's
+events a failure, said once in the log. Any error of an attempt other than the
+transport's fails that delivery (counted, not retried), and an error escaping a
+webhook's task ends only that task: its buffered events are counted as failures and
+its next event starts a new one.
+
 The tasks run in this component's nursery, itself a task of the broker's: stopped at
 shutdown with everything else. Deliveries are at most once per attempt series and
 fire-and-forget: events buffered when the broker stops are not delivered.
@@ -48,7 +56,7 @@ import httpx
 import trio
 
 from ..config import Config
-from ..core.webhook_urls import refused_address
+from ..core.webhook_urls import delivery_url, refused_address
 from ..core.webhooks import Webhook, WebhookRegistry, webhook_payload
 from .events import EventHub
 
@@ -147,18 +155,47 @@ class WebhookDelivery:
     # ------------------------------------------------------------------ sending
 
     async def _serve(self, hook: Webhook, box: _Outbox) -> None:
-        timeout = httpx.Timeout(self._request_timeout_s, connect=self._connect_timeout_s)
         with box.scope:
-            async with httpx.AsyncClient(timeout=timeout, follow_redirects=False,
-                                         trust_env=False, verify=self._tls or True,
-                                         limits=httpx.Limits(max_connections=1)) as client:
-                while True:
-                    while not box.pending:
-                        box.wake = trio.Event()
-                        await box.wake.wait()
-                    await self._deliver(client, hook, box.pending.popleft())
+            try:
+                await self._send_all(hook, box)
+            except Exception:  # a bug here is this webhook's failure, never the broker's
+                log.exception("webhook %s stopped; its buffered events count as failures",
+                              hook.id)
+                hook.failure_count += len(box.pending)
+                box.pending.clear()
+                if self._outboxes.get(hook.id) is box:
+                    del self._outboxes[hook.id]  # its next event starts a new task
 
-    async def _deliver(self, client: httpx.AsyncClient, hook: Webhook,
+    async def _send_all(self, hook: Webhook, box: _Outbox) -> None:
+        url = self._url_of(hook)
+        timeout = httpx.Timeout(self._request_timeout_s, connect=self._connect_timeout_s)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False,
+                                     trust_env=False, verify=self._tls or True,
+                                     limits=httpx.Limits(max_connections=1)) as client:
+            while True:
+                while not box.pending:
+                    box.wake = trio.Event()
+                    await box.wake.wait()
+                payload = box.pending.popleft()
+                if url is None:
+                    hook.failure_count += 1
+                else:
+                    await self._deliver(client, hook, url, payload)
+
+    @staticmethod
+    def _url_of(hook: Webhook) -> httpx.URL | None:
+        """The webhook's URL as parsed for sending; None (said once) for one no request
+        can be sent to: stored before AddWebhook refused such URLs, its every event is
+        a failure."""
+        try:
+            return delivery_url(hook.url)
+        except Exception as exc:  # Refused, or a stored URL that is not even a string
+            log.warning("webhook %s cannot be delivered to %.200r (%s): each of its events "
+                        "counts as a failure; remove it and add it again", hook.id,
+                        hook.url, getattr(exc, "message", exc))
+            return None
+
+    async def _deliver(self, client: httpx.AsyncClient, hook: Webhook, url: httpx.URL,
                        payload: dict[str, Any]) -> None:
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False,
                           default=str).encode()
@@ -170,23 +207,27 @@ class WebhookDelivery:
                 hook.secret.encode(), body, hashlib.sha256).hexdigest()
         for attempt in range(1, self._max_attempts + 1):
             try:
-                if await self._attempt(client, hook.url, body, headers):
+                if await self._attempt(client, url, body, headers):
                     hook.success_count += 1
                     hook.last_triggered = self._now_ms()
                     return
             except AddressRefused as exc:
                 log.warning("webhook %s not delivered: %s", hook.id, exc)
                 break
+            except Exception as exc:  # whatever fails one attempt fails this delivery
+                log.warning("webhook %s not delivered: %r", hook.id, exc)
+                break
             if attempt < self._max_attempts:
                 await trio.sleep(self._retry_delay_s * attempt)
         hook.failure_count += 1
 
-    async def _attempt(self, client: httpx.AsyncClient, url: str, body: bytes,
+    async def _attempt(self, client: httpx.AsyncClient, url: httpx.URL, body: bytes,
                        headers: dict[str, str]) -> bool:
-        """One POST; True for a 2xx answer. Raises AddressRefused (no retry)."""
+        """One POST; True for a 2xx answer. Raises AddressRefused (no retry), and any
+        error other than the transport's (not retried either)."""
         with trio.move_on_after(self._request_timeout_s):
             try:
-                target, extra, extensions = await self._target(httpx.URL(url))
+                target, extra, extensions = await self._target(url)
                 response = await client.post(target, content=body,
                                              headers={**headers, **extra},
                                              extensions=extensions)
@@ -199,10 +240,11 @@ class WebhookDelivery:
 
     async def _target(self, url: httpx.URL) -> tuple[httpx.URL, dict[str, str],
                                                       dict[str, Any]]:
-        """Where to send: the URL pinned to an address the guard accepts."""
+        """Where to send: the URL pinned to an address the guard accepts. The host is
+        resolved, checked and named (TLS) in its ASCII form, the one the URL holds."""
         if self.registry.allow_private:
             return url, {}, {}
-        host = url.host
+        host = url.raw_host.decode("ascii")
         port = url.port or (443 if url.scheme == "https" else 80)
         resolve = self._resolve or resolve_host
         addresses = await resolve(host, port)
