@@ -15,7 +15,6 @@ import base64
 import json
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +22,7 @@ import trio
 from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
 from trioqueue.server import Server
+from trioqueue.transport.http_auth import authorized, bearer_token
 
 from .rest_client import push
 
@@ -364,3 +364,35 @@ async def test_two_authorization_headers_are_refused(start_server: StartServer) 
         async with open_websocket_url(url, extra_headers=[
                 (b"Authorization", b"Bearer x"), (b"Authorization", b"Bearer t")]):
             pass
+
+
+def test_two_authorization_headers_give_no_token_to_any_reader() -> None:
+    """Whoever else reads the bearer token (the WebSocket side) gets none that matches."""
+    both = [(b"authorization", b"Bearer t"), (b"authorization", b"Bearer x")]
+    assert bearer_token(both) == ""
+    assert not authorized(["t"], both)
+    assert bearer_token([(b"authorization", b"Bearer t")]) == "t"
+
+
+@pytest.mark.parametrize("head", [
+    pytest.param("GET /ws HTTP/1.1\r\nHost: xn--zz.localhost\r\n", id="bad-idna-host"),
+    pytest.param("GET /ws\xff HTTP/1.1\r\nHost: 127.0.0.1\r\n", id="non-ascii-path"),
+])
+async def test_an_upgrade_that_does_not_decode_closes_its_connection_not_the_broker(
+    start_server: StartServer, head: str,
+) -> None:
+    """wsproto decodes Host as IDNA and the path as ASCII and lets the error out of
+    trio-websocket's reader: one such upgrade ended the broker."""
+    server = await start_server(memory=True)
+    assert server.ws_port is not None
+    stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    await stream.send_all((head + "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                           ).encode("latin-1"))
+    with trio.fail_after(5):
+        while await stream.receive_some(4096):
+            pass
+    await stream.aclose()
+    async with client(server) as http:
+        assert (await http.post("/queues/q/jobs", json={"name": "n"})).status_code == 200

@@ -84,6 +84,8 @@ def host_name(value: str) -> str | None:
     """The name (or IP) of a ``Host`` value, lowercased, without its port or a final
     dot; None when it is not ``host[:port]`` (a bare IPv6 address must be bracketed)."""
     text = value.strip().lower()
+    if not text.isascii():
+        return None  # browsers send a name in its ASCII (punycode) form
     if text.startswith("["):
         end = text.find("]")
         rest = text[end + 1:]
