@@ -30,12 +30,13 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import Config, normal_origin
 
 _CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site of another origin
 _SHOWN_CHARS = 100  # of a refused Host or Origin, in the error text
+_READ = frozenset({b"host", b"origin", b"authorization", b"content-type", b"content-length",
+                   b"transfer-encoding", b"sec-fetch-site"})  # what _Head takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,26 +57,26 @@ class _Head:
     fetch_site: str | None = None
 
     @classmethod
-    def of(cls, headers: Iterable[tuple[Any, Any]]) -> _Head:
+    def of(cls, headers: Iterable[tuple[bytes, bytes]]) -> _Head:
+        """From the head's (lowercased name, value) pairs, as h11 and ASGI give them."""
         head = cls()
-        for raw_name, raw_value in headers:
-            name = raw_name.decode("latin-1").lower() if isinstance(raw_name, bytes) \
-                else str(raw_name).lower()
-            value = raw_value.decode("latin-1") if isinstance(raw_value, bytes) \
-                else str(raw_value)
-            if name == "host":
+        for name, raw in headers:
+            if name not in _READ:
+                continue
+            value = raw.decode("latin-1")
+            if name == b"host":
                 head.hosts.append(value)
-            elif name == "origin":
+            elif name == b"origin":
                 head.origins.append(value)
-            elif name == "authorization":
+            elif name == b"authorization":
                 head.authorizations += 1
-            elif name == "content-type":
+            elif name == b"content-type":
                 head.content_type = value
-            elif name == "content-length":
+            elif name == b"content-length":
                 head.has_body = head.has_body or value.strip() not in ("", "0")
-            elif name == "transfer-encoding":
+            elif name == b"transfer-encoding":
                 head.has_body = True
-            elif name == "sec-fetch-site":
+            else:
                 head.fetch_site = value.strip().lower()
         return head
 
@@ -129,7 +130,7 @@ class BrowserGuard:
         self._any_origin = "*" in (o.strip() for o in origins)
         self._origins = frozenset(o for o in map(normal_origin, origins) if o is not None)
 
-    def check_request(self, method: str, headers: Iterable[tuple[Any, Any]], *,
+    def check_request(self, method: str, headers: Iterable[tuple[bytes, bytes]], *,
                       changes_state: bool) -> Refusal | None:
         """The refusal for an HTTP request's head (None: it may go on)."""
         head = _Head.of(headers)
@@ -140,7 +141,7 @@ class BrowserGuard:
                                 f"with a body (got {got})")
         return refusal
 
-    def check_upgrade(self, headers: Iterable[tuple[Any, Any]]) -> Refusal | None:
+    def check_upgrade(self, headers: Iterable[tuple[bytes, bytes]]) -> Refusal | None:
         """The refusal for a WebSocket upgrade's head, answered before the upgrade:
         CORS does not cover WebSocket, so every upgrade is checked as a write."""
         return self._check_head(_Head.of(headers), changes_state=True)
@@ -191,6 +192,8 @@ class BrowserGuard:
     def origin_allowed(self, origin: str, hosts: list[str]) -> bool:
         """The broker's own origin (the Host the request was sent to, under the
         Origin's scheme: a TLS proxy in front keeps the name) or a listed one."""
+        if hosts and origin in (f"http://{hosts[0]}", f"https://{hosts[0]}"):
+            return True  # as browsers send them: no parsing needed
         normal = normal_origin(origin)
         if normal is None:
             return False  # "null" (a sandboxed or file: page), garbage
