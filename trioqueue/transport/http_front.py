@@ -23,6 +23,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -147,7 +148,6 @@ async def answer_and_close(stream: trio.abc.Stream, response: bytes) -> None:
     await stream.aclose()
 
 
-_STATUS_LINES = {400: "400 Bad Request", 403: "403 Forbidden"}
 _HEAD_TOO_LARGE = plain_response("431 Request Header Fields Too Large",
                                  "Request headers too large")
 
@@ -201,8 +201,9 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
             # CORS does not cover WebSocket, so a page of another origin is refused.
             refusal = guard.check_upgrade(request.headers)
             if refusal is not None:
+                status = HTTPStatus(refusal.status)
                 await answer_and_close(stream, plain_response(
-                    _STATUS_LINES[refusal.status], refusal.message))
+                    f"{status.value} {status.phrase}", refusal.message))
                 return
             await ws.serve_stream(replayed)
         else:
