@@ -374,19 +374,16 @@ def test_two_authorization_headers_give_no_token_to_any_reader() -> None:
     assert bearer_token([(b"authorization", b"Bearer t")]) == "t"
 
 
-@pytest.mark.parametrize("head", [
-    pytest.param("GET /ws HTTP/1.1\r\nHost: xn--zz.localhost\r\n", id="bad-idna-host"),
-    pytest.param("GET /ws\xff HTTP/1.1\r\nHost: 127.0.0.1\r\n", id="non-ascii-path"),
-])
-async def test_an_upgrade_that_does_not_decode_closes_its_connection_not_the_broker(
-    start_server: StartServer, head: str,
+async def test_an_upgrade_whose_host_is_not_idna_closes_its_connection_not_the_broker(
+    start_server: StartServer,
 ) -> None:
-    """wsproto decodes Host as IDNA and the path as ASCII and lets the error out of
-    trio-websocket's reader: one such upgrade ended the broker."""
+    """wsproto decodes Host as IDNA and lets the error out of trio-websocket's reader:
+    one such upgrade ended the broker (``*.localhost`` passes the Host check)."""
     server = await start_server(memory=True)
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
     key = base64.b64encode(os.urandom(16)).decode()
+    head = "GET /ws HTTP/1.1\r\nHost: xn--zz.localhost\r\n"
     await stream.send_all((head + "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
                            ).encode("latin-1"))

@@ -378,10 +378,10 @@ class WsEndpoint:
                         await request._connection.aclose()  # ends its reader task
                 nursery.cancel_scope.cancel()
         except* UnicodeError:
-            # wsproto decodes the upgrade's Host as IDNA and its path as ASCII, in
-            # trio-websocket's reader task, and lets the error out: one upgrade with
-            # ``Host: xn--zz`` ended the broker. That connection alone is dropped.
-            log.info("closing a WebSocket upgrade whose Host or path does not decode")
+            # wsproto decodes the upgrade's Host as IDNA, in trio-websocket's reader
+            # task, and lets the error out: one upgrade with ``Host: xn--zz`` ended the
+            # broker. That connection alone is dropped.
+            log.info("closing a WebSocket upgrade whose Host is not valid IDNA")
         finally:
             await stream.aclose()
 
