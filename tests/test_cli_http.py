@@ -47,3 +47,27 @@ def test_bad_http_settings_are_refused(setting: str, value: float, message: str)
     setattr(config, setting, value)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+def test_allowed_hosts_and_origins_from_flags_and_variables() -> None:
+    config = parsed("--http-allowed-hosts", "broker.internal, *.corp.example,",
+                    TRIOQUEUE_HTTP_ALLOWED_ORIGINS="https://app.example,http://b:8080")
+    assert config.http_allowed_hosts == ["broker.internal", "*.corp.example"]
+    assert config.http_allowed_origins == ["https://app.example", "http://b:8080"]
+    config.validate()
+    assert parsed().http_allowed_hosts == [] and parsed().http_allowed_origins == []
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("http_allowed_origins", ["app.example"], "is not an origin"),
+    ("http_allowed_origins", ["https://app.example/path"], "is not an origin"),
+    ("http_allowed_origins", ["null"], "is not an origin"),
+    ("http_allowed_hosts", ["broker:6790"], "is not a host name"),
+    ("http_allowed_hosts", ["http://broker"], "is not a host name"),
+])
+def test_bad_allowed_hosts_and_origins_are_refused(setting: str, value: list[str],
+                                                   message: str) -> None:
+    config = Config()
+    setattr(config, setting, value)
+    with pytest.raises(ValueError, match=message):
+        config.validate()

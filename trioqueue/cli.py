@@ -138,6 +138,8 @@ ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in HTTP_FLAGS})
 ENV_NAMES["http_rate_limit_window_ms"] += ("RATE_LIMIT_WINDOW_MS",)  # bunqueue's names
 ENV_NAMES["http_rate_limit_max_requests"] += ("RATE_LIMIT_MAX_REQUESTS",)
 ENV_NAMES["cors_allow_origins"] = ("TRIOQUEUE_CORS_ALLOW_ORIGINS", "CORS_ALLOW_ORIGIN")
+ENV_NAMES["http_allowed_hosts"] = ("TRIOQUEUE_HTTP_ALLOWED_HOSTS",)
+ENV_NAMES["http_allowed_origins"] = ("TRIOQUEUE_HTTP_ALLOWED_ORIGINS",)
 ENV_NAMES["metrics_auth"] = ("TRIOQUEUE_METRICS_AUTH", "METRICS_AUTH")
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in WEBHOOK_FLAGS})
 ENV_NAMES["webhook_max_attempts"] += ("WEBHOOK_MAX_RETRIES",)  # bunqueue's names
@@ -286,6 +288,18 @@ def _switch(flag: bool, env: Mapping[str, str], setting: str) -> bool:
     return raw.strip().lower() in _TRUE
 
 
+def _browser_lists(config: Config, args: argparse.Namespace,
+                   env: Mapping[str, str]) -> None:
+    """The Host names and origins a web page may use the HTTP port from
+    (transport/http_origin.py): comma-separated, blanks dropped."""
+    for setting in ("http_allowed_hosts", "http_allowed_origins"):
+        raw = getattr(args, setting)
+        if raw is None:
+            raw = env_value(env, setting)
+        if raw is not None:
+            setattr(config, setting, [v.strip() for v in raw.split(",") if v.strip()])
+
+
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     config = Config()
     host = args.host or env_value(env, "host")
@@ -326,6 +340,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         origins = env_value(env, "cors_allow_origins")
     if origins is not None:
         config.cors_allow_origins = [o.strip() for o in origins.split(",") if o.strip()]
+    _browser_lists(config, args, env)
     config.otel_enabled = _switch(args.otel, env, "otel_enabled")
     _float_settings(config, args, env)
     cluster_settings(config, args, env)
@@ -417,6 +432,14 @@ def build_parser() -> argparse.ArgumentParser:
     http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
     http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
                                                    "Access-Control-Allow-Origin ('*': any)")
+    http.add_argument("--http-allowed-hosts", dest="http_allowed_hosts",
+                      help="comma-separated Host names answered besides IP addresses, "
+                           "localhost and the bound host ('*.corp.example': its "
+                           "subdomains; '*': any, no guard against DNS rebinding)")
+    http.add_argument("--http-allowed-origins", dest="http_allowed_origins",
+                      help="comma-separated origins (https://app.example) whose pages "
+                           "may change state and open WebSockets, besides the broker's "
+                           "own and --cors-allow-origins ('*': any)")
     http.add_argument("--metrics-auth", action="store_true",
                       help="/prometheus needs a bearer token too")
     _add_flags(http, HTTP_FLAGS)

@@ -8,8 +8,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 FSYNC_POLICIES = ("interval", "always", "never")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normal_origin(text: str) -> str | None:
+    """A web origin as browsers send it in ``Origin``: ``scheme://host[:port]``,
+    lowercased, the scheme's default port left out; None for anything else (a path, a
+    query, a user, another scheme, ``null``). One form for the settings and the header,
+    so ``https://App.example:443/`` in a setting matches ``https://app.example``."""
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if (scheme not in _DEFAULT_PORTS or not host or parts.username is not None
+            or parts.password is not None or parts.path not in ("", "/") or parts.query
+            or parts.fragment):
+        return None
+    host = f"[{host}]" if ":" in host else host
+    if port is None or port == _DEFAULT_PORTS[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 MIB = 1024 * 1024
 # The LMDB map's maximum when store_max_bytes is not set: in practice "no limit but the
@@ -161,6 +184,12 @@ class Config:
     http_rate_limit_window_ms: float = 60_000.0
     http_rate_limit_max_requests: int = 10_000
     cors_allow_origins: list[str] = field(default_factory=list)  # "*" allows any
+    # What a web page may do (transport/http_origin.py, docs/http.md "Browsers"): the
+    # Host names answered besides IP literals, localhost and the bound host ("*": any),
+    # and the origins besides the broker's own (and cors_allow_origins) whose pages may
+    # change state or open a WebSocket ("*": any).
+    http_allowed_hosts: list[str] = field(default_factory=list)
+    http_allowed_origins: list[str] = field(default_factory=list)
     metrics_auth: bool = False  # /prometheus needs a bearer token (503 with no tokens)
     # Server-sent events (/events): clients at once (503 past it), the comment line
     # that keeps proxies from closing a quiet stream, the events kept for Last-Event-ID
@@ -366,6 +395,16 @@ class Config:
                 raise ValueError(f"{name} must be at least 1")
         if self.http_rate_limit_max_requests < 0:
             raise ValueError("http_rate_limit_max_requests must be at least 0")
+        for host in self.http_allowed_hosts:
+            if not host or any(c in host for c in "/:@[] \t"):
+                raise ValueError(f"http_allowed_hosts: {host!r} is not a host name "
+                                 "(a name such as broker.internal or *.corp.example, "
+                                 "no port; '*' for any)")
+        for origin in self.http_allowed_origins:
+            if origin != "*" and normal_origin(origin) is None:
+                raise ValueError(f"http_allowed_origins: {origin!r} is not an origin "
+                                 "(scheme://host[:port], e.g. https://app.example; "
+                                 "'*' for any)")
 
     def _validate_peer_links(self) -> None:
         if not 0 < self.peer_connect_timeout_s < math.inf:

@@ -17,7 +17,10 @@ async def rest_client(start_server: Callable[..., Any], **overrides: Any
                       ) -> AsyncIterator[httpx.AsyncClient]:
     """An in-memory broker (``overrides`` on its config) and a client on its HTTP port."""
     server: Server = await start_server(memory=True, **overrides)
+    # Bodies are declared JSON, as the SDKs send them (another type is 415), so a
+    # malformed body sent raw reaches the route's own check (400 Invalid JSON body).
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                 headers={"Content-Type": "application/json"},
                                  timeout=10.0) as client:
         yield client
 

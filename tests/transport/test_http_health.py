@@ -45,7 +45,7 @@ async def test_an_idle_kept_alive_connection_is_closed(start_server: StartServer
     server = await start_server(memory=True, http_keep_alive_timeout_s=0.2)
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
-    await stream.send_all(b"GET /live HTTP/1.1\r\nHost: x\r\n\r\n")
+    await stream.send_all(b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     wire = b""
     with trio.fail_after(5):  # answered, then closed once idle for 0.2 s
         while chunk := await stream.receive_some(65536):

@@ -124,7 +124,7 @@ async def test_a_first_head_past_the_limit_gets_431(
     server = await start_server(memory=True, http_max_header_bytes=1024)
     with trio.socket.socket() as sock:
         await sock.connect(("127.0.0.1", server.ws_port))
-        await sock.send(b"GET /queues HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 2000
+        await sock.send(b"GET /queues HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"p" * 2000
                         + b"\r\n\r\n")
         answer = await sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 431 ")
@@ -155,11 +155,11 @@ async def test_an_answer_given_before_the_body_is_read_keeps_the_connection_usab
     server = await start_server(memory=True)
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
-    head = (b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 2000\r\n\r\n")
     await stream.send_all(head)
     await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # the head is in alone
-    await stream.send_all(b"x" * 2000 + b"GET /live HTTP/1.1\r\nHost: x\r\n\r\n")
+    await stream.send_all(b"x" * 2000 + b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     wire = b""
     with trio.fail_after(5):
         while wire.count(b"HTTP/1.1 ") < 2 or not wire.endswith(b"OK"):
@@ -176,7 +176,8 @@ async def test_a_body_past_the_limit_closes_the_connection_after_413(
     server = await start_server(memory=True, http_max_body_bytes=100)
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
-    await stream.send_all(b"POST /queues/q/jobs HTTP/1.1\r\nHost: x\r\n"
+    await stream.send_all(b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\n"
                           b"Transfer-Encoding: chunked\r\n\r\n" + b"c8\r\n" + b"y" * 200
                           + b"\r\n")
     wire = b""

@@ -174,7 +174,7 @@ async def test_an_sse_client_that_never_reads_is_cut_and_the_broker_is_not_slowe
     stuck = trio.socket.socket()
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     await stuck.connect(("127.0.0.1", server.ws_port))
-    await stuck.send(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    await stuck.send(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     client = await tcp(server)
     async with httpx.AsyncClient(timeout=10) as http, \
             http.stream("GET", url(server, "/events")) as response:

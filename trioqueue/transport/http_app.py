@@ -1,6 +1,9 @@
 """The HTTP port's ASGI app: bunqueue's REST API, SSE and health probes.
 
-Around every route, in this order (as bunqueue):
+First of all, what a web page may send (:mod:`.http_origin`, beyond bunqueue): a
+``Host`` this broker does not answer is 403, two ``Authorization`` headers 400, a
+write from another ``Origin`` 403, a body not declared ``application/json`` 415.
+Then around every route, in this order (as bunqueue):
 
 1. CORS: an ``OPTIONS`` preflight is answered 204; every answer carries
    ``Access-Control-Allow-Origin`` for an allowed origin (``cors_allow_origins``);
@@ -34,6 +37,7 @@ from .dashboard_assets import DashboardAssets
 from .http_auth import RequestBudget, authorized
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
+from .http_origin import BrowserGuard
 from .reply_slices import SlicedJson, is_long
 from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
@@ -62,6 +66,7 @@ class HttpApp:
         self._config = config
         self.runner = runner
         self.routes = RouteTable(ROUTES)
+        self.guard = BrowserGuard(config)  # Host, Origin, Content-Type (http_origin.py)
         self.budget = RequestBudget(config.http_rate_limit_window_ms,
                                     config.http_rate_limit_max_requests)
         self.health = health
@@ -106,6 +111,10 @@ class HttpApp:
             # A later request of a kept-alive connection: hypercorn's h11 bounds only a
             # head that arrives in pieces (the first head is measured by http_front).
             return Response(431, error_body("Request headers too large"))
+        refusal = self.guard.check_request(
+            method, scope["headers"], changes_state=self.routes.changes_state(method, path))
+        if refusal is not None:
+            return Response(refusal.status, error_body(refusal.message))
         if method == "OPTIONS":
             return Response(204, b"", headers=[
                 ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),

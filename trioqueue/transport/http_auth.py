@@ -14,17 +14,25 @@ from .session import token_accepted
 
 
 def bearer_token(headers: Iterable[tuple[Any, Any]]) -> str | None:
-    """The token of an ``Authorization: Bearer ...`` header (None without one)."""
+    """The token of an ``Authorization: Bearer ...`` header (None without one).
+
+    Two ``Authorization`` headers give a token that matches nothing: which one counts
+    would depend on who reads them (a proxy in front may check the other). The HTTP
+    port refuses such a request before this (``http_origin``); this keeps any other
+    reader from letting the first decide.
+    """
+    found: str | None = None
     for name, value in headers:
         key = name.decode("latin-1") if isinstance(name, bytes) else str(name)
         if key.lower() != "authorization":
             continue
+        if found is not None:
+            return ""
         text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
         scheme, _, token = text.strip().partition(" ")
-        if scheme.lower() == "bearer":
-            return token.strip()
-        return ""  # another scheme: a token that matches nothing
-    return None
+        # another scheme: a token that matches nothing
+        found = token.strip() if scheme.lower() == "bearer" else ""
+    return found
 
 
 def authorized(tokens: list[str], headers: Iterable[tuple[Any, Any]]) -> bool:

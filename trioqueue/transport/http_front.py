@@ -19,9 +19,11 @@ answered 404 by the app.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -128,8 +130,9 @@ def is_websocket_upgrade(request: h11.Request) -> bool:
 
 def plain_response(status: str, message: str) -> bytes:
     """A whole JSON error response that closes the connection, for the answers given
-    before hypercorn has the connection (431 here, 503 in http_server)."""
-    body = b'{"ok":false,"error":"%s"}' % message.encode()
+    before hypercorn has the connection (431 and refused upgrades here, 503 in
+    http_server)."""
+    body = json.dumps({"ok": False, "error": message}, separators=(",", ":")).encode()
     return (b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (status.encode(), len(body), body))
 
@@ -174,6 +177,7 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
     app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse)
     ws = WsEndpoint(broker, shell, live)
     http = HttpServer(broker, shell, app)
+    guard = app.guard
 
     async def handler(stream: trio.SocketStream) -> None:
         head, request = b"", None
@@ -193,6 +197,14 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
             return
         replayed = ReplayedStream(stream, head)
         if request is not None and is_websocket_upgrade(request):
+            # Checked here, where the whole head is at hand (wsproto keeps Host apart):
+            # CORS does not cover WebSocket, so a page of another origin is refused.
+            refusal = guard.check_upgrade(request.headers)
+            if refusal is not None:
+                status = HTTPStatus(refusal.status)
+                await answer_and_close(stream, plain_response(
+                    f"{status.value} {status.phrase}", refusal.message))
+                return
             await ws.serve_stream(replayed)
         else:
             await http.serve_stream(replayed)

@@ -114,6 +114,12 @@ class Route:
     method: str
     pattern: str
     handler: Handler
+    # A GET that changes state (a pull claims a job): checked as a write against
+    # cross-site pages (transport/http_origin.py), though browsers send it unasked.
+    changes_state: bool = False
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 _PARAM = re.compile(r"\{([a-zA-Z_]+)\}")
@@ -127,14 +133,26 @@ class RouteTable:
     def __init__(self, routes: Iterable[Route]) -> None:
         self._exact: dict[tuple[str, str], Handler] = {}
         self._patterns: list[tuple[str, re.Pattern[str], Handler]] = []
+        # the safe-method routes that change state: few, so looking first is cheap
+        self._unsafe_reads: list[tuple[str, re.Pattern[str]]] = []
         for route in routes:
+            regex = re.compile("^" + _PARAM.sub(
+                lambda m: f"(?P<{m.group(1)}>[^/]+)",
+                re.escape(route.pattern).replace(r"\{", "{").replace(r"\}", "}")) + "$")
+            if route.changes_state and route.method in SAFE_METHODS:
+                self._unsafe_reads.append((route.method, regex))
             if "{" not in route.pattern:
                 self._exact.setdefault((route.method, route.pattern), route.handler)
                 continue
-            regex = "^" + _PARAM.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)",
-                                     re.escape(route.pattern).replace(r"\{", "{")
-                                     .replace(r"\}", "}")) + "$"
-            self._patterns.append((route.method, re.compile(regex), route.handler))
+            self._patterns.append((route.method, regex, route.handler))
+
+    def changes_state(self, method: str, path: str) -> bool:
+        """Whether a request may change state: any method but GET, HEAD and OPTIONS,
+        and a route declared ``changes_state``."""
+        if method not in SAFE_METHODS:
+            return True
+        return any(route_method == method and regex.match(path)
+                   for route_method, regex in self._unsafe_reads)
 
     def find(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None:
         handler = self._exact.get((method, path))

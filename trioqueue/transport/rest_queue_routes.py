@@ -156,7 +156,7 @@ QUEUE_ROUTES: list[Route] = [
     Route("GET", "/queues", command(forward("ListQueues"), always_ok=True)),
     Route("GET", "/queues/summary", _summary),
     Route("POST", _Q + "/jobs", command(_push)),
-    Route("GET", _Q + "/jobs", command(_pull, always_ok=True)),
+    Route("GET", _Q + "/jobs", command(_pull, always_ok=True), changes_state=True),
     Route("POST", _Q + "/jobs/bulk", command(_push_bulk)),
     Route("POST", _Q + "/jobs/pull-batch", command(forward(
         "PULLB", "queue", body=("count", "timeout", "owner", "lockTtl")), always_ok=True)),

@@ -377,6 +377,11 @@ class WsEndpoint:
                     with trio.move_on_after(config.ws_close_timeout_s):
                         await request._connection.aclose()  # ends its reader task
                 nursery.cancel_scope.cancel()
+        except* UnicodeError:
+            # wsproto decodes the upgrade's Host as IDNA, in trio-websocket's reader
+            # task, and lets the error out: one upgrade with ``Host: xn--zz`` ended the
+            # broker. That connection alone is dropped.
+            log.info("closing a WebSocket upgrade whose Host is not valid IDNA")
         finally:
             await stream.aclose()
 
