@@ -343,13 +343,13 @@ async def test_past_the_body_budget_the_largest_holder_is_cut(
             await wait_until(lambda: len(cut) >= 2, "two holders to be cut")
             nursery.cancel_scope.cancel()
     assert cut == [503, 503]
-    stream = await http_stream(server)
+    small = await http_stream(server)
     body = b'{"name":"n","data":{}}'
-    await stream.send_all(b"POST /queues/ok/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                          % (len(body), body))
+    await small.send_all(b"POST /queues/ok/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
     with trio.fail_after(5):
-        status, _, reply = await read_response(stream)
+        status, _, reply = await read_response(small)
     assert status == 200, reply
-    for stream in [*held, stream]:
+    for stream in [*held, small]:
         await stream.aclose()
