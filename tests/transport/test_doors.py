@@ -24,6 +24,7 @@ from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.healthy import Healthy, latency_report, within_latency_budget
+from trioqueue.transport.doors import client_address
 
 wait_until = partial(_wait_until, timeout_s=10.0)  # this file's deadline
 
@@ -457,3 +458,20 @@ async def test_a_healthy_client_keeps_its_latency_while_sockets_flood_the_doors(
             print(attempts[-1])
             return
     raise AssertionError("healthy latency out of budget in 3 attempts: " + "; ".join(attempts))
+
+
+class Peer:
+    def __init__(self, peer: object) -> None:
+        self.peer = peer
+
+    def getpeername(self) -> object:
+        return self.peer
+
+
+def test_an_address_is_counted_as_its_ip_and_ipv6_per_64() -> None:
+    assert client_address(Peer(("10.0.0.7", 5555))) == "10.0.0.7"
+    assert client_address(Peer(("::ffff:10.0.0.7", 5555, 0, 0))) == "10.0.0.7"
+    one = client_address(Peer(("2001:db8:1:2:aaaa::1", 5555, 0, 0)))
+    assert one == client_address(Peer(("2001:db8:1:2:bbbb::9", 1, 0, 0))) == "2001:db8:1:2::/64"
+    assert one != client_address(Peer(("2001:db8:1:3::1", 1, 0, 0)))
+    assert client_address(Peer("/tmp/sock")) == "local"

@@ -42,7 +42,7 @@ from .http_bodies import (
     ClientGone,
     RequestBody,
     answer_and_close,
-    body_cut,
+    body_refused,
 )
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
@@ -96,21 +96,16 @@ class HttpApp:
             response = await self._answer(scope, receive, send, stream, path, cors, body)
         except ClientGone:
             return
-        except BodyTooLarge:
-            response = Response(413, error_body("Request body too large"))
-        except BodyTimeout:
-            response = Response(408, error_body(
-                f"Request body not received within {body.timeout_s:g} s"))
-        except BodyCut as exc:
-            response = Response(503, error_body(body_cut(str(exc))))
+        except (BodyTooLarge, BodyTimeout, BodyCut) as exc:
+            response = body_refused(exc, body)
         except InvalidBody as exc:
             response = Response(400, error_body(exc.message))
         except Exception:
             log.exception("an HTTP route failed: %s %s", scope["method"], path)
             response = Response(500, error_body("Internal server error"))
         if response is not None:
-            # refused unread (401 included), or a body past a bound: answer and close
-            if response.status in CLOSE_UNREAD or not await body.drain():
+            # refused unread (401), or a body past a bound: answer and close
+            if response.status in CLOSE_UNREAD or body.refused or not await body.drain():
                 response.headers.append(("connection", "close"))
                 await answer_and_close(receive, partial(_send, send, response, cors))
             else:

@@ -12,8 +12,8 @@ connection and the bytes already received. Three rules bound that:
   the close. A body counts until it is whole; it is then the command's. hypercorn keeps
   at most a few receives of a body ahead of us (its app queue: ``max_app_queue_size``
   messages of up to 64 KiB), not counted.
-- **Refused before read**: an answer given without reading the body (401, 408, 413,
-  503) closes the connection rather than reading the rest first. Any other answer
+- **Refused before read**: a 401, and a body refused by one of these bounds (408, 413,
+  503), close the connection rather than reading the rest first. Any other answer
   takes what is left of the body first (within the deadline), so that a kept-alive
   connection serves its next request: hypercorn closes a connection whose request was
   not received whole, without a ``Connection: close`` the client could see.
@@ -32,11 +32,13 @@ from typing import Any
 import trio
 
 from .limits import ByteBudget
+from .rest_api import Response, error_body
 
 Receive = Any
 
-# Answers that close the connection without reading what is left of the body.
-CLOSE_UNREAD = frozenset({401, 408, 413, 503})
+# Answers that close the connection without reading what is left of the body (besides
+# the body's own refusals: 408, 413 and 503, see body_refused).
+CLOSE_UNREAD = frozenset({401})
 # How long an answer that closes waits for hypercorn to tell it the stream closed.
 CLOSE_WAIT_S = 1.0
 
@@ -79,6 +81,7 @@ class RequestBody:
         self._budget = budget
         self._scope: trio.CancelScope | None = None
         self._cut: str | None = None  # the budget that cut it
+        self.refused = False  # by one of its bounds: the answer closes the connection
 
     async def read(self) -> bytes:
         """The whole body; :class:`BodyTooLarge` past the limit (declared or read),
@@ -142,9 +145,16 @@ class RequestBody:
             raise BodyTimeout
 
 
-def body_cut(budget: str) -> str:
-    return (f"Request body cut: the broker's {budget} was reached and this request "
-            "held the most")
+def body_refused(exc: Exception, body: RequestBody) -> Response:
+    """The answer to a body refused by one of its bounds (the connection then closes)."""
+    body.refused = True
+    if isinstance(exc, BodyTimeout):
+        return Response(408, error_body(
+            f"Request body not received within {body.timeout_s:g} s"))
+    if isinstance(exc, BodyCut):
+        return Response(503, error_body(f"Request body cut: the broker's {exc} was "
+                                        "reached and this request held the most"))
+    return Response(413, error_body("Request body too large"))
 
 
 async def answer_and_close(receive: Receive, answer: Callable[[], Awaitable[None]]) -> None:
