@@ -244,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args.auth_token = TOKEN
             try:
+                # Every attacker connects from 127.0.0.1: the per-address cap would turn
+                # the idle flood's 2,000 connections away before they reach the broker.
                 broker = LocalBroker(
-                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN, *args.broker_arg],
+                    str(Path(tmp.name) / "data"), ["--auth-tokens", TOKEN,
+                                                   "--max-connections-per-address", "0",
+                                                   *args.broker_arg],
                     steps_out=str(Path(tmp.name) / "steps.json") if args.broker_steps
                     else None)
             except RuntimeError as exc:

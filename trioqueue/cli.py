@@ -54,6 +54,13 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
 # ("Where each limit of Config is enforced") says what each does.
 LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "max_connections": ("count", "connections at once, TCP and WebSocket (default 10000)"),
+    "max_connections_per_address": (
+        "count", "connections at once from one client address, TCP and the HTTP port "
+                 "together, IPv6 per /64 (default 1000; 0: no cap)"),
+    "max_unauthenticated_connections": (
+        "count", "with tokens set, connections not yet authenticated at once; a new one "
+                 "past it, or at max-connections, replaces the oldest (default 1000; 0: "
+                 "no cap)"),
     "max_frame_bytes": ("bytes", "largest frame body (default 64MiB)"),
     "max_preauth_frame_bytes": (
         "bytes", "largest frame before Auth when tokens are set (default 16KiB; 0: the "
@@ -121,6 +128,12 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
                                          "by then (default 10; 0: never)"),
     "http_max_header_bytes": ("bytes", "largest request head, 431 past it (default 16KiB)"),
     "http_max_body_bytes": ("bytes", "largest request body, 413 past it (default 64MiB)"),
+    "http_body_timeout_s": ("seconds", "a request's whole body must arrive within this "
+                                       "long of its head, 408 past it (default 30; 0: "
+                                       "never)"),
+    "http_max_body_total_bytes": ("bytes", "request bodies still arriving, all requests "
+                                           "together; past it the largest are cut, 503 "
+                                           "(default 256MiB; 0: no bound)"),
     "http_keep_alive_timeout_s": ("seconds", "an idle kept-alive HTTP connection is "
                                              "closed (default 5)"),
     "http_rate_limit_window_ms": ("ms", "the per-address request window (default 60000; "

@@ -165,6 +165,16 @@ class Config:
     overflow_notice_s: float = 2.0  # how long a cut client gets to read the notice
     max_data_bytes: int = 10 * 1024 * 1024  # JSON text of one job's data (UTF-16 units)
     max_connections: int = 10_000  # TCP and WebSocket together
+    # Connections from one client address at once, TCP and the HTTP port together
+    # (IPv6 counted per /64); one past it is refused as past max_connections. A tenth
+    # of max_connections: one host (or a NAT) of a thousand workers fits, one abuser
+    # cannot take the broker. 0: no cap.
+    max_connections_per_address: int = 1_000
+    # With tokens set: connections not yet authenticated at once (TCP and WebSocket);
+    # a new one past it, or one that finds max_connections reached, takes the place of
+    # the oldest of them, so sockets that never authenticate cannot keep a login out.
+    # 0: no cap, and a full broker refuses as without tokens.
+    max_unauthenticated_connections: int = 1_000
     auth_timeout_s: float = 10.0  # with tokens set: no successful Auth by then, closed
     # No byte from the client for this long and nothing held (no command in flight,
     # parked pull or WaitJob, job delivered over it, event subscription): closed.
@@ -178,6 +188,12 @@ class Config:
     http_header_timeout_s: float = 10.0  # a connection's first request head, whole
     http_max_header_bytes: int = 16 * 1024  # one request's head (431 past it)
     http_max_body_bytes: int = 64 * 1024 * 1024  # one request's body (413 past it)
+    # A request's whole body must arrive within this long of its head (408 and close
+    # past it). 0: no deadline.
+    http_body_timeout_s: float = 30.0
+    # Bytes of request bodies still arriving, all HTTP requests together; past it the
+    # requests holding the most are cut (503 and close). 0: no bound.
+    http_max_body_total_bytes: int = 256 * 1024 * 1024
     http_keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed
     # bunqueue's protocol limiter, per client address: requests per window, 429 past
     # it (RATE_LIMIT_WINDOW_MS / RATE_LIMIT_MAX_REQUESTS); 0 in either disables it.
@@ -384,6 +400,7 @@ class Config:
 
     def _validate_http(self) -> None:
         for name in ("http_header_timeout_s", "http_keep_alive_timeout_s",
+                     "http_body_timeout_s",
                      "http_rate_limit_window_ms", "sse_heartbeat_s",
                      "stats_snapshot_interval_s", "health_status_interval_s",
                      "storage_status_interval_s", "queue_counts_coalesce_ms"):
@@ -405,6 +422,11 @@ class Config:
                 raise ValueError(f"http_allowed_origins: {origin!r} is not an origin "
                                  "(scheme://host[:port], e.g. https://app.example; "
                                  "'*' for any)")
+        total = self.http_max_body_total_bytes
+        # One largest body must fit, or it could never arrive (as for partial frames).
+        if total < 0 or (total and total < self.http_max_body_bytes):
+            raise ValueError("http_max_body_total_bytes must be 0 or at least "
+                             "http_max_body_bytes")
 
     def _validate_peer_links(self) -> None:
         if not 0 < self.peer_connect_timeout_s < math.inf:
@@ -439,6 +461,7 @@ class Config:
                      "large_frame_bytes", "max_read_step_ms", "bad_frame_pause_ratio",
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
+                     "max_connections_per_address", "max_unauthenticated_connections",
                      "idle_timeout_s", "max_frame_bytes", "max_write_queue_bytes",
                      "partial_frame_timeout_s", "idle_spin_ms", "heap_keep_bytes",
                      "metrics_max_queues", "gc_full_interval_s",

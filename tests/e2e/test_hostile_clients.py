@@ -159,6 +159,80 @@ async def test_long_unread_listings_are_bounded_broker_wide(tmp_path: Path, asks
             await hog.aclose()
 
 
+# ------------------------------------------------------------------ http_max_body_total_bytes
+
+
+async def open_http(port: int) -> trio.SocketStream:
+    """A connection to the HTTP port (retried: it may open a moment after the TCP port)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                return await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(0.05)
+
+
+async def hold_body(port: int, declared: int, sent: int, answers: list[bytes]) -> None:
+    """POST a body of ``declared`` bytes, send ``sent`` of them and stop; what the broker
+    answers (if anything) is appended to ``answers``."""
+    stream = await open_http(port)
+    head = (f"POST /queues/held/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
+    answer = bytearray()
+
+    async def send() -> None:
+        try:
+            await stream.send_all(head + b"x" * sent)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # cut while sending
+        await trio.sleep_forever()  # then held, until the broker closes it
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            try:
+                while chunk := await stream.receive_some(65536):
+                    answer += chunk
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            nursery.cancel_scope.cancel()
+        answers.append(bytes(answer))
+    finally:
+        await stream.aclose()
+
+
+async def test_held_http_bodies_are_bounded_broker_wide(tmp_path: Path) -> None:
+    """12 requests each send 20 MiB of a 24 MiB body and hold it: 240 MiB without a
+    bound (12 held 60 MB bodies took the broker from 114 to 796 MB before). With
+    ``http_max_body_total_bytes`` 32 MiB, the requests holding the most are cut (503,
+    and the close) and the broker's peak memory grows by about the bound; a healthy
+    client is answered throughout."""
+    bound = 32 * MIB
+    async with broker_process(tmp_path, "--http-max-body-bytes", "32MiB",
+                              "--http-max-body-total-bytes", "32MiB") as broker:
+        healthy = await RawClient.connect(broker.tcp_port)
+        await healthy.ok("PUSH", queue="warm", name="n", data={})
+        (await open_http(broker.ws_port)).socket.close()
+        before = broker.memory_bytes("VmRSS")
+        answers: list[bytes] = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for _ in range(12):
+                    nursery.start_soon(hold_body, broker.ws_port, 24 * MIB, 20 * MIB,
+                                       answers)
+                # At most one whole 20 MiB body fits in 32 MiB: eleven or more are cut.
+                await wait_until(lambda: len(answers) >= 11, "eleven holders to be cut")
+                await healthy.ok("Ping")
+                grown = broker.memory_bytes("VmHWM") - before
+                nursery.cancel_scope.cancel()
+        print(f"the broker grew by {grown / MIB:.1f} MiB")
+        assert grown < bound + 32 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
+        assert sum(answer.startswith(b"HTTP/1.1 503 ") for answer in answers) >= 11, [
+            answer[:40] for answer in answers]
+        with trio.fail_after(5):
+            await healthy.ok("Ping")
+
+
 # ------------------------------------------------------------------ max_connections
 
 
@@ -196,7 +270,8 @@ async def test_max_connections_refuses_clearly_above_1024_descriptors(tmp_path: 
     try:
         env = clean_env()
         broker = BrokerProcess(tmp_path / "data", "--memory", "--max-connections",
-                               str(LIMIT), "--idle-timeout-s", "0", env=env)
+                               str(LIMIT), "--idle-timeout-s", "0",
+                               "--max-connections-per-address", "0", env=env)
         await broker.start()
         clients: list[RawClient] = []
         try:

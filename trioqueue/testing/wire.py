@@ -30,12 +30,18 @@ class RawClient:
 
     @classmethod
     async def connect(cls, port: int, codec: str = "msgpack",
-                      host: str = "127.0.0.1", rcvbuf: int = 0) -> RawClient:
+                      host: str = "127.0.0.1", rcvbuf: int = 0,
+                      source: str | None = None) -> RawClient:
         """``rcvbuf``: a receive buffer this small (bytes), set before connecting, so a
-        client that does not read holds back the broker's replies sooner."""
-        if rcvbuf:
+        client that does not read holds back the broker's replies sooner. ``source``:
+        the local address to connect from (``127.0.0.2``: another client address on
+        loopback)."""
+        if rcvbuf or source:
             sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            if rcvbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            if source:
+                await sock.bind((source, 0))
             await sock.connect((host, port))
             stream = trio.SocketStream(sock)
         else:

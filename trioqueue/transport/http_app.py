@@ -12,8 +12,10 @@ Then around every route, in this order (as bunqueue):
 4. bearer-token auth when tokens are set (401 ``Unauthorized``); ``/prometheus`` only
    with ``metrics_auth`` (503 when that is on with no tokens to check);
 5. the route: SSE streams, or a REST route of :mod:`.rest_routes` with its body read
-   up to ``http_max_body_bytes`` (413 past it); malformed JSON is 400 ``Invalid JSON
-   body``, an unknown path 404, an exception 500 ``Internal server error``.
+   up to ``http_max_body_bytes`` (413 past it), within ``http_body_timeout_s`` (408)
+   and the broker-wide ``http_max_body_total_bytes`` (503; :mod:`.http_bodies`);
+   malformed JSON is 400 ``Invalid JSON body``, an unknown path 404, an exception 500
+   ``Internal server error``. A 401 is answered before the body is read, and closes.
 
 A request whose client goes away before its answer (a long-polled ``PULL``) is
 cancelled: its command's session closes, so nothing is claimed for it (see
@@ -23,7 +25,7 @@ cancelled: its command's session closes, so nothing is claimed for it (see
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -35,9 +37,20 @@ from ..dashboard import STATIC_DIR
 from .codec import JSON
 from .dashboard_assets import DashboardAssets
 from .http_auth import RequestBudget, authorized
+from .http_bodies import (
+    CLOSE_UNREAD,
+    BodyCut,
+    BodyTimeout,
+    BodyTooLarge,
+    ClientGone,
+    RequestBody,
+    answer_and_close,
+    body_refused,
+)
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
 from .http_origin import BrowserGuard
+from .limits import ByteBudget
 from .reply_slices import SlicedJson, is_long
 from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
@@ -52,18 +65,13 @@ Send = Any
 Receive = Any
 
 
-class BodyTooLarge(Exception):
-    """The request's body passed ``http_max_body_bytes`` (answered 413)."""
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request was whole (nothing to answer)."""
-
-
 class HttpApp:
-    def __init__(self, config: Config, runner: CommandRunner, health: Health, sse: SseHub
-                 ) -> None:
+    def __init__(self, config: Config, runner: CommandRunner, health: Health, sse: SseHub,
+                 body_budget: ByteBudget | None = None) -> None:
         self._config = config
+        # request bodies still arriving, broker-wide (the shell's: http_bodies.py)
+        self.body_budget = body_budget or ByteBudget(config.http_max_body_total_bytes,
+                                                     "http_max_body_total_bytes")
         self.runner = runner
         self.routes = RouteTable(ROUTES)
         self.guard = BrowserGuard(config)  # Host, Origin, Content-Type (http_origin.py)
@@ -86,22 +94,27 @@ class HttpApp:
         raw = scope.get("raw_path") or scope["path"].encode()
         path = raw.split(b"?", 1)[0].decode("latin-1").rstrip("/") or "/"
         cors = self._cors_headers(scope)
-        body = RequestBody(receive, self._config.http_max_body_bytes, scope["headers"])
+        body = RequestBody(receive, self._config.http_max_body_bytes, scope["headers"],
+                           timeout_s=self._config.http_body_timeout_s,
+                           budget=self.body_budget)
         try:
             response = await self._answer(scope, receive, send, stream, path, cors, body)
         except ClientGone:
             return
-        except BodyTooLarge:
-            response = Response(413, error_body("Request body too large"))
+        except (BodyTooLarge, BodyTimeout, BodyCut) as exc:
+            response = body_refused(exc, body)
         except InvalidBody as exc:
             response = Response(400, error_body(exc.message))
         except Exception:
             log.exception("an HTTP route failed: %s %s", scope["method"], path)
             response = Response(500, error_body("Internal server error"))
         if response is not None:
-            if not await body.drain():
+            # refused unread (401), or a body past a bound: answer and close
+            if response.status in CLOSE_UNREAD or body.refused or not await body.drain():
                 response.headers.append(("connection", "close"))
-            await _send(send, response, cors)
+                await answer_and_close(receive, partial(_send, send, response, cors))
+            else:
+                await _send(send, response, cors)
 
     async def _answer(self, scope: dict[str, Any], receive: Receive, send: Send,
                       stream: ReplayedStream, path: str, cors: list[tuple[str, str]],
@@ -173,66 +186,6 @@ def _head_bytes(scope: dict[str, Any]) -> int:
 def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
     text = scope.get("query_string", b"").decode("latin-1")
     return parse_qs(text, keep_blank_values=True)
-
-
-class RequestBody:
-    """A request's body, read once, and drained before any answer that did not read it.
-
-    hypercorn keeps a connection alive only if the request was received whole when the
-    answer ends; otherwise it closes the connection, without a ``Connection: close`` the
-    client could see, and a client that reuses it finds it gone. So every answer first
-    takes what is left of the body (up to ``http_max_body_bytes``); past that limit the
-    answer says ``Connection: close`` instead.
-    """
-
-    def __init__(self, receive: Receive, limit: int, headers: list[tuple[bytes, bytes]]
-                 ) -> None:
-        self._receive = receive
-        self._limit = limit
-        self._declared: int | None = None
-        chunked = False
-        for name, value in headers:
-            if name == b"content-length" and value.isdigit():
-                self._declared = int(value)
-            elif name == b"transfer-encoding":
-                chunked = True
-        self.whole = not chunked and not self._declared  # nothing (left) to read
-        self._size = 0
-
-    async def read(self) -> bytes:
-        """The whole body; :class:`BodyTooLarge` past the limit (declared or read)."""
-        if self._declared is not None and self._declared > self._limit:
-            raise BodyTooLarge
-        chunks = [chunk async for chunk in self._chunks()]
-        return b"".join(chunks)
-
-    async def drain(self) -> bool:
-        """Read and drop what is left; False when the body is past the limit (the
-        answer must close the connection)."""
-        if self._size > self._limit or (self._declared is not None
-                                         and self._declared > self._limit):
-            return False
-        if self.whole:
-            return True
-        try:
-            async for _ in self._chunks():
-                pass
-        except (BodyTooLarge, ClientGone):
-            return False
-        return True
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        while not self.whole:
-            message = await self._receive()
-            if message["type"] != "http.request":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            self._size += len(chunk)
-            if not message.get("more_body", False):
-                self.whole = True
-            if self._size > self._limit:
-                raise BodyTooLarge
-            yield chunk
 
 
 async def _until_disconnect(receive: Receive, answer: Any) -> Response | None:

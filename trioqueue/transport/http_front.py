@@ -10,7 +10,9 @@ h11 (never by hand): a WebSocket upgrade goes to trio-websocket, anything else t
 hypercorn. Both then read the connection from its first byte again: the bytes read to
 decide are handed back in front of the stream (:class:`ReplayedStream`). A connection
 that sends no complete head within ``http_header_timeout_s``, or a head larger than
-``http_max_header_bytes``, is closed (431 for the latter) before either sees it.
+``http_max_header_bytes``, is closed (431 for the latter) before either sees it. A
+connection counts for its client address from the accept (``max_connections_per_address``,
+:mod:`.doors`); one past the cap is answered 503 and closed.
 
 A later request on a kept-alive HTTP connection stays with hypercorn: browsers and
 WebSocket libraries open a fresh connection for an upgrade, so an upgrade there is
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import h11
 import trio
 
+from .doors import client_address, too_many_from_address
 from .limits import Shell
 
 if TYPE_CHECKING:
@@ -174,12 +177,27 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
     sse = SseHub(live, broker.open_connections, max_clients=config.sse_max_clients,
                  heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
                  max_unsent_bytes=config.sse_max_unsent_bytes)
-    app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse)
+    app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse,
+                  shell.http_bodies)
     ws = WsEndpoint(broker, shell, live)
     http = HttpServer(broker, shell, app)
     guard = app.guard
 
+    doors = shell.doors
+
     async def handler(stream: trio.SocketStream) -> None:
+        # Counted from the accept, the head's wait included (doors.py).
+        address = client_address(stream.socket)
+        if not doors.enter(address):
+            await answer_and_close(stream, plain_response(
+                "503 Service Unavailable", too_many_from_address(doors.per_address)))
+            return
+        try:
+            await serve_connection(stream)
+        finally:
+            doors.leave(address)
+
+    async def serve_connection(stream: trio.SocketStream) -> None:
         head, request = b"", None
         try:
             with trio.move_on_after(config.http_header_timeout_s or math.inf) as waited:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio.tcp_server import TCPServer
@@ -64,9 +63,7 @@ class HttpServer:
 
     async def serve_stream(self, stream: ReplayedStream) -> None:
         limit = self._broker.connections
-        try:
-            limit.acquire_nowait()
-        except trio.WouldBlock:
+        if not await self._shell.doors.slot(limit):
             self._shell.refusals.note("HTTP")
             await answer_and_close(stream, _TOO_MANY)
             return

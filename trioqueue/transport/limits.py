@@ -15,8 +15,9 @@ broker's memory (issue 12):
   once a second with their count.
 
 :class:`Shell` bundles them with :class:`ConnectionLimits`, the numbers of
-:class:`~trioqueue.config.Config` a connection enforces; ``Server`` makes one for both
-listeners.
+:class:`~trioqueue.config.Config` a connection enforces, and the
+:class:`~trioqueue.transport.doors.Doors` (connections per address, and those not yet
+authenticated); ``Server`` makes one for both listeners.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from .doors import Doors
 from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock
 
@@ -261,6 +263,11 @@ class Shell:
                                          "max_partial_frame_total_bytes")
         self.replies = ByteBudget(config.max_write_queue_total_bytes,
                                   "max_write_queue_total_bytes")
+        # request bodies still arriving on the HTTP port (http_bodies.py)
+        self.http_bodies = ByteBudget(config.http_max_body_total_bytes,
+                                      "http_max_body_total_bytes")
+        # connections per client address, and those not yet authenticated (doors.py)
+        self.doors = Doors(config)
         self.timers = Timers()
         self.refusals = Refusals(config.max_connections)
         # one clock for every connection's bad frames (read_pacing.py)

@@ -22,7 +22,10 @@ replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.
   together (``max_write_queue_total_bytes``);
 - with tokens set, a connection not authenticated within ``auth_timeout_s`` is closed;
   one that sends nothing for ``idle_timeout_s`` and holds nothing is closed;
-- a connection past ``max_connections`` gets an error frame and is closed.
+- a connection past ``max_connections``, or past ``max_connections_per_address`` for its
+  address, gets an error frame and is closed; with tokens set, one not authenticated
+  may be closed to make room for a newer one (``max_unauthenticated_connections``,
+  ``doors.py``).
 
 Every deadline of a connection is kept in the shell's one :class:`Timers` heap, so a
 read costs no cancel scope and a connection no timer task.
@@ -42,6 +45,7 @@ import trio
 
 from ..actors.passes import give_way
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
+from .doors import EVICTED
 from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
@@ -106,6 +110,8 @@ class TcpConnection:
         self._partial_at = math.inf
         self._auth_at = (now + limits.auth_timeout_s
                          if not self._authenticated and limits.auth_timeout_s else math.inf)
+        if not self._authenticated:
+            shell.doors.arrived(self)  # (may close the oldest not authenticated)
 
     def _codec(self) -> Codec:
         # Until a valid first map arrives we answer in msgpack, bunqueue's own codec.
@@ -226,6 +232,13 @@ class TcpConnection:
         deadline = trio.current_time() + self._limits.overflow_notice_s
         self._scope.deadline = min(self._scope.deadline, deadline)
         self.session.flush_soon()
+
+    def evict(self) -> bool:
+        """Not authenticated yet, and the oldest such when room was needed (doors.py)."""
+        if self._closing or self._scope.cancel_called:
+            return False
+        self._close_after({"ok": False, "error": EVICTED})
+        return True
 
     def cut(self, budget: str) -> None:
         """A broker-wide budget sheds this connection: drop what it holds, close now.
@@ -357,6 +370,7 @@ class TcpConnection:
         """The connection is ending: its budgets, timers and session's holdings go."""
         session = self.session
         self._timer.cancel()
+        self._shell.doors.settled(self)
         self._shell.partial_frames.release(self)
         self._shell.replies.release(self)
         self._pending.clear()
@@ -431,6 +445,7 @@ class TcpConnection:
             # Authenticated: the full frame cap, and no more authentication deadline.
             self._authenticated = True
             self._auth_at = math.inf
+            self._shell.doors.settled(self)
             released = decoder.raise_limit(self._limits.max_frame_bytes)
             self._charge_partial()
             if released:

@@ -1,5 +1,5 @@
-"""The TCP listener: accepts connections, refuses those past ``max_connections``, and
-serves each as a :class:`~.tcp.TcpConnection`."""
+"""The TCP listener: accepts connections, refuses those past ``max_connections`` or past
+their address's cap (:mod:`.doors`), and serves each as a :class:`~.tcp.TcpConnection`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .codec import MSGPACK, encode_frames
+from .doors import client_address, too_many_from_address
 from .limits import Shell, too_many_connections
 from .sockio import discard_unread, write_now
 from .tcp import DISCARD_ON_CLOSE_BYTES, TcpConnection
@@ -16,11 +17,11 @@ if TYPE_CHECKING:
     from ..actors.broker import Broker
 
 
-async def _refuse(stream: trio.SocketStream, shell: Shell) -> None:
-    """Past ``max_connections``: one error frame (msgpack, bunqueue's codec), then close."""
-    shell.refusals.note("TCP")
+async def _refuse(stream: trio.SocketStream, error: str) -> None:
+    """Past ``max_connections`` (or the address's cap): one error frame (msgpack,
+    bunqueue's codec), then close."""
     fd = stream.socket.fileno()
-    refusal = {"ok": False, "error": too_many_connections(shell.limits.max_connections)}
+    refusal = {"ok": False, "error": error}
     write_now(fd, encode_frames(MSGPACK, [refusal]))
     discard_unread(fd, DISCARD_ON_CLOSE_BYTES)
     await stream.aclose()
@@ -47,18 +48,26 @@ async def serve_tcp(
     limit = broker.connections
 
     async def serve(shell: Shell) -> None:
+        doors = shell.doors
+
         async def handler(stream: trio.SocketStream) -> None:
-            try:
-                limit.acquire_nowait()
-            except trio.WouldBlock:
-                await _refuse(stream, shell)
+            address = client_address(stream.socket)
+            if not doors.enter(address):
+                await _refuse(stream, too_many_from_address(doors.per_address))
                 return
-            broker.open_connections.open("tcp")
             try:
-                await TcpConnection(broker, stream, shell).serve()
+                if not await doors.slot(limit):
+                    shell.refusals.note("TCP")
+                    await _refuse(stream, too_many_connections(shell.limits.max_connections))
+                    return
+                broker.open_connections.open("tcp")
+                try:
+                    await TcpConnection(broker, stream, shell).serve()
+                finally:
+                    broker.open_connections.close("tcp")
+                    limit.release()
             finally:
-                broker.open_connections.close("tcp")
-                limit.release()
+                doors.leave(address)
 
         task_status.started(listeners)
         await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)

@@ -79,6 +79,13 @@ class WsConnection:
         self._close_with: tuple[int, str] | None = None  # the close frame to send
         self._close_grace_s = 0.0
 
+    def evict(self) -> bool:
+        """Not authenticated yet, and the oldest such when room was needed (doors.py)."""
+        if self._close_with is not None or self._scope.cancel_called:
+            return False
+        self._close(1008, "Closed to make room: not authenticated")
+        return True
+
     def authenticated_by_bearer(self) -> None:
         """The upgrade carried a valid bearer token: no ``Auth`` needed."""
         self.session.authenticated = self._authenticated = True
@@ -234,6 +241,8 @@ class WsConnection:
     async def serve(self) -> None:
         session = self.session
         self._timer.arm(self._next_deadline())
+        if not self._authenticated:
+            self._shell.doors.arrived(self)  # (may close the oldest not authenticated)
         try:
             # cancelled when the client stops reading its replies, a clock runs out or
             # a budget cuts the connection
@@ -244,6 +253,7 @@ class WsConnection:
             # ExceptionGroup, which must end this connection, never the broker.
             pass
         finally:
+            self._shell.doors.settled(self)
             self._timer.cancel()
             self._shell.replies.release(self)
             session.close()
@@ -298,6 +308,7 @@ class WsConnection:
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf
+                        self._shell.doors.settled(self)
                     if session.refused_frames:
                         # As on TCP (read_pacing.py), on the broker's one pause clock:
                         # a client sending garbage gets a bounded share of the loop.
@@ -407,9 +418,7 @@ class WsEndpoint:
             await _reject(request, 401, b"Unauthorized")
             return
         event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
-        try:
-            broker.connections.acquire_nowait()
-        except trio.WouldBlock:
+        if not await shell.doors.slot(broker.connections):
             shell.refusals.note("WebSocket")
             await _reject(request, 503, b"Too many connections")
             return
