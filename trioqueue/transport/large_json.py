@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final, NoReturn
 
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
@@ -42,6 +42,8 @@ __all__ = ["WINDOW_CHARS", "decode_large_json", "json_decode_steps"]
 
 #: Text one json call may parse (a run of items, or one item).
 WINDOW_CHARS: Final = 16 * 1024
+#: The first piece one item is tried in (doubled up to the window).
+FIRST_PIECE_CHARS: Final = 256
 #: The shortest run tried before one item is parsed alone.
 MIN_RUN_CHARS: Final = 16
 #: Characters of a long string decoded by one call.
@@ -69,7 +71,7 @@ def _refuse_constant(name: str) -> NoReturn:
     raise DecodeError(f"{name} is not valid JSON")
 
 
-_scan = json.JSONDecoder(parse_constant=_refuse_constant).scan_once
+_scan = json.JSONDecoder(parse_constant=_refuse_constant).scan_once  # type: ignore[attr-defined]
 
 
 def _bad(what: str) -> DecodeError:
@@ -149,17 +151,23 @@ class _JsonWalk:
         return value
 
     def _fitted(self) -> Any:
-        """The array, object or string at ``pos`` if it ends within the window."""
+        """The array, object or string at ``pos`` if it ends within the window: tried
+        in a piece of ``FIRST_PIECE_CHARS``, then of twice as many, up to the window."""
         pos = self.pos
-        if len(self.text) - pos <= WINDOW_CHARS:
+        text = self.text
+        if len(text) - pos <= WINDOW_CHARS:
             return self._scan_at(pos)  # all that is left is short: its error is the text's
-        piece = self.text[pos:pos + WINDOW_CHARS]
-        try:
-            value, end = _scan(piece, 0)
-        except (ValueError, StopIteration, RecursionError):
-            return _NOT_FITTED  # too long for the window (or bad: found when opened)
-        self.pos = pos + end
-        return value
+        size = FIRST_PIECE_CHARS
+        while size <= WINDOW_CHARS:
+            piece = text[pos:pos + size]
+            try:
+                value, end = _scan(piece, 0)
+            except (ValueError, StopIteration, RecursionError):
+                size *= 2  # too long for the piece (or bad: found when opened)
+                continue
+            self.pos = pos + end
+            return value
+        return _NOT_FITTED
 
     def _container(self, is_map: bool, depth: int) -> Steps[Any]:
         closer = "}" if is_map else "]"
@@ -189,7 +197,7 @@ class _JsonWalk:
                 return out
             if separator != "," or self.skip_ws() == closer:
                 raise _bad(f"expecting ',' or '{closer}' at {self.pos - 1}")
-            if self.slicer.due():
+            if self.slicer.due(len(run) if run is not None else 1):
                 yield
 
     def _run(self, opener: str, closer: str) -> Any:
@@ -200,22 +208,31 @@ class _JsonWalk:
         start = self.pos
         size = self.run_chars
         while True:
-            found = _CUT.search(text, start + size)
-            cut = len(text) if found is None else found.start()
-            if cut > start and cut - start <= size + WINDOW_CHARS:
-                piece = opener + text[start:cut] + closer
-                try:
-                    value, end = _scan(piece, 0)
-                except (ValueError, StopIteration, RecursionError):
-                    value = None
-                if value and end == len(piece):
-                    self.pos = cut
-                    self.run_chars = min(WINDOW_CHARS, 2 * size)
-                    return value
+            # (looked for within a window only: a long string has no cut to find)
+            found = _CUT.search(text, start + size, start + size + WINDOW_CHARS)
+            if found is not None:
+                cut = found.start()
+                # a cut at a closer may be the end of an item (a nested array or
+                # object): then the run ends after it
+                for end_at in (cut, cut + 1) if text[cut] != "," else (cut,):
+                    value = self._parsed(opener + text[start:end_at] + closer)
+                    if value:
+                        self.pos = end_at
+                        self.run_chars = min(WINDOW_CHARS, 2 * size)
+                        return value
             if size <= MIN_RUN_CHARS:
                 self.run_chars = MIN_RUN_CHARS
                 return None
             size //= 2
+
+    @staticmethod
+    def _parsed(piece: str) -> Any:
+        """The array or object ``piece`` holds exactly; None if it holds no such text."""
+        try:
+            value, end = _scan(piece, 0)
+        except (ValueError, StopIteration, RecursionError):
+            return None
+        return value if end == len(piece) else None
 
     def _long_string(self) -> Steps[str]:
         """The string at ``pos``, too long for the window, decoded a piece of about
