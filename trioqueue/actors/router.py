@@ -29,7 +29,7 @@ from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
-from ..core.errors import Refused
+from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex
 from ..core.job import FINISHED_STATES
 from ..core.maintenance import FanOut
@@ -479,7 +479,12 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 remote: dict[str, list[Request]] | None) -> None:
         """Broker-wide state (workers, queues, memory): answered here; with writes to
         commit first (Committed); or by every queue (a FanOut). Or a cluster's cron
-        command for the scheduler's broker."""
+        command for the scheduler's broker. One that stores the client's data (a
+        schedule) is admitted first, by its frame's size, as a push is."""
+        if command.admits is not None and self._admission is not None and (
+                self._admission().refuses(req.frame_bytes, command.admits(req.msg), req)):
+            req.error(STORAGE_FULL)
+            return
         if self.records is not None and self.records.take(command, req, remote):
             return
         assert command.handler is not None

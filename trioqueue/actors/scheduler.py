@@ -35,6 +35,7 @@ from ..core.clock import Clock
 from ..core.cron_handlers import CRON_FIRE, stored
 from ..core.errors import STORAGE_FULL
 from ..core.workers import WorkerRegistry
+from ..storage.keys import encode_value
 from .request import Request
 
 log = logging.getLogger("trioqueue.cron")
@@ -80,6 +81,8 @@ class CronScheduler:
         # one fires again).
         self._refused: set[str] = set()
         self._changed = trio.Event()
+        # What a firing of each schedule writes, for its admission (see _firing_bytes).
+        self._sizes: dict[str, tuple[cr.CronDef, int]] = {}
 
     # ------------------------------------------------------------------ Schedules
 
@@ -91,6 +94,7 @@ class CronScheduler:
         self._changed.set()
 
     def remove(self, name: str) -> cr.CronDef | None:
+        self._sizes.pop(name, None)
         removed = self.registry.delete(name)
         if removed is not None:
             self._changed.set()
@@ -161,10 +165,21 @@ class CronScheduler:
                     self._fire(defn)
                     continue
                 assert before is not None
+                record = defn.to_record()
                 self._post(defn.queue, Request(CRON_FIRE, {
-                    "name": defn.name, "record": defn.to_record(),
-                    "job": defn.job_message()}, before))
+                    "name": defn.name, "record": record, "job": defn.job_message()},
+                    before, frame_bytes=self._firing_bytes(defn, record)))
         return fired
+
+    def _firing_bytes(self, defn: cr.CronDef, record: dict[str, Any]) -> int:
+        """What a firing writes, admitted as a push's frame of that size: the job and
+        the schedule's record, which both hold the template's data. Measured once per
+        version of the schedule (an upsert makes a new one): a firing of a large
+        template is admitted by its size, not as an empty push."""
+        known = self._sizes.get(defn.name)
+        if known is None or known[0] is not defn:
+            known = self._sizes[defn.name] = (defn, 2 * len(encode_value(record)))
+        return known[1]
 
     # ------------------------------------------------------------------ replies
 

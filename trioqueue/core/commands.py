@@ -92,6 +92,12 @@ def _one_job(msg: dict[str, Any]) -> int:
     return 1
 
 
+def _no_job(msg: dict[str, Any]) -> int:
+    """A command that stores the client's data in a broker record (a schedule's job
+    template) and makes no job: admitted by its size all the same."""
+    return 0
+
+
 def _batch_jobs(msg: dict[str, Any]) -> int:
     jobs = msg.get("jobs")
     return len(jobs) if isinstance(jobs, list) else 1
@@ -244,7 +250,7 @@ CORE_COMMANDS = CommandTable([
     Command("UnregisterWorker", BROKER, _unregister_worker),
     Command("Heartbeat", BROKER, _heartbeat),
     Command("ListWorkers", BROKER, _list_workers),
-    Command("Cron", BROKER, ch.cron),
+    Command("Cron", BROKER, ch.cron, admits=_no_job),
     Command("CronGet", BROKER, ch.cron_get),
     Command("CronList", BROKER, ch.cron_list),
     Command("CronDelete", BROKER, ch.cron_delete),

@@ -68,7 +68,7 @@ _MAY: dict[str, frozenset[str]] = {
     BY_IDS: frozenset(),
     INTERNAL: frozenset({"admits"}),
     SESSION: frozenset({"before_auth"}),
-    BROKER: frozenset(),
+    BROKER: frozenset({"admits"}),
     FLOW: frozenset(),
 }
 
@@ -175,7 +175,9 @@ class CommandTable:
             if c.route in QUEUE_ROUTES and c.handler is not None}
         self.missing_job = {c.name: c.missing for c in declared if c.missing is not None}
         self.multi_ids = {c.name: c.multi for c in declared if c.multi is not None}
-        self.admits = {c.name: c.admits for c in declared if c.admits is not None}
+        # (a queue's: a broker command that admits is asked by the router itself)
+        self.admits = {c.name: c.admits for c in declared
+                       if c.admits is not None and c.route in QUEUE_ROUTES}
         self.admitting = frozenset(self.admits)
         self.pulls = frozenset(c.name for c in declared if c.pull)
 

@@ -159,7 +159,8 @@ class HttpApp:
         if found is None:
             return Response(404, error_body("Not found"))
         handler, params = found
-        call = Call(method, path, params, _query(scope), await body.read())
+        call = await self.runner.decoded(
+            Call(method, path, params, _query(scope), await body.read()))
         return await _until_disconnect(receive, handler(call, self.runner.run))
 
     def _cors_headers(self, scope: dict[str, Any]) -> list[tuple[str, str]]:

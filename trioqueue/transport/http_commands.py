@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from .rest_api import Call, decoded_call
 from .session import SENT, Session, SessionHost
 
 
@@ -43,14 +44,23 @@ class CommandRunner:
     def __init__(self, host: SessionHost) -> None:
         self._host = host
 
-    async def run(self, msg: dict[str, Any], size_bytes: int = 0) -> dict[str, Any]:
-        """The reply to ``msg`` (``ok`` true or false, without ``reqId``)."""
+    async def decoded(self, call: Call) -> Call:
+        """``call`` with a large body decoded in slices (rest_api.decoded_call), at the
+        size a frame is (``large_frame_bytes``)."""
+        config = self._host.config
+        return await decoded_call(call, large_bytes=config.large_frame_bytes,
+                                  bound_up_to=config.max_data_bytes)
+
+    async def run(self, msg: dict[str, Any], size_bytes: int = 0,
+                  json_bound: int | None = None) -> dict[str, Any]:
+        """The reply to ``msg`` (``ok`` true or false, without ``reqId``): a command as a
+        TCP frame's, counted by the body's size (and JSON bound) as a frame is."""
         box = _Reply()
         session = Session(self._host, send_now=box.send_now)
         session.authenticated = True  # the HTTP layer checked the bearer token
         answered = False
         try:
-            await session.handle([(msg, size_bytes, None)])
+            await session.handle([(msg, size_bytes, json_bound)])
             await box.done.wait()
             answered = True
         finally:

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
 from .codec import JSON, DecodeError
+from .large_json import decode_large_json
 
 
 class RunCommand(Protocol):
     """Runs one command message; ``size_bytes``: the request body it came in (what
-    admission counts a new job's record by, as a TCP frame's size)."""
+    admission counts a new job's record by, as a TCP frame's size); ``json_bound``: an
+    upper bound of that body's JSON text, if measured (as a large TCP frame's)."""
 
-    def __call__(self, msg: dict[str, Any], size_bytes: int = 0
-                 ) -> Awaitable[dict[str, Any]]: ...
+    def __call__(self, msg: dict[str, Any], size_bytes: int = 0,
+                 json_bound: int | None = None) -> Awaitable[dict[str, Any]]: ...
+
 
 INVALID_JSON = "Invalid JSON body"
+_NOT_DECODED: Any = object()
 
 
 class InvalidBody(Exception):
@@ -46,6 +50,10 @@ class Call:
     params: dict[str, str]  # the pattern's {names}, URL-decoded
     query: dict[str, list[str]]  # every value of each query parameter, in order
     body: bytes = b""
+    # A large body, decoded before the route runs (in slices, see decoded_call): its
+    # value (a DecodeError if it is not JSON) and the bound of its JSON text.
+    decoded: Any = _NOT_DECODED
+    json_bound: int | None = None
 
     def arg(self, name: str) -> str | None:
         """The first value of query parameter ``name`` (None when absent)."""
@@ -54,6 +62,10 @@ class Call:
 
     def json(self) -> Any:
         """The body as JSON; :class:`InvalidBody` when it is empty or malformed."""
+        if self.decoded is not _NOT_DECODED:
+            if isinstance(self.decoded, DecodeError):
+                raise InvalidBody()
+            return self.decoded
         try:
             return JSON.decode(self.body)  # validated as a WebSocket text message is
         except DecodeError as exc:
@@ -67,6 +79,20 @@ class Call:
         if not isinstance(value, dict):
             raise InvalidBody()
         return value
+
+
+async def decoded_call(call: Call, *, large_bytes: int, bound_up_to: int) -> Call:
+    """``call`` with its body decoded, when it is at least ``large_bytes`` long: in
+    slices, other connections served between two, as a large TCP frame is (one json
+    call over megabytes of small values would hold the event loop), and with the bound
+    of its JSON text, which lets the core skip measuring job data that fits."""
+    if not large_bytes or len(call.body) < large_bytes:
+        return call
+    try:
+        value, bound = await decode_large_json(call.body, bound_up_to=bound_up_to)
+    except DecodeError as exc:
+        return replace(call, decoded=exc)
+    return replace(call, decoded=value, json_bound=bound)
 
 
 def error_body(message: str) -> dict[str, Any]:
@@ -103,7 +129,7 @@ def command(build: Callable[[Call], dict[str, Any]], *, lookup: bool = False,
     ``always_ok`` answers 200 whatever the reply says (bunqueue's PULL routes)."""
 
     async def handle(call: Call, run: RunCommand) -> Response:
-        reply = await run(build(call), len(call.body))
+        reply = await run(build(call), len(call.body), call.json_bound)
         return Response(200 if always_ok else reply_status(reply, lookup=lookup), reply)
 
     return handle

@@ -37,6 +37,7 @@ from .codec import CBOR, JSON, Codec, DecodeError
 from .event_names import event_data, event_name, matches, valid_pattern
 from .http_auth import bearer_token
 from .large_frames import decode_large
+from .large_json import decode_large_json
 from .limits import Shell
 from .live_frames import LiveFrames
 from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload
@@ -291,6 +292,9 @@ class WsConnection:
                     bound: int | None = None
                     if large and len(raw) >= large and codec is CBOR:
                         decoded, bound = await self._decode_large(raw)
+                    elif large and len(raw) >= large:
+                        decoded, bound = await self._decode_large_json(
+                            raw, message if isinstance(message, str) else None)
                     else:
                         try:
                             decoded = codec.decode(raw)
@@ -326,6 +330,16 @@ class WsConnection:
             return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
         except DecodeError as exc:
             return DecodeError(str(exc)), None  # fresh: see _serve_messages
+
+    async def _decode_large_json(self, raw: bytes, text: str | None) -> tuple[Any, int | None]:
+        """A large JSON text message's value (a DecodeError if bad) and its JSON bound,
+        decoded in slices as a large REST body is (transport/large_json.py)."""
+        try:
+            return await decode_large_json(raw, text, bound_up_to=self._limits.max_data_bytes)
+        except DecodeError as exc:
+            decoded = DecodeError(str(exc))  # fresh: see _serve_messages
+            decoded.req_id = salvage_req_id(JSON.name, raw)
+            return decoded, None
 
     def _message_limit(self) -> int:
         if self._authenticated:

@@ -1,0 +1,80 @@
+"""The sliced JSON decoder gives what one json call gives, or refuses what it refuses,
+however its windows cut the text (they are made tiny here, so every path is taken:
+runs, one item alone, opened containers, long strings cut between escapes)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from trioqueue.transport import large_json
+from trioqueue.transport.codec import JSON, DecodeError
+from trioqueue.transport.slicing import Slicer, run_steps
+
+TRICKY = ["a", ",", "]", "}", '"', "\\", "\u00e9", "\U0001F600", "\n", " ", "u", "\ud83d"]
+EDITS = [",", "]", "}", '"', "\\", "x", " ", "\\u12", "\\ud83d", "NaN", "1e400", "[", '{"a":']
+
+
+@pytest.fixture(autouse=True)
+def tiny_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(large_json, "WINDOW_CHARS", 40)
+    monkeypatch.setattr(large_json, "PIECE_CHARS", 7)
+    monkeypatch.setattr(large_json, "MIN_RUN_CHARS", 2)
+    monkeypatch.setattr(large_json, "FIRST_PIECE_CHARS", 3)
+
+
+def decoded(text: str) -> tuple[str, Any]:
+    try:
+        return "ok", run_steps(large_json.json_decode_steps(
+            text.encode("utf-8", "surrogatepass"), text, Slicer(), 1 << 30))[0]
+    except DecodeError:
+        return "refused", None
+
+
+def expected(text: str) -> tuple[str, Any]:
+    try:
+        return "ok", JSON.decode(text)
+    except DecodeError:
+        return "refused", None
+
+
+def random_value(rnd: random.Random, depth: int = 0) -> Any:
+    r = rnd.random()
+    if depth < 6 and r < 0.25:
+        return [random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 8))]
+    if depth < 6 and r < 0.45:
+        return {random_text(rnd): random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 6))}
+    if r < 0.7:
+        return random_text(rnd)
+    return rnd.choice([1, -0.5, 1e15, True, None, False, 12345678901234567890, 0])
+
+
+def random_text(rnd: random.Random) -> str:
+    return "".join(rnd.choice(TRICKY) for _ in range(rnd.randint(0, 30)))
+
+
+def test_the_same_values_and_refusals_as_one_json_call() -> None:
+    rnd = random.Random(41)
+    for _ in range(3000):
+        text = json.dumps(random_value(rnd), ensure_ascii=rnd.random() < 0.5,
+                          indent=rnd.choice([None, None, 1]))
+        if rnd.random() < 0.5:  # broken somewhere
+            at = rnd.randrange(len(text) + 1)
+            text = text[:at] + rnd.choice(EDITS) + text[at + rnd.choice([0, 0, 1]):]
+        assert repr(decoded(text)) == repr(expected(text)), text
+
+
+def test_the_bound_covers_the_json_of_the_value() -> None:
+    """Python's JSON of the value (what the core measures) is never longer than the
+    bound, floats written short included."""
+    texts = ["[" + ",".join(["1e15"] * 100) + "]", "[1e400,-1e400,1E5,0.1e1]",
+             json.dumps({"k": "\u00e9\n" * 50}), json.dumps(["\n\u2028\U0001F600"] * 9)]
+    for text in texts:
+        parsed, bound = run_steps(large_json.json_decode_steps(
+            text.encode(), None, Slicer(), 1 << 30))
+        assert bound is not None
+        written = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+        assert len(written.encode("utf-16-le", "surrogatepass")) // 2 <= bound  # UTF-16 units
