@@ -133,7 +133,21 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
     "sse_heartbeat_s": ("seconds", "heartbeat comment on a quiet SSE stream (default 30)"),
     "sse_replay_events": ("count", "frames kept for Last-Event-ID (default 1000)"),
 }
+# The bounds on cron schedules (core/crons.py, actors/scheduler.py), parsed as the
+# limits are.
+CRON_FLAGS: dict[str, tuple[str, str]] = {
+    "cron_min_interval_ms": ("ms", "shortest period of a schedule (repeatEvery, or the "
+                                   "closest two firings of a cron expression); shorter "
+                                   "is refused at Cron (default 1000)"),
+    "max_cron_schedules": ("count", "cron schedules the broker keeps (a cluster: its "
+                                    "store); a new one past it is refused (default "
+                                    "10000)"),
+    "cron_retry_max_ms": ("ms", "longest wait before a schedule whose firings keep being "
+                                "refused is tried again, or its period if longer "
+                                "(default 60000)"),
+}
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in CRON_FLAGS})
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in HTTP_FLAGS})
 ENV_NAMES["http_rate_limit_window_ms"] += ("RATE_LIMIT_WINDOW_MS",)  # bunqueue's names
 ENV_NAMES["http_rate_limit_max_requests"] += ("RATE_LIMIT_MAX_REQUESTS",)
@@ -241,7 +255,7 @@ _METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS).items():
+    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS | CRON_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
             raw = env_value(env, setting)
@@ -414,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let webhooks reach loopback and private addresses "
                             "(development only; off: the SSRF guard refuses them)")
     _add_flags(hooks, WEBHOOK_FLAGS)
+    _add_flags(serve.add_argument_group("cron schedules"), CRON_FLAGS)
     http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
     http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
                                                    "Access-Control-Allow-Origin ('*': any)")

@@ -247,9 +247,19 @@ class Config:
     # How old a measure of that file system a batch far from full may reuse (one
     # nearly full measures it again); other writers may fill it this long unseen.
     disk_measure_interval_ms: float = 100.0
-    # A cron firing refused for a full store is fired again this much later (or at the
-    # schedule's next slot, if that comes first).
+    # A cron firing refused (a full store, or any other refusal) is fired again this
+    # much later, twice as long after each further refusal, up to cron_retry_max_ms.
     cron_full_retry_ms: int = 1000
+
+    # --- cron schedules (core/crons.py, actors/scheduler.py): the shortest period a
+    # schedule may have (repeatEvery, or the closest two firings of a cron expression;
+    # bunqueue takes 1 ms, but a thousand schedules of 1 ms hold a broker's CPU, and the
+    # finest cron expression fires once a second); how many schedules the broker keeps
+    # (a cluster: its store); and the longest a schedule whose firings keep failing
+    # waits between two tries (its own period if that is longer).
+    cron_min_interval_ms: int = 1000
+    max_cron_schedules: int = 10_000
+    cron_retry_max_ms: int = 60_000
 
     def store_limit_bytes(self) -> int | None:
         """The store's maximum in bytes, or None for a memory store with no limit."""
@@ -306,10 +316,19 @@ class Config:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
         if self.cron_full_retry_ms <= 0:
             raise ValueError("cron_full_retry_ms must be positive")
+        self._validate_crons()
         limit = self.store_limit_bytes()
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_crons(self) -> None:
+        if not 1 <= self.cron_min_interval_ms < math.inf:
+            raise ValueError("cron_min_interval_ms must be at least 1")
+        if self.max_cron_schedules < 1:
+            raise ValueError("max_cron_schedules must be at least 1")
+        if not self.cron_full_retry_ms <= self.cron_retry_max_ms < math.inf:
+            raise ValueError("cron_retry_max_ms must be at least cron_full_retry_ms")
 
     def _validate_storage_url(self) -> None:
         if not 0 < self.pg_outage_s < math.inf:
