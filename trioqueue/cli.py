@@ -141,7 +141,7 @@ CRON_FLAGS: dict[str, tuple[str, str]] = {
                                    "is refused at Cron (default 1000)"),
     "max_cron_schedules": ("count", "cron schedules the broker keeps (a cluster: its "
                                     "store); a new one past it is refused (default "
-                                    "10000)"),
+                                    "1000)"),
     "cron_retry_max_ms": ("ms", "longest wait before a schedule whose firings keep being "
                                 "refused is tried again, or its period if longer "
                                 "(default 60000)"),

@@ -258,13 +258,16 @@ def parse_cron_command(msg: dict[str, Any], now: int, existing: CronDef | None,
 
 
 class CronRegistry:
-    """The schedules by name, and one heap of (nextRun, seq, name) for the timer; stale
-    heap entries (a schedule replaced, deleted or advanced) are skipped when they come
-    up."""
+    """The schedules by name, and one heap of (nextRun, seq, name) for the timer. Each
+    schedule has one live entry, its latest ``put`` (``_live``: its seq); the others
+    (a schedule replaced, deleted or advanced) are skipped when they come up. Two live
+    entries of one schedule at one time would fire it twice in one pass: a firing undone
+    to a time equal to its next slot used to make them."""
 
     def __init__(self) -> None:
         self.by_name: dict[str, CronDef] = {}
         self._heap: list[tuple[int, int, str]] = []
+        self._live: dict[str, int] = {}
         self._seq = 0
 
     def __len__(self) -> int:
@@ -273,18 +276,19 @@ class CronRegistry:
     def put(self, defn: CronDef) -> None:
         self.by_name[defn.name] = defn
         self._seq += 1
+        self._live[defn.name] = self._seq
         heapq.heappush(self._heap, (defn.next_run, self._seq, defn.name))
 
     def delete(self, name: str) -> CronDef | None:
+        self._live.pop(name, None)
         return self.by_name.pop(name, None)
 
     def next_due(self) -> int | None:
         """When the first schedule is due (stale entries are dropped first)."""
         heap = self._heap
         while heap:
-            at, _, name = heap[0]
-            defn = self.by_name.get(name)
-            if defn is not None and defn.next_run == at:
+            at, seq, name = heap[0]
+            if self._live.get(name) == seq and self.by_name[name].next_run == at:
                 return at
             heapq.heappop(heap)
         return None
