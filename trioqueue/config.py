@@ -7,6 +7,7 @@ bunqueue's where it has one, so its clients meet the same bounds against us.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, field
 
 FSYNC_POLICIES = ("interval", "always", "never")
@@ -36,6 +37,15 @@ def default_disk_reserve_bytes(disk_bytes: int) -> int:
     disk useless.
     """
     return min(64 * MIB, disk_bytes // 32)
+
+
+def visible_chars(token: str) -> int:
+    """How many characters of ``token`` show: not a space or separator of any script
+    (Unicode's Z categories), nor a control, format (U+200B ZERO WIDTH SPACE, U+FEFF,
+    U+2060 WORD JOINER), surrogate, private or unassigned one (the C categories). A
+    token of nothing else looks blank in a config file, and a zero-width space was
+    taken as a token."""
+    return sum(1 for ch in token if unicodedata.category(ch)[0] not in "ZC")
 
 
 # What --storage accepts (libpq's two URL schemes).
@@ -85,6 +95,10 @@ class Config:
     # then is left out, and the reply names it (actors/cluster_fanout.py).
     cluster_read_timeout_s: float = 2.0
     auth_tokens: list[str] = field(default_factory=list)
+    # The fewest visible characters ``trioqueue serve`` takes in a token (AUTH_TOKENS,
+    # --auth-tokens): a short token is guessed. A broker built in code (an embedded one,
+    # the tests') is trusted with its own; Config.validate refuses only invisible ones.
+    auth_token_min_chars: int = 16
     # "interval": commits survive kill -9 at once and reach the disk within
     # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
     # "never": the OS decides when (a power loss can take any amount of recent work).
@@ -411,9 +425,14 @@ class Config:
     def _validate_auth_tokens(self) -> None:
         # A blank token would be dropped by a trimmed comparison and could turn auth
         # off without a word (issue 12): refuse it instead.
-        for token in self.auth_tokens:
+        for n, token in enumerate(self.auth_tokens, 1):
             if not isinstance(token, str) or not token.strip():
                 raise ValueError(f"auth_tokens has a blank entry: {self.auth_tokens!r}")
+            if not visible_chars(token):
+                raise ValueError(f"auth_tokens: token {n} has no visible character (only "
+                                 f"spaces, zero-width or format characters)")
+        if self.auth_token_min_chars < 1:
+            raise ValueError("auth_token_min_chars must be at least 1")
 
     def _validate_connection_limits(self) -> None:
         for name in ("max_preauth_frame_bytes", "max_partial_frame_total_bytes",
