@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -261,6 +262,27 @@ async def test_the_ready_line_says_auth_off(tmp_path: Path) -> None:
     await broker.stop()
     ready = next(line for line in broker.log.splitlines() if b"trioqueue ready" in line)
     assert ready.endswith(b" auth off"), ready
+
+
+async def test_both_ports_listen_when_the_ready_line_is_printed(tmp_path: Path) -> None:
+    """A client that starts on the ready line (a supervisor, a test harness) reaches
+    the HTTP port as well as the TCP one: both are listening before it is printed,
+    never connection refused. Three starts, each connected to at once."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+    for n in range(3):
+        broker = BrokerProcess(tmp_path / f"data{n}", "--memory", env=env)
+        await broker.start()  # (returns as soon as the ready line is in the log)
+        try:
+            with trio.fail_after(10):
+                async with httpx.AsyncClient() as http:
+                    health = await http.get(f"http://127.0.0.1:{broker.ws_port}/health")
+                    assert health.status_code == 200, health.text
+                client = await RawClient.connect(broker.tcp_port)
+                await client.ok("Ping")
+                await client.aclose()
+        finally:
+            await broker.stop()
 
 
 @pytest.mark.parametrize("raw", ["", " , "])
