@@ -71,7 +71,10 @@ def main() -> int:
     ap.add_argument("--burst-s", type=float, default=10.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        broker = LocalBroker(str(Path(tmp) / "data"), [])
+        # (the broker's bounds on schedules raised to what the phases ask for)
+        broker = LocalBroker(str(Path(tmp) / "data"), [
+            "--max-cron-schedules", str(max(1, args.crons + args.burst)),
+            "--cron-min-interval-ms", str(max(1, min(1000, args.every_ms)))])
         try:
             conn = Conn("127.0.0.1", broker.port, "msgpack", 30.0)
             time.sleep(1.0)  # let start-up work settle before measuring

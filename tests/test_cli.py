@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -103,6 +104,28 @@ def test_a_blank_token_is_an_error_not_auth_off(raw: str, source: str) -> None:
 def test_a_blank_tokens_flag_is_an_error_despite_the_environment() -> None:
     with pytest.raises(SystemExit):
         configure("--auth-tokens", "", AUTH_TOKENS="secret")
+
+
+INVISIBLE_TOKENS = ["\u200b", " \u200b ", "\ufeff", "\u2060", "\u200b\u200c\u200d",
+                    "\u3000\u200b"]
+
+
+@pytest.mark.parametrize("raw", INVISIBLE_TOKENS)
+@pytest.mark.parametrize("source", ["AUTH_TOKENS", "--auth-tokens"])
+def test_a_token_with_no_visible_character_is_an_error(raw: str, source: str) -> None:
+    """A zero-width space (or a byte-order mark, a word joiner) was taken as a token:
+    a config file that looks blank, or a key a client cannot type."""
+    for value, n in ((raw, 1), ("a-visible-token-1," + raw, 2)):
+        with pytest.raises(SystemExit) as exited:
+            if source.startswith("--"):
+                configure(source, value)
+            else:
+                configure(**{source: value})
+        assert str(exited.value.code) == (
+            f"Invalid {source}: token {n} has no visible character (only spaces, "
+            f"zero-width or format characters such as U+200B)")
+    with pytest.raises(ValueError, match="token 1 has no visible character"):
+        Config(auth_tokens=[raw]).validate()
 
 
 def test_config_refuses_blank_tokens_for_an_embedded_broker() -> None:
@@ -213,7 +236,7 @@ def test_invalid_flags_are_refused_by_the_parser(
 
 async def test_broker_process_honours_bunqueue_auth_tokens(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIOQUEUE_")}
-    env.update(AUTH_TOKENS=" s3cret , other ", LOG_LEVEL="info")
+    env.update(AUTH_TOKENS=" s3cret-of-16-chars , other-of-16-chars ", LOG_LEVEL="info")
     broker = BrokerProcess(tmp_path / "data", env=env)
     await broker.start()
     try:
@@ -223,7 +246,7 @@ async def test_broker_process_honours_bunqueue_auth_tokens(tmp_path: Path) -> No
             assert refused["ok"] is False and refused["error"] == "Not authenticated"
             bad = await client.call("Auth", token="wrong")
             assert bad["ok"] is False and bad["error"] == "Invalid token"
-            await client.ok("Auth", token="s3cret")
+            await client.ok("Auth", token="s3cret-of-16-chars")
             await client.ok("PUSH", queue="q", name="n", data=1)
         await client.aclose()
     finally:
@@ -241,6 +264,27 @@ async def test_the_ready_line_says_auth_off(tmp_path: Path) -> None:
     assert ready.endswith(b" auth off"), ready
 
 
+async def test_both_ports_listen_when_the_ready_line_is_printed(tmp_path: Path) -> None:
+    """A client that starts on the ready line (a supervisor, a test harness) reaches
+    the HTTP port as well as the TCP one: both are listening before it is printed,
+    never connection refused. Three starts, each connected to at once."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+    for n in range(3):
+        broker = BrokerProcess(tmp_path / f"data{n}", "--memory", env=env)
+        await broker.start()  # (returns as soon as the ready line is in the log)
+        try:
+            with trio.fail_after(10):
+                async with httpx.AsyncClient() as http:
+                    health = await http.get(f"http://127.0.0.1:{broker.ws_port}/health")
+                    assert health.status_code == 200, health.text
+                client = await RawClient.connect(broker.tcp_port)
+                await client.ok("Ping")
+                await client.aclose()
+        finally:
+            await broker.stop()
+
+
 @pytest.mark.parametrize("raw", ["", " , "])
 async def test_a_broker_with_blank_tokens_exits_non_zero_with_one_line(
     tmp_path: Path, raw: str
@@ -256,6 +300,42 @@ async def test_a_broker_with_blank_tokens_exits_non_zero_with_one_line(
     lines = done.stderr.decode().strip().splitlines()
     assert lines == [f"Invalid AUTH_TOKENS: {raw!r} has a blank token (comma-separated "
                      "non-blank tokens; leave AUTH_TOKENS unset to run without auth)"]
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"AUTH_TOKENS": "s3cret-of-16-chars,short"},
+     "Invalid AUTH_TOKENS: token 2 has 5 visible characters; a token needs at least 16 "
+     "(a long random string, e.g. from `openssl rand -hex 32`; --auth-token-min-chars "
+     "sets the minimum)"),
+    ({"AUTH_TOKENS": "s3cret-of-16-chars", "TRIOQUEUE_AUTH_TOKEN_MIN_CHARS": "20"},
+     "Invalid AUTH_TOKENS: token 1 has 18 visible characters; a token needs at least 20 "
+     "(a long random string, e.g. from `openssl rand -hex 32`; --auth-token-min-chars "
+     "sets the minimum)"),
+    ({"AUTH_TOKENS": "\u200b"},
+     "Invalid AUTH_TOKENS: token 1 has no visible character (only spaces, zero-width or "
+     "format characters such as U+200B)"),
+    ({"AUTH_TOKENS": "\u200b" * 16 + "ab"},  # (zero-width characters do not count)
+     "Invalid AUTH_TOKENS: token 1 has 2 visible characters; a token needs at least 16 "
+     "(a long random string, e.g. from `openssl rand -hex 32`; --auth-token-min-chars "
+     "sets the minimum)"),
+])
+async def test_serve_refuses_a_short_or_invisible_token_in_one_line(
+        env: dict[str, str], line: str) -> None:
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("TRIOQUEUE_") and k != "AUTH_TOKENS"}
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [sys.executable, "-m", "trioqueue", "serve", "--memory", "--host", "127.0.0.1",
+             "--tcp-port", "0", "--ws-port", "0"], env=full | env, capture_stdout=True,
+            capture_stderr=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().splitlines() == [line]
+
+
+def test_the_token_minimum_can_be_lowered_for_an_old_deployment() -> None:
+    args = build_parser().parse_args(["serve", "--auth-token-min-chars", "4"])
+    config = config_from(args, {"AUTH_TOKENS": "bun1"})
+    assert (config.auth_tokens, config.auth_token_min_chars) == (["bun1"], 4)
 
 
 @pytest.mark.parametrize("which", ["tcp", "ws"])

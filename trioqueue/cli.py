@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .cluster_flags import add_cluster_flags, cluster_settings
-from .config import FSYNC_POLICIES, Config
+from .config import FSYNC_POLICIES, Config, visible_chars
 from .serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_LISTEN,
     EXIT_CANNOT_OPEN_STORAGE,
@@ -34,6 +34,7 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "ws_port": ("TRIOQUEUE_WS_PORT", "HTTP_PORT"),
     "data_dir": ("TRIOQUEUE_DATA_DIR", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH"),
     "auth_tokens": ("TRIOQUEUE_AUTH_TOKENS", "AUTH_TOKENS"),
+    "auth_token_min_chars": ("TRIOQUEUE_AUTH_TOKEN_MIN_CHARS",),
     "fsync": ("TRIOQUEUE_FSYNC",),
     "log_level": ("TRIOQUEUE_LOG_LEVEL", "LOG_LEVEL"),
     "memory": ("TRIOQUEUE_MEMORY",),
@@ -146,7 +147,21 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
     "sse_heartbeat_s": ("seconds", "heartbeat comment on a quiet SSE stream (default 30)"),
     "sse_replay_events": ("count", "frames kept for Last-Event-ID (default 1000)"),
 }
+# The bounds on cron schedules (core/crons.py, actors/scheduler.py), parsed as the
+# limits are.
+CRON_FLAGS: dict[str, tuple[str, str]] = {
+    "cron_min_interval_ms": ("ms", "shortest period of a schedule (repeatEvery, or the "
+                                   "closest two firings of a cron expression); shorter "
+                                   "is refused at Cron (default 1000)"),
+    "max_cron_schedules": ("count", "cron schedules the broker keeps (a cluster: its "
+                                    "store); a new one past it is refused (default "
+                                    "1000)"),
+    "cron_retry_max_ms": ("ms", "longest wait before a schedule whose firings keep being "
+                                "refused is tried again, or its period if longer "
+                                "(default 60000)"),
+}
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in CRON_FLAGS})
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in HTTP_FLAGS})
 ENV_NAMES["http_rate_limit_window_ms"] += ("RATE_LIMIT_WINDOW_MS",)  # bunqueue's names
 ENV_NAMES["http_rate_limit_max_requests"] += ("RATE_LIMIT_MAX_REQUESTS",)
@@ -217,7 +232,31 @@ def parse_tokens(value: str, source: str) -> list[str]:
     if not all(tokens):
         raise SystemExit(f"Invalid {source}: {value!r} has a blank token (comma-separated "
                          f"non-blank tokens; leave {source} unset to run without auth)")
+    for n, token in enumerate(tokens, 1):
+        if not visible_chars(token):
+            raise SystemExit(f"Invalid {source}: token {n} has no visible character (only "
+                             f"spaces, zero-width or format characters such as U+200B)")
     return tokens
+
+
+def check_token_lengths(config: Config, source: str) -> None:
+    """Refuse, in one line, a token with fewer than ``auth_token_min_chars`` visible
+    characters (the token itself is never printed)."""
+    minimum = config.auth_token_min_chars
+    for n, token in enumerate(config.auth_tokens, 1):
+        if (shown := visible_chars(token)) < minimum:
+            raise SystemExit(
+                f"Invalid {source}: token {n} has {shown} visible characters; a token "
+                f"needs at least {minimum} (a long random string, e.g. from `openssl "
+                f"rand -hex 32`; --auth-token-min-chars sets the minimum)")
+
+
+def token_source(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    """Where the tokens came from: the flag, or the variable that was read."""
+    if args.auth_tokens is not None:
+        return "--auth-tokens"
+    found = env_named(env, "auth_tokens")
+    return "auth tokens" if found is None else found[0]
 
 
 def _number(expected: str) -> Callable[[str, str], float]:
@@ -256,7 +295,7 @@ _METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS).items():
+    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS | CRON_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
             raw = env_value(env, setting)
@@ -271,6 +310,11 @@ def _auth_tokens_from(config: Config, args: argparse.Namespace,
         config.auth_tokens = parse_tokens(args.auth_tokens, "--auth-tokens")
     elif (found := env_named(env, "auth_tokens")) is not None:
         config.auth_tokens = parse_tokens(found[1], found[0])
+    raw = args.auth_token_min_chars
+    if raw is None:
+        raw = env_value(env, "auth_token_min_chars")
+    if raw is not None:
+        config.auth_token_min_chars = _count(str(raw), "--auth-token-min-chars")
 
 
 def _float_settings(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
@@ -391,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="OpenTelemetry spans for push, pull and ack (needs "
                             "opentelemetry-api; see docs/tracing.md)")
     serve.add_argument("--auth-tokens", help="comma-separated tokens; enables auth")
+    serve.add_argument("--auth-token-min-chars", dest="auth_token_min_chars",
+                       help="fewest visible characters a token may have (default 16)")
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when commits reach the disk (default interval)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
@@ -442,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let webhooks reach loopback and private addresses "
                             "(development only; off: the SSRF guard refuses them)")
     _add_flags(hooks, WEBHOOK_FLAGS)
+    _add_flags(serve.add_argument_group("cron schedules"), CRON_FLAGS)
     http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
     http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
                                                    "Access-Control-Allow-Origin ('*': any)")
@@ -473,11 +520,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         from . import admin
 
         return admin.run(args, os.environ if env is None else env)
-    config = config_from(args, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    config = config_from(args, env)
     try:
         config.validate()
     except ValueError as exc:
         raise SystemExit(f"Invalid configuration: {exc}") from None
+    check_token_lengths(config, token_source(args, env))
     if config.otel_enabled:
         from .actors.tracing import TracingUnavailable, broker_tracing
 

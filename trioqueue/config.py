@@ -7,6 +7,7 @@ bunqueue's where it has one, so its clients meet the same bounds against us.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -61,6 +62,15 @@ def default_disk_reserve_bytes(disk_bytes: int) -> int:
     return min(64 * MIB, disk_bytes // 32)
 
 
+def visible_chars(token: str) -> int:
+    """How many characters of ``token`` show: not a space or separator of any script
+    (Unicode's Z categories), nor a control, format (U+200B ZERO WIDTH SPACE, U+FEFF,
+    U+2060 WORD JOINER), surrogate, private or unassigned one (the C categories). A
+    token of nothing else looks blank in a config file, and a zero-width space was
+    taken as a token."""
+    return sum(1 for ch in token if unicodedata.category(ch)[0] not in "ZC")
+
+
 # What --storage accepts (libpq's two URL schemes).
 STORAGE_URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -108,6 +118,10 @@ class Config:
     # then is left out, and the reply names it (actors/cluster_fanout.py).
     cluster_read_timeout_s: float = 2.0
     auth_tokens: list[str] = field(default_factory=list)
+    # The fewest visible characters ``trioqueue serve`` takes in a token (AUTH_TOKENS,
+    # --auth-tokens): a short token is guessed. A broker built in code (an embedded one,
+    # the tests') is trusted with its own; Config.validate refuses only invisible ones.
+    auth_token_min_chars: int = 16
     # "interval": commits survive kill -9 at once and reach the disk within
     # fsync_interval_s; "always": every acknowledging reply waits for the fsync;
     # "never": the OS decides when (a power loss can take any amount of recent work).
@@ -292,9 +306,20 @@ class Config:
     # How old a measure of that file system a batch far from full may reuse (one
     # nearly full measures it again); other writers may fill it this long unseen.
     disk_measure_interval_ms: float = 100.0
-    # A cron firing refused for a full store is fired again this much later (or at the
-    # schedule's next slot, if that comes first).
+    # A cron firing refused (a full store, or any other refusal) is fired again this
+    # much later, twice as long after each further refusal, up to cron_retry_max_ms.
     cron_full_retry_ms: int = 1000
+
+    # --- cron schedules (core/crons.py, actors/scheduler.py): the shortest period a
+    # schedule may have (repeatEvery, or the closest two firings of a cron expression;
+    # bunqueue takes 1 ms, but a thousand schedules of 1 ms hold a broker's CPU, and the
+    # finest cron expression fires once a second); how many schedules the broker keeps
+    # (a cluster: its store; 1,000 at 1 s are a firing a millisecond, about a tenth of
+    # a core, where 10,000 saturated one); and the longest a schedule whose firings
+    # keep failing waits between two tries (its own period if that is longer).
+    cron_min_interval_ms: int = 1000
+    max_cron_schedules: int = 1000
+    cron_retry_max_ms: int = 60_000
 
     def store_limit_bytes(self) -> int | None:
         """The store's maximum in bytes, or None for a memory store with no limit."""
@@ -351,10 +376,19 @@ class Config:
             raise ValueError("store_finish_allowance_bytes must be at least 0")
         if self.cron_full_retry_ms <= 0:
             raise ValueError("cron_full_retry_ms must be positive")
+        self._validate_crons()
         limit = self.store_limit_bytes()
         if limit is not None and self.reserve_bytes_for(limit) >= limit:
             # A reserve as large as the store would refuse every job forever.
             raise ValueError("store_reserve_bytes must be less than store_max_bytes")
+
+    def _validate_crons(self) -> None:
+        if not 1 <= self.cron_min_interval_ms < math.inf:
+            raise ValueError("cron_min_interval_ms must be at least 1")
+        if self.max_cron_schedules < 1:
+            raise ValueError("max_cron_schedules must be at least 1")
+        if not self.cron_full_retry_ms <= self.cron_retry_max_ms < math.inf:
+            raise ValueError("cron_retry_max_ms must be at least cron_full_retry_ms")
 
     def _validate_storage_url(self) -> None:
         if not 0 < self.pg_outage_s < math.inf:
@@ -452,9 +486,14 @@ class Config:
     def _validate_auth_tokens(self) -> None:
         # A blank token would be dropped by a trimmed comparison and could turn auth
         # off without a word (issue 12): refuse it instead.
-        for token in self.auth_tokens:
+        for n, token in enumerate(self.auth_tokens, 1):
             if not isinstance(token, str) or not token.strip():
                 raise ValueError(f"auth_tokens has a blank entry: {self.auth_tokens!r}")
+            if not visible_chars(token):
+                raise ValueError(f"auth_tokens: token {n} has no visible character (only "
+                                 f"spaces, zero-width or format characters)")
+        if self.auth_token_min_chars < 1:
+            raise ValueError("auth_token_min_chars must be at least 1")
 
     def _validate_connection_limits(self) -> None:
         for name in ("max_preauth_frame_bytes", "max_partial_frame_total_bytes",

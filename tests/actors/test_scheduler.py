@@ -192,7 +192,8 @@ def test_a_firing_refused_for_a_full_store_is_undone_retried_and_logged_once(
         firing.replier.deliver({"ok": False, "error": STORAGE_FULL})
         defn = scheduler.get("c")
         assert defn is not None and defn.executions == 0
-        assert defn.next_run == clock.now + 100  # the next tick, not the next slot
+        # tried again later each time (100, 200, 400 ms), not at the next slot
+        assert defn.next_run == clock.now + 100 * 2 ** (n - 1)
     assert sum("a firing was refused" in r.message for r in caplog.records) == 1
     tick()
     assert len(sent) == 4

@@ -75,8 +75,9 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def broker_config(tmp_path: Path, mode: str) -> Config:
+    # (schedules of 50 ms keep the scheduler tests short: the default minimum is 1 s)
     return Config(host="127.0.0.1", tcp_port=0, ws_port=0, data_dir=str(tmp_path / "data"),
-                  memory=mode.endswith("memory"))
+                  memory=mode.endswith("memory"), cron_min_interval_ms=10)
 
 
 class ThreadBroker:

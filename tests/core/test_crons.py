@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from trioqueue.core import crons as cr
+from trioqueue.core.cron_expr import parse_cron
 from trioqueue.core.errors import Refused
 
 NOW = 1_700_000_000_000
@@ -154,3 +155,23 @@ def test_overlap_jobs_are_deleted_by_the_stall_detector() -> None:
     for step in range(1, 20):  # sweeps every 5 s; stalled after 30 s on two sweeps
         h.tick(Q_NOW + step * 5000)
     assert h.state(job, Q_NOW + 100_000) == "unknown"
+
+
+def test_a_schedule_put_twice_at_one_time_is_due_once() -> None:
+    """A firing undone to the time of its next slot put the schedule back at the time
+    it already had: two live heap entries, and two firings of one slot in one pass."""
+    registry = cr.CronRegistry()
+    defn = make()
+    registry.put(defn)
+    registry.put(defn)
+    assert [d.name for d in registry.due(defn.next_run)] == ["c"]
+    assert registry.next_due() is None
+
+
+@pytest.mark.parametrize(("expression", "seconds"), [
+    ("* * * * * *", 1), ("*/5 * * * * *", 5), ("10,50 * * * * *", 20),
+    ("10,50 0 * * * *", 40), ("0 0,59 * * * *", 60), ("* * * * *", 60),
+    ("*/15 * * * *", 900), ("@hourly", 3600), ("0 0 0,23 * * *", 3600),
+    ("0 3 * * *", 86_400), ("@yearly", 86_400)])
+def test_the_shortest_gap_of_a_cron_expression(expression: str, seconds: int) -> None:
+    assert cr.shortest_gap_ms(parse_cron(expression)) == seconds * 1000

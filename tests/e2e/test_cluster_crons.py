@@ -238,3 +238,38 @@ async def test_a_restart_of_every_broker_keeps_the_crons_and_webhooks(
     job_id = (await clients["b0"].ok("PUSH", queue="hooked", name="n", data={}))["id"]
     delivered = await receiver.wait_for(1)
     assert json.loads(delivered[0].body)["jobId"] == job_id
+
+
+async def test_the_cap_on_schedules_counts_the_whole_cluster(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """``--max-cron-schedules`` bounds the cluster's schedules, not each broker's: those
+    created through either broker count together, and after the scheduler's broker is
+    killed its successor, which loads them from the store, refuses the next one too."""
+    cluster = BrokerCluster(pg_dsn, 2, tmp_path, lease_s=LEASE_S,
+                            extra_args=("--max-cron-schedules", "3"))
+    try:
+        await cluster.start()
+        clients = await _clients(cluster)
+        for name, via in (("s0", "b0"), ("s1", "b1"), ("s2", "b0")):
+            await clients[via].ok("Cron", name=name, queue="cap-q", repeatEvery=60_000)
+        full = "Too many cron schedules (max 3; --max-cron-schedules)"
+        for via in ("b0", "b1"):
+            refused = await clients[via].call("Cron", name="s3", queue="cap-q",
+                                              repeatEvery=60_000)
+            assert refused["error"] == full
+        scheduler = _scheduler(["b0", "b1"])
+        survivor = "b1" if scheduler == "b0" else "b0"
+        await cluster[int(scheduler[1])].kill(signal.SIGKILL)
+        with trio.fail_after(20):  # (the survivor takes the schedules over)
+            while True:
+                listed = await clients[survivor].call("CronList")
+                if listed["ok"] and len(listed["crons"]) == 3:
+                    break
+                await trio.sleep(0.05)
+        refused = await clients[survivor].call("Cron", name="s3", queue="cap-q",
+                                               repeatEvery=60_000)
+        assert refused["error"] == full
+        await clients[survivor].ok("CronDelete", name="s0")
+        await clients[survivor].ok("Cron", name="s3", queue="cap-q", repeatEvery=60_000)
+    finally:
+        await cluster.stop()

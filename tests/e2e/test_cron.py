@@ -154,7 +154,7 @@ async def test_kill_9_neither_fires_a_slot_twice_nor_loses_one(tmp_path: Path) -
     jobs, every slot of the times the broker ran has its job, and only the slots of the
     times it was down are missing (skipMissedOnRestart, the default)."""
     every = 200
-    broker = BrokerProcess(tmp_path / "data")
+    broker = BrokerProcess(tmp_path / "data", "--cron-min-interval-ms", str(every))
     await broker.start()
     up: list[tuple[float, float]] = []  # (from, to) wall ms the broker was surely up
     try:

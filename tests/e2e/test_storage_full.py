@@ -539,7 +539,8 @@ async def test_a_cron_firing_refused_for_space_is_retried_and_logged_once(
     """Cron firings go through admission: on a full store they are refused (they used
     to push past the limit until the broker stopped), not counted, tried again at the
     next tick, logged once; once there is room the schedule fires again."""
-    server = await start_server(**LIMITS["lmdb"], cron_full_retry_ms=50)
+    server = await start_server(**LIMITS["lmdb"], cron_full_retry_ms=50,
+                                cron_min_interval_ms=100)
     client = await connect(server)
     scheduler = server.broker.scheduler
     assert scheduler is not None

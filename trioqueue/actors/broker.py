@@ -28,7 +28,7 @@ from ..core.broker_stats import (
     StorageUsage,
 )
 from ..core.clock import Clock
-from ..core.crons import CRON_KIND, SCHEDULER_LEASE
+from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
@@ -365,7 +365,10 @@ class Broker(ClusterMember):
             self._clock, self.router.workers, self.router.post, self._store_soon,
             fire=None if firings is None else firings.fire,
             lease=None if firings is None else SCHEDULER_LEASE,
-            full_retry_ms=self.config.cron_full_retry_ms)
+            full_retry_ms=self.config.cron_full_retry_ms,
+            retry_max_ms=self.config.cron_retry_max_ms,
+            limits=CronLimits(self.config.cron_min_interval_ms,
+                              self.config.max_cron_schedules, self.config.max_data_bytes))
         if self.scheduler_role is not None:
             self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler

@@ -61,6 +61,18 @@ class CronSchedule:
             return None
         return int(fire.timestamp() * 1000)
 
+    def fields_sets(self) -> tuple[list[int], list[int], list[int]] | None:
+        """The seconds, minutes and hours the expression fires at, sorted (cronsim's
+        parse; None if a version of it keeps them otherwise)."""
+        sim = CronSim(self.fields, datetime(2000, 1, 1, tzinfo=self.zone))
+        found: list[list[int]] = []
+        for name in ("seconds", "minutes", "hours"):
+            values = getattr(sim, name, None)
+            if not isinstance(values, (list, set, tuple)) or not values:
+                return None
+            found.append(sorted(values))
+        return found[0], found[1], found[2]
+
 
 def parse_cron(expression: object, tz: str | None = None) -> CronSchedule:
     """A cron expression (5 fields, or 6 with seconds first, or an ``@`` shortcut) in

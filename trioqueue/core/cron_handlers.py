@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from .committed import Committed
 from .context import Ctx, Reply, _refuse_if_full
-from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, parse_cron_command
+from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
 from .errors import Refused
 from .options import parse_job_input
 from .queue import QueueState
@@ -24,9 +24,13 @@ CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the reco
 
 class Schedules(Protocol):
     """What the cron commands use of the scheduler (actors/scheduler.py); ``lease``:
-    in a cluster, the lease that fences the schedules' writes (None: no fence)."""
+    in a cluster, the lease that fences the schedules' writes (None: no fence);
+    ``limits``: the broker's bounds on schedules."""
 
     lease: str | None
+    limits: CronLimits
+
+    def __len__(self) -> int: ...
 
     def get(self, name: str) -> CronDef | None: ...
     def upsert(self, defn: CronDef) -> None: ...
@@ -55,10 +59,15 @@ def stored(name: str, record: dict[str, Any] | None, lease: str | None = None) -
 
 
 def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committed:
-    """Upsert by name (keeps ``executions``); answered ``{cron: CronInfo}`` once stored."""
-    existing = scope.crons.get(_name(msg))
-    defn = parse_cron_command(msg, now, existing)
-    scope.crons.upsert(defn)
+    """Upsert by name (keeps ``executions``); answered ``{cron: CronInfo}`` once stored.
+    A new name past ``max_cron_schedules`` is refused (the schedules counted are the
+    scheduler's: in a cluster, every schedule of the store)."""
+    crons = scope.crons
+    existing = crons.get(_name(msg))
+    defn = parse_cron_command(msg, now, existing, crons.limits)
+    if existing is None:
+        crons.limits.check_count(len(crons))
+    crons.upsert(defn)
     return Committed({"cron": defn.info()},
                      stored(defn.name, defn.to_record(), scope.crons.lease))
 

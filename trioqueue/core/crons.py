@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import fields
-from .cron_expr import parse_cron, zone
+from .cron_expr import CronSchedule, parse_cron, zone
 from .errors import Refused
+from .job_data import MAX_DATA_CHARS
 from .options import parse_job_input
 
 CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
@@ -36,6 +37,60 @@ JOB_OPTIONS = ("maxAttempts", "backoff", "timeout", "delay", "stallTimeout",
                "removeOnComplete", "removeOnFail")
 
 FIRE, SKIP, EXHAUSTED = "fire", "skip", "exhausted"
+
+
+@dataclass(frozen=True, slots=True)
+class CronLimits:
+    """The broker's bounds on schedules (Config's ``cron_min_interval_ms``,
+    ``max_cron_schedules``, ``max_data_bytes``): a schedule is work the broker does on
+    its own, forever, so what a client may ask of it is bounded where it is asked."""
+
+    min_interval_ms: float = 1
+    max_schedules: int | None = None
+    max_data_bytes: int = MAX_DATA_CHARS
+
+    def check_count(self, schedules: int) -> None:
+        """Refuse a new schedule when ``schedules`` are already kept."""
+        if self.max_schedules is not None and schedules >= self.max_schedules:
+            raise Refused(f"Too many cron schedules (max {self.max_schedules}; "
+                          f"--max-cron-schedules)")
+
+    def check_period(self, defn: CronDef) -> None:
+        """Refuse a schedule that may fire more often than the minimum period."""
+        minimum = self.min_interval_ms
+        if defn.repeat_every is not None:
+            if defn.repeat_every < minimum:
+                raise Refused(f"repeatEvery must be at least {minimum:g} ms (the "
+                              f"broker's minimum period; --cron-min-interval-ms)")
+        elif defn.schedule is not None and minimum > 1000:  # (every expression passes 1 s)
+            gap = shortest_gap_ms(parse_cron(defn.schedule, defn.timezone))
+            if gap < minimum:
+                raise Refused(f"Cron schedule fires {gap / 1000:g} s apart, more often "
+                              f"than the broker's minimum period of {minimum:g} ms "
+                              f"(--cron-min-interval-ms): {defn.schedule}")
+
+
+def shortest_gap_ms(schedule: CronSchedule) -> int:
+    """The shortest time between two firings of a cron expression within a day, and
+    from one day's last to the next day's first (any two days taken as adjacent;
+    daylight-saving shifts, which move a firing by an hour twice a year, left out).
+
+    Built up a field at a time: the firings of a minute span its first to its last
+    second, those of an hour its first minute's first to its last minute's last, and
+    the shortest gap at each step is the previous one's, or the step from one matching
+    minute (hour) to the next, from the last firing of one to the first of the other."""
+    sets = schedule.fields_sets()
+    if sets is None:
+        return 1000  # (a parse this code does not know: the finest an expression has)
+    seconds, minutes, hours = sets
+    first, last = seconds[0], seconds[-1]
+    gap = min((b - a for a, b in zip(seconds, seconds[1:], strict=False)),
+              default=86_400)
+    for values, unit in ((minutes, 60), (hours, 3600)):
+        steps = (b - a for a, b in zip(values, values[1:], strict=False))
+        gap = min([gap] + [step * unit - last + first for step in steps])
+        first, last = values[0] * unit + first, values[-1] * unit + last
+    return 1000 * min(gap, 86_400 - last + first)
 
 
 @dataclass
@@ -133,10 +188,13 @@ def check_job_options(template: dict[str, Any]) -> None:
         raise Refused(f"jobOptions.{exc.message}") from None
 
 
-def parse_cron_command(msg: dict[str, Any], now: int,
-                       existing: CronDef | None) -> CronDef:
+def parse_cron_command(msg: dict[str, Any], now: int, existing: CronDef | None,
+                       limits: CronLimits | None = None) -> CronDef:
     """A ``Cron`` upsert: the schedule it describes (``executions`` kept from the one it
-    replaces). Needs a valid ``schedule`` or ``repeatEvery``; the schedule wins if both."""
+    replaces). Needs a valid ``schedule`` or ``repeatEvery``; the schedule wins if both.
+    Then ``limits``' checks: the job a firing pushes is validated as a PUSH of it
+    would be (its data, with the same error texts), so that a schedule is refused once
+    here rather than at each firing; and its period."""
     name = msg.get("name")
     if not isinstance(name, str) or not name:
         raise Refused("Cron name is required")
@@ -180,6 +238,10 @@ def parse_cron_command(msg: dict[str, Any], now: int,
         prevent_overlap=_bool(msg, "preventOverlap", True),
         job_options=template, anchor=now, next_run=now, created_at=now,
     )
+    if limits is not None:
+        parse_job_input(defn.job_message(), custom_id_key="jobId",
+                        max_data_bytes=limits.max_data_bytes)
+        limits.check_period(defn)
     if existing is not None:
         defn.executions, defn.last_fired = existing.executions, existing.last_fired
         defn.created_at = existing.created_at
@@ -196,13 +258,16 @@ def parse_cron_command(msg: dict[str, Any], now: int,
 
 
 class CronRegistry:
-    """The schedules by name, and one heap of (nextRun, seq, name) for the timer; stale
-    heap entries (a schedule replaced, deleted or advanced) are skipped when they come
-    up."""
+    """The schedules by name, and one heap of (nextRun, seq, name) for the timer. Each
+    schedule has one live entry, its latest ``put`` (``_live``: its seq); the others
+    (a schedule replaced, deleted or advanced) are skipped when they come up. Two live
+    entries of one schedule at one time would fire it twice in one pass: a firing undone
+    to a time equal to its next slot used to make them."""
 
     def __init__(self) -> None:
         self.by_name: dict[str, CronDef] = {}
         self._heap: list[tuple[int, int, str]] = []
+        self._live: dict[str, int] = {}
         self._seq = 0
 
     def __len__(self) -> int:
@@ -211,18 +276,19 @@ class CronRegistry:
     def put(self, defn: CronDef) -> None:
         self.by_name[defn.name] = defn
         self._seq += 1
+        self._live[defn.name] = self._seq
         heapq.heappush(self._heap, (defn.next_run, self._seq, defn.name))
 
     def delete(self, name: str) -> CronDef | None:
+        self._live.pop(name, None)
         return self.by_name.pop(name, None)
 
     def next_due(self) -> int | None:
         """When the first schedule is due (stale entries are dropped first)."""
         heap = self._heap
         while heap:
-            at, _, name = heap[0]
-            defn = self.by_name.get(name)
-            if defn is not None and defn.next_run == at:
+            at, seq, name = heap[0]
+            if self._live.get(name) == seq and self.by_name[name].next_run == at:
                 return at
             heapq.heappop(heap)
         return None
@@ -262,6 +328,18 @@ def advance(defn: CronDef, now: int, fired: bool) -> None:
         defn.last_fired = now
     nxt = defn.next_slot(max(slot, now) if not fired else slot)
     defn.next_run = nxt if nxt is not None else slot + MAX_REPEAT_EVERY_MS
+
+
+def retry_delay_ms(defn: CronDef, slot: int, refusals: int, first_ms: int,
+                   max_ms: int) -> int:
+    """How long after its ``refusals``-th refused firing in a row (of ``slot``) a
+    schedule is tried again: ``first_ms``, doubled at each further refusal, at most
+    ``max_ms`` or the schedule's own period, whichever is longer (its slots meanwhile
+    are skipped: a schedule that cannot fire does not come back at its own rate to be
+    refused)."""
+    following = defn.next_slot(slot)
+    period = 0 if following is None else following - slot
+    return int(min(max(max_ms, period), first_ms * 2 ** min(refusals - 1, 40)))
 
 
 def restored(defn: CronDef, now: int) -> CronDef:
