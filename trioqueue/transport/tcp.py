@@ -529,7 +529,7 @@ class TcpConnection:
                 value, bound = await decode_large(
                     codec, payload, bound_up_to=self._limits.max_data_bytes)
             except DecodeError as exc:
-                messages[i] = (DecodeError(str(exc)), len(payload), None)  # (see _decode)
+                messages[i] = (exc.fresh(), len(payload), None)  # (see _decode)
             else:
                 messages[i] = (value, len(payload), bound)
             finally:

@@ -314,7 +314,7 @@ class WsConnection:
         try:
             return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
         except DecodeError as exc:
-            return DecodeError(str(exc)), None  # fresh: see _serve_messages
+            return exc.fresh(), None  # (see _serve_messages)
 
     def _message_limit(self) -> int:
         if self._authenticated:
