@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Final
 
 from ..core.job_data import DATA_TOO_LARGE
@@ -118,6 +118,10 @@ class DataWatch:
 
 #: Values measured together, in one set of C-level calls, when they are of one kind.
 RUN: Final = 256
+#: The most members of a run of small maps (arrays) measured together.
+_FLAT_MEMBERS: Final = 16 * RUN
+#: The most members, at every depth, of an array or map measured by one plain call.
+_SMALL_MEMBERS: Final = 4 * RUN
 #: Characters of text measured at once (a longer string is measured a piece at a time).
 PIECE_CHARS: Final = 64 * 1024
 
@@ -238,21 +242,105 @@ def measured_steps(value: Any, limit: int, slicer: Slicer) -> Steps[int]:
     return _leaf_chars(value)
 
 
+def _leaves_chars(values: list[Any]) -> int | None:
+    """The JSON text of values that are all leaves, commas left out; else None."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1:
+        return _run_chars(values)
+    chars = 0
+    for kind in kinds:
+        same = [value for value in values if type(value) is kind]
+        if kind is bytes:
+            chars += sum(map(_buffer_chars, same))
+            continue
+        part = _run_chars(same)
+        if part is None:
+            return None
+        chars += part
+    return chars
+
+
+def _flat_chars(run: list[Any]) -> int | None:
+    """The JSON text of a run of small maps, or of small arrays, whose members are all
+    leaves (an array of records is the common large data), commas between them left
+    out; else None. Their members are measured together, not container by container."""
+    kinds = set(map(type, run))
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    sizes = list(map(len, run))
+    members = sum(sizes)
+    if kind not in (dict, list) or members > _FLAT_MEMBERS:
+        return None
+    # { } or [ ], commas (and colons): 2 for an empty one, else 1 + 2n (1 + n)
+    empty = sizes.count(0)
+    if kind is dict:
+        values = list(chain.from_iterable(map(dict.values, run)))
+        keys = list(chain.from_iterable(run))
+        chars = len(run) + empty + 2 * members + strings_chars(keys) + 2 * members
+    else:
+        values = list(chain.from_iterable(run))
+        chars = len(run) + empty + members
+    leaves = _leaves_chars(values) if values else 0
+    return None if leaves is None else chars + leaves
+
+
 def _values_steps(values: list[Any], limit: int, slicer: Slicer) -> Steps[int]:
     """The JSON text of some values of an array or a map, commas left out."""
     chars = _run_chars(values)
+    if chars is None:
+        chars = _flat_chars(values)
     if chars is not None:
         return chars
     chars = 0
     for item in values:
         kind = type(item)
-        if kind is dict or kind is list or (kind is str and len(item) > PIECE_CHARS):
+        if kind is dict or kind is list:
+            small = _small_chars(item, _SMALL_MEMBERS)
+            if small is not None:
+                chars += small[0]
+                if slicer.due(small[1]):
+                    yield
+                continue
             chars += yield from measured_steps(item, limit - chars, slicer)
             if chars > limit:
                 return chars
+        elif kind is str and len(item) > PIECE_CHARS:
+            chars += yield from _text_steps(item, limit - chars, slicer)
         else:
             chars += _leaf_chars(item)
     return chars
+
+
+def _small_chars(value: dict[str, Any] | list[Any], budget: int) -> tuple[int, int] | None:
+    """(JSON text, members) of an array or map of at most ``budget`` members in all, at
+    every depth, measured by plain calls (a generator per container cost more than the
+    measure of a small one); None for a larger one (or one with a long string)."""
+    n = len(value)
+    if n > budget:
+        return None
+    if type(value) is dict:
+        members = list(value.values())
+        chars = 2 + 3 * n + max(n - 1, 0) + strings_chars(list(value))  # "": and commas
+    else:
+        members = value  # type: ignore[assignment]
+        chars = 2 + max(n - 1, 0)
+    used = n
+    leaves = [item for item in members if type(item) is not dict and type(item) is not list]
+    if len(leaves) < n:
+        for item in members:
+            if type(item) is dict or type(item) is list:
+                inner = _small_chars(item, budget - used)
+                if inner is None:
+                    return None
+                chars += inner[0]
+                used += inner[1]
+    if leaves:
+        measured = _leaves_chars(leaves)
+        if measured is None:
+            return None
+        chars += measured
+    return chars, used
 
 
 def _list_steps(items: list[Any], limit: int, slicer: Slicer) -> Steps[int]:
