@@ -249,7 +249,7 @@ def _leaves_chars(values: list[Any]) -> int | None:
         return _run_chars(values)
     chars = 0
     for kind in kinds:
-        same = [value for value in values if type(value) is kind]
+        same: list[Any] = [value for value in values if type(value) is kind]
         if kind is bytes:
             chars += sum(map(_buffer_chars, same))
             continue
