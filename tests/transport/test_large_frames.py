@@ -31,6 +31,7 @@ from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.healthy import Healthy, latency_report, within_latency_budget
 from trioqueue.transport.codec import CBOR, MSGPACK, Codec, DecodeError
+from trioqueue.transport.data_sizes import DataTooLarge
 from trioqueue.transport.framing import FrameDecoder, encode_frame
 from trioqueue.transport.large_frames import decode_large, decode_steps
 from trioqueue.transport.slicing import Slicer, run_steps
@@ -169,6 +170,29 @@ def test_the_json_bound_covers_the_data_as_the_core_measures_it(codec: Codec, da
     assert json_units(decoded) <= bound
     # What the bound is for: data within it is not measured again, and never refused.
     validate_job_data(decoded, max_chars=bound, json_bound=bound)
+
+
+@pytest.mark.parametrize("codec", BINARY_CODECS, ids=lambda c: c.name)
+@settings(max_examples=150, deadline=None)
+@given(data=values)
+def test_job_data_is_measured_as_the_core_measures_it(codec: Codec, data: Any) -> None:
+    """Past the cheap bound, a PUSH's data is measured exactly (data_sizes.py): its
+    size is what the core would measure, and the frame is refused exactly when the core
+    would refuse the data."""
+    try:
+        payload = codec.encode({"cmd": "PUSH", "data": data, "reqId": "r"})
+    except TypeError:
+        return
+    decoded = codec.decode(payload)["data"]
+    size = json_units(decoded)
+    for limit in (max(size - 1, 1), size):
+        try:
+            _, bound = run_steps(decode_steps(codec, payload, Slicer(), limit))
+        except DataTooLarge as exc:
+            assert limit < size and str(exc) == "Job data too large (max 10MB)"
+            assert exc.req_id == "r"
+        else:
+            assert size <= limit and bound is not None and size <= bound <= limit
 
 
 def test_escapes_count_in_the_bound() -> None:

@@ -18,6 +18,10 @@ the transport awaits a checkpoint between two (:func:`decode_large`):
   bytes of the payload counted on top (a slice per ``COUNT_BYTES``), that bound lets the
   core skip measuring job data that fits (``core/job_data.py``).
 
+Job data (a ``PUSH``'s, a ``PUSHB`` job's) is refused while it is decoded when the item
+counts of its arrays and maps put it over the data limit, and measured exactly in slices
+where the cheaper bound cannot settle it (:mod:`.data_sizes`).
+
 Long strings (64 KiB and more) are made a piece at a time by both walks
 (:mod:`.long_strings`): an ASCII one or a byte string in slices; other text is decoded
 in slices and joined in one copy.
