@@ -69,6 +69,9 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
     "large_frame_bytes": (
         "bytes", "frames at least this large are decoded in slices, other connections "
                  "served between two (default 64KiB; 0: every frame at once)"),
+    "max_decoding_total_bytes": (
+        "bytes", "large frames being decoded at once, all connections together; past "
+                 "it a frame waits for its turn (default 16MiB; 0: no bound)"),
     "max_read_step_ms": (
         "ms", "a read's frames are decoded in steps of at most this long, other "
               "connections served between two (default 1; 0: a read at once)"),

@@ -162,6 +162,11 @@ class Config:
     # in slices of about half a millisecond, other connections served between two;
     # smaller ones are decoded at once, which is cheaper. 0: every frame at once.
     large_frame_bytes: int = 64 * 1024
+    # Bytes of large frames (large_frame_bytes or more) being decoded at once, all
+    # connections together: a decoded frame of small values holds many times its size
+    # in memory, so past this one waits for its turn (one larger than this is decoded
+    # alone). 0: no bound.
+    max_decoding_total_bytes: int = 16 * 1024 * 1024
     max_inflight_per_connection: int = 50  # commands running at once per connection
     # A read's frames are decoded in steps of at most this long, other connections
     # served between two (transport/read_pacing.py); 0: a read at once.
@@ -497,7 +502,8 @@ class Config:
 
     def _validate_connection_limits(self) -> None:
         for name in ("max_preauth_frame_bytes", "max_partial_frame_total_bytes",
-                     "large_frame_bytes", "max_read_step_ms", "bad_frame_pause_ratio",
+                     "large_frame_bytes", "max_decoding_total_bytes",
+                     "max_read_step_ms", "bad_frame_pause_ratio",
                      "bad_frame_pause_max_ms",
                      "max_write_queue_total_bytes", "max_connections", "auth_timeout_s",
                      "max_connections_per_address", "max_unauthenticated_connections",

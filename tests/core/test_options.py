@@ -277,12 +277,14 @@ def test_frame_shortcut_factor_covers_byte_strings() -> None:
 def test_json_bound_shortcut_skips_the_size_check() -> None:
     limit = 1000
     data = "z" * 2000  # too large on its own
-    # The transport measured the whole message's JSON text at no more than the limit:
-    # the data is not measured again (a wrong bound would be a transport bug).
+    # The transport measured the data's JSON text at no more than the limit, in a walk
+    # that checked its types: the data is not walked again (a wrong bound would be a
+    # transport bug). Over the limit, or without a bound, the core decides.
     parse({"data": data}, max_data_bytes=limit, json_bound=limit)
     assert error_of({"data": data}, max_data_bytes=limit, json_bound=limit + 1) \
         == DATA_TOO_LARGE
-    assert error_of({"data": {1, 2}}, json_bound=10) == DATA_NOT_SERIALIZABLE
+    assert error_of({"data": {1, 2}}, max_data_bytes=limit, json_bound=limit + 1) \
+        == DATA_NOT_SERIALIZABLE
 
 
 def _json_units(data: Any) -> int:

@@ -87,6 +87,39 @@ async def test_half_sent_frames_are_bounded_broker_wide(tmp_path: Path) -> None:
             await healthy.ok("Ping")
 
 
+# ------------------------------------------------------------------ max_decoding_total_bytes
+
+
+async def test_large_frames_of_small_values_are_decoded_a_bounded_few_at_once(
+    tmp_path: Path,
+) -> None:
+    """6 connections each send a 9 MB PUSH of 9M small integers in lists of 1,000 (lists
+    small enough to be decoded whole, so not refused from their counts): each is about
+    75 MB once made, so side by side, as before, the broker grew by 450 MB and more.
+    With ``max_decoding_total_bytes`` (16 MiB, the default) one is decoded at a time, and
+    each is refused, measured in slices: the broker's peak grows by one frame's values
+    and the frames waiting, well under 200 MiB."""
+    async with broker_process(tmp_path) as broker:
+        healthy = await RawClient.connect(broker.tcp_port)
+        await healthy.ok("Ping")
+        before = broker.memory_bytes("VmHWM")
+        hogs = [await RawClient.connect(broker.tcp_port) for _ in range(6)]
+        frame = hogs[0].frame({"cmd": "PUSH", "queue": "ints", "reqId": "big",
+                               "data": [[7] * 1000] * 9000})
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for hog in hogs:
+                    nursery.start_soon(hog.send_raw, frame)
+            for hog in hogs:
+                reply = await hog.receive()
+                assert reply == {"ok": False, "error": "Job data too large (max 10MB)",
+                                 "reqId": "big"}
+        grown = broker.memory_bytes("VmHWM") - before
+        assert grown < 200 * MIB, f"the broker grew by {grown / MIB:.0f} MiB"
+        with trio.fail_after(5):
+            await healthy.ok("Ping")
+
+
 # ------------------------------------------------------------------ max_write_queue_total_bytes
 
 

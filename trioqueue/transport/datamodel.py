@@ -35,6 +35,13 @@ class DecodeError(Exception):
 
     req_id: str | None = None
 
+    def fresh(self) -> DecodeError:
+        """The same error (its type, text and ``reqId``), never raised: a raised one's
+        traceback holds the frame that caught it (a cycle only a full GC frees)."""
+        new = type(self)(str(self))
+        new.req_id = self.req_id
+        return new
+
 
 class _Absent:
     """Type of :data:`ABSENT`; a singleton so identity checks are reliable."""

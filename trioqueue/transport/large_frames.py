@@ -18,6 +18,10 @@ the transport awaits a checkpoint between two (:func:`decode_large`):
   bytes of the payload counted on top (a slice per ``COUNT_BYTES``), that bound lets the
   core skip measuring job data that fits (``core/job_data.py``).
 
+Job data (a ``PUSH``'s, a ``PUSHB`` job's) is refused while it is decoded when the item
+counts of its arrays and maps put it over the data limit, and measured exactly in slices
+where the cheaper bound cannot settle it (:mod:`.data_sizes`).
+
 Long strings (64 KiB and more) are made a piece at a time by both walks
 (:mod:`.long_strings`): an ASCII one or a byte string in slices; other text is decoded
 in slices and joined in one copy.
@@ -38,6 +42,7 @@ import cbor2
 import trio
 
 from .codec import CBOR, MSGPACK, Codec, cbor_decoder
+from .data_sizes import OTHER, TOP, DataWatch, data_bound_steps
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
 from .framing import Payload
 from .large_msgpack import LONG_BYTES, msgpack_steps, walked
@@ -101,17 +106,23 @@ def _ignore(_outcome: object) -> None:
 def decode_steps(codec: Codec, payload: Payload, slicer: Slicer, bound_up_to: int
                  ) -> Steps[tuple[Any, int | None]]:
     """The work of :func:`decode_large`, as a generator that yields between slices."""
+    watch = DataWatch(bound_up_to) if bound_up_to > 0 else None
     if codec is MSGPACK:
-        value = yield from msgpack_steps(payload, slicer)
+        value = yield from msgpack_steps(payload, slicer, watch)
     elif codec is CBOR:
-        value = yield from _cbor_steps(payload, slicer)
+        value = yield from _cbor_steps(payload, slicer, watch)
     else:  # JSON (WebSocket text): json has no resumable decoder; decoded whole
         return codec.decode(payload), None
     value, chars = yield from validated_steps(value, slicer)
-    if chars > bound_up_to:
+    if bound_up_to <= 0:
         return value, None
-    escapable = yield from _escapable_steps(payload, slicer)
-    return value, chars + _ESCAPE_CHARS * escapable
+    if chars <= bound_up_to:
+        escapable = yield from _escapable_steps(payload, slicer)
+        bound = chars + _ESCAPE_CHARS * escapable
+        if bound <= bound_up_to:
+            return value, bound
+    # Measured exactly, data by data; over the limit, refused here (DataTooLarge)
+    return value, (yield from data_bound_steps(value, bound_up_to, slicer))
 
 
 def _escapable_steps(payload: Payload, slicer: Slicer) -> Steps[int]:
@@ -155,9 +166,9 @@ class _CborWalk:
     definite-length array or map, else decoded by itself (see :meth:`leaf`).
     """
 
-    __slots__ = ("buf", "view", "fp", "decoder", "file", "pos", "slicer", "batch")
+    __slots__ = ("buf", "view", "fp", "decoder", "file", "pos", "slicer", "batch", "watch")
 
-    def __init__(self, payload: Payload, slicer: Slicer) -> None:
+    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None) -> None:
         self.buf = payload
         self.view = memoryview(payload)
         # cbor2 reads from a file: the mmap of a large frame is one; a BytesIO shares the
@@ -169,6 +180,7 @@ class _CborWalk:
         self.pos = 0
         self.slicer = slicer
         self.batch = MAX_BATCH
+        self.watch = watch  # job data refused from its item counts (data_sizes.py)
 
     def _argument(self, info: int) -> int:
         """The argument of the head at ``pos`` (initial byte's low bits ``info`` < 28);
@@ -206,13 +218,17 @@ class _CborWalk:
             self.batch = min(MAX_BATCH, 2 * count)
             return value, count
 
-    def container(self, depth: int) -> Steps[Any]:
-        """The array or map at ``pos`` (see :func:`_walked`)."""
+    def container(self, depth: int, role: int = OTHER) -> Steps[Any]:
+        """The array or map at ``pos`` (see :func:`_walked`; ``role``: what it is to
+        the watch, see data_sizes.py)."""
         if depth > MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
         initial = self.buf[self.pos]
         major = initial >> 5
         left = self._argument(initial & 31)
+        watch = self.watch
+        if watch is not None:
+            watch.opened(role, major == 5, left)  # (before any of its items is made)
         out: Any = {} if major == 5 else []
         while left:
             run, count = self._run(major, left)
@@ -222,8 +238,14 @@ class _CborWalk:
                 left -= count
             else:  # one item too large for the window
                 key = (yield from self.leaf()) if major == 5 else None
+                if watch is None:
+                    child = OTHER
+                elif major == 5:
+                    child = watch.entry(role, key, out)
+                else:
+                    child = watch.item(role, len(out))
                 if _walked(self.buf[self.pos]):
-                    value = yield from self.container(depth + 1)
+                    value = yield from self.container(depth + 1, child)
                 else:
                     value = yield from self.leaf()
                 if major == 5:
@@ -262,12 +284,12 @@ class _CborWalk:
         return value
 
 
-def _cbor_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
-    walk = _CborWalk(payload, slicer)
+def _cbor_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None) -> Steps[Any]:
+    walk = _CborWalk(payload, slicer, watch)
     return (yield from walked(walk, _cbor_top(walk), "CBOR"))
 
 
 def _cbor_top(walk: _CborWalk) -> Steps[Any]:
     if _walked(walk.buf[0]):
-        return (yield from walk.container(1))
+        return (yield from walk.container(1, TOP))
     return (yield from walk.leaf())

@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol
 import msgpack
 
 from .codec import msgpack_unpacker
+from .data_sizes import OTHER, TOP, DataWatch
 from .datamodel import MAX_DEPTH, DecodeError
 from .framing import Payload
 from .long_strings import bytes_steps, text_steps
@@ -56,14 +57,15 @@ def _head(kind: int, count: int) -> bytes:
 class _MsgpackWalk:
     """One msgpack payload, walked (``pos``: where the next item starts)."""
 
-    __slots__ = ("buf", "view", "pos", "slicer", "batch")
+    __slots__ = ("buf", "view", "pos", "slicer", "batch", "watch")
 
-    def __init__(self, payload: Payload, slicer: Slicer) -> None:
+    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None) -> None:
         self.buf = payload
         self.view = memoryview(payload)
         self.pos = 0
         self.slicer = slicer
         self.batch = MAX_BATCH
+        self.watch = watch  # job data refused from its item counts (data_sizes.py)
 
     def _sized(self) -> tuple[int, int, int] | None:
         """(kind, length or count, head size) of the item at ``pos`` if it is a map,
@@ -110,20 +112,25 @@ class _MsgpackWalk:
             self.batch = max(1, min(MAX_BATCH, WINDOW_BYTES * 7 * count // (8 * used or 1)))
             return value, count
 
-    def item(self, depth: int) -> Steps[Any]:
-        """The item at ``pos``; moves ``pos`` past it."""
+    def item(self, depth: int, role: int = OTHER) -> Steps[Any]:
+        """The item at ``pos``; moves ``pos`` past it (``role``: what it is to the
+        watch, see data_sizes.py)."""
         sized = self._sized()
         if sized is not None:
             kind, size, head = sized
             if kind in (_MAP, _ARRAY) and size:
-                return (yield from self._container(kind, size, head, depth))
+                return (yield from self._container(kind, size, head, depth, role))
             if kind in (_STR, _BIN) and size >= LONG_BYTES:
                 return (yield from self._long(kind, size, head))
         return self._alone()
 
-    def _container(self, kind: int, left: int, head: int, depth: int) -> Steps[Any]:
+    def _container(self, kind: int, left: int, head: int, depth: int, role: int
+                   ) -> Steps[Any]:
         if depth > MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
+        watch = self.watch
+        if watch is not None:
+            watch.opened(role, kind == _MAP, left)  # (before any of its items is made)
         self.pos += head
         out: Any = {} if kind == _MAP else []
         while left:
@@ -135,9 +142,11 @@ class _MsgpackWalk:
             else:  # one item too large for the window
                 if kind == _MAP:
                     key = yield from self.item(depth + 1)
-                    out[key] = yield from self.item(depth + 1)
+                    child = OTHER if watch is None else watch.entry(role, key, out)
+                    out[key] = yield from self.item(depth + 1, child)
                 else:
-                    out.append((yield from self.item(depth + 1)))
+                    child = OTHER if watch is None else watch.item(role, len(out))
+                    out.append((yield from self.item(depth + 1, child)))
                 left -= 1
             if self.slicer.due(CHECK_EVERY):
                 yield
@@ -171,11 +180,13 @@ class _MsgpackWalk:
         return value
 
 
-def msgpack_steps(payload: Payload, slicer: Slicer) -> Steps[Any]:
+def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = None
+                  ) -> Steps[Any]:
     """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
-    would, in slices."""
-    walk = _MsgpackWalk(payload, slicer)
-    return (yield from walked(walk, walk.item(1), "msgpack"))
+    would, in slices; with a ``watch``, job data over its limit is refused (raising
+    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain."""
+    walk = _MsgpackWalk(payload, slicer, watch)
+    return (yield from walked(walk, walk.item(1, TOP), "msgpack"))
 
 
 class _Walk(Protocol):

@@ -122,6 +122,58 @@ class ByteBudget:
             victim.cut(self.name)
 
 
+class DecodeTurns:
+    """Large frames decoded at once, all connections together, bounded by their bytes.
+
+    A frame of many small values decodes into many times its size in Python objects
+    (about 8 bytes an integer of one byte, 60 or more a small map), so frames decoded
+    side by side, each in slices, add up: ``limit_bytes`` bounds their wire bytes
+    together (0: no bound). A frame that does not fit waits, in arrival order, until
+    the frames ahead of it are done; one larger than the bound is decoded when it is
+    alone. Its connection reads nothing meanwhile (its later frames wait behind it).
+    """
+
+    __slots__ = ("limit_bytes", "total", "_line", "waits")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.total = 0
+        self._line: deque[tuple[int, trio.Event]] = deque()
+        self.waits = 0  # frames that waited for their turn so far
+
+    def _fits(self, nbytes: int) -> bool:
+        return not self.limit_bytes or not self.total or (
+            self.total + nbytes <= self.limit_bytes)
+
+    async def take(self, nbytes: int) -> None:
+        """Wait for room for a frame of ``nbytes``; :meth:`give_back` it when done."""
+        if not self._line and self._fits(nbytes):
+            self.total += nbytes
+            return
+        self.waits += 1
+        turn = (nbytes, trio.Event())
+        self._line.append(turn)
+        try:
+            await turn[1].wait()
+        except BaseException:
+            if turn[1].is_set():  # given its turn as it was cancelled: hand it on
+                self.give_back(nbytes)
+            else:
+                self._line.remove(turn)
+                self._next()
+            raise
+
+    def give_back(self, nbytes: int) -> None:
+        self.total -= nbytes
+        self._next()
+
+    def _next(self) -> None:
+        while self._line and self._fits(self._line[0][0]):
+            nbytes, event = self._line.popleft()
+            self.total += nbytes
+            event.set()
+
+
 class TimerHandle:
     """A connection's place in :class:`Timers` (``Timers.handle``).
 
@@ -268,6 +320,7 @@ class Shell:
                                       "http_max_body_total_bytes")
         # connections per client address, and those not yet authenticated (doors.py)
         self.doors = Doors(config)
+        self.decoding = DecodeTurns(config.max_decoding_total_bytes)
         self.timers = Timers()
         self.refusals = Refusals(config.max_connections)
         # one clock for every connection's bad frames (read_pacing.py)

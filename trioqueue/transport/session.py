@@ -29,6 +29,7 @@ from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
 from .codec import DecodeError
 from .commands import AFTER_RELAYS, COMMANDS
+from .data_sizes import DataTooLarge
 from .reply_slices import is_long
 
 log = logging.getLogger("trioqueue.session")
@@ -344,7 +345,11 @@ class Session:
     def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
                  ) -> tuple[Command, Request] | None:
         if isinstance(msg, DecodeError):
-            refusal: dict[str, Any] = {"ok": False, "error": BAD_FORMAT}
+            # a large frame's job data refused for its size while it was decoded
+            # (data_sizes.py) gets the core's answer (a refused frame too, as the
+            # core's refusal is: _count_oversize)
+            error = str(msg) if isinstance(msg, DataTooLarge) else BAD_FORMAT
+            refusal: dict[str, Any] = {"ok": False, "error": error}
             if msg.req_id is not None:
                 refusal["reqId"] = msg.req_id
             self._refuse(replier, refusal)

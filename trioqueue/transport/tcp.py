@@ -537,15 +537,23 @@ class TcpConnection:
         messages are then handled in their order, as one batch)."""
         self._large = False
         codec = self._codec()
+        turns = self._shell.decoding  # (frames decoded at once, broker-wide)
         for i, (payload, mark, _) in enumerate(messages):
             if mark != _LARGE:
                 continue
+            size = len(payload)
+            try:
+                await turns.take(size)
+            except BaseException:
+                unmap_soon(payload)
+                raise
             try:
                 value, bound = await decode_large(
                     codec, payload, bound_up_to=self._limits.max_data_bytes)
             except DecodeError as exc:
-                messages[i] = (DecodeError(str(exc)), len(payload), None)  # (see _decode)
+                messages[i] = (exc.fresh(), size, None)  # (see _decode)
             else:
-                messages[i] = (value, len(payload), bound)
+                messages[i] = (value, size, bound)
             finally:
+                turns.give_back(size)
                 unmap_soon(payload)  # decoded (or refused): its bytes are not needed

@@ -326,10 +326,14 @@ class WsConnection:
         """A large CBOR message's value (a DecodeError if bad) and its JSON bound,
         decoded in slices as a large TCP frame is. A large JSON one is decoded at once:
         json has no resumable decoder (``ws_max_message_bytes`` bounds it, 1 MiB)."""
+        turns = self._shell.decoding  # (frames decoded at once, broker-wide)
+        await turns.take(len(raw))
         try:
             return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
         except DecodeError as exc:
-            return DecodeError(str(exc)), None  # fresh: see _serve_messages
+            return exc.fresh(), None  # (see _serve_messages)
+        finally:
+            turns.give_back(len(raw))
 
     async def _decode_large_json(self, raw: bytes, text: str | None) -> tuple[Any, int | None]:
         """A large JSON text message's value (a DecodeError if bad) and its JSON bound,
