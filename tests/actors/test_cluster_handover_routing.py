@@ -99,7 +99,8 @@ class BrokerA:
                                lease_s=LEASE_S, adopt=self._adopt, retire=self._retire,
                                forget=self._forget)
         limits = RouterLimits(max_queues=100, max_data_bytes=1 << 20,
-                              removed_result_retention_s=0, max_removed_results=0)
+                              removed_result_retention_s=0, max_removed_results=0,
+                              slice_budget_ms=4.0)
         self.router = Router(committer=Committer(),  # type: ignore[arg-type]
                              find_finished=lambda job_id: None, now_ms=lambda: 1000,
                              limits=limits, admission=None, new_actor=Actor,  # type: ignore[arg-type]

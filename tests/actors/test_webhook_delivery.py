@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from trioqueue.actors.events import EventHub
+from trioqueue.actors.ports import RouterLimits
 from trioqueue.actors.request import Replier, Request
 from trioqueue.actors.router import Router
 from trioqueue.actors.webhook_delivery import AddressRefused, WebhookDelivery
@@ -229,8 +230,10 @@ class Got:
 
 async def test_router_releases_the_reply_after_submitting_the_writes() -> None:
     committer = Committer()
+    limits = RouterLimits(max_queues=1, max_data_bytes=1, removed_result_retention_s=0,
+                          max_removed_results=0, slice_budget_ms=4.0)
     router = Router(committer=committer, find_finished=lambda job_id: None,
-                    now_ms=lambda: 7, limits=None,  # type: ignore[arg-type]
+                    now_ms=lambda: 7, limits=limits,
                     admission=None, new_actor=None, spawn=None)  # type: ignore[arg-type]
     got = Got()
     command = CORE_COMMANDS.wire["AddWebhook"]

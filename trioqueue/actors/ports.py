@@ -87,6 +87,7 @@ class RouterLimits:
     max_data_bytes: int
     removed_result_retention_s: float
     max_removed_results: int
+    slice_budget_ms: float  # broker commands answered inline, per step of a batch
 
 
 def limits_from(config: Config, kind: type[L]) -> L:

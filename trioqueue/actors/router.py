@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ from .cluster_routes import (
 from .fan_out import Gather
 from .flow_admission import FlowAdmission
 from .joins import Join
+from .passes import give_way
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Replier, Request
@@ -279,15 +281,20 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if self.tracing is not None:
             self.tracing.take(routed, self)
         while routed:
-            routed = await self._route(routed)
+            routed, paced = await self._route(routed)
+            if paced:
+                await give_way()
 
     async def _route(self, routed: list[tuple[Command, Request]]
-                     ) -> list[tuple[Command, Request]]:
+                     ) -> tuple[list[tuple[Command, Request]], bool]:
         """Route a batch: look up the ids no live job here has, have the cluster claim
         the queues this broker should serve, claim the new custom ids, then send each
-        request to its queue or its broker. Returns the requests to route again (a
-        cluster): those whose queue this broker handed over while the batch waited,
-        once that handover is done."""
+        request to its queue or its broker. Returns the requests to route again: in a
+        cluster, those whose queue this broker handed over while the batch waited, once
+        that handover is done; on one broker, the rest of a batch whose broker commands
+        (answered here, inline) ran past ``slice_budget_ms``, with True: they are routed
+        after a pass of every other task, so a read of many costly ones (each
+        ``AddWebhook`` parses its URL) is not one long step."""
         found = None
         if self._finished_queues is not None:
             found = await self._look_up_finished(routed, self._finished_queues)
@@ -304,13 +311,21 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
         again: list[tuple[Command, Request]] = []
-        for command, req in routed:
+        # (a cluster's claims and look-ups are made for the whole batch: not split)
+        until = None if self.cluster is not None else (
+            time.perf_counter() + self._limits.slice_budget_ms / 1000)
+        rest: list[tuple[Command, Request]] = []
+        for at, (command, req) in enumerate(routed):
             try:
                 self._resolve(command, req, groups, found, remote, claims)
             except Moving:
                 again.append((command, req))
             except Refused as exc:
                 req.error(exc.message)
+            if until is not None and command.route == BROKER and (
+                    time.perf_counter() > until):
+                rest = routed[at + 1:]
+                break
         if claims:
             self._settle_claims(claims, groups)
         if remote:
@@ -322,7 +337,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if again:
             assert self.cluster is not None  # (only a cluster's queues move)
             await self.cluster.moved()
-        return again
+            return again, False
+        return rest, bool(rest)
 
     async def send(self, name: str, reqs: list[Request]) -> None:
         actor = self.actors[name]
