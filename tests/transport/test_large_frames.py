@@ -506,7 +506,8 @@ async def test_a_pushb_job_over_the_limit_is_refused_with_its_index(
     assert (await client.ok("Count", queue="b"))["count"] == 0
 
 
-@pytest.mark.parametrize("codec", BINARY_CODECS, ids=lambda c: c.name)
+@pytest.mark.parametrize("codec", [MSGPACK, pytest.param(CBOR, marks=pytest.mark.slow)],
+                         ids=lambda c: c.name)  # (7 s each: CBOR's run is the slow one)
 async def test_large_data_of_small_values_within_the_limit_is_accepted_whole(
     start_server: StartServer, codec: Codec,
 ) -> None:
