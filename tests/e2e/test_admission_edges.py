@@ -154,3 +154,34 @@ async def test_a_large_websocket_text_message_is_decoded_in_slices(
         assert reply["ok"] is True and reply["reqId"] == "big", reply
     assert steps.worst_ms < STEP_CPU_MS, (
         f"{steps.worst_task} took {steps.worst_ms:.0f} ms of CPU in one step")
+
+
+async def test_job_data_over_the_limit_is_refused_alike_over_rest_and_websocket(
+        start_server: StartServer) -> None:
+    """The protocol's data limit (10M characters of JSON) holds whatever carries the
+    push: a REST push and a REST bulk push of 11 MB, and the same over a WebSocket JSON
+    message, get the TCP refusal's text and create nothing; 40 MB is refused too."""
+    server: Server = await start_server(memory=True, ws_max_message_bytes=48 * MIB)
+    too_large = "Job data too large (max 10MB)"
+    big = "d" * (11 * MIB)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                 timeout=60.0) as http:
+        for data in (big, "d" * (40 * MIB)):
+            answer = await http.post("/queues/rest/jobs", json={"name": "j", "data": data})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"] == too_large
+        answer = await http.post("/queues/rest/jobs/bulk", json={"jobs": [
+            {"name": "ok", "data": 1}, {"name": "big", "data": big}]})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == "jobs[1]: " + too_large
+    message = json.dumps({"cmd": "PUSH", "reqId": "w", "queue": "ws", "name": "j",
+                          "data": big})
+    async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws",
+                                  max_message_size=48 * MIB) as ws:
+        await ws.send_message(message)
+        reply = json.loads(await ws.get_message())
+    assert reply == {"ok": False, "error": too_large, "reqId": "w"}, reply
+    assert server.tcp_port is not None
+    client = await RawClient.connect(server.tcp_port)
+    for queue in ("rest", "ws"):
+        assert (await client.ok("Count", queue=queue))["count"] == 0
