@@ -277,11 +277,9 @@ async def trickle_body(server: Server, headers: str, interval_s: float
     return elapsed, status, response_headers, body
 
 
-async def test_a_trickled_body_is_cut_at_the_body_deadline(start_server: StartServer) -> None:
-    """Five requests send their bodies a byte every 0.2 s: each gets 408 and the close at
-    ``http_body_timeout_s`` (1 s) after its head; nothing of them is pushed. Before,
-    nothing ever timed them out."""
-    server = await start_server(memory=True, http_body_timeout_s=1.0)
+async def trickle_bodies(server: Server, count: int
+                         ) -> list[tuple[float, int, dict[str, str], bytes]]:
+    """``count`` requests at once, each sending its body a byte every 0.2 s."""
     results: list[tuple[float, int, dict[str, str], bytes]] = []
 
     async def one() -> None:
@@ -289,8 +287,17 @@ async def test_a_trickled_body_is_cut_at_the_body_deadline(start_server: StartSe
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            for _ in range(5):
+            for _ in range(count):
                 nursery.start_soon(one)
+    return results
+
+
+async def test_a_trickled_body_is_cut_at_the_body_deadline(start_server: StartServer) -> None:
+    """Five requests send their bodies a byte every 0.2 s: each gets 408 and the close at
+    ``http_body_timeout_s`` (1 s) after its head; nothing of them is pushed. Before,
+    nothing ever timed them out."""
+    server = await start_server(memory=True, http_body_timeout_s=1.0)
+    results = await trickle_bodies(server, 5)
     for elapsed, status, headers, body in results:
         assert status == 408, (status, body)
         assert json.loads(body)["error"] == "Request body not received within 1 s"
@@ -308,15 +315,7 @@ async def test_without_a_token_a_trickled_body_gets_401_at_once(
     401 at once and closed, its body never read (before, the body was read to its end
     first, and at a byte every 5 s no answer came at all)."""
     server = await start_server(memory=True, auth_tokens=[TOKEN])
-    results: list[tuple[float, int, dict[str, str], bytes]] = []
-
-    async def one() -> None:
-        results.append(await trickle_body(server, "", 0.2))
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            for _ in range(20):
-                nursery.start_soon(one)
+    results = await trickle_bodies(server, 20)
     for elapsed, status, headers, _ in results:
         assert status == 401
         assert headers.get("connection") == "close"
