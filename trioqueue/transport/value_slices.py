@@ -31,7 +31,6 @@ from typing import Any, Final
 
 from ..core.job import CLIENT_VALUED, JobWire
 from .codec import CBOR, JSON, Codec
-from .datamodel import ABSENT
 from .framing import HEADER_SIZE, frame_header
 from .slicing import Slicer, Steps, run_steps
 
