@@ -28,6 +28,7 @@ StartServer = Callable[..., Awaitable[Server]]
 DATA = [{"a": 1}] * 1_000_000
 # A slice is about 0.5 ms; the rest is the machine's noise.
 STEP_CPU_S = 0.015
+WS_STEP_CPU_S = 0.060
 
 
 class LongestStep(trio.abc.Instrument):
@@ -48,8 +49,8 @@ class LongestStep(trio.abc.Instrument):
         if took > self.longest_s:
             self.longest_s, self.longest_task = took, task.name
 
-    def check(self, what: str) -> None:
-        assert self.longest_s < STEP_CPU_S, (
+    def check(self, what: str, bound_s: float = STEP_CPU_S) -> None:
+        assert self.longest_s < bound_s, (
             f"{what}: {self.longest_task} took {self.longest_s * 1000:.0f} ms of CPU in "
             "one step")
 
@@ -139,4 +140,6 @@ async def test_getjob_of_many_small_maps_is_encoded_in_slices_over_websocket(
                 raw = await ws.get_message()
             reply = decode(raw)
             assert reply["job"]["data"] == DATA
-            steps.check("GetJob over WebSocket")
+            # the message is sent whole: the WebSocket library copies its 8 MB (str to
+            # UTF-8, then behind the frame's header), 10-25 ms here; before, 120-440 ms
+            steps.check("GetJob over WebSocket", WS_STEP_CPU_S)

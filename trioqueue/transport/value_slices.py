@@ -61,24 +61,29 @@ def weight(values: list[Any], limit: int) -> int:
     ``limit``), so the cost is that of looking at about ``limit`` values, at C speed: a
     level of the tree at a time."""
     total = len(values)
-    level: Any = values
+    items: list[Any] = values
     while total <= limit:
-        items = list(level)
-        kinds = list(map(type, items))
-        kids = list(compress(items, map(_is_container, kinds)))
+        kids = list(compress(items, map(_is_container, map(type, items))))
         if not kids:
             break
         total += sum(map(len, kids))
+        if total > limit:
+            break
         kinds = list(map(type, kids))
-        lists = compress(kids, map(_is_list, kinds))
-        maps = compress(kids, map(_is_map, kinds))
-        level = chain(chain.from_iterable(lists), chain.from_iterable(map(dict.values, maps)))
+        if dict not in kinds and JobWire not in kinds:
+            items = list(chain.from_iterable(kids))
+        else:
+            lists = compress(kids, map(_is_list, kinds))
+            maps = compress(kids, map(_is_map, kinds))
+            items = list(chain(chain.from_iterable(lists),
+                               chain.from_iterable(map(dict.values, maps))))
     return total
 
 
 def _reply_values(reply: dict[str, Any]) -> list[Any]:
-    """The values of a reply that may be many: a job's client-valued fields (the rest of
-    a job object is a bounded set the broker builds), and every other entry."""
+    """The containers of a reply that may hold many values: a job's client-valued
+    fields (the rest of a job object is a bounded set the broker builds), and every
+    other entry."""
     out: list[Any] = []
     for value in reply.values():
         kind = type(value)
@@ -89,11 +94,11 @@ def _reply_values(reply: dict[str, Any]) -> list[Any]:
                 out.extend(map(job.get, _JOB_VALUED))
         elif kind in _CONTAINERS:
             out.append(value)
-    return out
+    return list(compress(out, map(_is_container, map(type, out))))
 
 
 def heavy(reply: dict[str, Any]) -> bool:
-    """Whether ``reply`` is to be encoded in slices: it holds more than
+    """Whether ``reply`` is to be encoded in slices: its containers hold more than
     :data:`HEAVY_VALUES` values (decided by looking at at most about that many)."""
     values = _reply_values(reply)
     return bool(values) and weight(values, HEAVY_VALUES) > HEAVY_VALUES
@@ -144,36 +149,36 @@ class _Runs:
     """Takes the items (or entries) of one container a run at a time: as many as hold
     at most :data:`RUN_VALUES` values, or one whose value holds more (to be walked)."""
 
-    __slots__ = ("_source", "_held", "_batch", "_is_map")
+    __slots__ = ("_source", "_held", "_at", "_batch", "_is_map")
 
     def __init__(self, container: Any, is_map: bool) -> None:
         self._is_map = is_map
-        self._source: Iterator[Any] = iter(container.items() if is_map else container)
-        self._held: deque[Any] = deque()  # taken from the source, not run yet
+        # a map's entries are taken from its iterator a batch at a time into _held; a
+        # list's items are sliced from it
+        self._source: Iterator[Any] | None = iter(container.items()) if is_map else None
+        self._held: list[Any] = [] if is_map else container
+        self._at = 0  # the next item of _held
         self._batch = RUN_VALUES
 
     def next(self) -> tuple[list[Any], bool] | None:
         """``(items, alone)``: a run to encode at once, or (``alone``) one item whose
         value holds more than a run may; None at the end."""
-        held = self._held
         while True:
-            want = self._batch - len(held)
-            if want > 0:
-                held.extend(islice(self._source, want))
-            if not held:
+            held, at, batch = self._held, self._at, self._batch
+            if self._source is not None and len(held) - at < batch:
+                held = self._held = held[at:] + list(islice(self._source, RUN_VALUES))
+                at = self._at = 0
+            run = held[at:at + batch]
+            if not run:
                 return None
-            run = list(islice(held, self._batch))
-            values = list(map(_second, run)) if self._is_map else run
-            count = weight(values, RUN_VALUES)
+            count = weight(list(map(_second, run)) if self._is_map else run, RUN_VALUES)
             if count <= RUN_VALUES:
-                for _ in run:
-                    held.popleft()
+                self._at = at + len(run)
                 # the next run sized from this one's values per item
                 self._batch = max(1, min(RUN_VALUES, RUN_VALUES * len(run) // count))
                 return run, False
             if len(run) == 1:
-                held.popleft()
-                self._batch = 1
+                self._at = at + 1
                 return run, True
             self._batch = max(1, len(run) * RUN_VALUES // count // 2)
 
