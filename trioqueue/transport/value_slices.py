@@ -63,7 +63,10 @@ def weight(values: list[Any], limit: int) -> int:
     total = len(values)
     items: list[Any] = values
     while total <= limit:
-        kids = list(compress(items, map(_is_container, map(type, items))))
+        if len(items) < 8:  # (a small level: a loop costs less than the C calls' setup)
+            kids = [item for item in items if type(item) in _CONTAINERS]
+        else:
+            kids = list(compress(items, map(_is_container, map(type, items))))
         if not kids:
             break
         total += sum(map(len, kids))
@@ -80,28 +83,30 @@ def weight(values: list[Any], limit: int) -> int:
     return total
 
 
-def _reply_values(reply: dict[str, Any]) -> list[Any]:
-    """The containers of a reply that may hold many values: a job's client-valued
-    fields (the rest of a job object is a bounded set the broker builds), and every
-    other entry."""
-    out: list[Any] = []
-    for value in reply.values():
-        kind = type(value)
-        if kind is JobWire:
-            out.extend(map(value.get, _JOB_VALUED))
-        elif kind is list and value and type(value[0]) is JobWire:
-            for job in value:
-                out.extend(map(job.get, _JOB_VALUED))
-        elif kind in _CONTAINERS:
+def _job_values(job: JobWire, out: list[Any]) -> None:
+    get = job.get
+    for key in _JOB_VALUED:
+        if type(value := get(key)) in _CONTAINERS:
             out.append(value)
-    return list(compress(out, map(_is_container, map(type, out))))
 
 
 def heavy(reply: dict[str, Any]) -> bool:
     """Whether ``reply`` is to be encoded in slices: its containers hold more than
-    :data:`HEAVY_VALUES` values (decided by looking at at most about that many)."""
-    values = _reply_values(reply)
-    return bool(values) and weight(values, HEAVY_VALUES) > HEAVY_VALUES
+    :data:`HEAVY_VALUES` values (decided by looking at at most about that many). Its
+    containers are a job's client-valued fields (the rest of a job object is a bounded
+    set the broker builds) and every other entry that is one. Asked of every reply, so
+    the common ones (no container, a job of small data) are answered in a few steps."""
+    out: list[Any] = []
+    for value in reply.values():
+        kind = type(value)
+        if kind is JobWire:
+            _job_values(value, out)
+        elif kind is list and value and type(value[0]) is JobWire:
+            for job in value:
+                _job_values(job, out)
+        elif kind in _CONTAINERS:
+            out.append(value)
+    return bool(out) and weight(out, HEAVY_VALUES) > HEAVY_VALUES
 
 
 # ---------------------------------------------------------------- msgpack and CBOR
