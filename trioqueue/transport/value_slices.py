@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterator
-from itertools import chain, compress, islice
+from itertools import chain, compress, islice, repeat
 from operator import itemgetter
 from typing import Any, Final
 
@@ -52,7 +52,10 @@ _is_container = _CONTAINERS.__contains__
 _is_list = _LISTS.__contains__
 _is_map = _MAPS.__contains__
 _second = itemgetter(1)
-_JOB_VALUED: Final = tuple(sorted(CLIENT_VALUED))
+# A job's fields that hold any JSON a client sent (the other client-valued ones are
+# options of bounded shape, checked when the job was made).
+_JOB_FREE: Final = ("data", "progress")
+assert set(_JOB_FREE) <= CLIENT_VALUED
 
 
 def weight(values: list[Any], limit: int) -> int:
@@ -85,16 +88,25 @@ def weight(values: list[Any], limit: int) -> int:
 
 def _job_values(job: JobWire, out: list[Any]) -> None:
     get = job.get
-    for key in _JOB_VALUED:
+    for key in _JOB_FREE:
         if type(value := get(key)) in _CONTAINERS:
             out.append(value)
+
+
+def _jobs_values(jobs: list[Any], out: list[Any]) -> None:
+    """The free-form fields of a list of jobs, in a few C-level passes (a ``PULLB`` of
+    100 jobs asks this of every one)."""
+    for key in _JOB_FREE:
+        values = list(map(JobWire.get, jobs, repeat(key)))
+        out += compress(values, map(_is_container, map(type, values)))
 
 
 def heavy(reply: dict[str, Any]) -> bool:
     """Whether ``reply`` is to be encoded in slices: its containers hold more than
     :data:`HEAVY_VALUES` values (decided by looking at at most about that many). Its
-    containers are a job's client-valued fields (the rest of a job object is a bounded
-    set the broker builds) and every other entry that is one. Asked of every reply, so
+    containers are a job's free-form fields, ``data`` and ``progress`` (the rest of a job
+    object is built by the broker or of a shape checked when it was made), and every
+    other entry that is one. Asked of every reply, so
     the common ones (no container, a job of small data) are answered in a few steps."""
     out: list[Any] = []
     for value in reply.values():
@@ -102,8 +114,7 @@ def heavy(reply: dict[str, Any]) -> bool:
         if kind is JobWire:
             _job_values(value, out)
         elif kind is list and value and type(value[0]) is JobWire:
-            for job in value:
-                _job_values(job, out)
+            _jobs_values(value, out)
         elif kind in _CONTAINERS:
             out.append(value)
     return bool(out) and weight(out, HEAVY_VALUES) > HEAVY_VALUES
