@@ -55,6 +55,7 @@ from .reply_slices import SlicedJson, is_long
 from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
 from .sse import SseHub
+from .value_slices import SlicedValue, heavy
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
@@ -219,13 +220,14 @@ async def _send(send: Send, response: Response, cors: list[tuple[str, str]]) -> 
         payload = body
     elif isinstance(body, str):
         payload = body.encode()
-    elif isinstance(body, dict) and is_long(body):
-        # A long list (a PULLB of 1,000 jobs) is encoded a slice per pass, every other
-        # task running between two, as on TCP and WebSocket (transport/reply_slices.py).
-        sliced = SlicedJson(body)
+    elif isinstance(body, dict) and (is_long(body) or heavy(body)):
+        # A long list (a PULLB of 1,000 jobs), or a reply holding many values (a job of
+        # a million small maps), is encoded a slice per pass, every other task running
+        # between two, as on TCP and WebSocket (reply_slices.py, value_slices.py).
+        sliced = SlicedJson(body) if is_long(body) else SlicedValue(JSON, body)
         while (whole := sliced.step()) is None:
             await give_way()
-        payload = whole.encode()
+        payload = whole.encode() if isinstance(whole, str) else whole
     else:
         payload = JSON.encode(body)
     headers = [(b"content-type", response.content_type.encode()),

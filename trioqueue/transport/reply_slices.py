@@ -28,6 +28,7 @@ from typing import Any
 from .codec import CBOR, JSON, Codec
 from .datamodel import ABSENT
 from .framing import HEADER_SIZE, frame_header
+from .value_slices import SlicedValue
 
 # A reply whose ``jobs`` list is longer than this is encoded in slices (below it the
 # whole reply takes at most a few milliseconds).
@@ -280,5 +281,6 @@ class SlicedJson:
         return self._head + ",".join(self._parts) + self._tail
 
 
-# What a WebSocket sender steps until whole (see Session.send_frames).
-SlicedMessage = SlicedPayload | SlicedJson
+# What a WebSocket sender steps until whole (see Session.send_frames): a long list, or
+# a reply holding many values (value_slices.py).
+SlicedMessage = SlicedPayload | SlicedJson | SlicedValue

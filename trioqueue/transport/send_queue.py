@@ -17,12 +17,27 @@ from ..core.job import JobWire
 from ..utf8_views import utf8_view
 from .codec import Codec
 from .framing import HEADER_SIZE, frame_header
-from .reply_slices import SlicedFrame
+from .reply_slices import LIST_KEY, SlicedFrame, is_long
 from .text_splice import SPLICE_CHARS, spliced
+from .value_slices import SlicedValueFrame, heavy
+
+# A reply the sender encodes in slices: a long list of jobs, or one holding many values.
+LongFrame = SlicedFrame | SlicedValueFrame
 
 COALESCE_BYTES = 64 * 1024  # small queued replies are sent together up to this size
 
 Chunk = bytes | memoryview
+
+
+def long_frame(codec: Codec, reply: dict[str, Any]) -> LongFrame | None:
+    """The reply as a frame the sender encodes in slices, or None for one encoded at
+    once: a long list of jobs (:mod:`.reply_slices`), or a reply holding many values
+    (a job whose data is a million small maps: :mod:`.value_slices`)."""
+    if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
+        return SlicedFrame(codec, reply)
+    if heavy(reply):
+        return SlicedValueFrame(codec, reply)
+    return None
 
 
 def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
@@ -93,8 +108,8 @@ def unsent_parts(parts: list[Chunk], written: int) -> list[Chunk]:
     return out
 
 
-def _small(part: Chunk | SlicedFrame) -> bool:
-    return not isinstance(part, SlicedFrame) and len(part) < COALESCE_BYTES
+def _small(part: Chunk | LongFrame) -> bool:
+    return not isinstance(part, LongFrame) and len(part) < COALESCE_BYTES
 
 
 class SendQueue:
@@ -104,13 +119,13 @@ class SendQueue:
     __slots__ = ("chunks", "bytes", "head")
 
     def __init__(self) -> None:
-        self.chunks: deque[Chunk | SlicedFrame] = deque()
+        self.chunks: deque[Chunk | LongFrame] = deque()
         self.bytes = 0
         self.head = 0  # bytes at the front that end a frame already begun on the wire
 
-    def push(self, data: Chunk | SlicedFrame) -> None:
+    def push(self, data: Chunk | LongFrame) -> None:
         self.chunks.append(data)
-        self.bytes += data.unsent_bytes if isinstance(data, SlicedFrame) else len(data)
+        self.bytes += data.unsent_bytes if isinstance(data, LongFrame) else len(data)
 
     def next_chunk(self) -> Chunk | None:
         """The next bytes to send: a large chunk as it is, small ones joined (up to
@@ -119,7 +134,7 @@ class SendQueue:
         piece of it once it is (nothing goes between two pieces of one frame)."""
         chunks = self.chunks
         first = chunks.popleft()
-        if isinstance(first, SlicedFrame):
+        if isinstance(first, LongFrame):
             before = first.unsent_bytes
             piece = first.step()
             if piece is None:  # a slice more encoded: counted now
@@ -137,7 +152,7 @@ class SendQueue:
             size = len(data)
             while chunks and size < COALESCE_BYTES and _small(chunks[0]):
                 part = chunks.popleft()
-                assert not isinstance(part, SlicedFrame)  # (_small said so)
+                assert not isinstance(part, LongFrame)  # (_small said so)
                 parts.append(part)
                 size += len(part)
             data = b"".join(parts)
@@ -148,13 +163,13 @@ class SendQueue:
         """What :meth:`next_chunk` holds beyond :attr:`bytes` while it makes a slice of
         the long reply in front (0: it makes none)."""
         first = self.chunks[0] if self.chunks else None
-        return first.slice_ahead_bytes if isinstance(first, SlicedFrame) else 0
+        return first.slice_ahead_bytes if isinstance(first, LongFrame) else 0
 
     def drop_unsent(self) -> None:
         """Forget the queued replies but the end of a frame already begun on the wire."""
-        head: Chunk | SlicedFrame | None = None
+        head: Chunk | LongFrame | None = None
         first = self.chunks[0] if self.chunks else None
-        if isinstance(first, SlicedFrame):
+        if isinstance(first, LongFrame):
             if first.begun:  # its other pieces
                 head = first
         elif self.head and first is not None:  # (a head is of bytes half sent)

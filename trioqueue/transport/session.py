@@ -31,6 +31,7 @@ from .codec import DecodeError
 from .commands import AFTER_RELAYS, COMMANDS
 from .data_sizes import DataTooLarge
 from .reply_slices import is_long
+from .value_slices import heavy
 
 log = logging.getLogger("trioqueue.session")
 
@@ -195,9 +196,10 @@ class Session:
         for reply in replies:
             if self.overflowed:
                 break  # closing (or cut): nothing more is queued behind the notice
-            if later is not None and not self._outbox and is_long(reply):
-                # Nothing waits before it: encoded by the sender when it comes to it,
-                # counted whole (its estimate) from now, as on TCP; not against
+            if later is not None and (not self._outbox and is_long(reply) or heavy(reply)):
+                # Nothing waits before it (or it holds so many values that one call
+                # encoding it would hold the loop): encoded by the sender when it comes
+                # to it, counted whole (its estimate) from now, as on TCP; not against
                 # max_write_queue_bytes (one large reply to a reader is no overflow).
                 sliced = later(tag, reply)
                 self._outbox.append(sliced)

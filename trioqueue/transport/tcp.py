@@ -50,9 +50,15 @@ from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
-from .reply_slices import LIST_KEY, SlicedFrame, is_long
 from .req_ids import salvage_req_id
-from .send_queue import SendQueue, frame_parts, rest_of_parts, unsent_parts
+from .send_queue import (
+    LongFrame,
+    SendQueue,
+    frame_parts,
+    long_frame,
+    rest_of_parts,
+    unsent_parts,
+)
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now, writev_now
 
@@ -133,13 +139,15 @@ class TcpConnection:
             # behind what waits (counted against the write-queue bound: so a client
             # that reads nothing gets nothing encoded lazily); nothing after a last frame
             return self._queue_each(replies)
-        for reply in replies:
-            if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
-                # encoded by the sender task, in slices (reply_slices.py)
-                return self._queue_long(replies, replies.index(reply))
+        codec = self._codec()
+        for i, reply in enumerate(replies):
+            long = long_frame(codec, reply)
+            if long is not None:
+                # encoded by the sender task, in slices (reply_slices.py, value_slices.py)
+                return self._queue_long(replies, i, long)
         if not replies:
             return SENT
-        parts = frame_parts(self._codec(), replies)
+        parts = frame_parts(codec, replies)
         if len(parts) == 1:  # (commonly)
             data = parts[0]
             written = write_now(self._fd, data)
@@ -152,14 +160,14 @@ class TcpConnection:
         self._pending.head = rest_of_parts(parts, written)
         return self._queue(*unsent_parts(parts, written))
 
-    def _queue_long(self, replies: list[dict[str, Any]], i: int) -> str:
+    def _queue_long(self, replies: list[dict[str, Any]], i: int, long: LongFrame) -> str:
         """Queue ``replies`` (nothing waits before them) with the long one at ``i``
-        left to the sender to encode."""
+        (as ``long``) left to the sender to encode."""
         if i:
             self._send_now(replies[:i])
         if self._pending.chunks or self._closing:  # the ones before it did not all go
             return self._send_now(replies[i:])
-        self._pending.push(SlicedFrame(self._codec(), replies[i]))
+        self._pending.push(long)
         self._charge_replies()
         if i + 1 < len(replies):
             self._send_now(replies[i + 1:])  # queued behind it: the order is kept
@@ -176,13 +184,14 @@ class TcpConnection:
         for reply in replies:
             if self._closing:
                 break  # cut or overflowed: the rest would be dropped anyway
-            if LIST_KEY in reply and is_long(reply):
-                self._queue(SlicedFrame(codec, reply))
+            long = long_frame(codec, reply)
+            if long is not None:
+                self._queue(long)
             else:
                 self._queue(*frame_parts(codec, (reply,)))
         return KEPT
 
-    def _queue(self, *chunks: bytes | memoryview | SlicedFrame) -> str:
+    def _queue(self, *chunks: bytes | memoryview | LongFrame) -> str:
         if self._closing:
             return KEPT  # closing: nothing more is queued behind the last frame
         for data in chunks:
