@@ -143,3 +143,35 @@ async def test_getjob_of_many_small_maps_is_encoded_in_slices_over_websocket(
             # the message is sent whole: the WebSocket library copies its 8 MB (str to
             # UTF-8, then behind the frame's header), 10-25 ms here; before, 120-440 ms
             steps.check("GetJob over WebSocket", WS_STEP_CPU_S)
+
+
+async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_slices(
+    start_server: StartServer,
+) -> None:
+    """A listing long enough to be encoded a slice of jobs at a time (more than 200
+    jobs) with one job of 1M small maps among them: that job is not encoded in one
+    call either, over TCP and REST."""
+    server = await start_server(memory=True)
+    client = await RawClient.connect(server.tcp_port)
+    await client.ok("PUSHB", queue="q", jobs=[{"name": "s", "data": {"i": i}}
+                                              for i in range(150)])
+    heavy_id = (await client.ok("PUSH", queue="q", data=DATA))["id"]
+    await client.ok("PUSHB", queue="q", jobs=[{"name": "s", "data": {"i": i}}
+                                              for i in range(150, 300)])
+    msg = {"cmd": "GetJobs", "queue": "q", "state": "waiting", "limit": 301, "reqId": "l"}
+    async with steps_watched() as steps:
+        payload = await raw_reply(client, msg)
+    jobs = MSGPACK.decode(payload)["jobs"]
+    assert len(jobs) == 301
+    assert next(j for j in jobs if j["id"] == heavy_id)["data"] == DATA
+    steps.check("GetJobs over TCP")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                 timeout=60.0) as http:
+        async with steps_watched() as steps:
+            got = await http.get("/queues/q/jobs/list", params={"state": "waiting",
+                                                                "limit": 301})
+        assert got.status_code == 200, got.text[:200]
+        listed = json.loads(got.content)["jobs"]
+        assert len(listed) == 301
+        assert next(j for j in listed if j["id"] == heavy_id)["data"] == DATA
+        steps.check("the listing over REST")

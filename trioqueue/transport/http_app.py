@@ -224,7 +224,8 @@ async def _send(send: Send, response: Response, cors: list[tuple[str, str]]) -> 
         # A long list (a PULLB of 1,000 jobs), or a reply holding many values (a job of
         # a million small maps), is encoded a slice per pass, every other task running
         # between two, as on TCP and WebSocket (reply_slices.py, value_slices.py).
-        sliced = SlicedJson(body) if is_long(body) else SlicedValue(JSON, body)
+        sliced = (SlicedJson(body) if is_long(body) and not heavy(body)
+                  else SlicedValue(JSON, body))
         while (whole := sliced.step()) is None:
             await give_way()
         payload = whole.encode() if isinstance(whole, str) else whole

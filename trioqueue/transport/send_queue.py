@@ -34,7 +34,8 @@ def long_frame(codec: Codec, reply: dict[str, Any]) -> LongFrame | None:
     once: a long list of jobs (:mod:`.reply_slices`), or a reply holding many values
     (a job whose data is a million small maps: :mod:`.value_slices`)."""
     if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
-        return SlicedFrame(codec, reply)
+        # (a list holding a heavy job too: a slice of jobs would encode it in one call)
+        return SlicedValueFrame(codec, reply) if heavy(reply) else SlicedFrame(codec, reply)
     if heavy(reply):
         return SlicedValueFrame(codec, reply)
     return None

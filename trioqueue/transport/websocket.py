@@ -43,7 +43,7 @@ from .live_frames import LiveFrames
 from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
 from .req_ids import salvage_req_id
 from .session import Session, SessionHost, token_accepted
-from .value_slices import SlicedValue
+from .value_slices import SlicedValue, heavy
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -164,7 +164,7 @@ class WsConnection:
     @staticmethod
     def _encode_later(codec: Any, reply: dict[str, Any]) -> SlicedMessage:
         # A long reply, encoded a slice per pass by _send (transport/reply_slices.py).
-        if not is_long(reply):  # one holding many values (value_slices.py)
+        if not is_long(reply) or heavy(reply):  # many values (value_slices.py)
             return SlicedValue(codec, reply)
         return SlicedJson(reply) if codec is JSON else SlicedPayload(codec, reply)
 
