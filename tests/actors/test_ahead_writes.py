@@ -43,22 +43,28 @@ class Replies:
         self.got.append(reply)
 
 
-def push(text: Any = TEXT, cmd: str = "PUSH") -> Request:
+def push(text: Any = TEXT, cmd: str = "PUSH", frame_bytes: int | None = None) -> Request:
+    if frame_bytes is None:
+        frame_bytes = len(text) if isinstance(text, str) else 10
     return Request(cmd, {"cmd": cmd, "queue": "q", "data": text}, Replies(),
-                   frame_bytes=len(text) if isinstance(text, str) else 10)
+                   frame_bytes=frame_bytes)
 
 
 def rows(store: MemoryStorage) -> int:
     return len(store._ahead) + len(store._claims)
 
 
-def test_only_a_push_of_one_long_string_is_written_ahead() -> None:
+def test_only_a_push_of_a_long_string_or_a_large_frame_s_data_is_written_ahead() -> None:
     writer = AheadWriter(MemoryStorage(), None, max_chars=10 * AHEAD_MIN_BYTES)
-    assert writer.text_of(push()) is TEXT
-    assert writer.text_of(push(cmd="Update")) is None
-    assert writer.text_of(push("s" * (AHEAD_MIN_BYTES - 1))) is None
-    assert writer.text_of(push({"t": TEXT})) is None
-    assert writer.text_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
+    assert writer.data_of(push()) is TEXT
+    assert writer.data_of(push(cmd="Update")) is None
+    assert writer.data_of(push("s" * (AHEAD_MIN_BYTES - 1))) is None
+    assert writer.data_of(push({"t": TEXT})) is None  # (a small frame, as the test says)
+    assert writer.data_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
+    many = [{"a": 1}] * 1000
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_BYTES)) is many
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_BYTES - 1)) is None
+    assert writer.data_of(push(7, frame_bytes=AHEAD_MIN_BYTES)) is None
 
 
 async def test_pieces_are_written_with_other_tasks_running_between() -> None:

@@ -35,9 +35,11 @@ KEEP_DATA_BYTES: Final = 64 * 1024
 #: The record field that says where its data is: True for a row of ``V({"d": data})``
 #: under the job's key in ``data``, :data:`TEXT` for a string's UTF-8 bytes there as
 #: they are, ``[TEXT, row key, pieces]`` for a string written ahead of its record in
-#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`).
+#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`), ``[VALUE, row key,
+#: pieces]`` for other data written ahead, its pieces joined being ``V({"d": data})``.
 KEPT_FIELD: Final = "dataKept"
 TEXT: Final = "text"
+VALUE: Final = "value"
 #: A data row's value: encoded, or a view of a string's own bytes.
 Row = bytes | memoryview
 
@@ -65,7 +67,7 @@ class KeptData:
         # job id -> (data object, the record's KEPT_FIELD value)
         self.held: dict[str, tuple[Any, Any]] = {}
         # id(text) -> (text, its claim): rows written ahead, not taken by a record yet
-        self.ahead: dict[int, tuple[str, AheadClaim]] = {}
+        self.ahead: dict[int, tuple[Any, AheadClaim]] = {}
         self._staged: dict[str, tuple[Any, Any] | None] = {}
         self._taken: list[int] = []
         # Whether any job's data is held, staged or written ahead (commonly none): an
@@ -95,22 +97,22 @@ class KeptData:
         self.active = True
 
     def ahead_for(self, text: Any) -> AheadClaim | None:
-        """The rows written ahead for this very string object, if any and not taken."""
+        """The rows written ahead for this very data object, if any and not taken."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text or id(text) in self._taken:
             return None
         return entry[1]
 
-    def take_ahead(self, text: str) -> None:
+    def take_ahead(self, text: Any) -> None:
         self._taken.append(id(text))
         self.staging = True
 
-    def add_ahead(self, text: str, claim: AheadClaim) -> None:
+    def add_ahead(self, text: Any, claim: AheadClaim) -> None:
         """Rows were written ahead for ``text``: the next record with it takes them."""
         self.ahead[id(text)] = (text, claim)
         self.active = True
 
-    def forget_ahead(self, text: str) -> AheadClaim | None:
+    def forget_ahead(self, text: Any) -> AheadClaim | None:
         """No record will take ``text``'s rows now: the claim to drop, if none took them."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text:
@@ -149,10 +151,10 @@ class KeptAheadRows:
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         raise NotImplementedError
 
-    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
         self._kept.add_ahead(text, AheadClaim(row_key, pieces))
 
-    def release_ahead(self, text: str) -> None:
+    def release_ahead(self, text: Any) -> None:
         claim = self._kept.forget_ahead(text)
         if claim is not None:
             self.drop_ahead_pieces(*claim)
@@ -185,7 +187,7 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     claim = kept.ahead_for(data) if kept.ahead else None
     if claim is not None:
         kept.take_ahead(data)
-        where: Any = [TEXT, claim.row_key, claim.pieces]
+        where: Any = [TEXT if type(data) is str else VALUE, claim.row_key, claim.pieces]
         kept.stage(job_id, data, where)
         return dumps(_without_data(record, where)), claim
     # a string's row is its UTF-8 bytes, read from the string itself (not copied first)
@@ -208,7 +210,9 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
         if held is not None:
             return held, None
         data = record.get("data")
-        if type(data) is str and len(data) >= KEEP_DATA_BYTES:
+        if type(data) is str and len(data) >= KEEP_DATA_BYTES or (
+                kept.ahead and kept.ahead_for(data) is not None):
+            # (data written ahead: known large, and never encoded here)
             return keep_apart(job_id, record, kept, dumps)
         value = dumps(record)
     if len(value) >= KEEP_DATA_BYTES and "data" in record:

@@ -107,12 +107,13 @@ class Storage(abc.ABC):
         Raises :class:`StorageFullError` with nothing of the piece written."""
         raise NotImplementedError
 
-    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
-        """The pieces under ``row_key`` hold ``text``: the next record whose data is
-        this very object takes them instead of writing its data again."""
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text`` (a string's UTF-8 bytes, or
+        other data's row, ``V({"d": data})``): the next record whose data is this very
+        object takes them instead of writing its data again."""
         raise NotImplementedError
 
-    def release_ahead(self, text: str) -> None:
+    def release_ahead(self, text: Any) -> None:
         """No record will take ``text``'s pieces now: those no record took are
         deleted."""
         raise NotImplementedError
