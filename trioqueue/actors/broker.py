@@ -42,6 +42,7 @@ from .clock import PauseWatch, TrioClock
 from .cluster import Cluster, HeldLeases, new_broker_id
 from .cluster_clients import ClusterClients
 from .cluster_fanout import ClusterReads
+from .dismantler import Dismantler
 from .events import EventHub
 from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
@@ -167,6 +168,9 @@ class Broker(ClusterMember):
                                   self if self.admit_limit_bytes is not None else None,
                                   config.max_data_bytes)
                       if self.storage.ahead_piece_bytes else None)
+        # Large data the store lets go of is taken apart a slice at a time.
+        self.dismantler = Dismantler()
+        self.storage.set_graveyard(self.dismantler.graveyard)
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
@@ -385,6 +389,7 @@ class Broker(ClusterMember):
                 if self.pauses is not None:  # after recovery: that was no pause
                     await nursery.start(self.pauses.run)
                 await nursery.start(self.scheduler.run)
+                await nursery.start(self.dismantler.run)
                 nursery.start_soon(self._sample_rates)
                 task_status.started(self)
                 await trio.sleep_forever()

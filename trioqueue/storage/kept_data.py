@@ -26,6 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, NamedTuple
 
+from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
 from .keys import job_key
 
@@ -61,7 +62,7 @@ class KeptData:
     that is not stored.
     """
 
-    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -74,6 +75,9 @@ class KeptData:
         # attribute kept up to date, read for every record written
         self.active = False
         self.staging = False  # changes wait for settle or discard
+        # Where data let go of goes to be taken apart a slice at a time (None: freed
+        # by its last holder, in one call)
+        self.graveyard: Graveyard | None = None
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead)
@@ -119,14 +123,19 @@ class KeptData:
             return None
         del self.ahead[id(text)]
         self._refresh()
+        if self.graveyard is not None:
+            self.graveyard.bury(text)  # (data of a push no record took)
         return entry[1]
 
     def settle(self) -> None:
         self.staging = False
         held = self.held
+        graveyard = self.graveyard
         for job_id, stored in self._staged.items():
             if stored is None:
-                held.pop(job_id, None)
+                gone = held.pop(job_id, None)
+                if gone is not None and graveyard is not None:
+                    graveyard.bury(gone[0])  # (a large job's data, finished or deleted)
             else:
                 held[job_id] = stored
         self._staged.clear()
@@ -158,6 +167,9 @@ class KeptAheadRows:
         claim = self._kept.forget_ahead(text)
         if claim is not None:
             self.drop_ahead_pieces(*claim)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.graveyard = graveyard
 
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,

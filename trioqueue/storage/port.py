@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
+from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
 
@@ -121,6 +122,12 @@ class Storage(abc.ABC):
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        """Hand the large data this store lets go of (a finished or deleted job's, kept
+        apart) to ``graveyard``, to be taken apart a slice at a time; a store that
+        keeps no data apart ignores it."""
+        return None
 
     @abc.abstractmethod
     def load(self) -> Recovered:
