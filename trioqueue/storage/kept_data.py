@@ -29,6 +29,7 @@ from typing import Any, Final, NamedTuple
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
 from .keys import job_key
+from .value_pieces import Packed
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
@@ -43,6 +44,9 @@ TEXT: Final = "text"
 VALUE: Final = "value"
 #: A data row's value: encoded, or a view of a string's own bytes.
 Row = bytes | memoryview
+#: A data row at least this long, read back for a command, is left encoded (as
+#: :class:`~.value_pieces.Packed`) for the queue's actor to decode a slice at a time.
+PACKED_MIN_BYTES: Final = 128 * 1024
 
 
 class AheadClaim(NamedTuple):
@@ -251,15 +255,23 @@ def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Ro
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
-              loads: Callable[[bytes], Any]) -> dict[str, Any]:
+              loads: Callable[[bytes], Any], packed_min: int | None = None
+              ) -> dict[str, Any]:
     """``record`` with its data back in place when it was kept apart; ``read`` gives
     the row (all pieces, for rows written ahead), given the record's KEPT_FIELD value.
-    A row missing is a broken store: it raises, naming the job."""
+    With ``packed_min``, an encoded row at least that long is put back as
+    :class:`~.value_pieces.Packed`, for the caller to decode. A row missing is a broken
+    store: it raises, naming the job."""
     kept = record.pop(KEPT_FIELD, False)
     if kept:
         raw = read(kept)
         if raw is None:
             raise RuntimeError(f"job {record.get('id')!r}: its data row is missing")
         text = kept == TEXT or (type(kept) is list and kept[0] == TEXT)
-        record["data"] = str(raw, "utf-8") if text else loads(bytes(raw))["d"]
+        if text:
+            record["data"] = str(raw, "utf-8")
+        elif packed_min is not None and len(raw) >= packed_min:
+            record["data"] = Packed(bytes(raw))
+        else:
+            record["data"] = loads(bytes(raw))["d"]
     return record

@@ -149,6 +149,12 @@ class Storage(abc.ABC):
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
         """The record of a completed or failed job, or None."""
 
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        """:meth:`get_finished` for a command: large data kept apart from the record
+        may come as :class:`~.value_pieces.Packed` (its row, undecoded), which the
+        caller decodes a slice at a time (``value_pieces.unpacked_steps``)."""
+        return self.get_finished(job_id)
+
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` that are finished jobs: the
         router's look-ups of a whole batch in one call (a store across a network

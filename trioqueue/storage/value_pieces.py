@@ -13,18 +13,25 @@ length follows the time the last run took, so each piece is about a slice of wor
 What msgpack cannot hold (an integer past 64 bits, a type it does not know) raises as
 :func:`~.keys.encode_value`'s packer does, possibly after some pieces: the caller then
 stores the value the ordinary way, whose CBOR fallback it does not repeat here.
+
+Read back, such a value is decoded the same way (:func:`unpacked_steps`): containers of
+16 members or more are opened, their members decoded one call each, a pause possible
+every few members; a record read for a command carries it as :class:`Packed` until the
+queue's actor has decoded it so.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from itertools import chain, islice
 from typing import Any, Final
 
 import msgpack
 
-__all__ = ["OPEN_MIN_MEMBERS", "value_pieces"]
+from .keys import decode_value
+
+__all__ = ["OPEN_MIN_MEMBERS", "Packed", "unpacked_steps", "value_pieces"]
 
 #: A container with more members than this is opened (its header, then its members in
 #: runs); a smaller one is packed whole as a member of its parent's run.
@@ -125,3 +132,87 @@ def _mixed(part: list[Any]) -> Iterator[bytes]:
     if start < len(part):
         small = part[start:]
         yield _pack(small)[_header_len(len(small)):]
+
+
+# --- reading back --------------------------------------------------------------------
+
+#: First bytes of msgpack containers of 16 members or more (array16/32, map16/32):
+#: opened when read back; a smaller one is decoded whole as a member.
+_WIDE_ARRAYS: Final = frozenset({0xDC, 0xDD})
+_WIDE_MAPS: Final = frozenset({0xDE, 0xDF})
+#: Members decoded between two looks at the clock.
+_LOOK_EVERY: Final = 64
+
+
+class Packed:
+    """A stored value's bytes, decoded by whoever takes it, a slice at a time
+    (:func:`unpacked_steps`), in place of its data in a record read back."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+
+def unpacked_steps(raw: bytes) -> Generator[None, None, Any]:
+    """``decode_value(raw)``, made in slices: the generator yields (a pause may come)
+    each time about :data:`RUN_S` of work has passed and returns the value. A CBOR
+    value (what msgpack could not hold) is decoded in one call."""
+    first = raw[0] if raw else 0
+    if 0xA0 <= first <= 0xBB or first == 0xBF or not raw:
+        return decode_value(raw)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False,
+                                max_buffer_size=len(raw))
+    unpacker.feed(raw)
+    clock = [time.perf_counter() + RUN_S]
+    # the map and its values are opened whatever their size (as value_pieces does)
+    return (yield from _unpacked(unpacker, raw, clock, 2))
+
+
+def _unpacked(unpacker: msgpack.Unpacker, raw: bytes, clock: list[float], opened: int = 0
+              ) -> Generator[None, None, Any]:
+    """The next value of ``unpacker``: a wide container opened and filled member by
+    member (wide members opened in turn), anything else decoded in one call; the
+    first ``opened`` levels open containers of any size."""
+    first = raw[unpacker.tell()]
+    if opened:
+        if 0x90 <= first <= 0x9F:
+            first = 0xDC  # (a small array, opened as a wide one)
+        elif 0x80 <= first <= 0x8F:
+            first = 0xDE
+    if first in _WIDE_ARRAYS:
+        count = unpacker.read_array_header()
+        items: list[Any] = []
+        append = items.append
+        for index in range(count):
+            if opened > 1 or raw[unpacker.tell()] in _WIDE:
+                append((yield from _unpacked(unpacker, raw, clock, opened and opened - 1)))
+            else:
+                append(unpacker.unpack())
+            if not index % _LOOK_EVERY:
+                yield from _pause(clock)
+        return items
+    if first in _WIDE_MAPS:
+        count = unpacker.read_map_header()
+        pairs: dict[Any, Any] = {}
+        for index in range(count):
+            key = unpacker.unpack()
+            if opened > 1 or raw[unpacker.tell()] in _WIDE:
+                pairs[key] = yield from _unpacked(unpacker, raw, clock, opened and opened - 1)
+            else:
+                pairs[key] = unpacker.unpack()
+            if not index % _LOOK_EVERY:
+                yield from _pause(clock)
+        return pairs
+    return unpacker.unpack()
+
+
+_WIDE: Final = _WIDE_ARRAYS | _WIDE_MAPS
+
+
+def _pause(clock: list[float]) -> Generator[None, None, None]:
+    """A yield when the slice's time is up (``clock[0]``: when it ends)."""
+    now = time.perf_counter()
+    if now >= clock[0]:
+        yield
+        clock[0] = time.perf_counter() + RUN_S
