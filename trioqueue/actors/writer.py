@@ -41,7 +41,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..core.writes import Writes
+from ..core.graveyard import OPEN_MIN_MEMBERS, Graveyard
+from ..core.writes import FinishJob, Writes
 from ..storage.port import Fenced, Storage, StorageUnavailable
 from .request import Replier, deliver_all
 
@@ -111,6 +112,10 @@ class StorageWriter:
         self.refusal_grace_s = refusal_grace_s
         self.commits = 0
         self.committed_ops = 0
+        # Off-thread mode: where the data of jobs finished by a commit goes to be taken
+        # apart a slice at a time (an inline store's own adapter hands its kept data
+        # over itself: storage/kept_data.py); None: freed when the batch goes.
+        self.graveyard: Graveyard | None = None
 
     def submit(self, writes: Writes) -> None:
         if writes:
@@ -348,6 +353,8 @@ class StorageWriter:
                 self._fail(failure, exc)
                 raise failure from exc
             if batches:
+                if self.graveyard is not None:
+                    _bury_finished(batches, self.graveyard)
                 self.commits += 1
                 self.committed_ops += sum(map(len, batches))
                 self._dirty = not sync
@@ -415,3 +422,17 @@ def _commit_blocking(storage: Storage, batches: list[Writes], sync: bool
     except Exception as exc:
         return "fsync", exc
     return None
+
+
+def _bury_finished(batches: list[Writes], graveyard: Graveyard) -> None:
+    """The data of the jobs these batches finished, when it is a container of many
+    members, to ``graveyard``: the batches going would free it in one call."""
+    for batch in batches:
+        for op in batch.ops:
+            if type(op) is FinishJob:
+                data: Any = op.record.get("data")
+                if type(data) in _CONTAINERS and len(data) > OPEN_MIN_MEMBERS:
+                    graveyard.bury(data)
+
+
+_CONTAINERS = frozenset({list, dict})
