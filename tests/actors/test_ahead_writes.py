@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.actors.ahead_writes import AHEAD_MIN_BYTES, AheadWriter
+from trioqueue.actors.ahead_writes import AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES, AheadWriter
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
 from trioqueue.server import Server
@@ -62,8 +62,8 @@ def test_only_a_push_of_a_long_string_or_a_large_frame_s_data_is_written_ahead()
     assert writer.data_of(push({"t": TEXT})) is None  # (a small frame, as the test says)
     assert writer.data_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
     many = [{"a": 1}] * 1000
-    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_BYTES)) is many
-    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_BYTES - 1)) is None
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES)) is many
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES - 1)) is None
     assert writer.data_of(push(7, frame_bytes=AHEAD_MIN_BYTES)) is None
 
 

@@ -112,8 +112,12 @@ async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
 
     async def state() -> dict[str, Any]:
         # the finished record and its data read back from the store, decoded in slices
-        # (its reply carries no data: the reply's own encoding is not measured here)
-        return await client.ok("GetState", id=job_id)
+        # (its reply carries no data: the reply's own encoding is not measured here),
+        # then let go of by the queue's next step and freed in slices
+        reply = await client.ok("GetState", id=job_id)
+        await client.ok("GetJobCounts", queue="q")
+        await _freed(server)
+        return reply
 
     assert (await _measured("GetState", state))["state"] == "completed"
     got = await client.ok("GetJob", id=job_id)  # read back from the store

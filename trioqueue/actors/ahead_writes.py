@@ -9,8 +9,8 @@ commits and tasks run between two pieces; then the command runs as any other, an
 record's commit takes the rows (storage/kept_data.py) instead of writing the data.
 Only the pushing connection waits for its own pieces.
 
-Data of many small values (a list or map in a frame of :data:`AHEAD_MIN_BYTES` or
-more) is written ahead the same way, encoded as its data row would be
+Data of many small values (a list or map in a frame of :data:`AHEAD_MIN_VALUE_BYTES`
+or more) is written ahead the same way, encoded as its data row would be
 (storage/value_pieces.py) a slice at a time: encoded with its record, a million small
 maps held the loop for one encoding of all of them, twice. What msgpack cannot hold
 (an integer past 64 bits) takes the ordinary path, as a string that is not UTF-8 does.
@@ -47,9 +47,12 @@ from .request import OnReply, Request
 __all__ = ["AHEAD_MIN_BYTES", "AheadWriter"]
 
 #: A data string at least this long is written ahead (a shorter one goes with its
-#: record: under about 0.25 ms to put and commit here); so is a list or map in a frame
-#: at least this long.
+#: record: under about 0.25 ms to put and commit here).
 AHEAD_MIN_BYTES: Final = 1 << 20
+#: A list or map in a frame at least this long is written ahead (encoding one of many
+#: small values costs far more than putting its bytes: about 5 ms for 256 KiB of
+#: small integers, in one call).
+AHEAD_MIN_VALUE_BYTES: Final = 256 * 1024
 #: Work between two pauses while data of many values is encoded, in seconds.
 ENCODE_SLICE_S: Final = 0.0005
 
@@ -64,7 +67,8 @@ class AheadWriter:
         self._max_chars = max_chars  # the data limit: longer is refused anyway
         self._piece = storage.ahead_piece_bytes
         self._taken = 0  # room held by writes ahead under way
-        self.min_chars = AHEAD_MIN_BYTES  # (a shorter string is never written ahead)
+        # (a smaller frame never carries data to write ahead)
+        self.min_chars = min(AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES)
 
     def data_of(self, request: Request) -> Any:
         """The data of a PUSH worth writing ahead (a long string, or a list or map in a
@@ -78,7 +82,7 @@ class AheadWriter:
                 return None  # (longer than the data limit allows: refused anyway)
             return data
         if (kind is list or kind is dict) and data and (
-                request.frame_bytes or 0) >= AHEAD_MIN_BYTES:
+                request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
             return data  # (over the data limit: refused while the frame was decoded)
         return None
 

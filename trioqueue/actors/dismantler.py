@@ -2,7 +2,9 @@
 
 A slice of :data:`SLICE_S` at a time, the loop given back between two, so freeing a
 finished job's million small values never holds every other client for the whole of
-it. Values still held elsewhere are tried again after :data:`HELD_WAIT_S`.
+it. Values still held elsewhere are tried again after :data:`HELD_WAIT_S`, twice as
+long after each round that found them all still held, at most :data:`HELD_WAIT_MAX_S`
+(a record read back stays in its queue's view until that queue's next step).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = ["Dismantler"]
 SLICE_S: Final = 0.0005
 #: Wait before trying again values held elsewhere (a reply not yet sent, mostly).
 HELD_WAIT_S: Final = 0.05
+HELD_WAIT_MAX_S: Final = 1.0
 
 
 class Dismantler:
@@ -41,14 +44,17 @@ class Dismantler:
         while True:
             await self._buried.wait()
             self._buried = trio.Event()
+            wait_s = HELD_WAIT_S
             while graveyard.pending:
                 held = graveyard.dismantle(partial(_past, clock() + SLICE_S))
                 if held:
-                    # the rest is held elsewhere: a new burial or a short wait
-                    with trio.move_on_after(HELD_WAIT_S):
+                    # the rest is held elsewhere: a new burial or a wait
+                    with trio.move_on_after(wait_s):
                         await self._buried.wait()
                     self._buried = trio.Event()
+                    wait_s = min(2 * wait_s, HELD_WAIT_MAX_S)
                 else:
+                    wait_s = HELD_WAIT_S
                     await trio.lowlevel.checkpoint()
 
 

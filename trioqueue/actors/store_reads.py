@@ -98,7 +98,9 @@ class StoreReads:
             self._fetched = None
             for answer in answers:
                 if type(answer) is dict and type(packed := answer.get("data")) is Packed:
-                    answer["data"] = (await _decoded(packed))["d"]
+                    answer["data"] = data = (await _decoded(packed))["d"]
+                    # (held by the view and the reply for now: freed in slices after)
+                    self._storage.let_go(data)
         else:
             storage, name = self._storage, self.name
             answers = await self._committer.read_committed(

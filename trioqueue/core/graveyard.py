@@ -12,7 +12,8 @@ itself a large container is emptied the same way after it.
 Only what nothing else refers to is taken apart: a value still held elsewhere (a reply
 not sent yet, a schedule's template shared by its jobs) waits here until it is not,
 and is let go of (freed by its last holder, as before) when it stays held for
-:data:`HELD_TRIES` tries. The reference count says so: this is CPython's rule, and
+:data:`HELD_TRIES` tries (the broker's task waits longer between tries the longer
+they fail, up to a second). The reference count says so: this is CPython's rule, and
 taking apart a value someone still reads would change what they read.
 """
 

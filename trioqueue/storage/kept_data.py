@@ -175,6 +175,11 @@ class KeptAheadRows:
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._kept.graveyard = graveyard
 
+    def let_go(self, value: Any) -> None:
+        graveyard = self._kept.graveyard
+        if graveyard is not None:
+            graveyard.bury(value)
+
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
                 dumps: Callable[[Any], bytes]) -> bytes | None:

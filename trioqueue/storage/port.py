@@ -123,6 +123,12 @@ class Storage(abc.ABC):
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
 
+    def let_go(self, value: Any) -> None:
+        """``value`` was read from this store (large data decoded for a command): once
+        nothing refers to it, take it apart a slice at a time (the graveyard set
+        here), rather than have its last holder free it in one call."""
+        return None
+
     def set_graveyard(self, graveyard: Graveyard) -> None:
         """Hand the large data this store lets go of (a finished or deleted job's, kept
         apart) to ``graveyard``, to be taken apart a slice at a time; a store that
