@@ -105,6 +105,9 @@ class StoreReads:
             storage, name = self._storage, self.name
             answers = await self._committer.read_committed(
                 lambda: [fetch(storage, name, read) for read in need.reads])
+            for answer in answers:
+                if type(answer) is dict and "data" in answer:
+                    storage.let_go(answer["data"])  # (freed in slices when done with)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)

@@ -41,7 +41,6 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..core.graveyard import OPEN_MIN_MEMBERS, Graveyard
 from ..core.writes import FinishJob, Writes
 from ..storage.port import Fenced, Storage, StorageUnavailable
 from .request import Replier, deliver_all
@@ -112,10 +111,6 @@ class StorageWriter:
         self.refusal_grace_s = refusal_grace_s
         self.commits = 0
         self.committed_ops = 0
-        # Off-thread mode: where the data of jobs finished by a commit goes to be taken
-        # apart a slice at a time (an inline store's own adapter hands its kept data
-        # over itself: storage/kept_data.py); None: freed when the batch goes.
-        self.graveyard: Graveyard | None = None
 
     def submit(self, writes: Writes) -> None:
         if writes:
@@ -353,8 +348,7 @@ class StorageWriter:
                 self._fail(failure, exc)
                 raise failure from exc
             if batches:
-                if self.graveyard is not None:
-                    _bury_finished(batches, self.graveyard)
+                _let_go_finished(batches, self.storage)
                 self.commits += 1
                 self.committed_ops += sum(map(len, batches))
                 self._dirty = not sync
@@ -424,15 +418,11 @@ def _commit_blocking(storage: Storage, batches: list[Writes], sync: bool
     return None
 
 
-def _bury_finished(batches: list[Writes], graveyard: Graveyard) -> None:
-    """The data of the jobs these batches finished, when it is a container of many
-    members, to ``graveyard``: the batches going would free it in one call."""
+def _let_go_finished(batches: list[Writes], storage: Storage) -> None:
+    """The data of the jobs these batches finished, let go of to the store (a store
+    whose calls block: an inline store's adapter does it as it commits, see
+    storage/kept_data.py): the batches going would free it in one call."""
     for batch in batches:
         for op in batch.ops:
-            if type(op) is FinishJob:
-                data: Any = op.record.get("data")
-                if type(data) in _CONTAINERS and len(data) > OPEN_MIN_MEMBERS:
-                    graveyard.bury(data)
-
-
-_CONTAINERS = frozenset({list, dict})
+            if type(op) is FinishJob and "data" in op.record:
+                storage.let_go(op.record["data"])

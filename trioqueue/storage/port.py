@@ -124,9 +124,10 @@ class Storage(abc.ABC):
         raise NotImplementedError
 
     def let_go(self, value: Any) -> None:
-        """``value`` was read from this store (large data decoded for a command): once
-        nothing refers to it, take it apart a slice at a time (the graveyard set
-        here), rather than have its last holder free it in one call."""
+        """``value`` is job data read from this store for a command, or of a job a
+        commit just finished: once nothing refers to it, take it apart a slice at a
+        time (the graveyard set here) if large, rather than have its last holder free
+        it in one call."""
         return None
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
