@@ -22,6 +22,8 @@ from trioqueue.transport.codec import CBOR, MSGPACK, Codec
 StartServer = Callable[..., Awaitable[Server]]
 
 TEXT = "t" * (3 * AHEAD_MIN_BYTES + 7)  # 4 pieces of 1 MiB
+# Data of many small values in a frame past AHEAD_MIN_VALUE_BYTES (about 0.5 MB)
+MANY = [{"a": i, "b": [i, "x"]} for i in range(40_000)]
 
 
 class Room:
@@ -152,12 +154,13 @@ async def open_client(server: Server, codec: Codec) -> RawClient:
     return RawClient(await trio.open_tcp_stream("127.0.0.1", server.tcp_port), codec)
 
 
+@pytest.mark.parametrize("kind", ["text", "many"])
 @pytest.mark.parametrize("codec", [MSGPACK, CBOR], ids=lambda c: c.name)
 async def test_a_large_push_round_trips_and_leaves_no_rows(start_server: StartServer,
-                                                           codec: Codec) -> None:
+                                                           codec: Codec, kind: str) -> None:
     server = await start_server()  # LMDB
     client = await open_client(server, codec)
-    text = "é😀x" * (AHEAD_MIN_BYTES // 2)
+    text: Any = "é😀x" * (AHEAD_MIN_BYTES // 2) if kind == "text" else MANY
     pushed = await client.ok("PUSH", queue="big", data=text, removeOnComplete=True)
     assert ahead_rows(server) > 1  # its pieces and its claim
     assert (await client.ok("GetJob", id=pushed["id"]))["job"]["data"] == text
@@ -179,18 +182,36 @@ async def test_a_refused_large_push_leaves_no_rows(start_server: StartServer) ->
     assert ahead_rows(server) == held  # the first job's rows only
 
 
-async def test_a_large_job_survives_a_restart(configure: Callable[..., Config]) -> None:
+@pytest.mark.parametrize("data", [TEXT, MANY], ids=["text", "many"])
+async def test_a_large_job_survives_a_restart(configure: Callable[..., Config],
+                                              data: Any) -> None:
     config = configure()  # LMDB, in this test's directory
     async with trio.open_nursery() as nursery:
         first: Server = await nursery.start(Server(config).run)
         client = await open_client(first, MSGPACK)
-        pushed = await client.ok("PUSH", queue="big", data=TEXT)
+        pushed = await client.ok("PUSH", queue="big", data=data)
+        assert ahead_rows(first) > 1  # written ahead
+        done = await client.ok("PUSH", queue="fin", data=data)
+        await client.ok("PULL", queue="fin", timeout=0)
+        await client.ok("ACK", id=done["id"], result=1)
         await client.aclose()
         first.stop()
     async with trio.open_nursery() as nursery:
         second: Server = await nursery.start(Server(config).run)
         client = await open_client(second, MSGPACK)
         job = (await client.ok("PULL", queue="big", timeout=0))["job"]
-        assert job["id"] == pushed["id"] and job["data"] == TEXT
+        assert job["id"] == pushed["id"] and job["data"] == data
+        finished = (await client.ok("GetJob", id=done["id"]))["job"]
+        assert finished["state"] == "completed" and finished["data"] == data
         await client.aclose()
         second.stop()
+
+
+async def test_data_msgpack_cannot_hold_takes_the_ordinary_path(
+        start_server: StartServer) -> None:
+    server = await start_server()  # LMDB
+    client = await open_client(server, CBOR)
+    data = [1] * 200_000 + [2**70]  # (past 64 bits: stored as CBOR, never in pieces)
+    pushed = await client.ok("PUSH", queue="big", data=data)
+    assert ahead_rows(server) == 0
+    assert (await client.ok("GetJob", id=pushed["id"]))["job"]["data"] == data
