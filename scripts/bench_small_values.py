@@ -5,13 +5,14 @@ A broker (``python -m trioqueue serve`` on a temporary LMDB store, ``--log-slow-
 5``, the package of the current directory) gets one PUSH per shape and codec over TCP;
 printed: the reply, its time, the broker's slow steps (from its own log; wall and CPU
 ms) and its peak RSS growth (``VmHWM``). ``--pull`` then pulls, reads back (GetJob) and
-acknowledges an accepted job. ``--stacks FILE`` runs the broker under
+acknowledges an accepted job; ``--finished`` then asks GetState and GetJob of the
+finished job (its record and data read back from the store). ``--stacks FILE`` runs the broker under
 ``scripts/broker_steps.py`` (its steps to /tmp/dw-steps.json, stacks of long steps to
 FILE). ``--at-once N --ints M``: instead, N connections each send a PUSH of M small
 integers at the same time (the peak growth under several large frames at once).
 
     python scripts/bench_small_values.py [--shapes ints7.5M,map1M,maps1M,deep]
-        [--codecs msgpack,cbor] [--pull] [--stacks FILE] [--at-once 6 --ints 37000000]
+        [--codecs msgpack,cbor] [--pull [--finished]] [--stacks FILE] [--at-once 6 --ints 37000000]
 
 Every wait is bounded (120 s); the broker is stopped by its pid.
 """
@@ -80,6 +81,13 @@ async def main(args):
                     await c.send_raw(c.frame({"cmd": "ACK", "id": jid, "reqId": "a"}))
                     with trio.fail_after(120):
                         await c.receive()
+                    for cmd in ("GetState", "GetJob") if args.finished else ():
+                        await trio.sleep(0.3)  # (the ACK's own steps logged apart)
+                        t = time.perf_counter()
+                        await c.send_raw(c.frame({"cmd": cmd, "id": jid, "reqId": "f"}))
+                        with trio.fail_after(120):
+                            await c.receive()
+                        extra += f" finished {cmd} {time.perf_counter()-t:.2f}s"
                 await trio.sleep(0.3)
                 steps = [(float(m[2]), float(m[3]), m[1].decode())
                          for m in STEP.finditer(b.log[logfrom:])]
@@ -125,6 +133,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--shapes", default="ints7.5M,map1M,maps1M,deep")
 p.add_argument("--codecs", default="msgpack,cbor")
 p.add_argument("--pull", action="store_true")
+p.add_argument("--finished", action="store_true")
 p.add_argument("--stacks", default="")
 p.add_argument("--at-once", type=int, default=0)
 p.add_argument("--ints", type=int, default=37_000_000)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.actors.ahead_writes import AHEAD_MIN_BYTES, AheadWriter
+from trioqueue.actors.ahead_writes import AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES, AheadWriter
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
 from trioqueue.server import Server
@@ -22,6 +22,8 @@ from trioqueue.transport.codec import CBOR, MSGPACK, Codec
 StartServer = Callable[..., Awaitable[Server]]
 
 TEXT = "t" * (3 * AHEAD_MIN_BYTES + 7)  # 4 pieces of 1 MiB
+# Data of many small values in a frame past AHEAD_MIN_VALUE_BYTES (about 0.5 MB)
+MANY = [{"a": i, "b": [i, "x"]} for i in range(40_000)]
 
 
 class Room:
@@ -43,22 +45,28 @@ class Replies:
         self.got.append(reply)
 
 
-def push(text: Any = TEXT, cmd: str = "PUSH") -> Request:
+def push(text: Any = TEXT, cmd: str = "PUSH", frame_bytes: int | None = None) -> Request:
+    if frame_bytes is None:
+        frame_bytes = len(text) if isinstance(text, str) else 10
     return Request(cmd, {"cmd": cmd, "queue": "q", "data": text}, Replies(),
-                   frame_bytes=len(text) if isinstance(text, str) else 10)
+                   frame_bytes=frame_bytes)
 
 
 def rows(store: MemoryStorage) -> int:
     return len(store._ahead) + len(store._claims)
 
 
-def test_only_a_push_of_one_long_string_is_written_ahead() -> None:
+def test_only_a_push_of_a_long_string_or_a_large_frame_s_data_is_written_ahead() -> None:
     writer = AheadWriter(MemoryStorage(), None, max_chars=10 * AHEAD_MIN_BYTES)
-    assert writer.text_of(push()) is TEXT
-    assert writer.text_of(push(cmd="Update")) is None
-    assert writer.text_of(push("s" * (AHEAD_MIN_BYTES - 1))) is None
-    assert writer.text_of(push({"t": TEXT})) is None
-    assert writer.text_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
+    assert writer.data_of(push()) is TEXT
+    assert writer.data_of(push(cmd="Update")) is None
+    assert writer.data_of(push("s" * (AHEAD_MIN_BYTES - 1))) is None
+    assert writer.data_of(push({"t": TEXT})) is None  # (a small frame, as the test says)
+    assert writer.data_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
+    many = [{"a": 1}] * 1000
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES)) is many
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES - 1)) is None
+    assert writer.data_of(push(7, frame_bytes=AHEAD_MIN_BYTES)) is None
 
 
 async def test_pieces_are_written_with_other_tasks_running_between() -> None:
@@ -146,12 +154,13 @@ async def open_client(server: Server, codec: Codec) -> RawClient:
     return RawClient(await trio.open_tcp_stream("127.0.0.1", server.tcp_port), codec)
 
 
+@pytest.mark.parametrize("kind", ["text", "many"])
 @pytest.mark.parametrize("codec", [MSGPACK, CBOR], ids=lambda c: c.name)
 async def test_a_large_push_round_trips_and_leaves_no_rows(start_server: StartServer,
-                                                           codec: Codec) -> None:
+                                                           codec: Codec, kind: str) -> None:
     server = await start_server()  # LMDB
     client = await open_client(server, codec)
-    text = "é😀x" * (AHEAD_MIN_BYTES // 2)
+    text: Any = "é😀x" * (AHEAD_MIN_BYTES // 2) if kind == "text" else MANY
     pushed = await client.ok("PUSH", queue="big", data=text, removeOnComplete=True)
     assert ahead_rows(server) > 1  # its pieces and its claim
     assert (await client.ok("GetJob", id=pushed["id"]))["job"]["data"] == text
@@ -173,18 +182,36 @@ async def test_a_refused_large_push_leaves_no_rows(start_server: StartServer) ->
     assert ahead_rows(server) == held  # the first job's rows only
 
 
-async def test_a_large_job_survives_a_restart(configure: Callable[..., Config]) -> None:
+@pytest.mark.parametrize("data", [TEXT, MANY], ids=["text", "many"])
+async def test_a_large_job_survives_a_restart(configure: Callable[..., Config],
+                                              data: Any) -> None:
     config = configure()  # LMDB, in this test's directory
     async with trio.open_nursery() as nursery:
         first: Server = await nursery.start(Server(config).run)
         client = await open_client(first, MSGPACK)
-        pushed = await client.ok("PUSH", queue="big", data=TEXT)
+        pushed = await client.ok("PUSH", queue="big", data=data)
+        assert ahead_rows(first) > 1  # written ahead
+        done = await client.ok("PUSH", queue="fin", data=data)
+        await client.ok("PULL", queue="fin", timeout=0)
+        await client.ok("ACK", id=done["id"], result=1)
         await client.aclose()
         first.stop()
     async with trio.open_nursery() as nursery:
         second: Server = await nursery.start(Server(config).run)
         client = await open_client(second, MSGPACK)
         job = (await client.ok("PULL", queue="big", timeout=0))["job"]
-        assert job["id"] == pushed["id"] and job["data"] == TEXT
+        assert job["id"] == pushed["id"] and job["data"] == data
+        finished = (await client.ok("GetJob", id=done["id"]))["job"]
+        assert finished["state"] == "completed" and finished["data"] == data
         await client.aclose()
         second.stop()
+
+
+async def test_data_msgpack_cannot_hold_takes_the_ordinary_path(
+        start_server: StartServer) -> None:
+    server = await start_server()  # LMDB
+    client = await open_client(server, CBOR)
+    data = [1] * 200_000 + [2**70]  # (past 64 bits: stored as CBOR, never in pieces)
+    pushed = await client.ok("PUSH", queue="big", data=data)
+    assert ahead_rows(server) == 0
+    assert (await client.ok("GetJob", id=pushed["id"]))["job"]["data"] == data

@@ -102,7 +102,7 @@ class BrokerA:
                               removed_result_retention_s=0, max_removed_results=0,
                               slice_budget_ms=4.0)
         self.router = Router(committer=Committer(),  # type: ignore[arg-type]
-                             find_finished=lambda job_id: None, now_ms=lambda: 1000,
+                             find_queue=lambda job_id: None, now_ms=lambda: 1000,
                              limits=limits, admission=None, new_actor=Actor,  # type: ignore[arg-type]
                              spawn=lambda *a: None, finished_queues=self._look_up,
                              cluster=self.cluster, forward=self.links.forward,

@@ -232,7 +232,7 @@ async def test_router_releases_the_reply_after_submitting_the_writes() -> None:
     committer = Committer()
     limits = RouterLimits(max_queues=1, max_data_bytes=1, removed_result_retention_s=0,
                           max_removed_results=0, slice_budget_ms=4.0)
-    router = Router(committer=committer, find_finished=lambda job_id: None,
+    router = Router(committer=committer, find_queue=lambda job_id: None,
                     now_ms=lambda: 7, limits=limits,
                     admission=None, new_actor=None, spawn=None)  # type: ignore[arg-type]
     got = Got()

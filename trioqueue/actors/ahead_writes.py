@@ -1,4 +1,4 @@
-"""A PUSH's long data string, written to the store before the command runs (issue 12).
+"""A PUSH's large data, written to the store before the command runs.
 
 One writer commits every queue's writes, one commit at a time: a job's 8.5 MB data
 row, put and committed with its record, held every other client's commit (and the
@@ -8,6 +8,12 @@ string (:data:`AHEAD_MIN_BYTES` or more) first has the string written here, a pi
 commits and tasks run between two pieces; then the command runs as any other, and its
 record's commit takes the rows (storage/kept_data.py) instead of writing the data.
 Only the pushing connection waits for its own pieces.
+
+Data of many small values (a list or map in a frame of :data:`AHEAD_MIN_VALUE_BYTES`
+or more) is written ahead the same way, encoded as its data row would be
+(storage/value_pieces.py) a slice at a time: encoded with its record, a million small
+maps held the loop for one encoding of all of them, twice. What msgpack cannot hold
+(an integer past 64 bits) takes the ordinary path, as a string that is not UTF-8 does.
 
 Nothing is lost either way: a push refused (a full store, a duplicate id, bad input)
 leaves rows no record took, which :meth:`AheadWriter.release` deletes once the
@@ -24,13 +30,16 @@ once cannot together run into the reserve kept for finishing accepted jobs.
 from __future__ import annotations
 
 import secrets
-from typing import Final
+import time
+from collections.abc import Iterator
+from typing import Any, Final
 
 import trio
 
 from ..core.job_data import MAX_DATA_CHARS
 from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
+from ..storage.value_pieces import value_pieces
 from ..utf8_views import utf8_view
 from .admission import StoreRoom
 from .request import OnReply, Request
@@ -40,6 +49,12 @@ __all__ = ["AHEAD_MIN_BYTES", "AheadWriter"]
 #: A data string at least this long is written ahead (a shorter one goes with its
 #: record: under about 0.25 ms to put and commit here).
 AHEAD_MIN_BYTES: Final = 1 << 20
+#: A list or map in a frame at least this long is written ahead (encoding one of many
+#: small values costs far more than putting its bytes: about 5 ms for 256 KiB of
+#: small integers, in one call).
+AHEAD_MIN_VALUE_BYTES: Final = 256 * 1024
+#: Work between two pauses while data of many values is encoded, in seconds.
+ENCODE_SLICE_S: Final = 0.0005
 
 
 class AheadWriter:
@@ -52,23 +67,36 @@ class AheadWriter:
         self._max_chars = max_chars  # the data limit: longer is refused anyway
         self._piece = storage.ahead_piece_bytes
         self._taken = 0  # room held by writes ahead under way
-        self.min_chars = AHEAD_MIN_BYTES  # (a shorter string is never written ahead)
+        # (a smaller frame never carries data to write ahead)
+        self.min_chars = min(AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES)
 
-    def text_of(self, request: Request) -> str | None:
-        """The data string of a PUSH worth writing ahead, else None."""
+    def data_of(self, request: Request) -> Any:
+        """The data of a PUSH worth writing ahead (a long string, or a list or map in a
+        large frame), else None."""
         if request.cmd != "PUSH":
             return None
-        data = request.msg.get("data")
-        if type(data) is not str or not AHEAD_MIN_BYTES <= len(data) <= self._max_chars:
-            return None  # (longer than the data limit allows: refused anyway)
-        return data
+        data: Any = request.msg.get("data")
+        kind = type(data)
+        if kind is str:
+            if not AHEAD_MIN_BYTES <= len(data) <= self._max_chars:
+                return None  # (longer than the data limit allows: refused anyway)
+            return data
+        if (kind is list or kind is dict) and data and (
+                request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
+            return data  # (over the data limit: refused while the frame was decoded)
+        return None
 
-    async def write(self, request: Request, text: str) -> bool:
-        """Write ``text`` ahead; True when it was, and ``request``'s reply will release
+    async def write(self, request: Request, data: Any) -> bool:
+        """Write ``data`` ahead; True when it was, and ``request``'s reply will release
         what no record took. False: nothing is left written (the ordinary path)."""
-        view = utf8_view(text)
-        if view is None:
-            return False
+        if type(data) is str:
+            view = utf8_view(data)
+            if view is None:
+                return False
+            pieces: Iterator[bytes | memoryview | None] = (
+                view[start:start + self._piece] for start in range(0, len(view), self._piece))
+        else:
+            pieces = self._encoded(data)
         need = 0
         if self._room is not None:
             need = self._room.admit_need(request.frame_bytes, 1)
@@ -78,11 +106,18 @@ class AheadWriter:
         written = 0
         self._taken += need
         try:
-            for start in range(0, len(view), self._piece):
-                self._storage.write_ahead(row_key, written, view[start:start + self._piece])
-                written += 1
+            clock = time.perf_counter
+            began = clock()
+            for piece in pieces:
+                if piece is not None:
+                    self._storage.write_ahead(row_key, written, piece)
+                    written += 1
+                elif clock() - began < ENCODE_SLICE_S:
+                    continue  # (encoding: a pause once a slice of work has passed)
                 await trio.lowlevel.checkpoint()
-        except StorageFullError:
+                began = clock()
+        except (StorageFullError, OverflowError, TypeError, ValueError):
+            # full, or data msgpack cannot hold: the ordinary path (CBOR, admission)
             self._storage.drop_ahead_pieces(row_key, written)
             return False
         except BaseException:
@@ -91,8 +126,27 @@ class AheadWriter:
             raise
         finally:
             self._taken -= need
-        self._storage.expect_ahead(text, row_key, written)
+        self._storage.expect_ahead(data, row_key, written)
         # answered: the rows no record took go (release_ahead is a no-op once taken)
         request.replier = OnReply(request.replier,
-                                  lambda _reply: self._storage.release_ahead(text))
+                                  lambda _reply: self._storage.release_ahead(data))
         return True
+
+    def _encoded(self, data: Any) -> Iterator[bytes | None]:
+        """``data``'s row (``V({"d": data})``, as the record's commit would write it)
+        in pieces of about ``self._piece`` bytes; ``None`` between two: a pause may
+        come there."""
+        parts: list[bytes] = []
+        size = 0
+        for part in value_pieces({"d": data}):
+            parts.append(part)
+            size += len(part)
+            if size >= self._piece:
+                yield b"".join(parts)
+                parts.clear()
+                size = 0
+            else:
+                yield None
+        if parts:
+            yield b"".join(parts)
+

@@ -42,6 +42,7 @@ from .clock import PauseWatch, TrioClock
 from .cluster import Cluster, HeldLeases, new_broker_id
 from .cluster_clients import ClusterClients
 from .cluster_fanout import ClusterReads
+from .dismantler import Dismantler
 from .events import EventHub
 from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
@@ -136,7 +137,7 @@ class Broker(ClusterMember):
             reads = ClusterReads(self.cluster, self.peers.forward, self.spawn,
                                  config.cluster_read_timeout_s)
         self.router = Router(
-            committer=self.writer, find_finished=self._find_finished,
+            committer=self.writer, find_queue=self._find_queue,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_stored=self._count_stored, finished_queues=finished_queues,
@@ -167,6 +168,9 @@ class Broker(ClusterMember):
                                   self if self.admit_limit_bytes is not None else None,
                                   config.max_data_bytes)
                       if self.storage.ahead_piece_bytes else None)
+        # Large data the store lets go of is taken apart a slice at a time.
+        self.dismantler = Dismantler()
+        self.storage.set_graveyard(self.dismantler.graveyard)
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
@@ -193,14 +197,15 @@ class Broker(ClusterMember):
         # The router is built before the clock is known (see run): read it late.
         return self.clock.now_ms()
 
-    def _find_finished(self, job_id: str) -> dict[str, Any] | None:
-        """A finished job's record, after committing what is pending (read-your-writes).
+    def _find_queue(self, job_id: str) -> str | None:
+        """A finished job's queue, after committing what is pending (read-your-writes);
+        its record is read, not its data kept apart.
 
         Left synchronous (PUSHF's lookup of ids not in the live index): with a store
         whose calls block, this read may miss a commit still in flight and takes the
         trio thread for one read; see docs/architecture.md, "Storage"."""
         self.commit_if_inline()
-        return self.storage.get_finished(job_id)
+        return self.storage.queues_of_finished([job_id]).get(job_id)
 
     async def _finished_queues(self, job_ids: list[str]) -> dict[str, str | None]:
         """The queues of finished jobs by id, for a store whose reads block: read in a
@@ -213,7 +218,7 @@ class Broker(ClusterMember):
 
     def _count_stored(self, queue: str, state: str) -> int:
         """The ``state`` (completed, failed) jobs of ``queue`` in storage (O(1)), read
-        as :meth:`_find_finished` reads."""
+        as :meth:`_find_queue` reads."""
         self.commit_if_inline()
         return self.storage.count_finished(queue, state)
 
@@ -385,6 +390,7 @@ class Broker(ClusterMember):
                 if self.pauses is not None:  # after recovery: that was no pause
                     await nursery.start(self.pauses.run)
                 await nursery.start(self.scheduler.run)
+                await nursery.start(self.dismantler.run)
                 nursery.start_soon(self._sample_rates)
                 task_status.started(self)
                 await trio.sleep_forever()

@@ -90,6 +90,7 @@ class QueueActor(StoreReads):
         self._refetches = 0  # rounds of reads the current command asked for
         self._budget = SliceBudget(limits.slice_budget_ms)  # sizes the slices: _slice
         self._need: NeedData | None = None  # reads a blocking store must answer first
+        self._fetched: list[Any] | None = None  # (their answers, read with Packed data)
         self.crashes: list[float] = []
         self._fatal: Exception | None = None  # see _crashed
         # Batches sent but not yet taken from the inbox. trio hands a batch straight to
@@ -168,7 +169,7 @@ class QueueActor(StoreReads):
         self.state.take_writes()  # the crashing command's partial writes: dropped
         # Long work that crashed is answered below (it is the crashed request); its
         # committed slices stay done, as after any crash mid-way.
-        self._long = self._need = None
+        self._long = self._need = self._fetched = None
         if crashed is not None and crashed.replier is not None:
             self._deliveries.append((crashed.replier, crashed.error_reply(INTERNAL_ERROR)))
         self._current = None

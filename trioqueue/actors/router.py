@@ -82,7 +82,7 @@ FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 class Router(DependentsIndex, FlowAdmission, RetainedResults):
     def __init__(self, *, committer: Committer,
-                 find_finished: Callable[[str], dict[str, Any] | None],
+                 find_queue: Callable[[str], str | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
                  admission: AdmissionFactory | None,
                  new_actor: Callable[[str], QueueActor], spawn: Spawn,
@@ -112,9 +112,9 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self.records: ClusterRecords | None = None  # cron, webhook commands (set later)
         self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
-        self._find_finished = find_finished
+        self._find_queue = find_queue
         # For a store whose reads block: the queues of a batch's finished ids, looked
-        # up before the batch is routed, off the trio thread (None: find_finished).
+        # up before the batch is routed, off the trio thread (None: find_queue).
         self._finished_queues = finished_queues
         # (queue, state) -> how many finished jobs of that state the store holds
         # (ListQueues, the numbers; None: not known)
@@ -265,9 +265,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if queue is None:
             if found is not None and job_id in found:
                 return found[job_id]
-            record = self._find_finished(job_id)
-            if record is not None:
-                queue = record.get("queue")
+            queue = self._find_queue(job_id)
         return queue
 
     # ------------------------------------------------------------------ dispatch

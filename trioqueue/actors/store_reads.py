@@ -5,7 +5,10 @@ rows returns a :class:`~trioqueue.core.queue.finished.NeedData`, and the actor a
 it and runs the command again. For a store that answers in microseconds (LMDB, memory)
 that happens on the spot, after an explicit commit; for a store whose calls block
 (PostgreSQL) the actor's own task commits (awaited, in the writer's hop) and reads in a
-worker thread while the queue takes nothing else. :class:`StoreReads` holds these
+worker thread while the queue takes nothing else. A record read on the spot whose large
+data comes undecoded (:class:`~trioqueue.storage.value_pieces.Packed`: a job's data of
+many values) is decoded by the actor's own task too, a slice at a time, the queue
+taking nothing else meanwhile. :class:`StoreReads` holds these
 steps; :class:`~trioqueue.actors.queue_actor.QueueActor` is the one class built on it.
 """
 
@@ -15,10 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import trio
+
 from ..core.queue import QueueState
 from ..core.queue.finished import FinishedView, NeedData, Read
 from ..storage.port import Storage
 from ..storage.reads import fetch
+from ..storage.value_pieces import Packed, unpacked_steps
 from .ports import Committer
 
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
@@ -34,6 +40,7 @@ class StoreReads:
     _storage: Storage
     _view: FinishedView
     _need: NeedData | None
+    _fetched: list[Any] | None  # answers read on the spot, holding Packed data
     _refetches: int
 
     def _fetch(self, need: NeedData, q: QueueState) -> None:
@@ -56,7 +63,16 @@ class StoreReads:
             self._check_unchanged(need, q)
             self._need = need
             return True
-        self._fetch(need, q)
+        self._check_unchanged(need, q)
+        self._committer.commit_now()
+        storage, name = self._storage, self.name
+        answers = [fetch(storage, name, read, packed=True) for read in need.reads]
+        if any(type(answer) is dict and type(answer.get("data")) is Packed
+               for answer in answers):
+            self._need, self._fetched = need, answers
+            return True  # decoded by the actor's task, a slice at a time
+        for read, answer in zip(need.reads, answers, strict=True):
+            self._view.supply(read, answer)
         return False
 
     def _check_unchanged(self, need: NeedData, q: QueueState) -> None:
@@ -71,14 +87,27 @@ class StoreReads:
 
     async def _fetch_off_thread(self) -> None:
         """The reads a command asked for, from a store whose calls block: commit what
-        is pending (awaited, in the writer's hop), then read in a worker thread. The
-        queue takes nothing else meanwhile, so the answers cannot go stale before the
-        command runs again."""
+        is pending (awaited, in the writer's hop), then read in a worker thread; or the
+        answers already read whose data is still encoded, decoded a slice at a time.
+        The queue takes nothing else meanwhile, so the answers cannot go stale before
+        the command runs again."""
         need = self._need
         assert need is not None
-        storage, name = self._storage, self.name
-        answers = await self._committer.read_committed(
-            lambda: [fetch(storage, name, read) for read in need.reads])
+        answers = self._fetched
+        if answers is not None:
+            self._fetched = None
+            for answer in answers:
+                if type(answer) is dict and type(packed := answer.get("data")) is Packed:
+                    answer["data"] = data = (await _decoded(packed))["d"]
+                    # (held by the view and the reply for now: freed in slices after)
+                    self._storage.let_go(data)
+        else:
+            storage, name = self._storage, self.name
+            answers = await self._committer.read_committed(
+                lambda: [fetch(storage, name, read) for read in need.reads])
+            for answer in answers:
+                if type(answer) is dict and "data" in answer:
+                    storage.let_go(answer["data"])  # (freed in slices when done with)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
@@ -98,3 +127,14 @@ class StoreReads:
         finally:
             self._view.fallback = None
 
+
+
+async def _decoded(packed: Packed) -> Any:
+    """A stored row decoded a slice at a time, every other task running between two."""
+    steps = unpacked_steps(packed.raw)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        await trio.lowlevel.checkpoint()

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..core.writes import Writes
+from ..core.writes import FinishJob, Writes
 from ..storage.port import Fenced, Storage, StorageUnavailable
 from .request import Replier, deliver_all
 
@@ -348,6 +348,7 @@ class StorageWriter:
                 self._fail(failure, exc)
                 raise failure from exc
             if batches:
+                _let_go_finished(batches, self.storage)
                 self.commits += 1
                 self.committed_ops += sum(map(len, batches))
                 self._dirty = not sync
@@ -415,3 +416,13 @@ def _commit_blocking(storage: Storage, batches: list[Writes], sync: bool
     except Exception as exc:
         return "fsync", exc
     return None
+
+
+def _let_go_finished(batches: list[Writes], storage: Storage) -> None:
+    """The data of the jobs these batches finished, let go of to the store (a store
+    whose calls block: an inline store's adapter does it as it commits, see
+    storage/kept_data.py): the batches going would free it in one call."""
+    for batch in batches:
+        for op in batch.ops:
+            if type(op) is FinishJob and "data" in op.record:
+                storage.let_go(op.record["data"])

@@ -26,8 +26,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, NamedTuple
 
+from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
 from .keys import job_key
+from .value_pieces import Packed
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
@@ -35,11 +37,16 @@ KEEP_DATA_BYTES: Final = 64 * 1024
 #: The record field that says where its data is: True for a row of ``V({"d": data})``
 #: under the job's key in ``data``, :data:`TEXT` for a string's UTF-8 bytes there as
 #: they are, ``[TEXT, row key, pieces]`` for a string written ahead of its record in
-#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`).
+#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`), ``[VALUE, row key,
+#: pieces]`` for other data written ahead, its pieces joined being ``V({"d": data})``.
 KEPT_FIELD: Final = "dataKept"
 TEXT: Final = "text"
+VALUE: Final = "value"
 #: A data row's value: encoded, or a view of a string's own bytes.
 Row = bytes | memoryview
+#: A data row at least this long, read back for a command, is left encoded (as
+#: :class:`~.value_pieces.Packed`) for the queue's actor to decode a slice at a time.
+PACKED_MIN_BYTES: Final = 128 * 1024
 
 
 class AheadClaim(NamedTuple):
@@ -59,19 +66,22 @@ class KeptData:
     that is not stored.
     """
 
-    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
         self.held: dict[str, tuple[Any, Any]] = {}
         # id(text) -> (text, its claim): rows written ahead, not taken by a record yet
-        self.ahead: dict[int, tuple[str, AheadClaim]] = {}
+        self.ahead: dict[int, tuple[Any, AheadClaim]] = {}
         self._staged: dict[str, tuple[Any, Any] | None] = {}
         self._taken: list[int] = []
         # Whether any job's data is held, staged or written ahead (commonly none): an
         # attribute kept up to date, read for every record written
         self.active = False
         self.staging = False  # changes wait for settle or discard
+        # Where data let go of goes to be taken apart a slice at a time (None: freed
+        # by its last holder, in one call)
+        self.graveyard: Graveyard | None = None
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead)
@@ -95,36 +105,41 @@ class KeptData:
         self.active = True
 
     def ahead_for(self, text: Any) -> AheadClaim | None:
-        """The rows written ahead for this very string object, if any and not taken."""
+        """The rows written ahead for this very data object, if any and not taken."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text or id(text) in self._taken:
             return None
         return entry[1]
 
-    def take_ahead(self, text: str) -> None:
+    def take_ahead(self, text: Any) -> None:
         self._taken.append(id(text))
         self.staging = True
 
-    def add_ahead(self, text: str, claim: AheadClaim) -> None:
+    def add_ahead(self, text: Any, claim: AheadClaim) -> None:
         """Rows were written ahead for ``text``: the next record with it takes them."""
         self.ahead[id(text)] = (text, claim)
         self.active = True
 
-    def forget_ahead(self, text: str) -> AheadClaim | None:
+    def forget_ahead(self, text: Any) -> AheadClaim | None:
         """No record will take ``text``'s rows now: the claim to drop, if none took them."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text:
             return None
         del self.ahead[id(text)]
         self._refresh()
+        if self.graveyard is not None:
+            self.graveyard.bury(text)  # (data of a push no record took)
         return entry[1]
 
     def settle(self) -> None:
         self.staging = False
         held = self.held
+        graveyard = self.graveyard
         for job_id, stored in self._staged.items():
             if stored is None:
-                held.pop(job_id, None)
+                gone = held.pop(job_id, None)
+                if gone is not None and graveyard is not None:
+                    graveyard.bury(gone[0])  # (a large job's data, finished or deleted)
             else:
                 held[job_id] = stored
         self._staged.clear()
@@ -149,13 +164,21 @@ class KeptAheadRows:
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         raise NotImplementedError
 
-    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
         self._kept.add_ahead(text, AheadClaim(row_key, pieces))
 
-    def release_ahead(self, text: str) -> None:
+    def release_ahead(self, text: Any) -> None:
         claim = self._kept.forget_ahead(text)
         if claim is not None:
             self.drop_ahead_pieces(*claim)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.graveyard = graveyard
+
+    def let_go(self, value: Any) -> None:
+        graveyard = self._kept.graveyard
+        if graveyard is not None:
+            graveyard.bury(value)
 
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,
@@ -185,7 +208,7 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     claim = kept.ahead_for(data) if kept.ahead else None
     if claim is not None:
         kept.take_ahead(data)
-        where: Any = [TEXT, claim.row_key, claim.pieces]
+        where: Any = [TEXT if type(data) is str else VALUE, claim.row_key, claim.pieces]
         kept.stage(job_id, data, where)
         return dumps(_without_data(record, where)), claim
     # a string's row is its UTF-8 bytes, read from the string itself (not copied first)
@@ -208,7 +231,9 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
         if held is not None:
             return held, None
         data = record.get("data")
-        if type(data) is str and len(data) >= KEEP_DATA_BYTES:
+        if type(data) is str and len(data) >= KEEP_DATA_BYTES or (
+                kept.ahead and kept.ahead_for(data) is not None):
+            # (data written ahead: known large, and never encoded here)
             return keep_apart(job_id, record, kept, dumps)
         value = dumps(record)
     if len(value) >= KEEP_DATA_BYTES and "data" in record:
@@ -235,15 +260,23 @@ def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Ro
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
-              loads: Callable[[bytes], Any]) -> dict[str, Any]:
+              loads: Callable[[bytes], Any], packed_min: int | None = None
+              ) -> dict[str, Any]:
     """``record`` with its data back in place when it was kept apart; ``read`` gives
     the row (all pieces, for rows written ahead), given the record's KEPT_FIELD value.
-    A row missing is a broken store: it raises, naming the job."""
+    With ``packed_min``, an encoded row at least that long is put back as
+    :class:`~.value_pieces.Packed`, for the caller to decode. A row missing is a broken
+    store: it raises, naming the job."""
     kept = record.pop(KEPT_FIELD, False)
     if kept:
         raw = read(kept)
         if raw is None:
             raise RuntimeError(f"job {record.get('id')!r}: its data row is missing")
         text = kept == TEXT or (type(kept) is list and kept[0] == TEXT)
-        record["data"] = str(raw, "utf-8") if text else loads(bytes(raw))["d"]
+        if text:
+            record["data"] = str(raw, "utf-8")
+        elif packed_min is not None and len(raw) >= packed_min:
+            record["data"] = Packed(bytes(raw))
+        else:
+            record["data"] = loads(bytes(raw))["d"]
     return record

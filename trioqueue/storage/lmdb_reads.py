@@ -16,7 +16,7 @@ from typing import Any
 import lmdb
 
 from . import keys as K
-from .kept_data import KeptData, put_data_back, with_data
+from .kept_data import PACKED_MIN_BYTES, KeptData, put_data_back, with_data
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
@@ -66,6 +66,12 @@ class LmdbReads(KeyedFinishedReads):
         return out
 
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        return self._get_finished(job_id, None)
+
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        return self._get_finished(job_id, PACKED_MIN_BYTES)
+
+    def _get_finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
         self._check_open()
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
@@ -75,7 +81,19 @@ class LmdbReads(KeyedFinishedReads):
             if raw is None:
                 return None
             return with_data(K.decode_value(raw), partial(self._kept_row, txn, jkey),
-                             K.decode_value)
+                             K.decode_value, packed_min)
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue, from the records alone (data kept apart is not read)."""
+        self._check_open()
+        found = {}
+        with self._env.begin() as txn:
+            for job_id in job_ids:
+                jkey = K.lookup_job_key(job_id)
+                raw = None if jkey is None else txn.get(jkey, db=self._finished)
+                if raw is not None:
+                    found[job_id] = K.decode_value(raw)["queue"]
+        return found
 
     def _kept_row(self, txn: lmdb.Transaction[bytes], jkey: bytes, kept: Any
                   ) -> bytes | None:

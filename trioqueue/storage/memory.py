@@ -25,7 +25,14 @@ from typing import Any
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
-from .kept_data import KeptAheadRows, KeptData, Row, put_data_back, with_data
+from .kept_data import (
+    PACKED_MIN_BYTES,
+    KeptAheadRows,
+    KeptData,
+    Row,
+    put_data_back,
+    with_data,
+)
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
@@ -281,12 +288,30 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         )
 
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        return self._get_finished(job_id, None)
+
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        return self._get_finished(job_id, PACKED_MIN_BYTES)
+
+    def _get_finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
         self._check_open()
         jkey = K.lookup_job_key(job_id)
         raw = None if jkey is None else self._finished.get(jkey)
         if raw is None or jkey is None:
             return None
-        return with_data(K.decode_value(raw), partial(self._data_at, jkey), K.decode_value)
+        return with_data(K.decode_value(raw), partial(self._data_at, jkey), K.decode_value,
+                         packed_min)
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue, from the records alone (data kept apart is not read)."""
+        self._check_open()
+        found = {}
+        for job_id in job_ids:
+            jkey = K.lookup_job_key(job_id)
+            raw = None if jkey is None else self._finished.get(jkey)
+            if raw is not None:
+                found[job_id] = K.decode_value(raw)["queue"]
+        return found
 
     def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
         if type(kept) is not list:

@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 
+from ..core.graveyard import OPEN_MIN_MEMBERS, Graveyard
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
 from . import keys as K
@@ -85,6 +86,18 @@ class PgStorage(Storage):
         self._used_bytes = 0
         self._measured_at = float("-inf")
         self._closed = False
+        self._graveyard: Graveyard | None = None
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._graveyard = graveyard
+
+    def let_go(self, value: Any) -> None:
+        """Job data a commit finished or a read answered: a container of many members
+        is taken apart in slices (this store keeps no data apart to say it is large)."""
+        graveyard = self._graveyard
+        if (graveyard is not None and type(value) in (list, dict)
+                and len(value) > OPEN_MIN_MEMBERS):
+            graveyard.bury(value)
 
     # --- writes ---------------------------------------------------------------------
 

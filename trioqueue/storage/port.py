@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
+from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
 
@@ -107,12 +108,13 @@ class Storage(abc.ABC):
         Raises :class:`StorageFullError` with nothing of the piece written."""
         raise NotImplementedError
 
-    def expect_ahead(self, text: str, row_key: bytes, pieces: int) -> None:
-        """The pieces under ``row_key`` hold ``text``: the next record whose data is
-        this very object takes them instead of writing its data again."""
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text`` (a string's UTF-8 bytes, or
+        other data's row, ``V({"d": data})``): the next record whose data is this very
+        object takes them instead of writing its data again."""
         raise NotImplementedError
 
-    def release_ahead(self, text: str) -> None:
+    def release_ahead(self, text: Any) -> None:
         """No record will take ``text``'s pieces now: those no record took are
         deleted."""
         raise NotImplementedError
@@ -120,6 +122,19 @@ class Storage(abc.ABC):
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
+
+    def let_go(self, value: Any) -> None:
+        """``value`` is job data read from this store for a command, or of a job a
+        commit just finished: once nothing refers to it, take it apart a slice at a
+        time (the graveyard set here) if large, rather than have its last holder free
+        it in one call."""
+        return None
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        """Hand the large data this store lets go of (a finished or deleted job's, kept
+        apart) to ``graveyard``, to be taken apart a slice at a time; a store that
+        keeps no data apart ignores it."""
+        return None
 
     @abc.abstractmethod
     def load(self) -> Recovered:
@@ -140,6 +155,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
         """The record of a completed or failed job, or None."""
+
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        """:meth:`get_finished` for a command: large data kept apart from the record
+        may come as :class:`~.value_pieces.Packed` (its row, undecoded), which the
+        caller decodes a slice at a time (``value_pieces.unpacked_steps``)."""
+        return self.get_finished(job_id)
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` that are finished jobs: the

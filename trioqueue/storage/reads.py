@@ -23,14 +23,16 @@ from ..core.queue.finished import (
 from .port import Storage
 
 
-def fetch(storage: Storage, queue: str, read: Read) -> Any:
+def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any:
     """The answer to one read, for the queue ``queue`` (blocks for a blocking store:
-    run it off the trio thread there)."""
+    run it off the trio thread there). ``packed``: a record's large data may come as
+    :class:`~.value_pieces.Packed`, for the caller to decode (see
+    :meth:`~.port.Storage.get_finished_packed`)."""
     kind = read[0]
     args: tuple[Any, ...] = read[1:]
     arg: Any = args[0] if args else None
     if kind == GET:
-        return storage.get_finished(arg)
+        return storage.get_finished_packed(arg) if packed else storage.get_finished(arg)
     if kind == RESULT:
         return storage.get_result(arg)
     if kind == OUTCOMES:

@@ -74,13 +74,13 @@ class EventSource(Protocol):  # (the broker's EventHub, actors/events.py)
 
 
 class AheadWrites(Protocol):
-    """Writes a PUSH's long data string to the store before the command runs
-    (actors/ahead_writes.py)."""
+    """Writes a PUSH's large data (a long string, or many values) to the store before
+    the command runs (actors/ahead_writes.py)."""
 
     @property
     def min_chars(self) -> int: ...
-    def text_of(self, request: Request) -> str | None: ...
-    async def write(self, request: Request, text: str) -> bool: ...
+    def data_of(self, request: Request) -> Any: ...
+    async def write(self, request: Request, data: Any) -> bool: ...
 
 
 class SessionHost(Protocol):
@@ -330,14 +330,14 @@ class Session:
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
             if size >= ahead_min and (ahead := self._ahead) is not None and (
-                    text := ahead.text_of(item[1])) is not None:
-                # its long data is written first, a piece at a time; what came before
+                    data := ahead.data_of(item[1])) is not None:
+                # its large data is written first, a piece at a time; what came before
                 # it goes now, so it does not wait for that
                 self._flush_answers(replier)
                 if routed:
                     await self.router.dispatch(routed)
                     routed = []
-                await ahead.write(item[1], text)
+                await ahead.write(item[1], data)
             self.inflight += 1
             routed.append(item)
         self._flush_answers(replier)

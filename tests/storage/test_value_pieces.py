@@ -1,0 +1,136 @@
+"""A stored value encoded a piece at a time (storage/value_pieces.py) is, joined, exactly
+what ``encode_value`` stores, read back in slices it is what ``decode_value`` gives, and
+no piece or slice is a long step."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioqueue.config import Config
+from trioqueue.server import tune_gc
+from trioqueue.storage.keys import decode_value, encode_value
+from trioqueue.storage.value_pieces import OPEN_MIN_MEMBERS, unpacked_steps, value_pieces
+
+_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+            | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8))
+# sizes around the count past which a container is opened, and the header widths
+_COUNTS = [0, 1, 15, 16, OPEN_MIN_MEMBERS, OPEN_MIN_MEMBERS + 1, 70]
+
+
+@st.composite
+def _values(draw: st.DrawFn, budget: int = 3000, depth: int = 0) -> Any:
+    """A value of at most about ``budget`` members in all, nested up to 5 deep."""
+    counts = [c for c in _COUNTS if c <= budget]
+    if depth >= 5 or draw(st.integers(0, 2)) == 0:
+        return draw(_SCALARS)
+    count = draw(st.sampled_from(counts))
+    # a few members drawn, repeated to the count (drawing 70 each took seconds)
+    drawn = [draw(_values(budget // max(count, 1), depth + 1))
+             for _ in range(draw(st.integers(1, 3)))]
+    members = [drawn[i % len(drawn)] for i in range(count)]
+    if draw(st.booleans()):
+        return members
+    prefix = draw(st.text(max_size=3))
+    return {prefix + str(i): member for i, member in enumerate(members)}
+
+
+_VALUES = _values()
+
+
+#: A slice aims at 0.2 ms; the bound leaves room for a loaded machine, a long list's
+#: growth (a few ms at millions of members) and a large map's (the dict's last resize,
+#: about 12 ms at 600,000 keys), against 35-230 ms for one call.
+SLICE_S = 0.020
+
+
+@pytest.fixture
+def served_gc() -> Iterator[None]:
+    """The collector as ``trioqueue serve`` tunes it: Python's default runs a full
+    collection, traversing every value made so far, in the middle of a slice."""
+    before = gc.get_threshold()
+    tune_gc(Config())
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+def _joined(value: Any) -> bytes:
+    return b"".join(value_pieces(value))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_VALUES)
+def test_pieces_joined_are_encode_value_s_bytes(data: Any) -> None:
+    value = {"d": data}
+    try:
+        joined = _joined(value)
+    except (OverflowError, TypeError, ValueError):
+        # what msgpack cannot hold: encode_value stores it as CBOR, never these pieces
+        assert encode_value(value)[0] >= 0xA0
+        return
+    assert joined == encode_value(value)
+    assert decode_value(joined) == value
+    assert _unpacked(joined) == value
+
+
+def _unpacked(raw: bytes, limit: int = 1_000_000) -> Any:
+    """``unpacked_steps``'s value, driven to its end."""
+    steps = unpacked_steps(raw)
+    for _ in range(limit):
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+    raise AssertionError("never done")
+
+
+@settings(max_examples=100, deadline=None)
+@given(_VALUES)
+def test_read_back_in_slices_is_decode_value_s_value(data: Any) -> None:
+    raw = encode_value({"d": data})  # (CBOR too, for what msgpack cannot hold)
+    assert _unpacked(raw) == decode_value(raw)
+
+
+@pytest.mark.parametrize("data", [
+    [7] * 3_000_000,
+    [{"a": 1}] * 1_000_000,
+    {str(i): 0 for i in range(600_000)},
+    [[[[i, [i]] for i in range(20)]] for _ in range(30_000)],
+    {"x": [[list(range(100)) for _ in range(100)] for _ in range(50)]},
+], ids=["ints", "maps", "map", "nested", "wrapped"])
+def test_data_of_many_values_comes_in_short_pieces(data: Any, served_gc: None) -> None:
+    value = {"d": data}
+    pieces = []
+    longest = 0.0
+    began = time.thread_time()
+    for piece in value_pieces(value):
+        now = time.thread_time()
+        longest = max(longest, now - began)
+        pieces.append(piece)
+        began = time.thread_time()
+    raw = b"".join(pieces)
+    assert raw == encode_value(value)
+    # encode_value takes 30-120 ms for these in one call; a piece aims at 0.2 ms
+    assert longest < SLICE_S, f"a piece took {longest * 1e3:.1f} ms"
+    steps = unpacked_steps(raw)
+    longest = 0.0
+    while True:
+        began = time.thread_time()
+        try:
+            next(steps)
+        except StopIteration as done:
+            longest = max(longest, time.thread_time() - began)
+            back = done.value
+            break
+        longest = max(longest, time.thread_time() - began)
+    assert back == value
+    # decode_value: 35-230 ms; a slice aims at 0.2 ms
+    assert longest < SLICE_S, f"a slice of reading back took {longest * 1e3:.1f} ms"

@@ -1,0 +1,141 @@
+"""Large values let go of, taken apart a slice at a time instead of freed in one call.
+
+When the last reference to a list of a million small maps goes, CPython frees the list
+and every member it alone held in that one call: a job's data of many small values,
+dropped when the job finished, held the event loop for tens of milliseconds (freeing
+is as costly as making). The store hands such data here when it lets go of it (a
+finished or deleted job whose data it kept apart); a task of the broker then calls
+:meth:`Graveyard.dismantle` a slice at a time, with the loop given back between two:
+a container is emptied from its end a run of members at a time, and a member that is
+itself a large container is emptied the same way after it.
+
+Only what nothing else refers to is taken apart: a value still held elsewhere (a reply
+not sent yet, a schedule's template shared by its jobs) waits here until it is not,
+and is let go of (freed by its last holder, as before) when it stays held for
+:data:`HELD_TRIES` tries (the broker's task waits longer between tries the longer
+they fail, up to a second). The reference count says so: this is CPython's rule, and
+taking apart a value someone still reads would change what they read.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["Graveyard"]
+
+#: A container with more members than this is taken apart; a smaller one is freed
+#: whole (with what it holds) as a member of a run.
+OPEN_MIN_MEMBERS: Final = 32
+#: Work aimed at per run, in seconds; runs scale to it from the pace of the last.
+RUN_S: Final = 0.0002
+FIRST_RUN: Final = 64
+MAX_RUN: Final = 1 << 14
+#: Tries before a value still held elsewhere is let go of (its holder frees it).
+HELD_TRIES: Final = 100
+#: References to a value held only by the caller of sys.getrefcount: its local name
+#: and the call's argument.
+_ALONE: Final = 2
+_CONTAINERS: Final = frozenset({list, dict})
+
+
+def _big(member: Any) -> bool:
+    kind = type(member)
+    return (kind is list or kind is dict) and len(member) > OPEN_MIN_MEMBERS
+
+
+class Graveyard:
+    """Values to take apart (see the module); ``wake`` is called when one is buried
+    (the broker's task that dismantles them waits for it)."""
+
+    __slots__ = ("_graves", "_work", "_run", "wake", "freed")
+
+    def __init__(self) -> None:
+        # (value, tries so far): buried, not yet found alone
+        self._graves: deque[tuple[Any, int]] = deque()
+        # containers being taken apart, found alone: the last is worked on first
+        self._work: list[Any] = []
+        self._run = FIRST_RUN
+        self.wake: Callable[[], None] | None = None
+        self.freed = 0  # containers taken apart (for tests and numbers)
+
+    def bury(self, value: Any) -> None:
+        """Take ``value`` apart later, if it is a container (anything else is left
+        to be freed as usual)."""
+        if type(value) in _CONTAINERS:
+            self._graves.append((value, 0))
+            if self.wake is not None:
+                self.wake()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._graves or self._work)
+
+    def dismantle(self, over: Callable[[], bool]) -> bool:
+        """Take apart what is here until ``over()`` says the slice is over or nothing
+        is left that can be; True when values wait that are held elsewhere only (the
+        caller tries again a little later), False when the work is done or the slice
+        is over (call again: ``pending`` says whether anything is left)."""
+        work = self._work
+        while True:
+            if work:
+                self._take_apart_run(work)
+            elif not self._open_a_grave():
+                return bool(self._graves)
+            if over():
+                return False
+
+    def _open_a_grave(self) -> bool:
+        """Move one buried value that is held nowhere else to the work; False when
+        every one left is held elsewhere (each counted a try)."""
+        graves = self._graves
+        for _ in range(len(graves)):
+            value, tries = graves.popleft()
+            if sys.getrefcount(value) <= _ALONE:
+                self._work.append(value)
+                return True
+            if tries + 1 < HELD_TRIES:
+                graves.append((value, tries + 1))
+            # (else let go of: its last holder frees it)
+            del value
+        return False
+
+    def _take_apart_run(self, work: list[Any]) -> None:
+        """One run of members taken off the last container of ``work``."""
+        value = work[-1]
+        run = self._run
+        started = time.perf_counter()
+        if type(value) is list:
+            tail = value[-run:]
+            del value[-run:]
+            count = len(tail)
+        else:
+            tail = []
+            popitem = value.popitem
+            for _ in range(min(run, len(value))):
+                tail.append(popitem()[1])
+            count = len(tail)
+        if not value:
+            work.pop()
+            self.freed += 1
+        del value
+        if count and _has_big(tail):
+            for member in tail:
+                if _big(member) and sys.getrefcount(member) <= _ALONE + 1:  # (+ tail)
+                    work.append(member)
+        del tail  # the rest freed here: small members, or held elsewhere too
+        spent = time.perf_counter() - started
+        self._run = max(1, min(MAX_RUN, int(count * RUN_S / spent) if spent > 0
+                               else run * 2)) if count else run
+
+
+def _has_big(part: list[Any]) -> bool:
+    kinds = set(map(type, part))
+    if kinds.isdisjoint(_CONTAINERS):
+        return False
+    if kinds <= _CONTAINERS:
+        return max(map(len, part)) > OPEN_MIN_MEMBERS
+    return any(map(_big, part))
