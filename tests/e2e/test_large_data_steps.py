@@ -151,3 +151,70 @@ async def test_a_refused_push_of_many_values_leaves_nothing_and_frees_in_slices(
     with storage._env.begin() as txn:  # the rows written ahead for it: dropped
         assert txn.stat(storage._ahead)["entries"] == 0
     await client.aclose()
+
+
+async def test_a_pushb_of_a_job_of_a_million_small_maps_holds_no_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = [{"a": 1}] * MANY_MAPS
+    jobs = [{"name": "small", "data": {"n": 1}}, {"name": "large", "data": data},
+            {"name": "small", "data": {"n": 2}}]
+    frame = client.frame({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "pb"})
+
+    async def push() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            return await client.receive()
+
+    reply = await _measured("PUSHB", push)
+    assert reply["ok"] is True, reply
+    assert len(reply["ids"]) == 3
+    pulled = await client.ok("PULLB", queue="q", count=3, timeout=0)
+    assert [job["data"] for job in pulled["jobs"]] == [{"n": 1}, data, {"n": 2}]
+    await client.aclose()
+
+
+async def test_a_flow_holding_a_job_of_a_million_small_maps_holds_no_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = {"rows": [{"a": 1}] * MANY_MAPS}
+    jobs = [{"id": "parent", "queue": "q", "input": {"name": "p", "data": {"n": 1},
+                                                      "childrenIds": ["child"],
+                                                      "dependsOn": ["child"]}},
+            {"id": "child", "queue": "q", "input": {"name": "c", "data": data,
+                                                     "parentId": "parent"}}]
+    frame = client.frame({"cmd": "PUSHF", "jobs": jobs, "reqId": "pf"})
+
+    async def push() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            return await client.receive()
+
+    reply = await _measured("PUSHF", push)
+    assert reply["ok"] is True, reply
+    got = await client.ok("GetJob", id="child")
+    assert got["job"]["data"] == data
+    await client.aclose()
+
+
+@pytest.mark.engines("lmdb")  # (PostgreSQL writes nothing ahead)
+async def test_a_refused_pushb_of_many_values_leaves_no_rows(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = {str(i): [i] for i in range(300_000)}
+    # its last job is bad: the whole batch is refused, after the large one was read
+    jobs = [{"name": "large", "data": data}, {"name": "bad", "data": {}, "priority": "x"}]
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["ok"] is False and reply["error"].startswith("jobs[1]: "), reply
+    counts = await client.ok("GetJobCounts", queue="q")
+    assert not any(counts["counts"].values()), counts
+    await _freed(server)
+    # its data was written ahead, then let go of and taken apart in slices
+    assert server.broker.dismantler.graveyard.freed > 0
+    storage: Any = server.broker.storage
+    with storage._env.begin() as txn:  # the rows written ahead for it: dropped
+        assert txn.stat(storage._ahead)["entries"] == 0
+    await client.aclose()

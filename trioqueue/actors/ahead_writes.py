@@ -12,8 +12,11 @@ Only the pushing connection waits for its own pieces.
 Data of many small values (a list or map in a frame of :data:`AHEAD_MIN_VALUE_BYTES`
 or more) is written ahead the same way, encoded as its data row would be
 (storage/value_pieces.py) a slice at a time: encoded with its record, a million small
-maps held the loop for one encoding of all of them, twice. What msgpack cannot hold
-(an integer past 64 bits) takes the ordinary path, as a string that is not UTF-8 does.
+maps held the loop for one encoding of all of them, twice. So is each job's data of a
+``PUSHB`` or ``PUSHF`` in such a frame that holds more than :data:`AHEAD_MIN_VALUES`
+values (the batch's records are encoded in one call each, with their data, when
+committed): the records' commit takes the rows of each. What msgpack cannot hold (an integer past 64
+bits) takes the ordinary path, as a string that is not UTF-8 does.
 
 Nothing is lost either way: a push refused (a full store, a duplicate id, bad input)
 leaves rows no record took, which :meth:`AheadWriter.release` deletes once the
@@ -32,6 +35,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from itertools import chain, compress
 from typing import Any, Final
 
 import trio
@@ -53,8 +57,38 @@ AHEAD_MIN_BYTES: Final = 1 << 20
 #: small values costs far more than putting its bytes: about 5 ms for 256 KiB of
 #: small integers, in one call).
 AHEAD_MIN_VALUE_BYTES: Final = 256 * 1024
+#: A PUSHB job's data holding more values than this (its members and all they hold)
+#: is written ahead: encoding it with its record costs about a millisecond or more.
+AHEAD_MIN_VALUES: Final = 8192
 #: Work between two pauses while data of many values is encoded, in seconds.
 ENCODE_SLICE_S: Final = 0.0005
+
+#: The commands whose jobs' data may each be written ahead (a flow's is in ``input``).
+_FLOW: Final = "PUSHF"
+_BATCHES: Final = frozenset({"PUSHB", _FLOW})
+_CONTAINERS: Final = frozenset({list, dict})
+_is_container = _CONTAINERS.__contains__
+
+
+def holds_many(data: Any, limit: int) -> bool:
+    """Whether ``data`` (decoded job data) holds more than ``limit`` values, counting
+    a level of its tree at a time by C-level calls, so about ``limit`` values are
+    looked at, however large the data."""
+    kind = type(data)
+    if kind is not list and kind is not dict:
+        return False
+    total = len(data)
+    items = list(data.values()) if kind is dict else data
+    while total <= limit:
+        kids = list(compress(items, map(_is_container, map(type, items))))
+        if not kids:
+            return False
+        total += sum(map(len, kids))
+        if total > limit:
+            break
+        items = list(chain.from_iterable(
+            kid.values() if type(kid) is dict else kid for kid in kids))
+    return True
 
 
 class AheadWriter:
@@ -72,8 +106,16 @@ class AheadWriter:
 
     def data_of(self, request: Request) -> Any:
         """The data of a PUSH worth writing ahead (a long string, or a list or map in a
-        large frame), else None."""
-        if request.cmd != "PUSH":
+        large frame), or a PUSHB's or PUSHF's jobs in a large frame (each job's data is
+        looked at by :meth:`write`, with pauses); else None."""
+        cmd = request.cmd
+        if cmd in _BATCHES:
+            jobs = request.msg.get("jobs")
+            if type(jobs) is list and jobs and (
+                    request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
+                return jobs
+            return None
+        if cmd != "PUSH":
             return None
         data: Any = request.msg.get("data")
         kind = type(data)
@@ -87,8 +129,66 @@ class AheadWriter:
         return None
 
     async def write(self, request: Request, data: Any) -> bool:
-        """Write ``data`` ahead; True when it was, and ``request``'s reply will release
-        what no record took. False: nothing is left written (the ordinary path)."""
+        """Write ``data`` ahead (for a PUSHB: each of its jobs' data that holds many
+        values); True when anything was, and ``request``'s reply will release what no
+        record took. False: nothing is left written (the ordinary path)."""
+        need = 0
+        if self._room is not None:
+            jobs = len(data) if request.cmd in _BATCHES else 1
+            need = self._room.admit_need(request.frame_bytes, jobs)
+            if self._room.storage_room(exact=False) - self._taken < need:
+                return False  # maybe full: admission decides, measuring exactly
+        self._taken += need
+        try:
+            if request.cmd in _BATCHES:
+                written = await self._write_jobs(data, request.cmd == _FLOW)
+            elif await self._write_one(data):
+                written = [data]
+            else:
+                written = []
+        finally:
+            self._taken -= need
+        if not written:
+            return False
+        release = self._storage.release_ahead
+
+        def released(_reply: dict[str, Any]) -> None:
+            # answered: the rows no record took go (a no-op for those taken)
+            for each in written:
+                release(each)
+
+        request.replier = OnReply(request.replier, released)
+        return True
+
+    async def _write_jobs(self, jobs: list[Any], flow: bool) -> list[Any]:
+        """Each job's data that holds many values (a flow's job has it in its
+        ``input``), written ahead; the data written. Looking at the jobs pauses as
+        encoding does; a job written ahead stays so when a later one cannot be (it
+        takes the ordinary path)."""
+        written: list[Any] = []
+        clock = time.perf_counter
+        began = clock()
+        try:
+            for job in jobs:
+                if flow and type(job) is dict:
+                    job = job.get("input")
+                data = job.get("data") if type(job) is dict else None
+                if holds_many(data, AHEAD_MIN_VALUES) and await self._write_one(data):
+                    written.append(data)
+                    began = clock()
+                elif clock() - began >= ENCODE_SLICE_S:
+                    await trio.lowlevel.checkpoint()
+                    began = clock()
+        except BaseException:
+            # cancelled (the connection closed): no reply will release them
+            for data in written:
+                self._storage.release_ahead(data)
+            raise
+        return written
+
+    async def _write_one(self, data: Any) -> bool:
+        """Write one job's ``data`` ahead and expect a record to take it; False:
+        nothing of it is left written."""
         if type(data) is str:
             view = utf8_view(data)
             if view is None:
@@ -97,14 +197,8 @@ class AheadWriter:
                 view[start:start + self._piece] for start in range(0, len(view), self._piece))
         else:
             pieces = self._encoded(data)
-        need = 0
-        if self._room is not None:
-            need = self._room.admit_need(request.frame_bytes, 1)
-            if self._room.storage_room(exact=False) - self._taken < need:
-                return False  # maybe full: admission decides, measuring exactly
         row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)
         written = 0
-        self._taken += need
         try:
             clock = time.perf_counter
             began = clock()
@@ -124,12 +218,7 @@ class AheadWriter:
             # cancelled (the connection closed): what was written goes, synchronously
             self._storage.drop_ahead_pieces(row_key, written)
             raise
-        finally:
-            self._taken -= need
         self._storage.expect_ahead(data, row_key, written)
-        # answered: the rows no record took go (release_ahead is a no-op once taken)
-        request.replier = OnReply(request.replier,
-                                  lambda _reply: self._storage.release_ahead(data))
         return True
 
     def _encoded(self, data: Any) -> Iterator[bytes | None]:

@@ -86,7 +86,8 @@ class FlowAdmission:
         settles its own in its commit, and those of its jobs in other brokers' queues
         pass to the messages that carry them (each taken off ``claims``).
         """
-        items = parse_flow(req.msg, max_data_bytes=self._limits.max_data_bytes)
+        items = parse_flow(req.msg, max_data_bytes=self._limits.max_data_bytes,
+                           frame_bytes=req.frame_bytes, json_bound=req.json_bound)
         now = self._now_ms()
         remote = self._check_flow(req, items, found, now)
         # One Writes per queue, submitted together: one commit all the same, and in a

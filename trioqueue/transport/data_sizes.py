@@ -39,6 +39,7 @@ __all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "measured_steps"]
 #: The commands whose job data has the limit, and where their data is.
 _PUSH: Final = "PUSH"
 _PUSHB: Final = "PUSHB"
+_PUSHF: Final = "PUSHF"
 
 # What a walk's container is, for the watch: nothing of interest, the top-level map,
 # a PUSHB's job list, one of its jobs, or job data (at any depth in it).
@@ -370,32 +371,37 @@ def _map_steps(m: dict[str, Any], limit: int, slicer: Slicer) -> Steps[int]:
     return chars
 
 
-def _job_data(msg: Any) -> Iterator[tuple[int, Any]] | None:
-    """(index, data) of each job data of a PUSH (index -1) or a PUSHB whose size the
-    core checks; None for any other message."""
+def _job_data(msg: Any) -> Iterator[tuple[str, Any]] | None:
+    """(the core's prefix of its refusal, data) of each job data of a PUSH, a PUSHB
+    or a PUSHF whose size the core checks; None for any other message, or a flow with
+    a job the core refuses before its data (so no bound is given that misses one)."""
     if type(msg) is not dict:
         return None
     cmd = msg.get("cmd")
     if cmd == _PUSH:
-        return iter([(-1, msg.get("data"))])
+        return iter([("", msg.get("data"))])
     if cmd == _PUSHB and type(jobs := msg.get("jobs")) is list:
-        return ((i, job.get("data")) for i, job in enumerate(jobs) if type(job) is dict)
+        return ((f"jobs[{i}]: ", job.get("data"))
+                for i, job in enumerate(jobs) if type(job) is dict)
+    if cmd == _PUSHF and type(jobs := msg.get("jobs")) is list and all(
+            type(job) is dict and type(job.get("id")) is str
+            and type(job.get("input")) is dict for job in jobs):
+        return ((f"{job['id']}: ", job["input"].get("data")) for job in jobs)
     return None
 
 
 def data_bound_steps(msg: Any, limit: int, slicer: Slicer) -> Steps[int | None]:
-    """The largest JSON text of a PUSH's or PUSHB's job data, measured (a bound the core
-    trusts); raises :class:`DataTooLarge` for data over ``limit``; None for another
+    """The largest JSON text of a PUSH's, PUSHB's or PUSHF's job data, measured (a
+    bound the core trusts); raises :class:`DataTooLarge` for data over ``limit``; None for another
     command or a value not measured."""
     data = _job_data(msg)
     if data is None:
         return None
     largest = 0
     try:
-        for index, value in data:
+        for prefix, value in data:
             chars = yield from measured_steps(value, limit, slicer)
             if chars > limit:
-                prefix = f"jobs[{index}]: " if index >= 0 else ""
                 exc = DataTooLarge(prefix + DATA_TOO_LARGE)
                 if type(req_id := msg.get("reqId")) is str:
                     exc.req_id = req_id
