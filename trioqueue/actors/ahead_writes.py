@@ -35,12 +35,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
-from itertools import chain, compress
 from typing import Any, Final
 
 import trio
 
 from ..core.job_data import MAX_DATA_CHARS
+from ..core.value_count import holds_many
 from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
 from ..storage.value_pieces import value_pieces
@@ -66,29 +66,6 @@ ENCODE_SLICE_S: Final = 0.0005
 #: The commands whose jobs' data may each be written ahead (a flow's is in ``input``).
 _FLOW: Final = "PUSHF"
 _BATCHES: Final = frozenset({"PUSHB", _FLOW})
-_CONTAINERS: Final = frozenset({list, dict})
-_is_container = _CONTAINERS.__contains__
-
-
-def holds_many(data: Any, limit: int) -> bool:
-    """Whether ``data`` (decoded job data) holds more than ``limit`` values, counting
-    a level of its tree at a time by C-level calls, so about ``limit`` values are
-    looked at, however large the data."""
-    kind = type(data)
-    if kind is not list and kind is not dict:
-        return False
-    total = len(data)
-    items = list(data.values()) if kind is dict else data
-    while total <= limit:
-        kids = list(compress(items, map(_is_container, map(type, items))))
-        if not kids:
-            return False
-        total += sum(map(len, kids))
-        if total > limit:
-            break
-        items = list(chain.from_iterable(
-            kid.values() if type(kid) is dict else kid for kid in kids))
-    return True
 
 
 class AheadWriter:

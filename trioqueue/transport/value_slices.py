@@ -25,11 +25,12 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterator
-from itertools import chain, compress, islice, repeat
+from itertools import compress, islice, repeat
 from operator import itemgetter
 from typing import Any, Final
 
 from ..core.job import CLIENT_VALUED, JobWire
+from ..core.value_count import weight
 from .codec import CBOR, JSON, Codec
 from .framing import HEADER_SIZE, frame_header
 from .slicing import Slicer, Steps, run_steps
@@ -49,41 +50,11 @@ _LISTS: Final = frozenset({list, tuple})
 _MAPS: Final = frozenset({dict, JobWire})
 _CONTAINERS: Final = _LISTS | _MAPS
 _is_container = _CONTAINERS.__contains__
-_is_list = _LISTS.__contains__
-_is_map = _MAPS.__contains__
 _second = itemgetter(1)
 # A job's fields that hold any JSON a client sent (the other client-valued ones are
 # options of bounded shape, checked when the job was made).
 _JOB_FREE: Final = ("data", "progress")
 assert set(_JOB_FREE) <= CLIENT_VALUED
-
-
-def weight(values: list[Any], limit: int) -> int:
-    """How many values ``values`` holds, its items and all they contain (a map's entry
-    counts one); past ``limit`` the count stops (the result is then only more than
-    ``limit``), so the cost is that of looking at about ``limit`` values, at C speed: a
-    level of the tree at a time."""
-    total = len(values)
-    items: list[Any] = values
-    while total <= limit:
-        if len(items) < 8:  # (a small level: a loop costs less than the C calls' setup)
-            kids = [item for item in items if type(item) in _CONTAINERS]
-        else:
-            kids = list(compress(items, map(_is_container, map(type, items))))
-        if not kids:
-            break
-        total += sum(map(len, kids))
-        if total > limit:
-            break
-        kinds = list(map(type, kids))
-        if dict not in kinds and JobWire not in kinds:
-            items = list(chain.from_iterable(kids))
-        else:
-            lists = compress(kids, map(_is_list, kinds))
-            maps = compress(kids, map(_is_map, kinds))
-            items = list(chain(chain.from_iterable(lists),
-                               chain.from_iterable(map(dict.values, maps))))
-    return total
 
 
 def _job_values(job: JobWire, out: list[Any]) -> None:
