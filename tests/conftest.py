@@ -3,6 +3,7 @@ and a PostgreSQL server with a fresh database per test."""
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,7 +15,7 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server import Server, tune_gc
 from trioqueue.testing import RawClient
 from trioqueue.testing import postgres as pg
 from trioqueue.testing.cluster import BrokerCluster
@@ -242,3 +243,16 @@ def restartable_postgres(postgres_server: pg.PostgresServer | pg.ExternalPostgre
                     "start, not TRIOQUEUE_TEST_POSTGRES's")
     yield postgres_server
     postgres_server.start()
+
+
+@pytest.fixture
+def served_gc() -> Iterator[None]:
+    """The collector as ``trioqueue serve`` tunes it (Python's default runs a full
+    collection, traversing every value made so far, in the middle of a slice of
+    work), put back after: for tests that measure the broker's longest steps."""
+    before = gc.get_threshold()
+    tune_gc(Config())
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)

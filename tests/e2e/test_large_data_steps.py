@@ -12,17 +12,15 @@ the host's policy alone, whose full collections traverse every value made).
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
 
-from trioqueue.config import Config
-from trioqueue.server import Server, tune_gc
+from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import LongestStep
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -33,48 +31,17 @@ STEP_CPU_MS = 15.0
 MANY_MAPS = 1_000_000
 
 
-@pytest.fixture(autouse=True)
-def served_gc() -> Iterator[None]:
-    before = gc.get_threshold()
-    tune_gc(Config())
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-
-
-class BrokerSteps(trio.abc.Instrument):
-    """The longest step of any task but ``mine`` (CPU time of this thread)."""
-
-    def __init__(self, mine: trio.lowlevel.Task) -> None:
-        self.mine = mine
-        self.worst_ms = 0.0
-        self.worst_task = ""
-        self._cpu: float | None = None
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self._cpu = time.thread_time()
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        if self._cpu is None or task is self.mine:
-            return
-        cpu_ms = (time.thread_time() - self._cpu) * 1000
-        if cpu_ms > self.worst_ms:
-            self.worst_ms, self.worst_task = cpu_ms, task.name
-
-    def check(self, what: str) -> None:
-        assert self.worst_ms < STEP_CPU_MS, (
-            f"{what}: {self.worst_task} took {self.worst_ms:.0f} ms of CPU in one step")
+pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
 
 
 async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
-    steps = BrokerSteps(trio.lowlevel.current_task())
+    steps = LongestStep(skip=trio.lowlevel.current_task())
     trio.lowlevel.add_instrument(steps)
     try:
         result = await work()
     finally:
         trio.lowlevel.remove_instrument(steps)
-    steps.check(what)
+    steps.check(what, STEP_CPU_MS)
     return result
 
 

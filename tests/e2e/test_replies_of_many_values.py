@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +17,7 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import LongestStep
 from trioqueue.transport.codec import CBOR, MSGPACK
 from trioqueue.transport.framing import FrameDecoder
 
@@ -27,32 +27,8 @@ StartServer = Callable[..., Awaitable[Server]]
 # about 100 ms of CPU (msgpack), 300 ms (CBOR).
 DATA = [{"a": 1}] * 1_000_000
 # A slice is about 0.5 ms; the rest is the machine's noise.
-STEP_CPU_S = 0.015
-WS_STEP_CPU_S = 0.060
-
-
-class LongestStep(trio.abc.Instrument):
-    """The most CPU time (this thread's) any one task step took while installed."""
-
-    def __init__(self) -> None:
-        self.longest_s = 0.0
-        self.longest_task = ""
-        self._started: float | None = None  # (the step it was installed in is not seen)
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self._started = time.thread_time()
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        if self._started is None:
-            return
-        took = time.thread_time() - self._started
-        if took > self.longest_s:
-            self.longest_s, self.longest_task = took, task.name
-
-    def check(self, what: str, bound_s: float = STEP_CPU_S) -> None:
-        assert self.longest_s < bound_s, (
-            f"{what}: {self.longest_task} took {self.longest_s * 1000:.0f} ms of CPU in "
-            "one step")
+STEP_CPU_MS = 15.0
+WS_STEP_CPU_MS = 60.0
 
 
 @asynccontextmanager
@@ -100,7 +76,7 @@ async def test_pull_and_getjob_of_many_small_maps_are_encoded_in_slices_over_tcp
         assert reply["ok"] is True and reply["reqId"] == msg["reqId"]
         assert reply["job"]["id"] == pushed["id"]
         assert reply["job"]["data"] == DATA
-        steps.check(msg["cmd"])
+        steps.check(msg["cmd"], STEP_CPU_MS)
 
 
 async def test_pull_and_getjob_of_many_small_maps_are_encoded_in_slices_over_rest(
@@ -120,7 +96,7 @@ async def test_pull_and_getjob_of_many_small_maps_are_encoded_in_slices_over_res
             body = json.loads(got.content)
             assert body["job"]["id"] == job_id
             assert body["job"]["data"] == DATA
-            steps.check(path)
+            steps.check(path, STEP_CPU_MS)
 
 
 async def test_getjob_of_many_small_maps_is_encoded_in_slices_over_websocket(
@@ -142,7 +118,7 @@ async def test_getjob_of_many_small_maps_is_encoded_in_slices_over_websocket(
             assert reply["job"]["data"] == DATA
             # the message is sent whole: the WebSocket library copies its 8 MB (str to
             # UTF-8, then behind the frame's header), 10-25 ms here; before, 120-440 ms
-            steps.check("GetJob over WebSocket", WS_STEP_CPU_S)
+            steps.check("GetJob over WebSocket", WS_STEP_CPU_MS)
 
 
 async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_slices(
@@ -164,7 +140,7 @@ async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_sli
     jobs = MSGPACK.decode(payload)["jobs"]
     assert len(jobs) == 301
     assert next(j for j in jobs if j["id"] == heavy_id)["data"] == DATA
-    steps.check("GetJobs over TCP")
+    steps.check("GetJobs over TCP", STEP_CPU_MS)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
                                  timeout=60.0) as http:
         async with steps_watched() as steps:
@@ -174,4 +150,4 @@ async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_sli
         listed = json.loads(got.content)["jobs"]
         assert len(listed) == 301
         assert next(j for j in listed if j["id"] == heavy_id)["data"] == DATA
-        steps.check("the listing over REST")
+        steps.check("the listing over REST", STEP_CPU_MS)

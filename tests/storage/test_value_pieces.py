@@ -4,17 +4,13 @@ no piece or slice is a long step."""
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioqueue.config import Config
-from trioqueue.server import tune_gc
 from trioqueue.storage.keys import decode_value, encode_value
 from trioqueue.storage.value_pieces import OPEN_MIN_MEMBERS, unpacked_steps, value_pieces
 
@@ -50,16 +46,6 @@ _VALUES = _values()
 SLICE_S = 0.020
 
 
-@pytest.fixture
-def served_gc() -> Iterator[None]:
-    """The collector as ``trioqueue serve`` tunes it: Python's default runs a full
-    collection, traversing every value made so far, in the middle of a slice."""
-    before = gc.get_threshold()
-    tune_gc(Config())
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _joined(value: Any) -> bytes:

@@ -13,12 +13,14 @@ yielding, so the count is one consistent snapshot.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
 import trio
 
-__all__ = ["StepCounter", "count_tasks", "iter_tasks", "task_names", "wait_for_task_count"]
+__all__ = ["LongestStep", "StepCounter", "count_tasks", "iter_tasks", "task_names",
+           "wait_for_task_count"]
 
 
 class StepCounter(trio.abc.Instrument):
@@ -32,6 +34,36 @@ class StepCounter(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name == self.name:
             self.steps += 1
+
+
+class LongestStep(trio.abc.Instrument):
+    """The most CPU time one task step took while installed, and whose step it was.
+
+    The thread's CPU time, not the wall clock: a preemption by the OS (the machine's
+    other load) does not count, a step that holds the event loop does. ``skip`` is a
+    task not counted (the test's own, which decodes what it receives). The step the
+    instrument is installed in is not seen.
+    """
+
+    def __init__(self, skip: trio.lowlevel.Task | None = None) -> None:
+        self.skip = skip
+        self.worst_ms = 0.0
+        self.worst_task = ""
+        self._cpu: float | None = None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._cpu = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._cpu is None or task is self.skip:
+            return
+        cpu_ms = (time.thread_time() - self._cpu) * 1000
+        if cpu_ms > self.worst_ms:
+            self.worst_ms, self.worst_task = cpu_ms, task.name
+
+    def check(self, what: str, bound_ms: float) -> None:
+        assert self.worst_ms < bound_ms, (
+            f"{what}: {self.worst_task} took {self.worst_ms:.0f} ms of CPU in one step")
 
 
 def iter_tasks(root: trio.lowlevel.Task | None = None) -> Iterator[trio.lowlevel.Task]:
