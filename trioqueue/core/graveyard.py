@@ -25,11 +25,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
+from .value_count import has_big, is_big
+
 __all__ = ["Graveyard"]
 
-#: A container with more members than this is taken apart; a smaller one is freed
-#: whole (with what it holds) as a member of a run.
-OPEN_MIN_MEMBERS: Final = 32
 #: Work aimed at per run, in seconds; runs scale to it from the pace of the last.
 RUN_S: Final = 0.0002
 FIRST_RUN: Final = 64
@@ -40,11 +39,6 @@ HELD_TRIES: Final = 100
 #: and the call's argument.
 _ALONE: Final = 2
 _CONTAINERS: Final = frozenset({list, dict})
-
-
-def _big(member: Any) -> bool:
-    kind = type(member)
-    return (kind is list or kind is dict) and len(member) > OPEN_MIN_MEMBERS
 
 
 class Graveyard:
@@ -122,20 +116,11 @@ class Graveyard:
             work.pop()
             self.freed += 1
         del value
-        if count and _has_big(tail):
+        if count and has_big(tail):
             for member in tail:
-                if _big(member) and sys.getrefcount(member) <= _ALONE + 1:  # (+ tail)
+                if is_big(member) and sys.getrefcount(member) <= _ALONE + 1:  # (+ tail)
                     work.append(member)
         del tail  # the rest freed here: small members, or held elsewhere too
         spent = time.perf_counter() - started
         self._run = max(1, min(MAX_RUN, int(count * RUN_S / spent) if spent > 0
                                else run * 2)) if count else run
-
-
-def _has_big(part: list[Any]) -> bool:
-    kinds = set(map(type, part))
-    if kinds.isdisjoint(_CONTAINERS):
-        return False
-    if kinds <= _CONTAINERS:
-        return max(map(len, part)) > OPEN_MIN_MEMBERS
-    return any(map(_big, part))

@@ -58,3 +58,26 @@ def holds_many(data: Any, limit: int) -> bool:
     if kind is list:
         return weight(data, limit) > limit
     return False
+
+
+#: A list or map with more members than this is opened and its members handled in turn
+#: (encoded, taken apart); a smaller one is handled whole, within a run of its siblings.
+OPEN_MIN_MEMBERS: Final = 32
+_PLAIN: Final = frozenset({list, dict})
+
+
+def is_big(member: Any) -> bool:
+    """Whether ``member`` is a list or map to open (see :data:`OPEN_MIN_MEMBERS`)."""
+    kind = type(member)
+    return (kind is list or kind is dict) and len(member) > OPEN_MIN_MEMBERS
+
+
+def has_big(part: list[Any]) -> bool:
+    """Whether a member of ``part`` is a container to open: by C-level calls when the
+    members are all scalars or all containers (the common runs)."""
+    kinds = set(map(type, part))
+    if kinds.isdisjoint(_PLAIN):
+        return False
+    if kinds <= _PLAIN:
+        return max(map(len, part)) > OPEN_MIN_MEMBERS
+    return any(map(is_big, part))

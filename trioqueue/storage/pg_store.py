@@ -37,8 +37,9 @@ from typing import Any
 
 import psycopg
 
-from ..core.graveyard import OPEN_MIN_MEMBERS, Graveyard
+from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
+from ..core.value_count import OPEN_MIN_MEMBERS
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L

@@ -29,13 +29,11 @@ from typing import Any, Final
 
 import msgpack
 
+from ..core.value_count import OPEN_MIN_MEMBERS, has_big, is_big
 from .keys import decode_value
 
 __all__ = ["OPEN_MIN_MEMBERS", "Packed", "unpacked_steps", "value_pieces"]
 
-#: A container with more members than this is opened (its header, then its members in
-#: runs); a smaller one is packed whole as a member of its parent's run.
-OPEN_MIN_MEMBERS: Final = 32
 #: Work aimed at per run (one C call), in seconds.
 RUN_S: Final = 0.0002
 #: Members in the first run of a container; later runs scale with the time taken.
@@ -69,23 +67,6 @@ def value_pieces(value: Any) -> Iterator[bytes]:
             yield _pack(member)
 
 
-def _big(member: Any) -> bool:
-    kind = type(member)
-    return (kind is list or kind is dict) and len(member) > OPEN_MIN_MEMBERS
-
-
-_CONTAINERS: Final = frozenset({list, dict})
-
-
-def _has_big(part: list[Any]) -> bool:
-    """Whether a member of ``part`` is a container to open: by C-level calls when the
-    members are all scalars or all containers (the common runs)."""
-    kinds = set(map(type, part))
-    if kinds.isdisjoint(_CONTAINERS):
-        return False
-    if kinds <= _CONTAINERS:
-        return max(map(len, part)) > OPEN_MIN_MEMBERS
-    return any(map(_big, part))
 
 
 def _opened(value: list[Any] | dict[Any, Any]) -> Iterator[bytes]:
@@ -108,7 +89,7 @@ def _runs(members: Iterator[Any], is_map: bool) -> Iterator[bytes]:
         if not part:
             return
         started = clock()
-        if _has_big(part):
+        if has_big(part):
             yield from _mixed(part)
         else:
             yield _pack(part)[_header_len(len(part)):]
@@ -123,7 +104,7 @@ def _mixed(part: list[Any]) -> Iterator[bytes]:
     runs, each large one opened in its turn."""
     start = 0
     for index, member in enumerate(part):
-        if _big(member):
+        if is_big(member):
             if start < index:
                 small = part[start:index]
                 yield _pack(small)[_header_len(len(small)):]
