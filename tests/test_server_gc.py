@@ -135,14 +135,12 @@ def test_tune_gc_collects_only_the_young_generation() -> None:
 
 
 @pytest.fixture
-def tuned_gc() -> Iterator[None]:
-    """The standalone broker's policy in this process (serve's), put back after."""
-    before = gc.get_threshold()
-    tune_gc(Config())
+def tuned_gc(served_gc: None) -> Iterator[None]:
+    """The standalone broker's policy in this process (serve's, tests/conftest.py), put
+    back after, with nothing left frozen."""
     try:
         yield
     finally:
-        gc.set_threshold(*before)
         gc.unfreeze()
 
 

@@ -13,6 +13,7 @@ the host's policy alone, whose full collections traverse every value made).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -32,6 +33,15 @@ MANY_MAPS = 1_000_000
 
 
 pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
+
+
+async def _answer(client: RawClient, frame: bytes) -> dict[str, Any]:
+    """Send a frame made beforehand (its encoding is the test's, not measured) and read
+    its reply."""
+    await client.send_raw(frame)
+    with trio.fail_after(60):
+        reply: dict[str, Any] = await client.receive()
+    return reply
 
 
 async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -60,12 +70,7 @@ async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
     data = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "p"})
 
-    async def push() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            return await client.receive()
-
-    reply = await _measured("PUSH", push)
+    reply = await _measured("PUSH", partial(_answer, client, frame))
     assert reply["ok"] is True, reply
     job_id = reply["id"]
     pulled = await client.ok("PULL", queue="q", timeout=0)  # (the reply side: not measured)
@@ -129,12 +134,7 @@ async def test_a_pushb_of_a_job_of_a_million_small_maps_holds_no_long_step(
             {"name": "small", "data": {"n": 2}}]
     frame = client.frame({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "pb"})
 
-    async def push() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            return await client.receive()
-
-    reply = await _measured("PUSHB", push)
+    reply = await _measured("PUSHB", partial(_answer, client, frame))
     assert reply["ok"] is True, reply
     assert len(reply["ids"]) == 3
     pulled = await client.ok("PULLB", queue="q", count=3, timeout=0)
@@ -154,12 +154,7 @@ async def test_a_flow_holding_a_job_of_a_million_small_maps_holds_no_long_step(
                                                      "parentId": "parent"}}]
     frame = client.frame({"cmd": "PUSHF", "jobs": jobs, "reqId": "pf"})
 
-    async def push() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            return await client.receive()
-
-    reply = await _measured("PUSHF", push)
+    reply = await _measured("PUSHF", partial(_answer, client, frame))
     assert reply["ok"] is True, reply
     got = await client.ok("GetJob", id="child")
     assert got["job"]["data"] == data
