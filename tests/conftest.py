@@ -178,18 +178,25 @@ def postgres_server() -> Iterator[pg.PostgresServer | pg.ExternalPostgres]:
         server.close()
 
 
-@pytest.fixture
-def pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator[str]:
-    """The DSN of a new empty database of this test's own, dropped after it (with any
-    session the test left in it)."""
+def _own_database(postgres_server: pg.PostgresServer | pg.ExternalPostgres
+                  ) -> Iterator[str]:
+    """A new empty database's DSN, the database dropped when the generator is closed
+    (the server started again first: a test may have stopped or killed it)."""
     name = f"trioqueue_test_{uuid.uuid4().hex[:16]}"
     dsn = postgres_server.create_database(name)
     try:
         yield dsn
     finally:
         if isinstance(postgres_server, pg.PostgresServer):
-            postgres_server.start()  # the test may have stopped or killed it
+            postgres_server.start()
         postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator[str]:
+    """The DSN of a new empty database of this test's own, dropped after it (with any
+    session the test left in it)."""
+    yield from _own_database(postgres_server)
 
 
 @pytest.fixture
@@ -204,14 +211,7 @@ async def three_brokers(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerClus
 def module_pg_dsn(postgres_server: pg.PostgresServer | pg.ExternalPostgres) -> Iterator[str]:
     """Like ``pg_dsn``, but one database for a whole test module (see
     ``shared_three_brokers``), dropped after the module's last test."""
-    name = f"trioqueue_test_{uuid.uuid4().hex[:16]}"
-    dsn = postgres_server.create_database(name)
-    try:
-        yield dsn
-    finally:
-        if isinstance(postgres_server, pg.PostgresServer):
-            postgres_server.start()  # a test of the module may have stopped it
-        postgres_server.drop_database(name)
+    yield from _own_database(postgres_server)
 
 
 @pytest.fixture(scope="module")
