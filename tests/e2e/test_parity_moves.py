@@ -68,7 +68,7 @@ async def test_move_to_delayed_of_a_waiting_job_delays_it(client: RawClient) -> 
 
 
 async def test_move_to_delayed_refuses_what_has_no_queue_place(client: RawClient) -> None:
-    """Completed, dead-lettered and waiting-for-children jobs are not moved (bunqueue:
+    """Completed and waiting-for-children jobs are not moved (bunqueue:
     ``Job is not active (current state: X)``); an unknown id is ``Job not found``."""
     done = (await client.ok("PUSH", queue="mr", name="n", data=1))["id"]
     await client.ok("PULL", queue="mr")
