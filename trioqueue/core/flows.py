@@ -64,7 +64,13 @@ def failed_outcome(queue: str, error: str | None, policy: str) -> dict[str, Any]
 
 
 def failure_policy(job: Any) -> str | None:
-    """The child-failure policy a job carries (options make them mutually exclusive)."""
+    """The one child-failure policy that acts for a job, which may carry several.
+
+    bunqueue accepts the four options together and lets the first of this order act:
+    failing the parent, then continuing it, then ignoring the edge (its error kept),
+    then removing it. Once one has acted the others find nothing left to do (a parent
+    already dead-lettered or released), so one policy stands for them all.
+    """
     if job.fail_parent_on_failure:
         return FAIL_PARENT
     if job.continue_parent_on_failure:

@@ -1,0 +1,222 @@
+"""bunqueue parity over TCP (msgpack, as its clients speak it): manual moves of jobs
+that hold no lock, combined parent-failure options, and the behaviour of bunqueue's
+releases after 2.9.5 (``backoff.maxDelay`` caps a retry; recovery and a closing
+connection act only on the delivery they own).
+
+The last three tests (maxDelay, and the two about the current delivery) pin
+behaviour the broker already had before bunqueue 2.9.7 made it its own: they pass on
+the code before this change, and guard the parity from here on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.testing import RawClient
+
+
+@pytest.fixture
+def codec() -> str:
+    return "msgpack"
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+async def state_of(client: RawClient, job_id: str) -> str:
+    return str((await client.ok("GetState", id=job_id))["state"])
+
+
+# ------------------------------------------------------------ lock-free manual moves
+
+
+async def test_move_to_delayed_of_a_waiting_job_delays_it(client: RawClient) -> None:
+    """bunqueue moves a job that holds no lock administratively: a waiting (or
+    prioritized, or delayed) job gets ``runAt = now + delay`` in place."""
+    waiting = (await client.ok("PUSH", queue="mw", name="n", data=1))["id"]
+    prioritized = (await client.ok("PUSH", queue="mw", name="n", data=2, priority=5))["id"]
+    delayed = (await client.ok("PUSH", queue="mw", name="n", data=3, delay=5_000))["id"]
+    before = now_ms()
+    for job_id in (waiting, prioritized, delayed):
+        await client.ok("MoveToDelayed", id=job_id, delay=60_000)
+        assert await state_of(client, job_id) == "delayed"
+        job = (await client.ok("GetJob", id=job_id))["job"]
+        assert before + 60_000 - 5 <= job["runAt"] <= now_ms() + 60_000 + 5
+        assert job["attempts"] == 0
+    counts = (await client.ok("GetJobCounts", queue="mw"))["counts"]
+    assert counts["delayed"] == 3 and counts["waiting"] == 0 and counts["prioritized"] == 0
+    assert (await client.ok("PULL", queue="mw", timeout=0))["job"] is None
+    # a delay of 0 makes it ready again
+    await client.ok("MoveToDelayed", id=waiting, delay=0)
+    assert (await client.ok("PULL", queue="mw", timeout=0))["job"]["id"] == waiting
+    # pulled without a lock (no owner), it is moved without a token ...
+    await client.ok("MoveToDelayed", id=waiting, delay=60_000)
+    assert await state_of(client, waiting) == "delayed"
+    # ... while a locked job still needs its own
+    locked = (await client.ok("PUSH", queue="mw", name="n", data=4))["id"]
+    assert (await client.ok("PULL", queue="mw", owner="w"))["job"]["id"] == locked
+    assert (await client.call("MoveToDelayed", id=locked, delay=1000))["error"] == (
+        f"Lock token required for job {locked}")
+    assert (await client.call("MoveToDelayed", id=locked, delay=1000, token="x"))[
+        "error"] == f"Invalid or expired lock token for job {locked}"
+    assert await state_of(client, locked) == "active"
+
+
+async def test_move_to_delayed_refuses_what_has_no_queue_place(client: RawClient) -> None:
+    """Completed and waiting-for-children jobs are not moved (bunqueue:
+    ``Job is not active (current state: X)``); an unknown id is ``Job not found``."""
+    done = (await client.ok("PUSH", queue="mr", name="n", data=1))["id"]
+    await client.ok("PULL", queue="mr")
+    await client.ok("ACK", id=done)
+    assert (await client.call("MoveToDelayed", id=done, delay=10))["error"] == (
+        "Job is not active (current state: completed)")
+    parent = (await client.ok("PUSH", queue="mr", name="p", data=1,
+                              dependsOn=[(await client.ok(
+                                  "PUSH", queue="mr", name="c", data=2,
+                                  delay=60_000))["id"]]))["id"]
+    assert (await client.call("MoveToDelayed", id=parent, delay=10))["error"] == (
+        "Job is not active (current state: waiting-children)")
+    assert (await client.call("MoveToDelayed", id="nope", delay=10))["error"] == (
+        "Job not found")
+
+
+# ------------------------------------------------------ combined parent-failure options
+
+
+async def _child_fails(client: RawClient, queue: str, **policy: bool) -> tuple[str, str]:
+    """A flow: parent ``<queue>-p`` waits for child ``<queue>-c`` (carrying
+    ``policy``) and child ``<queue>-o`` (delayed, still pending); the first child is
+    pulled and fails for good. Returns (parent id, other child id)."""
+    parent, child, other = f"{queue}-p", f"{queue}-c", f"{queue}-o"
+    marks = {"__parentId": parent, "__parentQueue": queue}
+    await client.ok("PUSHF", jobs=[
+        {"id": parent, "queue": queue, "input": {
+            "name": "p", "data": {"__childrenIds": [child, other]},
+            "childrenIds": [child, other], "dependsOn": [child, other]}},
+        {"id": child, "queue": queue, "input": {
+            "name": "c", "data": marks, "parentId": parent, "maxAttempts": 1,
+            **policy}},
+        {"id": other, "queue": queue, "input": {
+            "name": "o", "data": marks, "parentId": parent, "delay": 60_000}}])
+    assert (await client.ok("PULL", queue=queue))["job"]["id"] == child
+    await client.ok("FAIL", id=child, error="boom")
+    return parent, other
+
+
+async def _settled(client: RawClient, job_id: str, state: str) -> None:
+    """Wait until ``job_id`` is in ``state`` (a parent hears of its children by a
+    notice sent after the commit)."""
+    with trio.fail_after(5):
+        while await state_of(client, job_id) != state:
+            await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("others", [
+    {"ignoreDependencyOnFailure": True},
+    {"removeDependencyOnFailure": True},
+    {"continueParentOnFailure": True},
+    {"ignoreDependencyOnFailure": True, "removeDependencyOnFailure": True,
+     "continueParentOnFailure": True},
+])
+async def test_fail_parent_wins_over_the_other_options(
+        client: RawClient, others: dict[str, bool]) -> None:
+    """bunqueue accepts the options together; failParentOnFailure acts first and the
+    parent goes to the dead-letter queue, so the others find nothing to do."""
+    parent, _ = await _child_fails(client, "pf", failParentOnFailure=True, **others)
+    await _settled(client, parent, "failed")
+    assert (await client.ok("GetIgnoredChildrenFailures", id=parent))["values"] == {}
+    assert (await client.ok("GetFailedChildrenValues", id=parent))["values"] == {}
+
+
+async def test_continue_wins_over_ignore_and_remove(client: RawClient) -> None:
+    parent, _ = await _child_fails(client, "pc", continueParentOnFailure=True,
+                                   ignoreDependencyOnFailure=True,
+                                   removeDependencyOnFailure=True)
+    await _settled(client, parent, "waiting")  # released, the other child still pending
+    failed = (await client.ok("GetFailedChildrenValues", id=parent))["values"]
+    assert list(failed.values()) == ["boom"]
+    assert (await client.ok("GetIgnoredChildrenFailures", id=parent))["values"] == {}
+
+
+async def test_ignore_wins_over_remove(client: RawClient) -> None:
+    """Both drop the edge; ignore also keeps the error, so the pair acts as ignore."""
+    parent, other = await _child_fails(client, "pi", ignoreDependencyOnFailure=True,
+                                       removeDependencyOnFailure=True)
+    with trio.fail_after(5):
+        while not (ignored := (await client.ok(
+                "GetIgnoredChildrenFailures", id=parent))["values"]):
+            await trio.sleep(0.01)
+    assert list(ignored.values()) == ["boom"]
+    assert await state_of(client, parent) == "waiting-children"  # the other child
+    await client.ok("Promote", id=other)
+    assert (await client.ok("PULL", queue="pi"))["job"]["id"] == other
+    await client.ok("ACK", id=other)
+    await _settled(client, parent, "waiting")
+
+
+# ---------------------------------------------------------------- backoff.maxDelay
+
+
+@pytest.mark.parametrize("backoff", [
+    {"type": "exponential", "delay": 30_000, "maxDelay": 200},
+    {"type": "fixed", "delay": 30_000, "maxDelay": 200},
+])
+async def test_max_delay_caps_a_retry(client: RawClient, backoff: dict[str, Any]) -> None:
+    job_id = (await client.ok("PUSH", queue="bm", name="n", data=1, maxAttempts=3,
+                              backoff=backoff))["id"]
+    pulled = await client.ok("PULL", queue="bm", owner="w")
+    before = now_ms()
+    await client.ok("FAIL", id=job_id, token=pulled["token"], error="e")
+    job = (await client.ok("GetJob", id=job_id))["job"]
+    assert job["state"] == "delayed"
+    assert job["runAt"] <= now_ms() + 200 + 2
+    assert job["runAt"] >= before
+    assert job["backoffConfig"]["maxDelay"] == 200
+
+
+# ---------------------------------------------------- ownership of the current delivery
+
+
+async def test_a_closing_connection_releases_only_the_deliveries_it_owns(
+        connect: Callable[..., Any]) -> None:
+    """A job moved away from a silent client (MoveToWait) and delivered to another
+    worker stays with that worker when the silent client finally closes."""
+    admin, silent, other = await connect(), await connect(), await connect()
+    job_id = (await admin.ok("PUSH", queue="own", name="n", data=1))["id"]
+    assert (await silent.ok("PULL", queue="own"))["job"]["id"] == job_id
+    await admin.ok("MoveToWait", id=job_id)
+    assert (await other.ok("PULL", queue="own"))["job"]["id"] == job_id
+    await silent.aclose()
+    await admin.ok("Ping")  # the close is handled before commands after it
+    with trio.fail_after(5):
+        while True:
+            await admin.ok("Ping")
+            if (await admin.ok("GetJob", id=job_id))["job"]["state"] == "active":
+                break
+    counts = (await admin.ok("GetJobCounts", queue="own"))["counts"]
+    assert counts["active"] == 1 and counts["waiting"] == 0
+    await other.ok("ACK", id=job_id)
+    assert await state_of(admin, job_id) == "completed"
+
+
+async def test_lock_expiry_then_redelivery_survives_the_old_connection_closing(
+        connect: Callable[..., Any]) -> None:
+    admin, silent, other = await connect(), await connect(), await connect()
+    job_id = (await admin.ok("PUSH", queue="own2", name="n", data=1))["id"]
+    first = await silent.ok("PULL", queue="own2", owner="a", lockTtl=50)
+    assert first["job"]["id"] == job_id
+    with trio.fail_after(5):
+        while (await admin.ok("GetState", id=job_id))["state"] != "waiting":
+            await trio.sleep(0.01)
+    second = await other.ok("PULL", queue="own2", owner="b")
+    assert second["job"]["id"] == job_id
+    await silent.aclose()
+    await admin.ok("Ping")
+    assert await state_of(admin, job_id) == "active"
+    await other.ok("ACK", id=job_id, token=second["token"])
+    assert await state_of(admin, job_id) == "completed"
