@@ -66,7 +66,7 @@ def test_transport_and_unknown_keys_are_ignored() -> None:
 
 
 def test_none_means_not_given_for_options() -> None:
-    given_none = {key: None for key in options._OPTION_KEYS}
+    given_none = {key: None for key in options.OPTION_KEYS}
     assert parse({**given_none, "jobId": None, "name": "j"}) == parse({"name": "j"})
 
 
@@ -713,7 +713,7 @@ _json_like = st.recursive(
     max_leaves=12,
 )
 _keys = st.sampled_from(
-    sorted(options._OPTION_KEYS | {"name", "data", "jobId", "customId", "groupMaxSize"})
+    sorted(options.OPTION_KEYS | {"name", "data", "jobId", "customId", "groupMaxSize"})
 ) | st.text(max_size=8)
 
 

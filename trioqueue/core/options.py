@@ -343,7 +343,7 @@ _RANK = {wire: rank for rank, wire in enumerate(_HANDLERS)}
 # One set intersection with the input finds the options present, so an input without
 # options costs nothing per option; transport keys (cmd, reqId, queue) and unknown keys
 # are ignored.
-_OPTION_KEYS = frozenset(_HANDLERS)
+OPTION_KEYS = frozenset(_HANDLERS)
 
 
 def _apply(fields: Mapping[str, Any], keys: Iterable[str], out: dict[str, Any]) -> None:
@@ -410,7 +410,7 @@ def parse_job_input(
                       json_bound=json_bound)
 
     out: dict[str, Any] = {"delay": 0.0, "timestamp": None}
-    present = _OPTION_KEYS.intersection(fields)
+    present = OPTION_KEYS.intersection(fields)
     if present:
         _options(fields, present, out)
 
