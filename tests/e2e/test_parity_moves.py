@@ -1,5 +1,6 @@
 """bunqueue parity over TCP (msgpack, as its clients speak it): manual moves of jobs
-that hold no lock, combined parent-failure options, and the behaviour of bunqueue's
+that hold no lock, combined parent-failure options, a child linked to its parent
+twice over (one edge), and the behaviour of bunqueue's
 releases after 2.9.5 (``backoff.maxDelay`` caps a retry; recovery and a closing
 connection act only on the delivery they own).
 
@@ -197,18 +198,26 @@ async def _linked_twice(client: RawClient, q: str, how: str, policy: dict[str, b
     return parent, cq
 
 
-@pytest.mark.parametrize("how", [
-    "dependsOn + UpdateParent", "UpdateParent twice", "PUSHF + UpdateParent",
-    "dependsOn twice", "PUSHB dependsOn twice"])
+# How a child gets linked twice over (value: a short tag naming the case's queues).
+LINKED_TWICE = {"dependsOn + UpdateParent": "du", "UpdateParent twice": "uu",
+                "PUSHF + UpdateParent": "fu", "dependsOn twice": "dd",
+                "PUSHB dependsOn twice": "bd"}
+
+
+@pytest.mark.parametrize("how", list(LINKED_TWICE))
 @pytest.mark.parametrize("outcome", ["completes", "ignoreDependencyOnFailure",
                                      "removeDependencyOnFailure"])
 async def test_a_child_linked_twice_is_one_edge(client: RawClient, how: str,
                                                 outcome: str) -> None:
     """Linking a child its parent already waits for adds no second edge (bunqueue
     answers ok and keeps one dependency): the parent lists it once and leaves
-    waiting-children when the child completes or fails under an edge-dropping policy."""
+    waiting-children when the child completes or fails under an edge-dropping policy.
+
+    Only the ``dependsOn + UpdateParent`` order (the one the bunqueue client uses)
+    failed before this change; the other orders were one edge already and are kept
+    here as guards."""
     policy = {} if outcome == "completes" else {outcome: True}
-    q = f"l{len(how)}{outcome[:3]}"  # a queue pair of its own per case
+    q = f"l{LINKED_TWICE[how]}{outcome[:3]}"
     parent, child_queue = await _linked_twice(client, q, how, policy)
     deps = (await client.ok("GetDependencies", id=parent))["data"]
     assert deps["unprocessed"] == [f"{child_queue}:{q}-c"]
