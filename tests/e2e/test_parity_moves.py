@@ -1,5 +1,6 @@
 """bunqueue parity over TCP (msgpack, as its clients speak it): manual moves of jobs
-that hold no lock, combined parent-failure options, and the behaviour of bunqueue's
+that hold no lock, combined parent-failure options, a child linked to its parent
+twice over (one edge), and the behaviour of bunqueue's
 releases after 2.9.5 (``backoff.maxDelay`` caps a retry; recovery and a closing
 connection act only on the delivery they own).
 
@@ -157,6 +158,100 @@ async def test_ignore_wins_over_remove(client: RawClient) -> None:
     assert (await client.ok("PULL", queue="pi"))["job"]["id"] == other
     await client.ok("ACK", id=other)
     await _settled(client, parent, "waiting")
+
+
+# ------------------------------------------------ a parent edge linked more than once
+
+
+async def _linked_twice(client: RawClient, q: str, how: str, policy: dict[str, bool]
+                        ) -> tuple[str, str]:
+    """Parent ``<q>-p`` (queue ``<q>p``) and child ``<q>-c`` (queue ``<q>c``, one
+    attempt, carrying ``policy``) linked twice over, as ``how`` says. Returns (parent
+    id, the queue to pull the child from)."""
+    parent, child, pq, cq = f"{q}-p", f"{q}-c", f"{q}p", f"{q}c"
+    child_opts: dict[str, Any] = {"name": "c", "data": {}, "maxAttempts": 1, **policy}
+    if how == "PUSHF + UpdateParent":
+        await client.ok("PUSHF", jobs=[
+            {"id": parent, "queue": pq, "input": {
+                "name": "p", "data": {"__childrenIds": [child]}, "childrenIds": [child],
+                "dependsOn": [child]}},
+            {"id": child, "queue": cq, "input": {
+                **child_opts, "data": {"__parentId": parent, "__parentQueue": pq},
+                "parentId": parent}}])
+        await client.ok("UpdateParent", childId=child, parentId=parent)
+    elif how == "PUSHB dependsOn twice":
+        await client.ok("PUSHB", queue=cq, jobs=[
+            {**child_opts, "customId": child},
+            {"name": "p", "data": {}, "customId": parent, "dependsOn": [child, child]}])
+        return parent, cq
+    elif how == "UpdateParent twice":
+        await client.ok("PUSH", queue=pq, name="p", data={}, jobId=parent)
+        await client.ok("PUSH", queue=cq, jobId=child, **child_opts)
+        await client.ok("UpdateParent", childId=child, parentId=parent)
+        await client.ok("UpdateParent", childId=child, parentId=parent)
+    else:  # the child first, then its parent with dependsOn (and UpdateParent)
+        await client.ok("PUSH", queue=cq, jobId=child, **child_opts)
+        deps = [child, child] if how == "dependsOn twice" else [child]
+        await client.ok("PUSH", queue=pq, name="p", data={}, jobId=parent, dependsOn=deps)
+        if how == "dependsOn + UpdateParent":
+            await client.ok("UpdateParent", childId=child, parentId=parent)
+    return parent, cq
+
+
+# How a child gets linked twice over (value: a short tag naming the case's queues).
+LINKED_TWICE = {"dependsOn + UpdateParent": "du", "UpdateParent twice": "uu",
+                "PUSHF + UpdateParent": "fu", "dependsOn twice": "dd",
+                "PUSHB dependsOn twice": "bd"}
+
+
+@pytest.mark.parametrize("how", list(LINKED_TWICE))
+@pytest.mark.parametrize("outcome", ["completes", "ignoreDependencyOnFailure",
+                                     "removeDependencyOnFailure"])
+async def test_a_child_linked_twice_is_one_edge(client: RawClient, how: str,
+                                                outcome: str) -> None:
+    """Linking a child its parent already waits for adds no second edge (bunqueue
+    answers ok and keeps one dependency): the parent lists it once and leaves
+    waiting-children when the child completes or fails under an edge-dropping policy.
+
+    Only the ``dependsOn + UpdateParent`` order (the one the bunqueue client uses)
+    failed before this change; the other orders were one edge already and are kept
+    here as guards."""
+    policy = {} if outcome == "completes" else {outcome: True}
+    q = f"l{LINKED_TWICE[how]}{outcome[:3]}"
+    parent, child_queue = await _linked_twice(client, q, how, policy)
+    deps = (await client.ok("GetDependencies", id=parent))["data"]
+    assert deps["unprocessed"] == [f"{child_queue}:{q}-c"]
+    assert await state_of(client, parent) == "waiting-children"
+    assert (await client.ok("PULL", queue=child_queue))["job"]["id"] == f"{q}-c"
+    if outcome == "completes":
+        await client.ok("ACK", id=f"{q}-c", result=7)
+    else:
+        await client.ok("FAIL", id=f"{q}-c", error="boom")
+    await _settled(client, parent, "waiting")
+    deps = (await client.ok("GetDependencies", id=parent))["data"]
+    assert deps["unprocessed"] == []
+    if outcome == "completes":
+        assert deps["processed"] == {f"{child_queue}:{q}-c": 7}
+        counts = (await client.ok("GetDependenciesCount", id=parent))["data"]
+        assert counts["processed"] == 1
+
+
+async def test_linking_a_settled_child_again_keeps_the_parent_released(
+        client: RawClient) -> None:
+    """The bunqueue client pushes the children, then the parent with dependsOn, then
+    one UpdateParent per child: a child that failed under ignoreDependencyOnFailure in
+    between has released the parent already, and the link does not take it back."""
+    await client.ok("PUSH", queue="lsc", name="c", data={}, jobId="ls-c", maxAttempts=1,
+                    ignoreDependencyOnFailure=True)
+    await client.ok("PUSH", queue="lsp", name="p", data={}, jobId="ls-p",
+                    dependsOn=["ls-c"])
+    assert (await client.ok("PULL", queue="lsc"))["job"]["id"] == "ls-c"
+    await client.ok("FAIL", id="ls-c", error="boom")
+    await _settled(client, "ls-p", "waiting")
+    await client.ok("UpdateParent", childId="ls-c", parentId="ls-p")
+    assert await state_of(client, "ls-p") == "waiting"
+    assert (await client.ok("GetJob", id="ls-p"))["job"]["childrenIds"] == ["ls-c"]
+    assert (await client.ok("PULL", queue="lsp"))["job"]["id"] == "ls-p"
 
 
 # ---------------------------------------------------------------- backoff.maxDelay

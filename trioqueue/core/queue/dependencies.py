@@ -259,7 +259,10 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
 
     A parent that already lists the child (in any state) only has the child's
     parent marker patched. A new edge needs a live parent that has not finished:
-    it then waits for the child unless the child already completed.
+    it then waits for the child unless the child already completed. A parent that
+    depends on the child since its admission (``dependsOn``) has that edge already,
+    waiting or settled: the child joins its children and no second edge is made,
+    which the child's one outcome would leave waiting for ever.
     """
     if child_id == parent_id:
         raise Refused("A job cannot be its own parent")
@@ -277,30 +280,39 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
         q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
         return
     if child_id not in parent.children_ids:
-        live = q.index.locate(child_id) is not None
-        failed = False
-        if not live:
-            record = q.finished.get_any(child_id)
-            failed = record is not None and record["state"] == FAILED
-            if not failed and not q.dependency_exists(child_id, now):
-                raise Refused(f"Child job {child_id} not found")
+        new_edge = child_id not in parent.depends_on
+        wait = _child_to_wait_for(q, child_id, now) if new_edge else False
         parent.children_ids = [*parent.children_ids, child_id]
-        if child_id not in parent.depends_on:
-            parent.depends_on = [*parent.depends_on, child_id]
         if isinstance(parent.data, dict):
             parent.data = {**parent.data, "__childrenIds": list(parent.children_ids)}
-        if live or failed:
+        if new_edge:
+            parent.depends_on = [*parent.depends_on, child_id]
+        if wait:
             parent.pending = [*(parent.pending or ()), child_id]
             q.index.add_dependent(child_id, parent_id)
             if parent.state == QUEUED:
                 q._transition(parent, st.LINK, now)
                 parent.add_timeline(WAITING_CHILDREN, now)
                 q._emit("waiting-children", parent_id, now)
-        else:
+        elif new_edge:
             # Already completed: record its outcome, as admission does.
             q._open_dependencies(parent, (child_id,), now)
         q._persist(parent)
     q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
+
+
+def _child_to_wait_for(q: QueueState, child_id: str, now: int) -> bool:
+    """Whether a parent newly linked to ``child_id`` waits for it: yes while it lives
+    or failed (a retry from the DLQ may still complete it), no once it completed;
+    refused when no such job exists."""
+    if q.index.locate(child_id) is not None:
+        return True
+    record = q.finished.get_any(child_id)
+    if record is not None and record["state"] == FAILED:
+        return True
+    if not q.dependency_exists(child_id, now):
+        raise Refused(f"Child job {child_id} not found")
+    return False
 
 
 def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue: str) -> None:
