@@ -38,6 +38,11 @@ STEP_CPU_MS = 15.0
 #: A WebSocket message is sent whole: the library copies its 8 MB of text twice (as
 #: for any large reply, tests/e2e/test_replies_of_many_values.py).
 WS_SENDER_CPU_MS = 60.0
+#: A progress's message is one long string kept in the job's record: each write of the
+#: record (this one, the finish) copies its 8 MB twice and puts it (about 25 ms here; not
+#: bounded yet, docs/guarantees.md); its text is made in slices (450 ms in one step
+#: before).
+PROGRESS_STEP_CPU_MS = 40.0
 #: A million small maps: 8M characters of JSON (4 MB of msgpack).
 MANY = [{"a": 1}] * 1_000_000
 
@@ -65,14 +70,15 @@ class StepsByTask(LongestStep):
             assert cpu_ms < bound, f"{what}: {name} took {cpu_ms:.0f} ms of CPU in one step"
 
 
-async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
+async def _measured(what: str, work: Callable[[], Awaitable[Any]],
+                    bound_ms: float = STEP_CPU_MS) -> Any:
     steps = LongestStep(skip=trio.lowlevel.current_task())
     trio.lowlevel.add_instrument(steps)
     try:
         result = await work()
     finally:
         trio.lowlevel.remove_instrument(steps)
-    steps.check(what, STEP_CPU_MS)
+    steps.check(what, bound_ms)
     return result
 
 
@@ -140,7 +146,7 @@ async def test_a_progress_of_a_million_small_maps_holds_no_long_step(
         await _freed(server)
         return reply
 
-    assert (await _measured("Progress", progress))["ok"] is True
+    assert (await _measured("Progress", progress, PROGRESS_STEP_CPU_MS))["ok"] is True
     got = await client.ok("GetProgress", id=job_id)
     # bunqueue's rule: an object's progress is 0, its compact JSON the message
     assert got["progress"] == 0
@@ -151,7 +157,7 @@ async def test_a_progress_of_a_million_small_maps_holds_no_long_step(
 
 async def test_an_ack_result_over_rest_and_websocket_holds_no_long_step(
         start_server: StartServer) -> None:
-    server = await start_server()
+    server = await start_server(ws_max_message_bytes=64 << 20)
     client = await RawClient.connect(server.tcp_port)
     body = json.dumps({"result": MANY})
     first, second = await _active_job(client), await _active_job(client)
@@ -200,7 +206,7 @@ async def _sse_completed(response: httpx.Response, ready: trio.Event) -> Any:
 async def test_a_large_completed_event_reaches_subscribers_and_a_webhook_in_slices(
         start_server: StartServer, nursery: trio.Nursery) -> None:
     server = await start_server(webhook_allow_private=True, webhook_retry_delay_ms=10,
-                                sse_max_unsent_bytes=64 << 20)
+                                sse_max_unsent_bytes=64 << 20, ws_max_message_bytes=64 << 20)
     receiver = await nursery.start(WebhookReceiver().run)
     client = await RawClient.connect(server.tcp_port)
     await client.ok("AddWebhook", url=receiver.url, events=["job.completed"], queue="q")
