@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -29,12 +30,13 @@ from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 
+from .test_large_data_steps import STEP_CPU_MS, _answer, _freed, _measured
+
 StartServer = Callable[..., Awaitable[Server]]
 
-#: A step of the broker's own is a slice (about 0.5 ms) or a small command; the rest is
-#: the shared machine's noise. Before: the ACK's step 160-520 ms, a GetResult's 160 ms,
-#: a Progress's 450 ms, a webhook's delivery 420 ms.
-STEP_CPU_MS = 15.0
+# STEP_CPU_MS (15 ms): a slice or a small command, the rest the machine's noise.
+# Before: the ACK's step 150-520 ms, a GetResult's 160 ms, a Progress's 450 ms, a
+# webhook's delivery 420 ms.
 #: A WebSocket message is sent whole: the library copies its 8 MB of text twice (as
 #: for any large reply, tests/e2e/test_replies_of_many_values.py); one received is
 #: made UTF-8 in one call.
@@ -71,33 +73,13 @@ class StepsByTask(LongestStep):
             assert cpu_ms < bound, f"{what}: {name} took {cpu_ms:.0f} ms of CPU in one step"
 
 
-async def _measured(what: str, work: Callable[[], Awaitable[Any]],
-                    bound_ms: float = STEP_CPU_MS) -> Any:
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        result = await work()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    steps.check(what, bound_ms)
-    return result
-
-
-async def _answer(client: RawClient, frame: bytes) -> dict[str, Any]:
-    """Send a frame made beforehand (its encoding is the test's, not measured) and read
-    its reply."""
-    await client.send_raw(frame)
-    with trio.fail_after(60):
-        reply: dict[str, Any] = await client.receive()
+async def _answered_and_freed(server: Server, client: RawClient, frame: bytes
+                              ) -> dict[str, Any]:
+    """The reply to ``frame``, once the broker has taken apart what the command let
+    go of (the value the request held)."""
+    reply = await _answer(client, frame)
+    await _freed(server)
     return reply
-
-
-async def _freed(server: Server) -> None:
-    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
-    graveyard = server.broker.dismantler.graveyard
-    with trio.fail_after(30):
-        while graveyard.pending:
-            await trio.sleep(0.01)
 
 
 async def _active_job(client: RawClient) -> str:
@@ -107,18 +89,22 @@ async def _active_job(client: RawClient) -> str:
     return job_id
 
 
-async def test_an_ack_result_of_a_million_small_maps_holds_no_long_step(
-        start_server: StartServer) -> None:
+async def _with_many(start_server: StartServer, cmd: str, field: str
+                     ) -> tuple[Server, RawClient, str, bytes]:
+    """A broker, a client holding an active job, and the frame of ``cmd`` for that job
+    with ``field`` holding :data:`MANY`."""
     server = await start_server()
     client = await RawClient.connect(server.tcp_port)
     job_id = await _active_job(client)
-    frame = client.frame({"cmd": "ACK", "id": job_id, "result": MANY, "reqId": "a"})
+    return server, client, job_id, client.frame(
+        {"cmd": cmd, "id": job_id, field: MANY, "reqId": cmd})
 
-    async def ack() -> dict[str, Any]:
-        reply = await _answer(client, frame)
-        await _freed(server)  # (the result the request held, taken apart in slices)
-        return reply
 
+async def test_an_ack_result_of_a_million_small_maps_holds_no_long_step(
+        start_server: StartServer) -> None:
+    server, client, job_id, frame = await _with_many(start_server, "ACK", "result")
+
+    ack = partial(_answered_and_freed, server, client, frame)
     assert (await _measured("ACK", ack))["ok"] is True
     got_frame = client.frame({"cmd": "GetResult", "id": job_id, "reqId": "r"})
 
@@ -137,16 +123,9 @@ async def test_an_ack_result_of_a_million_small_maps_holds_no_long_step(
 
 async def test_a_progress_of_a_million_small_maps_holds_no_long_step(
         start_server: StartServer) -> None:
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
-    job_id = await _active_job(client)
-    frame = client.frame({"cmd": "Progress", "id": job_id, "progress": MANY, "reqId": "p"})
+    server, client, job_id, frame = await _with_many(start_server, "Progress", "progress")
 
-    async def progress() -> dict[str, Any]:
-        reply = await _answer(client, frame)
-        await _freed(server)
-        return reply
-
+    progress = partial(_answered_and_freed, server, client, frame)
     assert (await _measured("Progress", progress, PROGRESS_STEP_CPU_MS))["ok"] is True
     got = await client.ok("GetProgress", id=job_id)
     # bunqueue's rule: an object's progress is 0, its compact JSON the message
