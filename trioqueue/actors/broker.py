@@ -44,6 +44,7 @@ from .cluster_clients import ClusterClients
 from .cluster_fanout import ClusterReads
 from .dismantler import Dismantler
 from .events import EventHub
+from .large_values import LargeValues
 from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
@@ -168,6 +169,11 @@ class Broker(ClusterMember):
                                   self if self.admit_limit_bytes is not None else None,
                                   config.max_data_bytes)
                       if self.storage.ahead_piece_bytes else None)
+        # An ACK's result or a progress of many values is made ready a slice at a
+        # time before the command (its row encoded, unless the store encodes its rows
+        # off the loop; its JSON text made).
+        self.large_values = LargeValues(self.storage,
+                                        encode_results=not self.storage.apply_blocks)
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)

@@ -67,8 +67,7 @@ class StoreReads:
         self._committer.commit_now()
         storage, name = self._storage, self.name
         answers = [fetch(storage, name, read, packed=True) for read in need.reads]
-        if any(type(answer) is dict and type(answer.get("data")) is Packed
-               for answer in answers):
+        if any(map(_packed, answers)):
             self._need, self._fetched = need, answers
             return True  # decoded by the actor's task, a slice at a time
         for read, answer in zip(need.reads, answers, strict=True):
@@ -96,11 +95,15 @@ class StoreReads:
         answers = self._fetched
         if answers is not None:
             self._fetched = None
-            for answer in answers:
+            for index, answer in enumerate(answers):
                 if type(answer) is dict and type(packed := answer.get("data")) is Packed:
                     answer["data"] = data = (await _decoded(packed))["d"]
                     # (held by the view and the reply for now: freed in slices after)
                     self._storage.let_go(data)
+                elif type(answer) is tuple and type(packed := answer[1]) is Packed:
+                    # a result read back (GetResult): its row is V({"r": result})
+                    answers[index] = (True, result := (await _decoded(packed))["r"])
+                    self._storage.let_go(result)
         else:
             storage, name = self._storage, self.name
             answers = await self._committer.read_committed(
@@ -108,6 +111,8 @@ class StoreReads:
             for answer in answers:
                 if type(answer) is dict and "data" in answer:
                     storage.let_go(answer["data"])  # (freed in slices when done with)
+                elif type(answer) is tuple and answer[0] is True:
+                    storage.let_go(answer[1])  # (a result read back: the same)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
@@ -127,6 +132,15 @@ class StoreReads:
         finally:
             self._view.fallback = None
 
+
+
+def _packed(answer: Any) -> bool:
+    """Whether a read's answer holds a row left undecoded (a record's data, or a
+    result: ``(True, Packed)``)."""
+    kind = type(answer)
+    if kind is dict:
+        return type(answer.get("data")) is Packed
+    return kind is tuple and len(answer) == 2 and type(answer[1]) is Packed
 
 
 async def _decoded(packed: Packed) -> Any:

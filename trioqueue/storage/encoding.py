@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record
+from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record, result_row
 from .keys import (
     MAX_KEY_BYTES,
     U16,
     broker_key,
     dep_key,
-    encode_result,
     encode_value,
     finished_idx_key,
     finished_prefix,
@@ -118,7 +117,7 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
                     active = True
             append((OP_FINISH, jkey, value,
                     finished_idx_key(prefix, created_at, jkey),  # checks the length
-                    prefix, encode_result(result) if has_result else None))
+                    prefix, result_row(kept, result) if has_result else None))
         elif cls is DeleteJob:
             jkey = op[0].encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:

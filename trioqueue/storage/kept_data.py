@@ -28,7 +28,7 @@ from typing import Any, Final, NamedTuple
 
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
-from .keys import job_key
+from .keys import decode_result, encode_result, job_key
 from .value_pieces import Packed
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
@@ -66,7 +66,8 @@ class KeptData:
     that is not stored.
     """
 
-    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
+                 "results")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -82,6 +83,9 @@ class KeptData:
         # Where data let go of goes to be taken apart a slice at a time (None: freed
         # by its last holder, in one call)
         self.graveyard: Graveyard | None = None
+        # id(result) -> (result, its row): an ACK's result of many values, encoded a
+        # slice at a time before the command ran, for its finish to write as it is
+        self.results: dict[int, tuple[Any, bytes]] = {}
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead)
@@ -155,9 +159,30 @@ class KeptData:
         self._refresh()
 
 
+def result_row(kept: KeptData, result: Any) -> bytes:
+    """A finished job's result row: the one encoded ahead for this very object, if
+    any (see :meth:`KeptAheadRows.expect_result`), else encoded here."""
+    if kept.results:
+        entry = kept.results.get(id(result))
+        if entry is not None and entry[0] is result:
+            return entry[1]
+    return encode_result(result)
+
+
+def read_result(raw: bytes | None, packed_min: int | None) -> tuple[bool, Any]:
+    """A result row read back: ``(False, None)`` when none; with ``packed_min``, a row
+    at least that long comes as :class:`~.value_pieces.Packed` (``V({"r": result})``
+    undecoded), for the caller to decode a slice at a time."""
+    if raw is None:
+        return False, None
+    if packed_min is not None and len(raw) >= packed_min:
+        return True, Packed(bytes(raw))
+    return True, decode_result(raw)
+
+
 class KeptAheadRows:
     """``expect_ahead`` / ``release_ahead`` of an adapter that keeps a :class:`KeptData`
-    (both key-value adapters)."""
+    (both key-value adapters), and its results encoded ahead."""
 
     _kept: KeptData
 
@@ -171,6 +196,17 @@ class KeptAheadRows:
         claim = self._kept.forget_ahead(text)
         if claim is not None:
             self.drop_ahead_pieces(*claim)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead: the finish
+        that stores this very object writes it instead of encoding it again."""
+        self._kept.results[id(result)] = (result, row)
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        entry = self._kept.results.get(id(result))
+        if entry is not None and entry[0] is result:
+            del self._kept.results[id(result)]
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._kept.graveyard = graveyard

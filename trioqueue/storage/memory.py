@@ -31,6 +31,7 @@ from .kept_data import (
     KeptData,
     Row,
     put_data_back,
+    read_result,
     with_data,
 )
 from .keyed_reads import KeyedFinishedReads
@@ -351,10 +352,15 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             self._delete_pieces(*K.decode_claim(old), undo)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, None)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, PACKED_MIN_BYTES)
+
+    def _get_result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
         self._check_open()
         jkey = K.lookup_job_key(job_id)
-        raw = None if jkey is None else self._results.get(jkey)
-        return (False, None) if raw is None else (True, K.decode_result(raw))
+        return read_result(None if jkey is None else self._results.get(jkey), packed_min)
 
     def _count_at(self, prefix: bytes) -> int:
         raw = self._counts.get(prefix)

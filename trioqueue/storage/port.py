@@ -119,6 +119,16 @@ class Storage(abc.ABC):
         deleted."""
         raise NotImplementedError
 
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead a slice at
+        a time: the finish that stores this very object writes it as it is. A store
+        that encodes its rows elsewhere (off the event loop) ignores it."""
+        return None
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        return None
+
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
@@ -161,6 +171,12 @@ class Storage(abc.ABC):
         may come as :class:`~.value_pieces.Packed` (its row, undecoded), which the
         caller decodes a slice at a time (``value_pieces.unpacked_steps``)."""
         return self.get_finished(job_id)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        """:meth:`get_result` for a command: a large result may come as
+        :class:`~.value_pieces.Packed` (its row, ``V({"r": result})``, undecoded), which
+        the caller decodes a slice at a time."""
+        return self.get_result(job_id)
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` that are finished jobs: the

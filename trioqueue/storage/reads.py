@@ -34,7 +34,7 @@ def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any
     if kind == GET:
         return storage.get_finished_packed(arg) if packed else storage.get_finished(arg)
     if kind == RESULT:
-        return storage.get_result(arg)
+        return storage.get_result_packed(arg) if packed else storage.get_result(arg)
     if kind == OUTCOMES:
         return storage.dep_outcomes(arg)
     if kind == COUNT:

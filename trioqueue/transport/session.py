@@ -83,9 +83,20 @@ class AheadWrites(Protocol):
     async def write(self, request: Request, data: Any) -> bool: ...
 
 
+class LargeValues(Protocol):
+    """Makes an ACK's result or a progress of many values ready before the command
+    runs, a slice at a time (actors/large_values.py)."""
+
+    @property
+    def min_chars(self) -> int: ...
+    def value_of(self, request: Request) -> Any: ...
+    async def prepare(self, request: Request, value: Any) -> None: ...
+
+
 class SessionHost(Protocol):
-    """What a session needs of the broker: its config, its router, its events, and
-    its writer of long data ahead (None: the store takes none)."""
+    """What a session needs of the broker: its config, its router, its events, its
+    writer of long data ahead (None: the store takes none) and its maker of large
+    values ready (None: none)."""
 
     @property
     def config(self) -> Config: ...
@@ -95,6 +106,8 @@ class SessionHost(Protocol):
     def events(self) -> EventSource: ...
     @property
     def ahead(self) -> AheadWrites | None: ...
+    @property
+    def large_values(self) -> LargeValues | None: ...
 
 
 OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
@@ -122,6 +135,10 @@ class Session:
         self._ahead = broker.ahead
         # the smallest frame that may carry data to write ahead (never, without one)
         self._ahead_min = _NEVER if self._ahead is None else self._ahead.min_chars
+        self._values = broker.large_values
+        # the smallest frame whose command may need work first (either of the two)
+        self._first_min = min(self._ahead_min, _NEVER if self._values is None
+                              else self._values.min_chars)
         # a frame at least this large refused for too much job data counts as a bad
         # frame (read_pacing): a flood of them would otherwise cost the broker their
         # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
@@ -308,7 +325,7 @@ class Session:
         # the sender's own in-flight limit, not by one client's.
         limit = (self.config.max_inflight_per_connection if self.peer_broker is None
                  else self.config.peer_max_in_flight)
-        ahead_min = self._ahead_min
+        first_min = self._first_min
         large_min = self._large_min
         replier: Any = self if tag is None else self.replier_for(tag)
         # The answers given here (bad frames, session commands) leave together, in one
@@ -329,20 +346,30 @@ class Session:
                 item[1].replier = OnReply(item[1].replier, self._count_oversize)
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
-            if size >= ahead_min and (ahead := self._ahead) is not None and (
-                    data := ahead.data_of(item[1])) is not None:
-                # its large data is written first, a piece at a time; what came before
-                # it goes now, so it does not wait for that
+            if size >= first_min and (work := self._work_first(item[1], size)) is not None:
+                # its large data is written (or made ready) first, a slice at a time;
+                # what came before it goes now, so it does not wait for that
                 self._flush_answers(replier)
                 if routed:
                     await self.router.dispatch(routed)
                     routed = []
-                await ahead.write(item[1], data)
+                await work
             self.inflight += 1
             routed.append(item)
         self._flush_answers(replier)
         if routed:
             await self.router.dispatch(routed)
+
+    def _work_first(self, request: Request, size: int) -> Awaitable[Any] | None:
+        """The work a large frame's command needs before it runs, if any: its job data
+        written ahead, or its result or progress of many values made ready."""
+        if size >= self._ahead_min and (ahead := self._ahead) is not None and (
+                data := ahead.data_of(request)) is not None:
+            return ahead.write(request, data)
+        if (values := self._values) is not None and size >= values.min_chars and (
+                value := values.value_of(request)) is not None:
+            return values.prepare(request, value)
+        return None
 
     def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
                  ) -> tuple[Command, Request] | None:

@@ -312,6 +312,9 @@ class WsConnection:
                         self._subscription_command(decoded, codec)
                         continue
                     await session.handle([(decoded, len(raw), bound)], tag=codec)
+                    # (not held until the next message: a large value let go of is
+                    # taken apart in slices once nothing holds it, core/graveyard.py)
+                    decoded = None
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf

@@ -1,0 +1,138 @@
+"""Values of many small values that are not job data, made ready before the command.
+
+An ``ACK``'s result and a ``Progress``'s progress may hold a million small maps (the
+frame's limit is all that bounds them). The core handles a command in one call: the
+result's row was encoded with the job's finish (``encode_result``, about 90 ms for a
+million small maps), and an object's progress turned into its compact JSON text (its
+message, as bunqueue's ``JSON.stringify``; about 450 ms), each one step of the event
+loop. A session that decodes such a command (a list or map in a frame of
+:data:`~.ahead_writes.AHEAD_MIN_VALUE_BYTES` or more, holding more than
+:data:`~.ahead_writes.AHEAD_MIN_VALUES` values) hands it here first:
+
+* a result's row is encoded a slice at a time (``storage/value_pieces.py``: exactly
+  ``encode_result``'s bytes) and handed to the store, whose finish of that very object
+  writes it as it is (``Storage.expect_result``; released once the command is
+  answered, whether a finish took it or not). A store that encodes its rows off the
+  event loop (PostgreSQL, in its worker thread) takes none;
+* a progress's JSON text is made a slice at a time (``core/json_slices.py``, the
+  encoder the core uses) and put in the command in its place: the core makes the same
+  message of that text as of the value (text that is not a number is the message);
+
+and either value is let go of to the store's graveyard, taken apart a slice at a time
+once the command, its events and its reply are done with it. What the encoder cannot
+make (a value msgpack cannot hold, a cycle) is left as it is, for the core's own path.
+``ACKB``'s results are each looked at the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final
+
+import trio
+
+from ..core.json_slices import json_steps
+from ..core.slicing import Slicer
+from ..core.value_count import holds_many
+from ..storage.port import Storage
+from ..storage.value_pieces import value_pieces
+from .ahead_writes import AHEAD_MIN_VALUE_BYTES, AHEAD_MIN_VALUES, ENCODE_SLICE_S
+from .request import OnReply, Request
+
+__all__ = ["LargeValues"]
+
+_RESULT: Final = "ACK"
+_RESULTS: Final = "ACKB"
+_PROGRESS: Final = "Progress"
+#: The message field that holds each command's value.
+_FIELDS: Final = {_RESULT: "result", _RESULTS: "results", _PROGRESS: "progress"}
+
+
+class LargeValues:
+    """Makes a command's large result or progress ready a slice at a time (the module)."""
+
+    def __init__(self, storage: Storage, *, encode_results: bool) -> None:
+        self._storage = storage
+        # whether the store writes rows encoded ahead (else it encodes off the loop)
+        self._encode_results = encode_results
+        self.min_chars = AHEAD_MIN_VALUE_BYTES
+
+    def value_of(self, request: Request) -> Any:
+        """The large value of an ``ACK``, ``ACKB`` or ``Progress`` in a large frame, or
+        None (any other command, or a value of few values: looked at no further than
+        about :data:`AHEAD_MIN_VALUES` values)."""
+        name = _FIELDS.get(request.cmd)
+        if name is None or (request.frame_bytes or 0) < AHEAD_MIN_VALUE_BYTES:
+            return None
+        value = request.msg.get(name)
+        if request.cmd == _RESULTS:
+            return value if type(value) is list and value else None
+        return value if holds_many(value, AHEAD_MIN_VALUES) else None
+
+    async def prepare(self, request: Request, value: Any) -> None:
+        """Make ``value`` ready (see the module); the command then runs as any other."""
+        if request.cmd == _PROGRESS:
+            text = await _json_text(value)
+            if text is not None:
+                request.msg["progress"] = text
+                self._storage.let_go(value)
+            return
+        results = value if request.cmd == _RESULTS else [value]
+        encoded: list[Any] = []
+        try:
+            for result in results:
+                if request.cmd == _RESULTS and not holds_many(result, AHEAD_MIN_VALUES):
+                    await trio.lowlevel.checkpoint()
+                    continue
+                if self._encode_results and (row := await _result_row(result)) is not None:
+                    self._storage.expect_result(result, row)
+                    encoded.append(result)
+                self._storage.let_go(result)
+        except BaseException:
+            for result in encoded:  # (cancelled: no reply will release them)
+                self._storage.release_result(result)
+            raise
+        if encoded:
+            release = self._storage.release_result
+
+            def released(_reply: dict[str, Any]) -> None:
+                for result in encoded:
+                    release(result)
+
+            request.replier = OnReply(request.replier, released)
+
+
+async def _result_row(result: Any) -> bytes | None:
+    """``encode_result(result)``, a slice at a time; None when msgpack cannot hold it
+    (the finish's own encoding then falls back as it always does)."""
+    parts: list[bytes] = []
+    clock = time.perf_counter
+    began = clock()
+    try:
+        for part in value_pieces({"r": result}):
+            parts.append(part)
+            if clock() - began >= ENCODE_SLICE_S:
+                await trio.lowlevel.checkpoint()
+                began = clock()
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return b"".join(parts)
+
+
+async def _json_text(value: Any) -> str | None:
+    """The core's compact JSON text of ``value``, a slice at a time; None when it has
+    none (the core's own path then says what it does)."""
+    slicer = Slicer()
+    steps = json_steps(value, slicer)
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return "".join(done.value)
+            await trio.lowlevel.checkpoint()
+            slicer.restart()
+    except (RecursionError, TypeError, ValueError):
+        return None
+    finally:
+        steps.close()
