@@ -94,20 +94,25 @@ class StoreReads:
         need = self._need
         assert need is not None
         answers = self._fetched
+        storage = self._storage
+        read_here = answers is None  # (else read on the spot: only Packed data let go)
         if answers is not None:
             self._fetched = None
-            for answer in answers:
-                if type(answer) is dict and type(packed := answer.get("data")) is Packed:
-                    answer["data"] = data = (await _decoded(packed))["d"]
-                    # (held by the view and the reply for now: freed in slices after)
-                    self._storage.let_go(data)
         else:
-            storage, name = self._storage, self.name
+            # (a record's large data comes encoded: decoded in the worker thread, it
+            # held the interpreter lock, and so the event loop, for all of it)
+            name = self.name
             answers = await self._committer.read_committed(
-                lambda: [fetch(storage, name, read) for read in need.reads])
-            for answer in answers:
-                if type(answer) is dict and "data" in answer:
-                    storage.let_go(answer["data"])  # (freed in slices when done with)
+                lambda: [fetch(storage, name, read, packed=True) for read in need.reads])
+        for answer in answers:
+            if type(answer) is dict and "data" in answer:
+                data = answer["data"]
+                if type(data) is Packed:
+                    answer["data"] = data = (await _decoded(data))["d"]
+                elif not read_here:
+                    continue
+                # (held by the view and the reply for now: freed in slices after)
+                storage.let_go(data)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
