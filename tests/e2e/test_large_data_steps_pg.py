@@ -18,11 +18,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from tests.conftest import StoreEngine, make_config
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
@@ -133,6 +135,15 @@ async def test_a_job_of_many_small_maps_holds_neither_the_loop_nor_its_thread(
         await client.ok("GetJobCounts", queue="q")
         await _freed(server)
 
+    async with _watched("GetJobs"):  # (a page of finished records read back)
+        await client.send_raw(client.frame({"cmd": "GetJobs", "queue": "q",
+                                            "state": "completed", "reqId": "g"}))
+        raw = await _raw_reply(client)
+        await _freed(server)
+    listed = client.codec.decode(raw)
+    assert [job["data"] for job in listed["jobs"]] == [data]
+    del listed, raw
+
     got = await client.ok("GetJob", id=job_id)  # read back from the store, whole
     assert got["job"]["state"] == "completed"
     assert got["job"]["data"] == data
@@ -190,3 +201,33 @@ async def test_a_pushb_of_a_job_of_many_small_maps_holds_no_long_wait(
     assert got["job"]["data"] == data
     await client.aclose()
 
+
+
+async def test_records_joined_from_data_encoded_ahead_survive_a_restart(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    """Records whose data was encoded ahead (a long string, many values) read back
+    equal: live and finished, by a command and by the recovery of a new broker."""
+    config = make_config(tmp_path, store_engine)
+    text = "é" * (1 << 20)
+    maps = [{"a": i} for i in range(100_000)]
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        ids = [(await client.ok("PUSH", queue="q", data=data))["id"]
+               for data in (text, maps, text, maps)]
+        for job_id in ids[:2]:
+            assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+            await client.ok("ACK", id=job_id, result=1)
+        for job_id, data in zip(ids, (text, maps, text, maps), strict=True):
+            assert (await client.ok("GetJob", id=job_id))["job"]["data"] == data
+        await client.aclose()
+        server.stop()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        states = ["completed", "completed", "waiting", "waiting"]
+        for job_id, data, state in zip(ids, (text, maps, text, maps), states, strict=True):
+            job = (await client.ok("GetJob", id=job_id))["job"]
+            assert (job["state"], job["data"] == data) == (state, True)
+        await client.aclose()
+        server.stop()

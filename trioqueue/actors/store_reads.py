@@ -106,16 +106,25 @@ class StoreReads:
                 lambda: [fetch(storage, name, read, packed=True) for read in need.reads])
         for answer in answers:
             if type(answer) is dict and "data" in answer:
-                data = answer["data"]
-                if type(data) is Packed:
-                    answer["data"] = data = (await _decoded(data))["d"]
-                elif not read_here:
-                    continue
-                # (held by the view and the reply for now: freed in slices after)
-                storage.let_go(data)
+                await self._unpacked(answer, read_here)
+            elif type(answer) is list and read_here:  # (a page of finished records)
+                for record in answer:
+                    if type(record) is dict and type(record.get("data")) is Packed:
+                        await self._unpacked(record, True)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
+
+    async def _unpacked(self, record: dict[str, Any], let_go: bool) -> None:
+        """``record``'s data decoded a slice at a time when it came encoded, and let go
+        of (held by the view and the reply for now: freed in slices after) when it was,
+        or when ``let_go`` says so."""
+        data = record["data"]
+        if type(data) is Packed:
+            record["data"] = data = (await _decoded(data))["d"]
+        elif not let_go:
+            return
+        self._storage.let_go(data)
 
     @contextmanager
     def reading_directly(self) -> Iterator[None]:

@@ -32,7 +32,7 @@ and nothing is applied. The membership and lease operations are :meth:`PgStorage
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -243,6 +243,16 @@ class PgStorage(Storage):
     def list_finished(
         self, queue: str, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]]:
+        return self._listed(queue, state, asc, offset, limit, K.decode_value)
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Large records' data left encoded, as :meth:`get_finished_packed` leaves it."""
+        return self._listed(queue, state, asc, offset, limit, packed_record)
+
+    def _listed(self, queue: str, state: str, asc: bool, offset: int, limit: int,
+                decode: Callable[[bytes], dict[str, Any]]) -> list[dict[str, Any]]:
         total = self.count_finished(queue, state)
         start, take = page_window(total, asc=asc, offset=offset, limit=limit)
         if not take:
@@ -253,7 +263,7 @@ class PgStorage(Storage):
         skip = start if from_start else total - start - take
         rows = self._link.read(lambda conn: conn.execute(
             query, (queue, state, skip, take)).fetchall())
-        records = [K.decode_value(row[0]) for row in rows]
+        records = [decode(row[0]) for row in rows]
         if from_start != asc:
             records.reverse()
         return records
