@@ -93,29 +93,46 @@ class StoreReads:
         need = self._need
         assert need is not None
         answers = self._fetched
+        storage = self._storage
+        read_here = answers is None  # (else read on the spot: only Packed data let go)
         if answers is not None:
             self._fetched = None
-            for index, answer in enumerate(answers):
-                if type(answer) is dict and type(packed := answer.get("data")) is Packed:
-                    answer["data"] = data = (await _decoded(packed))["d"]
-                    # (held by the view and the reply for now: freed in slices after)
-                    self._storage.let_go(data)
-                elif type(answer) is tuple and type(packed := answer[1]) is Packed:
-                    # a result read back (GetResult): its row is V({"r": result})
-                    answers[index] = (True, result := (await _decoded(packed))["r"])
-                    self._storage.let_go(result)
         else:
-            storage, name = self._storage, self.name
+            # (a record's large data comes encoded: decoded in the worker thread, it
+            # held the interpreter lock, and so the event loop, for all of it)
+            name = self.name
             answers = await self._committer.read_committed(
-                lambda: [fetch(storage, name, read) for read in need.reads])
-            for answer in answers:
-                if type(answer) is dict and "data" in answer:
-                    storage.let_go(answer["data"])  # (freed in slices when done with)
-                elif type(answer) is tuple and answer[0] is True:
-                    storage.let_go(answer[1])  # (a result read back: the same)
+                lambda: [fetch(storage, name, read, packed=True) for read in need.reads])
+        for index, answer in enumerate(answers):
+            kind = type(answer)
+            if kind is dict and "data" in answer:
+                await self._unpacked(answer, read_here)
+            elif kind is tuple and len(answer) == 2 and answer[0] is True:
+                # a result read back (GetResult): its row is V({"r": result})
+                result = answer[1]
+                if type(result) is Packed:
+                    answers[index] = (True, result := (await _decoded(result))["r"])
+                elif not read_here:
+                    continue
+                storage.let_go(result)  # (freed in slices when done with)
+            elif kind is list and read_here:  # (a page of finished records)
+                for record in answer:
+                    if type(record) is dict and type(record.get("data")) is Packed:
+                        await self._unpacked(record, True)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
+
+    async def _unpacked(self, record: dict[str, Any], let_go: bool) -> None:
+        """``record``'s data decoded a slice at a time when it came encoded, and let go
+        of (held by the view and the reply for now: freed in slices after) when it was,
+        or when ``let_go`` says so."""
+        data = record["data"]
+        if type(data) is Packed:
+            record["data"] = data = (await _decoded(data))["d"]
+        elif not let_go:
+            return
+        self._storage.let_go(data)
 
     @contextmanager
     def reading_directly(self) -> Iterator[None]:

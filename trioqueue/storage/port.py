@@ -204,6 +204,13 @@ class Storage(abc.ABC):
         completed jobs). A negative offset counts as 0; ``limit <= 0`` gives ``[]``.
         """
 
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """:meth:`list_finished` for a command: a large record's data may come as
+        :class:`~.value_pieces.Packed`, as :meth:`get_finished_packed`'s does."""
+        return self.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+
     @abc.abstractmethod
     def count_finished(self, queue: str, state: str) -> int:
         """How many finished jobs of one queue and state are stored (exact, O(1))."""

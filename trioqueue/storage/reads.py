@@ -41,7 +41,8 @@ def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any
         return storage.count_finished(queue, arg)
     if kind == LIST:
         state, asc, offset, limit = args
-        return storage.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+        listed = storage.list_finished_packed if packed else storage.list_finished
+        return listed(queue, state, asc=asc, offset=offset, limit=limit)
     if kind == RANKS:
         state, positions, others = args
         return storage.finished_ranks(queue, state, positions, others)
