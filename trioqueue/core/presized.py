@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = ["IMPLEMENTATION", "MAX_PRESIZED", "MIN_PRESIZED", "entries_bound",
-           "presized_dict"]
+           "merge_into", "presized_dict"]
 
 #: A map of fewer entries is made as any dict (its resizes are short).
 MIN_PRESIZED: Final = 1 << 15
@@ -58,3 +58,13 @@ def presized_dict(count: int) -> dict[Any, Any]:
     if count < MIN_PRESIZED:
         return {}
     return _made(min(count, MAX_PRESIZED))
+
+
+def merge_into(out: dict[Any, Any], run: dict[Any, Any]) -> None:
+    """``out.update(run)``, keeping ``out``'s table: an empty dict's update takes a copy
+    of ``run``'s table in place of its own (a presized one lost to a small one), so
+    the first key goes in alone first (it keeps its place: the update sets it again)."""
+    if not out and run:
+        key = next(iter(run))
+        out[key] = run[key]
+    out.update(run)
