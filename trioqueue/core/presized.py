@@ -38,11 +38,12 @@ def _plain(count: int) -> dict[Any, Any]:
 
 _made: Callable[[int], dict[Any, Any]]
 try:
-    from trioqueue.core._presized import presized_dict as _made
+    from trioqueue.core._presized import presized_dict as _c_presized
 except ImportError:  # no compiler where the package was installed
     _made = _plain
     IMPLEMENTATION = "Python"
 else:
+    _made = _c_presized
     IMPLEMENTATION = "C"
 
 

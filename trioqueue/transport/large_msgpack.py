@@ -153,8 +153,8 @@ class _MsgpackWalk:
                 if kind == _MAP:
                     # its keys and values in turn; a later entry wins, as in msgpack
                     # (so does update)
-                    pairs = iter(run)
-                    out.update(zip(pairs, pairs))
+                    pairs = iter(run)  # (twice as many items as entries: even)
+                    out.update(zip(pairs, pairs, strict=False))
                 else:
                     out.extend(run)
                 left -= count
