@@ -38,6 +38,7 @@ class Server:
         self._stop = trio.Event()
         # What every connection shares (limits, broker-wide budgets, their timers).
         self.shell = Shell(config)
+        self.shell.graveyard = self.broker.dismantler.graveyard
         # Run by serve() only, as tune_gc is: an embedded broker leaves the GC alone.
         self.collections = FullCollections(config.gc_full_interval_s,
                                            config.gc_full_after_young_objects)

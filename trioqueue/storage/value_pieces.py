@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import msgpack
 
+from ..core.presized import entries_bound, presized_dict
 from ..core.value_count import OPEN_MIN_MEMBERS, has_big, is_big
 from .keys import decode_value
 
@@ -175,7 +176,9 @@ def _unpacked(unpacker: msgpack.Unpacker, raw: bytes, clock: list[float], opened
         return items
     if first in _WIDE_MAPS:
         count = unpacker.read_map_header()
-        pairs: dict[Any, Any] = {}
+        # sized for its count: never resized as it fills (each resize a copy of every
+        # entry in one call)
+        pairs = presized_dict(entries_bound(count, len(raw) - unpacker.tell()))
         for index in range(count):
             key = unpacker.unpack()
             if opened > 1 or raw[unpacker.tell()] in _WIDE:

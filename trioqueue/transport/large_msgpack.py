@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
+from ..core.presized import entries_bound, presized_dict
 from .codec import msgpack_unpacker
 from .data_sizes import OTHER, TOP, DataWatch
 from .datamodel import MAX_DEPTH, DecodeError
@@ -57,15 +58,18 @@ def _head(kind: int, count: int) -> bytes:
 class _MsgpackWalk:
     """One msgpack payload, walked (``pos``: where the next item starts)."""
 
-    __slots__ = ("buf", "view", "pos", "slicer", "batch", "watch")
+    __slots__ = ("buf", "view", "pos", "slicer", "batch", "watch", "made")
 
-    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None) -> None:
+    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None,
+                 made: list[Any] | None = None) -> None:
         self.buf = payload
         self.view = memoryview(payload)
         self.pos = 0
         self.slicer = slicer
         self.batch = MAX_BATCH
         self.watch = watch  # job data refused from its item counts (data_sizes.py)
+        # the containers being made, outermost first: what a refusal leaves
+        self.made = made if made is not None else []
 
     def _sized(self) -> tuple[int, int, int] | None:
         """(kind, length or count, head size) of the item at ``pos`` if it is a map,
@@ -88,10 +92,16 @@ class _MsgpackWalk:
 
     def _run(self, kind: int, left: int) -> tuple[Any, int]:
         """Up to ``left`` items (map entries) at ``pos`` decoded in one msgpack call, as
-        a list (dict), and how many; (None, 0) if not even one fits in the window."""
+        a list (a map's: its keys and values in turn), and how many; (None, 0) if not
+        even one fits in the window.
+
+        A map's entries are decoded as an array of twice as many items: msgpack interns
+        every string key of a map it makes, into the interpreter's one table of interned
+        strings, which then grows by resizes of its own as a map of a million distinct
+        keys is made (one of about 25 ms), and keeps their slots after."""
         while True:
             count = min(left, self.batch)
-            head = _head(kind, count)
+            head = _head(_ARRAY, 2 * count) if kind == _MAP else _head(kind, count)
             window = head + self.buf[self.pos:self.pos + WINDOW_BYTES]
             unpacker = msgpack_unpacker(len(window))
             unpacker.feed(window)
@@ -132,12 +142,21 @@ class _MsgpackWalk:
         if watch is not None:
             watch.opened(role, kind == _MAP, left)  # (before any of its items is made)
         self.pos += head
-        out: Any = {} if kind == _MAP else []
+        # a map sized for its count (bounded by the bytes left to hold it): it never
+        # resizes as it fills, each resize a copy of every entry in one call
+        out: Any = (presized_dict(entries_bound(left, len(self.buf) - self.pos))
+                    if kind == _MAP else [])
+        self.made.append(out)
         while left:
             run, count = self._run(kind, left)
             if count:
-                # a map's later entries win, as in msgpack (so does update)
-                out.update(run) if kind == _MAP else out.extend(run)
+                if kind == _MAP:
+                    # its keys and values in turn; a later entry wins, as in msgpack
+                    # (so does update)
+                    pairs = iter(run)  # (twice as many items as entries: even)
+                    out.update(zip(pairs, pairs, strict=False))
+                else:
+                    out.extend(run)
                 left -= count
             else:  # one item too large for the window
                 if kind == _MAP:
@@ -150,6 +169,7 @@ class _MsgpackWalk:
                 left -= 1
             if self.slicer.due(CHECK_EVERY):
                 yield
+        self.made.pop()
         return out
 
     def _long(self, kind: int, size: int, head: int) -> Steps[Any]:
@@ -180,12 +200,14 @@ class _MsgpackWalk:
         return value
 
 
-def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = None
-                  ) -> Steps[Any]:
+def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = None,
+                  made: list[Any] | None = None) -> Steps[Any]:
     """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
     would, in slices; with a ``watch``, job data over its limit is refused (raising
-    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain."""
-    walk = _MsgpackWalk(payload, slicer, watch)
+    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain.
+    ``made``: where the containers being made are kept while open (on a failure, what
+    was made so far, for the caller to free in slices)."""
+    walk = _MsgpackWalk(payload, slicer, watch, made)
     return (yield from walked(walk, walk.item(1, TOP), "msgpack"))
 
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from ..core.graveyard import Graveyard
 from .doors import Doors
 from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock
@@ -329,6 +330,9 @@ class Shell:
         # poked by every TCP read; polls only where serve() runs it (standalone)
         self.spin = IdleSpin(config.idle_spin_ms / 1000)
         self.teardowns = Teardowns(TEARDOWNS_AT_ONCE)  # (read here: tests lower it)
+        # where a refused large frame's values are taken apart a slice at a time (the
+        # broker's, set by the server; None: freed by their last holder, at once)
+        self.graveyard: Graveyard | None = None
 
 
 # Connections that tear down at once: the rest wait their turn (see Teardowns).

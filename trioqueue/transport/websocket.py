@@ -335,7 +335,8 @@ class WsConnection:
         turns = self._shell.decoding  # (frames decoded at once, broker-wide)
         await turns.take(len(raw))
         try:
-            return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
+            return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes,
+                                      graveyard=self._shell.graveyard)
         except DecodeError as exc:
             return exc.fresh(), None  # (see _serve_messages)
         finally:

@@ -1,0 +1,119 @@
+"""A map of many keys in a large frame, made and let go of without one long step of the
+event loop: sized beforehand from its header's count (core/presized.py), its keys not
+interned by msgpack (large_msgpack.py), and, refused, its values taken apart a slice at
+a time (core/graveyard.py) rather than freed in one call; with the broker's own garbage
+collector settings, its passes of every generation (gc_passes.py) running meanwhile.
+
+Steps are measured in the broker's thread CPU time, per task, leaving out the test's own
+task (it encodes the frame and decodes the reply), as in test_large_data_steps.py.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioqueue.config import Config
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import LongestStep
+
+StartServer = Callable[..., Awaitable[Server]]
+
+#: A step of the broker's own is a slice (about 0.5 ms), a map's table made (2-6 ms for
+#: a million keys) or a pass of the collector over what was made since the last one.
+#: Before: 12-14 ms for 600,000 keys, 14-27 ms for a million, each a resize of a dict,
+#: and the refused map freed in one call at the next full collection.
+STEP_CPU_MS = 10.0
+
+
+pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
+
+
+@pytest.fixture
+async def served(start_server: StartServer, nursery: trio.Nursery) -> AsyncIterator[Server]:
+    """A broker as ``serve`` runs it for the collector: what was loaded before frozen,
+    and its passes of every generation running beside it (their steps are counted)."""
+    server = await start_server()
+    gc.collect()
+    gc.freeze()
+    config = Config()
+    server.collections.interval_s = config.gc_full_interval_s
+    server.collections.after_objects = config.gc_full_after_young_objects
+    nursery.start_soon(server.collections.run)
+    try:
+        yield server
+    finally:
+        server.collections.close()
+        gc.unfreeze()
+
+
+async def _longest_step(client: RawClient, frame: bytes, server: Server
+                        ) -> tuple[dict[str, Any], LongestStep]:
+    """The reply to ``frame`` (made beforehand), then until the broker has taken
+    apart what it let go of; the longest step meanwhile."""
+    steps = LongestStep(skip=trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            reply: dict[str, Any] = await client.receive()
+            graveyard = server.broker.dismantler.graveyard
+            while graveyard.pending:
+                await trio.sleep(0.01)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    return reply, steps
+
+
+async def test_a_push_of_a_map_of_600k_keys_holds_no_long_step(
+        served: Server, codec: str) -> None:
+    client = await RawClient.connect(served.tcp_port, codec)
+    data = {str(i): i for i in range(600_000)}
+    frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "p"})
+
+    reply, steps = await _longest_step(client, frame, served)
+    assert reply["ok"] is True, reply
+    steps.check(f"PUSH of 600,000 keys ({codec})", STEP_CPU_MS)
+    got = await client.ok("GetJob", id=reply["id"])
+    assert got["job"]["data"] == data
+    await client.aclose()
+
+
+async def test_a_refused_push_of_a_map_of_a_million_keys_holds_no_long_step(
+        served: Server, codec: str) -> None:
+    client = await RawClient.connect(served.tcp_port, codec)
+    # 11M characters of JSON: decoded, measured in slices, then refused
+    data = {str(i): 0 for i in range(1_000_000)}
+    frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "big"})
+    del data
+    graveyard = served.broker.dismantler.graveyard
+    freed = graveyard.freed
+
+    reply, steps = await _longest_step(client, frame, served)
+    assert reply["ok"] is False and "too large" in reply["error"], reply
+    assert reply["reqId"] == "big"
+    steps.check(f"refused PUSH of a million keys ({codec})", STEP_CPU_MS)
+    assert graveyard.freed > freed  # taken apart in slices, not freed in one call
+    assert (await client.ok("Ping"))["ok"] is True  # the connection goes on
+    await client.aclose()
+
+
+async def test_a_malformed_large_frame_leaves_what_it_made_to_the_graveyard(
+        served: Server) -> None:
+    client = await RawClient.connect(served.tcp_port, "msgpack")
+    frame = bytearray(client.frame({"cmd": "PUSH", "queue": "q", "reqId": "bad",
+                                    "data": {"rows": list(range(300_000)), "end": 1}}))
+    frame[-3:] = b"\xc1\xc1\xc1"  # (0xc1: never used) in place of the last entry
+    graveyard = served.broker.dismantler.graveyard
+    freed = graveyard.freed
+
+    reply, steps = await _longest_step(client, bytes(frame), served)
+    assert reply["ok"] is False and "Invalid command format" in reply["error"], reply
+    steps.check("malformed large frame", STEP_CPU_MS)
+    assert graveyard.freed > freed
+    await client.aclose()
