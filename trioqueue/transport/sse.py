@@ -5,7 +5,9 @@ every frame of :class:`~.live_frames.LiveFrames` (job events, ``queue:counts``, 
 periodic frames) as ``id: n / event: name / data: json``, filtered by the path's queue
 (broker-wide frames go to every client), and a ``:heartbeat`` comment when nothing was
 sent for ``sse_heartbeat_s``. A client that reconnects with ``Last-Event-ID`` first gets
-the frames it missed that are still in the ring of the last ``sse_replay_events``.
+the frames it missed that are still in the ring of the last ``sse_replay_events``. A
+stream opened with ``?events=`` patterns gets only the events they match, by the rules
+of a WebSocket ``Subscribe``, so a dashboard can ask SSE for what it would subscribe to.
 
 A client never slows the broker: frames are queued for it without waiting, bounded by
 ``sse_max_unsent_bytes``; past that the client is cut (its socket closed under the
