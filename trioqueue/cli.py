@@ -139,7 +139,7 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
                                            "together; past it the largest are cut, 503 "
                                            "(default 256MiB; 0: no bound)"),
     "http_keep_alive_timeout_s": ("seconds", "an idle kept-alive HTTP connection is "
-                                             "closed (default 5)"),
+                                             "closed (default 10)"),
     "http_rate_limit_window_ms": ("ms", "the per-address request window (default 60000; "
                                         "0: no limit)"),
     "http_rate_limit_max_requests": ("count", "HTTP requests per address per window, 429 "

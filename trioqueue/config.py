@@ -213,7 +213,11 @@ class Config:
     # Bytes of request bodies still arriving, all HTTP requests together; past it the
     # requests holding the most are cut (503 and close). 0: no bound.
     http_max_body_total_bytes: int = 256 * 1024 * 1024
-    http_keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed
+    # An idle kept-alive connection is closed. 10 s, as bunqueue (Bun's server): at 5 s
+    # a client that waited 5 s for something (bunqueue's scripts wait for an event that
+    # long) sent its next request as the close came, and a POST on a closing connection
+    # is reset (Bun's fetch keeps idle connections for minutes and does not retry it).
+    http_keep_alive_timeout_s: float = 10.0
     # bunqueue's protocol limiter, per client address: requests per window, 429 past
     # it (RATE_LIMIT_WINDOW_MS / RATE_LIMIT_MAX_REQUESTS); 0 in either disables it.
     http_rate_limit_window_ms: float = 60_000.0

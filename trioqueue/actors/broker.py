@@ -146,6 +146,7 @@ class Broker(ClusterMember):
             reads=reads, claim_ids=None if held is None else self._claim_ids)
         if clients is not None:
             self.router.clients = clients
+        self.router.hub = self.events
         if self.cluster is not None:
             self._wire_inbox()
         stats = self.router.stats
@@ -383,6 +384,7 @@ class Broker(ClusterMember):
         if self.scheduler_role is not None:
             self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler
+        self.scheduler.announce = self.router.announce
         if self.config.lease_grace_after_pause_s > 0:
             self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fields
+from .broker_events import broker_event
 from .errors import Refused
 from .ids import uuid7
 
@@ -64,6 +65,13 @@ class WorkerRegistry:
     def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
         self.workers: dict[str, WorkerEntry] = {}
+        # The dashboard events of the changes (core/broker_events.py), taken by the
+        # router after each command and each closed connection.
+        self.events: list[dict[str, Any]] = []
+
+    def take_events(self) -> list[dict[str, Any]]:
+        events, self.events = self.events, []
+        return events
 
     def register(self, msg: dict[str, Any], now: int, conn: Any) -> dict[str, Any]:
         name = msg.get("name")
@@ -91,14 +99,20 @@ class WorkerRegistry:
             if isinstance(hostname, str):
                 worker.hostname = hostname
             worker.pid, worker.last_seen, worker.conn = pid, now, conn
+        self.events.append(broker_event(
+            "worker:connected", now, workerId=worker.id, name=worker.name,
+            queues=list(worker.queues), hostname=worker.hostname, pid=worker.pid))
         wire = worker.wire(now, self.timeout_ms)
         del wire["id"], wire["uptime"]
         return {"data": wire}
 
-    def unregister(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def unregister(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
         worker_id = msg.get("workerId")
-        if not isinstance(worker_id, str) or self.workers.pop(worker_id, None) is None:
+        worker = self.workers.pop(worker_id, None) if isinstance(worker_id, str) else None
+        if worker is None:
             raise Refused(WORKER_NOT_FOUND)
+        self.events.append(broker_event("worker:disconnected", now, workerId=worker.id,
+                                        name=worker.name))
         return {"data": {"removed": True}}
 
     def heartbeat(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
@@ -111,6 +125,7 @@ class WorkerRegistry:
         worker.processed = _count(msg.get("processed"), "processed", worker.processed)
         worker.failed = _count(msg.get("failed"), "failed", worker.failed)
         worker.last_seen = now
+        self.events.append(broker_event("worker:heartbeat", now, workerId=worker.id))
         return {"data": {"ok": True}}
 
     def list(self, now: int) -> dict[str, Any]:
@@ -132,12 +147,16 @@ class WorkerRegistry:
         return any(queue in w.queues and now - w.last_seen < self.timeout_ms
                    for w in self.workers.values())
 
-    def connection_closed(self, conn: Any) -> None:
-        for worker_id in [w.id for w in self.workers.values() if w.conn is conn]:
-            del self.workers[worker_id]
+    def connection_closed(self, conn: Any, now: int) -> None:
+        for worker in [w for w in self.workers.values() if w.conn is conn]:
+            del self.workers[worker.id]
+            self.events.append(broker_event("worker:disconnected", now,
+                                            workerId=worker.id, name=worker.name))
 
     def reap(self, now: int) -> None:
         """Forget workers silent for three timeouts (their connection may be half-open)."""
         limit = 3 * self.timeout_ms
-        for worker_id in [w.id for w in self.workers.values() if now - w.last_seen >= limit]:
-            del self.workers[worker_id]
+        for worker in [w for w in self.workers.values() if now - w.last_seen >= limit]:
+            del self.workers[worker.id]
+            self.events.append(broker_event("worker:removed-stale", now,
+                                            workerId=worker.id, name=worker.name))

@@ -25,6 +25,8 @@ cancelled: its command's session closes, so nothing is claimed for it (see
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -33,6 +35,7 @@ import trio
 
 from ..actors.passes import give_way
 from ..config import Config
+from ..core.broker_events import broker_event
 from ..dashboard import STATIC_DIR
 from .codec import JSON
 from .dashboard_assets import DashboardAssets
@@ -80,6 +83,8 @@ class HttpApp:
                                     config.http_rate_limit_max_requests)
         self.health = health
         self.sse = sse
+        # Where ratelimit:hit goes (the router's announce, set by http_front).
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
         self._cors = frozenset(config.cors_allow_origins)
         self.assets = DashboardAssets(STATIC_DIR)
 
@@ -137,6 +142,9 @@ class HttpApp:
         address = (scope.get("client") or ("?",))[0]
         now = trio.current_time()
         if not self.budget.take(address, now):
+            if self.announce is not None and self.budget.first_refusal(address):
+                self.announce([broker_event("ratelimit:hit", int(time.time() * 1000),
+                                            clientId=address, transport="http")])
             return Response(429, error_body("Rate limit exceeded"), headers=[
                 ("retry-after", str(self.budget.retry_after_s(now)))])
         headers = scope["headers"]

@@ -179,6 +179,7 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
                  max_unsent_bytes=config.sse_max_unsent_bytes)
     app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse,
                   shell.http_bodies)
+    app.announce = broker.router.announce
     ws = WsEndpoint(broker, shell, live)
     http = HttpServer(broker, shell, app)
     guard = app.guard

@@ -474,7 +474,9 @@ class Session:
         tag = getattr(replier, "tag", None)
 
         def on_events(events: list[dict[str, Any]]) -> None:
-            frames = [{"type": "event", "event": e} for e in events if e["queue"] == queue]
+            # (a dashboard event's type has a colon: those are for WebSocket and SSE)
+            frames = [{"type": "event", "event": e} for e in events
+                      if e.get("queue") == queue and ":" not in e["eventType"]]
             if frames:
                 self.send_frames(frames, tag)
 

@@ -5,7 +5,9 @@ every frame of :class:`~.live_frames.LiveFrames` (job events, ``queue:counts``, 
 periodic frames) as ``id: n / event: name / data: json``, filtered by the path's queue
 (broker-wide frames go to every client), and a ``:heartbeat`` comment when nothing was
 sent for ``sse_heartbeat_s``. A client that reconnects with ``Last-Event-ID`` first gets
-the frames it missed that are still in the ring of the last ``sse_replay_events``.
+the frames it missed that are still in the ring of the last ``sse_replay_events``. A
+stream opened with ``?events=`` patterns gets only the events they match, by the rules
+of a WebSocket ``Subscribe``, so a dashboard can ask SSE for what it would subscribe to.
 
 A client never slows the broker: frames are queued for it without waiting, bounded by
 ``sse_max_unsent_bytes``; past that the client is cut (its socket closed under the
@@ -19,7 +21,7 @@ import logging
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 import trio
 
@@ -27,6 +29,7 @@ from ..core import fields
 from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
 from .codec import JSON
+from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
 
@@ -40,10 +43,13 @@ RETRY_MS = 3000
 
 
 class SseClient:
-    """One stream's queue of unsent frames (bytes), bounded."""
+    """One stream's queue of unsent frames (bytes), bounded; ``patterns``: the event
+    names it asked for (``?events=``), None for every event."""
 
-    def __init__(self, queue: str | None, max_unsent: int, stream: ReplayedStream) -> None:
+    def __init__(self, queue: str | None, max_unsent: int, stream: ReplayedStream,
+                 patterns: list[str] | None = None) -> None:
         self.queue = queue
+        self.patterns = patterns
         self.chunks: list[bytes] = []
         self.unsent = 0
         self._max_unsent = max_unsent
@@ -51,8 +57,10 @@ class SseClient:
         self.wake = trio.Event()
         self.cut = False
 
-    def offer(self, queue: str | None, frame: bytes) -> None:
+    def offer(self, queue: str | None, frame: bytes, name: str | None = None) -> None:
         if self.cut or (queue is not None and self.queue is not None and queue != self.queue):
+            return
+        if name is not None and self.patterns is not None and not matches(name, self.patterns):
             return
         self.chunks.append(frame)
         self.unsent += len(frame)
@@ -80,7 +88,7 @@ class SseHub:
         self._max_clients = max_clients
         self._heartbeat_s = heartbeat_s
         self._max_unsent = max_unsent_bytes
-        self._ring: deque[tuple[int, str | None, bytes]] = deque(maxlen=replay_events)
+        self._ring: deque[tuple[int, str | None, bytes, str]] = deque(maxlen=replay_events)
         self._next_id = 1
         self.clients: set[SseClient] = set()
 
@@ -89,9 +97,9 @@ class SseHub:
         self._next_id += 1
         frame = (f"id: {event_id}\nevent: {name}\ndata: {JSON.encode_text(data)}\n\n"
                  ).encode()
-        self._ring.append((event_id, queue, frame))
+        self._ring.append((event_id, queue, frame, name))
         for client in self.clients:
-            client.offer(queue, frame)
+            client.offer(queue, frame, name)
 
     async def serve(self, scope: dict[str, Any], receive: Any, send: Any,
                     stream: ReplayedStream, path: str, cors: list[tuple[str, str]]
@@ -103,9 +111,13 @@ class SseHub:
                 fields.queue_name(queue)
             except Refused:
                 return Response(404, error_body("Not found"))
+        try:
+            patterns = _patterns(scope.get("query_string", b""))
+        except ValueError as exc:
+            return Response(400, error_body(str(exc)))
         if len(self.clients) >= self._max_clients:
             return Response(503, error_body("Too many SSE connections"))
-        client = SseClient(queue, self._max_unsent, stream)
+        client = SseClient(queue, self._max_unsent, stream, patterns)
         last_id = _last_event_id(scope["headers"])
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                    (b"x-accel-buffering", b"no")]
@@ -114,9 +126,9 @@ class SseHub:
         hello = {"connected": True, "clientId": str(uuid.uuid4())}
         client.offer(None, f"retry: {RETRY_MS}\ndata: {JSON.encode_text(hello)}\n\n".encode())
         if last_id is not None:
-            for event_id, frame_queue, frame in self._ring:
+            for event_id, frame_queue, frame, name in self._ring:
                 if event_id > last_id:
-                    client.offer(frame_queue, frame)
+                    client.offer(frame_queue, frame, name)
         if not self.clients:
             self._live.add(self._on_frame, job_events=True)
         self.clients.add(client)
@@ -143,6 +155,15 @@ class SseHub:
                 break
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         done.cancel()
+
+
+def _patterns(query: bytes) -> list[str] | None:
+    """``?events=job:*,cron:created``: the stream's patterns, as a WebSocket's
+    ``Subscribe`` takes them (ValueError with the error text); None without it."""
+    values = parse_qs(query.decode("latin-1")).get("events")
+    if values is None:
+        return None
+    return parse_patterns([p.strip() for v in values for p in v.split(",") if p.strip()])
 
 
 def _last_event_id(headers: list[tuple[bytes, bytes]]) -> int | None:

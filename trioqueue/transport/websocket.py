@@ -34,7 +34,7 @@ from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
-from .event_names import event_data, event_name, matches, valid_pattern
+from .event_names import event_data, event_name, is_dashboard, matches, parse_patterns
 from .http_auth import bearer_token
 from .large_frames import decode_large
 from .large_json import decode_large_json
@@ -98,10 +98,12 @@ class WsConnection:
             return
         frames: list[dict[str, Any]] = []
         for event in events:
-            if self.queue is not None and event["queue"] != self.queue:
+            queue = event.get("queue")  # (None: a broker-wide event, for every path)
+            if self.queue is not None and queue is not None and queue != self.queue:
                 continue
             if self.patterns is None:
-                frames.append(event)
+                if not is_dashboard(event):  # legacy mode: raw job events only
+                    frames.append(event)
                 continue
             name = event_name(event)
             if matches(name, self.patterns):
@@ -136,25 +138,29 @@ class WsConnection:
         if not self.session.authenticated:
             reply = {"ok": False, "error": "Not authenticated"}
         else:
-            events = msg.get("events")
-            if msg["cmd"] == "Unsubscribe" and events is None:
-                self.patterns = []
-                reply = {"ok": True, "subscribed": []}
-            elif not isinstance(events, list) or not events:
-                reply = {"ok": False, "error": "events must be a non-empty array"}
-            elif bad := [str(p) for p in events if not valid_pattern(p)]:
-                reply = {"ok": False, "error": f"Invalid: {', '.join(bad)}"}
-            elif msg["cmd"] == "Subscribe":
-                current = self.patterns or []
-                self.patterns = current + [p for p in events if p not in current]
-                reply = {"ok": True, "subscribed": list(self.patterns)}
-            else:
-                self.patterns = [p for p in (self.patterns or []) if p not in events]
-                reply = {"ok": True, "subscribed": list(self.patterns)}
+            reply = self._subscription(msg["cmd"] == "Subscribe", msg.get("events"))
         if "reqId" in msg:
             reply["reqId"] = msg["reqId"]
         self._follow_live()
         self.session.send_frames([reply], codec)
+
+    def _subscription(self, subscribe: bool, events: Any) -> dict[str, Any]:
+        """Change the patterns; the reply. ``Unsubscribe`` with no list, or an empty
+        one, unsubscribes from everything: no event at all follows (not even the
+        legacy mode's raw job events)."""
+        if not subscribe and not events:
+            self.patterns = []
+            return {"ok": True, "subscribed": []}
+        try:
+            patterns = parse_patterns(events)
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        current = self.patterns or []
+        if subscribe:
+            self.patterns = current + [p for p in patterns if p not in current]
+        else:
+            self.patterns = [p for p in current if p not in patterns]
+        return {"ok": True, "subscribed": list(self.patterns)}
 
     @staticmethod
     def _encode(codec: Any, reply: dict[str, Any]) -> str | bytes:

@@ -302,6 +302,7 @@ def drain(q: QueueState, now: int) -> Steps:
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
     _compact(q, removed)
+    q._announce("queue:drained", now, count=removed)
     return removed
 
 
@@ -330,6 +331,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.reset_settings()
+    q._announce("queue:obliterated", now)
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:

@@ -155,6 +155,15 @@ class QueueState:
         event.update(extra)
         self.events.append(event)
 
+    def _announce(self, event_type: str, now: int, /, **data: Any) -> None:
+        """A dashboard event (``job:promoted``, ``queue:drained``...), for WebSocket
+        pattern subscribers and SSE streams only: its type is the name they know it by
+        (a colon in it keeps it from SubscribeEvents, legacy WebSocket clients and
+        webhooks, as bunqueue's dashboard events are kept from them)."""
+        if self.events_enabled:
+            self.events.append({"eventType": event_type, "queue": self.name,
+                                "timestamp": float(now), **data})
+
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq

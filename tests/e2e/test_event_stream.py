@@ -1,0 +1,276 @@
+"""bunqueue's dashboard event stream (reference section 7.3), over a real WebSocket and
+SSE: each event triggered by its real action (a REST call as bunqueue's WebSocket event
+scripts make them, a TCP command, a cron firing, a worker registering), received with
+the payload fields the reference gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+from trio_websocket import WebSocketConnection, open_websocket_url
+
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+
+from ..transport.test_sse import SseReader
+
+StartServer = Callable[..., Any]
+Q = "ws-test-events"
+DEADLINE_S = 5
+
+
+class Subscriber:
+    """A WebSocket subscribed to patterns; its event frames, waited for by name."""
+
+    def __init__(self, ws: WebSocketConnection) -> None:
+        self.ws = ws
+        self.seen: list[dict[str, Any]] = []  # every frame read, in order
+
+    async def subscribe(self, *patterns: str) -> None:
+        await self.ws.send_message(json.dumps({"cmd": "Subscribe", "events": list(patterns),
+                                               "reqId": "sub"}))
+        assert (await self.reply("sub"))["ok"] is True
+
+    async def reply(self, req_id: str) -> dict[str, Any]:
+        with trio.fail_after(DEADLINE_S):
+            while True:
+                frame = json.loads(await self.ws.get_message())
+                self.seen.append(frame)
+                if frame.get("reqId") == req_id:
+                    return dict(frame)
+
+    async def until(self, name: str) -> dict[str, Any]:
+        with trio.fail_after(DEADLINE_S):
+            while True:
+                frame = json.loads(await self.ws.get_message())
+                self.seen.append(frame)
+                if frame.get("event") == name:
+                    assert isinstance(frame["ts"], float)
+                    data: dict[str, Any] = frame["data"]
+                    return data
+
+
+async def broker(start_server: StartServer, **overrides: Any) -> tuple[Server, RawClient]:
+    server: Server = await start_server(memory=True, **overrides)
+    assert server.tcp_port is not None
+    return server, await RawClient.connect(server.tcp_port)
+
+
+def http_client(server: Server) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}", timeout=10)
+
+
+async def api(http: httpx.AsyncClient, method: str, path: str,
+              body: object = None) -> dict[str, Any]:
+    """As bunqueue's scripts call the REST API: a JSON body only when there is one."""
+    answer = await http.request(method, path, json=body)
+    reply: dict[str, Any] = answer.json()
+    assert answer.status_code == 200 and reply["ok"] is True, (method, path, reply)
+    return reply
+
+
+async def push(http: httpx.AsyncClient, **opts: Any) -> str:
+    return str((await api(http, "POST", f"/queues/{Q}/jobs", {"data": {"x": 1}, **opts}))["id"])
+
+
+def ws_url(server: Server, path: str = "/ws") -> str:
+    return f"ws://127.0.0.1:{server.ws_port}{path}"
+
+
+async def test_job_events_of_rest_and_tcp_moves(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    assert server.tcp_port is not None
+    listener = await RawClient.connect(server.tcp_port)  # (SubscribeEvents: no such event)
+    await listener.ok("SubscribeEvents", queue=Q)
+    async with open_websocket_url(ws_url(server)) as ws, http_client(server) as http:
+        sub = Subscriber(ws)
+        await sub.subscribe("*")
+        later = await push(http, delay=60000)
+        await api(http, "POST", f"/jobs/{later}/promote")
+        assert (await sub.until("job:promoted"))["jobId"] == later
+
+        active = (await api(http, "GET", f"/queues/{Q}/jobs"))["job"]["id"]  # (the promoted)
+        await api(http, "POST", f"/jobs/{active}/progress", {"progress": 50})
+        progress = await sub.until("job:progress")
+        assert progress["jobId"] == active and progress["progress"] == 50
+
+        later = await push(http)
+
+        await api(http, "PUT", f"/jobs/{later}/priority", {"priority": 99})
+        changed = await sub.until("job:priority-changed")
+        assert changed["jobId"] == later and changed["newPriority"] == 99
+        await api(http, "PUT", f"/jobs/{later}/data", {"data": {"updated": True}})
+        assert (await sub.until("job:data-updated"))["jobId"] == later
+        await api(http, "PUT", f"/jobs/{active}/delay", {"delay": 5000})
+        delayed = await sub.until("job:delay-changed")
+        assert delayed["jobId"] == active and delayed["newDelay"] == 5000
+        await api(http, "POST", f"/jobs/{later}/discard")
+        discarded = await sub.until("job:discarded")
+        assert discarded["jobId"] == later and discarded["queue"] == Q
+
+        other = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+        pulled = await tcp.ok("PULL", queue=Q, owner="w")
+        assert pulled["job"]["id"] == other
+        await tcp.ok("MoveToDelayed", id=other, delay=1000, token=pulled["token"])
+        moved = await sub.until("job:moved-to-delayed")
+        assert moved["jobId"] == other and moved["delay"] == 1000
+    # SubscribeEvents (and a WebSocket that never subscribed) get bunqueue's job events
+    # only, as before: none of these dashboard events.
+    await listener.call("Ping")
+    kinds = [e["event"]["eventType"] for e in listener.events]
+    assert "progress" in kinds and [k for k in kinds if ":" in k] == []
+
+
+async def test_queue_events_of_drain_obliterate_and_stall_config(start_server: StartServer
+                                                                  ) -> None:
+    server, _ = await broker(start_server)
+    async with open_websocket_url(ws_url(server, f"/ws/queues/{Q}")) as ws, \
+            http_client(server) as http:
+        sub = Subscriber(ws)
+        await sub.subscribe("queue:*", "config:*")
+        await push(http)
+        await push(http)
+        await api(http, "POST", f"/queues/{Q}/drain")
+        drained = await sub.until("queue:drained")
+        assert drained == {**drained, "queue": Q, "count": 2}
+        await push(http)
+        await api(http, "POST", f"/queues/{Q}/obliterate")
+        assert (await sub.until("queue:obliterated"))["queue"] == Q
+        await api(http, "PUT", f"/queues/{Q}/stall-config",
+                  {"config": {"enabled": True, "stallInterval": 20000}})
+        stall = await sub.until("config:stall-changed")
+        assert stall["queue"] == Q and stall["config"]["stallInterval"] == 20000
+
+
+async def test_cron_events(start_server: StartServer) -> None:
+    server, _ = await broker(start_server, cron_min_interval_ms=50)
+    async with open_websocket_url(ws_url(server)) as ws, http_client(server) as http:
+        sub = Subscriber(ws)
+        await sub.subscribe("cron:*")
+        await api(http, "POST", "/crons", {"name": "ws-cron", "queue": Q, "data": {"t": 1},
+                                           "repeatEvery": 60000})
+        created = await sub.until("cron:created")
+        assert created["name"] == "ws-cron" and created["queue"] == Q
+        assert created["every"] == 60000 and isinstance(created["nextRun"], float)
+        await api(http, "POST", "/crons", {"name": "ws-cron", "queue": Q, "repeatEvery": 100})
+        assert (await sub.until("cron:updated"))["name"] == "ws-cron"
+        fired = await sub.until("cron:fired")
+        assert fired["name"] == "ws-cron" and fired["queue"] == Q
+        await api(http, "DELETE", "/crons/ws-cron")
+        assert (await sub.until("cron:deleted"))["name"] == "ws-cron"
+
+        await api(http, "POST", "/crons", {"name": "lonely", "queue": "nobody",
+                                           "repeatEvery": 100, "skipIfNoWorker": True})
+        skipped = await sub.until("cron:skipped")
+        assert skipped == {**skipped, "name": "lonely", "queue": "nobody",
+                           "reason": "no-worker"}
+
+
+async def test_worker_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server, "/ws/queues/elsewhere")) as ws, \
+            http_client(server) as http:
+        sub = Subscriber(ws)  # (a queue path: broker-wide events reach it too)
+        await sub.subscribe("worker:*")
+        registered = await api(http, "POST", "/workers", {"name": "ws-worker", "queues": [Q]})
+        worker_id = registered["data"]["workerId"]
+        connected = await sub.until("worker:connected")
+        assert connected == {**connected, "workerId": worker_id, "name": "ws-worker",
+                             "queues": [Q]}
+        await api(http, "POST", f"/workers/{worker_id}/heartbeat")
+        assert (await sub.until("worker:heartbeat"))["workerId"] == worker_id
+        await api(http, "DELETE", f"/workers/{worker_id}")
+        assert (await sub.until("worker:disconnected"))["workerId"] == worker_id
+
+        by_tcp = (await tcp.ok("RegisterWorker", name="tcp-worker", queues=[Q]))["data"]
+        assert (await sub.until("worker:connected"))["workerId"] == by_tcp["workerId"]
+        await tcp.aclose()  # its connection gone, its worker goes
+        gone = await sub.until("worker:disconnected")
+        assert gone["workerId"] == by_tcp["workerId"] and gone["name"] == "tcp-worker"
+
+
+async def test_webhook_events(start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws, http_client(server) as http:
+        sub = Subscriber(ws)
+        await sub.subscribe("webhook:*")
+        added = await api(http, "POST", "/webhooks", {"url": "https://example.com/hook",
+                                                      "events": ["job.completed"]})
+        hook_id = added["data"]["webhookId"]
+        event = await sub.until("webhook:added")
+        assert event == {**event, "id": hook_id, "url": "https://example.com/hook",
+                         "events": ["job.completed"]}
+        await api(http, "PUT", f"/webhooks/{hook_id}/enabled", {"enabled": False})
+        assert (await sub.until("webhook:disabled"))["webhookId"] == hook_id
+        await api(http, "DELETE", f"/webhooks/{hook_id}")
+        assert (await sub.until("webhook:removed"))["id"] == hook_id
+
+
+async def test_limit_rejections_and_the_request_budget(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server, http_rate_limit_max_requests=3)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("ratelimit:*", "concurrency:*")
+        await tcp.ok("RateLimit", queue="rated", limit=1, duration=60000)
+        await tcp.ok("PUSHB", queue="rated", jobs=[{"name": "a"}, {"name": "b"}])
+        assert (await tcp.ok("PULL", queue="rated"))["job"] is not None
+        assert (await tcp.ok("PULL", queue="rated"))["job"] is None
+        assert (await sub.until("ratelimit:rejected"))["queue"] == "rated"
+
+        await tcp.ok("SetConcurrency", queue="capped", limit=1)
+        await tcp.ok("PUSHB", queue="capped", jobs=[{"name": "a"}, {"name": "b"}])
+        assert (await tcp.ok("PULL", queue="capped"))["job"] is not None
+        assert (await tcp.ok("PULL", queue="capped"))["job"] is None
+        assert (await sub.until("concurrency:rejected"))["queue"] == "capped"
+
+        async with http_client(server) as http:
+            statuses = [(await http.get("/queues")).status_code for _ in range(5)]
+        assert statuses[-1] == 429
+        hit = await sub.until("ratelimit:hit")
+        assert hit["clientId"] == "127.0.0.1"
+
+
+async def test_unsubscribe_all_stops_every_event(start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws, http_client(server) as http:
+        sub = Subscriber(ws)
+        for unsubscribe in ({"cmd": "Unsubscribe", "events": []}, {"cmd": "Unsubscribe"}):
+            await sub.subscribe("*")
+            await push(http)
+            await sub.until("job:pushed")
+            await ws.send_message(json.dumps({**unsubscribe, "reqId": "off"}))
+            assert await sub.reply("off") == {"ok": True, "subscribed": [], "reqId": "off"}
+            job_id = await push(http, delay=60000)
+            await api(http, "POST", f"/jobs/{job_id}/promote")
+            sub.seen.clear()
+            # Events are queued for the socket before the REST reply: any would come
+            # before the pong.
+            await ws.send_message(json.dumps({"cmd": "Ping", "reqId": "ping"}))
+            await sub.reply("ping")
+            assert [f for f in sub.seen if "event" in f or "eventType" in f] == []
+
+
+async def test_sse_streams_dashboard_events_by_pattern(start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    async with http_client(server) as http:
+        with trio.fail_after(DEADLINE_S):
+            refused = await http.get("/events?events=job:promoted,nope")
+        assert refused.status_code == 400 and refused.json()["error"] == "Invalid: nope"
+        async with http.stream("GET", f"/events/queues/{Q}?events=job:promoted,worker:*"
+                               ) as response:
+            reader = SseReader(response)
+            await reader.frame()  # connected
+            later = await push(http, delay=60000)
+            await api(http, "POST", f"/jobs/{later}/promote")
+            await api(http, "POST", "/workers", {"name": "sse-worker", "queues": [Q]})
+            with trio.fail_after(DEADLINE_S):
+                first = await reader.frame()
+                second = await reader.frame()
+            # only what the patterns name: no job:pushed, job:delayed or queue:counts
+            assert first["event"] == "job:promoted" and first["data"]["jobId"] == later
+            assert second["event"] == "worker:connected"
+            assert second["data"]["name"] == "sse-worker"
