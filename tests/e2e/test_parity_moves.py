@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import trio
 
+from trioqueue.config import Config
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 
 @pytest.fixture
@@ -385,6 +387,26 @@ async def test_a_child_detached_then_linked_again_is_waited_for(
     await _settled(client, parent, "waiting")
     deps = (await client.ok("GetDependencies", id=parent))["data"]
     assert deps["processed"] == {f"{cq}:{child}": 7} and deps["unprocessed"] == []
+
+
+async def test_a_child_linked_again_is_still_waited_for_after_a_restart(
+        configure: Callable[..., Config]) -> None:
+    """A restart replays a waiting parent's outcome rows: the row of the earlier
+    detach must not release a parent that waits for the child again."""
+    config = configure()  # LMDB (or PostgreSQL), in this test's directory
+    async with served(config) as client:
+        await client.ok("PUSH", queue="rrc", name="c", data={}, jobId="rr-c")
+        await client.ok("PUSH", queue="rrp", name="p", data={}, jobId="rr-p",
+                        dependsOn=["rr-c"])
+        assert (await client.ok("RemoveChildDependency", id="rr-c"))["removed"] is True
+        await _settled(client, "rr-p", "waiting")
+        await client.ok("UpdateParent", childId="rr-c", parentId="rr-p")
+        assert await state_of(client, "rr-p") == "waiting-children"
+    async with served(config) as client:
+        assert await state_of(client, "rr-p") == "waiting-children"
+        assert (await client.ok("PULL", queue="rrc"))["job"]["id"] == "rr-c"
+        await client.ok("ACK", id="rr-c", result=1)
+        await _settled(client, "rr-p", "waiting")
 
 
 # ---------------------------------------------------------------- backoff.maxDelay
