@@ -1,6 +1,8 @@
 """bunqueue parity over TCP (msgpack, as its clients speak it): manual moves of jobs
 that hold no lock, combined parent-failure options, a child linked to its parent
-twice over (one edge), and the behaviour of bunqueue's
+twice over (one edge), links to a child already dead-lettered (its policy applies at
+once), a child detached and linked again (waited for again), and the behaviour of
+bunqueue's
 releases after 2.9.5 (``backoff.maxDelay`` caps a retry; recovery and a closing
 connection act only on the delivery they own).
 
