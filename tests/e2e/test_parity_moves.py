@@ -1,6 +1,8 @@
 """bunqueue parity over TCP (msgpack, as its clients speak it): manual moves of jobs
 that hold no lock, combined parent-failure options, a child linked to its parent
-twice over (one edge), and the behaviour of bunqueue's
+twice over (one edge), links to a child already dead-lettered (its policy applies at
+once), a child detached and linked again (waited for again), and the behaviour of
+bunqueue's
 releases after 2.9.5 (``backoff.maxDelay`` caps a retry; recovery and a closing
 connection act only on the delivery they own).
 
@@ -17,7 +19,9 @@ from typing import Any
 import pytest
 import trio
 
+from trioqueue.config import Config
 from trioqueue.testing import RawClient
+from trioqueue.testing.served import served
 
 
 @pytest.fixture
@@ -252,6 +256,159 @@ async def test_linking_a_settled_child_again_keeps_the_parent_released(
     assert await state_of(client, "ls-p") == "waiting"
     assert (await client.ok("GetJob", id="ls-p"))["job"]["childrenIds"] == ["ls-c"]
     assert (await client.ok("PULL", queue="lsp"))["job"]["id"] == "ls-p"
+
+
+# ------------------------------------------- a child that failed for good before its link
+
+
+async def _failed_child(client: RawClient, q: str, **policy: bool) -> str:
+    """Child ``<q>-c`` in queue ``<q>c`` (one attempt, carrying ``policy``), pulled and
+    failed for good: it is in the dead-letter queue. Returns its queue."""
+    child, cq = f"{q}-c", f"{q}c"
+    await client.ok("PUSH", queue=cq, name="c", data={}, jobId=child, maxAttempts=1,
+                    **policy)
+    assert (await client.ok("PULL", queue=cq))["job"]["id"] == child
+    await client.ok("FAIL", id=child, error="boom")
+    assert await state_of(client, child) == "failed"
+    return cq
+
+
+# The four policies (value: a short tag naming the case's queues) and the parent's state
+# right after the link: failed, released, or still waiting for its other child.
+FAILED_FIRST = {"failParentOnFailure": ("ff", "failed"),
+                "continueParentOnFailure": ("fc", "waiting"),
+                "ignoreDependencyOnFailure": ("fi", "waiting-children"),
+                "removeDependencyOnFailure": ("fr", "waiting-children")}
+
+
+@pytest.mark.parametrize("how", ["UpdateParent", "dependsOn"])
+@pytest.mark.parametrize("policy", list(FAILED_FIRST))
+async def test_linking_a_child_that_already_failed_applies_its_policy(
+        client: RawClient, policy: str, how: str) -> None:
+    """bunqueue applies a child's failure policy when the child is already in the
+    dead-letter queue as it is linked: the parent fails, is released, or drops the edge
+    at once, as if the child had failed after the link. Before, the parent waited for a
+    retry from the DLQ, by UpdateParent and by dependsOn alike. The parent also waits
+    for another child (delayed), so the four policies differ."""
+    tag, state_after = FAILED_FIRST[policy]
+    q = tag + how[0].lower()
+    cq = await _failed_child(client, q, **{policy: True})
+    parent, child, other, pq = f"{q}-p", f"{q}-c", f"{q}-o", f"{q}p"
+    await client.ok("PUSH", queue=pq, name="o", data={}, jobId=other, delay=60_000)
+    if how == "UpdateParent":
+        await client.ok("PUSH", queue=pq, name="p", data={}, jobId=parent,
+                        dependsOn=[other])
+        await client.ok("UpdateParent", childId=child, parentId=parent)
+    else:
+        await client.ok("PUSH", queue=pq, name="p", data={}, jobId=parent,
+                        dependsOn=[other, child])
+    assert await state_of(client, parent) == state_after
+    failed = (await client.ok("GetFailedChildrenValues", id=parent))["values"]
+    ignored = (await client.ok("GetIgnoredChildrenFailures", id=parent))["values"]
+    key = f"{cq}:{child}"
+    assert failed == ({key: "boom"} if policy == "continueParentOnFailure" else {})
+    assert ignored == ({key: "boom"} if policy == "ignoreDependencyOnFailure" else {})
+    if policy == "failParentOnFailure":
+        entry = (await client.ok("Dlq", queue=pq))["entries"][0]
+        assert entry["job"]["id"] == parent
+        assert entry["error"] == f"Child job {child} failed: boom"
+        return
+    if policy == "continueParentOnFailure":
+        assert (await client.ok("PULL", queue=pq))["job"]["id"] == parent
+        return
+    deps = (await client.ok("GetDependencies", id=parent))["data"]
+    assert deps["unprocessed"] == [f"{pq}:{other}"]
+    await client.ok("Promote", id=other)
+    assert (await client.ok("PULL", queue=pq))["job"]["id"] == other
+    await client.ok("ACK", id=other)
+    assert await state_of(client, parent) == "waiting"
+
+
+async def test_linking_a_child_that_failed_without_a_policy_waits_for_its_retry(
+        client: RawClient) -> None:
+    """Without a policy bunqueue keeps the parent waiting (a retry from the DLQ may
+    still complete the child), by UpdateParent and by dependsOn alike. Before, a
+    dependsOn naming a dead-lettered job was refused (``Dependency job not found``);
+    bunqueue accepts it."""
+    cq = await _failed_child(client, "fn")
+    await client.ok("PUSH", queue="fnp", name="p", data={}, jobId="fn-p1",
+                    dependsOn=["fn-c"])
+    await client.ok("PUSH", queue="fnp", name="p", data={}, jobId="fn-p2")
+    await client.ok("UpdateParent", childId="fn-c", parentId="fn-p2")
+    for parent in ("fn-p1", "fn-p2"):
+        assert await state_of(client, parent) == "waiting-children"
+    assert (await client.ok("RetryDlq", queue=cq, jobId="fn-c"))["count"] == 1
+    assert (await client.ok("PULL", queue=cq))["job"]["id"] == "fn-c"
+    await client.ok("ACK", id="fn-c", result=3)
+    for parent in ("fn-p1", "fn-p2"):
+        await _settled(client, parent, "waiting")
+
+
+# ------------------------------------------------------ detached, then linked again
+
+
+@pytest.mark.parametrize("how", ["dependsOn", "UpdateParent", "PUSHF"])
+async def test_a_child_detached_then_linked_again_is_waited_for(
+        client: RawClient, how: str) -> None:
+    """RemoveChildDependency takes the child out of its parent's children and
+    dependencies (bunqueue), so a later UpdateParent is a new edge and the parent waits
+    for the child again. Before, the parent kept the child listed and the new link
+    only patched the child's marker: the parent ran without waiting."""
+    q = {"dependsOn": "rd", "UpdateParent": "ru", "PUSHF": "rf"}[how]
+    parent, child, pq, cq = f"{q}-p", f"{q}-c", f"{q}p", f"{q}c"
+    if how == "PUSHF":
+        await client.ok("PUSHF", jobs=[
+            {"id": parent, "queue": pq, "input": {
+                "name": "p", "data": {"__childrenIds": [child]}, "childrenIds": [child],
+                "dependsOn": [child]}},
+            {"id": child, "queue": cq, "input": {
+                "name": "c", "data": {"__parentId": parent, "__parentQueue": pq},
+                "parentId": parent}}])
+    else:
+        await client.ok("PUSH", queue=cq, name="c", data={}, jobId=child)
+        deps = [child] if how == "dependsOn" else []
+        await client.ok("PUSH", queue=pq, name="p", data={}, jobId=parent, dependsOn=deps)
+        if how == "UpdateParent":
+            await client.ok("UpdateParent", childId=child, parentId=parent)
+    assert await state_of(client, parent) == "waiting-children"
+    assert (await client.ok("RemoveChildDependency", id=child))["removed"] is True
+    await _settled(client, parent, "waiting")
+    job = (await client.ok("GetJob", id=parent))["job"]
+    assert job["childrenIds"] == [] and job["dependsOn"] == []
+    assert "__childrenIds" not in job["data"]
+
+    await client.ok("UpdateParent", childId=child, parentId=parent)
+    assert await state_of(client, parent) == "waiting-children"
+    job = (await client.ok("GetJob", id=parent))["job"]
+    assert job["childrenIds"] == [child] and job["dependsOn"] == [child]
+    deps = (await client.ok("GetDependencies", id=parent))["data"]
+    assert deps["unprocessed"] == [f"{cq}:{child}"]
+    assert (await client.ok("PULL", queue=pq, timeout=0))["job"] is None
+    assert (await client.ok("PULL", queue=cq))["job"]["id"] == child
+    await client.ok("ACK", id=child, result=7)
+    await _settled(client, parent, "waiting")
+    deps = (await client.ok("GetDependencies", id=parent))["data"]
+    assert deps["processed"] == {f"{cq}:{child}": 7} and deps["unprocessed"] == []
+
+
+async def test_a_child_linked_again_is_still_waited_for_after_a_restart(
+        configure: Callable[..., Config]) -> None:
+    """A restart replays a waiting parent's outcome rows: the row of the earlier
+    detach must not release a parent that waits for the child again."""
+    config = configure()  # LMDB (or PostgreSQL), in this test's directory
+    async with served(config) as client:
+        await client.ok("PUSH", queue="rrc", name="c", data={}, jobId="rr-c")
+        await client.ok("PUSH", queue="rrp", name="p", data={}, jobId="rr-p",
+                        dependsOn=["rr-c"])
+        assert (await client.ok("RemoveChildDependency", id="rr-c"))["removed"] is True
+        await _settled(client, "rr-p", "waiting")
+        await client.ok("UpdateParent", childId="rr-c", parentId="rr-p")
+        assert await state_of(client, "rr-p") == "waiting-children"
+    async with served(config) as client:
+        assert await state_of(client, "rr-p") == "waiting-children"
+        assert (await client.ok("PULL", queue="rrc"))["job"]["id"] == "rr-c"
+        await client.ok("ACK", id="rr-c", result=1)
+        await _settled(client, "rr-p", "waiting")
 
 
 # ---------------------------------------------------------------- backoff.maxDelay
