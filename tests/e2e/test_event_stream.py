@@ -274,3 +274,84 @@ async def test_sse_streams_dashboard_events_by_pattern(start_server: StartServer
             assert first["event"] == "job:promoted" and first["data"]["jobId"] == later
             assert second["event"] == "worker:connected"
             assert second["data"]["name"] == "sse-worker"
+
+
+# ------------------------------------------------------------------ the rest of 7.3
+
+
+async def test_timeout_lock_expiry_and_ttl_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("job:timeout", "job:lock-expired", "job:expired")
+        slow = (await tcp.ok("PUSH", queue=Q, name="n", timeout=50, maxAttempts=1))["id"]
+        assert (await tcp.ok("PULL", queue=Q))["job"]["id"] == slow
+        timed_out = await sub.until("job:timeout")
+        assert timed_out == {**timed_out, "jobId": slow, "queue": Q, "timeout": 50}
+
+        held = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+        assert (await tcp.ok("PULL", queue=Q, owner="w", lockTtl=50))["job"]["id"] == held
+        expired_lock = await sub.until("job:lock-expired")
+        assert expired_lock == {**expired_lock, "jobId": held, "queue": Q,
+                                "renewalCount": 0}
+        await tcp.ok("Cancel", id=held)
+
+        # A job whose ttl ran out while it was delayed is dropped when it is due.
+        short = (await tcp.ok("PUSH", queue=Q, name="n", delay=50, ttl=10))["id"]
+        assert (await tcp.ok("PULL", queue=Q, timeout=1000))["job"] is None
+        expired = await sub.until("job:expired")
+        assert expired == {**expired, "jobId": short, "queue": Q, "ttl": 10}
+        assert expired["age"] >= 50
+
+
+async def test_dependency_and_flow_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("job:dependencies-resolved", "flow:*")
+        ids = ["ek1", "ek2"]
+        child = {"name": "child", "data": {"__parentId": "ep", "__parentQueue": "fa"},
+                 "parentId": "ep", "maxAttempts": 1}
+        await tcp.ok("PUSHF", jobs=[
+            {"id": "ep", "queue": "fa", "input": {"name": "parent", "data": {},
+                                                  "childrenIds": ids, "dependsOn": ids}},
+            *({"id": i, "queue": "fb", "input": child} for i in ids)])
+        for _ in ids:
+            job = (await tcp.ok("PULL", queue="fb"))["job"]
+            await tcp.ok("ACK", id=job["id"], result=1)
+        resolved = await sub.until("job:dependencies-resolved")
+        assert resolved == {**resolved, "jobId": "ep", "queue": "fa"}
+        completed = await sub.until("flow:completed")
+        assert completed == {**completed, "parentJobId": "ep", "queue": "fa",
+                             "childrenCount": 2}
+
+        await tcp.ok("PUSHF", jobs=[
+            {"id": "fp", "queue": "fa", "input": {"name": "parent", "data": {},
+                                                  "childrenIds": ["fk"], "dependsOn": ["fk"]}},
+            {"id": "fk", "queue": "fb", "input": {**child, "parentId": "fp",
+                                                  "failParentOnFailure": True}}])
+        job = (await tcp.ok("PULL", queue="fb"))["job"]
+        await tcp.ok("FAIL", id=job["id"], error="boom")
+        failed = await sub.until("flow:failed")
+        assert failed == {**failed, "parentJobId": "fp", "failedChildId": "fk",
+                          "queue": "fa", "error": "boom"}
+
+
+async def test_batch_and_queue_lifetime_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("batch:*", "queue:created", "queue:removed")
+        await tcp.ok("PUSH", queue="batches", name="n", jobId="known")
+        assert (await sub.until("queue:created"))["queue"] == "batches"
+        await tcp.ok("PUSHB", queue="batches", jobs=[
+            {"name": "a", "customId": "known"}, {"name": "b"}, {"name": "c"}])
+        pushed = await sub.until("batch:pushed")
+        assert pushed == {**pushed, "queue": "batches", "total": 3, "inserted": 2,
+                          "duplicates": 1}
+        pulled = await tcp.ok("PULLB", queue="batches", count=10)
+        assert len(pulled["jobs"]) == 3
+        assert (await sub.until("batch:pulled")) == {
+            **sub.seen[-1]["data"], "queue": "batches", "count": 3}
+        await tcp.ok("Obliterate", queue="batches", force=True)
+        assert (await sub.until("queue:removed"))["queue"] == "batches"
