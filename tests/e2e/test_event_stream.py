@@ -355,3 +355,47 @@ async def test_batch_and_queue_lifetime_events(start_server: StartServer) -> Non
             **sub.seen[-1]["data"], "queue": "batches", "count": 3}
         await tcp.ok("Obliterate", queue="batches", force=True)
         assert (await sub.until("queue:removed"))["queue"] == "batches"
+
+
+async def test_client_and_auth_events(start_server: StartServer) -> None:
+    server: Server = await start_server(memory=True, auth_tokens=["secret"])
+    assert server.tcp_port is not None
+    async with open_websocket_url(ws_url(server), extra_headers=[
+            ("Authorization", "Bearer secret")]) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("client:*", "auth:failed")
+        tcp = await RawClient.connect(server.tcp_port)
+        connected = await sub.until("client:connected")
+        assert connected["transport"] == "tcp" and isinstance(connected["clientId"], str)
+        assert (await tcp.call("Auth", token="wrong"))["ok"] is False
+        assert (await sub.until("auth:failed")) == {**sub.seen[-1]["data"],
+                                                    "transport": "tcp"}
+        await tcp.aclose()
+        gone = await sub.until("client:disconnected")
+        assert gone == {**gone, "clientId": connected["clientId"], "transport": "tcp"}
+        async with http_client(server) as http:
+            assert (await http.get("/queues")).status_code == 401
+        assert (await sub.until("auth:failed"))["transport"] == "http"
+
+
+async def test_sse_streams_the_queue_and_client_events(start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    assert server.tcp_port is not None
+    async with http_client(server) as http:
+        async with http.stream("GET", "/events?events=queue:created,client:connected,"
+                               "batch:*") as response:
+            reader = SseReader(response)
+            await reader.frame()  # connected
+            other = await RawClient.connect(server.tcp_port)
+            await other.ok("PUSHB", queue="sse-batch", jobs=[{"name": "a"}, {"name": "b"}])
+            frames: list[dict[str, Any]] = []
+            with trio.fail_after(DEADLINE_S):
+                while not frames or frames[-1]["event"] != "batch:pushed":
+                    frames.append(await reader.frame())
+            # (this stream's own connection is told too: it listens as it opens)
+            assert [(f["event"], f["data"].get("transport")) for f in frames] == [
+                ("client:connected", "sse"), ("client:connected", "tcp"),
+                ("queue:created", None), ("batch:pushed", None)]
+            assert frames[2]["data"]["queue"] == "sse-batch"
+            assert frames[3]["data"] == {**frames[3]["data"], "total": 2, "inserted": 2}
+            await other.aclose()
