@@ -15,6 +15,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.webhook_receiver import WebhookReceiver
 
 from ..transport.test_sse import SseReader
 
@@ -399,3 +400,26 @@ async def test_sse_streams_the_queue_and_client_events(start_server: StartServer
             assert frames[2]["data"]["queue"] == "sse-batch"
             assert frames[3]["data"] == {**frames[3]["data"], "total": 2, "inserted": 2}
             await other.aclose()
+
+
+async def test_webhook_delivery_events(start_server: StartServer,
+                                       nursery: trio.Nursery) -> None:
+    server, tcp = await broker(start_server, webhook_allow_private=True,
+                               webhook_retry_delay_ms=10, webhook_max_attempts=2)
+    good: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    bad: WebhookReceiver = await nursery.start(WebhookReceiver(statuses=[500, 500]).run)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("webhook:fired", "webhook:failed")
+        fine = (await tcp.ok("AddWebhook", url=good.url, events=["job.pushed"],
+                             queue="fine"))["data"]["webhookId"]
+        broken = (await tcp.ok("AddWebhook", url=bad.url, events=["job.pushed"],
+                               queue="broken"))["data"]["webhookId"]
+        await tcp.ok("PUSH", queue="fine", name="n")
+        fired = await sub.until("webhook:fired")
+        assert fired == {**fired, "webhookId": fine, "url": good.url, "event": "job.pushed"}
+        await tcp.ok("PUSH", queue="broken", name="n")
+        failed = await sub.until("webhook:failed")
+        assert failed == {**failed, "webhookId": broken, "url": bad.url,
+                          "event": "job.pushed"}
+        assert isinstance(failed["error"], str)

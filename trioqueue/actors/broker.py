@@ -167,6 +167,7 @@ class Broker(ClusterMember):
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)
+        self.webhook_delivery.announce = self.router.announce
         # A PUSH's long data string is written before the command runs, a piece at a
         # time (None: the store takes no writes ahead).
         self.ahead = (AheadWriter(self.storage,
