@@ -423,3 +423,20 @@ async def test_webhook_delivery_events(start_server: StartServer,
         assert failed == {**failed, "webhookId": broken, "url": bad.url,
                           "event": "job.pushed"}
         assert isinstance(failed["error"], str)
+
+
+async def test_worker_idle_and_error_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("worker:idle", "worker:error")
+        worker_id = (await tcp.ok("RegisterWorker", name="busy", queues=[Q]))["data"][
+            "workerId"]
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=2, processed=3, failed=0)
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=0, processed=5, failed=0)
+        idle = await sub.until("worker:idle")
+        assert idle == {**idle, "workerId": worker_id, "processedJobs": 5}
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=0, processed=5, failed=6)
+        error = await sub.until("worker:error")
+        assert error == {**error, "workerId": worker_id, "name": "busy", "failedJobs": 6,
+                         "processedJobs": 5, "failureRate": round(6 / 11, 3)}
