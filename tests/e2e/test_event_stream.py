@@ -393,12 +393,10 @@ async def test_sse_streams_the_queue_and_client_events(start_server: StartServer
             with trio.fail_after(DEADLINE_S):
                 while not frames or frames[-1]["event"] != "batch:pushed":
                     frames.append(await reader.frame())
-            # (this stream's own connection is told too: it listens as it opens)
             assert [(f["event"], f["data"].get("transport")) for f in frames] == [
-                ("client:connected", "sse"), ("client:connected", "tcp"),
-                ("queue:created", None), ("batch:pushed", None)]
-            assert frames[2]["data"]["queue"] == "sse-batch"
-            assert frames[3]["data"] == {**frames[3]["data"], "total": 2, "inserted": 2}
+                ("client:connected", "tcp"), ("queue:created", None), ("batch:pushed", None)]
+            assert frames[1]["data"]["queue"] == "sse-batch"
+            assert frames[2]["data"] == {**frames[2]["data"], "total": 2, "inserted": 2}
             await other.aclose()
 
 
@@ -440,3 +438,13 @@ async def test_worker_idle_and_error_events(start_server: StartServer) -> None:
         error = await sub.until("worker:error")
         assert error == {**error, "workerId": worker_id, "name": "busy", "failedJobs": 6,
                          "processedJobs": 5, "failureRate": round(6 / 11, 3)}
+
+
+async def test_server_shutdown_is_told_before_the_connections_close(
+        start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("server:*")
+        server.stop("SIGTERM")
+        assert (await sub.until("server:shutdown"))["signal"] == "SIGTERM"

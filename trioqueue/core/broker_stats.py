@@ -41,9 +41,10 @@ class ConnectionCounts:
     """Open connections per transport (``tcp``, ``websocket``, ``sse``): each transport
     calls :meth:`open` when it accepts one and :meth:`close` when it is gone.
 
-    Each is also told to the dashboard (``client:connected``, ``client:disconnected``)
-    through ``announce``, set by the broker, which drops events nobody listens to: the
-    id a connection is told by is made only when someone listens as it opens.
+    A TCP or WebSocket connection is also told to the dashboard (``client:connected``,
+    ``client:disconnected``) through ``announce``, set by the broker, which drops events
+    nobody listens to: the id a connection is told by is made only when someone listens
+    as it opens.
     """
 
     __slots__ = ("open_by_kind", "announce", "listening", "now_ms")
@@ -58,8 +59,8 @@ class ConnectionCounts:
         """Count a new connection; its client id when the dashboard is told (give it
         back to :meth:`close`), else None."""
         self.open_by_kind[kind] = self.open_by_kind.get(kind, 0) + 1
-        if self.announce is None or not self.listening():
-            return None
+        if self.announce is None or kind == "sse" or not self.listening():
+            return None  # (an SSE stream is a listener, not a client: bunqueue tells TCP)
         client_id = str(uuid.uuid4())
         self.announce([broker_event("client:connected", self.now_ms(), clientId=client_id,
                                     transport=kind)])
