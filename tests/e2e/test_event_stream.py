@@ -15,6 +15,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
+from trioqueue.testing.webhook_receiver import WebhookReceiver
 
 from ..transport.test_sse import SseReader
 
@@ -274,3 +275,176 @@ async def test_sse_streams_dashboard_events_by_pattern(start_server: StartServer
             assert first["event"] == "job:promoted" and first["data"]["jobId"] == later
             assert second["event"] == "worker:connected"
             assert second["data"]["name"] == "sse-worker"
+
+
+# ------------------------------------------------------------------ the rest of 7.3
+
+
+async def test_timeout_lock_expiry_and_ttl_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("job:timeout", "job:lock-expired", "job:expired")
+        slow = (await tcp.ok("PUSH", queue=Q, name="n", timeout=50, maxAttempts=1))["id"]
+        assert (await tcp.ok("PULL", queue=Q))["job"]["id"] == slow
+        timed_out = await sub.until("job:timeout")
+        assert timed_out == {**timed_out, "jobId": slow, "queue": Q, "timeout": 50}
+
+        held = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+        assert (await tcp.ok("PULL", queue=Q, owner="w", lockTtl=50))["job"]["id"] == held
+        expired_lock = await sub.until("job:lock-expired")
+        assert expired_lock == {**expired_lock, "jobId": held, "queue": Q,
+                                "renewalCount": 0}
+        await tcp.ok("Cancel", id=held)
+
+        # A job whose ttl ran out while it was delayed is dropped when it is due.
+        short = (await tcp.ok("PUSH", queue=Q, name="n", delay=50, ttl=10))["id"]
+        assert (await tcp.ok("PULL", queue=Q, timeout=1000))["job"] is None
+        expired = await sub.until("job:expired")
+        assert expired == {**expired, "jobId": short, "queue": Q, "ttl": 10}
+        assert expired["age"] >= 50
+
+
+async def test_dependency_and_flow_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("job:dependencies-resolved", "flow:*")
+        ids = ["ek1", "ek2"]
+        child = {"name": "child", "data": {"__parentId": "ep", "__parentQueue": "fa"},
+                 "parentId": "ep", "maxAttempts": 1}
+        await tcp.ok("PUSHF", jobs=[
+            {"id": "ep", "queue": "fa", "input": {"name": "parent", "data": {},
+                                                  "childrenIds": ids, "dependsOn": ids}},
+            *({"id": i, "queue": "fb", "input": child} for i in ids)])
+        for _ in ids:
+            job = (await tcp.ok("PULL", queue="fb"))["job"]
+            await tcp.ok("ACK", id=job["id"], result=1)
+        resolved = await sub.until("job:dependencies-resolved")
+        assert resolved == {**resolved, "jobId": "ep", "queue": "fa"}
+        completed = await sub.until("flow:completed")
+        assert completed == {**completed, "parentJobId": "ep", "queue": "fa",
+                             "childrenCount": 2}
+
+        await tcp.ok("PUSHF", jobs=[
+            {"id": "fp", "queue": "fa", "input": {"name": "parent", "data": {},
+                                                  "childrenIds": ["fk"], "dependsOn": ["fk"]}},
+            {"id": "fk", "queue": "fb", "input": {**child, "parentId": "fp",
+                                                  "failParentOnFailure": True}}])
+        job = (await tcp.ok("PULL", queue="fb"))["job"]
+        await tcp.ok("FAIL", id=job["id"], error="boom")
+        failed = await sub.until("flow:failed")
+        assert failed == {**failed, "parentJobId": "fp", "failedChildId": "fk",
+                          "queue": "fa", "error": "boom"}
+
+
+async def test_batch_and_queue_lifetime_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("batch:*", "queue:created", "queue:removed")
+        await tcp.ok("PUSH", queue="batches", name="n", jobId="known")
+        assert (await sub.until("queue:created"))["queue"] == "batches"
+        await tcp.ok("PUSHB", queue="batches", jobs=[
+            {"name": "a", "customId": "known"}, {"name": "b"}, {"name": "c"}])
+        pushed = await sub.until("batch:pushed")
+        assert pushed == {**pushed, "queue": "batches", "total": 3, "inserted": 2,
+                          "duplicates": 1}
+        pulled = await tcp.ok("PULLB", queue="batches", count=10)
+        assert len(pulled["jobs"]) == 3
+        assert (await sub.until("batch:pulled")) == {
+            **sub.seen[-1]["data"], "queue": "batches", "count": 3}
+        await tcp.ok("Obliterate", queue="batches", force=True)
+        assert (await sub.until("queue:removed"))["queue"] == "batches"
+
+
+async def test_client_and_auth_events(start_server: StartServer) -> None:
+    server: Server = await start_server(memory=True, auth_tokens=["secret"])
+    assert server.tcp_port is not None
+    async with open_websocket_url(ws_url(server), extra_headers=[
+            ("Authorization", "Bearer secret")]) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("client:*", "auth:failed")
+        tcp = await RawClient.connect(server.tcp_port)
+        connected = await sub.until("client:connected")
+        assert connected["transport"] == "tcp" and isinstance(connected["clientId"], str)
+        assert (await tcp.call("Auth", token="wrong"))["ok"] is False
+        assert (await sub.until("auth:failed")) == {**sub.seen[-1]["data"],
+                                                    "transport": "tcp"}
+        await tcp.aclose()
+        gone = await sub.until("client:disconnected")
+        assert gone == {**gone, "clientId": connected["clientId"], "transport": "tcp"}
+        async with http_client(server) as http:
+            assert (await http.get("/queues")).status_code == 401
+        assert (await sub.until("auth:failed"))["transport"] == "http"
+
+
+async def test_sse_streams_the_queue_and_client_events(start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    assert server.tcp_port is not None
+    async with http_client(server) as http:
+        async with http.stream("GET", "/events?events=queue:created,client:connected,"
+                               "batch:*") as response:
+            reader = SseReader(response)
+            await reader.frame()  # connected
+            other = await RawClient.connect(server.tcp_port)
+            await other.ok("PUSHB", queue="sse-batch", jobs=[{"name": "a"}, {"name": "b"}])
+            frames: list[dict[str, Any]] = []
+            with trio.fail_after(DEADLINE_S):
+                while not frames or frames[-1]["event"] != "batch:pushed":
+                    frames.append(await reader.frame())
+            assert [(f["event"], f["data"].get("transport")) for f in frames] == [
+                ("client:connected", "tcp"), ("queue:created", None), ("batch:pushed", None)]
+            assert frames[1]["data"]["queue"] == "sse-batch"
+            assert frames[2]["data"] == {**frames[2]["data"], "total": 2, "inserted": 2}
+            await other.aclose()
+
+
+async def test_webhook_delivery_events(start_server: StartServer,
+                                       nursery: trio.Nursery) -> None:
+    server, tcp = await broker(start_server, webhook_allow_private=True,
+                               webhook_retry_delay_ms=10, webhook_max_attempts=2)
+    good: WebhookReceiver = await nursery.start(WebhookReceiver().run)
+    bad: WebhookReceiver = await nursery.start(WebhookReceiver(statuses=[500, 500]).run)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("webhook:fired", "webhook:failed")
+        fine = (await tcp.ok("AddWebhook", url=good.url, events=["job.pushed"],
+                             queue="fine"))["data"]["webhookId"]
+        broken = (await tcp.ok("AddWebhook", url=bad.url, events=["job.pushed"],
+                               queue="broken"))["data"]["webhookId"]
+        await tcp.ok("PUSH", queue="fine", name="n")
+        fired = await sub.until("webhook:fired")
+        assert fired == {**fired, "webhookId": fine, "url": good.url, "event": "job.pushed"}
+        await tcp.ok("PUSH", queue="broken", name="n")
+        failed = await sub.until("webhook:failed")
+        assert failed == {**failed, "webhookId": broken, "url": bad.url,
+                          "event": "job.pushed"}
+        assert isinstance(failed["error"], str)
+
+
+async def test_worker_idle_and_error_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("worker:idle", "worker:error")
+        worker_id = (await tcp.ok("RegisterWorker", name="busy", queues=[Q]))["data"][
+            "workerId"]
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=2, processed=3, failed=0)
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=0, processed=5, failed=0)
+        idle = await sub.until("worker:idle")
+        assert idle == {**idle, "workerId": worker_id, "processedJobs": 5}
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=0, processed=5, failed=6)
+        error = await sub.until("worker:error")
+        assert error == {**error, "workerId": worker_id, "name": "busy", "failedJobs": 6,
+                         "processedJobs": 5, "failureRate": round(6 / 11, 3)}
+
+
+async def test_server_shutdown_is_told_before_the_connections_close(
+        start_server: StartServer) -> None:
+    server, _ = await broker(start_server)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("server:*")
+        server.stop("SIGTERM")
+        assert (await sub.until("server:shutdown"))["signal"] == "SIGTERM"

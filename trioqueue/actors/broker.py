@@ -155,6 +155,9 @@ class Broker(ClusterMember):
         stats.storage_usage = self.storage_usage
         # Open connections per transport: each transport opens and closes its own.
         self.open_connections: ConnectionCounts = stats.connections
+        self.open_connections.announce = self.router.announce  # (client:connected...)
+        self.open_connections.listening = lambda: self.events.active
+        self.open_connections.now_ms = self._now_ms
         # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
         self.storage_health: StorageHealth = stats.storage_health
         if config.otel_enabled:
@@ -164,6 +167,7 @@ class Broker(ClusterMember):
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)
+        self.webhook_delivery.announce = self.router.announce
         # A PUSH's long data string is written before the command runs, a piece at a
         # time (None: the store takes no writes ahead).
         self.ahead = (AheadWriter(self.storage,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core import fields
+from ..core.broker_events import broker_event
 from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands import RELEASE_CONNECTION
@@ -259,6 +260,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             if not recovering and len(self.actors) >= self._limits.max_queues:
                 raise Refused(f"Too many queues (max {self._limits.max_queues})")
             actor = self.actors[name] = self._new_actor(name)
+            if not recovering:  # (a stored queue brought back is not a new one)
+                self.announce([broker_event("queue:created", self._now_ms(), queue=name)])
         return actor
 
     def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:

@@ -56,6 +56,7 @@ import httpx
 import trio
 
 from ..config import Config
+from ..core.broker_events import broker_event
 from ..core.webhook_urls import delivery_url, refused_address
 from ..core.webhooks import Webhook, WebhookRegistry, webhook_payload
 from .events import EventHub
@@ -103,6 +104,8 @@ class WebhookDelivery:
         self._outboxes: dict[str, _Outbox] = {}
         self._nursery: trio.Nursery | None = None
         self._tls: ssl.SSLContext | None = None
+        # Where webhook:fired and webhook:failed go (the router's announce; None: nowhere).
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
 
     def sink(self, hub: EventHub, queue: str) -> QueueEventSink:
         """The event sink of queue ``queue``'s actor."""
@@ -205,21 +208,31 @@ class WebhookDelivery:
         if hook.secret:
             headers["X-Webhook-Signature"] = hmac.new(
                 hook.secret.encode(), body, hashlib.sha256).hexdigest()
+        error = "Webhook delivery failed after max retries"
         for attempt in range(1, self._max_attempts + 1):
             try:
                 if await self._attempt(client, url, body, headers):
                     hook.success_count += 1
                     hook.last_triggered = self._now_ms()
+                    self._tell("webhook:fired", hook, payload)
                     return
             except AddressRefused as exc:
                 log.warning("webhook %s not delivered: %s", hook.id, exc)
+                error = str(exc)
                 break
             except Exception as exc:  # whatever fails one attempt fails this delivery
                 log.warning("webhook %s not delivered: %r", hook.id, exc)
+                error = str(exc) or type(exc).__name__
                 break
             if attempt < self._max_attempts:
                 await trio.sleep(self._retry_delay_s * attempt)
         hook.failure_count += 1
+        self._tell("webhook:failed", hook, payload, error=error)
+
+    def _tell(self, name: str, hook: Webhook, payload: dict[str, Any], **more: Any) -> None:
+        if self.announce is not None:
+            self.announce([broker_event(name, self._now_ms(), webhookId=hook.id,
+                                        url=hook.url, event=payload["event"], **more)])
 
     async def _attempt(self, client: httpx.AsyncClient, url: httpx.URL, body: bytes,
                        headers: dict[str, str]) -> bool:

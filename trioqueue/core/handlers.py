@@ -48,7 +48,9 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     parse = JobsParser(q, jobs, ctx)
     if not slices.is_long(len(jobs)):
         specs = parse(0, len(jobs))
-        return {"ids": admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)}
+        before = q.c.pushed
+        ids = admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)
+        return slices.batch_pushed(q, len(jobs), before, ids, ctx.now)
     # Validation as well as admission in slices (1,000 jobs took 6-12 ms to validate):
     # the batch is still refused whole, before any of it is admitted.
     return pushb_sliced(q, len(jobs), parse, ctx.now, ctx.storage_full)
@@ -111,7 +113,7 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
         return leased
     jobs, tokens = leased
     if jobs or timeout <= 0:
-        return q.pull_reply(jobs, tokens, batch=batch, owner=owner)
+        return q.pull_reply(jobs, tokens, batch=batch, owner=owner, now=ctx.now)
     return PullWaiter(handle=None, count=count, batch=batch, owner=owner, lock_ttl=lock_ttl,
                       conn=ctx.conn, detach=detach, deadline_ms=int(ctx.now + timeout))
 

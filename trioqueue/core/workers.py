@@ -18,6 +18,8 @@ from .ids import uuid7
 
 WORKER_TIMEOUT_MS = 30_000
 WORKER_NOT_FOUND = "Worker not found"
+# The failure counts at which a worker's failures are told (worker:error), as bunqueue.
+FAILURE_MARKS = (5, 10, 25, 50, 100)
 
 
 @dataclass
@@ -121,12 +123,30 @@ class WorkerRegistry:
         if worker is None:
             raise Refused(WORKER_NOT_FOUND)
         # absolute values, as the worker counts them
+        was_busy, failed_before = worker.active_jobs > 0, worker.failed
         worker.active_jobs = _count(msg.get("activeJobs"), "activeJobs", worker.active_jobs)
         worker.processed = _count(msg.get("processed"), "processed", worker.processed)
         worker.failed = _count(msg.get("failed"), "failed", worker.failed)
         worker.last_seen = now
         self.events.append(broker_event("worker:heartbeat", now, workerId=worker.id))
+        self._tell_load(worker, now, was_busy, failed_before)
         return {"data": {"ok": True}}
+
+    def _tell_load(self, worker: WorkerEntry, now: int, was_busy: bool,
+                   failed_before: int) -> None:
+        """What a heartbeat's numbers say (our workers report them, where bunqueue's
+        broker counts its own deliveries): ``worker:idle`` when the last active job is
+        done, ``worker:error`` when the failures pass 5, 10, 25, 50 or 100."""
+        if was_busy and not worker.active_jobs:
+            self.events.append(broker_event("worker:idle", now, workerId=worker.id,
+                                            processedJobs=worker.processed))
+        total = worker.processed + worker.failed
+        if total >= 5 and any(failed_before < mark <= worker.failed
+                              for mark in FAILURE_MARKS):
+            self.events.append(broker_event(
+                "worker:error", now, workerId=worker.id, name=worker.name,
+                failedJobs=worker.failed, processedJobs=worker.processed,
+                failureRate=round(worker.failed / total, 3)))
 
     def list(self, now: int) -> dict[str, Any]:
         self.reap(now)

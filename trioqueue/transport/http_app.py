@@ -161,6 +161,9 @@ class HttpApp:
                 if not authorized(self._config.auth_tokens, headers):
                     return Response(401, error_body("Unauthorized"))
         elif not authorized(self._config.auth_tokens, headers):
+            if self.announce is not None:
+                self.announce([broker_event("auth:failed", int(time.time() * 1000),
+                                            transport="http")])
             return Response(401, error_body("Unauthorized"))
         if method == "GET" and (path == "/events" or path.startswith("/events/queues/")):
             return await self.sse.serve(scope, receive, send, stream, path, cors)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ import trio
 from ..actors.cluster_clients import PeerClients
 from ..actors.request import OnReply, Request
 from ..config import Config
+from ..core.broker_events import broker_event
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
@@ -59,6 +61,7 @@ class SessionRouter(Protocol):
     async def dispatch(self, routed: list[tuple[Command, Request]]) -> None: ...
     def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
+    def announce(self, events: list[dict[str, Any]]) -> None: ...
 
 
 class ClusterView(Protocol):
@@ -144,6 +147,8 @@ class Session:
         # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
         self._large_min = broker.config.large_frame_bytes or _NEVER
         self.authenticated = not broker.config.auth_tokens
+        # Which transport carries it, as the dashboard's auth:failed tells it.
+        self.transport = "tcp"
         # In a cluster, when this connection is another broker's peer link (ClusterPeer):
         # that broker's id (its commands are never forwarded on: actors/cluster_routes.py)
         # and the stand-ins of its clients (actors/cluster_clients.py).
@@ -442,6 +447,8 @@ class Session:
         if token_accepted(self.config.auth_tokens, token):
             self.authenticated = True
             return True
+        self.router.announce([broker_event("auth:failed", int(time.time() * 1000),
+                                           transport=self.transport)])
         return False
 
     def become_peer(self, broker_id: str) -> None:

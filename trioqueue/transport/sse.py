@@ -132,7 +132,7 @@ class SseHub:
         if not self.clients:
             self._live.add(self._on_frame, job_events=True)
         self.clients.add(client)
-        self._connections.open("sse")
+        client_id = self._connections.open("sse")
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump, client, send, nursery.cancel_scope)
@@ -140,7 +140,7 @@ class SseHub:
                     pass
                 nursery.cancel_scope.cancel()
         finally:
-            self._connections.close("sse")
+            self._connections.close("sse", client_id)
             self.clients.discard(client)
             if not self.clients:
                 self._live.remove(self._on_frame)

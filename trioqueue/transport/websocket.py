@@ -67,6 +67,7 @@ class WsConnection:
         self.session = Session(broker, encode=self._encode, on_overflow=self._overflow,
                                on_outbox_bytes=self._charge_replies,
                                encode_later=self._encode_later)
+        self.session.transport = "websocket"
         self.queue = queue  # the path's queue filter (None: every queue)
         self.event_codec = event_codec
         self.patterns: list[str] | None = None  # None: legacy mode, raw events
@@ -453,7 +454,7 @@ class WsEndpoint:
             shell.refusals.note("WebSocket")
             await _reject(request, 503, b"Too many connections")
             return
-        broker.open_connections.open("websocket")
+        client_id = broker.open_connections.open("websocket")
         try:
             ws = await request.accept()
             connection = WsConnection(broker, ws, shell, queue, event_codec, self._live)
@@ -461,5 +462,5 @@ class WsEndpoint:
                 connection.authenticated_by_bearer()
             await connection.serve()
         finally:
-            broker.open_connections.close("websocket")
+            broker.open_connections.close("websocket", client_id)
             broker.connections.release()

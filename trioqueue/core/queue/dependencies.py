@@ -247,6 +247,8 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
         if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
             q._bury(job, now, "unknown",
                        f"Child job {child_id} failed: {outcome.get('error')}")
+            q._announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
+                        error=outcome.get("error") or "Child job failed")
             return
         if policy == flows.CONTINUE_PARENT:
             for other in job.pending:
@@ -270,6 +272,11 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
             q._enqueue(job, now)
             q._persist(job)
             q._emit("waiting", job.id, now, prev="waiting-children")
+            q._announce("job:dependencies-resolved", now, jobId=job.id)
+            children = len(job.children_ids)
+            if children and job.children_completed >= children:
+                q._announce("flow:completed", now, parentJobId=job.id,
+                            childrenCount=children)
             return
     q._persist(job)
 
