@@ -28,9 +28,10 @@ StartServer = Callable[..., Awaitable[Server]]
 pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
 
 MIB = 1024 * 1024
-# 1M small maps: about 8 MB as JSON text, 4 MB as CBOR (sent whole, 8 MB of JSON took
-# one step of 10-25 ms of CPU: the WebSocket library's copies)
-DATA = [{"a": 1}] * 1_000_000
+# 200,000 small maps: 7.8 MB as JSON text, 7 MB as CBOR; many values, so that the reply
+# is encoded in slices (transport/value_slices.py). Sent whole, one step took 23-27 ms of
+# CPU for the JSON text, 7 ms for the CBOR (the WebSocket library's copies).
+DATA = [{"k": "v" * 30}] * 200_000
 # the broker's longest step of CPU while it sends or takes a large message
 STEP_CPU_MS = 5.0
 
@@ -167,7 +168,7 @@ async def a_job_of_many_values(server: Server) -> str:
 async def test_a_large_reply_is_sent_in_pieces_and_other_connections_are_served_meanwhile(
     start_server: StartServer, kind: int,
 ) -> None:
-    """A GetJob reply of 1M small maps (8 MB of JSON text; 4 MB of CBOR) goes out as
+    """A GetJob reply of 200,000 small maps (7.8 MB of JSON text; 7 MB of CBOR) goes out as
     a fragmented message: it arrives whole and equal, the broker takes no step of
     STEP_CPU_MS or more while it sends, a Ping on another connection is answered while
     the message is on its way, and the next reply of the same connection comes after
