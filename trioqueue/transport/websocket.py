@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import mmap
 import time
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -291,12 +290,10 @@ class WsConnection:
                     if idle:
                         self._rx_at = trio.current_time()
                     codec: Codec = JSON if text else CBOR
+                    size = len(raw)  # (a memory map is unmapped once decoded)
                     bound: int | None = None
-                    if large and len(raw) >= large:
+                    if large and size >= large:
                         decoded, bound = await self._decode_large(codec, raw)
-                    elif isinstance(raw, mmap.mmap):  # (large_frame_bytes 0: off)
-                        decoded = codec.decode(raw)
-                        unmap_soon(raw)
                     else:
                         try:
                             decoded = codec.decode(raw)
@@ -304,13 +301,16 @@ class WsConnection:
                             # a fresh error: the raised one's traceback holds this
                             # frame, which would hold it (a cycle only a full GC frees)
                             decoded = DecodeError(str(exc))
-                            if isinstance(raw, bytes):
-                                decoded.req_id = salvage_req_id(codec.name, raw)
+                            decoded.req_id = salvage_req_id(codec.name, raw)
+                        finally:
+                            # (a memory map when large_frame_bytes is off or above the
+                            # size a message is gathered in one: ws_socket.py)
+                            unmap_soon(raw)
                     if isinstance(decoded, dict) and decoded.get("cmd") in (
                             "Subscribe", "Unsubscribe"):
                         self._subscription_command(decoded, codec)
                         continue
-                    await session.handle([(decoded, len(raw), bound)], tag=codec)
+                    await session.handle([(decoded, size, bound)], tag=codec)
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf
