@@ -35,7 +35,8 @@ from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final, NoReturn
 
 from .datamodel import MAX_DEPTH, DecodeError, validated_steps
-from .long_strings import text_steps
+from .framing import Payload
+from .long_strings import joined_text_steps, text_steps
 from .slicing import Slicer, Steps, run_sliced
 
 __all__ = ["WINDOW_CHARS", "decode_large_json", "json_decode_steps"]
@@ -78,7 +79,7 @@ def _bad(what: str) -> DecodeError:
     return DecodeError(f"invalid JSON payload: {what}")
 
 
-async def decode_large_json(raw: bytes, text: str | None = None, *, bound_up_to: int
+async def decode_large_json(raw: Payload, text: str | None = None, *, bound_up_to: int
                             ) -> tuple[Any, int | None]:
     """Decode and validate the JSON text ``raw`` (its UTF-8 bytes; ``text``: the same
     text when the caller has it) in slices; (value, JSON bound or None). Raises
@@ -88,7 +89,7 @@ async def decode_large_json(raw: bytes, text: str | None = None, *, bound_up_to:
     return await run_sliced(json_decode_steps(raw, text, slicer, bound_up_to), slicer)
 
 
-def json_decode_steps(raw: bytes, text: str | None, slicer: Slicer, bound_up_to: int
+def json_decode_steps(raw: Payload, text: str | None, slicer: Slicer, bound_up_to: int
                       ) -> Steps[tuple[Any, int | None]]:
     """The work of :func:`decode_large_json`, as a generator that yields between slices."""
     try:
@@ -237,7 +238,8 @@ class _JsonWalk:
     def _long_string(self) -> Steps[str]:
         """The string at ``pos``, too long for the window, decoded a piece of about
         ``PIECE_CHARS`` at a time: each piece ends between two escapes (never between
-        the two of a surrogate pair), and the pieces are joined once."""
+        the two of a surrogate pair); ASCII pieces are joined a piece at a time, others
+        once."""
         text = self.text
         at = self.pos + 1
         parts = []
@@ -257,4 +259,4 @@ class _JsonWalk:
                 yield
         self.pos = at + 1
         self.slicer.look_soon()
-        return "".join(parts)
+        return (yield from joined_text_steps(parts, self.slicer))

@@ -70,3 +70,19 @@ def bytes_steps(view: memoryview, slicer: Slicer) -> Steps[bytes]:
         if slicer.due(CHECK_EVERY):
             yield
     return out
+
+
+def joined_text_steps(parts: list[str], slicer: Slicer) -> Steps[str]:
+    """``"".join(parts)``, made a part at a time when every part is ASCII (a long JSON
+    string decoded in pieces: joined at once, 32 MB held the loop about 15 ms). Other
+    text is joined in one copy, as :func:`text_steps` does."""
+    if not HAVE_PIECES or not all(part.isascii() for part in parts):
+        return "".join(parts)
+    text = new_ascii(sum(map(len, parts)))
+    at = 0
+    for part in parts:
+        fill(text, at, part.encode("ascii"))
+        at += len(part)
+        if slicer.due(CHECK_EVERY):
+            yield
+    return text

@@ -217,12 +217,19 @@ class SlicedValue:
         self.estimate_bytes = HEAVY_VALUES
 
     def step(self) -> str | bytes | None:
+        parts = self.step_parts()
+        if parts is None:
+            return None
+        return "".join(parts) if self._text else b"".join(parts)  # type: ignore[arg-type]
+
+    def step_parts(self) -> list[str] | list[bytes | memoryview] | None:
+        """:meth:`step`, the message given as its parts, not joined (a WebSocket sender
+        sends them a piece at a time: joining megabytes is a long step)."""
         self._slicer.restart()
         try:
             next(self._steps)
         except StopIteration as done:
-            parts = done.value
-            return "".join(parts) if self._text else b"".join(parts)
+            return done.value  # type: ignore[no-any-return]
         return None
 
 
