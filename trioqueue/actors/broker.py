@@ -175,10 +175,8 @@ class Broker(ClusterMember):
                                   config.max_data_bytes)
                       if self.storage.ahead_piece_bytes else None)
         # An ACK's result or a progress of many values is made ready a slice at a
-        # time before the command (its row encoded, unless the store encodes its rows
-        # off the loop; its JSON text made).
-        self.large_values = LargeValues(self.storage,
-                                        encode_results=not self.storage.apply_blocks)
+        # time before the command (its row encoded; its JSON text made).
+        self.large_values = LargeValues(self.storage)
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)

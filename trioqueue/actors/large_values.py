@@ -12,8 +12,8 @@ loop. A session that decodes such a command (a list or map in a frame of
 * a result's row is encoded a slice at a time (``storage/value_pieces.py``: exactly
   ``encode_result``'s bytes) and handed to the store, whose finish of that very object
   writes it as it is (``Storage.expect_result``; released once the command is
-  answered, whether a finish took it or not). A store that encodes its rows off the
-  event loop (PostgreSQL, in its worker thread) takes none;
+  answered, whether a finish took it or not). PostgreSQL, which commits in a worker
+  thread, takes it too: encoded there, it held the interpreter lock, so the loop;
 * a progress's JSON text is made a slice at a time (``core/json_slices.py``, the
   encoder the core uses) and put in the command in its place: the core makes the same
   message of that text as of the value (text that is not a number is the message);
@@ -51,10 +51,8 @@ _FIELDS: Final = {_RESULT: "result", _RESULTS: "results", _PROGRESS: "progress"}
 class LargeValues:
     """Makes a command's large result or progress ready a slice at a time (the module)."""
 
-    def __init__(self, storage: Storage, *, encode_results: bool) -> None:
+    def __init__(self, storage: Storage) -> None:
         self._storage = storage
-        # whether the store writes rows encoded ahead (else it encodes off the loop)
-        self._encode_results = encode_results
         self.min_chars = AHEAD_MIN_VALUE_BYTES
 
     def value_of(self, request: Request) -> Any:
@@ -84,7 +82,7 @@ class LargeValues:
                 if request.cmd == _RESULTS and not holds_many(result, AHEAD_MIN_VALUES):
                     await trio.lowlevel.checkpoint()
                     continue
-                if self._encode_results and (row := await _result_row(result)) is not None:
+                if (row := await _result_row(result)) is not None:
                     self._storage.expect_result(result, row)
                     encoded.append(result)
                 self._storage.let_go(result)

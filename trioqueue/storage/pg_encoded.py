@@ -35,11 +35,17 @@ from typing import Any, Final
 import msgpack
 
 from ..core.graveyard import Graveyard
+from ..core.value_count import holds_many
 from .kept_data import PACKED_MIN_BYTES, Row
 from .keys import decode_value, encode_value
-from .value_pieces import Packed
+from .value_pieces import Packed, member_pieces, value_pieces
 
-__all__ = ["EncodedData", "packed_record"]
+__all__ = ["EncodedData", "encoded_record", "encoded_value", "packed_record"]
+
+#: A value (a record's data, a result, a schedule's record) holding more values than
+#: this is encoded in runs (:func:`encoded_record`, :func:`encoded_value`): about a
+#: millisecond of encoding or more.
+PIECES_MIN_VALUES: Final = 8192
 
 #: How a data row written ahead begins: ``V({"d": data})``'s map header and key.
 _ROW_PREFIX: Final = b"\x81\xa1d"
@@ -68,6 +74,8 @@ class EncodedData:
         self._pieces: dict[bytes, list[Row]] = {}  # row key -> pieces so far
         self._ahead: dict[int, _Bytes] = {}  # id(data) -> its bytes, until released
         self._held: dict[str, tuple[str, _Bytes]] = {}  # job id -> (queue, bytes)
+        # id(result) -> (result, its row): an ACK's result encoded ahead
+        self._results: dict[int, tuple[Any, bytes]] = {}
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self.graveyard: Graveyard | None = None
 
@@ -101,6 +109,17 @@ class EncodedData:
                 self.graveyard is not None):
             self.graveyard.bury(data)
 
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded on the loop a
+        slice at a time: the finish that stores this very object writes it as it is."""
+        self._results[id(result)] = (result, row)
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        entry = self._results.get(id(result))
+        if entry is not None and entry[0] is result:
+            self._results.pop(id(result), None)
+
     def forget_queue(self, queue: str) -> None:
         """The encodings of a queue this broker no longer owns (a cluster's)."""
         for job_id, (owner, _) in list(self._held.items()):
@@ -111,9 +130,9 @@ class EncodedData:
 
     def record(self, job_id: str, record: dict[str, Any]) -> bytes:
         """``record``'s bytes: its data's joined from those encoded ahead when the data
-        is an object whose bytes are here, else ``encode_value(record)``."""
+        is an object whose bytes are here, else encoded here (:func:`encoded_record`)."""
         if not (self._held or self._ahead):
-            return encode_value(record)
+            return encoded_record(record)
         data = record.get(_DATA_KEY)
         held = self._held.get(job_id)
         if held is not None and held[1].data is data:
@@ -123,7 +142,7 @@ class EncodedData:
             if entry is None or entry.data is not data:
                 if held is not None:
                     del self._held[job_id]  # (its data was replaced)
-                return encode_value(record)
+                return encoded_record(record)
             entry.taken = True
             found = entry
             self._held[job_id] = (record["queue"], entry)
@@ -133,6 +152,49 @@ class EncodedData:
     def forget(self, job_id: str) -> None:
         """The job finished or was deleted: no record of it is written again."""
         self._held.pop(job_id, None)
+
+    def result(self, result: Any) -> bytes:
+        """A finished job's result row: the one encoded ahead for this very object, if
+        any, else encoded here (:func:`encoded_value`)."""
+        entry = self._results.get(id(result))
+        if entry is not None and entry[0] is result:
+            return entry[1]
+        return encoded_value({"r": result})
+
+    def value(self, value: dict[str, Any]) -> bytes:
+        """Any other row's bytes (:func:`encoded_value`)."""
+        return encoded_value(value)
+
+
+def encoded_record(record: dict[str, Any]) -> bytes:
+    """``record``'s bytes, its data of many values encoded a run at a time and placed
+    last. Encoded in one call, such data held the interpreter lock, so the event loop,
+    for all of it; a run at a time, the writer's thread lets go of the lock between two
+    runs as any Python code does. Placed last, a read finds its bytes without walking
+    them (:func:`packed_record`)."""
+    data = record.get(_DATA_KEY)
+    if not holds_many(data, PIECES_MIN_VALUES):
+        return encode_value(record)
+    try:
+        pieces: list[Row] = list(member_pieces(data))
+    except (OverflowError, TypeError, ValueError):
+        return encode_value(record)  # (CBOR, whole: what msgpack cannot hold)
+    return _joined(record, pieces, _thread_packer.pack, _thread_packer.pack_map_header)
+
+
+def encoded_value(value: dict[str, Any]) -> bytes:
+    """``encode_value(value)``, a run at a time when ``value`` holds many values (a
+    result, a schedule's record of a large template, a child's outcome)."""
+    if holds_many(value, PIECES_MIN_VALUES):
+        try:
+            return b"".join(value_pieces(value))
+        except (OverflowError, TypeError, ValueError):
+            pass  # (CBOR, whole: what msgpack cannot hold)
+    return encode_value(value)
+
+
+#: The writer's thread's own packer (one commit at a time).
+_thread_packer: Final = msgpack.Packer(use_bin_type=True, autoreset=True)
 
 
 def _joined(record: dict[str, Any], data: list[Row], pack: Callable[[Any], bytes],

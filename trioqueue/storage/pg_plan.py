@@ -44,6 +44,8 @@ class RecordBytes(Protocol):
 
     def record(self, job_id: str, record: dict[str, Any]) -> bytes: ...
     def forget(self, job_id: str) -> None: ...
+    def result(self, result: Any) -> bytes: ...
+    def value(self, value: dict[str, Any]) -> bytes: ...
 
 
 class _Encoded:
@@ -54,6 +56,12 @@ class _Encoded:
 
     def forget(self, job_id: str) -> None:
         return None
+
+    def result(self, result: Any) -> bytes:
+        return K.encode_result(result)
+
+    def value(self, value: dict[str, Any]) -> bytes:
+        return K.encode_value(value)
 
 
 @dataclass
@@ -102,7 +110,7 @@ def plan_batch(ops: Sequence[Op], records: RecordBytes | None = None) -> BatchPl
             records.forget(op.job_id)  # type: ignore[union-attr]
             _delete(plan, K.job_key(op.job_id))  # type: ignore[union-attr]
         else:
-            _other(plan, op)
+            _other(plan, op, records)
     return plan
 
 
@@ -110,7 +118,7 @@ def _finish(plan: BatchPlan, op: FinishJob, records: RecordBytes) -> None:
     key = K.job_key(op.job_id)
     plan.live_put.pop(key, None)
     plan.live_delete.add(key)
-    result = K.encode_result(op.result) if op.has_result else None
+    result = records.result(op.result) if op.has_result else None
     plan.finished_put[key] = (op.queue, op.state, op.created_at,
                               records.record(op.job_id, op.record), result)
     records.forget(op.job_id)
@@ -126,12 +134,12 @@ def _delete(plan: BatchPlan, key: bytes) -> None:
     plan.outcomes_cleared.add(key)
 
 
-def _other(plan: BatchPlan, op: Any) -> None:
+def _other(plan: BatchPlan, op: Any, records: RecordBytes) -> None:
     cls = type(op)
     if cls is PutDepOutcome:
         parent = K.job_key(op.parent_id)
         plan.outcomes_put.setdefault(parent, {})[K.job_key(op.child_id)] = (
-            K.encode_value(op.outcome))
+            records.value(op.outcome))
     elif cls is PutQueueMeta:
         plan.queue_meta[op.queue] = K.encode_value(op.meta)
     elif cls is PutBrokerRecord:
@@ -141,7 +149,7 @@ def _other(plan: BatchPlan, op: Any) -> None:
             plan.broker_put.pop(key, None)
             plan.broker_delete.add(key)
         else:
-            plan.broker_put[key] = K.encode_value(op.value)
+            plan.broker_put[key] = records.value(op.value)
             plan.broker_delete.discard(key)
     else:
         raise ValueError(f"unknown storage operation: {op!r}")

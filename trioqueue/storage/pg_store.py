@@ -43,6 +43,7 @@ from ..core.value_count import OPEN_MIN_MEMBERS
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
+from .kept_data import PACKED_MIN_BYTES, read_result
 from .ops import validate_writes
 from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
@@ -113,6 +114,12 @@ class PgStorage(Storage):
 
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         self._encoded.drop(row_key)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._encoded.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._encoded.release_result(result)
 
     def let_go(self, value: Any) -> None:
         """Job data a commit finished or a read answered: a container of many members
@@ -211,6 +218,12 @@ class PgStorage(Storage):
         if raw is None or raw[0] is None:
             return False, None
         return True, K.decode_result(raw[0])
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        """A large result left encoded, for the queue's actor to decode a slice at a
+        time (decoded here, it held the interpreter lock, so the loop, for all of it)."""
+        raw = self._one(L.GET_RESULT, job_id)
+        return read_result(None if raw is None else raw[0], PACKED_MIN_BYTES)
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue, for those of ``job_ids`` that are finished jobs (one round

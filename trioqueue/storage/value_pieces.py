@@ -33,7 +33,7 @@ from ..core.presized import entries_bound, presized_dict
 from ..core.value_count import OPEN_MIN_MEMBERS, has_big, is_big
 from .keys import decode_value
 
-__all__ = ["OPEN_MIN_MEMBERS", "Packed", "unpacked_steps", "value_pieces"]
+__all__ = ["OPEN_MIN_MEMBERS", "Packed", "member_pieces", "unpacked_steps", "value_pieces"]
 
 #: Work aimed at per run (one C call), in seconds.
 RUN_S: Final = 0.0002
@@ -68,6 +68,14 @@ def value_pieces(value: Any) -> Iterator[bytes]:
             yield _pack(member)
 
 
+def member_pieces(value: Any) -> Iterator[bytes]:
+    """The bytes msgpack gives ``value`` itself (a member of a stored map, as a job's
+    data is of its record), in pieces as :func:`value_pieces` makes a member's."""
+    kind = type(value)
+    if kind is list or kind is dict:
+        yield from _opened(value)
+    else:
+        yield _pack(value)
 
 
 def _opened(value: list[Any] | dict[Any, Any]) -> Iterator[bytes]:
