@@ -114,7 +114,9 @@ async def _result_row(result: Any) -> bytes | None:
                 began = clock()
     except (OverflowError, TypeError, ValueError):
         return None
-    return b"".join(parts)
+    row = b"".join(parts)
+    await trio.lowlevel.checkpoint()  # (the join copies it all: not in the command's step)
+    return row
 
 
 async def _json_text(value: Any) -> str | None:

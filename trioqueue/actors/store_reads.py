@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from ..core.queue import QueueState
-from ..core.queue.finished import FinishedView, NeedData, Read
+from ..core.queue.finished import OUTCOMES, FinishedView, NeedData, Read
 from ..storage.port import Storage
 from ..storage.reads import fetch
 from ..storage.value_pieces import Packed, unpacked_steps
@@ -67,7 +67,7 @@ class StoreReads:
         self._committer.commit_now()
         storage, name = self._storage, self.name
         answers = [fetch(storage, name, read, packed=True) for read in need.reads]
-        if any(map(_packed, answers)):
+        if any(map(_packed, need.reads, answers)):
             self._need, self._fetched = need, answers
             return True  # decoded by the actor's task, a slice at a time
         for read, answer in zip(need.reads, answers, strict=True):
@@ -105,7 +105,9 @@ class StoreReads:
                 lambda: [fetch(storage, name, read, packed=True) for read in need.reads])
         for index, answer in enumerate(answers):
             kind = type(answer)
-            if kind is dict and "data" in answer:
+            if need.reads[index][0] == OUTCOMES:
+                await self._unpacked_outcomes(answer)
+            elif kind is dict and "data" in answer:
                 await self._unpacked(answer, read_here)
             elif kind is tuple and len(answer) == 2 and answer[0] is True:
                 # a result read back (GetResult): its row is V({"r": result})
@@ -134,6 +136,14 @@ class StoreReads:
             return
         self._storage.let_go(data)
 
+    async def _unpacked_outcomes(self, outcomes: dict[str, Any]) -> None:
+        """A parent's outcome rows that came encoded (a child's result of many values)
+        decoded a slice at a time, and let go of (freed in slices once done with)."""
+        for child, outcome in outcomes.items():
+            if type(outcome) is Packed:
+                outcomes[child] = decoded = await _decoded(outcome)
+                self._storage.let_go(decoded)
+
     @contextmanager
     def reading_directly(self) -> Iterator[None]:
         """While the shell itself drives the core (recovery), misses are fetched at
@@ -151,9 +161,11 @@ class StoreReads:
 
 
 
-def _packed(answer: Any) -> bool:
-    """Whether a read's answer holds a row left undecoded (a record's data, or a
-    result: ``(True, Packed)``)."""
+def _packed(read: Read, answer: Any) -> bool:
+    """Whether a read's answer holds a row left undecoded (a record's data, a result:
+    ``(True, Packed)``, or a parent's outcome rows)."""
+    if read[0] == OUTCOMES:
+        return any(type(outcome) is Packed for outcome in answer.values())
     kind = type(answer)
     if kind is dict:
         return type(answer.get("data")) is Packed

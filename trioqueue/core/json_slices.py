@@ -25,10 +25,13 @@ from .job import JobWire
 from .slicing import Slicer, Steps
 from .value_count import weight
 
-__all__ = ["RUN_VALUES", "Runs", "compact_json", "json_steps"]
+__all__ = ["PIECE_CHARS", "RUN_VALUES", "Runs", "compact_json", "json_bytes_steps",
+           "json_steps"]
 
 #: The most values one call of the encoder encodes (then the walk may yield).
 RUN_VALUES: Final = 2048
+#: About how many characters of text one piece of :func:`json_bytes_steps` holds.
+PIECE_CHARS: Final = 256 * 1024
 
 LISTS: Final = frozenset({list, tuple})
 MAPS: Final = frozenset({dict, JobWire})
@@ -130,3 +133,25 @@ def json_steps(value: Any, slicer: Slicer,
     walk = _JsonWalk(slicer, encode)
     yield from walk.value(value)
     return walk.parts
+
+
+def json_bytes_steps(value: Any, slicer: Slicer,
+                     encode: Callable[[Any], str] = compact_json) -> Steps[list[bytes]]:
+    """``encode(value)`` in UTF-8, as pieces of about :data:`PIECE_CHARS` characters to
+    send one after another (a body, a stream's frame), in slices: joining and encoding
+    8M characters at once is itself a long step."""
+    parts = yield from json_steps(value, slicer, encode)
+    pieces: list[bytes] = []
+    at, count = 0, len(parts)
+    while at < count:
+        chars = 0
+        end = at
+        while end < count and chars < PIECE_CHARS:
+            chars += len(parts[end])
+            end += 1
+        pieces.append("".join(parts[at:end]).encode())
+        at = end
+        slicer.look_soon()  # (a piece is a large piece of work)
+        if slicer.due():
+            yield
+    return pieces

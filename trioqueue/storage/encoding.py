@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record, result_row
+from .kept_data import (
+    KEEP_DATA_BYTES,
+    AheadClaim,
+    KeptData,
+    kept_record,
+    outcome_row,
+    result_row,
+)
 from .keys import (
     MAX_KEY_BYTES,
     U16,
@@ -128,7 +135,7 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             dep_prefix = U16.pack(len(jkey)) + jkey
             append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
         else:
-            append(_encode_other(op))
+            append(_encode_other(op, kept))
     return out
 
 
@@ -143,11 +150,14 @@ def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
     return value
 
 
-def _encode_other(op: Op) -> tuple[Any, ...]:
+def _encode_other(op: Op, kept: KeptData) -> tuple[Any, ...]:
     if isinstance(op, PutQueueMeta):
         return (OP_META, queue_key(op.queue), encode_value(op.meta))
     if isinstance(op, PutDepOutcome):
-        return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
+        outcome = op.outcome
+        row = outcome_row(kept, outcome) if kept.results else None
+        return (OP_DEP, dep_key(op.parent_id, op.child_id),
+                encode_value(outcome) if row is None else row)
     if isinstance(op, PutBrokerRecord):
         value = None if op.value is None else encode_value(op.value)
         return (OP_BROKER, broker_key(op.kind, op.name), value)

@@ -26,9 +26,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, NamedTuple
 
+import msgpack
+
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
-from .keys import decode_result, encode_result, job_key
+from .keys import decode_result, decode_value, encode_result, job_key
 from .value_pieces import Packed
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
@@ -167,6 +169,43 @@ def result_row(kept: KeptData, result: Any) -> bytes:
         if entry is not None and entry[0] is result:
             return entry[1]
     return encode_result(result)
+
+
+def outcome_row(kept: KeptData, outcome: dict[str, Any]) -> bytes | None:
+    """A dependency outcome's row (``V(outcome)``) made from its result's row encoded
+    ahead, when that very result has one: a child's result of many values copied for
+    its parent is not encoded a second time in one call. None otherwise."""
+    if "result" not in outcome or type(outcome) is not dict or len(outcome) > 15:
+        return None
+    result = outcome["result"]
+    entry = kept.results.get(id(result))
+    if entry is None or entry[0] is not result:
+        return None
+    row = entry[1]
+    # V({"r": result}): a fixmap of one entry, the key "r", then the result's bytes
+    if row[:3] != _RESULT_HEAD:
+        return None
+    pieces: list[bytes | memoryview] = [bytes((0x80 | len(outcome),))]
+    try:
+        for key, value in outcome.items():
+            pieces.append(_pack(key))
+            pieces.append(memoryview(row)[3:] if key == "result" else _pack(value))
+    except (OverflowError, TypeError, ValueError):
+        return None  # (encoded whole, as any other row: its CBOR fallback included)
+    return b"".join(pieces)
+
+
+#: The head of a result's row in msgpack: ``{"r": ...}``.
+_RESULT_HEAD: Final = b"\x81\xa1r"
+_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def read_row(raw: bytes, packed_min: int | None) -> Any:
+    """A stored value read back; with ``packed_min``, one at least that long comes as
+    :class:`~.value_pieces.Packed`, for the caller to decode a slice at a time."""
+    if packed_min is not None and len(raw) >= packed_min:
+        return Packed(bytes(raw))
+    return decode_value(raw)
 
 
 def read_result(raw: bytes | None, packed_min: int | None) -> tuple[bool, Any]:

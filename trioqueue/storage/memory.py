@@ -32,6 +32,7 @@ from .kept_data import (
     Row,
     put_data_back,
     read_result,
+    read_row,
     with_data,
 )
 from .keyed_reads import KeyedFinishedReads
@@ -402,13 +403,18 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         return K.idx_page(entries[start : start + limit], len(prefix), limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        return self._dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        return self._dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
+    def _dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
         self._check_open()
         prefix = K.lookup_dep_prefix(parent_id)
         group = None if prefix is None else self._deps.get(prefix)
         if not group:
             return {}
-        loads = K.decode_value
-        return {K.dep_child_id(k): loads(group[k]) for k in sorted(group)}
+        return {K.dep_child_id(k): read_row(group[k], packed_min) for k in sorted(group)}
 
     # --- lifecycle ------------------------------------------------------------------
 

@@ -278,6 +278,12 @@ class Storage(abc.ABC):
         ``parent_id`` could never have been stored as a parent.
         """
 
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        """:meth:`dep_outcomes` for a command: a large outcome (a child's result of many
+        values) may come as :class:`~.value_pieces.Packed` (its row undecoded), which
+        the caller decodes a slice at a time."""
+        return self.dep_outcomes(parent_id)
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store. Safe to call twice."""

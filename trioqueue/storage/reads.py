@@ -36,7 +36,7 @@ def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any
     if kind == RESULT:
         return storage.get_result_packed(arg) if packed else storage.get_result(arg)
     if kind == OUTCOMES:
-        return storage.dep_outcomes(arg)
+        return storage.dep_outcomes_packed(arg) if packed else storage.dep_outcomes(arg)
     if kind == COUNT:
         return storage.count_finished(queue, arg)
     if kind == LIST:

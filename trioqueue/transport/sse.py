@@ -10,8 +10,12 @@ stream opened with ``?events=`` patterns gets only the events they match, by the
 of a WebSocket ``Subscribe``, so a dashboard can ask SSE for what it would subscribe to.
 
 A client never slows the broker: frames are queued for it without waiting, bounded by
-``sse_max_unsent_bytes``; past that the client is cut (its socket closed under the
-blocked write: hypercorn's writes are shielded from cancellation, a close is not).
+``sse_max_unsent_bytes``: a client that already has more than that waiting when a frame
+comes is cut (its socket closed under the blocked write: hypercorn's writes are shielded
+from cancellation, a close is not). So a single frame larger than the bound (a completed
+event carrying a large result) still reaches a client that keeps up; a frame of many
+values is made into text once, a slice at a time, by the first pump that comes to it,
+and shared (:mod:`.sse_frames`).
 At most ``sse_max_clients`` at once (503 past it).
 """
 
@@ -32,6 +36,7 @@ from .codec import JSON
 from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
+from .sse_frames import Frame, LargeFrame, make_frame
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
@@ -40,6 +45,7 @@ log = logging.getLogger("trioqueue.sse")
 
 QUEUE_PREFIX = "/events/queues/"
 RETRY_MS = 3000
+HEARTBEAT = b":heartbeat\n\n"
 
 
 class SseClient:
@@ -50,33 +56,42 @@ class SseClient:
                  patterns: list[str] | None = None) -> None:
         self.queue = queue
         self.patterns = patterns
-        self.chunks: list[bytes] = []
-        self.unsent = 0
+        self.chunks: list[Frame] = []
+        self.unsent = 0  # the bytes of the frames in chunks, large ones aside
+        self._large: list[LargeFrame] = []  # those of chunks (made since, maybe)
         self._max_unsent = max_unsent
         self._stream = stream
         self.wake = trio.Event()
         self.cut = False
 
-    def offer(self, queue: str | None, frame: bytes, name: str | None = None) -> None:
+    def offer(self, queue: str | None, frame: Frame, name: str | None = None) -> None:
         if self.cut or (queue is not None and self.queue is not None and queue != self.queue):
             return
         if name is not None and self.patterns is not None and not matches(name, self.patterns):
             return
-        self.chunks.append(frame)
-        self.unsent += len(frame)
-        if self.unsent > self._max_unsent:
-            log.info("cutting an SSE client %d bytes behind", self.unsent)
+        # (a large frame counts its bytes once made, the least they can be before)
+        behind = self.unsent + sum(f.size for f in self._large)
+        if behind > self._max_unsent:
+            log.info("cutting an SSE client %d bytes behind", behind)
             self.cut = True
             self.chunks = []
+            self._large = []
             self._stream.transport_stream.socket.close()  # wakes a blocked write
+        else:
+            self.chunks.append(frame)
+            if type(frame) is bytes:
+                self.unsent += len(frame)
+            else:
+                self._large.append(frame)  # type: ignore[arg-type]
         self.wake.set()
 
-    def take(self) -> bytes:
-        chunk = b"".join(self.chunks)
+    def take(self) -> list[Frame]:
+        chunks = self.chunks
         self.chunks = []
+        self._large = []
         self.unsent = 0
         self.wake = trio.Event()
-        return chunk
+        return chunks
 
 
 class SseHub:
@@ -88,15 +103,14 @@ class SseHub:
         self._max_clients = max_clients
         self._heartbeat_s = heartbeat_s
         self._max_unsent = max_unsent_bytes
-        self._ring: deque[tuple[int, str | None, bytes, str]] = deque(maxlen=replay_events)
+        self._ring: deque[tuple[int, str | None, Frame, str]] = deque(maxlen=replay_events)
         self._next_id = 1
         self.clients: set[SseClient] = set()
 
     def _on_frame(self, name: str, data: dict[str, Any], queue: str | None) -> None:
         event_id = self._next_id
         self._next_id += 1
-        frame = (f"id: {event_id}\nevent: {name}\ndata: {JSON.encode_text(data)}\n\n"
-                 ).encode()
+        frame = make_frame(event_id, name, data)
         self._ring.append((event_id, queue, frame, name))
         for client in self.clients:
             client.offer(queue, frame, name)
@@ -150,10 +164,10 @@ class SseHub:
         while not client.cut:
             with trio.move_on_after(self._heartbeat_s or float("inf")):
                 await client.wake.wait()
-            chunk = client.take() if client.chunks else b":heartbeat\n\n"
+            frames: list[Frame] = client.take() if client.chunks else [HEARTBEAT]
             if client.cut:
                 break
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await _send_frames(client, frames, send)
         done.cancel()
 
 
@@ -164,6 +178,30 @@ def _patterns(query: bytes) -> list[str] | None:
     if values is None:
         return None
     return parse_patterns([p.strip() for v in values for p in v.split(",") if p.strip()])
+
+
+async def _send_frames(client: SseClient, frames: list[Frame], send: Any) -> None:
+    """Send ``frames`` in order: the bytes between two large frames in one body, a large
+    frame made first (a slice per pass, shared with every client) then a piece at a
+    time."""
+    run: list[bytes] = []
+    for frame in frames:
+        if type(frame) is bytes:
+            run.append(frame)
+            continue
+        if run:
+            await send({"type": "http.response.body", "body": b"".join(run),
+                        "more_body": True})
+            run = []
+        large: LargeFrame = frame  # type: ignore[assignment]
+        while not large.step():
+            await trio.lowlevel.checkpoint()
+        for piece in large.pieces or ():
+            if client.cut:
+                return
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    if run:
+        await send({"type": "http.response.body", "body": b"".join(run), "more_body": True})
 
 
 def _last_event_id(headers: list[tuple[bytes, bytes]]) -> int | None:
