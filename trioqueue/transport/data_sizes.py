@@ -34,7 +34,8 @@ from ..core.job_data import DATA_TOO_LARGE
 from .datamodel import DecodeError
 from .slicing import Slicer, Steps
 
-__all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "measured_steps"]
+__all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "job_data_values",
+           "measured_steps"]
 
 #: The commands whose job data has the limit, and where their data is.
 _PUSH: Final = "PUSH"
@@ -388,6 +389,13 @@ def _job_data(msg: Any) -> Iterator[tuple[str, Any]] | None:
             and type(job.get("input")) is dict for job in jobs):
         return ((f"{job['id']}: ", job["input"].get("data")) for job in jobs)
     return None
+
+
+def job_data_values(msg: Any) -> list[Any]:
+    """The job data of a PUSH, PUSHB or PUSHF whose size the core checks (to let go of
+    a refused command's data to the graveyard); [] for any other message."""
+    data = _job_data(msg)
+    return [] if data is None else [value for _, value in data]
 
 
 def _too_large(prefix: str, msg: Any) -> DataTooLarge:

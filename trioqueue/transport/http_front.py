@@ -170,7 +170,7 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
 
     config = broker.config
     listeners = await trio.open_tcp_listeners(port, host=host)
-    runner = CommandRunner(broker)
+    runner = CommandRunner(broker, shell.graveyard)
 
     live = LiveFrames(broker.events, config, runner.run, broker.router,
                       lambda: broker.clock.now_ms())

@@ -360,10 +360,12 @@ class WsConnection:
         """A large JSON text message, decoded in slices as a large REST body is
         (transport/large_json.py): its text made from its bytes a piece at a time."""
         try:
-            return await decode_large_json(raw, bound_up_to=self._limits.max_data_bytes)
+            return await decode_large_json(raw, bound_up_to=self._limits.max_data_bytes,
+                                           graveyard=self._shell.graveyard)
         except DecodeError as exc:
-            decoded = DecodeError(str(exc))  # fresh: see _serve_messages
-            decoded.req_id = salvage_req_id(JSON.name, raw)
+            decoded = exc.fresh()  # (see _serve_messages; its data too large, if so)
+            if decoded.req_id is None:
+                decoded.req_id = salvage_req_id(JSON.name, raw)
             return decoded, None
 
     def _message_limit(self) -> int:
