@@ -32,6 +32,7 @@ from .codec import JSON
 from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
+from .sent_marks import Senders, SentCount
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
@@ -56,6 +57,7 @@ class SseClient:
         self._stream = stream
         self.wake = trio.Event()
         self.cut = False
+        self.sent = SentCount()  # frames queued and sent (shutdown waits on it)
 
     def offer(self, queue: str | None, frame: bytes, name: str | None = None) -> None:
         if self.cut or (queue is not None and self.queue is not None and queue != self.queue):
@@ -63,27 +65,33 @@ class SseClient:
         if name is not None and self.patterns is not None and not matches(name, self.patterns):
             return
         self.chunks.append(frame)
+        self.sent.queued += 1
         self.unsent += len(frame)
         if self.unsent > self._max_unsent:
             log.info("cutting an SSE client %d bytes behind", self.unsent)
             self.cut = True
             self.chunks = []
+            self.sent.close()
             self._stream.transport_stream.socket.close()  # wakes a blocked write
         self.wake.set()
 
-    def take(self) -> bytes:
+    def take(self) -> tuple[bytes, int]:
+        """What is queued, in one chunk, and how many frames it holds."""
+        frames = len(self.chunks)
         chunk = b"".join(self.chunks)
         self.chunks = []
         self.unsent = 0
         self.wake = trio.Event()
-        return chunk
+        return chunk, frames
 
 
 class SseHub:
     def __init__(self, live: LiveFrames, connections: ConnectionCounts, *, max_clients: int,
                  heartbeat_s: float,
-                 replay_events: int, max_unsent_bytes: int) -> None:
+                 replay_events: int, max_unsent_bytes: int,
+                 senders: Senders | None = None) -> None:
         self._live = live
+        self._senders = senders if senders is not None else Senders()
         self._connections = connections
         self._max_clients = max_clients
         self._heartbeat_s = heartbeat_s
@@ -132,6 +140,7 @@ class SseHub:
         if not self.clients:
             self._live.add(self._on_frame, job_events=True)
         self.clients.add(client)
+        self._senders.add(client.sent)
         client_id = self._connections.open("sse")
         try:
             async with trio.open_nursery() as nursery:
@@ -142,6 +151,8 @@ class SseHub:
         finally:
             self._connections.close("sse", client_id)
             self.clients.discard(client)
+            self._senders.discard(client.sent)
+            client.sent.close()
             if not self.clients:
                 self._live.remove(self._on_frame)
         return None
@@ -150,10 +161,11 @@ class SseHub:
         while not client.cut:
             with trio.move_on_after(self._heartbeat_s or float("inf")):
                 await client.wake.wait()
-            chunk = client.take() if client.chunks else b":heartbeat\n\n"
+            chunk, frames = client.take() if client.chunks else (b":heartbeat\n\n", 0)
             if client.cut:
                 break
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            client.sent.settle(frames)
         done.cancel()
 
 
