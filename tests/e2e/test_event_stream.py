@@ -520,3 +520,22 @@ async def test_server_shutdown_is_sent_after_what_was_queued_before_it(
         assert (await sub.until("server:shutdown"))["signal"] == "SIGTERM"
         assert [f["event"] for f in sub.seen if "event" in f] == (
             ["job:completed"] * 8 + ["server:shutdown"])
+
+
+async def test_a_subscriber_that_does_not_read_holds_shutdown_only_shutdown_notice_s(
+        start_server: StartServer) -> None:
+    """The wait for server:shutdown to leave is bounded: a subscriber that stopped
+    reading with a backlog queued keeps the connections open no longer than
+    ``shutdown_notice_s``."""
+    server, tcp = await broker(start_server, shutdown_notice_s=0.3)
+    async with open_websocket_url(ws_url(server), max_message_size=64 << 20) as ws:
+        await Subscriber(ws).subscribe("server:*", "job:completed")
+        for _ in range(8):  # 32 MB of events for a client that reads no more
+            job_id = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+            await tcp.ok("PULL", queue=Q, timeout=0)
+            await tcp.ok("ACK", id=job_id, result="r" * (4 << 20))
+        started = trio.current_time()
+        server.stop("SIGTERM")
+        with trio.fail_after(DEADLINE_S):
+            await tcp.drain_until_closed()  # (the connections close after the wait)
+        assert 0.3 <= trio.current_time() - started < 2
