@@ -244,6 +244,24 @@ class Config:
     storage_status_interval_s: float = 30.0
     queue_counts_coalesce_ms: float = 10.0
 
+    # --- the dashboard's monitoring events (bunqueue's QUEUE_IDLE_THRESHOLD_MS,
+    # QUEUE_SIZE_THRESHOLD, WORKER_OVERLOAD_THRESHOLD_MS, STORAGE_WARNING_MB,
+    # MEMORY_WARNING_MB and their defaults; 0 turns each off): queue:idle once a queue
+    # had no job ready or active this long; queue:threshold when its ready jobs reach
+    # this many; worker:overloaded when a worker's heartbeats report it at its
+    # concurrency this long; storage:size-warning and server:memory-warning when the
+    # store's used bytes or the process's resident memory reach this many MiB
+    # (looked at once a second).
+    queue_idle_threshold_ms: float = 30_000.0
+    queue_size_threshold_jobs: int = 0
+    worker_overload_threshold_ms: float = 30_000.0
+    storage_warning_mib: int = 0
+    memory_warning_mib: int = 0
+    # After server:shutdown is told, the broker waits until each WebSocket and SSE
+    # client's queued frames up to the notice are sent, at most this long, before it
+    # closes the connections.
+    shutdown_notice_s: float = 1.0
+
     # --- waiting for results
     removed_result_retention_s: float = 60.0  # results of removeOnComplete jobs, for WaitJob
     max_removed_results: int = 1000
@@ -371,6 +389,17 @@ class Config:
         self._validate_storage_url()
         self._validate_cluster()
         self._validate_store_limits()
+        self._validate_monitoring()
+
+    def _validate_monitoring(self) -> None:
+        for name in ("queue_idle_threshold_ms", "worker_overload_threshold_ms",
+                     "shutdown_notice_s"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number, 0 or more")
+        for name in ("queue_size_threshold_jobs", "storage_warning_mib",
+                     "memory_warning_mib"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0")
 
     def _validate_store_limits(self) -> None:
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:

@@ -17,7 +17,6 @@ from typing import Any
 import trio
 
 from .actors.broker import Broker
-from .actors.passes import give_way
 from .actors.slow_steps import SlowSteps
 from .config import Config
 from .core.broker_events import broker_event
@@ -105,8 +104,9 @@ class Server:
             await self._stop.wait()
             self.broker.router.announce([broker_event(
                 "server:shutdown", self.broker.clock.now_ms(), signal=self._stop_reason)])
-            for _ in range(SHUTDOWN_TOLD_PASSES):  # its frames leave on the open connections
-                await give_way()
+            # Its frames leave on the open connections, after what each had queued.
+            with trio.move_on_after(config.shutdown_notice_s):
+                await self.shell.senders.sent()
             # 1. no new connections; 2. commands already accepted are applied and their
             # replies sent on the still-open connections; 3. connections close, which
             # hands their un-renewed jobs back to the queues (uncharged), and those
@@ -131,11 +131,6 @@ class Server:
             broker_event("server:started", now, tcpPort=self.tcp_port, httpPort=self.ws_port),
             broker_event("server:recovered", now, queues=len(router.actors),
                          jobs=router.live_jobs)])
-
-
-# Passes of every task given to the connections to send server:shutdown before they
-# close (a WebSocket frame takes a pass to be encoded and one to be written).
-SHUTDOWN_TOLD_PASSES = 4
 
 
 def auth_state(config: Config) -> str:

@@ -448,3 +448,94 @@ async def test_server_shutdown_is_told_before_the_connections_close(
         await sub.subscribe("server:*")
         server.stop("SIGTERM")
         assert (await sub.until("server:shutdown"))["signal"] == "SIGTERM"
+
+
+async def test_queue_idle_and_threshold_events(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server, queue_idle_threshold_ms=50,
+                               queue_size_threshold_jobs=3)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("queue:idle", "queue:threshold")
+        ids = [(await tcp.ok("PUSH", queue=Q, name="n"))["id"] for _ in range(3)]
+        threshold = await sub.until("queue:threshold")
+        assert threshold == {**threshold, "queue": Q, "size": 3, "threshold": 3}
+        ids.append((await tcp.ok("PUSH", queue=Q, name="n"))["id"])  # (still over: told once)
+        for _ in ids:
+            job = (await tcp.ok("PULL", queue=Q, timeout=0))["job"]
+            await tcp.ok("ACK", id=job["id"])
+        idle = await sub.until("queue:idle")  # no job ready or active for 50 ms
+        assert idle == {**idle, "queue": Q, "idleSeconds": 0}
+        assert [f["event"] for f in sub.seen if "event" in f] == [
+            "queue:threshold", "queue:idle"]
+        # a new crossing is told again
+        for _ in range(3):
+            await tcp.ok("PUSH", queue=Q, name="n")
+        assert (await sub.until("queue:threshold"))["size"] == 3
+
+
+async def test_worker_overloaded_event(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server, worker_overload_threshold_ms=50)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("worker:overloaded")
+        worker_id = (await tcp.ok("RegisterWorker", name="full", queues=[Q],
+                                  concurrency=2))["data"]["workerId"]
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=2, processed=0, failed=0)
+        await trio.sleep(0.06)  # (the overload must last the threshold: 50 ms)
+        await tcp.ok("Heartbeat", id=worker_id, activeJobs=2, processed=0, failed=0)
+        overloaded = await sub.until("worker:overloaded")
+        assert overloaded == {**overloaded, "workerId": worker_id, "name": "full",
+                              "activeJobs": 2, "concurrency": 2, "overloadedSeconds": 0}
+
+
+async def test_storage_size_and_memory_warnings(start_server: StartServer) -> None:
+    server, tcp = await broker(start_server, storage_warning_mib=1, memory_warning_mib=1)
+    async with open_websocket_url(ws_url(server)) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("storage:size-warning", "server:memory-warning")
+        memory = await sub.until("server:memory-warning")  # (a process takes over 1 MiB)
+        assert memory["thresholdMB"] == 1 and memory["rssMB"] >= 1
+        assert memory["heapUsedMB"] == memory["rssMB"]
+        await tcp.ok("PUSH", queue=Q, name="big", data="x" * (3 << 19))  # 1.5 MiB
+        size = await sub.until("storage:size-warning")
+        assert size == {**size, "thresholdMB": 1} and size["sizeMB"] >= 1
+        assert "queue" not in size and "queue" not in memory  # (broker-wide)
+
+
+async def test_server_shutdown_is_sent_after_what_was_queued_before_it(
+        start_server: StartServer) -> None:
+    """A subscriber that fell behind (32 MB of events queued for it, more than the
+    sockets hold) still gets server:shutdown once it reads on: the broker waits for
+    the notice to be sent before it closes the connections."""
+    server, tcp = await broker(start_server, shutdown_notice_s=10)
+    result = "r" * (4 << 20)
+    async with open_websocket_url(ws_url(server), max_message_size=64 << 20) as ws:
+        sub = Subscriber(ws)
+        await sub.subscribe("server:*", "job:completed")
+        for _ in range(8):  # each ACK's reply comes after its event was queued
+            job_id = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+            assert (await tcp.ok("PULL", queue=Q, timeout=0))["job"]["id"] == job_id
+            await tcp.ok("ACK", id=job_id, result=result)
+        server.stop("SIGTERM")
+        assert (await sub.until("server:shutdown"))["signal"] == "SIGTERM"
+        assert [f["event"] for f in sub.seen if "event" in f] == (
+            ["job:completed"] * 8 + ["server:shutdown"])
+
+
+async def test_a_subscriber_that_does_not_read_holds_shutdown_only_shutdown_notice_s(
+        start_server: StartServer) -> None:
+    """The wait for server:shutdown to leave is bounded: a subscriber that stopped
+    reading with a backlog queued keeps the connections open no longer than
+    ``shutdown_notice_s``."""
+    server, tcp = await broker(start_server, shutdown_notice_s=0.3)
+    async with open_websocket_url(ws_url(server), max_message_size=64 << 20) as ws:
+        await Subscriber(ws).subscribe("server:*", "job:completed")
+        for _ in range(8):  # 32 MB of events for a client that reads no more
+            job_id = (await tcp.ok("PUSH", queue=Q, name="n"))["id"]
+            await tcp.ok("PULL", queue=Q, timeout=0)
+            await tcp.ok("ACK", id=job_id, result="r" * (4 << 20))
+        started = trio.current_time()
+        server.stop("SIGTERM")
+        with trio.fail_after(DEADLINE_S):
+            await tcp.drain_until_closed()  # (the connections close after the wait)
+        assert 0.3 <= trio.current_time() - started < 2

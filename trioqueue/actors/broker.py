@@ -31,6 +31,7 @@ from ..core.clock import Clock
 from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
+from ..core.resource_watch import ResourceWatch
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers
@@ -158,6 +159,8 @@ class Broker(ClusterMember):
         self.open_connections.announce = self.router.announce  # (client:connected...)
         self.open_connections.listening = lambda: self.events.active
         self.open_connections.now_ms = self._now_ms
+        # storage:size-warning and server:memory-warning, looked at with the rates.
+        self.resources = ResourceWatch(config.storage_warning_mib, config.memory_warning_mib)
         # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
         self.storage_health: StorageHealth = stats.storage_health
         if config.otel_enabled:
@@ -420,7 +423,8 @@ class Broker(ClusterMember):
     async def _sample_rates(self) -> None:
         """Sample the totals every RATE_SAMPLE_MS for the rates of Stats and the
         dashboard's throughput history: four counters read per queue, no job and no
-        storage read."""
+        storage read. While someone listens, the store's size and the process's
+        memory are looked at too, when they have a warning threshold (ResourceWatch)."""
         router = self.router
         while True:
             await trio.sleep(RATE_SAMPLE_MS / 1000)
@@ -434,6 +438,13 @@ class Broker(ClusterMember):
             now = self.clock.now_ms()
             router.stats.rates.sample(now, pushed, pulled)
             router.stats.history.sample(now, pushed, completed, failed)
+            if self.resources.on and self.events.active:
+                router.announce(self.resources.look(now, self.storage.used_bytes,
+                                                    self._rss_bytes))
+
+    @staticmethod
+    def _rss_bytes() -> int:
+        return process_numbers().rss_bytes
 
     async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""

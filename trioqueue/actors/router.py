@@ -130,7 +130,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self._spawn = spawn
         self._index: SplitDict[str, str] = SplitDict()  # inserts never copy it whole
         self.actors: dict[str, QueueActor] = {}
-        self.workers = WorkerRegistry()
+        self.workers = WorkerRegistry(overload_ms=int(limits.worker_overload_threshold_ms))
         # the cron scheduler (actors/scheduler.py), set by the broker when it runs
         self.crons: Any = None
         self.webhooks = WebhookRegistry()

@@ -37,6 +37,10 @@ class WorkerEntry:
     processed: int = 0
     failed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Since when its heartbeats report it at its concurrency (None: below it), and
+    # whether worker:overloaded was told for that spell.
+    full_since: int | None = None
+    full_told: bool = False
 
     def wire(self, now: int, timeout_ms: int) -> dict[str, Any]:
         return {
@@ -64,8 +68,10 @@ def _count(value: Any, field_name: str, default: int) -> int:
 
 
 class WorkerRegistry:
-    def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS) -> None:
+    def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS, overload_ms: int = 0) -> None:
         self.timeout_ms = timeout_ms
+        # worker:overloaded once a worker was at its concurrency this long (0: never).
+        self.overload_ms = overload_ms
         self.workers: dict[str, WorkerEntry] = {}
         # The dashboard events of the changes (core/broker_events.py), taken by the
         # router after each command and each closed connection.
@@ -130,7 +136,24 @@ class WorkerRegistry:
         worker.last_seen = now
         self.events.append(broker_event("worker:heartbeat", now, workerId=worker.id))
         self._tell_load(worker, now, was_busy, failed_before)
+        if self.overload_ms:
+            self._tell_overload(worker, now)
         return {"data": {"ok": True}}
+
+    def _tell_overload(self, worker: WorkerEntry, now: int) -> None:
+        """``worker:overloaded`` at the first heartbeat that finds the worker at its
+        concurrency for ``overload_ms`` (bunqueue looks every ten seconds); once per
+        spell at capacity, where bunqueue tells it again every threshold."""
+        if not (worker.concurrency and worker.active_jobs >= worker.concurrency):
+            worker.full_since, worker.full_told = None, False
+        elif worker.full_since is None:
+            worker.full_since = now
+        elif not worker.full_told and now - worker.full_since >= self.overload_ms:
+            worker.full_told = True
+            self.events.append(broker_event(
+                "worker:overloaded", now, workerId=worker.id, name=worker.name,
+                activeJobs=worker.active_jobs, concurrency=worker.concurrency,
+                overloadedSeconds=(now - worker.full_since) // 1000))
 
     def _tell_load(self, worker: WorkerEntry, now: int, was_busy: bool,
                    failed_before: int) -> None:

@@ -38,6 +38,7 @@ from ..core.graveyard import Graveyard
 from .doors import Doors
 from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock
+from .sent_marks import Senders
 
 log = logging.getLogger("trioqueue.limits")
 
@@ -323,6 +324,8 @@ class Shell:
         self.doors = Doors(config)
         self.decoding = DecodeTurns(config.max_decoding_total_bytes)
         self.timers = Timers()
+        # The WebSocket and SSE connections' sent frames (shutdown waits on them).
+        self.senders = Senders()
         self.refusals = Refusals(config.max_connections)
         # one clock for every connection's bad frames (read_pacing.py)
         self.bad_frames = BadFrameClock(config.bad_frame_pause_ratio,

@@ -33,6 +33,7 @@ from .codec import DecodeError
 from .commands import AFTER_RELAYS, COMMANDS
 from .data_sizes import DataTooLarge
 from .reply_slices import is_long
+from .sent_marks import SentCount
 from .value_slices import heavy
 
 log = logging.getLogger("trioqueue.session")
@@ -172,6 +173,9 @@ class Session:
         # last looked: it paces such a connection (transport/read_pacing.py).
         self.refused_frames = 0
         self._outbox_bytes = 0
+        # The outbox's frames, queued and done with (transport/sent_marks.py: shutdown
+        # waits for its notice to leave).
+        self.sent = SentCount()
         # Told the bytes this session holds for the sender (queued plus being sent)
         # whenever they change: the broker-wide bound (max_write_queue_total_bytes).
         self._on_outbox_bytes = on_outbox_bytes
@@ -225,11 +229,13 @@ class Session:
                 # max_write_queue_bytes (one large reply to a reader is no overflow).
                 sliced = later(tag, reply)
                 self._outbox.append(sliced)
+                self.sent.queued += 1
                 self._outbox_bytes += sliced.estimate_bytes
                 self._report_outbox()
                 continue
             message = encode(tag, reply)
             self._outbox.append(message)
+            self.sent.queued += 1
             self._outbox_bytes += len(message)
             # Looked at after each reply, not after the batch: a batch of large replies
             # for a client that reads nothing is not all encoded before it is cut.
@@ -238,6 +244,8 @@ class Session:
                 # let the transport close once it is out (or after overflow_notice_s).
                 log.info("closing a connection that does not read its replies")
                 self.overflowed = True
+                self.sent.settle(len(self._outbox))  # (dropped)
+                self.sent.queued += 1
                 self._outbox = [encode(tag, overflow_notice(limit))]
                 self._outbox_bytes = 0
                 self._on_overflow()
@@ -258,6 +266,7 @@ class Session:
     def drop_unsent(self) -> None:
         """Forget every reply and event waiting for the sender; queue nothing more."""
         self.overflowed = True
+        self.sent.settle(len(self._outbox))
         self._outbox = []
         self._outbox_bytes = 0
 
@@ -316,6 +325,7 @@ class Session:
             self._sending_bytes = self._outbox_bytes
             self._outbox_bytes = 0
             await send(out)
+            self.sent.settle(len(out))
             if self._sending_bytes:
                 self._sending_bytes = 0
                 self._report_outbox()
@@ -500,6 +510,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self.sent.close()
         self.unsubscribe()
         if self._cluster_stream is not None:
             self.events.unsubscribe(self._cluster_stream)

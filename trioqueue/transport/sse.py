@@ -37,6 +37,7 @@ from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
 from .sse_frames import Frame, LargeFrame, make_frame
+from .sent_marks import Senders, SentCount
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
@@ -63,6 +64,7 @@ class SseClient:
         self._stream = stream
         self.wake = trio.Event()
         self.cut = False
+        self.sent = SentCount()  # frames queued and sent (shutdown waits on it)
 
     def offer(self, queue: str | None, frame: Frame, name: str | None = None) -> None:
         if self.cut or (queue is not None and self.queue is not None and queue != self.queue):
@@ -76,9 +78,11 @@ class SseClient:
             self.cut = True
             self.chunks = []
             self._large = []
+            self.sent.close()
             self._stream.transport_stream.socket.close()  # wakes a blocked write
         else:
             self.chunks.append(frame)
+            self.sent.queued += 1
             if type(frame) is bytes:
                 self.unsent += len(frame)
             else:
@@ -97,8 +101,10 @@ class SseClient:
 class SseHub:
     def __init__(self, live: LiveFrames, connections: ConnectionCounts, *, max_clients: int,
                  heartbeat_s: float,
-                 replay_events: int, max_unsent_bytes: int) -> None:
+                 replay_events: int, max_unsent_bytes: int,
+                 senders: Senders | None = None) -> None:
         self._live = live
+        self._senders = senders if senders is not None else Senders()
         self._connections = connections
         self._max_clients = max_clients
         self._heartbeat_s = heartbeat_s
@@ -146,6 +152,7 @@ class SseHub:
         if not self.clients:
             self._live.add(self._on_frame, job_events=True)
         self.clients.add(client)
+        self._senders.add(client.sent)
         client_id = self._connections.open("sse")
         try:
             async with trio.open_nursery() as nursery:
@@ -156,6 +163,8 @@ class SseHub:
         finally:
             self._connections.close("sse", client_id)
             self.clients.discard(client)
+            self._senders.discard(client.sent)
+            client.sent.close()
             if not self.clients:
                 self._live.remove(self._on_frame)
         return None
@@ -165,9 +174,11 @@ class SseHub:
             with trio.move_on_after(self._heartbeat_s or float("inf")):
                 await client.wake.wait()
             frames: list[Frame] = client.take() if client.chunks else [HEARTBEAT]
+            told = 0 if frames == [HEARTBEAT] else len(frames)
             if client.cut:
                 break
             await _send_frames(client, frames, send)
+            client.sent.settle(told)
         done.cancel()
 
 

@@ -249,6 +249,7 @@ class WsConnection:
 
     async def serve(self) -> None:
         session = self.session
+        self._shell.senders.add(session.sent)  # (shutdown waits for its notice)
         self._timer.arm(self._next_deadline())
         if not self._authenticated:
             self._shell.doors.arrived(self)  # (may close the oldest not authenticated)
@@ -265,6 +266,7 @@ class WsConnection:
             self._shell.doors.settled(self)
             self._timer.cancel()
             self._shell.replies.release(self)
+            self._shell.senders.discard(session.sent)
             session.close()
         if self._close_with is not None:
             # Cancelled (grace 0 included), aclose still closes the socket.
