@@ -36,8 +36,8 @@ from .codec import JSON
 from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
-from .sse_frames import Frame, LargeFrame, make_frame
 from .sent_marks import Senders, SentCount
+from .sse_frames import Frame, LargeFrame, make_frame
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream
