@@ -153,18 +153,9 @@ class HttpApp:
         probe = HEALTH_ROUTES.get(path)
         if probe is not None and method == "GET":
             return await probe(self.health)
-        if path == "/prometheus":
-            if self._config.metrics_auth:
-                if not self._config.auth_tokens:
-                    return Response(503, error_body("Metrics auth is on but no tokens "
-                                                    "are configured"))
-                if not authorized(self._config.auth_tokens, headers):
-                    return Response(401, error_body("Unauthorized"))
-        elif not authorized(self._config.auth_tokens, headers):
-            if self.announce is not None:
-                self.announce([broker_event("auth:failed", int(time.time() * 1000),
-                                            transport="http")])
-            return Response(401, error_body("Unauthorized"))
+        refused = self._unauthorized(path, headers)
+        if refused is not None:
+            return refused
         if method == "GET" and (path == "/events" or path.startswith("/events/queues/")):
             return await self.sse.serve(scope, receive, send, stream, path, cors)
         found = self.routes.find(method, path)
@@ -174,6 +165,26 @@ class HttpApp:
         call = await self.runner.decoded(
             Call(method, path, params, _query(scope), await body.read()))
         return await _until_disconnect(receive, handler(call, self.runner.run))
+
+    def _unauthorized(self, path: str, headers: list[tuple[bytes, bytes]]) -> Response | None:
+        """The answer to a request its token does not admit, or None: ``/prometheus``
+        asks for one only with ``metrics_auth``; any other 401 is told as
+        ``auth:failed``."""
+        tokens = self._config.auth_tokens
+        if path == "/prometheus":
+            if not self._config.metrics_auth:
+                return None
+            if not tokens:
+                return Response(503, error_body("Metrics auth is on but no tokens "
+                                                "are configured"))
+            return None if authorized(tokens, headers) else Response(
+                401, error_body("Unauthorized"))
+        if authorized(tokens, headers):
+            return None
+        if self.announce is not None:
+            self.announce([broker_event("auth:failed", int(time.time() * 1000),
+                                        transport="http")])
+        return Response(401, error_body("Unauthorized"))
 
     def _cors_headers(self, scope: dict[str, Any]) -> list[tuple[str, str]]:
         if not self._cors:
