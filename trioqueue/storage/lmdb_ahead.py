@@ -106,7 +106,7 @@ class LmdbAhead:
         with self._env.begin(write=True) as txn:
             if not txn.stat(self._ahead)["entries"]:
                 return 0
-            claimed = set()
+            claimed: set[bytes] = set()
             for db in (self._claims, self._progress_claims):
                 with txn.cursor(db=db) as cur:
                     claimed.update(K.decode_claim(raw)[0] for raw in cur.iternext(keys=False))
