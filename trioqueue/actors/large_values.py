@@ -17,6 +17,10 @@ loop. A session that decodes such a command (a list or map in a frame of
 * a progress's JSON text is made a slice at a time (``core/json_slices.py``, the
   encoder the core uses) and put in the command in its place: the core makes the same
   message of that text as of the value (text that is not a number is the message);
+  that message (or a long one the command names itself) is then written ahead into
+  the store, a piece a transaction, and the job's record takes the pieces instead of
+  holding the text (``Storage.expect_progress``, storage/kept_progress.py): kept in
+  the record, every write of it copied the 8 MB twice and put it in one step;
 
 and either value is let go of to the store's graveyard, taken apart a slice at a time
 once the command, its events and its reply are done with it. What the encoder cannot
@@ -26,7 +30,9 @@ make (a value msgpack cannot hold, a cycle) is left as it is, for the core's own
 
 from __future__ import annotations
 
+import secrets
 import time
+from collections.abc import Iterator
 from typing import Any, Final
 
 import trio
@@ -34,8 +40,10 @@ import trio
 from ..core.json_slices import json_steps
 from ..core.slicing import Slicer
 from ..core.value_count import holds_many
-from ..storage.port import Storage
+from ..storage.keys import AHEAD_ROW_KEY_BYTES
+from ..storage.port import Storage, StorageFullError
 from ..storage.value_pieces import value_pieces
+from ..utf8_views import utf8_view
 from .ahead_writes import AHEAD_MIN_VALUE_BYTES, AHEAD_MIN_VALUES, ENCODE_SLICE_S
 from .request import OnReply, Request
 
@@ -65,15 +73,24 @@ class LargeValues:
         value = request.msg.get(name)
         if request.cmd == _RESULTS:
             return value if type(value) is list and value else None
-        return value if holds_many(value, AHEAD_MIN_VALUES) else None
+        if holds_many(value, AHEAD_MIN_VALUES):
+            return value
+        if request.cmd == _PROGRESS:
+            message = _message_of(request.msg)
+            if type(message) is str and len(message) >= AHEAD_MIN_VALUE_BYTES:
+                return message  # (a long message as it is: written ahead)
+        return None
 
     async def prepare(self, request: Request, value: Any) -> None:
         """Make ``value`` ready (see the module); the command then runs as any other."""
         if request.cmd == _PROGRESS:
-            text = await _json_text(value)
-            if text is not None:
+            if type(value) is not str:
+                text = await _json_text(value)
+                if text is None:
+                    return
                 request.msg["progress"] = text
                 self._storage.let_go(value)
+            await self._message_ahead(request)
             return
         results = value if request.cmd == _RESULTS else [value]
         encoded: list[Any] = []
@@ -98,6 +115,54 @@ class LargeValues:
                     release(result)
 
             request.replier = OnReply(request.replier, released)
+
+    async def _message_ahead(self, request: Request) -> None:
+        """The progress message the command will set, when long, written ahead a piece a
+        transaction (a store that takes no writes ahead keeps it in the record)."""
+        message = _message_of(request.msg)
+        piece = self._storage.ahead_piece_bytes
+        if not piece or type(message) is not str or len(message) < AHEAD_MIN_VALUE_BYTES:
+            return
+        storage = self._storage
+        row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)
+        written = 0
+        try:
+            for part in _utf8_pieces(message, piece):
+                storage.write_ahead(row_key, written, part)
+                written += 1
+                await trio.lowlevel.checkpoint()
+        except (StorageFullError, UnicodeEncodeError):
+            # full, or text with no UTF-8 form: the record holds it, as before
+            storage.drop_ahead_pieces(row_key, written)
+            return
+        except BaseException:
+            storage.drop_ahead_pieces(row_key, written)  # (cancelled: no reply comes)
+            raise
+        storage.expect_progress(message, row_key, written)
+
+        def released(_reply: dict[str, Any]) -> None:
+            storage.release_progress(message)  # (a no-op once a record took them)
+
+        request.replier = OnReply(request.replier, released)
+
+
+def _message_of(msg: dict[str, Any]) -> Any:
+    """The value a ``Progress`` makes its message of: its ``message`` when it names
+    one, else its progress (text that is not a number)."""
+    return msg.get("message") if "message" in msg else msg.get("progress")
+
+
+def _utf8_pieces(text: str, piece: int) -> Iterator[bytes | memoryview]:
+    """``text``'s UTF-8 bytes in pieces of about ``piece`` bytes: an ASCII string's own
+    buffer, sliced; any other's characters encoded a piece at a time."""
+    view = utf8_view(text) if text.isascii() else None
+    if view is not None:
+        for start in range(0, len(view), piece):
+            yield view[start:start + piece]
+        return
+    step = max(1, piece // 4)
+    for start in range(0, len(text), step):
+        yield text[start:start + step].encode()
 
 
 async def _result_row(result: Any) -> bytes | None:
@@ -129,7 +194,9 @@ async def _json_text(value: Any) -> str | None:
             try:
                 next(steps)
             except StopIteration as done:
-                return "".join(done.value)
+                text = "".join(done.value)
+                await trio.lowlevel.checkpoint()  # (the join copies it all: its own step)
+                return text
             await trio.lowlevel.checkpoint()
             slicer.restart()
     except (RecursionError, TypeError, ValueError):

@@ -30,6 +30,7 @@ import msgpack
 
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
+from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim
 from .keys import decode_result, decode_value, encode_result, job_key
 from .value_pieces import Packed
 
@@ -69,7 +70,7 @@ class KeptData:
     """
 
     __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
-                 "results")
+                 "results", "progress")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -88,9 +89,11 @@ class KeptData:
         # id(result) -> (result, its row): an ACK's result of many values, encoded a
         # slice at a time before the command ran, for its finish to write as it is
         self.results: dict[int, tuple[Any, bytes]] = {}
+        # long progress messages written ahead or stored apart (kept_progress.py)
+        self.progress = KeptProgress()
 
     def _refresh(self) -> None:
-        self.active = bool(self.held or self._staged or self.ahead)
+        self.active = bool(self.held or self._staged or self.ahead or self.progress.active)
 
     def stored_as(self, job_id: str) -> tuple[Any, Any] | None:
         """(data object, KEPT_FIELD value) stored for ``job_id``, as far as the writes
@@ -152,12 +155,16 @@ class KeptData:
         for key in self._taken:
             self.ahead.pop(key, None)
         self._taken.clear()
+        if self.progress.staging:
+            self.progress.settle()
         self._refresh()
 
     def discard(self) -> None:
         self.staging = False
         self._staged.clear()
         self._taken.clear()
+        if self.progress.staging:
+            self.progress.discard()
         self._refresh()
 
 
@@ -247,6 +254,20 @@ class KeptAheadRows:
         if entry is not None and entry[0] is result:
             del self._kept.results[id(result)]
 
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
+        whose progress message is this very string takes them (kept_progress.py)."""
+        self._kept.progress.expect(text, ProgressClaim(row_key, pieces))
+        self._kept.active = True
+
+    def release_progress(self, text: str) -> None:
+        """The command that carried ``text`` is answered: its pieces go, if no record
+        took them."""
+        claim = self._kept.progress.forget_ahead(text)
+        if claim is not None:
+            self._kept._refresh()
+            self.drop_ahead_pieces(*claim)
+
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._kept.graveyard = graveyard
 
@@ -328,10 +349,15 @@ def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Ro
     writes no data again."""
     for record in records:
         where = record.get(KEPT_FIELD)
-        if where:
+        progress = record.get(PROGRESS_KEPT)
+        if where or progress:
             with_data(record, partial(read, job_key(record["id"])), loads)
-            if kept is not None:
+            if kept is not None and where:
                 kept.hold(record["id"], record["data"], where)
+            if kept is not None and progress:
+                kept.progress.hold(record["id"], record[PROGRESS_FIELD],
+                                   ProgressClaim(*progress))
+                kept.active = True
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
@@ -341,7 +367,13 @@ def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
     the row (all pieces, for rows written ahead), given the record's KEPT_FIELD value.
     With ``packed_min``, an encoded row at least that long is put back as
     :class:`~.value_pieces.Packed`, for the caller to decode. A row missing is a broken
-    store: it raises, naming the job."""
+    store: it raises, naming the job. A progress message kept apart is put back too."""
+    progress = record.pop(PROGRESS_KEPT, None)
+    if progress is not None:
+        raw = read([TEXT, progress[0], progress[1]])  # (its pieces written ahead)
+        if raw is None:
+            raise RuntimeError(f"job {record.get('id')!r}: its progress rows are missing")
+        record[PROGRESS_FIELD] = str(raw, "utf-8")
     kept = record.pop(KEPT_FIELD, False)
     if kept:
         raw = read(kept)

@@ -69,6 +69,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
         self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
         self._claims: dict[bytes, bytes] = {}
+        self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
         self._kept = KeptData()
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
@@ -144,6 +145,8 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
                 self._set(self._data, jkey, _MISSING, undo)
             if self._claims:
                 self._drop_claim(jkey, undo)
+            if self._progress_claims:
+                self._drop_claim(jkey, undo, self._progress_claims)
         else:
             self._apply_other(op, undo)
 
@@ -162,6 +165,14 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             if old is not None and K.decode_claim(old)[0] != row_key:
                 self._drop_claim(jkey, undo)
             self._set(self._claims, jkey, K.encode_claim(row_key, pieces), undo)
+        elif kind == E.OP_PROGRESS:
+            _, jkey, row_key, pieces = op
+            old = self._progress_claims.get(jkey)
+            if old is not None and (not row_key or K.decode_claim(old)[0] != row_key):
+                self._drop_claim(jkey, undo, self._progress_claims)
+            if row_key:
+                self._set(self._progress_claims, jkey, K.encode_claim(row_key, pieces),
+                          undo)
         elif kind == E.OP_BROKER:
             self._set(self._broker, op[1], _MISSING if op[2] is None else op[2], undo)
         else:  # E.OP_META
@@ -347,8 +358,9 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         for index in range(pieces):
             self._set(self._ahead, K.ahead_piece_key(row_key, index), _MISSING, undo)
 
-    def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]]) -> None:
-        old = self._set(self._claims, jkey, _MISSING, undo)
+    def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]],
+                    claims: dict[bytes, bytes] | None = None) -> None:
+        old = self._set(self._claims if claims is None else claims, jkey, _MISSING, undo)
         if old is not _MISSING:
             self._delete_pieces(*K.decode_claim(old), undo)
 

@@ -133,6 +133,17 @@ class Storage(abc.ABC):
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
 
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
+        whose progress message is this very string takes them instead of holding the
+        text (storage/kept_progress.py)."""
+        raise NotImplementedError
+
+    def release_progress(self, text: str) -> None:
+        """The command that carried ``text`` is answered: its pieces go, if no record
+        took them."""
+        return None
+
     def let_go(self, value: Any) -> None:
         """``value`` is job data read from this store for a command, or of a job a
         commit just finished: once nothing refers to it, take it apart a slice at a
