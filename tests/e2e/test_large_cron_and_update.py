@@ -86,7 +86,7 @@ async def test_a_cron_of_600k_small_maps_is_made_and_fired_without_a_long_step(
     client = await RawClient.connect(server.tcp_port)
     data = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "Cron", "name": "big", "queue": "q", "data": data,
-                          "repeatEvery": EVERY_MS, "reqId": "c"})
+                          "repeatEvery": EVERY_MS, "preventOverlap": False, "reqId": "c"})
 
     async def create() -> dict[str, Any]:
         await client.send_raw(frame)
@@ -104,7 +104,8 @@ async def test_a_cron_over_rest_of_600k_small_maps_holds_no_long_step(
         start_server: StartServer) -> None:
     server = await start_server(cron_min_interval_ms=1)
     data = [{"a": 1}] * MANY_MAPS
-    text = json.dumps({"name": "big", "queue": "q", "data": data, "repeatEvery": EVERY_MS},
+    text = json.dumps({"name": "big", "queue": "q", "data": data, "repeatEvery": EVERY_MS,
+                       "preventOverlap": False},
                       separators=(",", ":"))
 
     async def create() -> dict[str, Any]:
@@ -128,10 +129,10 @@ async def test_a_cron_of_data_over_the_limit_is_refused_without_a_long_step(
         start_server: StartServer) -> None:
     server = await start_server(cron_min_interval_ms=1)
     client = await RawClient.connect(server.tcp_port)
-    # 1.3M maps of 9 characters: 11.7M characters of JSON, over the 10M limit, in a
+    # 1.4M maps of 7 characters and a comma: 11.2M characters of JSON, over the 10M limit, in a
     # frame whose item counts alone do not say so
     frame = client.frame({"cmd": "Cron", "name": "big", "queue": "q",
-                          "data": [{"a": 1}] * 1_300_000, "repeatEvery": EVERY_MS,
+                          "data": [{"a": 1}] * 1_400_000, "repeatEvery": EVERY_MS,
                           "reqId": "c"})
 
     async def create() -> dict[str, Any]:
