@@ -59,7 +59,11 @@ def rows(store: MemoryStorage) -> int:
 def test_only_a_push_of_a_long_string_or_a_large_frame_s_data_is_written_ahead() -> None:
     writer = AheadWriter(MemoryStorage(), None, max_chars=10 * AHEAD_MIN_BYTES)
     assert writer.data_of(push()) is TEXT
-    assert writer.data_of(push(cmd="Update")) is None
+    assert writer.data_of(push(cmd="ChangeData")) is None
+    # an Update's data is a job's too, and has no limit
+    assert writer.data_of(push(cmd="Update")) is TEXT
+    longer = "o" * (10 * AHEAD_MIN_BYTES + 1)
+    assert writer.data_of(push(longer, cmd="Update")) is longer
     assert writer.data_of(push("s" * (AHEAD_MIN_BYTES - 1))) is None
     assert writer.data_of(push({"t": TEXT})) is None  # (a small frame, as the test says)
     assert writer.data_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit

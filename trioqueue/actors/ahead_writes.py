@@ -1,4 +1,4 @@
-"""A PUSH's large data, written to the store before the command runs.
+"""A PUSH's (or an Update's) large data, written to the store before the command runs.
 
 One writer commits every queue's writes, one commit at a time: a job's 8.5 MB data
 row, put and committed with its record, held every other client's commit (and the
@@ -66,6 +66,8 @@ ENCODE_SLICE_S: Final = 0.0005
 #: The commands whose jobs' data may each be written ahead (a flow's is in ``input``).
 _FLOW: Final = "PUSHF"
 _BATCHES: Final = frozenset({"PUSHB", _FLOW})
+#: The commands whose one ``data`` is a job's (an Update's replaces a live job's).
+_ONE_DATA: Final = frozenset({"PUSH", "Update"})
 
 
 class AheadWriter:
@@ -82,9 +84,10 @@ class AheadWriter:
         self.min_chars = min(AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES)
 
     def data_of(self, request: Request) -> Any:
-        """The data of a PUSH worth writing ahead (a long string, or a list or map in a
-        large frame), or a PUSHB's or PUSHF's jobs in a large frame (each job's data is
-        looked at by :meth:`write`, with pauses); else None."""
+        """The data of a PUSH or an Update worth writing ahead (a long string, or a list
+        or map in a large frame), or a PUSHB's or PUSHF's jobs in a large frame (each
+        job's data is looked at by :meth:`write`, with pauses); else None. (An Update
+        has no data limit: data past it is written ahead too.)"""
         cmd = request.cmd
         if cmd in _BATCHES:
             jobs = request.msg.get("jobs")
@@ -92,12 +95,13 @@ class AheadWriter:
                     request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
                 return jobs
             return None
-        if cmd != "PUSH":
+        if cmd not in _ONE_DATA:
             return None
         data: Any = request.msg.get("data")
         kind = type(data)
         if kind is str:
-            if not AHEAD_MIN_BYTES <= len(data) <= self._max_chars:
+            if len(data) < AHEAD_MIN_BYTES or (
+                    cmd == "PUSH" and len(data) > self._max_chars):
                 return None  # (longer than the data limit allows: refused anyway)
             return data
         if (kind is list or kind is dict) and data and (

@@ -385,7 +385,8 @@ class Broker(ClusterMember):
             full_retry_ms=self.config.cron_full_retry_ms,
             retry_max_ms=self.config.cron_retry_max_ms,
             limits=CronLimits(self.config.cron_min_interval_ms,
-                              self.config.max_cron_schedules, self.config.max_data_bytes))
+                              self.config.max_cron_schedules, self.config.max_data_bytes),
+            store=self.storage)
         if self.scheduler_role is not None:
             self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler

@@ -26,6 +26,13 @@ and either value is let go of to the store's graveyard, taken apart a slice at a
 once the command, its events and its reply are done with it. What the encoder cannot
 make (a value msgpack cannot hold, a cycle) is left as it is, for the core's own path.
 ``ACKB``'s results are each looked at the same way.
+
+A ``Cron``'s job template of many values is job data that stays: the schedule's record
+and every job its firings push carry it. Its msgpack bytes are made here a slice at a
+time and kept by the store for that very object (``Storage.keep_encoded``): the
+record and the firings' jobs are written from them, never encoded again in one call.
+The command holds them until it is answered; the scheduler holds them while the
+schedule keeps that template (actors/scheduler.py).
 """
 
 from __future__ import annotations
@@ -42,18 +49,20 @@ from ..core.slicing import Slicer
 from ..core.value_count import holds_many
 from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
-from ..storage.value_pieces import value_pieces
+from ..storage.value_pieces import member_pieces, value_pieces
 from ..utf8_views import utf8_view
 from .ahead_writes import AHEAD_MIN_VALUE_BYTES, AHEAD_MIN_VALUES, ENCODE_SLICE_S
 from .request import OnReply, Request
 
-__all__ = ["LargeValues"]
+__all__ = ["LargeValues", "encoded_in_slices"]
 
 _RESULT: Final = "ACK"
 _RESULTS: Final = "ACKB"
 _PROGRESS: Final = "Progress"
+_CRON: Final = "Cron"
 #: The message field that holds each command's value.
-_FIELDS: Final = {_RESULT: "result", _RESULTS: "results", _PROGRESS: "progress"}
+_FIELDS: Final = {_RESULT: "result", _RESULTS: "results", _PROGRESS: "progress",
+                  _CRON: "data"}
 
 
 class LargeValues:
@@ -83,6 +92,9 @@ class LargeValues:
 
     async def prepare(self, request: Request, value: Any) -> None:
         """Make ``value`` ready (see the module); the command then runs as any other."""
+        if request.cmd == _CRON:
+            await self._keep_template(request, value)
+            return
         if request.cmd == _PROGRESS:
             if type(value) is not str:
                 text = await _json_text(value)
@@ -115,6 +127,21 @@ class LargeValues:
                     release(result)
 
             request.replier = OnReply(request.replier, released)
+
+    async def _keep_template(self, request: Request, data: Any) -> None:
+        """A schedule's template encoded a slice at a time and kept by the store until
+        the command is answered (the scheduler keeps it longer, if the schedule is
+        stored with it)."""
+        encoded = await encoded_in_slices(member_pieces(data))
+        if encoded is None:
+            return
+        storage = self._storage
+        storage.keep_encoded(data, encoded)
+
+        def released(_reply: dict[str, Any]) -> None:
+            storage.drop_encoded(data)
+
+        request.replier = OnReply(request.replier, released)
 
     async def _message_ahead(self, request: Request) -> None:
         """The progress message the command will set, when long, written ahead a piece a
@@ -165,23 +192,29 @@ def _utf8_pieces(text: str, piece: int) -> Iterator[bytes | memoryview]:
         yield text[start:start + step].encode()
 
 
-async def _result_row(result: Any) -> bytes | None:
-    """``encode_result(result)``, a slice at a time; None when msgpack cannot hold it
-    (the finish's own encoding then falls back as it always does)."""
+async def encoded_in_slices(pieces: Iterator[bytes]) -> bytes | None:
+    """The ``pieces`` joined, made a slice at a time; None when msgpack cannot hold the
+    value (its record's own encoding then falls back as it always does)."""
     parts: list[bytes] = []
     clock = time.perf_counter
     began = clock()
     try:
-        for part in value_pieces({"r": result}):
+        for part in pieces:
             parts.append(part)
             if clock() - began >= ENCODE_SLICE_S:
                 await trio.lowlevel.checkpoint()
                 began = clock()
     except (OverflowError, TypeError, ValueError):
         return None
-    row = b"".join(parts)
+    joined = b"".join(parts)
     await trio.lowlevel.checkpoint()  # (the join copies it all: not in the command's step)
-    return row
+    return joined
+
+
+async def _result_row(result: Any) -> bytes | None:
+    """``encode_result(result)``, a slice at a time; None when msgpack cannot hold it
+    (the finish's own encoding then falls back as it always does)."""
+    return await encoded_in_slices(value_pieces({"r": result}))
 
 
 async def _json_text(value: Any) -> str | None:

@@ -508,7 +508,11 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if self.records is not None and self.records.take(command, req, remote):
             return
         assert command.handler is not None
-        answer = command.handler(self, req.msg, self._now_ms(), req.conn)
+        if command.sized:
+            answer = command.handler(self, req.msg, self._now_ms(), req.conn,
+                                     req.frame_bytes, req.json_bound)
+        else:
+            answer = command.handler(self, req.msg, self._now_ms(), req.conn)
         if self.reads is not None and self.reads.take(req, answer):
             return  # (a cluster: the other brokers' answers merged with this one)
         if isinstance(answer, FanOut):

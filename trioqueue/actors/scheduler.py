@@ -20,6 +20,13 @@ limit now refuses) is not counted: the schedule is tried again later, later each
 it is refused (:class:`RefusedFirings`), and the log says so once when it starts being
 refused and once when it fires again, not at each try.
 
+A template of many values (:data:`TEMPLATE_MIN_VALUES`) is encoded once, a slice at a
+time (by the session for a ``Cron`` in a large frame, here for one loaded from the
+store), and the store keeps those bytes while the schedule keeps that template
+(:class:`TemplateBytes`): its record and every firing's job are written from them, and
+a firing is admitted by their size; the template's measured JSON size
+(``data_chars``) rides with each firing, so the queue does not measure it again.
+
 In a cluster (docs/scale-out.md) one broker runs the schedules, the holder of the
 scheduler's lease (actors/cluster_crons.py): its registry is loaded when it takes the
 lease (:meth:`CronScheduler.take`) and emptied when it hands it over
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from collections.abc import Callable
 from itertools import islice
 from typing import Any
@@ -43,9 +51,14 @@ from ..core.broker_events import broker_event
 from ..core.clock import Clock
 from ..core.cron_handlers import CRON_FIRE, stored
 from ..core.errors import Refused
+from ..core.value_count import holds_many
 from ..core.workers import WorkerRegistry
-from ..storage.keys import encode_value
-from .request import Request
+from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
+from ..storage.port import Storage, StorageFullError
+from ..storage.value_pieces import member_pieces
+from .ahead_writes import AHEAD_MIN_VALUES
+from .large_values import encoded_in_slices
+from .request import OnReply, Request
 
 log = logging.getLogger("trioqueue.cron")
 
@@ -94,6 +107,123 @@ class RefusedFirings:
         self._runs.clear()
 
 
+#: A template holding more values than this is encoded once and kept encoded.
+TEMPLATE_MIN_VALUES = AHEAD_MIN_VALUES
+#: How a job's data row begins: ``V({"d": data})``'s map header and key.
+_ROW_HEAD = b"\x81\xa1d"
+
+
+class TemplateBytes:
+    """The msgpack bytes of each schedule's template of many values, kept by the store
+    for that very object (``Storage.keep_encoded``) while the schedule keeps it: its
+    record, written at each firing, and each firing's job are made from them. Encoded
+    whole in the step that wrote them, a template of 600,000 small maps held the loop
+    about 100 ms at every firing."""
+
+    def __init__(self, store: Storage | None) -> None:
+        self._store = store
+        self._by_name: dict[str, tuple[Any, bytes]] = {}
+        self._unencoded: set[str] = set()  # loaded with many values, not encoded yet
+        self._writing: set[int] = set()  # id(template) of firings written ahead, unanswered
+
+    def adopt(self, defn: cr.CronDef) -> None:
+        """``defn`` is the schedule now: its template's bytes, if the store keeps some
+        for that object (its Cron command's, encoded ahead), are kept for it."""
+        store = self._store
+        old = self._by_name.pop(defn.name, None)
+        if store is not None:
+            encoded = store.encoded_of(defn.data)
+            if encoded is not None:
+                store.keep_encoded(defn.data, encoded)
+                self._by_name[defn.name] = (defn.data, encoded)
+            elif holds_many(defn.data, TEMPLATE_MIN_VALUES):
+                self._unencoded.add(defn.name)
+            if old is not None:
+                store.drop_encoded(old[0])
+
+    def forget(self, name: str) -> None:
+        self._unencoded.discard(name)
+        old = self._by_name.pop(name, None)
+        if old is not None and self._store is not None:
+            self._store.drop_encoded(old[0])
+
+    def clear(self) -> None:
+        for name in list(self._by_name):
+            self.forget(name)
+        self._unencoded.clear()
+
+    def writes_ahead(self, defn: cr.CronDef) -> bool:
+        """Whether a firing's job data is written ahead from ``defn``'s template bytes
+        (kept, a store that takes writes ahead, and no firing of that template's
+        written ahead still unanswered: the rows are found by the data object)."""
+        return (self._store is not None and self._store.ahead_piece_bytes > 0
+                and self.size_of(defn) is not None and id(defn.data) not in self._writing)
+
+    async def write_ahead(self, request: Request, data: Any) -> None:
+        """A firing's job data row (``V({"d": data})``) written ahead from the kept
+        bytes, a piece a transaction with a pause between two, as a PUSH's data is
+        (actors/ahead_writes.py): its commit then writes only the record. Not written
+        (a full store): the commit writes the row from the kept bytes."""
+        store = self._store
+        encoded = store.encoded_of(data) if store is not None else None
+        if store is None or encoded is None:
+            return
+        size = store.ahead_piece_bytes
+        first = size - len(_ROW_HEAD)
+        view = memoryview(encoded)
+        pieces = [_ROW_HEAD + bytes(view[:first])] + [
+            view[start:start + size] for start in range(first, len(view), size)]
+        row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)
+        written = 0
+        self._writing.add(id(data))
+        try:
+            for piece in pieces:
+                store.write_ahead(row_key, written, piece)
+                written += 1
+                await trio.lowlevel.checkpoint()
+        except StorageFullError:
+            store.drop_ahead_pieces(row_key, written)
+            self._writing.discard(id(data))
+            return
+        except BaseException:
+            store.drop_ahead_pieces(row_key, written)
+            self._writing.discard(id(data))
+            raise
+        store.expect_ahead(data, row_key, written)
+        writing = self._writing
+
+        def released(_reply: dict[str, Any]) -> None:
+            store.release_ahead(data)
+            writing.discard(id(data))
+
+        request.replier = OnReply(request.replier, released)
+
+    def size_of(self, defn: cr.CronDef) -> int | None:
+        """The bytes of ``defn``'s template, if kept encoded."""
+        entry = self._by_name.get(defn.name)
+        return len(entry[1]) if entry is not None and entry[0] is defn.data else None
+
+    async def encode_loaded(self, registry: cr.CronRegistry) -> None:
+        """Encode, a slice at a time, the templates of many values loaded from the
+        store (their schedules fire once done: a firing would encode one whole)."""
+        store = self._store
+        while self._unencoded and store is not None:
+            name = self._unencoded.pop()
+            defn = registry.by_name.get(name)
+            if defn is None or self.size_of(defn) is not None:
+                continue
+            data = defn.data
+            encoded = await encoded_in_slices(member_pieces(data))
+            if encoded is None or registry.by_name.get(name) is not defn or (
+                    defn.data is not data):
+                continue  # (replaced meanwhile: its own adoption decided)
+            store.keep_encoded(data, encoded)
+            old = self._by_name.pop(name, None)
+            self._by_name[name] = (data, encoded)
+            if old is not None:
+                store.drop_encoded(old[0])
+
+
 class _Firing:
     """Where a firing's answer lands: the schedule as it was before the firing advanced
     it, so that a firing its queue refused can be undone and tried again."""
@@ -116,7 +246,8 @@ class CronScheduler:
                  submit: Any, *, fire: Callable[[cr.CronDef], None] | None = None,
                  lease: str | None = None, full_retry_ms: int = 1000,
                  retry_max_ms: int = 60_000,
-                 limits: cr.CronLimits | None = None) -> None:
+                 limits: cr.CronLimits | None = None,
+                 store: Storage | None = None) -> None:
         """``post(queue, request)``: hand a request to a queue's actor without waiting
         (the router's; it makes the actor if the queue has none yet); ``submit(writes)``:
         the storage writer's, for a schedule deleted at its maxLimit. In a cluster:
@@ -124,7 +255,8 @@ class CronScheduler:
         ``post``, and ``lease`` names the lease that fences the schedules' writes.
         ``full_retry_ms``: how long after a refused firing it is tried again (doubled
         at each further refusal, up to ``retry_max_ms`` or its period); ``limits``:
-        what the Cron command may ask (none: any schedule)."""
+        what the Cron command may ask (none: any schedule); ``store``: where templates
+        of many values are kept encoded (None: each firing encodes its own)."""
         self.registry = cr.CronRegistry()
         self.lease = lease
         self.limits = limits if limits is not None else cr.CronLimits()
@@ -135,8 +267,12 @@ class CronScheduler:
         self._fire = fire
         self.refused = RefusedFirings(full_retry_ms, max(full_retry_ms, retry_max_ms))
         self._changed = trio.Event()
+        # Firings whose job data is written ahead before they are sent (queue, request,
+        # the schedule as it was, the template).
+        self._ahead: list[tuple[str, Request, _Firing, Any]] = []
         # What a firing of each schedule writes, for its admission (see _firing_bytes).
         self._sizes: dict[str, tuple[cr.CronDef, int]] = {}
+        self.templates = TemplateBytes(store)
         # Where cron:skipped and cron:missed go (the router's announce; None: nowhere).
         self.announce: Callable[[list[dict[str, Any]]], None] | None = None
 
@@ -150,10 +286,12 @@ class CronScheduler:
 
     def upsert(self, defn: cr.CronDef) -> None:
         self.registry.put(defn)
+        self.templates.adopt(defn)
         self._changed.set()
 
     def remove(self, name: str) -> cr.CronDef | None:
         self._sizes.pop(name, None)
+        self.templates.forget(name)
         removed = self.registry.delete(name)
         if removed is not None:
             self.refused.forget(name)
@@ -168,7 +306,9 @@ class CronScheduler:
     def load(self, records: dict[str, dict[str, Any]], now: int) -> None:
         """The stored schedules, missed runs skipped where they ask (crons.restored)."""
         for record in records.values():
-            self.registry.put(cr.restored(cr.CronDef.from_record(record), now))
+            defn = cr.restored(cr.CronDef.from_record(record), now)
+            self.registry.put(defn)
+            self.templates.adopt(defn)
 
     def take(self, records: dict[str, dict[str, Any]], late_ms: int) -> None:
         """A cluster's: this broker runs the schedules from now on, ``records`` as the
@@ -177,10 +317,12 @@ class CronScheduler:
         missed for longer (every broker was down) is skipped as after a restart."""
         registry = self.registry = cr.CronRegistry()
         self.refused.clear()
+        self.templates.clear()
         now = self._clock.now_ms()
         for record in records.values():
             defn = cr.CronDef.from_record(record)
             registry.put(defn if defn.next_run >= now - late_ms else cr.restored(defn, now))
+            self.templates.adopt(defn)
         self._changed.set()
 
     def drop(self) -> None:
@@ -188,6 +330,7 @@ class CronScheduler:
         fires here; what fired is committed by the caller)."""
         self.registry = cr.CronRegistry()
         self.refused.clear()
+        self.templates.clear()
         self._changed.set()
 
     # ------------------------------------------------------------------ the timer
@@ -202,7 +345,12 @@ class CronScheduler:
             with trio.move_on_at(deadline):
                 await self._changed.wait()
             self._changed = trio.Event()
+            await self.templates.encode_loaded(self.registry)
             self.fire_due(self._clock.now_ms())
+            while self._ahead:
+                queue, request, before, data = self._ahead.pop(0)
+                await self.templates.write_ahead(request, data)
+                self._post_firing(queue, request, before)
             await trio.lowlevel.checkpoint()
 
     def fire_due(self, now: int, at_most: int = FIRINGS_PER_STEP) -> int:
@@ -248,10 +396,18 @@ class CronScheduler:
             self._fire(defn)
             return
         record = defn.to_record()
+        request = Request(CRON_FIRE, {
+            "name": defn.name, "record": record, "job": defn.job_message()},
+            before, frame_bytes=self._firing_bytes(defn, record),
+            json_bound=defn.data_chars)
+        if self.templates.writes_ahead(defn):
+            self._ahead.append((defn.queue, request, before, defn.data))  # (run sends it)
+            return
+        self._post_firing(defn.queue, request, before)
+
+    def _post_firing(self, queue: str, request: Request, before: _Firing) -> None:
         try:
-            self._post(defn.queue, Request(CRON_FIRE, {
-                "name": defn.name, "record": record, "job": defn.job_message()},
-                before, frame_bytes=self._firing_bytes(defn, record)))
+            self._post(queue, request)
         except Refused as exc:  # (no actor could be made for its queue: max_queues)
             self.answered(before, {"ok": False, "error": exc.message})
 
@@ -262,7 +418,12 @@ class CronScheduler:
         template is admitted by its size, not as an empty push."""
         known = self._sizes.get(defn.name)
         if known is None or known[0] is not defn:
-            known = self._sizes[defn.name] = (defn, 2 * len(encode_value(record)))
+            template = self.templates.size_of(defn)
+            if template is None:
+                size = len(encode_value(record))
+            else:  # (the template's bytes kept: the rest of the record measured)
+                size = template + len(encode_value({**record, "data": None}))
+            known = self._sizes[defn.name] = (defn, 2 * size)
         return known[1]
 
     # ------------------------------------------------------------------ replies

@@ -250,7 +250,7 @@ CORE_COMMANDS = CommandTable([
     Command("UnregisterWorker", BROKER, _unregister_worker),
     Command("Heartbeat", BROKER, _heartbeat),
     Command("ListWorkers", BROKER, _list_workers),
-    Command("Cron", BROKER, ch.cron, admits=_no_job),
+    Command("Cron", BROKER, ch.cron, admits=_no_job, sized=True),
     Command("CronGet", BROKER, ch.cron_get),
     Command("CronList", BROKER, ch.cron_list),
     Command("CronDelete", BROKER, ch.cron_delete),

@@ -59,13 +59,15 @@ def stored(name: str, record: dict[str, Any] | None, lease: str | None = None) -
     return writes
 
 
-def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committed:
+def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any,
+         frame_bytes: int | None = None, json_bound: int | None = None) -> Committed:
     """Upsert by name (keeps ``executions``); answered ``{cron: CronInfo}`` once stored.
     A new name past ``max_cron_schedules`` is refused (the schedules counted are the
-    scheduler's: in a cluster, every schedule of the store)."""
+    scheduler's: in a cluster, every schedule of the store). ``frame_bytes`` and
+    ``json_bound``: the request's (the command is declared ``sized``)."""
     crons = scope.crons
     existing = crons.get(_name(msg))
-    defn = parse_cron_command(msg, now, existing, crons.limits)
+    defn = parse_cron_command(msg, now, existing, crons.limits, frame_bytes, json_bound)
     if existing is None:
         crons.limits.check_count(len(crons))
     crons.upsert(defn)
@@ -122,7 +124,10 @@ def cron_fire(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     fired again after a restart rather than counted without its job."""
     name, record, job = _internal(msg, "name", "record", "job")
     _refuse_if_full(ctx)
-    spec = parse_job_input(job, custom_id_key="jobId", max_data_bytes=ctx.max_data_bytes)
+    # (the scheduler's request carries the bound the template was measured by at its
+    # Cron command, if any: a firing does not measure it again)
+    spec = parse_job_input(job, custom_id_key="jobId", max_data_bytes=ctx.max_data_bytes,
+                           json_bound=ctx.json_bound)
     [job_id] = q.push([spec], ctx.now)
     q.writes.put_broker_record(CRON_KIND, name, record)
     q._announce("cron:fired", ctx.now, name=name, jobId=job_id)

@@ -13,9 +13,10 @@ name and one heap of next runs: 10,000 crons cost one timer.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import fields
@@ -116,6 +117,10 @@ class CronDef:
     last_fired: int | None = None
     created_at: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # reserved
+    # An upper bound of the template data's JSON text, at most the data limit, when
+    # one was known at the Cron command (the transport's, for a large frame): a firing
+    # trusts it rather than measuring the template again (None: each firing measures).
+    data_chars: int | None = None
 
     def next_slot(self, after: int) -> int | None:
         """The first slot strictly after ``after`` (epoch ms); None: there is none."""
@@ -139,7 +144,11 @@ class CronDef:
         }
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stored record: the fields as they are (``asdict`` copied the template's
+        data member by member, a million values at each firing); ``extra`` copied."""
+        record = {name: getattr(self, name) for name in _FIELD_NAMES}
+        record["extra"] = dict(self.extra)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> CronDef:
@@ -159,6 +168,9 @@ class CronDef:
             if self.dedup is not None:
                 msg["dedup"] = self.dedup
         return msg
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(CronDef))
 
 
 def overlap_key(name: str) -> str:
@@ -189,12 +201,15 @@ def check_job_options(template: dict[str, Any]) -> None:
 
 
 def parse_cron_command(msg: dict[str, Any], now: int, existing: CronDef | None,
-                       limits: CronLimits | None = None) -> CronDef:
+                       limits: CronLimits | None = None, frame_bytes: int | None = None,
+                       json_bound: int | None = None) -> CronDef:
     """A ``Cron`` upsert: the schedule it describes (``executions`` kept from the one it
     replaces). Needs a valid ``schedule`` or ``repeatEvery``; the schedule wins if both.
     Then ``limits``' checks: the job a firing pushes is validated as a PUSH of it
     would be (its data, with the same error texts), so that a schedule is refused once
-    here rather than at each firing; and its period."""
+    here rather than at each firing; and its period. ``frame_bytes`` and
+    ``json_bound`` are the command's, as for a PUSH: data the transport bounded is not
+    measured again, and its bound is kept for the firings (``data_chars``)."""
     name = msg.get("name")
     if not isinstance(name, str) or not name:
         raise Refused("Cron name is required")
@@ -240,8 +255,11 @@ def parse_cron_command(msg: dict[str, Any], now: int, existing: CronDef | None,
     )
     if limits is not None:
         parse_job_input(defn.job_message(), custom_id_key="jobId",
-                        max_data_bytes=limits.max_data_bytes)
+                        max_data_bytes=limits.max_data_bytes, frame_bytes=frame_bytes,
+                        json_bound=json_bound)
         limits.check_period(defn)
+        if json_bound is not None and json_bound <= limits.max_data_bytes:
+            defn.data_chars = json_bound
     if existing is not None:
         defn.executions, defn.last_fired = existing.executions, existing.last_fired
         defn.created_at = existing.created_at

@@ -320,7 +320,9 @@ def cancel(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 def update(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     data = msg.get("data")
-    validate_job_data(data, max_chars=None)  # JSON-serialisable; no size limit (bunqueue)
+    # JSON-serialisable; no size limit (bunqueue); not walked again where the
+    # transport's decode checked its types (a large frame's bound)
+    validate_job_data(data, max_chars=None, json_bound=ctx.json_bound)
     q.update_data(job_id, data)
     q._announce("job:data-updated", ctx.now, jobId=job_id)
     return {}

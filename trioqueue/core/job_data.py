@@ -171,18 +171,19 @@ def validate_job_data(
     size of the frame the data arrived in: when it is small enough that the data cannot
     reach ``max_chars`` (see :data:`JSON_CHARS_PER_WIRE_BYTE`), no size is computed.
     ``json_bound`` is an upper bound of the JSON text (UTF-16 units) of the data, from
-    a walk of the transport that also checked its types; at most ``max_chars``, the
-    data is accepted without a look.
+    a walk of the transport that also checked its types; at most ``max_chars`` (or
+    any, with no size limit), the data is accepted without a look.
 
     Accepted beyond Python's ``json``: bytes/bytearray (sized as a JSON'd Buffer), and
     NaN/Infinity floats, which ``JSON.stringify`` writes as ``null``. The exact size is
     measured in UTF-16 code units, as JS ``length`` does; NaN/Infinity are counted with
     Python's spelling (a few characters off, never mattering in practice).
     """
-    if json_bound is not None and max_chars is not None and json_bound <= max_chars:
+    if json_bound is not None and (max_chars is None or json_bound <= max_chars):
         # The transport's walk that bounded it also checked every value's type (a
         # large frame's: transport/large_frames.py): no walk here at all, which for
-        # data of millions of values would be one long step.
+        # data of millions of values would be one long step. (Without a size limit,
+        # as for ``Update``, any bound says the types were checked.)
         return
     skip_size = max_chars is None or (
         frame_bytes is not None and frame_bytes * JSON_CHARS_PER_WIRE_BYTE <= max_chars

@@ -68,7 +68,7 @@ _MAY: dict[str, frozenset[str]] = {
     BY_IDS: frozenset(),
     INTERNAL: frozenset({"admits"}),
     SESSION: frozenset({"before_auth"}),
-    BROKER: frozenset({"admits"}),
+    BROKER: frozenset({"admits", "sized"}),
     FLOW: frozenset(),
 }
 
@@ -121,7 +121,9 @@ class Command:
 
     ``missing`` answers an id-routed command for an id no queue holds (nor storage);
     ``retained`` answers it from the retained result of a job removed on completion;
-    ``admits`` counts the jobs the command may create, from its message.
+    ``admits`` counts the jobs the command may create, from its message; ``sized``:
+    a broker handler that also takes the request's frame size and JSON bound (job data
+    it checks as a push's, not measured again where the transport bounded it).
     """
 
     name: str
@@ -133,6 +135,7 @@ class Command:
     admits: Callable[[dict[str, Any]], int] | None = None
     pull: bool = False
     before_auth: bool = False
+    sized: bool = False
 
 
 _FACETS = tuple(f.name for f in fields(Command) if f.name not in ("name", "route"))

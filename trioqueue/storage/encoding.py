@@ -14,6 +14,7 @@ from .kept_data import (
     KEEP_DATA_BYTES,
     AheadClaim,
     KeptData,
+    broker_row,
     kept_record,
     outcome_row,
     result_row,
@@ -172,6 +173,7 @@ def _encode_other(op: Op, kept: KeptData) -> tuple[Any, ...]:
         return (OP_DEP, dep_key(op.parent_id, op.child_id),
                 encode_value(outcome) if row is None else row)
     if isinstance(op, PutBrokerRecord):
-        value = None if op.value is None else encode_value(op.value)
+        value = None if op.value is None else (
+            broker_row(kept, op.value) or encode_value(op.value))
         return (OP_BROKER, broker_key(op.kind, op.name), value)
     raise TypeError(f"not a storage operation: {op!r}")

@@ -32,7 +32,7 @@ from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
 from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim
 from .keys import decode_result, decode_value, encode_result, job_key
-from .value_pieces import Packed
+from .value_pieces import EncodedValues, Packed, joined_map
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
 #: rewrite costs less than a second key per job would.
@@ -70,7 +70,7 @@ class KeptData:
     """
 
     __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
-                 "results", "progress")
+                 "results", "progress", "encoded")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -91,9 +91,21 @@ class KeptData:
         self.results: dict[int, tuple[Any, bytes]] = {}
         # long progress messages written ahead or stored apart (kept_progress.py)
         self.progress = KeptProgress()
+        # data objects encoded ahead and kept (a schedule's template): the rows of the
+        # records that carry one are made from its bytes
+        self.encoded = EncodedValues()
 
     def _refresh(self) -> None:
-        self.active = bool(self.held or self._staged or self.ahead or self.progress.active)
+        self.active = bool(self.held or self._staged or self.ahead or self.progress.active
+                           or self.encoded)
+
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self.encoded.keep(data, encoded)
+        self.active = True
+
+    def drop_encoded(self, data: Any) -> None:
+        self.encoded.drop(data)
+        self._refresh()
 
     def stored_as(self, job_id: str) -> tuple[Any, Any] | None:
         """(data object, KEPT_FIELD value) stored for ``job_id``, as far as the writes
@@ -202,6 +214,20 @@ def outcome_row(kept: KeptData, outcome: dict[str, Any]) -> bytes | None:
     return b"".join(pieces)
 
 
+#: The head of a data row in msgpack: ``{"d": ...}``.
+_ROW_HEAD: Final = b"\x81\xa1d"
+
+
+def broker_row(kept: KeptData, value: dict[str, Any]) -> bytes | None:
+    """A broker record's row (``V(value)``) joined from its ``data``'s bytes encoded
+    ahead and kept (a schedule's record of a large template), or None: encoded whole
+    as any other."""
+    if not kept.encoded or type(value) is not dict:
+        return None
+    encoded = kept.encoded.of(value.get("data"))
+    return None if encoded is None else joined_map(value, "data", encoded)
+
+
 #: The head of a result's row in msgpack: ``{"r": ...}``.
 _RESULT_HEAD: Final = b"\x81\xa1r"
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -268,6 +294,15 @@ class KeptAheadRows:
             self._kept._refresh()
             self.drop_ahead_pieces(*claim)
 
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._kept.keep_encoded(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._kept.drop_encoded(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._kept.encoded.of(data)
+
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._kept.graveyard = graveyard
 
@@ -311,7 +346,12 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     view = utf8_view(data) if type(data) is str else None
     where = True if view is None else TEXT
     kept.stage(job_id, data, where)
-    return dumps(_without_data(record, where)), dumps({"d": data}) if view is None else view
+    if view is not None:
+        return dumps(_without_data(record, where)), view
+    encoded = kept.encoded.of(data) if kept.encoded else None
+    # (data encoded ahead and kept, a schedule's template: its row joined, not encoded)
+    row = dumps({"d": data}) if encoded is None else _ROW_HEAD + encoded
+    return dumps(_without_data(record, where)), row
 
 
 def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
@@ -328,8 +368,9 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
             return held, None
         data = record.get("data")
         if type(data) is str and len(data) >= KEEP_DATA_BYTES or (
-                kept.ahead and kept.ahead_for(data) is not None):
-            # (data written ahead: known large, and never encoded here)
+                kept.ahead and kept.ahead_for(data) is not None) or (
+                kept.encoded and kept.encoded.of(data) is not None):
+            # (data written or encoded ahead: known large, and never encoded here)
             return keep_apart(job_id, record, kept, dumps)
         value = dumps(record)
     if len(value) >= KEEP_DATA_BYTES and "data" in record:

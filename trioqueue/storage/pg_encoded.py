@@ -38,7 +38,7 @@ from ..core.graveyard import Graveyard
 from ..core.value_count import holds_many
 from .kept_data import PACKED_MIN_BYTES, Row
 from .keys import decode_value, encode_value
-from .value_pieces import Packed, member_pieces, value_pieces
+from .value_pieces import EncodedValues, Packed, joined_map, member_pieces, value_pieces
 
 __all__ = ["EncodedData", "encoded_record", "encoded_value", "packed_record"]
 
@@ -76,6 +76,9 @@ class EncodedData:
         self._held: dict[str, tuple[str, _Bytes]] = {}  # job id -> (queue, bytes)
         # id(result) -> (result, its row): an ACK's result encoded ahead
         self._results: dict[int, tuple[Any, bytes]] = {}
+        # data objects encoded ahead and kept (a schedule's template, shared by the
+        # jobs its firings push): records carrying one join its bytes
+        self.kept = EncodedValues()
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self.graveyard: Graveyard | None = None
 
@@ -131,7 +134,7 @@ class EncodedData:
     def record(self, job_id: str, record: dict[str, Any]) -> bytes:
         """``record``'s bytes: its data's joined from those encoded ahead when the data
         is an object whose bytes are here, else encoded here (:func:`encoded_record`)."""
-        if not (self._held or self._ahead):
+        if not (self._held or self._ahead or self.kept):
             return encoded_record(record)
         data = record.get(_DATA_KEY)
         held = self._held.get(job_id)
@@ -139,6 +142,9 @@ class EncodedData:
             found = held[1]
         else:
             entry = self._ahead.get(id(data))
+            if (entry is None or entry.data is not data) and (
+                    encoded := self.kept.of(data)) is not None:
+                entry = _Bytes(data, [encoded])  # (this job's own, joined from them)
             if entry is None or entry.data is not data:
                 if held is not None:
                     del self._held[job_id]  # (its data was replaced)
@@ -162,7 +168,12 @@ class EncodedData:
         return encoded_value({"r": result})
 
     def value(self, value: dict[str, Any]) -> bytes:
-        """Any other row's bytes (:func:`encoded_value`)."""
+        """Any other row's bytes (:func:`encoded_value`); a schedule's record whose
+        template was encoded ahead and kept, joined from those bytes."""
+        if self.kept and type(value) is dict and (
+                encoded := self.kept.of(value.get(_DATA_KEY))) is not None and (
+                joined := joined_map(value, _DATA_KEY, encoded)) is not None:
+            return joined
         return encoded_value(value)
 
 

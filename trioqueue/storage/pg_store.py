@@ -121,6 +121,15 @@ class PgStorage(Storage):
     def release_result(self, result: Any) -> None:
         self._encoded.release_result(result)
 
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._encoded.kept.keep(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._encoded.kept.drop(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._encoded.kept.of(data)
+
     def let_go(self, value: Any) -> None:
         """Job data a commit finished or a read answered: a container of many members
         is taken apart in slices (this store keeps no data apart to say it is large)."""

@@ -144,6 +144,21 @@ class Storage(abc.ABC):
         took them."""
         return None
 
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        """``encoded`` is msgpack's bytes of ``data`` itself, made ahead a slice at a
+        time (a schedule's job template): every record that carries this very object
+        (a firing's job, the schedule's record) is written from them rather than
+        encoding it again, until as many :meth:`drop_encoded`. A store that keeps no
+        such bytes ignores it."""
+        return None
+
+    def drop_encoded(self, data: Any) -> None:
+        return None
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        """The bytes kept for this very object by :meth:`keep_encoded`, if any."""
+        return None
+
     def let_go(self, value: Any) -> None:
         """``value`` is job data read from this store for a command, or of a job a
         commit just finished: once nothing refers to it, take it apart a slice at a

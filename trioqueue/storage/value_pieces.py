@@ -208,3 +208,58 @@ def _pause(clock: list[float]) -> Generator[None, None, None]:
     if now >= clock[0]:
         yield
         clock[0] = time.perf_counter() + RUN_S
+
+
+class EncodedValues:
+    """Data objects whose msgpack bytes were made ahead, a slice at a time (a
+    schedule's job template), each kept while anything holds it: every record that
+    carries this very object (a firing's job, the schedule's own record) is written
+    from these bytes instead of encoding the object again. Keyed by the object's
+    identity, checked against the object itself; each :meth:`keep` is undone by one
+    :meth:`drop`. Read by a store's writer thread too: single dict operations only."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, bytes, int]] = {}  # id -> (data, bytes, holds)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
+
+    def keep(self, data: Any, encoded: bytes) -> None:
+        entry = self._by_id.get(id(data))
+        holds = entry[2] if entry is not None and entry[0] is data else 0
+        self._by_id[id(data)] = (data, encoded, holds + 1)
+
+    def drop(self, data: Any) -> None:
+        entry = self._by_id.get(id(data))
+        if entry is None or entry[0] is not data:
+            return
+        if entry[2] > 1:
+            self._by_id[id(data)] = (data, entry[1], entry[2] - 1)
+        else:
+            del self._by_id[id(data)]
+
+    def of(self, data: Any) -> bytes | None:
+        """msgpack's bytes of this very object, if kept."""
+        entry = self._by_id.get(id(data))
+        return entry[1] if entry is not None and entry[0] is data else None
+
+
+def joined_map(value: dict[Any, Any], key: str, encoded: bytes) -> bytes | None:
+    """``encode_value(value)`` as msgpack, with ``value[key]`` last and its bytes
+    ``encoded`` (made before): the same map once decoded, its member not encoded
+    again. None when a field is something msgpack cannot hold (the caller encodes the
+    whole value, CBOR included, as it always does)."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=True)  # (any thread's)
+    try:
+        parts: list[bytes] = [packer.pack_map_header(len(value))]
+        for name, member in value.items():
+            if name != key:
+                parts.append(packer.pack(name))
+                parts.append(packer.pack(member))
+        parts.append(packer.pack(key))
+    except (OverflowError, TypeError, ValueError):
+        return None
+    parts.append(encoded)
+    return b"".join(parts)

@@ -8,8 +8,8 @@ measure them: one step of more than a second for 7.5 MB of integers. Two things 
 
 - :class:`DataWatch`, asked by the sliced walks of msgpack and CBOR
   (``large_msgpack.py``, ``large_frames.py``) each time they open an array or a map too
-  large to decode in one run: when it is (in) the job data of a ``PUSH`` (``data``) or
-  of a ``PUSHB`` (``jobs[i].data``), its item count gives a floor of the data's JSON
+  large to decode in one run: when it is (in) the job data of a ``PUSH`` or a ``Cron``
+  (``data``) or of a ``PUSHB`` (``jobs[i].data``), its item count gives a floor of the data's JSON
   text, every item taking at least one character and a comma (an entry of a map four
   and a comma), and past the limit the frame is refused (:class:`DataTooLarge`) before
   those items are made. Only a command the walk has already read counts: a map's
@@ -26,6 +26,7 @@ measure them: one step of more than a second for 7.5 MB of integers. Two things 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from itertools import chain, islice
 from typing import Any, Final
@@ -41,6 +42,13 @@ __all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "job_data_values",
 _PUSH: Final = "PUSH"
 _PUSHB: Final = "PUSHB"
 _PUSHF: Final = "PUSHF"
+#: A schedule's job template: its ``data`` is checked as a PUSH's.
+_CRON: Final = "Cron"
+#: The commands whose top-level ``data`` is job data with the limit.
+_DATA_LIMITED: Final = frozenset({_PUSH, _CRON})
+#: New data for a job: no size limit (bunqueue's), but a bound says its types were
+#: checked, so the core walks none of it.
+_UPDATE: Final = "Update"
 
 # What a walk's container is, for the watch: nothing of interest, the top-level map,
 # a PUSHB's job list, one of its jobs, or job data (at any depth in it).
@@ -76,7 +84,7 @@ class DataWatch:
         if role == TOP:
             self.top = parent
             cmd = parent.get("cmd")
-            if key == "data" and cmd == _PUSH:
+            if key == "data" and cmd in _DATA_LIMITED:
                 return self._data("")
             if key == "jobs" and cmd == _PUSHB:
                 return JOBS
@@ -379,7 +387,7 @@ def _job_data(msg: Any) -> Iterator[tuple[str, Any]] | None:
     if type(msg) is not dict:
         return None
     cmd = msg.get("cmd")
-    if cmd == _PUSH:
+    if cmd in _DATA_LIMITED:
         return iter([("", msg.get("data"))])
     if cmd == _PUSHB and type(jobs := msg.get("jobs")) is list:
         return ((f"jobs[{i}]: ", job.get("data"))
@@ -406,9 +414,16 @@ def _too_large(prefix: str, msg: Any) -> DataTooLarge:
 
 
 def data_bound_steps(msg: Any, limit: int, slicer: Slicer) -> Steps[int | None]:
-    """The largest JSON text of a PUSH's, PUSHB's or PUSHF's job data, measured (a
-    bound the core trusts); raises :class:`DataTooLarge` for data over ``limit``; None for another
+    """The largest JSON text of a PUSH's, PUSHB's, PUSHF's or Cron's job data, measured
+    (a bound the core trusts); raises :class:`DataTooLarge` for data over ``limit``; an
+    Update's data measured whatever its size (it has no limit); None for another
     command or a value not measured."""
+    if type(msg) is dict and msg.get("cmd") == _UPDATE:
+        # no limit: its size measured whatever it is, never refused here
+        try:
+            return (yield from measured_steps(msg.get("data"), sys.maxsize, slicer))
+        except Unmeasured:
+            return None
     data = _job_data(msg)
     if data is None:
         return None

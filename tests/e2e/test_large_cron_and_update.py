@@ -1,0 +1,171 @@
+"""Job data of many small values that comes with a ``Cron`` (the template a schedule's
+firings push) or an ``Update``, handled without one long step of the event loop, as a
+``PUSH``'s is: the template measured once, while its frame is decoded (its bound rides
+with the command, as a PUSH's does), and never again at a firing; its record and its
+firings' jobs written from rows encoded a slice at a time; an ``Update``'s data bounded
+by the decoder, and written ahead.
+
+Steps are measured in the broker's thread CPU time per task (``LongestStep``), the
+test's own task left out, with the collector tuned as ``trioqueue serve`` tunes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import LongestStep
+
+StartServer = Callable[..., Awaitable[Server]]
+
+#: A step of the broker's own is a slice (about 0.5 ms) or a small command; the rest is
+#: the shared machine's noise.
+STEP_CPU_MS = 15.0
+#: 600,000 small maps: 4.8M characters of JSON, within the 10M limit.
+MANY_MAPS = 600_000
+#: A schedule's period: short, so that two firings come within the test.
+EVERY_MS = 300
+
+pytestmark = [pytest.mark.usefixtures("served_gc"), pytest.mark.engines("lmdb", "postgres")]
+
+
+async def _measured(what: str, work: Callable[[], Awaitable[Any]],
+                    bound_ms: float = STEP_CPU_MS) -> Any:
+    steps = LongestStep(skip=trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        result = await work()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    steps.check(what, bound_ms)
+    return result
+
+
+async def _freed(server: Server) -> None:
+    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
+    graveyard = server.broker.dismantler.graveyard
+    with trio.fail_after(30):
+        while graveyard.pending:
+            await trio.sleep(0.01)
+
+
+async def _jobs_waiting(client: RawClient, count: int) -> None:
+    """Until the queue holds ``count`` jobs (the schedule's firings), with a deadline."""
+    with trio.fail_after(30):
+        while True:
+            counts = (await client.ok("GetJobCounts", queue="q"))["counts"]
+            if counts["waiting"] + counts.get("prioritized", 0) >= count:
+                return
+            await trio.sleep(0.02)
+
+
+async def _two_firings_read_back(server: Server, client: RawClient,
+                                 data: list[dict[str, int]]) -> None:
+    async def fired() -> None:
+        await _jobs_waiting(client, 2)
+        await client.ok("CronDelete", name="big")
+        await _freed(server)
+
+    await _measured("two firings", fired)
+    pulled = await client.ok("PULLB", queue="q", count=5, timeout=0)
+    assert len(pulled["jobs"]) >= 2
+    for job in pulled["jobs"]:
+        assert job["data"] == data
+
+
+async def test_a_cron_of_600k_small_maps_is_made_and_fired_without_a_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server(cron_min_interval_ms=1)
+    client = await RawClient.connect(server.tcp_port)
+    data = [{"a": 1}] * MANY_MAPS
+    frame = client.frame({"cmd": "Cron", "name": "big", "queue": "q", "data": data,
+                          "repeatEvery": EVERY_MS, "preventOverlap": False, "reqId": "c"})
+
+    async def create() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            reply: dict[str, Any] = await client.receive()
+        return reply
+
+    reply = await _measured("Cron", create)
+    assert reply["ok"] is True, reply
+    await _two_firings_read_back(server, client, data)
+    await client.aclose()
+
+
+async def test_a_cron_over_rest_of_600k_small_maps_holds_no_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server(cron_min_interval_ms=1)
+    data = [{"a": 1}] * MANY_MAPS
+    text = json.dumps({"name": "big", "queue": "q", "data": data, "repeatEvery": EVERY_MS,
+                       "preventOverlap": False},
+                      separators=(",", ":"))
+
+    async def create() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
+                                     timeout=60.0) as http:
+            with trio.fail_after(60):
+                answer = await http.post("/crons", content=text, headers={
+                    "content-type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        reply: dict[str, Any] = answer.json()
+        return reply
+
+    reply = await _measured("POST /crons", create)
+    assert reply["ok"] is True, reply
+    client = await RawClient.connect(server.tcp_port)
+    await _two_firings_read_back(server, client, data)
+    await client.aclose()
+
+
+async def test_a_cron_of_data_over_the_limit_is_refused_without_a_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server(cron_min_interval_ms=1)
+    client = await RawClient.connect(server.tcp_port)
+    # 1.4M maps of 7 characters and a comma: 11.2M characters of JSON, over the 10M limit, in a
+    # frame whose item counts alone do not say so
+    frame = client.frame({"cmd": "Cron", "name": "big", "queue": "q",
+                          "data": [{"a": 1}] * 1_400_000, "repeatEvery": EVERY_MS,
+                          "reqId": "c"})
+
+    async def create() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            reply: dict[str, Any] = await client.receive()
+        await _freed(server)
+        return reply
+
+    reply = await _measured("refused Cron", create)
+    assert reply == {"ok": False, "error": "Job data too large (max 10MB)", "reqId": "c"}
+    assert (await client.ok("CronList"))["crons"] == []
+    await client.aclose()
+
+
+async def test_an_update_of_600k_small_maps_holds_no_long_step(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    job_id = (await client.ok("PUSH", queue="q", data={"n": 1}))["id"]
+    data = [{"a": 1}] * MANY_MAPS
+    frame = client.frame({"cmd": "Update", "id": job_id, "data": data, "reqId": "u"})
+
+    async def update() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            reply: dict[str, Any] = await client.receive()
+        await client.ok("GetJobCounts", queue="q")
+        await _freed(server)
+        return reply
+
+    reply = await _measured("Update", update)
+    assert reply["ok"] is True, reply
+    got = await client.ok("GetJob", id=job_id)
+    assert got["job"]["data"] == data
+    await client.aclose()
