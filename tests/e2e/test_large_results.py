@@ -462,3 +462,28 @@ async def test_an_unmade_sse_frame_evicted_from_the_replay_ring_is_freed_in_slic
         assert graveyard.freed > freed
     assert (await client.ok("GetResult", id=job_id))["result"] == MANY
     await client.aclose()
+
+
+async def test_a_large_result_kept_for_a_parent_outlives_its_child_and_goes_with_the_parent(
+        configure: Callable[..., Config]) -> None:
+    """The parent's copy of its child's result, written ahead, is claimed by the ACK:
+    it survives a restart and the child's removal, and goes with the parent."""
+    config = configure()
+    async with served(config) as client:
+        child = (await client.ok("PUSH", queue="q", data={"n": 1},
+                                 removeOnComplete=True))["id"]
+        parent = (await client.ok("PUSH", queue="p", data={}, dependsOn=[child]))["id"]
+        assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == child
+        frame = client.frame({"cmd": "ACK", "id": child, "result": MANY, "reqId": "a"})
+        assert (await _answer(client, frame))["ok"] is True
+    if not config.storage_url:
+        assert _ahead_rows(config) > 0  # (the parent's copy, claimed)
+    async with served(config) as client:
+        values = (await client.ok("GetChildrenValues", id=parent))["data"]["values"]
+        assert values == {child: MANY}  # (by its bare id: the child is gone)
+        assert (await client.ok("PULL", queue="p", timeout=0))["job"]["id"] == parent
+        await client.ok("ACK", id=parent, result=1)
+        await client.ok("Obliterate", queue="p")
+        assert (await client.call("GetJob", id=parent)).get("job") is None
+    if not config.storage_url:
+        assert _ahead_rows(config) == 0  # (deleted with the parent)

@@ -179,7 +179,7 @@ class Broker(ClusterMember):
                       if self.storage.ahead_piece_bytes else None)
         # An ACK's result or a progress of many values is made ready a slice at a
         # time before the command (its row encoded; its JSON text made).
-        self.large_values = LargeValues(self.storage)
+        self.large_values = LargeValues(self.storage, self.router.has_dependents)
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)

@@ -30,6 +30,7 @@ import msgpack
 
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
+from .kept_outcomes import KeptOutcomes, OutcomeClaim
 from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim
 from .keys import decode_result, decode_value, encode_result, job_key
 from .value_pieces import Packed
@@ -70,7 +71,7 @@ class KeptData:
     """
 
     __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
-                 "results", "progress")
+                 "results", "progress", "outcomes")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -91,6 +92,8 @@ class KeptData:
         self.results: dict[int, tuple[Any, bytes]] = {}
         # long progress messages written ahead or stored apart (kept_progress.py)
         self.progress = KeptProgress()
+        # children's results written ahead for their parents' outcome rows
+        self.outcomes = KeptOutcomes()
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead or self.progress.active)
@@ -157,6 +160,8 @@ class KeptData:
         self._taken.clear()
         if self.progress.staging:
             self.progress.settle()
+        if self.outcomes.staging:
+            self.outcomes.settle()
         self._refresh()
 
     def discard(self) -> None:
@@ -165,6 +170,8 @@ class KeptData:
         self._taken.clear()
         if self.progress.staging:
             self.progress.discard()
+        if self.outcomes.staging:
+            self.outcomes.discard()
         self._refresh()
 
 
@@ -266,6 +273,18 @@ class KeptAheadRows:
         claim = self._kept.progress.forget_ahead(text)
         if claim is not None:
             self._kept._refresh()
+            self.drop_ahead_pieces(*claim)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``result``'s bytes: the next outcome row
+        that carries this very result takes them (kept_outcomes.py)."""
+        self._kept.outcomes.expect(result, OutcomeClaim(row_key, pieces))
+
+    def release_outcome(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its pieces go, if no
+        outcome row took them."""
+        claim = self._kept.outcomes.forget_ahead(result)
+        if claim is not None:
             self.drop_ahead_pieces(*claim)
 
     def set_graveyard(self, graveyard: Graveyard) -> None:

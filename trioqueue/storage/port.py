@@ -144,6 +144,17 @@ class Storage(abc.ABC):
         took them."""
         return None
 
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``result``'s bytes (its row without the
+        row's head): the next dependency outcome row that carries this very result
+        takes them instead of copying it (storage/kept_outcomes.py)."""
+        raise NotImplementedError
+
+    def release_outcome(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its pieces go, if no
+        outcome row took them."""
+        return None
+
     def let_go(self, value: Any) -> None:
         """``value`` is job data read from this store for a command, or of a job a
         commit just finished: once nothing refers to it, take it apart a slice at a
