@@ -48,10 +48,9 @@ StartServer = Callable[..., Awaitable[Server]]
 #: for any large reply, tests/e2e/test_replies_of_many_values.py); one received is
 #: made UTF-8 in one call.
 WS_SENDER_CPU_MS = 60.0
-#: An ACK whose result a parent keeps: its commit writes the result's row and the
-#: parent's outcome row, a copy of the same 4 MB (made from the row encoded ahead, one
-#: join), both in the ACK's step: about 10-12 ms here, up to 17 on the loaded host
-#: (before: 110 ms, the outcome encoded in one call).
+#: An ACK whose result a parent keeps: its commit writes the result's row and claims
+#: the parent's copy, written ahead in pieces (storage/kept_outcomes.py): 4-6 ms here
+#: (before: 10-19 ms, the copy joined and put in the commit; 110 ms before that).
 DEP_STEP_CPU_MS = 15.0
 #: A million small maps: 8M characters of JSON (4 MB of msgpack).
 MANY = [{"a": 1}] * 1_000_000

@@ -130,7 +130,7 @@ class LargeValues:
 
     def _waited(self, ids: Any, index: int) -> bool:
         """Whether a parent waits for the job of the ``index``-th result."""
-        if self._waited_on is None or not self._storage.ahead_piece_bytes:
+        if self._waited_on is None or not self._storage.keeps_values_ahead:
             return False
         job_id = ids[index] if type(ids) is list and index < len(ids) else None
         return type(job_id) is str and self._waited_on(job_id)
@@ -167,7 +167,8 @@ class LargeValues:
         transaction (a store that takes no writes ahead keeps it in the record)."""
         message = _message_of(request.msg)
         piece = self._storage.ahead_piece_bytes
-        if not piece or type(message) is not str or len(message) < AHEAD_MIN_VALUE_BYTES:
+        if not (piece and self._storage.keeps_values_ahead) or type(
+                message) is not str or len(message) < AHEAD_MIN_VALUE_BYTES:
             return
         storage = self._storage
         row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)

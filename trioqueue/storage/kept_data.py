@@ -238,6 +238,7 @@ class KeptAheadRows:
     (both key-value adapters), and its results encoded ahead."""
 
     _kept: KeptData
+    keeps_values_ahead = True
 
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         raise NotImplementedError

@@ -133,6 +133,11 @@ class Storage(abc.ABC):
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
 
+    #: Whether this store keeps a long progress message and a child's large result for
+    #: its parent apart, written ahead (:meth:`expect_progress`,
+    #: :meth:`expect_outcome`); a store that does not keeps them in their rows.
+    keeps_values_ahead: bool = False
+
     def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
         """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
         whose progress message is this very string takes them instead of holding the
