@@ -92,3 +92,16 @@ def test_scalars_and_strings_are_not_buried() -> None:
     graveyard.bury("s" * 10_000_000)
     graveyard.bury(7)
     assert not graveyard.pending
+
+
+def test_a_value_buried_twice_is_still_taken_apart() -> None:
+    """Its second holder let go of it while the first burial waits: one entry, not two
+    that would each hold it from the other."""
+    graveyard = Graveyard()
+    value = [{"a": i} for i in range(1000)]
+    graveyard.bury(value)
+    graveyard.bury(value)
+    del value
+    _longest, held = _slices(graveyard)
+    assert not held and not graveyard.pending
+    assert graveyard.freed >= 1

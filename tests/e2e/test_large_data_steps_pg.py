@@ -15,6 +15,7 @@ interpreter is.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -303,4 +304,56 @@ async def test_an_ack_of_a_result_of_many_values_holds_no_long_wait(
         await client.ok("GetJobCounts", queue="q")
         await _freed(server)
     assert client.codec.decode(raw)["result"] == result
+    await client.aclose()
+
+
+async def test_a_large_result_kept_for_a_parent_holds_no_long_wait(
+        start_server: StartServer) -> None:
+    """The child's outcome row is encoded in the writer's thread a run at a time. (Its
+    GetChildrenValues, read back undecoded and decoded by the parent queue's actor,
+    still has one step of the connection's task of about 28 ms here: not bounded yet.)"""
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    result = [{"a": 1}] * MANY_MAPS
+    child = (await client.ok("PUSH", queue="q", data={}))["id"]
+    parent = (await client.ok("PUSH", queue="p", data={}, dependsOn=[child]))["id"]
+    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == child
+    frame = client.frame({"cmd": "ACK", "id": child, "result": result, "reqId": "a"})
+    async with _watched("ACK of a child of a waiting parent"):
+        await client.send_raw(frame)
+        assert client.codec.decode(await _raw_reply(client))["ok"] is True
+        await _freed(server)
+    values = (await client.ok("GetChildrenValues", id=parent))["data"]["values"]
+    assert values == {f"q:{child}": result}
+    await client.aclose()
+
+
+async def test_a_long_progress_message_holds_no_long_wait(
+        start_server: StartServer) -> None:
+    """PostgreSQL keeps the message in the job's record (no writes ahead): each write of
+    the record (the progress, the finish) encodes it in the writer's thread, a string
+    copied in one call, well under the bound."""
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    job_id = (await client.ok("PUSH", queue="q", data={}))["id"]
+    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+    progress = [{"a": 1}] * MANY_MAPS
+    frame = client.frame({"cmd": "Progress", "id": job_id, "progress": progress,
+                          "reqId": "p"})
+    async with _watched("Progress"):
+        await client.send_raw(frame)
+        assert client.codec.decode(await _raw_reply(client))["ok"] is True
+        await _freed(server)
+    async with _watched("GetProgress"):
+        await client.send_raw(client.frame({"cmd": "GetProgress", "id": job_id,
+                                            "reqId": "g"}))
+        raw = await _raw_reply(client)
+    async with _watched("ACK after a long progress"):
+        await client.ok("ACK", id=job_id, result=1)
+    async with _watched("GetJob of the finished job"):
+        await client.send_raw(client.frame({"cmd": "GetJob", "id": job_id, "reqId": "j"}))
+        job_raw = await _raw_reply(client)
+    text = json.dumps(progress, separators=(",", ":"))
+    assert client.codec.decode(raw)["message"] == text
+    assert client.codec.decode(job_raw)["job"]["progressMessage"] == text
     await client.aclose()

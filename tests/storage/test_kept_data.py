@@ -142,7 +142,10 @@ def test_kept_data_survives_a_reopen_and_is_not_rewritten(tmp_path: Any, data: A
     s.close()
 
 
-def test_a_version_2_store_opens_and_is_raised_to_3(tmp_path: Any) -> None:
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_store_opens_and_is_raised_to_4(tmp_path: Any, version: int) -> None:
+    """4: progress messages and children's results for their parents kept apart, which
+    a trioqueue reading 2 and 3 only would not find: it refuses the store."""
     path = tmp_path / "db"
     s = LmdbStorage(path)
     put(s, rec("a", data={"s": 1}))
@@ -150,7 +153,7 @@ def test_a_version_2_store_opens_and_is_raised_to_3(tmp_path: Any) -> None:
     env = lmdb.open(str(path), max_dbs=16)
     with env.begin(write=True) as txn:
         db = env.open_db(K.DB_META, txn=txn)
-        txn.put(K.SCHEMA_KEY, K.encode_schema(2), db=db)
+        txn.put(K.SCHEMA_KEY, K.encode_schema(version), db=db)
     env.close()
     s = LmdbStorage(path)
     assert s.load().live_jobs[0]["data"] == {"s": 1}
@@ -159,4 +162,37 @@ def test_a_version_2_store_opens_and_is_raised_to_3(tmp_path: Any) -> None:
     with env.begin() as txn:
         raw = txn.get(K.SCHEMA_KEY, db=env.open_db(K.DB_META, txn=txn))
     env.close()
-    assert raw is not None and K.decode_schema(raw) == 3
+    assert raw is not None and K.decode_schema(raw) == 4
+
+
+def _ahead_pieces(store: Storage) -> int:
+    if isinstance(store, MemoryStorage):
+        return len(store._ahead)
+    assert isinstance(store, LmdbStorage)
+    with store._env.begin() as txn:
+        return int(txn.stat(store._ahead)["entries"])
+
+
+def test_a_childs_result_written_ahead_is_claimed_by_its_outcome_row(store: Storage) -> None:
+    """The outcome row takes the pieces (kept_outcomes.py): read back whole, replaced
+    by a later row of the pair, deleted with the parent."""
+    result = [{"a": i} for i in range(20_000)]
+    row = K.encode_result(result)
+    outcome = {"kind": "completed", "queue": "q", "result": result}
+    for parent in ("p1", "p2"):
+        store.write_ahead(parent.encode() * 8, 0, row[3:100])
+        store.write_ahead(parent.encode() * 8, 1, row[100:])
+        store.expect_outcome(result, parent.encode() * 8, 2)
+        w = Writes()
+        w.put_dep_outcome(parent, "c", outcome)
+        store.apply([w])
+        store.release_outcome(result)  # (taken: a no-op)
+        assert store.dep_outcomes(parent) == {"c": outcome}
+    assert _ahead_pieces(store) == 4
+    w = Writes()
+    w.put_dep_outcome("p1", "c", {"kind": "detached"})  # (the pair's row again)
+    w.delete_job("p2")
+    store.apply([w])
+    assert store.dep_outcomes("p1") == {"c": {"kind": "detached"}}
+    assert store.dep_outcomes("p2") == {}
+    assert _ahead_pieces(store) == 0

@@ -179,10 +179,11 @@ class Broker(ClusterMember):
                       if self.storage.ahead_piece_bytes else None)
         # An ACK's result or a progress of many values is made ready a slice at a
         # time before the command (its row encoded; its JSON text made).
-        self.large_values = LargeValues(self.storage)
+        self.large_values = LargeValues(self.storage, self.router.has_dependents)
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)
+        self.router.graveyard = self.dismantler.graveyard
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None

@@ -14,6 +14,9 @@ loop. A session that decodes such a command (a list or map in a frame of
   writes it as it is (``Storage.expect_result``; released once the command is
   answered, whether a finish took it or not). PostgreSQL, which commits in a worker
   thread, takes it too: encoded there, it held the interpreter lock, so the loop;
+  when a parent waits for the job, the result's bytes are also written ahead into the
+  store, a piece a transaction, for the parent's outcome row to take rather than copy
+  in the ``ACK``'s commit (``Storage.expect_outcome``, storage/kept_outcomes.py);
 * a progress's JSON text is made a slice at a time (``core/json_slices.py``, the
   encoder the core uses) and put in the command in its place: the core makes the same
   message of that text as of the value (text that is not a number is the message);
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import trio
@@ -56,6 +59,8 @@ from .request import OnReply, Request
 
 __all__ = ["LargeValues", "encoded_in_slices"]
 
+#: The head of a result's row in msgpack: ``{"r": ...}``.
+_RESULT_HEAD: Final = b"\x81\xa1r"
 _RESULT: Final = "ACK"
 _RESULTS: Final = "ACKB"
 _PROGRESS: Final = "Progress"
@@ -68,9 +73,12 @@ _FIELDS: Final = {_RESULT: "result", _RESULTS: "results", _PROGRESS: "progress",
 class LargeValues:
     """Makes a command's large result or progress ready a slice at a time (the module)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage,
+                 waited_on: Callable[[str], bool] | None = None) -> None:
         self._storage = storage
         self.min_chars = AHEAD_MIN_VALUE_BYTES
+        # whether a parent waits for a job (its outcome row will copy the result)
+        self._waited_on = waited_on
 
     def value_of(self, request: Request) -> Any:
         """The large value of an ``ACK``, ``ACKB`` or ``Progress`` in a large frame, or
@@ -105,28 +113,66 @@ class LargeValues:
             await self._message_ahead(request)
             return
         results = value if request.cmd == _RESULTS else [value]
+        ids = request.msg.get("ids") if request.cmd == _RESULTS else [request.msg.get("id")]
         encoded: list[Any] = []
+        copied: list[Any] = []
         try:
-            for result in results:
+            for index, result in enumerate(results):
                 if request.cmd == _RESULTS and not holds_many(result, AHEAD_MIN_VALUES):
                     await trio.lowlevel.checkpoint()
                     continue
                 if (row := await _result_row(result)) is not None:
                     self._storage.expect_result(result, row)
                     encoded.append(result)
+                    if self._waited(ids, index) and await self._outcome_ahead(result, row):
+                        copied.append(result)
                 self._storage.let_go(result)
         except BaseException:
-            for result in encoded:  # (cancelled: no reply will release them)
-                self._storage.release_result(result)
+            self._release(encoded, copied)  # (cancelled: no reply will release them)
             raise
         if encoded:
-            release = self._storage.release_result
+            request.replier = OnReply(request.replier,
+                                      lambda _reply: self._release(encoded, copied))
 
-            def released(_reply: dict[str, Any]) -> None:
-                for result in encoded:
-                    release(result)
+    def _release(self, encoded: list[Any], copied: list[Any]) -> None:
+        for result in encoded:
+            self._storage.release_result(result)
+        for result in copied:
+            self._storage.release_outcome(result)  # (a no-op once a row took them)
 
-            request.replier = OnReply(request.replier, released)
+    def _waited(self, ids: Any, index: int) -> bool:
+        """Whether a parent waits for the job of the ``index``-th result."""
+        if self._waited_on is None or not self._storage.keeps_values_ahead:
+            return False
+        job_id = ids[index] if type(ids) is list and index < len(ids) else None
+        return type(job_id) is str and self._waited_on(job_id)
+
+    async def _outcome_ahead(self, result: Any, row: bytes) -> bool:
+        """The result's bytes (its row without the row's head) written ahead a piece a
+        transaction, for the parent's outcome row to take (kept_outcomes.py); False
+        when the store is full (the row then copies it, as before)."""
+        if row[:3] != _RESULT_HEAD:
+            return False
+        storage = self._storage
+        piece = storage.ahead_piece_bytes
+        row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)
+        view = memoryview(row)[3:]
+        written = 0
+        try:
+            for start in range(0, len(view), piece):
+                storage.write_ahead(row_key, written, view[start:start + piece])
+                written += 1
+                await trio.lowlevel.checkpoint()
+        except StorageFullError:
+            storage.drop_ahead_pieces(row_key, written)
+            return False
+        except BaseException:
+            storage.drop_ahead_pieces(row_key, written)
+            raise
+        finally:
+            view.release()
+        storage.expect_outcome(result, row_key, written)
+        return True
 
     async def _keep_template(self, request: Request, data: Any) -> None:
         """A schedule's template encoded a slice at a time and kept by the store until
@@ -148,7 +194,8 @@ class LargeValues:
         transaction (a store that takes no writes ahead keeps it in the record)."""
         message = _message_of(request.msg)
         piece = self._storage.ahead_piece_bytes
-        if not piece or type(message) is not str or len(message) < AHEAD_MIN_VALUE_BYTES:
+        if not (piece and self._storage.keeps_values_ahead) or type(
+                message) is not str or len(message) < AHEAD_MIN_VALUE_BYTES:
             return
         storage = self._storage
         row_key = secrets.token_bytes(AHEAD_ROW_KEY_BYTES)

@@ -136,6 +136,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self.webhooks = WebhookRegistry()
         # job id -> (expires at, queue, has result, result)
         self._retained = OrderedDict()
+        self.graveyard = None  # (set by the broker: dropped results go there)
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
@@ -164,7 +165,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
-        self._retained.pop(job_id, None)  # a new generation: the old result is gone
+        if self._retained:  # a new generation: the old result is gone
+            self._let_go(self._retained.pop(job_id, None))
 
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)

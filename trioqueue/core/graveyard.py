@@ -15,6 +15,10 @@ and is let go of (freed by its last holder, as before) when it stays held for
 :data:`HELD_TRIES` tries (the broker's task waits longer between tries the longer
 they fail, up to a second). The reference count says so: this is CPython's rule, and
 taking apart a value someone still reads would change what they read.
+
+A value buried again while it waits here (its second holder let go of it too) is not
+buried twice: each entry would count as a holder of the other, and neither would ever
+be found alone.
 """
 
 from __future__ import annotations
@@ -45,11 +49,13 @@ class Graveyard:
     """Values to take apart (see the module); ``wake`` is called when one is buried
     (the broker's task that dismantles them waits for it)."""
 
-    __slots__ = ("_graves", "_work", "_run", "wake", "freed")
+    __slots__ = ("_graves", "_buried", "_work", "_run", "wake", "freed")
 
     def __init__(self) -> None:
         # (value, tries so far): buried, not yet found alone
         self._graves: deque[tuple[Any, int]] = deque()
+        # id() of each value in _graves (they are held there, so their ids stand)
+        self._buried: set[int] = set()
         # containers being taken apart, found alone: the last is worked on first
         self._work: list[Any] = []
         self._run = FIRST_RUN
@@ -59,7 +65,8 @@ class Graveyard:
     def bury(self, value: Any) -> None:
         """Take ``value`` apart later, if it is a container (anything else is left
         to be freed as usual)."""
-        if type(value) in _CONTAINERS:
+        if type(value) in _CONTAINERS and id(value) not in self._buried:
+            self._buried.add(id(value))
             self._graves.append((value, 0))
             if self.wake is not None:
                 self.wake()
@@ -89,11 +96,13 @@ class Graveyard:
         for _ in range(len(graves)):
             value, tries = graves.popleft()
             if sys.getrefcount(value) <= _ALONE:
+                self._buried.discard(id(value))
                 self._work.append(value)
                 return True
             if tries + 1 < HELD_TRIES:
                 graves.append((value, tries + 1))
-            # (else let go of: its last holder frees it)
+            else:  # let go of: its last holder frees it (or buries it again)
+                self._buried.discard(id(value))
             del value
         return False
 

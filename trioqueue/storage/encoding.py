@@ -38,6 +38,8 @@ from .ops import DeleteJob, FinishJob, Op, PutBrokerRecord, PutDepOutcome, PutJo
 #   (OP_DELETE, job key, deps prefix | None)
 #   (OP_META, queue key, V(meta))
 #   (OP_DEP, deps key, V(outcome))
+#   (OP_DEP, deps key, V(stub), row key, pieces)  an outcome row whose result was
+#                                            written ahead (kept_outcomes.py)
 #   (OP_DATA, job key, row)                 a large record's data, kept apart
 #   (OP_CLAIM, job key, row key, pieces)    a record takes rows written ahead
 #   (OP_BROKER, broker key, V(record) | None)  None: the row is deleted
@@ -169,6 +171,11 @@ def _encode_other(op: Op, kept: KeptData) -> tuple[Any, ...]:
         return (OP_META, queue_key(op.queue), encode_value(op.meta))
     if isinstance(op, PutDepOutcome):
         outcome = op.outcome
+        taken = kept.outcomes.take(outcome) if kept.outcomes.ahead else None
+        if taken is not None:
+            kept.staging = True
+            stub, claim = taken
+            return (OP_DEP, dep_key(op.parent_id, op.child_id), stub, *claim)
         row = outcome_row(kept, outcome) if kept.results else None
         return (OP_DEP, dep_key(op.parent_id, op.child_id),
                 encode_value(outcome) if row is None else row)

@@ -30,6 +30,7 @@ import msgpack
 
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
+from .kept_outcomes import KeptOutcomes, OutcomeClaim
 from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim
 from .keys import decode_result, decode_value, encode_result, job_key
 from .value_pieces import EncodedValues, Packed, joined_map
@@ -70,7 +71,7 @@ class KeptData:
     """
 
     __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
-                 "results", "progress", "encoded")
+                 "results", "progress", "encoded", "outcomes")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -94,6 +95,8 @@ class KeptData:
         # data objects encoded ahead and kept (a schedule's template): the rows of the
         # records that carry one are made from its bytes
         self.encoded = EncodedValues()
+        # children's results written ahead for their parents' outcome rows
+        self.outcomes = KeptOutcomes()
 
     def _refresh(self) -> None:
         self.active = bool(self.held or self._staged or self.ahead or self.progress.active
@@ -169,6 +172,8 @@ class KeptData:
         self._taken.clear()
         if self.progress.staging:
             self.progress.settle()
+        if self.outcomes.staging:
+            self.outcomes.settle()
         self._refresh()
 
     def discard(self) -> None:
@@ -177,6 +182,8 @@ class KeptData:
         self._taken.clear()
         if self.progress.staging:
             self.progress.discard()
+        if self.outcomes.staging:
+            self.outcomes.discard()
         self._refresh()
 
 
@@ -257,6 +264,7 @@ class KeptAheadRows:
     (both key-value adapters), and its results encoded ahead."""
 
     _kept: KeptData
+    keeps_values_ahead = True
 
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         raise NotImplementedError
@@ -302,6 +310,18 @@ class KeptAheadRows:
 
     def encoded_of(self, data: Any) -> bytes | None:
         return self._kept.encoded.of(data)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``result``'s bytes: the next outcome row
+        that carries this very result takes them (kept_outcomes.py)."""
+        self._kept.outcomes.expect(result, OutcomeClaim(row_key, pieces))
+
+    def release_outcome(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its pieces go, if no
+        outcome row took them."""
+        claim = self._kept.outcomes.forget_ahead(result)
+        if claim is not None:
+            self.drop_ahead_pieces(*claim)
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._kept.graveyard = graveyard

@@ -22,6 +22,7 @@ sub-database       key                                              value
 ``ahead``          row key (16 random bytes) + u32 piece index      UTF-8 bytes
 ``ahead_claims``   job id (utf-8)                                   row key + u32 pieces
 ``progress_claims`` job id (utf-8)                                  row key + u32 pieces
+``outcome_claims`` a ``deps`` key                                    row key + u32 pieces
 ``broker``         kind (utf-8) + NUL + name (utf-8)                V(record)
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
@@ -63,6 +64,13 @@ sub-database       key                                              value
   place of its ``progressMessage``, see :mod:`.kept_progress`); replaced by the next
   progress, deleted with the job along with the pieces. Created empty when an older
   data directory is opened.
+* ``outcome_claims``: a child's large result copied for its parent, written ahead into
+  ``ahead`` the same way, claimed by the outcome row of the same ``deps`` key (which
+  then holds its other fields and ``resultKept``, see :mod:`.kept_outcomes`); deleted
+  with the parent's rows, or when the pair's row is written again. Schema 4: an older
+  trioqueue would show a job without its long progress message and a parent without
+  its child's result, so it refuses a store of version 4 (a version-2 or 3 store is
+  raised to 4 when opened).
 
 Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
 ``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
@@ -100,6 +108,7 @@ DB_DATA = b"data"
 DB_AHEAD = b"ahead"
 DB_AHEAD_CLAIMS = b"ahead_claims"
 DB_PROGRESS_CLAIMS = b"progress_claims"
+DB_OUTCOME_CLAIMS = b"outcome_claims"
 DB_BROKER = b"broker"
 DB_META = b"meta"
 ALL_DBS = (
@@ -114,14 +123,18 @@ ALL_DBS = (
     DB_AHEAD,
     DB_AHEAD_CLAIMS,
     DB_PROGRESS_CLAIMS,
+    DB_OUTCOME_CLAIMS,
     DB_BROKER,
     DB_META,
 )
 
 SCHEMA_KEY = b"schema"
-SCHEMA_VERSION = 3  # 2: values in msgpack, CBOR fallback; 3: large data kept apart
-#: The versions this trioqueue opens (a 2 is raised to 3 when opened).
-READABLE_SCHEMAS = (2, 3)
+# 2: values in msgpack, CBOR fallback; 3: large data kept apart; 4: progress messages
+# and children's results for their parents kept apart (records and outcome rows that
+# an older trioqueue would read without them)
+SCHEMA_VERSION = 4
+#: The versions this trioqueue opens (a 2 or 3 is raised to 4 when opened).
+READABLE_SCHEMAS = (2, 3, 4)
 
 MAX_KEY_BYTES = 511  # LMDB's compile-time default (mdb_env_get_maxkeysize)
 

@@ -33,6 +33,7 @@ class LmdbAhead:
     _ahead: Any
     _claims: Any
     _progress_claims: Any
+    _outcome_claims: Any
     _mark: HighWaterMark
     max_map_size_bytes: int
     ahead_piece_bytes = AHEAD_PIECE_BYTES
@@ -86,20 +87,28 @@ class LmdbAhead:
             self._delete_pieces(txn, *K.decode_claim(old))
 
     def _claim(self, txn: lmdb.Transaction[bytes], jkey: bytes, row_key: bytes,
-               pieces: int) -> None:
-        old = txn.replace(jkey, K.encode_claim(row_key, pieces), db=self._claims)
+               pieces: int, db: Any = None) -> None:
+        """``jkey`` (a job's, or a ``deps`` key in ``db``) claims these rows; the rows
+        it claimed before go."""
+        old = txn.replace(jkey, K.encode_claim(row_key, pieces),
+                          db=self._claims if db is None else db)
         if old is not None and bytes(old[:K.AHEAD_ROW_KEY_BYTES]) != row_key:
             self._delete_pieces(txn, *K.decode_claim(old))
 
     def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
                     ) -> bytes | None:
+        parts = self._ahead_parts(txn, row_key, pieces)
+        return None if parts is None else b"".join(parts)
+
+    def _ahead_parts(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
+                     ) -> list[bytes] | None:
         parts = []
         for index in range(pieces):
             part = txn.get(K.ahead_piece_key(row_key, index), db=self._ahead)
             if part is None:
                 return None
             parts.append(part)
-        return b"".join(parts)
+        return parts
 
     def sweep_ahead(self) -> int:
         """Delete the pieces no claim points to; how many (run when the store opens)."""
@@ -107,7 +116,7 @@ class LmdbAhead:
             if not txn.stat(self._ahead)["entries"]:
                 return 0
             claimed: set[bytes] = set()
-            for db in (self._claims, self._progress_claims):
+            for db in (self._claims, self._progress_claims, self._outcome_claims):
                 with txn.cursor(db=db) as cur:
                     claimed.update(K.decode_claim(raw)[0] for raw in cur.iternext(keys=False))
             stale = []

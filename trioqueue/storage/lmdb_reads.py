@@ -24,6 +24,7 @@ from .kept_data import (
     read_row,
     with_data,
 )
+from .kept_outcomes import joined_outcome, kept_stub
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
@@ -41,6 +42,7 @@ class LmdbReads(KeyedFinishedReads):
     _broker: Any
     _counts: Any
     _deps: Any
+    _outcome_claims: Any
     _data: Any
     _idx: Any
     _index: FinishedIndex
@@ -113,6 +115,21 @@ class LmdbReads(KeyedFinishedReads):
     def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
                     ) -> bytes | None:
         raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
+
+    def _ahead_parts(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
+                     ) -> list[bytes] | None:
+        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
+
+    def _outcome_at(self, txn: lmdb.Transaction[bytes], key: bytes, raw: bytes) -> bytes:
+        """An outcome row whole: its result's pieces joined to it when they were
+        written ahead (kept_outcomes.py)."""
+        stub = kept_stub(raw)
+        if stub is None:
+            return raw
+        claim = txn.get(key, db=self._outcome_claims)
+        return joined_outcome(
+            stub, lambda: None if claim is None else self._ahead_parts(
+                txn, *K.decode_claim(claim)), K.dep_child_id(key))
 
     def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
         with self._env.begin() as txn:
@@ -189,5 +206,7 @@ class LmdbReads(KeyedFinishedReads):
             return {}
         with self._env.begin() as txn:
             rows = scan(txn, self._deps, prefix, prefix, None, values=True)
+            if rows and txn.stat(self._outcome_claims)["entries"]:
+                rows = [(key, self._outcome_at(txn, key, value)) for key, value in rows]
         # decoded after the read transaction ends, so it stays short
         return {K.dep_child_id(k): read_row(v, packed_min) for k, v in rows}

@@ -180,6 +180,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self._ahead = dbs[K.DB_AHEAD]
         self._claims = dbs[K.DB_AHEAD_CLAIMS]
         self._progress_claims = dbs[K.DB_PROGRESS_CLAIMS]
+        self._outcome_claims = dbs[K.DB_OUTCOME_CLAIMS]
         self._broker = dbs[K.DB_BROKER]
         self._meta = dbs[K.DB_META]
         self._kept = KeptData()
@@ -353,8 +354,9 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
-            # deps, data, ahead claims, progress claims: not asked yet (see _delete)
-            empty: list[bool | None] = [None, None, None, None]
+            # deps, data, ahead claims, progress claims, outcome claims: not asked yet
+            # (see _delete)
+            empty: list[bool | None] = [None, None, None, None, None]
             for op in ops:
                 kind = op[0]
                 if kind == E.OP_PUTS:
@@ -402,6 +404,11 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         if kind == E.OP_DEP:
             txn.put(op[1], op[2], db=self._deps)
             empty[0] = False
+            if len(op) > 3:  # (its result written ahead: kept_outcomes.py)
+                self._claim(txn, op[1], op[3], op[4], self._outcome_claims)
+                empty[4] = False
+            elif not self._outcome_claims_empty(txn, empty):
+                self._drop_claim(txn, op[1], self._outcome_claims)
         elif kind == E.OP_DATA:
             if not self._claims_empty(txn, empty):
                 self._drop_claim(txn, op[1])  # new data: the old rows go
@@ -438,6 +445,8 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
                 empty[0] = txn.stat(self._deps)["entries"] == 0
             if not empty[0]:
                 self._delete_deps(txn, dep_prefix)
+                if not self._outcome_claims_empty(txn, empty):
+                    self._delete_outcome_claims(txn, dep_prefix)
         if empty[1] is None:
             empty[1] = txn.stat(self._data)["entries"] == 0
         if not empty[1]:
@@ -448,6 +457,12 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             empty[3] = txn.stat(self._progress_claims)["entries"] == 0
         if not empty[3]:
             self._drop_claim(txn, jkey, self._progress_claims)
+
+    def _outcome_claims_empty(self, txn: lmdb.Transaction[bytes],
+                              empty: list[bool | None]) -> bool:
+        if empty[4] is None:
+            empty[4] = txn.stat(self._outcome_claims)["entries"] == 0
+        return bool(empty[4])
 
     def _claims_empty(self, txn: lmdb.Transaction[bytes], empty: list[bool | None]
                       ) -> bool:
@@ -487,6 +502,15 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             # delete() moves to the next row; past the last one the cursor is unpositioned
             # and key() is b"", which ends the walk too
             while cur.key().startswith(prefix):
+                cur.delete()
+
+    def _delete_outcome_claims(self, txn: lmdb.Transaction[bytes], prefix: bytes) -> None:
+        """Delete one parent's outcome claims and the pieces they name, inside ``txn``."""
+        with txn.cursor(db=self._outcome_claims) as cur:
+            if not cur.set_range(prefix):
+                return
+            while cur.key().startswith(prefix):
+                self._delete_pieces(txn, *K.decode_claim(cur.value()))
                 cur.delete()
 
     def sync(self) -> None:

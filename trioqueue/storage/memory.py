@@ -35,6 +35,7 @@ from .kept_data import (
     read_row,
     with_data,
 )
+from .kept_outcomes import joined_outcome, kept_stub
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
@@ -70,6 +71,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
         self._claims: dict[bytes, bytes] = {}
         self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
+        self._outcome_claims: dict[bytes, bytes] = {}  # deps key -> (kept_outcomes.py)
         self._kept = KeptData()
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
@@ -155,6 +157,12 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         kind = op[0]
         if kind == E.OP_DEP:
             self._put_dep(op[1], op[2], undo)
+            claims = self._outcome_claims
+            old = claims.get(op[1]) if claims else None
+            if old is not None and (len(op) == 3 or K.decode_claim(old)[0] != op[3]):
+                self._drop_claim(op[1], undo, claims)
+            if len(op) > 3:  # (its result written ahead: kept_outcomes.py)
+                self._set(claims, op[1], K.encode_claim(op[3], op[4]), undo)
         elif kind == E.OP_DATA:
             if self._claims:
                 self._drop_claim(op[1], undo)  # new data: the old rows go
@@ -227,6 +235,9 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         group = self._deps.pop(prefix, None)
         if group is None:
             return
+        if self._outcome_claims:
+            for key in group:
+                self._drop_claim(key, undo, self._outcome_claims)
         size = sum(_size(k, v) for k, v in group.items())
         self._bytes -= size
 
@@ -426,7 +437,24 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         group = None if prefix is None else self._deps.get(prefix)
         if not group:
             return {}
-        return {K.dep_child_id(k): read_row(group[k], packed_min) for k in sorted(group)}
+        return {K.dep_child_id(k): read_row(self._outcome_at(k, group[k]), packed_min)
+                for k in sorted(group)}
+
+    def _outcome_at(self, key: bytes, raw: bytes) -> bytes:
+        """An outcome row whole (see LmdbReads._outcome_at)."""
+        stub = kept_stub(raw) if self._outcome_claims else None
+        if stub is None:
+            return raw
+        claim = self._outcome_claims.get(key)
+
+        def pieces() -> list[bytes] | None:
+            if claim is None:
+                return None
+            row_key, count = K.decode_claim(claim)
+            parts = [self._ahead.get(K.ahead_piece_key(row_key, i)) for i in range(count)]
+            return None if None in parts else parts  # type: ignore[return-value]
+
+        return joined_outcome(stub, pieces, K.dep_child_id(key))
 
     # --- lifecycle ------------------------------------------------------------------
 

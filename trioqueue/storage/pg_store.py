@@ -43,7 +43,7 @@ from ..core.value_count import OPEN_MIN_MEMBERS
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
-from .kept_data import PACKED_MIN_BYTES, read_result
+from .kept_data import PACKED_MIN_BYTES, read_result, read_row
 from .ops import validate_writes
 from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
@@ -336,6 +336,18 @@ class PgStorage(Storage):
             return {}
         rows = self._link.read(lambda conn: conn.execute(L.OUTCOMES_OF, (key,)).fetchall())
         return {K.decode_job_key(bytes(child)): K.decode_value(outcome)
+                for child, outcome in rows}
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        """A large outcome (a child's result of many values) left encoded, for the
+        parent queue's actor to decode a slice at a time (decoded here, it held the
+        interpreter lock, so the loop, for all of it)."""
+        self._check_open()
+        key = K.lookup_job_key(parent_id)
+        if key is None:
+            return {}
+        rows = self._link.read(lambda conn: conn.execute(L.OUTCOMES_OF, (key,)).fetchall())
+        return {K.decode_job_key(bytes(child)): read_row(bytes(outcome), PACKED_MIN_BYTES)
                 for child, outcome in rows}
 
     # --- space ----------------------------------------------------------------------

@@ -133,6 +133,11 @@ class Storage(abc.ABC):
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
 
+    #: Whether this store keeps a long progress message and a child's large result for
+    #: its parent apart, written ahead (:meth:`expect_progress`,
+    #: :meth:`expect_outcome`); a store that does not keeps them in their rows.
+    keeps_values_ahead: bool = False
+
     def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
         """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
         whose progress message is this very string takes them instead of holding the
@@ -157,6 +162,17 @@ class Storage(abc.ABC):
 
     def encoded_of(self, data: Any) -> bytes | None:
         """The bytes kept for this very object by :meth:`keep_encoded`, if any."""
+        return None
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``result``'s bytes (its row without the
+        row's head): the next dependency outcome row that carries this very result
+        takes them instead of copying it (storage/kept_outcomes.py)."""
+        raise NotImplementedError
+
+    def release_outcome(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its pieces go, if no
+        outcome row took them."""
         return None
 
     def let_go(self, value: Any) -> None:

@@ -176,7 +176,8 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
                       lambda: broker.clock.now_ms())
     sse = SseHub(live, broker.open_connections, max_clients=config.sse_max_clients,
                  heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
-                 max_unsent_bytes=config.sse_max_unsent_bytes, senders=shell.senders)
+                 max_unsent_bytes=config.sse_max_unsent_bytes, senders=shell.senders,
+                 graveyard=shell.graveyard)
     app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse,
                   shell.http_bodies)
     app.announce = broker.router.announce

@@ -32,6 +32,7 @@ import trio
 from ..core import fields
 from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
+from ..core.graveyard import Graveyard
 from .codec import JSON
 from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
@@ -102,8 +103,11 @@ class SseHub:
     def __init__(self, live: LiveFrames, connections: ConnectionCounts, *, max_clients: int,
                  heartbeat_s: float,
                  replay_events: int, max_unsent_bytes: int,
-                 senders: Senders | None = None) -> None:
+                 senders: Senders | None = None, graveyard: Graveyard | None = None
+                 ) -> None:
         self._live = live
+        # where the values of a large frame no pump made go when the ring drops it
+        self._graveyard = graveyard
         self._senders = senders if senders is not None else Senders()
         self._connections = connections
         self._max_clients = max_clients
@@ -117,7 +121,12 @@ class SseHub:
         event_id = self._next_id
         self._next_id += 1
         frame = make_frame(event_id, name, data)
-        self._ring.append((event_id, queue, frame, name))
+        ring = self._ring
+        if len(ring) == ring.maxlen and ring:
+            dropped = ring.popleft()[2]
+            if type(dropped) is LargeFrame and self._graveyard is not None:
+                self._graveyard.bury(dropped.unmade_data())
+        ring.append((event_id, queue, frame, name))
         for client in self.clients:
             client.offer(queue, frame, name)
 

@@ -10,6 +10,10 @@ made by the first client's pump that comes to it, one slice per call of
 ring share that one text (pieces of about :data:`~..core.json_slices.PIECE_CHARS`, handed
 to the socket one at a time); once made, the frame lets go of the values.
 
+A frame no pump ever made (no client took it) lets go of its values when the replay
+ring drops it (:meth:`LargeFrame.unmade_data`): the hub hands them to the graveyard,
+as freeing them in one call is as long as making them.
+
 Counting against ``sse_max_unsent_bytes``: a large frame counts its bytes once made;
 before that, at least :data:`UNMADE_BYTES` (a value takes at least one character and
 a comma, so its text is at least that long).
@@ -36,10 +40,11 @@ UNMADE_BYTES: Final = 2 * HEAVY_VALUES
 class LargeFrame:
     """One frame of many values on its way to bytes (see the module)."""
 
-    __slots__ = ("_head", "_steps", "_slicer", "pieces", "size")
+    __slots__ = ("_head", "_data", "_steps", "_slicer", "pieces", "size")
 
     def __init__(self, head: str, data: dict[str, Any]) -> None:
         self._head = head
+        self._data: dict[str, Any] | None = data
         self._slicer = Slicer()
         self._steps: Steps[list[bytes]] | None = json_bytes_steps(
             data, self._slicer, JSON.encode_text)
@@ -63,10 +68,16 @@ class LargeFrame:
             # (the protocol's checks let no such value in: said, never fatal)
             log.warning("an SSE frame could not be encoded: %r", exc)
             pieces = [b"null"]
-        self._steps = None  # the values go (the walk held this frame's reference)
+        self._steps = self._data = None  # the values go (the walk held them)
         self.pieces = [self._head.encode(), *pieces, b"\n\n"]
         self.size = sum(map(len, self.pieces))
         return True
+
+    def unmade_data(self) -> dict[str, Any] | None:
+        """The frame's values when it was never made, let go of by the frame (the
+        caller frees them); None once made."""
+        data, self._data = self._data, None
+        return data
 
 
 Frame = bytes | LargeFrame
