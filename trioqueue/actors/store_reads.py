@@ -22,6 +22,7 @@ import trio
 
 from ..core.queue import QueueState
 from ..core.queue.finished import FinishedView, NeedData, Read
+from ..core.young_collections import collect_young
 from ..storage.port import Storage
 from ..storage.reads import fetch
 from ..storage.value_pieces import Packed, unpacked_steps
@@ -137,4 +138,5 @@ async def _decoded(packed: Packed) -> Any:
             next(steps)
         except StopIteration as done:
             return done.value
+        collect_young()
         await trio.lowlevel.checkpoint()

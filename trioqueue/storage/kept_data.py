@@ -16,6 +16,11 @@ finishes (its finished record is the last write, normally: a retry writes the da
 again) or is deleted (the ``data`` row goes in the same commit), so it holds no data
 the core has dropped.
 
+Data of many small values may also come with its row already encoded, a slice at a
+time, by the connection that decoded it (``actors/ahead_writes.py``): the record that
+takes it keeps its data apart whatever its size and puts that row in its own commit,
+so the commit encodes none of the data.
+
 Every read of a record puts the data back (:func:`with_data`), so nothing above the
 adapters knows where it was.
 """
@@ -71,8 +76,9 @@ class KeptData:
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
         self.held: dict[str, tuple[Any, Any]] = {}
-        # id(text) -> (text, its claim): rows written ahead, not taken by a record yet
-        self.ahead: dict[int, tuple[Any, AheadClaim]] = {}
+        # id(text) -> (text, its claim): rows written ahead, or encoded ahead (bytes),
+        # not taken by a record yet
+        self.ahead: dict[int, tuple[Any, AheadClaim | bytes]] = {}
         self._staged: dict[str, tuple[Any, Any] | None] = {}
         self._taken: list[int] = []
         # Whether any job's data is held, staged or written ahead (commonly none): an
@@ -104,8 +110,9 @@ class KeptData:
         self.held[job_id] = (data, kept)
         self.active = True
 
-    def ahead_for(self, text: Any) -> AheadClaim | None:
-        """The rows written ahead for this very data object, if any and not taken."""
+    def ahead_for(self, text: Any) -> AheadClaim | bytes | None:
+        """The rows written (or the row encoded) ahead for this very data object, if
+        any and not taken."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text or id(text) in self._taken:
             return None
@@ -115,12 +122,13 @@ class KeptData:
         self._taken.append(id(text))
         self.staging = True
 
-    def add_ahead(self, text: Any, claim: AheadClaim) -> None:
-        """Rows were written ahead for ``text``: the next record with it takes them."""
+    def add_ahead(self, text: Any, claim: AheadClaim | bytes) -> None:
+        """Rows were written ahead for ``text`` (or its row encoded, ``bytes``): the
+        next record with it takes them."""
         self.ahead[id(text)] = (text, claim)
         self.active = True
 
-    def forget_ahead(self, text: Any) -> AheadClaim | None:
+    def forget_ahead(self, text: Any) -> AheadClaim | bytes | None:
         """No record will take ``text``'s rows now: the claim to drop, if none took them."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text:
@@ -167,9 +175,12 @@ class KeptAheadRows:
     def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
         self._kept.add_ahead(text, AheadClaim(row_key, pieces))
 
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.add_ahead(data, row)
+
     def release_ahead(self, text: Any) -> None:
         claim = self._kept.forget_ahead(text)
-        if claim is not None:
+        if type(claim) is AheadClaim:
             self.drop_ahead_pieces(*claim)
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
@@ -206,6 +217,11 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     stored for ``job_id``."""
     data = record["data"]
     claim = kept.ahead_for(data) if kept.ahead else None
+    if isinstance(claim, bytes):
+        # its row encoded ahead, a slice at a time: put with the record as it is
+        kept.take_ahead(data)
+        kept.stage(job_id, data, True)
+        return dumps(_without_data(record, True)), claim
     if claim is not None:
         kept.take_ahead(data)
         where: Any = [TEXT if type(data) is str else VALUE, claim.row_key, claim.pieces]

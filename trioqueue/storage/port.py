@@ -114,9 +114,15 @@ class Storage(abc.ABC):
         object takes them instead of writing its data again."""
         raise NotImplementedError
 
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        """``row`` is ``V({"d": data})``, encoded ahead a slice at a time: the next
+        record whose data is this very object keeps it apart as this row (put with
+        the record, in its commit) instead of encoding the data there."""
+        raise NotImplementedError
+
     def release_ahead(self, text: Any) -> None:
-        """No record will take ``text``'s pieces now: those no record took are
-        deleted."""
+        """No record will take ``text``'s pieces (or row encoded ahead) now: those no
+        record took are deleted."""
         raise NotImplementedError
 
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:

@@ -5,6 +5,9 @@ written as a generator that ``yield``s when its slice's time is up: it asks a
 :class:`Slicer` once per value it handles. :func:`run_sliced` drives it from a trio
 task, letting every other task run between two slices, so the frame holds the event
 loop for about ``SLICE_S`` at a time instead of for all of its work.
+
+Each slice ends with a collection of the young generation
+(:mod:`~trioqueue.core.young_collections`), so what a slice made is traversed there.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Generator
 from typing import Final, TypeVar
 
 import trio
+
+from ..core.young_collections import collect_young
 
 T = TypeVar("T")
 
@@ -80,6 +85,7 @@ async def run_sliced(steps: Steps[T], slicer: Slicer) -> T:
                 next(steps)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+            collect_young()
             await trio.lowlevel.checkpoint()
             slicer.restart()
     finally:
