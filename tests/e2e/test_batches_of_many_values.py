@@ -125,8 +125,9 @@ async def test_a_pushf_of_many_jobs_each_of_some_thousand_values_holds_no_long_s
 
 
 LISTED = {
-    # 250 finished jobs of 8,000 integers each: their records hold their data
-    "inline": (250, partial(_ints, 8000)),
+    # 250 finished jobs of 8,000 integers each (a long listing: its reply is encoded
+    # a slice of jobs at a time)
+    "many": (250, partial(_ints, 8000)),
     # 12 finished jobs of 200,000 integers each: their data kept apart from the record
     "kept": (12, partial(_ints, 200_000)),
 }

@@ -14,19 +14,28 @@ steps; :class:`~trioqueue.actors.queue_actor.QueueActor` is the one class built 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from ..core.queue import QueueState
 from ..core.queue.finished import FinishedView, NeedData, Read
 from ..core.young_collections import collect_young
+from ..storage.keys import decode_value
 from ..storage.port import Storage
 from ..storage.reads import fetch
-from ..storage.value_pieces import Packed, unpacked_steps
+from ..storage.value_pieces import Packed, PackedRecords, unpacked_steps
 from .ports import Committer
+
+#: A listing's record at least this long is decoded a slice at a time (a shorter one
+#: in one call, a pause possible between two).
+SLICED_RECORD_MIN_BYTES: Final = 16 * 1024
+#: Work between two pauses while a listing's records are decoded, in seconds.
+SLICE_S: Final = 0.0005
+_CONTAINERS: Final = frozenset({list, dict})
 
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
 # once for all its dependencies; a children query twice: the rows, then the children).
@@ -68,8 +77,7 @@ class StoreReads:
         self._committer.commit_now()
         storage, name = self._storage, self.name
         answers = [fetch(storage, name, read, packed=True) for read in need.reads]
-        if any(type(answer) is dict and type(answer.get("data")) is Packed
-               for answer in answers):
+        if any(map(_undecoded, answers)):
             self._need, self._fetched = need, answers
             return True  # decoded by the actor's task, a slice at a time
         for read, answer in zip(need.reads, answers, strict=True):
@@ -97,11 +105,9 @@ class StoreReads:
         answers = self._fetched
         if answers is not None:
             self._fetched = None
-            for answer in answers:
-                if type(answer) is dict and type(packed := answer.get("data")) is Packed:
-                    answer["data"] = data = (await _decoded(packed))["d"]
-                    # (held by the view and the reply for now: freed in slices after)
-                    self._storage.let_go(data)
+            pace = _Pace()
+            for index, answer in enumerate(answers):
+                answers[index] = await self._decoded_answer(answer, pace)
         else:
             storage, name = self._storage, self.name
             answers = await self._committer.read_committed(
@@ -112,6 +118,31 @@ class StoreReads:
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
+
+    async def _decoded_answer(self, answer: Any, pace: _Pace) -> Any:
+        """An answer read with its records or their data undecoded, decoded a slice at
+        a time; the data so decoded is let go of to the store (held by the view and the
+        reply for now: freed in slices after)."""
+        if type(answer) is PackedRecords:
+            records = []
+            for raw in answer.raws:
+                if len(raw) < SLICED_RECORD_MIN_BYTES:
+                    record = decode_value(raw)
+                    await pace.check()
+                else:
+                    record = await _decoded(Packed(raw))
+                records.append(answer.put_back(record))
+            answer = records
+        for record in answer if type(answer) is list else (answer,):
+            if type(record) is not dict or "data" not in record:
+                continue
+            if type(packed := record["data"]) is Packed:
+                record["data"] = (await _decoded(packed))["d"]
+            elif type(record["data"]) not in _CONTAINERS:
+                continue
+            self._storage.let_go(record["data"])
+            await pace.check()
+        return answer
 
     @contextmanager
     def reading_directly(self) -> Iterator[None]:
@@ -128,6 +159,32 @@ class StoreReads:
         finally:
             self._view.fallback = None
 
+
+
+def _undecoded(answer: Any) -> bool:
+    """Whether a read's answer holds records or data still encoded."""
+    kind = type(answer)
+    if kind is PackedRecords:
+        return True
+    if kind is dict:
+        return type(answer.get("data")) is Packed
+    return kind is list and any(type(record) is dict and type(record.get("data")) is Packed
+                                for record in answer)
+
+
+class _Pace:
+    """A pause once a slice's time has passed, for work done in many small calls."""
+
+    __slots__ = ("_began",)
+
+    def __init__(self) -> None:
+        self._began = time.perf_counter()
+
+    async def check(self) -> None:
+        if time.perf_counter() - self._began >= SLICE_S:
+            collect_young()
+            await trio.lowlevel.checkpoint()
+            self._began = time.perf_counter()
 
 
 async def _decoded(packed: Packed) -> Any:

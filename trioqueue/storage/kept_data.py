@@ -262,17 +262,28 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
 
 
 def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Row | None],
-                  loads: Callable[[bytes], Any], kept: KeptData | None = None) -> None:
+                  loads: Callable[[bytes], Any], kept: KeptData | None = None,
+                  packed_min: int | None = None) -> None:
     """The data of every record of ``records`` kept apart, put back in place (``read``
     gives a row from the job's key and the record's KEPT_FIELD value); with ``kept``
     (recovered live records), each is held as stored, so the next write of its job
-    writes no data again."""
+    writes no data again; with ``packed_min``, as :func:`with_data`."""
     for record in records:
         where = record.get(KEPT_FIELD)
         if where:
-            with_data(record, partial(read, job_key(record["id"])), loads)
+            with_data(record, partial(read, job_key(record["id"])), loads, packed_min)
             if kept is not None:
                 kept.hold(record["id"], record["data"], where)
+
+
+def data_back(read: Callable[[bytes, Any], Row | None], loads: Callable[[bytes], Any],
+              record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (of a listing) with its data back in place when it was kept apart,
+    left encoded as :class:`~.value_pieces.Packed` whatever its size, for the caller to
+    decode a slice at a time."""
+    if record.get(KEPT_FIELD):
+        with_data(record, partial(read, job_key(record["id"])), loads, 0)
+    return record
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],

@@ -21,11 +21,14 @@ import abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
+
+if TYPE_CHECKING:
+    from .value_pieces import PackedRecords
 
 
 class StorageFullError(Exception):
@@ -193,6 +196,14 @@ class Storage(abc.ABC):
         Costs O(log n + limit), whatever the offset (GetJobs pages through a million
         completed jobs). A negative offset counts as 0; ``limit <= 0`` gives ``[]``.
         """
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]] | PackedRecords:
+        """:meth:`list_finished` for a command: the page may come undecoded, as
+        :class:`~.value_pieces.PackedRecords`, and data kept apart as
+        :class:`~.value_pieces.Packed`, for the caller to decode a slice at a time."""
+        return self.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
 
     @abc.abstractmethod
     def count_finished(self, queue: str, state: str) -> int:

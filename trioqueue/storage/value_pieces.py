@@ -23,7 +23,7 @@ queue's actor has decoded it so.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from itertools import chain, islice
 from typing import Any, Final
 
@@ -32,7 +32,7 @@ import msgpack
 from ..core.value_count import OPEN_MIN_MEMBERS, has_big, is_big
 from .keys import decode_value
 
-__all__ = ["OPEN_MIN_MEMBERS", "Packed", "unpacked_steps", "value_pieces"]
+__all__ = ["OPEN_MIN_MEMBERS", "Packed", "PackedRecords", "unpacked_steps", "value_pieces"]
 
 #: Work aimed at per run (one C call), in seconds.
 RUN_S: Final = 0.0002
@@ -133,6 +133,20 @@ class Packed:
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
+
+
+class PackedRecords:
+    """A page of finished records read for a listing, undecoded: ``raws``, each a
+    record's bytes, and ``put_back``, which puts a decoded record's data back in place
+    when it was kept apart (as :class:`Packed`, to decode in turn). Decoded in one call,
+    a page of 250 records of 8,000 integers each held the loop for tens of ms."""
+
+    __slots__ = ("raws", "put_back")
+
+    def __init__(self, raws: list[bytes],
+                 put_back: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.raws = raws
+        self.put_back = put_back
 
 
 def unpacked_steps(raw: bytes) -> Generator[None, None, Any]:
