@@ -133,11 +133,12 @@ LISTED = {
 }
 
 
+@pytest.mark.parametrize("codec", ["msgpack", "cbor"])
 @pytest.mark.parametrize("shape", sorted(LISTED))
 async def test_a_listing_of_finished_jobs_of_many_values_holds_no_long_step(
-        start_server: StartServer, shape: str) -> None:
+        start_server: StartServer, shape: str, codec: str) -> None:
     server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    client = await RawClient.connect(server.tcp_port, codec)
     count, make = LISTED[shape]
     datas = [make(i) for i in range(count)]
     for start in range(0, count, 50):

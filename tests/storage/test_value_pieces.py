@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trioqueue.storage import value_pieces as vp
 from trioqueue.storage.keys import decode_value, encode_value
-from trioqueue.storage.value_pieces import OPEN_MIN_MEMBERS, unpacked_steps, value_pieces
+from trioqueue.storage.value_pieces import unpacked_steps, value_pieces
 
 _SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
             | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8))
-# sizes around the count past which a container is opened, and the header widths
-_COUNTS = [0, 1, 15, 16, OPEN_MIN_MEMBERS, OPEN_MIN_MEMBERS + 1, 70]
+# sizes around msgpack's header widths, and small containers nested deep (opened by the
+# values they hold, not by their members)
+_COUNTS = [0, 1, 15, 16, 31, 32, 33, 70]
 
 
 @st.composite
@@ -46,6 +49,11 @@ _VALUES = _values()
 SLICE_S = 0.020
 
 
+
+
+def _nest(width: int, depth: int) -> Any:
+    """``depth`` levels of lists of ``width`` members, small integers at the bottom."""
+    return 7 if depth == 0 else [_nest(width, depth - 1) for _ in range(width)]
 
 
 def _joined(value: Any) -> bytes:
@@ -85,13 +93,36 @@ def test_read_back_in_slices_is_decode_value_s_value(data: Any) -> None:
     assert _unpacked(raw) == decode_value(raw)
 
 
+@settings(max_examples=200, deadline=None)
+@given(_VALUES)
+def test_with_small_bounds_every_container_may_be_opened_and_the_bytes_are_the_same(
+        data: Any) -> None:
+    # runs of at most 8 values and a window of 64 bytes: the opening of containers by
+    # the values (bytes) they hold, at every depth, on data hypothesis can make quickly
+    value = {"d": data}
+    with patch.object(vp, "RUN_MAX_VALUES", 8), patch.object(vp, "WINDOW_BYTES", 64):
+        try:
+            joined = _joined(value)
+        except (OverflowError, TypeError, ValueError):
+            assert encode_value(value)[0] >= 0xA0
+            return
+        assert joined == encode_value(value)
+        assert _unpacked(joined) == value
+
+
 @pytest.mark.parametrize("data", [
     [7] * 3_000_000,
     [{"a": 1}] * 1_000_000,
     {str(i): 0 for i in range(600_000)},
     [[[[i, [i]] for i in range(20)]] for _ in range(30_000)],
     {"x": [[list(range(100)) for _ in range(100)] for _ in range(50)]},
-], ids=["ints", "maps", "map", "nested", "wrapped"])
+    _nest(15, 5),
+    _nest(31, 4),
+    {str(i): {str(j): [list(range(31)) for _ in range(31)] for j in range(31)}
+     for i in range(31)},
+    {"x": [[[[7] * 1_000_000]]]},
+], ids=["ints", "maps", "map", "nested", "wrapped", "lists15", "lists31", "maps31",
+        "one-member-wraps"])
 def test_data_of_many_values_comes_in_short_pieces(data: Any, served_gc: None) -> None:
     value = {"d": data}
     pieces = []

@@ -39,7 +39,7 @@ import psycopg
 
 from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
-from ..core.value_count import OPEN_MIN_MEMBERS
+from ..core.value_count import RUN_MAX_VALUES, holds_many
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
@@ -93,11 +93,10 @@ class PgStorage(Storage):
         self._graveyard = graveyard
 
     def let_go(self, value: Any) -> None:
-        """Job data a commit finished or a read answered: a container of many members
+        """Job data a commit finished or a read answered: a container of many values
         is taken apart in slices (this store keeps no data apart to say it is large)."""
         graveyard = self._graveyard
-        if (graveyard is not None and type(value) in (list, dict)
-                and len(value) > OPEN_MIN_MEMBERS):
+        if graveyard is not None and holds_many(value, RUN_MAX_VALUES):
             graveyard.bury(value)
 
     # --- writes ---------------------------------------------------------------------
