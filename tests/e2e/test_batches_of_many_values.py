@@ -77,8 +77,8 @@ def _maps(n: int, seed: int) -> list[dict[str, int]]:
 SHAPES = {
     # 500 jobs of 8,000 integers: 4M values, each job under the write-ahead count
     "ints": (500, partial(_ints, 8000)),
-    # 2,000 jobs of 500 small maps: 1M maps
-    "maps": (2000, partial(_maps, 500)),
+    # 400 jobs of 2,500 small maps: 1M maps
+    "maps": (400, partial(_maps, 2500)),
 }
 
 
