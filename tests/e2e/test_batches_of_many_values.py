@@ -54,6 +54,8 @@ async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
         result = await work()
     finally:
         trio.lowlevel.remove_instrument(steps)
+    # (shown with -s: the numbers of docs/benchmarks.md)
+    print(f"\n{what}: longest step {steps.worst_ms:.1f} ms of CPU ({steps.worst_task})")
     steps.check(what, STEP_CPU_MS)
     return result
 
