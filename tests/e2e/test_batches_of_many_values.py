@@ -241,3 +241,28 @@ async def test_data_of_a_million_values_in_small_containers_holds_no_long_step(
     assert got["job"]["state"] == "completed"
     assert got["job"]["data"] == data
     await client.aclose()
+
+
+async def test_a_refused_pushb_of_jobs_of_some_thousand_values_leaves_nothing(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    # their rows are encoded ahead; the last job is bad, so the whole batch is refused
+    jobs: list[dict[str, Any]] = [{"name": "j", "data": _ints(4000, i)} for i in range(20)]
+    jobs.append({"name": "bad", "data": {}, "priority": "x"})
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["ok"] is False and reply["error"].startswith("jobs[20]: "), reply
+    counts = await client.ok("GetJobCounts", queue="q")
+    assert not any(counts["counts"].values()), counts
+    storage: Any = server.broker.storage
+    assert not storage._kept.ahead  # (the rows encoded ahead, let go of)
+    with storage._env.begin() as txn:
+        assert txn.stat(storage._data)["entries"] == 0
+        assert txn.stat(storage._ahead)["entries"] == 0
+    # and accepted, each job's data is read back as pushed
+    ids = (await client.ok("PUSHB", queue="q", jobs=jobs[:20]))["ids"]
+    with storage._env.begin() as txn:
+        assert txn.stat(storage._data)["entries"] == 20  # (kept apart, written once)
+    for job_id, job in zip(ids, jobs, strict=False):
+        assert (await client.ok("GetJob", id=job_id))["job"]["data"] == job["data"]
+    await client.aclose()

@@ -139,7 +139,8 @@ class AheadWriter:
             elif type(data) is str or large:
                 written = [data] if await self._write_one(data) else []
             else:
-                written = [data] if await self._encode_one(data, sliced=True) else []
+                sliced = _values_in(data, AHEAD_MIN_VALUES) > AHEAD_MIN_VALUES
+                written = [data] if await self._encode_one(data, sliced=sliced) else []
         finally:
             self._taken -= need
         if not written:
