@@ -1,7 +1,8 @@
 """The C extensions: trioqueue.core._split_dict (see trioqueue/core/split_dict.py),
 trioqueue.core._data_walk (the common case of transport/datamodel.py's validated and of
 core/job_data.py's _json_bound) and trioqueue.core._job_slots (a job's record, wire dict
-and admission; see trioqueue/core/job_plan.py) and trioqueue.transport._pieces (long
+and admission; see trioqueue/core/job_plan.py), trioqueue.core._presized (an empty
+dict sized for a known count; see trioqueue/core/presized.py) and trioqueue.transport._pieces (long
 strings of a large frame made a piece at a time; see transport/long_strings.py).
 
 Optional: where they cannot be built the package uses the same algorithms in Python,
@@ -18,5 +19,6 @@ setup(ext_modules=[
     Extension("trioqueue.core._job_slots",
               ["trioqueue/core/_job_slots.c", "trioqueue/core/_job_slots_plan.c"],
               depends=["trioqueue/core/_job_slots.h"], optional=True),
+    Extension("trioqueue.core._presized", ["trioqueue/core/_presized.c"], optional=True),
     Extension("trioqueue.transport._pieces", ["trioqueue/transport/_pieces.c"], optional=True),
 ])

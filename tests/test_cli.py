@@ -33,6 +33,20 @@ def test_bunqueue_environment_names() -> None:
     assert config.log_level == "debug"
 
 
+def test_monitoring_thresholds_from_bunqueue_names_and_flags() -> None:
+    config = configure(QUEUE_IDLE_THRESHOLD_MS="5000", QUEUE_SIZE_THRESHOLD="100",
+                       WORKER_OVERLOAD_THRESHOLD_MS="0", STORAGE_WARNING_MB="512",
+                       MEMORY_WARNING_MB="256")
+    assert (config.queue_idle_threshold_ms, config.queue_size_threshold_jobs,
+            config.worker_overload_threshold_ms) == (5000, 100, 0)
+    assert (config.storage_warning_mib, config.memory_warning_mib) == (512, 256)
+    config = configure("--memory-warning-mib", "64", "--shutdown-notice-s", "2.5",
+                       MEMORY_WARNING_MB="256")
+    assert (config.memory_warning_mib, config.shutdown_notice_s) == (64, 2.5)
+    with pytest.raises(SystemExit, match="Invalid --queue-size-threshold-jobs"):
+        configure(QUEUE_SIZE_THRESHOLD="lots")
+
+
 @pytest.mark.parametrize(("env", "expected"), [
     ({"DATA_PATH": "/d"}, "/d"),
     ({"BQ_DATA_PATH": "/bq", "DATA_PATH": "/d"}, "/bq"),

@@ -110,6 +110,10 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
         "bytes", "freed memory kept for reuse rather than given back to the OS, so large "
                  "jobs do not fault in fresh pages (glibc only; default 64MiB; 0: the "
                  "allocator's defaults)"),
+    "shutdown_notice_s": (
+        "seconds", "at shutdown, how long the broker waits for server:shutdown to be "
+                   "sent to each WebSocket and SSE client before closing them (default "
+                   "1)"),
     "gc_full_interval_s": (
         "seconds", "collect every generation this often, then freeze what survived, so "
                    "cyclic garbage is freed within this long and each pass looks only at "
@@ -139,7 +143,7 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
                                            "together; past it the largest are cut, 503 "
                                            "(default 256MiB; 0: no bound)"),
     "http_keep_alive_timeout_s": ("seconds", "an idle kept-alive HTTP connection is "
-                                             "closed (default 5)"),
+                                             "closed (default 10)"),
     "http_rate_limit_window_ms": ("ms", "the per-address request window (default 60000; "
                                         "0: no limit)"),
     "http_rate_limit_max_requests": ("count", "HTTP requests per address per window, 429 "
@@ -163,7 +167,29 @@ CRON_FLAGS: dict[str, tuple[str, str]] = {
                                 "refused is tried again, or its period if longer "
                                 "(default 60000)"),
 }
+# The thresholds of the dashboard's monitoring events (queue:idle, queue:threshold,
+# worker:overloaded, storage:size-warning, server:memory-warning), parsed as the
+# limits are; bunqueue's variable names are read too.
+MONITOR_FLAGS: dict[str, tuple[str, str]] = {
+    "queue_idle_threshold_ms": ("ms", "queue:idle once a queue had no job ready or active "
+                                      "this long (default 30000; 0: never)"),
+    "queue_size_threshold_jobs": ("count", "queue:threshold when a queue's ready jobs "
+                                           "reach this many (default 0: never)"),
+    "worker_overload_threshold_ms": ("ms", "worker:overloaded once a worker's heartbeats "
+                                           "report it at its concurrency this long "
+                                           "(default 30000; 0: never)"),
+    "storage_warning_mib": ("mib", "storage:size-warning when the store uses this many "
+                                   "MiB (default 0: never)"),
+    "memory_warning_mib": ("mib", "server:memory-warning when the process's resident "
+                                  "memory reaches this many MiB (default 0: never)"),
+}
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in LIMIT_FLAGS})
+ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in MONITOR_FLAGS})
+ENV_NAMES["queue_idle_threshold_ms"] += ("QUEUE_IDLE_THRESHOLD_MS",)  # bunqueue's names
+ENV_NAMES["queue_size_threshold_jobs"] += ("QUEUE_SIZE_THRESHOLD",)
+ENV_NAMES["worker_overload_threshold_ms"] += ("WORKER_OVERLOAD_THRESHOLD_MS",)
+ENV_NAMES["storage_warning_mib"] += ("STORAGE_WARNING_MB",)
+ENV_NAMES["memory_warning_mib"] += ("MEMORY_WARNING_MB",)
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in CRON_FLAGS})
 ENV_NAMES.update({name: (f"TRIOQUEUE_{name.upper()}",) for name in HTTP_FLAGS})
 ENV_NAMES["http_rate_limit_window_ms"] += ("RATE_LIMIT_WINDOW_MS",)  # bunqueue's names
@@ -290,15 +316,16 @@ def _count(value: str, name: str) -> int:
     return count
 
 
-_PARSE_LIMIT = {"bytes": _bytes, "seconds": _seconds, "count": _count,
+_PARSE_LIMIT = {"bytes": _bytes, "seconds": _seconds, "count": _count, "mib": _count,
                 "ms": _number("milliseconds, e.g. 1 or 0.5"),
                 "ratio": _number("a ratio, e.g. 4 or 0.5")}
 _METAVARS = {"bytes": "BYTES", "seconds": "SECONDS", "count": "N", "ms": "MS",
-             "ratio": "RATIO"}
+             "ratio": "RATIO", "mib": "MIB"}
 
 
 def _limits_from(config: Config, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS | CRON_FLAGS).items():
+    for setting, (kind, _) in (LIMIT_FLAGS | WEBHOOK_FLAGS | HTTP_FLAGS | CRON_FLAGS
+                          | MONITOR_FLAGS).items():
         raw = getattr(args, setting)
         if raw is None:
             raw = env_value(env, setting)
@@ -492,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(development only; off: the SSRF guard refuses them)")
     _add_flags(hooks, WEBHOOK_FLAGS)
     _add_flags(serve.add_argument_group("cron schedules"), CRON_FLAGS)
+    _add_flags(serve.add_argument_group("monitoring events (docs/http.md)"), MONITOR_FLAGS)
     http = serve.add_argument_group("HTTP port (REST, SSE, health; docs/http.md)")
     http.add_argument("--cors-allow-origins", help="comma-separated origins answered with "
                                                    "Access-Control-Allow-Origin ('*': any)")

@@ -213,7 +213,11 @@ class Config:
     # Bytes of request bodies still arriving, all HTTP requests together; past it the
     # requests holding the most are cut (503 and close). 0: no bound.
     http_max_body_total_bytes: int = 256 * 1024 * 1024
-    http_keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed
+    # An idle kept-alive connection is closed. 10 s, as bunqueue (Bun's server): at 5 s
+    # a client that waited 5 s for something (bunqueue's scripts wait for an event that
+    # long) sent its next request as the close came, and a POST on a closing connection
+    # is reset (Bun's fetch keeps idle connections for minutes and does not retry it).
+    http_keep_alive_timeout_s: float = 10.0
     # bunqueue's protocol limiter, per client address: requests per window, 429 past
     # it (RATE_LIMIT_WINDOW_MS / RATE_LIMIT_MAX_REQUESTS); 0 in either disables it.
     http_rate_limit_window_ms: float = 60_000.0
@@ -239,6 +243,24 @@ class Config:
     health_status_interval_s: float = 10.0
     storage_status_interval_s: float = 30.0
     queue_counts_coalesce_ms: float = 10.0
+
+    # --- the dashboard's monitoring events (bunqueue's QUEUE_IDLE_THRESHOLD_MS,
+    # QUEUE_SIZE_THRESHOLD, WORKER_OVERLOAD_THRESHOLD_MS, STORAGE_WARNING_MB,
+    # MEMORY_WARNING_MB and their defaults; 0 turns each off): queue:idle once a queue
+    # had no job ready or active this long; queue:threshold when its ready jobs reach
+    # this many; worker:overloaded when a worker's heartbeats report it at its
+    # concurrency this long; storage:size-warning and server:memory-warning when the
+    # store's used bytes or the process's resident memory reach this many MiB
+    # (looked at once a second).
+    queue_idle_threshold_ms: float = 30_000.0
+    queue_size_threshold_jobs: int = 0
+    worker_overload_threshold_ms: float = 30_000.0
+    storage_warning_mib: int = 0
+    memory_warning_mib: int = 0
+    # After server:shutdown is told, the broker waits until each WebSocket and SSE
+    # client's queued frames up to the notice are sent, at most this long, before it
+    # closes the connections.
+    shutdown_notice_s: float = 1.0
 
     # --- waiting for results
     removed_result_retention_s: float = 60.0  # results of removeOnComplete jobs, for WaitJob
@@ -367,6 +389,17 @@ class Config:
         self._validate_storage_url()
         self._validate_cluster()
         self._validate_store_limits()
+        self._validate_monitoring()
+
+    def _validate_monitoring(self) -> None:
+        for name in ("queue_idle_threshold_ms", "worker_overload_threshold_ms",
+                     "shutdown_notice_s"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number, 0 or more")
+        for name in ("queue_size_threshold_jobs", "storage_warning_mib",
+                     "memory_warning_mib"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0")
 
     def _validate_store_limits(self) -> None:
         if self.store_max_bytes is not None and self.store_max_bytes <= 0:

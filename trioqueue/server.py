@@ -19,6 +19,7 @@ import trio
 from .actors.broker import Broker
 from .actors.slow_steps import SlowSteps
 from .config import Config
+from .core.broker_events import broker_event
 from .gc_passes import FullCollections
 from .process_heap import keep_freed_heap
 from .transport.http_front import HttpPort, serve_http
@@ -36,13 +37,18 @@ class Server:
         self.ws_port: int | None = None  # the HTTP port (WebSocket, REST, SSE)
         self.http: HttpPort | None = None
         self._stop = trio.Event()
+        self._stop_reason = "stop"
         # What every connection shares (limits, broker-wide budgets, their timers).
         self.shell = Shell(config)
+        self.shell.graveyard = self.broker.dismantler.graveyard
         # Run by serve() only, as tune_gc is: an embedded broker leaves the GC alone.
         self.collections = FullCollections(config.gc_full_interval_s,
                                            config.gc_full_after_young_objects)
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "stop") -> None:
+        """Begin the shutdown; ``reason`` (the signal's name) is told to the dashboard
+        (``server:shutdown``) while the connections are still open."""
+        self._stop_reason = reason
         self._stop.set()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -94,7 +100,13 @@ class Server:
                 auth_state(config),
             )
             task_status.started(self)
+            self._tell_started()
             await self._stop.wait()
+            self.broker.router.announce([broker_event(
+                "server:shutdown", self.broker.clock.now_ms(), signal=self._stop_reason)])
+            # Its frames leave on the open connections, after what each had queued.
+            with trio.move_on_after(config.shutdown_notice_s):
+                await self.shell.senders.sent()
             # 1. no new connections; 2. commands already accepted are applied and their
             # replies sent on the still-open connections; 3. connections close, which
             # hands their un-renewed jobs back to the queues (uncharged), and those
@@ -107,6 +119,18 @@ class Server:
                 await sessions_closed.wait()  # every connection has handed its jobs back
             await self.broker.settle()
             root.cancel_scope.cancel()
+
+
+    def _tell_started(self) -> None:
+        """``server:started`` and ``server:recovered`` (what recovery brought back), as
+        bunqueue tells them at startup: they reach only who listens already (in a
+        cluster, the subscribers of brokers streaming this one's events)."""
+        router = self.broker.router
+        now = self.broker.clock.now_ms()
+        router.announce([
+            broker_event("server:started", now, tcpPort=self.tcp_port, httpPort=self.ws_port),
+            broker_event("server:recovered", now, queues=len(router.actors),
+                         jobs=router.live_jobs)])
 
 
 def auth_state(config: Config) -> str:
@@ -171,7 +195,7 @@ async def serve(config: Config, broker: Broker | None = None) -> None:
                 nursery.start_soon(server.collections.run)
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
-                server.stop()
+                server.stop(signal.Signals(signum).name)
                 server.shell.spin.close()
                 server.collections.close()
                 break

@@ -61,9 +61,10 @@ async def test_backoff_schedule_and_failure_count(
     attempts: list[float] = []
     bodies: list[bytes] = []
 
-    async def failing(client: Any, url: Any, body: bytes, headers: dict[str, str]) -> bool:
+    async def failing(client: Any, url: Any, body: list[bytes], headers: dict[str, str]
+                      ) -> bool:
         attempts.append(trio.current_time())
-        bodies.append(body)
+        bodies.append(b"".join(body))  # (the body's pieces, sent one after another)
         return False
 
     hooks._attempt = failing  # type: ignore[method-assign]

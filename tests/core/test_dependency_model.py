@@ -1,8 +1,9 @@
 """QueueState's dependency rules against a reference model (hypothesis, stateful).
 
-One queue, jobs that depend on random earlier jobs (live or completed) and carry random
-child-failure policies. Rules pull, complete or fail (terminally) any active job, cancel
-jobs, detach children, and restart the queue from storage, sometimes
+One queue, jobs that depend on random earlier jobs (live, completed or dead-lettered)
+and carry random child-failure policies. Rules pull, complete or fail (terminally) any
+active job, cancel jobs, detach children, link a live job to an earlier one
+(UpdateParent), and restart the queue from storage, sometimes
 between a child's commit and the delivery of its notices (a crash in the window the
 outcome rows close). After every step the implementation must agree with the model on
 every job's place (waiting for children, ready, active, completed, failed, gone), on
@@ -43,6 +44,7 @@ class MJob:
     policy: str | None
     state: str  # WAITING, READY, "active", "completed", "failed", GONE
     pending: set[str] = field(default_factory=set)
+    linked: set[str] = field(default_factory=set)  # its dependsOn and childrenIds
     values: dict[str, Any] = field(default_factory=dict)  # child id -> result
 
 
@@ -97,7 +99,7 @@ class DependencyMachine(RuleBasedStateMachine):
     @rule(data=st.data(), policy=st.sampled_from(POLICIES))
     def push(self, data: st.DataObject, policy: str | None) -> None:
         candidates = sorted(j.id for j in self.jobs.values()
-                            if j.state in (WAITING, READY, "active", "completed"))
+                            if j.state in (WAITING, READY, "active", "completed", "failed"))
         deps = data.draw(st.lists(st.sampled_from(candidates), max_size=3, unique=True)
                          if candidates else st.just([]))
         self.n += 1
@@ -111,11 +113,14 @@ class DependencyMachine(RuleBasedStateMachine):
         self.h.q.check_push_dependencies([spec], T0, batch=False)
         self.h.call("push", [spec], T0)
         pending = {d for d in deps if self.jobs[d].state != "completed"}
-        job = MJob(job_id, policy, WAITING if pending else READY, pending)
+        job = MJob(job_id, policy, WAITING if pending else READY, pending, linked=set(deps))
         for dep in deps:
             if self.jobs[dep].state == "completed":
                 job.values[dep] = f"r-{dep}"
         self.jobs[job_id] = job
+        # a dead-lettered dependency's policy acts at once, in the order of dependsOn
+        self._settle_all([(self.jobs[d], "failed", None) for d in deps
+                          if self.jobs[d].state == "failed"])
 
     @rule(count=st.integers(1, 4))
     def pull(self, count: int) -> None:
@@ -135,6 +140,7 @@ class DependencyMachine(RuleBasedStateMachine):
         dies right after the commit, before the notices reach the parents."""
         job = data.draw(st.sampled_from(sorted(
             (j for j in self.jobs.values() if j.state == "active"), key=lambda j: j.id)))
+        job.pending.clear()  # (a linked active job may still wait: it stops)
         if fail:
             self.h.call("fail", job.id, T0, error=f"e-{job.id}")
             job.state = "failed"
@@ -169,7 +175,38 @@ class DependencyMachine(RuleBasedStateMachine):
             key=lambda j: j.id)))
         self.h.call("remove_child_dependency", job.id, T0)
         self.h.deliver_notices(T0)
+        for parent in self.jobs.values():
+            if job.id in parent.pending:
+                parent.linked.discard(job.id)  # the waiting parents forget it
         self._settle(job, "removed")
+
+    @precondition(lambda self: any(j.state in (WAITING, READY, "active")
+                                   for j in self.jobs.values()))
+    @rule(data=st.data())
+    def link(self, data: st.DataObject) -> None:
+        """UpdateParent of an earlier job (no cycle) to a live one: a new edge waits
+        unless the child completed, and takes a dead-lettered child's policy at once."""
+        parent = data.draw(st.sampled_from(sorted(
+            (j for j in self.jobs.values() if j.state in (WAITING, READY, "active")),
+            key=lambda j: j.id)))
+        children = sorted(j.id for j in self.jobs.values()
+                          if j.state != GONE and int(j.id[1:]) < int(parent.id[1:]))
+        if not children:
+            return
+        child = self.jobs[data.draw(st.sampled_from(children))]
+        self.h.call("update_parent", child.id, parent.id, T0)
+        self.h.deliver_notices(T0)
+        if child.id in parent.linked:
+            return  # already listed: only the child's marker changes
+        parent.linked.add(child.id)
+        if child.state == "completed":
+            parent.values[child.id] = f"r-{child.id}"
+            return
+        parent.pending.add(child.id)
+        if parent.state == READY:
+            parent.state = WAITING
+        if child.state == "failed":
+            self._settle(child, "failed")
 
     def _restart(self) -> None:
         self.h.restart(T0)
@@ -179,6 +216,7 @@ class DependencyMachine(RuleBasedStateMachine):
                         key=lambda job: (T0, job.id))
         for job in buried:
             job.state = "failed"
+            job.pending.clear()
         self._settle_all([(job, "failed", None) for job in buried])
 
     @rule()

@@ -23,7 +23,6 @@ from trioqueue.core.flows import (
     parse_flow,
 )
 from trioqueue.core.job import QUEUED, WAITING_CHILDREN, JobRecord
-from trioqueue.core.options import FAILURE_POLICY_ERROR
 
 NOW = 1_700_000_000_000
 
@@ -306,10 +305,13 @@ def test_false_policy_needs_no_parent() -> None:
     assert item.spec["fail_parent_on_failure"] is False
 
 
-def test_two_failure_policies_are_refused() -> None:
+def test_two_failure_policies_are_taken() -> None:
     jobs = tree()
     jobs[1]["input"].update(failParentOnFailure=True, ignoreDependencyOnFailure=True)
-    assert error_of({"jobs": jobs}) == f"c1: {FAILURE_POLICY_ERROR}"
+    items = parse_flow({"jobs": jobs})
+    spec = items[1].spec
+    assert spec["fail_parent_on_failure"] is True
+    assert spec["ignore_dependency_on_failure"] is True
 
 
 def test_dependency_outside_the_flow_is_refused() -> None:

@@ -18,7 +18,6 @@ from trioqueue.core.job import _FIELDS, JobRecord
 from trioqueue.core.options import (
     DATA_NOT_SERIALIZABLE,
     DATA_TOO_LARGE,
-    FAILURE_POLICY_ERROR,
     MAX_ATTEMPTS,
     MAX_DATA_CHARS,
     NAME_ERROR,
@@ -67,7 +66,7 @@ def test_transport_and_unknown_keys_are_ignored() -> None:
 
 
 def test_none_means_not_given_for_options() -> None:
-    given_none = {key: None for key in options._OPTION_KEYS}
+    given_none = {key: None for key in options.OPTION_KEYS}
     assert parse({**given_none, "jobId": None, "name": "j"}) == parse({"name": "j"})
 
 
@@ -632,7 +631,8 @@ def test_flags_are_coerced_like_js_boolean(wire: str, attr: str) -> None:
     assert attr not in parse({})
 
 
-def test_failure_policies_are_mutually_exclusive() -> None:
+def test_failure_policies_may_be_combined() -> None:
+    """bunqueue accepts the four together (one acts: core.flows.failure_policy)."""
     names = [
         ("failParentOnFailure", "fail_parent_on_failure"),
         ("continueParentOnFailure", "continue_parent_on_failure"),
@@ -641,18 +641,14 @@ def test_failure_policies_are_mutually_exclusive() -> None:
     ]
     for wire, attr in names:
         assert parse({wire: True})[attr] is True
-    assert error_of({"failParentOnFailure": True, "ignoreDependencyOnFailure": 1}) == (
-        FAILURE_POLICY_ERROR
-    )
-    assert error_of({wire: True for wire, _ in names}) == FAILURE_POLICY_ERROR
-    # Only set (truthy) policies count.
+    both = parse({"failParentOnFailure": True, "ignoreDependencyOnFailure": 1})
+    assert both["fail_parent_on_failure"] is True
+    assert both["ignore_dependency_on_failure"] is True
+    every = parse({wire: True for wire, _ in names})
+    assert all(every[attr] is True for _, attr in names)
     result = parse({"failParentOnFailure": True, "continueParentOnFailure": False})
     assert result["fail_parent_on_failure"] is True
     assert result["continue_parent_on_failure"] is False
-    assert FAILURE_POLICY_ERROR == (
-        "Only one of failParentOnFailure, continueParentOnFailure, "
-        "ignoreDependencyOnFailure, removeDependencyOnFailure may be set"
-    )
 
 
 # -------------------------------------------------------------------------- order
@@ -717,7 +713,7 @@ _json_like = st.recursive(
     max_leaves=12,
 )
 _keys = st.sampled_from(
-    sorted(options._OPTION_KEYS | {"name", "data", "jobId", "customId", "groupMaxSize"})
+    sorted(options.OPTION_KEYS | {"name", "data", "jobId", "customId", "groupMaxSize"})
 ) | st.text(max_size=8)
 
 

@@ -43,7 +43,7 @@ def test_closed_connection_unregisters_its_workers_only() -> None:
     reg = WorkerRegistry()
     reg.register({"name": "a", "queues": [], "workerId": "a"}, NOW, conn="c1")
     reg.register({"name": "b", "queues": [], "workerId": "b"}, NOW, conn="c2")
-    reg.connection_closed("c1")
+    reg.connection_closed("c1", 1_000)
     assert [w["workerId"] for w in reg.list(NOW)["data"]["workers"]] == ["b"]
 
 
@@ -52,7 +52,7 @@ def test_errors() -> None:
     with pytest.raises(Refused, match="Worker not found"):
         reg.heartbeat({"id": "nope"}, NOW)
     with pytest.raises(Refused, match="Worker not found"):
-        reg.unregister({"workerId": "nope"})
+        reg.unregister({"workerId": "nope"}, 1_000)
     with pytest.raises(Refused, match="name is required"):
         reg.register({"queues": []}, NOW, conn=None)
     with pytest.raises(Refused, match="queues must be"):

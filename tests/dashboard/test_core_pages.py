@@ -189,6 +189,20 @@ def test_job_actions_change_priority_promote_and_remove(
     expect(page.get_by_test_id("error")).to_contain_text("not found")
 
 
+def test_a_priority_the_broker_refuses_is_refused_in_its_words(
+        start_broker: Callable[..., Broker], page: Any) -> None:
+    """The priority box is judged by the broker's validator: an emptied box is not a
+    silent priority 0 but the broker's refusal, shown by the button; the job keeps 5."""
+    broker = start_broker()
+    job_id = push(broker, "emails", priority=5)
+    page.goto(broker.url + f"/#/jobs/{job_id}")
+    expect(page.get_by_test_id("job-options")).to_contain_text('"priority": 5')
+    page.get_by_test_id("job-priority-input").fill("")
+    page.get_by_test_id("job-action-priority").click()
+    expect(page.locator(".action .error")).to_have_text("priority must be a number")
+    assert broker.call("GET", f"/jobs/{job_id}")["job"]["priority"] == 5
+
+
 def test_with_auth_on_the_page_asks_for_the_token_then_works(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker(auth_tokens=["s3cret-token"], **FAST)

@@ -23,6 +23,8 @@ from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 
+from .test_large_data_steps import _freed
+
 StartServer = Callable[..., Awaitable[Server]]
 
 #: A step of the broker's own is a slice (about 0.5 ms) or a small command; the rest is
@@ -60,12 +62,14 @@ async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
     return result
 
 
-async def _freed(server: Server) -> None:
-    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
-    graveyard = server.broker.dismantler.graveyard
-    with trio.fail_after(30):
-        while graveyard.pending:
-            await trio.sleep(0.01)
+async def _freed_after(server: Server, client: RawClient, cmd: str, **fields: Any
+                      ) -> dict[str, Any]:
+    """``cmd``'s reply, once the queue's next step has let go of what it read and the
+    broker has freed all it let go of in slices."""
+    reply = await client.ok(cmd, **fields)
+    await client.ok("GetJobCounts", queue="q")
+    await _freed(server)
+    return reply
 
 
 def _ints(n: int, seed: int) -> list[int]:
@@ -224,20 +228,11 @@ async def test_data_of_a_million_values_in_small_containers_holds_no_long_step(
     pulled = await _measured("PULL", partial(client.ok, "PULL", queue="q", timeout=0))
     assert pulled["job"]["data"] == data
 
-    async def ack() -> None:
-        await client.ok("ACK", id=job_id, result="done")
-        await _freed(server)
-
-    await _measured("ACK", ack)
-
-    async def get() -> dict[str, Any]:
-        # read back from the store, decoded, the reply encoded, then freed
-        reply = await client.ok("GetJob", id=job_id)
-        await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
-        return reply
-
-    got = await _measured("GetJob", get)
+    await _measured("ACK", partial(_freed_after, server, client, "ACK", id=job_id,
+                                   result="done"))
+    # read back from the store, decoded, the reply encoded, then freed
+    got = await _measured("GetJob", partial(_freed_after, server, client, "GetJob",
+                                            id=job_id))
     assert got["job"]["state"] == "completed"
     assert got["job"]["data"] == data
     await client.aclose()

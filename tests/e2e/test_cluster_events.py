@@ -166,3 +166,26 @@ async def test_a_queue_that_moves_to_a_broker_that_joined_keeps_its_subscribers(
     event = await next_event(listener)
     assert (event["eventType"], event["jobId"]) == ("pushed", second)
     assert listener.events == []
+
+
+async def test_a_broker_wide_event_reaches_a_websocket_of_another_broker(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """A dashboard event that belongs to no queue (worker:connected, cron:created) told
+    by one broker reaches a WebSocket pattern subscriber of the other, once."""
+    async with BrokerCluster(pg_dsn, 2, tmp_path) as brokers:
+        b0, b1 = [await RawClient.connect(broker.tcp_port) for broker in brokers.brokers]
+        await until_all([b0, b1], lambda s: len(s["live"]) == 2, "both brokers live")
+        port = brokers[0].ws_port
+        async with open_websocket_url(f"ws://127.0.0.1:{port}/ws") as ws:
+            await ws.send_message(json.dumps({"cmd": "Subscribe", "reqId": "s",
+                                              "events": ["worker:*", "cron:created"]}))
+            assert json.loads(await ws.get_message())["ok"] is True
+            await until_all([b0], lambda s: s["eventLinks"] == 1, "b0's event link")
+            worker = (await b1.ok("RegisterWorker", name="far", queues=["q"]))["data"]
+            await b1.ok("Cron", name="far-cron", queue="q", repeatEvery=60_000)
+            with trio.fail_after(10):
+                frames = [json.loads(await ws.get_message()) for _ in range(2)]
+    assert [f["event"] for f in frames] == ["worker:connected", "cron:created"]
+    assert frames[0]["data"]["workerId"] == worker["workerId"]
+    assert frames[0]["data"]["name"] == "far" and "queue" not in frames[0]["data"]
+    assert frames[1]["data"]["name"] == "far-cron"

@@ -65,7 +65,11 @@ def _joined(value: Any) -> bytes:
 @settings(max_examples=200, deadline=None)
 @given(_VALUES)
 def test_pieces_joined_are_encode_value_s_bytes(data: Any) -> None:
-    value = {"d": data}
+    _check_round_trip({"d": data})
+
+
+def _check_round_trip(value: Any) -> None:
+    """``value``'s pieces joined are ``encode_value``'s bytes, read back equal."""
     try:
         joined = _joined(value)
     except (OverflowError, TypeError, ValueError):
@@ -101,15 +105,8 @@ def test_with_small_bounds_every_container_may_be_opened_and_the_bytes_are_the_s
         data: Any) -> None:
     # runs of at most 8 values and a window of 64 bytes: the opening of containers by
     # the values (bytes) they hold, at every depth, on data hypothesis can make quickly
-    value = {"d": data}
     with patch.object(vp, "RUN_MAX_VALUES", 8), patch.object(vp, "WINDOW_BYTES", 64):
-        try:
-            joined = _joined(value)
-        except (OverflowError, TypeError, ValueError):
-            assert encode_value(value)[0] >= 0xA0
-            return
-        assert joined == encode_value(value)
-        assert _unpacked(joined) == value
+        _check_round_trip({"d": data})
 
 
 @pytest.mark.parametrize("data", [
@@ -120,33 +117,9 @@ def test_with_small_bounds_every_container_may_be_opened_and_the_bytes_are_the_s
     {"x": [[list(range(100)) for _ in range(100)] for _ in range(50)]},
 ], ids=["ints", "maps", "map", "nested", "wrapped"])
 def test_data_of_many_values_comes_in_short_pieces(data: Any, served_gc: None) -> None:
-    value = {"d": data}
-    pieces = []
-    longest = 0.0
-    began = time.thread_time()
-    for piece in value_pieces(value):
-        now = time.thread_time()
-        longest = max(longest, now - began)
-        pieces.append(piece)
-        began = time.thread_time()
-    raw = b"".join(pieces)
-    assert raw == encode_value(value)
-    # encode_value takes 30-120 ms for these in one call; a piece aims at 0.2 ms
-    assert longest < SLICE_S, f"a piece took {longest * 1e3:.1f} ms"
-    steps = unpacked_steps(raw)
-    longest = 0.0
-    while True:
-        began = time.thread_time()
-        try:
-            next(steps)
-        except StopIteration as done:
-            longest = max(longest, time.thread_time() - began)
-            back = done.value
-            break
-        longest = max(longest, time.thread_time() - began)
-    assert back == value
-    # decode_value: 35-230 ms; a slice aims at 0.2 ms
-    assert longest < SLICE_S, f"a slice of reading back took {longest * 1e3:.1f} ms"
+    # encode_value takes 30-120 ms for these in one call, decode_value 35-230 ms; a
+    # piece and a slice of reading back aim at 0.2 ms
+    _check_short_pieces({"d": data}, SLICE_S)
 
 
 #: A piece or a slice of reading back, for the values below (one call: 15-40 ms).
@@ -163,7 +136,12 @@ def test_a_million_values_in_small_containers_come_in_short_pieces(
         data: Any, served_gc: None) -> None:
     # containers of at most 31 members (or of one) holding up to a million values
     # between them: opened by what they hold, not by how many members they have
-    value = {"d": data}
+    _check_short_pieces({"d": data}, DEEP_SLICE_S)
+
+
+def _check_short_pieces(value: Any, bound_s: float) -> None:
+    """``value`` encoded by :func:`value_pieces` as ``encode_value`` encodes it and read
+    back equal by :func:`unpacked_steps`, no piece nor slice taking ``bound_s`` of CPU."""
     pieces = []
     longest = 0.0
     for piece in _timed(value_pieces(value)):
@@ -173,7 +151,7 @@ def test_a_million_values_in_small_containers_come_in_short_pieces(
             pieces.append(piece)
     raw = b"".join(pieces)
     assert raw == encode_value(value)
-    assert longest < DEEP_SLICE_S, f"a piece took {longest * 1e3:.1f} ms"
+    assert longest < bound_s, f"a piece took {longest * 1e3:.1f} ms"
     steps = unpacked_steps(raw)
     longest = 0.0
     while True:
@@ -186,7 +164,7 @@ def test_a_million_values_in_small_containers_come_in_short_pieces(
         finally:
             longest = max(longest, time.thread_time() - began)
     assert back == value
-    assert longest < DEEP_SLICE_S, f"a slice of reading back took {longest * 1e3:.1f} ms"
+    assert longest < bound_s, f"a slice of reading back took {longest * 1e3:.1f} ms"
 
 
 def _timed(pieces: Any) -> Any:

@@ -12,6 +12,7 @@ import pytest
 
 from trioqueue.transport import large_json
 from trioqueue.transport.codec import JSON, DecodeError
+from trioqueue.transport.data_sizes import DataTooLarge
 from trioqueue.transport.slicing import Slicer, run_steps
 
 TRICKY = ["a", ",", "]", "}", '"', "\\", "\u00e9", "\U0001F600", "\n", " ", "u", "\ud83d"]
@@ -78,3 +79,61 @@ def test_the_bound_covers_the_json_of_the_value() -> None:
         assert bound is not None
         written = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
         assert len(written.encode("utf-16-le", "surrogatepass")) // 2 <= bound  # UTF-16 units
+
+
+def test_objects_made_from_kept_members_are_those_of_one_json_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every object made in a dict sized for its members, merged run by run: the same
+    keys in the same order, a later member of a key winning, as one json call."""
+    monkeypatch.setattr(large_json, "MIN_PRESIZED", 0)
+    rnd = random.Random(7)
+    for _ in range(1000):
+        text = json.dumps(random_value(rnd), ensure_ascii=rnd.random() < 0.5)
+        assert repr(decoded(text)) == repr(expected(text)), text
+    members = [f'"k{i % 5000}":{i}' if i % 7 else f'"n{i}":[{i},"{"x" * 50}"]'
+               for i in range(40_000)]
+    text = "{" + ",".join(members) + "}"
+    assert repr(decoded(text)) == repr(expected(text))
+
+
+class Graves:
+    """A graveyard that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.buried: list[Any] = []
+
+    def bury(self, value: Any) -> None:
+        self.buried.append(value)
+
+
+def _command_steps(text: str, limit: int, graves: Graves) -> Any:
+    return run_steps(large_json.json_decode_steps(
+        text.encode(), text, Slicer(), limit, graves))  # type: ignore[arg-type]
+
+
+def test_a_command_s_data_over_the_limit_is_refused_and_left_to_the_graveyard() -> None:
+    data = {str(i): 0 for i in range(300)}
+    text = json.dumps({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "r"}, indent=4)
+    compact = len(json.dumps(data, separators=(",", ":")))
+    assert len(text) > compact + 10
+
+    # the text's bound over the limit, the data within it: measured exactly
+    graves = Graves()
+    value, bound = _command_steps(text, compact + 10, graves)
+    assert value["data"] == data and bound == compact and graves.buried == []
+
+    with pytest.raises(DataTooLarge) as refused:
+        _command_steps(text, compact - 1, graves)
+    assert refused.value.req_id == "r"
+    assert any(buried is not None and buried.get("data") == data for buried in graves.buried
+               if isinstance(buried, dict))
+    assert len({id(buried) for buried in graves.buried}) == len(graves.buried)  # each once
+
+
+def test_what_a_malformed_text_made_is_left_to_the_graveyard() -> None:
+    text = '{"data": {' + ",".join(f'"{i}": [{i}]' for i in range(200)) + ', "end": }}'
+    graves = Graves()
+    with pytest.raises(DecodeError):
+        _command_steps(text, 1 << 30, graves)
+    kept = [buried for buried in graves.buried if isinstance(buried, list)]
+    assert any(len(members) > 1 for members in kept)  # the runs of the object being made

@@ -272,13 +272,13 @@ async def test_other_clients_are_served_while_a_websocket_pullb_is_encoded(
     round_trips = 0
     at_steps: list[int] = []  # round_trips at each slice the broker encodes
     sliced = reply_slices.SlicedJson if kind == "text" else reply_slices.SlicedPayload
-    step = sliced.step
+    step = sliced.step_parts  # (what the WebSocket sender calls: its parts, not joined)
 
     def counted_step(self: Any) -> Any:
         at_steps.append(round_trips)
         return step(self)
 
-    monkeypatch.setattr(sliced, "step", counted_step)
+    monkeypatch.setattr(sliced, "step_parts", counted_step)
     server = await start_server(slice_budget_ms=0)  # (no clock to end that step early)
     other = await connect(server, "cbor")
     codec: Codec = JSON if kind == "text" else CBOR

@@ -4,7 +4,12 @@ no bodies exactly as they send them), each answered as those scripts expect."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import httpx
+import pytest
+import trio
 
 from .rest_client import http_fixture
 
@@ -68,3 +73,39 @@ async def test_the_queue_dlq_cron_script_calls(http: httpx.AsyncClient) -> None:
                                       "data": {"t": 1}, "repeatEvery": 60000})
     await api(http, "DELETE", "/crons/ws-cron-test")
     await api(http, "POST", f"/queues/{Q}/obliterate")
+
+
+async def _answer(stream: trio.SocketStream) -> bytes:
+    """One whole answer (head and its Content-Length body); b"" if the broker closed."""
+    data = b""
+    with trio.fail_after(5):
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += await stream.receive_some(65536)
+    return head
+
+
+@pytest.mark.slow
+async def test_a_connection_idle_through_a_scripts_event_wait_takes_its_next_post(
+        start_server: Callable[..., Any]) -> None:
+    """The scripts wait 5 s for an event that does not come, then POST on the kept-alive
+    connection their fetch holds: at a 5 s keep-alive that POST met the close (Bun's
+    fetch: ECONNRESET). The connection must still be open then."""
+    server = await start_server(memory=True)
+    stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
+    body = b'{"data":{"x":1}}'
+    request = (b"POST /queues/" + Q.encode() + b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               b"Content-Type: application/json\r\nContent-Length: "
+               + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await stream.send_all(request)
+    assert (await _answer(stream)).startswith(b"HTTP/1.1 200")
+    await trio.sleep(5.5)  # the script's 5 s wait for its event, and a little
+    await stream.send_all(request)
+    assert (await _answer(stream)).startswith(b"HTTP/1.1 200")
+    await stream.aclose()

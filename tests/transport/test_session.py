@@ -19,6 +19,7 @@ class _Host:
         self.router: Any = None
         self.events: Any = None
         self.ahead: Any = None
+        self.large_values: Any = None
 
 
 async def test_a_read_of_bad_frames_and_pings_is_answered_in_one_write() -> None:

@@ -31,6 +31,7 @@ from ..core.clock import Clock
 from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
+from ..core.resource_watch import ResourceWatch
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers
@@ -44,6 +45,7 @@ from .cluster_clients import ClusterClients
 from .cluster_fanout import ClusterReads
 from .dismantler import Dismantler
 from .events import EventHub
+from .large_values import LargeValues
 from .peer_links import PeerLinks
 from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
 from .queue_actor import QueueActor
@@ -145,6 +147,7 @@ class Broker(ClusterMember):
             reads=reads, claim_ids=None if held is None else self._claim_ids)
         if clients is not None:
             self.router.clients = clients
+        self.router.hub = self.events
         if self.cluster is not None:
             self._wire_inbox()
         stats = self.router.stats
@@ -153,6 +156,11 @@ class Broker(ClusterMember):
         stats.storage_usage = self.storage_usage
         # Open connections per transport: each transport opens and closes its own.
         self.open_connections: ConnectionCounts = stats.connections
+        self.open_connections.announce = self.router.announce  # (client:connected...)
+        self.open_connections.listening = lambda: self.events.active
+        self.open_connections.now_ms = self._now_ms
+        # storage:size-warning and server:memory-warning, looked at with the rates.
+        self.resources = ResourceWatch(config.storage_warning_mib, config.memory_warning_mib)
         # Disk full or a failed commit (StorageStatus, the HTTP layer's /health).
         self.storage_health: StorageHealth = stats.storage_health
         if config.otel_enabled:
@@ -162,12 +170,16 @@ class Broker(ClusterMember):
         # POSTs the events of watched queues to the webhooks (the router's registry).
         self.webhook_delivery = WebhookDelivery(self.router.webhooks, config,
                                                 now_ms=self._now_ms)
+        self.webhook_delivery.announce = self.router.announce
         # A PUSH's long data string is written before the command runs, a piece at a
         # time (None: the store takes no writes ahead).
         self.ahead = (AheadWriter(self.storage,
                                   self if self.admit_limit_bytes is not None else None,
                                   config.max_data_bytes)
                       if self.storage.ahead_piece_bytes else None)
+        # An ACK's result or a progress of many values is made ready a slice at a
+        # time before the command (its row encoded; its JSON text made).
+        self.large_values = LargeValues(self.storage)
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)
@@ -377,6 +389,7 @@ class Broker(ClusterMember):
         if self.scheduler_role is not None:
             self.scheduler_role.scheduler = self.scheduler
         self.router.crons = self.scheduler
+        self.scheduler.announce = self.router.announce
         if self.config.lease_grace_after_pause_s > 0:
             self.pauses = PauseWatch(self._clock, self.config.lease_grace_after_pause_s)
         try:
@@ -410,7 +423,8 @@ class Broker(ClusterMember):
     async def _sample_rates(self) -> None:
         """Sample the totals every RATE_SAMPLE_MS for the rates of Stats and the
         dashboard's throughput history: four counters read per queue, no job and no
-        storage read."""
+        storage read. While someone listens, the store's size and the process's
+        memory are looked at too, when they have a warning threshold (ResourceWatch)."""
         router = self.router
         while True:
             await trio.sleep(RATE_SAMPLE_MS / 1000)
@@ -424,6 +438,13 @@ class Broker(ClusterMember):
             now = self.clock.now_ms()
             router.stats.rates.sample(now, pushed, pulled)
             router.stats.history.sample(now, pushed, completed, failed)
+            if self.resources.on and self.events.active:
+                router.announce(self.resources.look(now, self.storage.used_bytes,
+                                                    self._rss_bytes))
+
+    @staticmethod
+    def _rss_bytes() -> int:
+        return process_numbers().rss_bytes
 
     async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""

@@ -307,7 +307,8 @@ class PeerEvents:
         events: list[dict[str, Any]] = []
         for frame in frames:
             event = frame.get("event") if type(frame) is dict else None
-            if type(event) is dict and type(event.get("queue")) is str:
+            if type(event) is dict and (type(event.get("queue")) is str or (
+                    ":" in str(event.get("eventType")))):  # (a broker-wide dashboard one)
                 events.append(event)
             elif type(frame) is dict:  # the overflow notice, an idle timeout...
                 log.warning("broker %s says on the events connection: %s",

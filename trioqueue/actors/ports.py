@@ -77,6 +77,9 @@ class QueueLimits:
     actor_restart_window_s: float
     actor_max_restarts: int
     slice_budget_ms: float
+    # when queue:idle and queue:threshold are told (core/queue/watch.py; 0: never)
+    queue_idle_threshold_ms: float = 0.0
+    queue_size_threshold_jobs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class RouterLimits:
     removed_result_retention_s: float
     max_removed_results: int
     slice_budget_ms: float  # broker commands answered inline, per step of a batch
+    worker_overload_threshold_ms: float = 0.0  # worker:overloaded (core/workers.py)
 
 
 def limits_from(config: Config, kind: type[L]) -> L:

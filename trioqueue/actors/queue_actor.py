@@ -39,6 +39,7 @@ from ..core.handlers import Ctx
 from ..core.queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
 from ..core.queue.finished import FinishedView, NeedData
 from ..core.queue.room import UNLIMITED
+from ..core.queue.watch import QueueWatch
 from ..core.recovery import rebuild
 from ..storage.port import Storage
 from .clock import PauseWatch
@@ -77,7 +78,7 @@ class QueueActor(StoreReads):
         # What the core knows of finished jobs: what this actor fetched for it (see
         # _fetch); the core itself never reads the store.
         self._view = FinishedView(name)
-        self.state = QueueState(name, index, self._view)
+        self.state = self._new_state()
         self._backlog: deque[Request] = deque()
         # Notices from other queues and for this queue's own jobs, and replies held
         # until other queues applied this queue's (see actors.notices).
@@ -101,6 +102,13 @@ class QueueActor(StoreReads):
         # Set by retire(): nothing takes from the inbox any more (the router answers
         # what it would have sent, see Router.send).
         self.retired = False
+
+    def _new_state(self) -> QueueState:
+        state = QueueState(self.name, self._index, self._view)
+        limits = self._limits
+        state.watch = QueueWatch(int(limits.queue_idle_threshold_ms),
+                                 limits.queue_size_threshold_jobs)
+        return state
 
     # ------------------------------------------------------------------ supervision
 
@@ -180,7 +188,7 @@ class QueueActor(StoreReads):
             writer.commit_now()
         old = self.state
         self._view.forget()
-        state = self.state = QueueState(self.name, self._index, self._view)
+        state = self.state = self._new_state()
         self._index.forget_queue(self.name)
         # Active jobs stay active (their workers are still alive; only the actor
         # died), with the locks their records keep (the same tokens).

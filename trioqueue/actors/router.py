@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core import fields
+from ..core.broker_events import broker_event
 from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands import RELEASE_CONNECTION
@@ -58,6 +59,7 @@ from .cluster_routes import (
     queues_named,
     remote_address,
 )
+from .events import EventHub, EventRelease
 from .fan_out import Gather
 from .flow_admission import FlowAdmission
 from .joins import Join
@@ -110,6 +112,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
         self.reads = reads
         self.records: ClusterRecords | None = None  # cron, webhook commands (set later)
+        # Where the dashboard events of broker commands go (the broker's event hub).
+        self.hub: EventHub | None = None
         self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
         self._find_queue = find_queue
@@ -126,7 +130,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self._spawn = spawn
         self._index: SplitDict[str, str] = SplitDict()  # inserts never copy it whole
         self.actors: dict[str, QueueActor] = {}
-        self.workers = WorkerRegistry()
+        self.workers = WorkerRegistry(overload_ms=int(limits.worker_overload_threshold_ms))
         # the cron scheduler (actors/scheduler.py), set by the broker when it runs
         self.crons: Any = None
         self.webhooks = WebhookRegistry()
@@ -256,6 +260,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             if not recovering and len(self.actors) >= self._limits.max_queues:
                 raise Refused(f"Too many queues (max {self._limits.max_queues})")
             actor = self.actors[name] = self._new_actor(name)
+            if not recovering:  # (a stored queue brought back is not a new one)
+                self.announce([broker_event("queue:created", self._now_ms(), queue=name)])
         return actor
 
     def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
@@ -516,11 +522,23 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             else:
                 req.ok({})
         elif isinstance(answer, Committed):
-            # The broker's own records: the reply leaves once they are committed.
+            # The broker's own records: the reply leaves once they are committed, and
+            # so do the dashboard events of the change.
             self._committer.submit(answer.writes)
-            self._committer.release([(req.replier, req.reply(answer.reply))])
+            released: list[tuple[Any, dict[str, Any]]] = [
+                (req.replier, req.reply(answer.reply))]
+            if answer.events and self.hub is not None and self.hub.active:
+                released.append((EventRelease(self.hub), {"events": list(answer.events)}))
+            self._committer.release(released)
         else:
             req.ok(answer)
+        self.announce(self.workers.take_events())
+
+    def announce(self, events: list[dict[str, Any]]) -> None:
+        """Dashboard events of the broker's own state (core/broker_events.py), to the
+        hub's subscribers; dropped while nobody listens."""
+        if events and self.hub is not None and self.hub.active:
+            self.hub.publish(events)
 
     def _resolve_many(self, multi: MultiId, req: Request,
                       groups: dict[str, list[Request]],
@@ -561,7 +579,8 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
 
     def connection_closed(self, conn: Any, queues: set[str]) -> None:
         """Forget a closed connection's workers; return what it held to its queues."""
-        self.workers.connection_closed(conn)
+        self.workers.connection_closed(conn, self._now_ms())
+        self.announce(self.workers.take_events())
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))

@@ -39,6 +39,7 @@ from typing import Any
 import trio
 
 from ..core import crons as cr
+from ..core.broker_events import broker_event
 from ..core.clock import Clock
 from ..core.cron_handlers import CRON_FIRE, stored
 from ..core.errors import Refused
@@ -136,6 +137,8 @@ class CronScheduler:
         self._changed = trio.Event()
         # What a firing of each schedule writes, for its admission (see _firing_bytes).
         self._sizes: dict[str, tuple[cr.CronDef, int]] = {}
+        # Where cron:skipped and cron:missed go (the router's announce; None: nowhere).
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
 
     # ------------------------------------------------------------------ Schedules
 
@@ -216,6 +219,7 @@ class CronScheduler:
                 continue
             if action == cr.SKIP:
                 log.debug("cron %s: slot %d skipped (%s)", defn.name, defn.next_run, reason)
+                self._tell("cron:skipped", now, defn, reason=reason)
             before = _Firing(self, defn) if action == cr.FIRE else None
             cr.advance(defn, now, fired=action == cr.FIRE)
             if action == cr.FIRE:
@@ -226,6 +230,11 @@ class CronScheduler:
                 assert before is not None
                 self._send(defn, before)
         return fired
+
+    def _tell(self, event_type: str, now: int, defn: cr.CronDef, **data: Any) -> None:
+        if self.announce is not None:
+            self.announce([broker_event(event_type, now, name=defn.name, queue=defn.queue,
+                                        **data)])
 
     def _no_faster_than_allowed(self, defn: cr.CronDef, now: int) -> None:
         """A schedule kept from before a higher ``cron_min_interval_ms`` (the Cron
@@ -276,6 +285,7 @@ class CronScheduler:
         if defn is None:
             return  # deleted since: nothing to try again
         delay = self.refused.refused(defn, firing.slot, reply.get("error"))
+        self._tell("cron:missed", self._clock.now_ms(), defn, error=reply.get("error"))
         if defn.executions != firing.executions + 1:
             return  # replaced or fired since: nothing of this firing to undo
         defn.executions = firing.executions

@@ -22,7 +22,8 @@ from typing import Any, Final
 import trio
 
 from ..core.queue import QueueState
-from ..core.queue.finished import FinishedView, NeedData, Read
+from ..core.queue.finished import OUTCOMES, FinishedView, NeedData, Read
+from ..core.slicing import SLICE_S
 from ..core.young_collections import collect_young
 from ..storage.keys import decode_value
 from ..storage.port import Storage
@@ -33,8 +34,6 @@ from .ports import Committer
 #: A listing's record at least this long is decoded a slice at a time (a shorter one
 #: in one call, a pause possible between two).
 SLICED_RECORD_MIN_BYTES: Final = 16 * 1024
-#: Work between two pauses while a listing's records are decoded, in seconds.
-SLICE_S: Final = 0.0005
 _CONTAINERS: Final = frozenset({list, dict})
 
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
@@ -77,7 +76,7 @@ class StoreReads:
         self._committer.commit_now()
         storage, name = self._storage, self.name
         answers = [fetch(storage, name, read, packed=True) for read in need.reads]
-        if any(map(_undecoded, answers)):
+        if any(map(_undecoded, need.reads, answers)):
             self._need, self._fetched = need, answers
             return True  # decoded by the actor's task, a slice at a time
         for read, answer in zip(need.reads, answers, strict=True):
@@ -103,37 +102,57 @@ class StoreReads:
         need = self._need
         assert need is not None
         answers = self._fetched
+        storage = self._storage
+        read_here = answers is None  # (else read on the spot: only Packed data let go)
+        pace = _Pace()
         if answers is not None:
             self._fetched = None
-            pace = _Pace()
-            for index, answer in enumerate(answers):
-                answers[index] = await self._decoded_answer(answer, pace)
         else:
-            storage, name = self._storage, self.name
+            # (a record's large data comes encoded: decoded in the worker thread, it
+            # held the interpreter lock, and so the event loop, for all of it)
+            name = self.name
             answers = await self._committer.read_committed(
-                lambda: [fetch(storage, name, read) for read in need.reads])
-            for answer in answers:
-                if type(answer) is dict and "data" in answer:
-                    storage.let_go(answer["data"])  # (freed in slices when done with)
+                lambda: [fetch(storage, name, read, packed=True) for read in need.reads])
+        for index, answer in enumerate(answers):
+            kind = type(answer)
+            if need.reads[index][0] == OUTCOMES:
+                await self._unpacked_outcomes(answer)
+            elif kind is dict and "data" in answer:
+                await self._unpacked(answer, read_here)
+            elif kind is tuple and len(answer) == 2 and answer[0] is True:
+                # a result read back (GetResult): its row is V({"r": result})
+                result = answer[1]
+                if type(result) is Packed:
+                    answers[index] = (True, result := (await _decoded(result))["r"])
+                elif not read_here:
+                    continue
+                storage.let_go(result)  # (freed in slices when done with)
+            elif kind is PackedRecords or kind is list:  # (a page of finished records)
+                answers[index] = await self._decoded_page(answer, pace)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
 
-    async def _decoded_answer(self, answer: Any, pace: _Pace) -> Any:
-        """An answer read with its records or their data undecoded, decoded a slice at
-        a time; the data so decoded is let go of to the store (held by the view and the
-        reply for now: freed in slices after)."""
-        if type(answer) is PackedRecords:
+    async def _decoded_page(self, page: list[Any] | PackedRecords, pace: _Pace
+                            ) -> list[Any]:
+        """A page of finished records (a listing's), read undecoded as
+        :class:`PackedRecords` (LMDB) or as records whose data may be :class:`Packed`
+        (PostgreSQL, or data kept apart), decoded a slice at a time; every record's data
+        of a list or map is let go of to the store (held by the view and the reply for
+        now: freed in slices after)."""
+        records: list[Any]
+        if isinstance(page, PackedRecords):
             records = []
-            for raw in answer.raws:
+            for raw in page.raws:
                 if len(raw) < SLICED_RECORD_MIN_BYTES:
                     record = decode_value(raw)
                     await pace.check()
                 else:
                     record = await _decoded(Packed(raw))
-                records.append(answer.put_back(record))
-            answer = records
-        for record in answer if type(answer) is list else (answer,):
+                records.append(page.put_back(record))
+        else:
+            records = page
+        for record in records:
             if type(record) is not dict or "data" not in record:
                 continue
             if type(packed := record["data"]) is Packed:
@@ -142,7 +161,26 @@ class StoreReads:
                 continue
             self._storage.let_go(record["data"])
             await pace.check()
-        return answer
+        return records
+
+    async def _unpacked(self, record: dict[str, Any], let_go: bool) -> None:
+        """``record``'s data decoded a slice at a time when it came encoded, and let go
+        of (held by the view and the reply for now: freed in slices after) when it was,
+        or when ``let_go`` says so."""
+        data = record["data"]
+        if type(data) is Packed:
+            record["data"] = data = (await _decoded(data))["d"]
+        elif not let_go:
+            return
+        self._storage.let_go(data)
+
+    async def _unpacked_outcomes(self, outcomes: dict[str, Any]) -> None:
+        """A parent's outcome rows that came encoded (a child's result of many values)
+        decoded a slice at a time, and let go of (freed in slices once done with)."""
+        for child, outcome in outcomes.items():
+            if type(outcome) is Packed:
+                outcomes[child] = decoded = await _decoded(outcome)
+                self._storage.let_go(decoded)
 
     @contextmanager
     def reading_directly(self) -> Iterator[None]:
@@ -161,15 +199,21 @@ class StoreReads:
 
 
 
-def _undecoded(answer: Any) -> bool:
-    """Whether a read's answer holds records or data still encoded."""
+def _undecoded(read: Read, answer: Any) -> bool:
+    """Whether a read's answer holds a row left undecoded (a record's data, a result:
+    ``(True, Packed)``, a parent's outcome rows, or a listing's page: its records, or
+    their data)."""
+    if read[0] == OUTCOMES:
+        return any(type(outcome) is Packed for outcome in answer.values())
     kind = type(answer)
     if kind is PackedRecords:
         return True
     if kind is dict:
         return type(answer.get("data")) is Packed
-    return kind is list and any(type(record) is dict and type(record.get("data")) is Packed
-                                for record in answer)
+    if kind is list:
+        return any(type(record) is dict and type(record.get("data")) is Packed
+                   for record in answer)
+    return kind is tuple and len(answer) == 2 and type(answer[1]) is Packed
 
 
 class _Pace:

@@ -13,7 +13,10 @@ connection pool).
 
 A delivery is a POST of the payload as JSON with ``X-Webhook-Event``,
 ``X-Webhook-Timestamp`` and, with a secret, ``X-Webhook-Signature`` (hex HMAC-SHA256
-of the body), as bunqueue sends it. Each attempt has a connect timeout and a timeout
+of the body), as bunqueue sends it. The body is made a slice at a time (a completed
+event may carry a result of a million small maps: one ``json.dumps`` of it held the
+event loop for hundreds of milliseconds), its signature updated a piece at a time, and
+sent as those pieces with its length given. Each attempt has a connect timeout and a timeout
 on the whole request; a non-2xx answer, an error or a timeout is retried after
 ``webhook_retry_delay_ms`` x attempt, up to ``webhook_max_attempts`` attempts in all,
 then counted in ``failureCount``; a 2xx counts in ``successCount``. Redirects are not
@@ -44,7 +47,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 import logging
 import socket
 import ssl
@@ -56,6 +58,9 @@ import httpx
 import trio
 
 from ..config import Config
+from ..core.broker_events import broker_event
+from ..core.json_slices import json_bytes_steps
+from ..core.slicing import Slicer
 from ..core.webhook_urls import delivery_url, refused_address
 from ..core.webhooks import Webhook, WebhookRegistry, webhook_payload
 from .events import EventHub
@@ -103,6 +108,8 @@ class WebhookDelivery:
         self._outboxes: dict[str, _Outbox] = {}
         self._nursery: trio.Nursery | None = None
         self._tls: ssl.SSLContext | None = None
+        # Where webhook:fired and webhook:failed go (the router's announce; None: nowhere).
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
 
     def sink(self, hub: EventHub, queue: str) -> QueueEventSink:
         """The event sink of queue ``queue``'s actor."""
@@ -176,11 +183,11 @@ class WebhookDelivery:
                 while not box.pending:
                     box.wake = trio.Event()
                     await box.wake.wait()
-                payload = box.pending.popleft()
                 if url is None:
+                    box.pending.popleft()
                     hook.failure_count += 1
-                else:
-                    await self._deliver(client, hook, url, payload)
+                else:  # (the payload held by _deliver alone: it lets go once encoded)
+                    await self._deliver(client, hook, url, box.pending.popleft())
 
     @staticmethod
     def _url_of(hook: Webhook) -> httpx.URL | None:
@@ -197,38 +204,49 @@ class WebhookDelivery:
 
     async def _deliver(self, client: httpx.AsyncClient, hook: Webhook, url: httpx.URL,
                        payload: dict[str, Any]) -> None:
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False,
-                          default=str).encode()
         headers = {"Content-Type": "application/json",
                    "X-Webhook-Event": payload["event"],
                    "X-Webhook-Timestamp": str(payload["timestamp"])}
+        event = payload["event"]
+        body = await _body_pieces(payload)
+        del payload  # (its values are not needed past here)
+        headers["Content-Length"] = str(sum(map(len, body)))
         if hook.secret:
-            headers["X-Webhook-Signature"] = hmac.new(
-                hook.secret.encode(), body, hashlib.sha256).hexdigest()
+            headers["X-Webhook-Signature"] = await _signature(hook.secret, body)
+        error = "Webhook delivery failed after max retries"
         for attempt in range(1, self._max_attempts + 1):
             try:
                 if await self._attempt(client, url, body, headers):
                     hook.success_count += 1
                     hook.last_triggered = self._now_ms()
+                    self._tell("webhook:fired", hook, event)
                     return
             except AddressRefused as exc:
                 log.warning("webhook %s not delivered: %s", hook.id, exc)
+                error = str(exc)
                 break
             except Exception as exc:  # whatever fails one attempt fails this delivery
                 log.warning("webhook %s not delivered: %r", hook.id, exc)
+                error = str(exc) or type(exc).__name__
                 break
             if attempt < self._max_attempts:
                 await trio.sleep(self._retry_delay_s * attempt)
         hook.failure_count += 1
+        self._tell("webhook:failed", hook, event, error=error)
 
-    async def _attempt(self, client: httpx.AsyncClient, url: httpx.URL, body: bytes,
+    def _tell(self, name: str, hook: Webhook, event: str, **more: Any) -> None:
+        if self.announce is not None:
+            self.announce([broker_event(name, self._now_ms(), webhookId=hook.id,
+                                        url=hook.url, event=event, **more)])
+
+    async def _attempt(self, client: httpx.AsyncClient, url: httpx.URL, body: list[bytes],
                        headers: dict[str, str]) -> bool:
         """One POST; True for a 2xx answer. Raises AddressRefused (no retry), and any
         error other than the transport's (not retried either)."""
         with trio.move_on_after(self._request_timeout_s):
             try:
                 target, extra, extensions = await self._target(url)
-                response = await client.post(target, content=body,
+                response = await client.post(target, content=_Pieces(body),
                                              headers={**headers, **extra},
                                              extensions=extensions)
             except (httpx.HTTPError, OSError) as exc:
@@ -258,6 +276,58 @@ class WebhookDelivery:
             extensions["sni_hostname"] = host
         return (url.copy_with(host=addresses[0]), {"Host": url.netloc.decode("ascii")},
                 extensions)
+
+
+async def _body_pieces(payload: dict[str, Any]) -> list[bytes]:
+    """The payload's compact JSON in UTF-8 (as ``JSON.stringify`` writes it), as pieces
+    made a slice at a time."""
+    slicer = Slicer()
+    steps = json_bytes_steps(payload, slicer)
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                pieces: list[bytes] = done.value
+                return pieces
+            await trio.lowlevel.checkpoint()
+            slicer.restart()
+    finally:
+        steps.close()
+
+
+async def _signature(secret: str, body: list[bytes]) -> str:
+    """The hex HMAC-SHA256 of the body, a piece at a time (each about a quarter of a
+    millisecond), with the loop given back now and then."""
+    mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+    slicer = Slicer()
+    for piece in body:
+        mac.update(piece)
+        slicer.look_soon()
+        if slicer.due():
+            await trio.lowlevel.checkpoint()
+            slicer.restart()
+    return mac.hexdigest()
+
+
+class _Pieces:
+    """A body sent as its pieces, one write each (a new one per attempt: a stream is
+    read once)."""
+
+    __slots__ = ("_pieces", "_at")
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+        self._at = 0
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._at >= len(self._pieces):
+            raise StopAsyncIteration
+        self._at += 1
+        return self._pieces[self._at - 1]
 
 
 class QueueEventSink:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from ..client.errors import CommandError
+from ..core.fields import coerce_numeric_string
 from .connection import Session
 from .output import EXIT_NOT_DONE, EXIT_OK, CliError, pairs, table, when
 
@@ -39,10 +40,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("name")
     parser.add_argument("--data", default="null", metavar="JSON",
                         help="the job's data as JSON (default null)")
-    parser.add_argument("--delay", type=float, metavar="MS", help="run after this many ms")
-    parser.add_argument("--priority", type=float, help="higher runs first")
-    parser.add_argument("--attempts", type=int, metavar="N",
+    # The option values are taken as text and judged by the broker's own validator
+    # (the one every entry point shares): the same values pass, the same are refused
+    # with the same one line.
+    parser.add_argument("--delay", metavar="MS", help="run after this many ms")
+    parser.add_argument("--priority", help="higher runs first")
+    parser.add_argument("--attempts", "--max-attempts", metavar="N",
                         help="attempts before the DLQ (default 3)")
+    parser.add_argument("--backoff", metavar="MS",
+                        help="the first retry's delay (default 1000; doubles each retry)")
+    parser.add_argument("--backoff-max-delay", metavar="MS",
+                        help="no retry waits longer than this (at most 86400000)")
+    parser.add_argument("--ttl", metavar="MS", help="expire if not run within this")
+    parser.add_argument("--timeout", metavar="MS", help="fail a run that takes longer")
     parser.add_argument("--job-id", help="a custom id (adding it again adds nothing)")
     parser.set_defaults(run=add_job)
 
@@ -138,12 +148,29 @@ async def show_job(session: Session) -> int:
     return EXIT_OK
 
 
+def _number(text: str | None) -> Any:
+    """A numeric flag as the wire carries it: a plain decimal number as its number,
+    any other text as it is, for the broker's validator to refuse in its words."""
+    return None if text is None else coerce_numeric_string(text)
+
+
+def _backoff(args: argparse.Namespace) -> Any:
+    """``--backoff`` alone is the number; with ``--backoff-max-delay``, the map."""
+    delay, cap = _number(args.backoff), _number(args.backoff_max_delay)
+    if cap is None:
+        return delay
+    return {"maxDelay": cap} if delay is None else {"delay": delay, "maxDelay": cap}
+
+
 async def add_job(session: Session) -> int:
     args = session.args
     fields = with_options({"queue": args.queue, "name": args.name,
                            "data": json_argument(args.data, "--data")},
-                          (("delay", args.delay), ("priority", args.priority),
-                           ("maxAttempts", args.attempts), ("jobId", args.job_id)))
+                          (("delay", _number(args.delay)),
+                           ("priority", _number(args.priority)),
+                           ("maxAttempts", _number(args.attempts)),
+                           ("backoff", _backoff(args)), ("ttl", _number(args.ttl)),
+                           ("timeout", _number(args.timeout)), ("jobId", args.job_id)))
     job_id = (await session.call("PUSH", **fields))["id"]
     session.out.said({"queue": args.queue, "id": job_id}, f"added {job_id} to {args.queue}")
     return EXIT_OK

@@ -77,7 +77,7 @@ _LOCK_TEXTS = ("Lock token required", "Invalid or expired lock token",
                "Lock not found or invalid token")
 _AUTH_TEXTS = ("Not authenticated", "Invalid token")
 _VALIDATION_MARKS = (" must ", " is required", "too long", "too large", "invalid",
-                     "Invalid command", "Unknown command", "cannot depend", "Only one of",
+                     "Invalid command", "Unknown command", "cannot depend",
                      "not supported", "cycle", "cannot contain", "duplicate",
                      "not in the flow", "does not name", "does not list", "not found: ")
 

@@ -10,13 +10,15 @@ health. All of it is plain state with ``now`` passed in; the I/O shell feeds it.
 
 from __future__ import annotations
 
+import uuid
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import __version__
+from .broker_events import broker_event
 
 if TYPE_CHECKING:
     from .queue import QueueState
@@ -37,18 +39,38 @@ MIB = 1024 * 1024
 
 class ConnectionCounts:
     """Open connections per transport (``tcp``, ``websocket``, ``sse``): each transport
-    calls :meth:`open` when it accepts one and :meth:`close` when it is gone."""
+    calls :meth:`open` when it accepts one and :meth:`close` when it is gone.
 
-    __slots__ = ("open_by_kind",)
+    A TCP or WebSocket connection is also told to the dashboard (``client:connected``,
+    ``client:disconnected``) through ``announce``, set by the broker, which drops events
+    nobody listens to: the id a connection is told by is made only when someone listens
+    as it opens.
+    """
+
+    __slots__ = ("open_by_kind", "announce", "listening", "now_ms")
 
     def __init__(self) -> None:
         self.open_by_kind = dict.fromkeys(TRANSPORTS, 0)
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
+        self.listening: Callable[[], bool] = lambda: False
+        self.now_ms: Callable[[], int] = lambda: 0
 
-    def open(self, kind: str) -> None:
+    def open(self, kind: str) -> str | None:
+        """Count a new connection; its client id when the dashboard is told (give it
+        back to :meth:`close`), else None."""
         self.open_by_kind[kind] = self.open_by_kind.get(kind, 0) + 1
+        if self.announce is None or kind == "sse" or not self.listening():
+            return None  # (an SSE stream is a listener, not a client: bunqueue tells TCP)
+        client_id = str(uuid.uuid4())
+        self.announce([broker_event("client:connected", self.now_ms(), clientId=client_id,
+                                    transport=kind)])
+        return client_id
 
-    def close(self, kind: str) -> None:
+    def close(self, kind: str, client_id: str | None = None) -> None:
         self.open_by_kind[kind] = self.open_by_kind.get(kind, 0) - 1
+        if client_id is not None and self.announce is not None:
+            self.announce([broker_event("client:disconnected", self.now_ms(),
+                                        clientId=client_id, transport=kind)])
 
     @property
     def total(self) -> int:

@@ -73,7 +73,7 @@ def _register_worker(scope: BrokerScope, msg: dict[str, Any], now: int,
 
 def _unregister_worker(scope: BrokerScope, msg: dict[str, Any], now: int,
                        conn: Any) -> Reply:
-    return scope.workers.unregister(msg)
+    return scope.workers.unregister(msg, now)
 
 
 def _heartbeat(scope: BrokerScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:

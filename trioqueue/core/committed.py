@@ -20,3 +20,5 @@ from .writes import Writes
 class Committed:
     reply: dict[str, Any]
     writes: Writes
+    #: Dashboard events of the change (core/broker_events.py), published once committed.
+    events: tuple[dict[str, Any], ...] = ()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from .broker_events import broker_event
 from .committed import Committed
 from .context import Ctx, Reply, _refuse_if_full
 from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
@@ -68,8 +69,15 @@ def cron(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Committe
     if existing is None:
         crons.limits.check_count(len(crons))
     crons.upsert(defn)
+    if existing is None:
+        event = broker_event("cron:created", now, name=defn.name, queue=defn.queue,
+                             pattern=defn.schedule, every=defn.repeat_every,
+                             nextRun=float(defn.next_run))
+    else:
+        event = broker_event("cron:updated", now, name=defn.name, queue=defn.queue,
+                             nextRun=float(defn.next_run))
     return Committed({"cron": defn.info()},
-                     stored(defn.name, defn.to_record(), scope.crons.lease))
+                     stored(defn.name, defn.to_record(), scope.crons.lease), (event,))
 
 
 def cron_get(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
@@ -87,7 +95,8 @@ def cron_delete(scope: CronScope, msg: dict[str, Any], now: int, conn: Any) -> C
     defn = scope.crons.remove(_name(msg))
     if defn is None:
         raise Refused(CRON_NOT_FOUND)
-    return Committed({}, stored(defn.name, None, scope.crons.lease))
+    return Committed({}, stored(defn.name, None, scope.crons.lease),
+                     (broker_event("cron:deleted", now, name=defn.name, queue=defn.queue),))
 
 
 # ------------------------------------------------------------------ in the queue actor
@@ -116,4 +125,5 @@ def cron_fire(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     spec = parse_job_input(job, custom_id_key="jobId", max_data_bytes=ctx.max_data_bytes)
     [job_id] = q.push([spec], ctx.now)
     q.writes.put_broker_record(CRON_KIND, name, record)
+    q._announce("cron:fired", ctx.now, name=name, jobId=job_id)
     return {"id": job_id}

@@ -17,7 +17,6 @@ numeric check refuses booleans explicitly.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 from trioqueue.core.errors import Refused
+from trioqueue.core.json_slices import compact_json
 
 MAX_NAME_LENGTH = 256
 """Queue names, job names, groupIds and job ids: at most 256 (UTF-16) characters."""
@@ -443,6 +443,6 @@ def normalise_progress(value: Any) -> tuple[float, str | None]:
         number = min(max(number, 0.0), 100.0)
         return (int(number) if number.is_integer() else number), None
     try:
-        return 0, json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return 0, compact_json(value)
     except (TypeError, ValueError):
         return 0, str(value)

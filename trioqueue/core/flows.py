@@ -15,7 +15,10 @@ How dependencies work, end to end (the queue state machine and the router do the
 - Outcome rows stay as long as the parent's record: they are where ``GetChildrenValues``
   and the failure queries read from, also after the parent finished.
 - A child that fails for good without a policy settles nothing: its parents keep
-  waiting, as in BullMQ (a retry from the DLQ may still complete it).
+  waiting, as in BullMQ (a retry from the DLQ may still complete it). A job that comes
+  to depend on a child already dead-lettered under a policy (``dependsOn``,
+  ``UpdateParent``) takes that outcome when the edge is made, as bunqueue applies it
+  at the link: the order of the failure and the link does not matter.
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ IGNORE_DEPENDENCY = "ignore"
 REMOVE_DEPENDENCY = "remove"
 
 DETACHED: dict[str, Any] = {"kind": DETACHED_KIND}
+# RemoveChildDependency's outcome: the parent stops waiting and also forgets the child
+# (its childrenIds and dependsOn, as bunqueue), so a later link is a new edge.
+UNLINKED: dict[str, Any] = {"kind": DETACHED_KIND, "unlink": True}
+# A parent waits for the child again (linked anew after a detach): the pair's earlier
+# row no longer stands. It settles nothing, and a restart's replay passes over it.
+WAITING_KIND = "waiting"
+WAITING: dict[str, Any] = {"kind": WAITING_KIND}
 
 # Keys of job data that flow producers (and UpdateParent) own; Update keeps them.
 FLOW_DATA_KEYS = ("__parentId", "__parentQueue", "__childrenIds", "__flowParentId",
@@ -63,16 +73,34 @@ def failed_outcome(queue: str, error: str | None, policy: str) -> dict[str, Any]
     return {"kind": FAILED, "queue": queue, "error": error, "policy": policy}
 
 
+# The child-failure options in the order they act: (record key, attribute, policy).
+_POLICIES = (
+    ("failParentOnFailure", "fail_parent_on_failure", FAIL_PARENT),
+    ("continueParentOnFailure", "continue_parent_on_failure", CONTINUE_PARENT),
+    ("ignoreDependencyOnFailure", "ignore_dependency_on_failure", IGNORE_DEPENDENCY),
+    ("removeDependencyOnFailure", "remove_dependency_on_failure", REMOVE_DEPENDENCY),
+)
+
+
 def failure_policy(job: Any) -> str | None:
-    """The child-failure policy a job carries (options make them mutually exclusive)."""
-    if job.fail_parent_on_failure:
-        return FAIL_PARENT
-    if job.continue_parent_on_failure:
-        return CONTINUE_PARENT
-    if job.ignore_dependency_on_failure:
-        return IGNORE_DEPENDENCY
-    if job.remove_dependency_on_failure:
-        return REMOVE_DEPENDENCY
+    """The one child-failure policy that acts for a job, which may carry several.
+
+    bunqueue accepts the four options together and lets the first of this order act:
+    failing the parent, then continuing it, then ignoring the edge (its error kept),
+    then removing it. Once one has acted the others find nothing left to do (a parent
+    already dead-lettered or released), so one policy stands for them all.
+    """
+    for _, attr, policy in _POLICIES:
+        if getattr(job, attr):
+            return policy
+    return None
+
+
+def record_failure_policy(record: Mapping[str, Any]) -> str | None:
+    """:func:`failure_policy` of a stored record (a job that already finished)."""
+    for key, _, policy in _POLICIES:
+        if record.get(key):
+            return policy
     return None
 
 

@@ -48,7 +48,9 @@ def pushb(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     parse = JobsParser(q, jobs, ctx)
     if not slices.is_long(len(jobs)):
         specs = parse(0, len(jobs))
-        return {"ids": admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)}
+        before = q.c.pushed
+        ids = admit_batch(q, specs, parse.linked, ctx.now, ctx.storage_full)
+        return slices.batch_pushed(q, len(jobs), before, ids, ctx.now)
     # Validation as well as admission in slices (1,000 jobs took 6-12 ms to validate):
     # the batch is still refused whole, before any of it is admitted.
     return pushb_sliced(q, len(jobs), parse, ctx.now, ctx.storage_full)
@@ -111,7 +113,7 @@ def _pull(q: QueueState, msg: dict[str, Any], ctx: Ctx, batch: bool
         return leased
     jobs, tokens = leased
     if jobs or timeout <= 0:
-        return q.pull_reply(jobs, tokens, batch=batch, owner=owner)
+        return q.pull_reply(jobs, tokens, batch=batch, owner=owner, now=ctx.now)
     return PullWaiter(handle=None, count=count, batch=batch, owner=owner, lock_ttl=lock_ttl,
                       conn=ctx.conn, detach=detach, deadline_ms=int(ctx.now + timeout))
 
@@ -320,6 +322,7 @@ def update(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     data = msg.get("data")
     validate_job_data(data, max_chars=None)  # JSON-serialisable; no size limit (bunqueue)
     q.update_data(job_id, data)
+    q._announce("job:data-updated", ctx.now, jobId=job_id)
     return {}
 
 
@@ -329,11 +332,14 @@ def change_priority(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     lifo = msg.get("lifo")
     q.change_priority(job_id, ctx.now, priority,
                       None if lifo is None else fields.lenient_bool(lifo))
+    q._announce("job:priority-changed", ctx.now, jobId=job_id, newPriority=priority)
     return {}
 
 
 def promote(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.promote(fields.job_id(msg.get("id")), ctx.now)
+    job_id = fields.job_id(msg.get("id"))
+    q.promote(job_id, ctx.now)
+    q._announce("job:promoted", ctx.now, jobId=job_id)
     return {}
 
 
@@ -344,14 +350,17 @@ def promote_jobs(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
 
 def change_delay(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
-    q.change_delay(job_id, ctx.now, fields.delay_required(msg.get("delay")), _token(msg))
+    delay = fields.delay_required(msg.get("delay"))
+    q.change_delay(job_id, ctx.now, delay, _token(msg))
+    q._announce("job:delay-changed", ctx.now, jobId=job_id, newDelay=delay)
     return {}
 
 
 def move_to_delayed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
-    q.change_delay(job_id, ctx.now, fields.delay_required(msg.get("delay")), _token(msg),
-                   active_only=True)
+    delay = fields.delay_required(msg.get("delay"))
+    q.change_delay(job_id, ctx.now, delay, _token(msg), active_only=True)
+    q._announce("job:moved-to-delayed", ctx.now, jobId=job_id, delay=delay)
     return {}
 
 
@@ -365,7 +374,9 @@ def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 
 
 def discard(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
-    q.discard(fields.job_id(msg.get("id")), ctx.now, _token(msg))
+    job_id = fields.job_id(msg.get("id"))
+    q.discard(job_id, ctx.now, _token(msg))
+    q._announce("job:discarded", ctx.now, jobId=job_id)
     return {}
 
 
@@ -398,6 +409,7 @@ def set_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             assert number is not None
             update[key] = int(number)
     q.set_stall_config(update)
+    q._announce("config:stall-changed", ctx.now, config=dict(q.stall))
     return {}
 
 

@@ -66,10 +66,6 @@ MAX_BACKOFF_DELAY_MS = 86_400_000
 MAX_GROUP_PRIORITY = 2_097_151
 
 NAME_ERROR = "Job name must be a non-empty string of at most 256 characters"
-FAILURE_POLICY_ERROR = (
-    "Only one of failParentOnFailure, continueParentOnFailure, "
-    "ignoreDependencyOnFailure, removeDependencyOnFailure may be set"
-)
 
 _MISSING: Any = object()
 
@@ -309,8 +305,6 @@ _POLICIES = (
     ("ignoreDependencyOnFailure", "ignore_dependency_on_failure"),
     ("removeDependencyOnFailure", "remove_dependency_on_failure"),
 )
-_POLICY_ATTRS = tuple(attr for _, attr in _POLICIES)
-_POLICY_KEYS = frozenset(wire for wire, _ in _POLICIES)
 
 # Every option by wire name, in bunqueue's validation order: groupId, then the bounded
 # numeric options in validateJobOptions' order, then the fields bunqueue's TS types
@@ -349,7 +343,7 @@ _RANK = {wire: rank for rank, wire in enumerate(_HANDLERS)}
 # One set intersection with the input finds the options present, so an input without
 # options costs nothing per option; transport keys (cmd, reqId, queue) and unknown keys
 # are ignored.
-_OPTION_KEYS = frozenset(_HANDLERS)
+OPTION_KEYS = frozenset(_HANDLERS)
 
 
 def _apply(fields: Mapping[str, Any], keys: Iterable[str], out: dict[str, Any]) -> None:
@@ -371,8 +365,6 @@ def _options(fields: Mapping[str, Any], present: frozenset[str], out: dict[str, 
         # (handlers are pure apart from ``out``, so running them again is harmless).
         _apply(fields, sorted(present, key=_RANK.__getitem__), {})
         raise
-    if len(present & _POLICY_KEYS) > 1 and sum(out.get(a, False) for a in _POLICY_ATTRS) > 1:
-        raise Refused(FAILURE_POLICY_ERROR)
 
 
 def _custom_id(value: Any, field: str) -> str | None:
@@ -418,7 +410,7 @@ def parse_job_input(
                       json_bound=json_bound)
 
     out: dict[str, Any] = {"delay": 0.0, "timestamp": None}
-    present = _OPTION_KEYS.intersection(fields)
+    present = OPTION_KEYS.intersection(fields)
     if present:
         _options(fields, present, out)
 

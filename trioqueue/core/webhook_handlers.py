@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from . import fields
+from .broker_events import broker_event
 from .committed import Committed
 from .errors import Refused
 from .webhook_urls import check_url
@@ -60,7 +61,8 @@ def add_webhook(scope: WebhookScope, msg: dict[str, Any], now: int, conn: Any) -
     hook = registry.new(url, events, queue, secret, now)
     reply = {"data": {"webhookId": hook.id, "url": hook.url, "events": list(hook.events),
                       "queue": hook.queue, "createdAt": hook.created_at}}
-    return Committed(reply, _stored(hook, hook.id))
+    return Committed(reply, _stored(hook, hook.id), (broker_event(
+        "webhook:added", now, id=hook.id, url=hook.url, events=list(hook.events)),))
 
 
 def _hook_id(msg: dict[str, Any], field: str) -> str:
@@ -74,7 +76,8 @@ def remove_webhook(scope: WebhookScope, msg: dict[str, Any], now: int, conn: Any
     hook_id = _hook_id(msg, "webhookId")
     if _registry(scope).remove(hook_id) is None:
         raise Refused(NOT_FOUND)
-    return Committed({"data": {"removed": True}}, _stored(None, hook_id))
+    return Committed({"data": {"removed": True}}, _stored(None, hook_id),
+                     (broker_event("webhook:removed", now, id=hook_id),))
 
 
 def set_webhook_enabled(scope: WebhookScope, msg: dict[str, Any], now: int, conn: Any) -> Committed:
@@ -87,7 +90,9 @@ def set_webhook_enabled(scope: WebhookScope, msg: dict[str, Any], now: int, conn
     if hook is None:
         raise Refused(NOT_FOUND)
     registry.set_enabled(hook, enabled)
-    return Committed({}, _stored(hook, hook_id))
+    name = "webhook:enabled" if enabled else "webhook:disabled"
+    return Committed({}, _stored(hook, hook_id),
+                     (broker_event(name, now, webhookId=hook_id),))
 
 
 def list_webhooks(scope: WebhookScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fields
+from .broker_events import broker_event
 from .errors import Refused
 from .ids import uuid7
 
 WORKER_TIMEOUT_MS = 30_000
 WORKER_NOT_FOUND = "Worker not found"
+# The failure counts at which a worker's failures are told (worker:error), as bunqueue.
+FAILURE_MARKS = (5, 10, 25, 50, 100)
 
 
 @dataclass
@@ -34,6 +37,10 @@ class WorkerEntry:
     processed: int = 0
     failed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Since when its heartbeats report it at its concurrency (None: below it), and
+    # whether worker:overloaded was told for that spell.
+    full_since: int | None = None
+    full_told: bool = False
 
     def wire(self, now: int, timeout_ms: int) -> dict[str, Any]:
         return {
@@ -61,9 +68,18 @@ def _count(value: Any, field_name: str, default: int) -> int:
 
 
 class WorkerRegistry:
-    def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS) -> None:
+    def __init__(self, timeout_ms: int = WORKER_TIMEOUT_MS, overload_ms: int = 0) -> None:
         self.timeout_ms = timeout_ms
+        # worker:overloaded once a worker was at its concurrency this long (0: never).
+        self.overload_ms = overload_ms
         self.workers: dict[str, WorkerEntry] = {}
+        # The dashboard events of the changes (core/broker_events.py), taken by the
+        # router after each command and each closed connection.
+        self.events: list[dict[str, Any]] = []
+
+    def take_events(self) -> list[dict[str, Any]]:
+        events, self.events = self.events, []
+        return events
 
     def register(self, msg: dict[str, Any], now: int, conn: Any) -> dict[str, Any]:
         name = msg.get("name")
@@ -91,14 +107,20 @@ class WorkerRegistry:
             if isinstance(hostname, str):
                 worker.hostname = hostname
             worker.pid, worker.last_seen, worker.conn = pid, now, conn
+        self.events.append(broker_event(
+            "worker:connected", now, workerId=worker.id, name=worker.name,
+            queues=list(worker.queues), hostname=worker.hostname, pid=worker.pid))
         wire = worker.wire(now, self.timeout_ms)
         del wire["id"], wire["uptime"]
         return {"data": wire}
 
-    def unregister(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def unregister(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
         worker_id = msg.get("workerId")
-        if not isinstance(worker_id, str) or self.workers.pop(worker_id, None) is None:
+        worker = self.workers.pop(worker_id, None) if isinstance(worker_id, str) else None
+        if worker is None:
             raise Refused(WORKER_NOT_FOUND)
+        self.events.append(broker_event("worker:disconnected", now, workerId=worker.id,
+                                        name=worker.name))
         return {"data": {"removed": True}}
 
     def heartbeat(self, msg: dict[str, Any], now: int) -> dict[str, Any]:
@@ -107,11 +129,47 @@ class WorkerRegistry:
         if worker is None:
             raise Refused(WORKER_NOT_FOUND)
         # absolute values, as the worker counts them
+        was_busy, failed_before = worker.active_jobs > 0, worker.failed
         worker.active_jobs = _count(msg.get("activeJobs"), "activeJobs", worker.active_jobs)
         worker.processed = _count(msg.get("processed"), "processed", worker.processed)
         worker.failed = _count(msg.get("failed"), "failed", worker.failed)
         worker.last_seen = now
+        self.events.append(broker_event("worker:heartbeat", now, workerId=worker.id))
+        self._tell_load(worker, now, was_busy, failed_before)
+        if self.overload_ms:
+            self._tell_overload(worker, now)
         return {"data": {"ok": True}}
+
+    def _tell_overload(self, worker: WorkerEntry, now: int) -> None:
+        """``worker:overloaded`` at the first heartbeat that finds the worker at its
+        concurrency for ``overload_ms`` (bunqueue looks every ten seconds); once per
+        spell at capacity, where bunqueue tells it again every threshold."""
+        if not (worker.concurrency and worker.active_jobs >= worker.concurrency):
+            worker.full_since, worker.full_told = None, False
+        elif worker.full_since is None:
+            worker.full_since = now
+        elif not worker.full_told and now - worker.full_since >= self.overload_ms:
+            worker.full_told = True
+            self.events.append(broker_event(
+                "worker:overloaded", now, workerId=worker.id, name=worker.name,
+                activeJobs=worker.active_jobs, concurrency=worker.concurrency,
+                overloadedSeconds=(now - worker.full_since) // 1000))
+
+    def _tell_load(self, worker: WorkerEntry, now: int, was_busy: bool,
+                   failed_before: int) -> None:
+        """What a heartbeat's numbers say (our workers report them, where bunqueue's
+        broker counts its own deliveries): ``worker:idle`` when the last active job is
+        done, ``worker:error`` when the failures pass 5, 10, 25, 50 or 100."""
+        if was_busy and not worker.active_jobs:
+            self.events.append(broker_event("worker:idle", now, workerId=worker.id,
+                                            processedJobs=worker.processed))
+        total = worker.processed + worker.failed
+        if total >= 5 and any(failed_before < mark <= worker.failed
+                              for mark in FAILURE_MARKS):
+            self.events.append(broker_event(
+                "worker:error", now, workerId=worker.id, name=worker.name,
+                failedJobs=worker.failed, processedJobs=worker.processed,
+                failureRate=round(worker.failed / total, 3)))
 
     def list(self, now: int) -> dict[str, Any]:
         self.reap(now)
@@ -132,12 +190,16 @@ class WorkerRegistry:
         return any(queue in w.queues and now - w.last_seen < self.timeout_ms
                    for w in self.workers.values())
 
-    def connection_closed(self, conn: Any) -> None:
-        for worker_id in [w.id for w in self.workers.values() if w.conn is conn]:
-            del self.workers[worker_id]
+    def connection_closed(self, conn: Any, now: int) -> None:
+        for worker in [w for w in self.workers.values() if w.conn is conn]:
+            del self.workers[worker.id]
+            self.events.append(broker_event("worker:disconnected", now,
+                                            workerId=worker.id, name=worker.name))
 
     def reap(self, now: int) -> None:
         """Forget workers silent for three timeouts (their connection may be half-open)."""
         limit = 3 * self.timeout_ms
-        for worker_id in [w.id for w in self.workers.values() if now - w.last_seen >= limit]:
-            del self.workers[worker_id]
+        for worker in [w for w in self.workers.values() if now - w.last_seen >= limit]:
+            del self.workers[worker.id]
+            self.events.append(broker_event("worker:removed-stale", now,
+                                            workerId=worker.id, name=worker.name))

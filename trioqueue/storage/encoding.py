@@ -10,13 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .kept_data import KEEP_DATA_BYTES, AheadClaim, KeptData, kept_record
+from .kept_data import (
+    KEEP_DATA_BYTES,
+    AheadClaim,
+    KeptData,
+    kept_record,
+    outcome_row,
+    result_row,
+)
 from .keys import (
     MAX_KEY_BYTES,
     U16,
     broker_key,
     dep_key,
-    encode_result,
     encode_value,
     finished_idx_key,
     finished_prefix,
@@ -34,6 +40,8 @@ from .ops import DeleteJob, FinishJob, Op, PutBrokerRecord, PutDepOutcome, PutJo
 #   (OP_DATA, job key, row)                 a large record's data, kept apart
 #   (OP_CLAIM, job key, row key, pieces)    a record takes rows written ahead
 #   (OP_BROKER, broker key, V(record) | None)  None: the row is deleted
+#   (OP_PROGRESS, job key, row key, pieces)  a record takes a progress message's rows
+#                                            written ahead (row key b"": its claim goes)
 # Consecutive puts travel as one list so the LMDB adapter writes them with one
 # ``putmulti`` call (in C) rather than one ``txn.put`` each; the order of all operations
 # is kept. OP_DELETE carries the job's ``deps`` prefix (None when its id is too long to
@@ -49,6 +57,7 @@ OP_DEP = 4
 OP_DATA = 5
 OP_CLAIM = 6
 OP_BROKER = 7
+OP_PROGRESS = 8
 
 
 def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[Any, ...]]:
@@ -110,6 +119,7 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
             if active:
                 value = _kept_value(job_id, jkey, record, kept, append, None)
                 kept.stage(job_id, None)  # its last write, normally (see kept_data)
+                kept.progress.forget(job_id)
             else:
                 value = dumps(record)
                 if keeping and len(value) >= KEEP_DATA_BYTES:
@@ -118,24 +128,33 @@ def encode_ops(ops: Sequence[Op], kept: KeptData | None = None) -> list[tuple[An
                     active = True
             append((OP_FINISH, jkey, value,
                     finished_idx_key(prefix, created_at, jkey),  # checks the length
-                    prefix, encode_result(result) if has_result else None))
+                    prefix, result_row(kept, result) if has_result else None))
         elif cls is DeleteJob:
             jkey = op[0].encode("utf-8")
             if len(jkey) > MAX_KEY_BYTES:
                 raise too_long("job id", jkey)
             if active:
                 kept.stage(op[0], None)
+                kept.progress.forget(op[0])
             # the deps prefix inline (see dep_scan_prefix): None when no row can fit
             dep_prefix = U16.pack(len(jkey)) + jkey
             append((OP_DELETE, jkey, dep_prefix if len(dep_prefix) < MAX_KEY_BYTES else None))
         else:
-            append(_encode_other(op))
+            append(_encode_other(op, kept))
     return out
 
 
 def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
                 append: Callable[[tuple[Any, ...]], None], value: bytes | None) -> bytes:
-    """:func:`~.kept_data.kept_record`'s value, its OP_DATA or OP_CLAIM appended first."""
+    """:func:`~.kept_data.kept_record`'s value, its OP_DATA or OP_CLAIM appended first
+    (and its OP_PROGRESS, when its progress message is or was kept apart)."""
+    if kept.progress.active:
+        apart, claim = kept.progress.apart(job_id, record)
+        if claim is not None:
+            append((OP_PROGRESS, key, claim.row_key, claim.pieces))
+        if apart is not record:
+            record, value = apart, None
+        kept.staging = kept.staging or kept.progress.staging
     value, row = kept_record(job_id, record, kept, encode_value, value)
     if type(row) is AheadClaim:
         append((OP_CLAIM, key, row.row_key, row.pieces))
@@ -144,11 +163,14 @@ def _kept_value(job_id: str, key: bytes, record: dict[str, Any], kept: KeptData,
     return value
 
 
-def _encode_other(op: Op) -> tuple[Any, ...]:
+def _encode_other(op: Op, kept: KeptData) -> tuple[Any, ...]:
     if isinstance(op, PutQueueMeta):
         return (OP_META, queue_key(op.queue), encode_value(op.meta))
     if isinstance(op, PutDepOutcome):
-        return (OP_DEP, dep_key(op.parent_id, op.child_id), encode_value(op.outcome))
+        outcome = op.outcome
+        row = outcome_row(kept, outcome) if kept.results else None
+        return (OP_DEP, dep_key(op.parent_id, op.child_id),
+                encode_value(outcome) if row is None else row)
     if isinstance(op, PutBrokerRecord):
         value = None if op.value is None else encode_value(op.value)
         return (OP_BROKER, broker_key(op.kind, op.name), value)

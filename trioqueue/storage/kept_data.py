@@ -31,9 +31,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, NamedTuple
 
+import msgpack
+
 from ..core.graveyard import Graveyard
 from ..utf8_views import utf8_view
-from .keys import job_key
+from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim
+from .keys import decode_result, decode_value, encode_result, job_key
 from .value_pieces import Packed
 
 #: A record whose encoding is at least this long keeps its data apart. Below it, a
@@ -71,7 +74,8 @@ class KeptData:
     that is not stored.
     """
 
-    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard")
+    __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
+                 "results", "progress")
 
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
@@ -88,9 +92,14 @@ class KeptData:
         # Where data let go of goes to be taken apart a slice at a time (None: freed
         # by its last holder, in one call)
         self.graveyard: Graveyard | None = None
+        # id(result) -> (result, its row): an ACK's result of many values, encoded a
+        # slice at a time before the command ran, for its finish to write as it is
+        self.results: dict[int, tuple[Any, bytes]] = {}
+        # long progress messages written ahead or stored apart (kept_progress.py)
+        self.progress = KeptProgress()
 
     def _refresh(self) -> None:
-        self.active = bool(self.held or self._staged or self.ahead)
+        self.active = bool(self.held or self._staged or self.ahead or self.progress.active)
 
     def stored_as(self, job_id: str) -> tuple[Any, Any] | None:
         """(data object, KEPT_FIELD value) stored for ``job_id``, as far as the writes
@@ -154,18 +163,80 @@ class KeptData:
         for key in self._taken:
             self.ahead.pop(key, None)
         self._taken.clear()
+        if self.progress.staging:
+            self.progress.settle()
         self._refresh()
 
     def discard(self) -> None:
         self.staging = False
         self._staged.clear()
         self._taken.clear()
+        if self.progress.staging:
+            self.progress.discard()
         self._refresh()
+
+
+def result_row(kept: KeptData, result: Any) -> bytes:
+    """A finished job's result row: the one encoded ahead for this very object, if
+    any (see :meth:`KeptAheadRows.expect_result`), else encoded here."""
+    if kept.results:
+        entry = kept.results.get(id(result))
+        if entry is not None and entry[0] is result:
+            return entry[1]
+    return encode_result(result)
+
+
+def outcome_row(kept: KeptData, outcome: dict[str, Any]) -> bytes | None:
+    """A dependency outcome's row (``V(outcome)``) made from its result's row encoded
+    ahead, when that very result has one: a child's result of many values copied for
+    its parent is not encoded a second time in one call. None otherwise."""
+    if "result" not in outcome or type(outcome) is not dict or len(outcome) > 15:
+        return None
+    result = outcome["result"]
+    entry = kept.results.get(id(result))
+    if entry is None or entry[0] is not result:
+        return None
+    row = entry[1]
+    # V({"r": result}): a fixmap of one entry, the key "r", then the result's bytes
+    if row[:3] != _RESULT_HEAD:
+        return None
+    pieces: list[bytes | memoryview] = [bytes((0x80 | len(outcome),))]
+    try:
+        for key, value in outcome.items():
+            pieces.append(_pack(key))
+            pieces.append(memoryview(row)[3:] if key == "result" else _pack(value))
+    except (OverflowError, TypeError, ValueError):
+        return None  # (encoded whole, as any other row: its CBOR fallback included)
+    return b"".join(pieces)
+
+
+#: The head of a result's row in msgpack: ``{"r": ...}``.
+_RESULT_HEAD: Final = b"\x81\xa1r"
+_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def read_row(raw: bytes, packed_min: int | None) -> Any:
+    """A stored value read back; with ``packed_min``, one at least that long comes as
+    :class:`~.value_pieces.Packed`, for the caller to decode a slice at a time."""
+    if packed_min is not None and len(raw) >= packed_min:
+        return Packed(bytes(raw))
+    return decode_value(raw)
+
+
+def read_result(raw: bytes | None, packed_min: int | None) -> tuple[bool, Any]:
+    """A result row read back: ``(False, None)`` when none; with ``packed_min``, a row
+    at least that long comes as :class:`~.value_pieces.Packed` (``V({"r": result})``
+    undecoded), for the caller to decode a slice at a time."""
+    if raw is None:
+        return False, None
+    if packed_min is not None and len(raw) >= packed_min:
+        return True, Packed(bytes(raw))
+    return True, decode_result(raw)
 
 
 class KeptAheadRows:
     """``expect_ahead`` / ``release_ahead`` of an adapter that keeps a :class:`KeptData`
-    (both key-value adapters)."""
+    (both key-value adapters), and its results encoded ahead."""
 
     _kept: KeptData
 
@@ -181,6 +252,31 @@ class KeptAheadRows:
     def release_ahead(self, text: Any) -> None:
         claim = self._kept.forget_ahead(text)
         if type(claim) is AheadClaim:
+            self.drop_ahead_pieces(*claim)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead: the finish
+        that stores this very object writes it instead of encoding it again."""
+        self._kept.results[id(result)] = (result, row)
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        entry = self._kept.results.get(id(result))
+        if entry is not None and entry[0] is result:
+            del self._kept.results[id(result)]
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
+        whose progress message is this very string takes them (kept_progress.py)."""
+        self._kept.progress.expect(text, ProgressClaim(row_key, pieces))
+        self._kept.active = True
+
+    def release_progress(self, text: str) -> None:
+        """The command that carried ``text`` is answered: its pieces go, if no record
+        took them."""
+        claim = self._kept.progress.forget_ahead(text)
+        if claim is not None:
+            self._kept._refresh()
             self.drop_ahead_pieces(*claim)
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
@@ -270,18 +366,23 @@ def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Ro
     writes no data again; with ``packed_min``, as :func:`with_data`."""
     for record in records:
         where = record.get(KEPT_FIELD)
-        if where:
+        progress = record.get(PROGRESS_KEPT)
+        if where or progress:
             with_data(record, partial(read, job_key(record["id"])), loads, packed_min)
-            if kept is not None:
+            if kept is not None and where:
                 kept.hold(record["id"], record["data"], where)
+            if kept is not None and progress:
+                kept.progress.hold(record["id"], record[PROGRESS_FIELD],
+                                   ProgressClaim(*progress))
+                kept.active = True
 
 
 def data_back(read: Callable[[bytes, Any], Row | None], loads: Callable[[bytes], Any],
               record: dict[str, Any]) -> dict[str, Any]:
     """``record`` (of a listing) with its data back in place when it was kept apart,
     left encoded as :class:`~.value_pieces.Packed` whatever its size, for the caller to
-    decode a slice at a time."""
-    if record.get(KEPT_FIELD):
+    decode a slice at a time (a progress message kept apart put back too)."""
+    if record.get(KEPT_FIELD) or record.get(PROGRESS_KEPT):
         with_data(record, partial(read, job_key(record["id"])), loads, 0)
     return record
 
@@ -293,7 +394,13 @@ def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],
     the row (all pieces, for rows written ahead), given the record's KEPT_FIELD value.
     With ``packed_min``, an encoded row at least that long is put back as
     :class:`~.value_pieces.Packed`, for the caller to decode. A row missing is a broken
-    store: it raises, naming the job."""
+    store: it raises, naming the job. A progress message kept apart is put back too."""
+    progress = record.pop(PROGRESS_KEPT, None)
+    if progress is not None:
+        raw = read([TEXT, progress[0], progress[1]])  # (its pieces written ahead)
+        if raw is None:
+            raise RuntimeError(f"job {record.get('id')!r}: its progress rows are missing")
+        record[PROGRESS_FIELD] = str(raw, "utf-8")
     kept = record.pop(KEPT_FIELD, False)
     if kept:
         raw = read(kept)

@@ -21,6 +21,7 @@ sub-database       key                                              value
 ``data``           job id (utf-8)                                   V({"d": data}) | text
 ``ahead``          row key (16 random bytes) + u32 piece index      UTF-8 bytes
 ``ahead_claims``   job id (utf-8)                                   row key + u32 pieces
+``progress_claims`` job id (utf-8)                                  row key + u32 pieces
 ``broker``         kind (utf-8) + NUL + name (utf-8)                V(record)
 ``meta``           ``b"schema"``                                    u32 big-endian
 =================  ===============================================  ====================
@@ -57,6 +58,11 @@ sub-database       key                                              value
   record's commit adds its ``ahead_claims`` row, deleted with the job along with the
   pieces. Pieces no claim points to (a push refused, or a crash before its record) are
   deleted when the store opens.
+* ``progress_claims``: a job's long progress message, written ahead into ``ahead`` the
+  same way, claimed by its record (which then names the rows in ``progressKept`` in
+  place of its ``progressMessage``, see :mod:`.kept_progress`); replaced by the next
+  progress, deleted with the job along with the pieces. Created empty when an older
+  data directory is opened.
 
 Limits: LMDB keys are at most :data:`MAX_KEY_BYTES` (511) bytes. Queue names are ASCII
 ``[A-Za-z0-9_.:-]`` and job ids at most 256 characters, both checked by the broker
@@ -93,6 +99,7 @@ DB_DEPS = b"deps"
 DB_DATA = b"data"
 DB_AHEAD = b"ahead"
 DB_AHEAD_CLAIMS = b"ahead_claims"
+DB_PROGRESS_CLAIMS = b"progress_claims"
 DB_BROKER = b"broker"
 DB_META = b"meta"
 ALL_DBS = (
@@ -106,6 +113,7 @@ ALL_DBS = (
     DB_DATA,
     DB_AHEAD,
     DB_AHEAD_CLAIMS,
+    DB_PROGRESS_CLAIMS,
     DB_BROKER,
     DB_META,
 )

@@ -32,6 +32,7 @@ class LmdbAhead:
     _env: lmdb.Environment
     _ahead: Any
     _claims: Any
+    _progress_claims: Any
     _mark: HighWaterMark
     max_map_size_bytes: int
     ahead_piece_bytes = AHEAD_PIECE_BYTES
@@ -65,11 +66,24 @@ class LmdbAhead:
         for index in range(pieces):
             txn.delete(K.ahead_piece_key(row_key, index), db=self._ahead)
 
-    def _drop_claim(self, txn: lmdb.Transaction[bytes], jkey: bytes) -> None:
-        """The job's claim, if any, and its pieces, deleted inside ``txn``."""
-        raw = txn.pop(jkey, db=self._claims)
+    def _drop_claim(self, txn: lmdb.Transaction[bytes], jkey: bytes, db: Any = None
+                    ) -> None:
+        """The job's claim (of its data, or in ``db``), if any, and its pieces, deleted
+        inside ``txn``."""
+        raw = txn.pop(jkey, db=self._claims if db is None else db)
         if raw is not None:
             self._delete_pieces(txn, *K.decode_claim(raw))
+
+    def _claim_progress(self, txn: lmdb.Transaction[bytes], jkey: bytes, row_key: bytes,
+                        pieces: int) -> None:
+        """The job's progress message is in these rows (an empty ``row_key``: in its
+        record); the rows of the message before go (storage/kept_progress.py)."""
+        if not row_key:
+            self._drop_claim(txn, jkey, self._progress_claims)
+            return
+        old = txn.replace(jkey, K.encode_claim(row_key, pieces), db=self._progress_claims)
+        if old is not None and bytes(old[:K.AHEAD_ROW_KEY_BYTES]) != row_key:
+            self._delete_pieces(txn, *K.decode_claim(old))
 
     def _claim(self, txn: lmdb.Transaction[bytes], jkey: bytes, row_key: bytes,
                pieces: int) -> None:
@@ -92,8 +106,10 @@ class LmdbAhead:
         with self._env.begin(write=True) as txn:
             if not txn.stat(self._ahead)["entries"]:
                 return 0
-            with txn.cursor(db=self._claims) as cur:
-                claimed = {K.decode_claim(raw)[0] for raw in cur.iternext(keys=False)}
+            claimed: set[bytes] = set()
+            for db in (self._claims, self._progress_claims):
+                with txn.cursor(db=db) as cur:
+                    claimed.update(K.decode_claim(raw)[0] for raw in cur.iternext(keys=False))
             stale = []
             with txn.cursor(db=self._ahead) as cur:
                 for key in cur.iternext(values=False):

@@ -16,7 +16,14 @@ from typing import Any
 import lmdb
 
 from . import keys as K
-from .kept_data import PACKED_MIN_BYTES, KeptData, put_data_back, with_data
+from .kept_data import (
+    PACKED_MIN_BYTES,
+    KeptData,
+    put_data_back,
+    read_result,
+    read_row,
+    with_data,
+)
 from .keyed_reads import KeyedFinishedReads
 from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
@@ -112,13 +119,19 @@ class LmdbReads(KeyedFinishedReads):
             return self._kept_row(txn, jkey, kept)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, None)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, PACKED_MIN_BYTES)
+
+    def _get_result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
         self._check_open()
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
             return False, None
         with self._env.begin() as txn:
             raw = txn.get(jkey, db=self._results)
-        return (False, None) if raw is None else (True, K.decode_result(raw))
+        return read_result(raw, packed_min)
 
     def _count_at(self, prefix: bytes) -> int:
         with self._env.begin() as txn:
@@ -164,6 +177,12 @@ class LmdbReads(KeyedFinishedReads):
             return ids_page(txn, self._idx, prefix, after, limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        return self._dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        return self._dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
+    def _dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
         self._check_open()
         prefix = K.lookup_dep_prefix(parent_id)
         if prefix is None:
@@ -171,5 +190,4 @@ class LmdbReads(KeyedFinishedReads):
         with self._env.begin() as txn:
             rows = scan(txn, self._deps, prefix, prefix, None, values=True)
         # decoded after the read transaction ends, so it stays short
-        loads = K.decode_value
-        return {K.dep_child_id(k): loads(v) for k, v in rows}
+        return {K.dep_child_id(k): read_row(v, packed_min) for k, v in rows}

@@ -179,6 +179,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self._data = dbs[K.DB_DATA]
         self._ahead = dbs[K.DB_AHEAD]
         self._claims = dbs[K.DB_AHEAD_CLAIMS]
+        self._progress_claims = dbs[K.DB_PROGRESS_CLAIMS]
         self._broker = dbs[K.DB_BROKER]
         self._meta = dbs[K.DB_META]
         self._kept = KeptData()
@@ -352,8 +353,8 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         with self._env.begin(write=True) as txn:
             put = txn.put
             delete = txn.delete
-            # deps, data, ahead claims: not asked yet (see _delete)
-            empty: list[bool | None] = [None, None, None]
+            # deps, data, ahead claims, progress claims: not asked yet (see _delete)
+            empty: list[bool | None] = [None, None, None, None]
             for op in ops:
                 kind = op[0]
                 if kind == E.OP_PUTS:
@@ -409,6 +410,9 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         elif kind == E.OP_CLAIM:
             self._claim(txn, op[1], op[2], op[3])
             empty[2] = False
+        elif kind == E.OP_PROGRESS:
+            self._claim_progress(txn, op[1], op[2], op[3])
+            empty[3] = None
         elif kind == E.OP_BROKER:
             if op[2] is None:
                 txn.delete(op[1], db=self._broker)
@@ -440,6 +444,10 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             txn.delete(jkey, db=self._data)
         if not self._claims_empty(txn, empty):
             self._drop_claim(txn, jkey)
+        if empty[3] is None:
+            empty[3] = txn.stat(self._progress_claims)["entries"] == 0
+        if not empty[3]:
+            self._drop_claim(txn, jkey, self._progress_claims)
 
     def _claims_empty(self, txn: lmdb.Transaction[bytes], empty: list[bool | None]
                       ) -> bool:

@@ -31,6 +31,8 @@ from .kept_data import (
     KeptData,
     Row,
     put_data_back,
+    read_result,
+    read_row,
     with_data,
 )
 from .keyed_reads import KeyedFinishedReads
@@ -67,6 +69,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
         self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
         self._claims: dict[bytes, bytes] = {}
+        self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
         self._kept = KeptData()
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
@@ -142,6 +145,8 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
                 self._set(self._data, jkey, _MISSING, undo)
             if self._claims:
                 self._drop_claim(jkey, undo)
+            if self._progress_claims:
+                self._drop_claim(jkey, undo, self._progress_claims)
         else:
             self._apply_other(op, undo)
 
@@ -160,6 +165,14 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             if old is not None and K.decode_claim(old)[0] != row_key:
                 self._drop_claim(jkey, undo)
             self._set(self._claims, jkey, K.encode_claim(row_key, pieces), undo)
+        elif kind == E.OP_PROGRESS:
+            _, jkey, row_key, pieces = op
+            old = self._progress_claims.get(jkey)
+            if old is not None and (not row_key or K.decode_claim(old)[0] != row_key):
+                self._drop_claim(jkey, undo, self._progress_claims)
+            if row_key:
+                self._set(self._progress_claims, jkey, K.encode_claim(row_key, pieces),
+                          undo)
         elif kind == E.OP_BROKER:
             self._set(self._broker, op[1], _MISSING if op[2] is None else op[2], undo)
         else:  # E.OP_META
@@ -345,16 +358,22 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         for index in range(pieces):
             self._set(self._ahead, K.ahead_piece_key(row_key, index), _MISSING, undo)
 
-    def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]]) -> None:
-        old = self._set(self._claims, jkey, _MISSING, undo)
+    def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]],
+                    claims: dict[bytes, bytes] | None = None) -> None:
+        old = self._set(self._claims if claims is None else claims, jkey, _MISSING, undo)
         if old is not _MISSING:
             self._delete_pieces(*K.decode_claim(old), undo)
 
     def get_result(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, None)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        return self._get_result(job_id, PACKED_MIN_BYTES)
+
+    def _get_result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
         self._check_open()
         jkey = K.lookup_job_key(job_id)
-        raw = None if jkey is None else self._results.get(jkey)
-        return (False, None) if raw is None else (True, K.decode_result(raw))
+        return read_result(None if jkey is None else self._results.get(jkey), packed_min)
 
     def _count_at(self, prefix: bytes) -> int:
         raw = self._counts.get(prefix)
@@ -396,13 +415,18 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         return K.idx_page(entries[start : start + limit], len(prefix), limit)
 
     def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        return self._dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        return self._dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
+    def _dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
         self._check_open()
         prefix = K.lookup_dep_prefix(parent_id)
         group = None if prefix is None else self._deps.get(prefix)
         if not group:
             return {}
-        loads = K.decode_value
-        return {K.dep_child_id(k): loads(group[k]) for k in sorted(group)}
+        return {K.dep_child_id(k): read_row(group[k], packed_min) for k in sorted(group)}
 
     # --- lifecycle ------------------------------------------------------------------
 

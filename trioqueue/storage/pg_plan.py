@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.writes import (
     DeleteJob,
@@ -36,6 +36,32 @@ from .ops import Op
 # A finished row as UPSERT_FINISHED takes it: queue, state, created_at, record, result
 # (None: no result).
 FinishedRow = tuple[str, str, int, bytes, bytes | None]
+
+
+class RecordBytes(Protocol):
+    """How a job's record becomes its row's bytes (:class:`.pg_encoded.EncodedData`
+    joins data encoded ahead), and when a job writes no record again."""
+
+    def record(self, job_id: str, record: dict[str, Any]) -> bytes: ...
+    def forget(self, job_id: str) -> None: ...
+    def result(self, result: Any) -> bytes: ...
+    def value(self, value: dict[str, Any]) -> bytes: ...
+
+
+class _Encoded:
+    """Every record encoded whole (no data encoded ahead)."""
+
+    def record(self, job_id: str, record: dict[str, Any]) -> bytes:
+        return K.encode_value(record)
+
+    def forget(self, job_id: str) -> None:
+        return None
+
+    def result(self, result: Any) -> bytes:
+        return K.encode_result(result)
+
+    def value(self, value: dict[str, Any]) -> bytes:
+        return K.encode_value(value)
 
 
 @dataclass
@@ -60,37 +86,42 @@ class BatchPlan:
                     self.queue_meta, self.broker_put, self.broker_delete))
 
 
-def plan_batch(ops: Sequence[Op]) -> BatchPlan:
-    """What ``ops`` (validated, in order) leave in each table.
+def plan_batch(ops: Sequence[Op], records: RecordBytes | None = None) -> BatchPlan:
+    """What ``ops`` (validated, in order) leave in each table; ``records`` makes each
+    job's record bytes (by default, encoded whole).
 
     Raises ``ValueError`` as the LMDB layout does for a key it cannot hold (an id over
     511 bytes of UTF-8), before anything is sent.
     """
     plan = BatchPlan()
-    encode = K.encode_value
+    if records is None:
+        records = _Encoded()
+    encode = records.record
     for op in ops:
         cls = type(op)
         if cls is PutJob:
             job_id, record = op  # type: ignore[misc]  # (narrowed by the class above)
             key = K.job_key(job_id)
-            plan.live_put[key] = (record["queue"], encode(record))
+            plan.live_put[key] = (record["queue"], encode(job_id, record))
             plan.live_delete.discard(key)
         elif cls is FinishJob:
-            _finish(plan, op)  # type: ignore[arg-type]
+            _finish(plan, op, records)  # type: ignore[arg-type]
         elif cls is DeleteJob:
+            records.forget(op.job_id)  # type: ignore[union-attr]
             _delete(plan, K.job_key(op.job_id))  # type: ignore[union-attr]
         else:
-            _other(plan, op)
+            _other(plan, op, records)
     return plan
 
 
-def _finish(plan: BatchPlan, op: FinishJob) -> None:
+def _finish(plan: BatchPlan, op: FinishJob, records: RecordBytes) -> None:
     key = K.job_key(op.job_id)
     plan.live_put.pop(key, None)
     plan.live_delete.add(key)
-    result = K.encode_result(op.result) if op.has_result else None
-    plan.finished_put[key] = (op.queue, op.state, op.created_at, K.encode_value(op.record),
-                              result)
+    result = records.result(op.result) if op.has_result else None
+    plan.finished_put[key] = (op.queue, op.state, op.created_at,
+                              records.record(op.job_id, op.record), result)
+    records.forget(op.job_id)
     plan.finished_delete.discard(key)
 
 
@@ -103,12 +134,12 @@ def _delete(plan: BatchPlan, key: bytes) -> None:
     plan.outcomes_cleared.add(key)
 
 
-def _other(plan: BatchPlan, op: Any) -> None:
+def _other(plan: BatchPlan, op: Any, records: RecordBytes) -> None:
     cls = type(op)
     if cls is PutDepOutcome:
         parent = K.job_key(op.parent_id)
         plan.outcomes_put.setdefault(parent, {})[K.job_key(op.child_id)] = (
-            K.encode_value(op.outcome))
+            records.value(op.outcome))
     elif cls is PutQueueMeta:
         plan.queue_meta[op.queue] = K.encode_value(op.meta)
     elif cls is PutBrokerRecord:
@@ -118,7 +149,7 @@ def _other(plan: BatchPlan, op: Any) -> None:
             plan.broker_put.pop(key, None)
             plan.broker_delete.add(key)
         else:
-            plan.broker_put[key] = K.encode_value(op.value)
+            plan.broker_put[key] = records.value(op.value)
             plan.broker_delete.discard(key)
     else:
         raise ValueError(f"unknown storage operation: {op!r}")

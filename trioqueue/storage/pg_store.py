@@ -32,7 +32,7 @@ and nothing is applied. The membership and lease operations are :meth:`PgStorage
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -43,9 +43,11 @@ from ..core.value_count import RUN_MAX_VALUES, holds_many
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
+from .kept_data import PACKED_MIN_BYTES, read_result
 from .ops import validate_writes
 from .pg_cluster import PgCluster
 from .pg_connection import PgLink, StorageUnavailable, redact
+from .pg_encoded import EncodedData, packed_record
 from .pg_owner import PgOwner
 from .pg_plan import BatchPlan, ClusterRows, plan_batch, plan_cluster
 from .pg_schema import migrate
@@ -56,6 +58,9 @@ __all__ = ["Fenced", "PgStorage", "StorageUnavailable"]
 
 _LOAD_ROWS = 5000  # live records fetched per round trip at a restart
 _MEASURE_EVERY_S = 5.0  # the bytes used are measured at most this often
+#: Bytes of a piece of data encoded ahead of its record (kept in memory, see
+#: :mod:`.pg_encoded`): pauses come between pieces, so it only sets how they group.
+_AHEAD_PIECE_BYTES = 1 << 20
 
 
 class PgStorage(Storage):
@@ -64,6 +69,7 @@ class PgStorage(Storage):
     ``fence``: in a cluster, the leases this broker holds (see the module)."""
 
     apply_blocks = True
+    ahead_piece_bytes = _AHEAD_PIECE_BYTES
 
     def __init__(self, dsn: str, *, outage_s: float = 30.0, migrate_schema: bool = True,
                  fence: Fence | None = None, owner: PgOwner | None = None) -> None:
@@ -88,9 +94,35 @@ class PgStorage(Storage):
         self._measured_at = float("-inf")
         self._closed = False
         self._graveyard: Graveyard | None = None
+        # large data encoded on the event loop ahead of its records (see .pg_encoded)
+        self._encoded = EncodedData()
 
     def set_graveyard(self, graveyard: Graveyard) -> None:
         self._graveyard = graveyard
+        self._encoded.graveyard = graveyard
+
+    # --- data encoded ahead (in memory: the record's commit writes it) ----------------
+
+    def write_ahead(self, row_key: bytes, index: int, piece: bytes | memoryview) -> None:
+        self._encoded.write(row_key, piece)
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self._encoded.expect(text, row_key, pieces)
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._encoded.expect_row(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        self._encoded.release(text)
+
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        self._encoded.drop(row_key)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._encoded.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._encoded.release_result(result)
 
     def let_go(self, value: Any) -> None:
         """Job data a commit finished or a read answered: a container of many values
@@ -103,7 +135,8 @@ class PgStorage(Storage):
 
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
-        plan = plan_batch(validate_writes(batches))  # ValueError before any I/O
+        # ValueError before any I/O
+        plan = plan_batch(validate_writes(batches), self._encoded)
         rows = plan_cluster(batches)
         if not plan and rows is None:
             return
@@ -149,6 +182,7 @@ class PgStorage(Storage):
         owner's commits would leave them stale."""
         for key in [key for key in self._counts if key[0] == queue]:
             del self._counts[key]
+        self._encoded.forget_queue(queue)
 
     def replace_counts(self, queues: Iterable[str],
                        counts: Mapping[tuple[str, str], int]) -> None:
@@ -174,11 +208,24 @@ class PgStorage(Storage):
         raw = self._one(L.GET_FINISHED, job_id)
         return None if raw is None else K.decode_value(raw[0])
 
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        """A large record's data left encoded (its bytes found, not walked), for the
+        queue's actor to decode on the event loop a slice at a time: decoded here, it
+        held the interpreter lock, so the loop, for all of it."""
+        raw = self._one(L.GET_FINISHED, job_id)
+        return None if raw is None else packed_record(raw[0])
+
     def get_result(self, job_id: str) -> tuple[bool, Any]:
         raw = self._one(L.GET_RESULT, job_id)
         if raw is None or raw[0] is None:
             return False, None
         return True, K.decode_result(raw[0])
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        """A large result left encoded, for the queue's actor to decode a slice at a
+        time (decoded here, it held the interpreter lock, so the loop, for all of it)."""
+        raw = self._one(L.GET_RESULT, job_id)
+        return read_result(None if raw is None else raw[0], PACKED_MIN_BYTES)
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue, for those of ``job_ids`` that are finished jobs (one round
@@ -211,6 +258,16 @@ class PgStorage(Storage):
     def list_finished(
         self, queue: str, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]]:
+        return self._listed(queue, state, asc, offset, limit, K.decode_value)
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Large records' data left encoded, as :meth:`get_finished_packed` leaves it."""
+        return self._listed(queue, state, asc, offset, limit, packed_record)
+
+    def _listed(self, queue: str, state: str, asc: bool, offset: int, limit: int,
+                decode: Callable[[bytes], dict[str, Any]]) -> list[dict[str, Any]]:
         total = self.count_finished(queue, state)
         start, take = page_window(total, asc=asc, offset=offset, limit=limit)
         if not take:
@@ -221,7 +278,7 @@ class PgStorage(Storage):
         skip = start if from_start else total - start - take
         rows = self._link.read(lambda conn: conn.execute(
             query, (queue, state, skip, take)).fetchall())
-        records = [K.decode_value(row[0]) for row in rows]
+        records = [decode(row[0]) for row in rows]
         if from_start != asc:
             records.reverse()
         return records

@@ -128,9 +128,30 @@ class Storage(abc.ABC):
         record took are deleted."""
         raise NotImplementedError
 
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead a slice at
+        a time: the finish that stores this very object writes it as it is. A store
+        that encodes its rows elsewhere (off the event loop) ignores it."""
+        return None
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        return None
+
     def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
         """Delete pieces written ahead that were never expected (a write cut short)."""
         raise NotImplementedError
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
+        whose progress message is this very string takes them instead of holding the
+        text (storage/kept_progress.py)."""
+        raise NotImplementedError
+
+    def release_progress(self, text: str) -> None:
+        """The command that carried ``text`` is answered: its pieces go, if no record
+        took them."""
+        return None
 
     def let_go(self, value: Any) -> None:
         """``value`` is job data read from this store for a command, or of a job a
@@ -171,6 +192,12 @@ class Storage(abc.ABC):
         caller decodes a slice at a time (``value_pieces.unpacked_steps``)."""
         return self.get_finished(job_id)
 
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        """:meth:`get_result` for a command: a large result may come as
+        :class:`~.value_pieces.Packed` (its row, ``V({"r": result})``, undecoded), which
+        the caller decodes a slice at a time."""
+        return self.get_result(job_id)
+
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue for those of ``job_ids`` that are finished jobs: the
         router's look-ups of a whole batch in one call (a store across a network
@@ -201,8 +228,9 @@ class Storage(abc.ABC):
         self, queue: str, state: str, *, asc: bool, offset: int, limit: int
     ) -> list[dict[str, Any]] | PackedRecords:
         """:meth:`list_finished` for a command: the page may come undecoded, as
-        :class:`~.value_pieces.PackedRecords`, and data kept apart as
-        :class:`~.value_pieces.Packed`, for the caller to decode a slice at a time."""
+        :class:`~.value_pieces.PackedRecords`, or as records whose data (kept apart, or
+        a large record's) is :class:`~.value_pieces.Packed`, as
+        :meth:`get_finished_packed`'s is, for the caller to decode a slice at a time."""
         return self.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
 
     @abc.abstractmethod
@@ -271,6 +299,12 @@ class Storage(abc.ABC):
         their ids; each outcome is a fresh copy. Empty when there is no row, or when
         ``parent_id`` could never have been stored as a parent.
         """
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        """:meth:`dep_outcomes` for a command: a large outcome (a child's result of many
+        values) may come as :class:`~.value_pieces.Packed` (its row undecoded), which
+        the caller decodes a slice at a time."""
+        return self.dep_outcomes(parent_id)
 
     @abc.abstractmethod
     def close(self) -> None:

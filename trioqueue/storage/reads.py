@@ -35,17 +35,15 @@ def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any
     if kind == GET:
         return storage.get_finished_packed(arg) if packed else storage.get_finished(arg)
     if kind == RESULT:
-        return storage.get_result(arg)
+        return storage.get_result_packed(arg) if packed else storage.get_result(arg)
     if kind == OUTCOMES:
-        return storage.dep_outcomes(arg)
+        return storage.dep_outcomes_packed(arg) if packed else storage.dep_outcomes(arg)
     if kind == COUNT:
         return storage.count_finished(queue, arg)
     if kind == LIST:
         state, asc, offset, limit = args
-        if packed:
-            return storage.list_finished_packed(queue, state, asc=asc, offset=offset,
-                                                limit=limit)
-        return storage.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
+        listed = storage.list_finished_packed if packed else storage.list_finished
+        return listed(queue, state, asc=asc, offset=offset, limit=limit)
     if kind == RANKS:
         state, positions, others = args
         return storage.finished_ranks(queue, state, positions, others)

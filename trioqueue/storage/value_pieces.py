@@ -32,10 +32,13 @@ from typing import Any, Final
 
 import msgpack
 
+from ..core.msgpack_runs import WindowRuns
+from ..core.presized import entries_bound, presized_dict
 from ..core.value_count import RUN_MAX_VALUES, run_values
 from .keys import decode_value
 
-__all__ = ["RUN_MAX_VALUES", "Packed", "PackedRecords", "unpacked_steps", "value_pieces"]
+__all__ = ["RUN_MAX_VALUES", "Packed", "PackedRecords", "member_pieces", "unpacked_steps",
+           "value_pieces"]
 
 #: Work aimed at per run (one C call), in seconds.
 RUN_S: Final = 0.0002
@@ -70,6 +73,14 @@ def value_pieces(value: Any) -> Iterator[bytes]:
             yield _pack(member)
 
 
+def member_pieces(value: Any) -> Iterator[bytes]:
+    """The bytes msgpack gives ``value`` itself (a member of a stored map, as a job's
+    data is of its record), in pieces as :func:`value_pieces` makes a member's."""
+    kind = type(value)
+    if kind is list or kind is dict:
+        yield from _opened(value)
+    else:
+        yield _pack(value)
 
 
 def _opened(value: list[Any] | dict[Any, Any]) -> Iterator[bytes]:
@@ -163,23 +174,19 @@ def _unpacker(size: int) -> msgpack.Unpacker:
     return msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=size)
 
 
-def _head(is_map: bool, count: int) -> bytes:
-    return _packer.pack_map_header(count) if is_map else _packer.pack_array_header(count)
-
-
 class _Unpacking:
     """One stored value read back (``pos``: where the next item starts): a list or map
     longer than :data:`WINDOW_BYTES` is opened, its members decoded in runs that fit
     in that window (a head for ``count`` members put in front of the window's bytes,
     fewer while they do not fit); any other item in one call."""
 
-    __slots__ = ("raw", "view", "pos", "batch", "deadline")
+    __slots__ = ("raw", "view", "pos", "runs", "deadline")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
         self.view = memoryview(raw)
         self.pos = 0
-        self.batch = MAX_RUN_MEMBERS
+        self.runs = WindowRuns(WINDOW_BYTES, MAX_RUN_MEMBERS, _unpacker)
         self.deadline = time.perf_counter() + RUN_S
 
     def _container(self) -> tuple[bool, int, int] | None:
@@ -205,11 +212,19 @@ class _Unpacking:
 
     def _opened(self, is_map: bool, left: int, head: int) -> Generator[None, None, Any]:
         self.pos += head
-        out: Any = {} if is_map else []
+        # a map sized for its count: never resized as it fills (each resize a copy of
+        # every entry in one call)
+        out: Any = (presized_dict(entries_bound(left, len(self.raw) - self.pos))
+                    if is_map else [])
         while left:
-            run, count = self._run(is_map, left)
+            run, count, used = self.runs.run(self.raw, self.pos, left, is_map)
             if count:
-                out.update(run) if is_map else out.extend(run)
+                self.pos += used
+                if is_map:  # (its keys and values in turn: no key interned)
+                    pairs = iter(run)
+                    out.update(zip(pairs, pairs, strict=False))
+                else:
+                    out.extend(run)
                 left -= count
             else:  # one member too long for the window: opened, or decoded alone
                 if is_map:
@@ -222,30 +237,6 @@ class _Unpacking:
                 yield
                 self.deadline = time.perf_counter() + RUN_S
         return out
-
-    def _run(self, is_map: bool, left: int) -> tuple[Any, int]:
-        """Up to ``left`` members at ``pos`` decoded in one call and how many; (None,
-        0) when not even one fits in the window."""
-        while True:
-            count = min(left, self.batch)
-            head = _head(is_map, count)
-            window = head + self.raw[self.pos:self.pos + WINDOW_BYTES]
-            unpacker = _unpacker(len(window))
-            unpacker.feed(window)
-            try:
-                value = unpacker.unpack()
-            except (msgpack.OutOfData, ValueError):
-                if count == 1:
-                    return None, 0
-                self.batch = max(1, count // 2)
-                continue
-            used = unpacker.tell() - len(head)
-            self.pos += used
-            # the next run sized from this one's bytes per member (to about 7/8 of
-            # the window: one that overflows it is parsed for nothing)
-            self.batch = max(1, min(MAX_RUN_MEMBERS,
-                                    WINDOW_BYTES * 7 * count // (8 * used or 1)))
-            return value, count
 
     def _alone(self) -> Any:
         """The item at ``pos`` decoded in one call (not a list or map to open)."""

@@ -34,7 +34,8 @@ from ..core.job_data import DATA_TOO_LARGE
 from .datamodel import DecodeError
 from .slicing import Slicer, Steps
 
-__all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "measured_steps"]
+__all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "job_data_values",
+           "measured_steps"]
 
 #: The commands whose job data has the limit, and where their data is.
 _PUSH: Final = "PUSH"
@@ -390,6 +391,20 @@ def _job_data(msg: Any) -> Iterator[tuple[str, Any]] | None:
     return None
 
 
+def job_data_values(msg: Any) -> list[Any]:
+    """The job data of a PUSH, PUSHB or PUSHF whose size the core checks (to let go of
+    a refused command's data to the graveyard); [] for any other message."""
+    data = _job_data(msg)
+    return [] if data is None else [value for _, value in data]
+
+
+def _too_large(prefix: str, msg: Any) -> DataTooLarge:
+    exc = DataTooLarge(prefix + DATA_TOO_LARGE)
+    if type(req_id := msg.get("reqId")) is str:
+        exc.req_id = req_id
+    return exc
+
+
 def data_bound_steps(msg: Any, limit: int, slicer: Slicer) -> Steps[int | None]:
     """The largest JSON text of a PUSH's, PUSHB's or PUSHF's job data, measured (a
     bound the core trusts); raises :class:`DataTooLarge` for data over ``limit``; None for another
@@ -402,10 +417,10 @@ def data_bound_steps(msg: Any, limit: int, slicer: Slicer) -> Steps[int | None]:
         for prefix, value in data:
             chars = yield from measured_steps(value, limit, slicer)
             if chars > limit:
-                exc = DataTooLarge(prefix + DATA_TOO_LARGE)
-                if type(req_id := msg.get("reqId")) is str:
-                    exc.req_id = req_id
-                raise exc
+                # (made by a call: kept in a local here, the error and this frame,
+                # which its traceback holds, would be a cycle holding the whole
+                # message until a full collection)
+                raise _too_large(prefix, msg)
             largest = max(largest, chars)
             if slicer.due():
                 yield

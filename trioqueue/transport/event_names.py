@@ -38,7 +38,18 @@ def valid_pattern(pattern: Any) -> bool:
     if pattern == "*":
         return True
     family, _, name = pattern.partition(":")
-    return family in EVENT_FAMILIES and bool(name)
+    return family in EVENT_FAMILIES and bool(name) and ":" not in name
+
+
+def parse_patterns(events: Any, *, unsubscribing: bool = False) -> list[str]:
+    """The patterns of a ``Subscribe``/``Unsubscribe`` (or an SSE ``events`` query),
+    or :class:`ValueError` with the error text. An empty list unsubscribes from all."""
+    if not isinstance(events, list) or (not events and not unsubscribing):
+        raise ValueError("events must be a non-empty array")
+    bad = [str(p) for p in events if not valid_pattern(p)]
+    if bad:
+        raise ValueError(f"Invalid: {', '.join(bad)}")
+    return list(dict.fromkeys(events))
 
 
 def matches(name: str, patterns: list[str]) -> bool:
@@ -51,7 +62,15 @@ def event_data(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k != "eventType"}
 
 
+def is_dashboard(event: dict[str, Any]) -> bool:
+    """A dashboard event (``job:promoted``, ``worker:connected``...): its internal type
+    is already its subscribers' name. Only pattern subscribers and SSE get those."""
+    return ":" in event["eventType"]
+
+
 def event_name(event: dict[str, Any]) -> str:
     """The subscriber's name of an internal event."""
     kind = event["eventType"]
+    if ":" in kind:
+        return str(kind)
     return EVENT_NAMES.get(kind, f"job:{kind}")

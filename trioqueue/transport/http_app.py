@@ -25,6 +25,8 @@ cancelled: its command's session closes, so nothing is claimed for it (see
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -33,6 +35,7 @@ import trio
 
 from ..actors.passes import give_way
 from ..config import Config
+from ..core.broker_events import broker_event
 from ..dashboard import STATIC_DIR
 from .codec import JSON
 from .dashboard_assets import DashboardAssets
@@ -80,6 +83,8 @@ class HttpApp:
                                     config.http_rate_limit_max_requests)
         self.health = health
         self.sse = sse
+        # Where ratelimit:hit goes (the router's announce, set by http_front).
+        self.announce: Callable[[list[dict[str, Any]]], None] | None = None
         self._cors = frozenset(config.cors_allow_origins)
         self.assets = DashboardAssets(STATIC_DIR)
 
@@ -137,6 +142,9 @@ class HttpApp:
         address = (scope.get("client") or ("?",))[0]
         now = trio.current_time()
         if not self.budget.take(address, now):
+            if self.announce is not None and self.budget.first_refusal(address):
+                self.announce([broker_event("ratelimit:hit", int(time.time() * 1000),
+                                            clientId=address, transport="http")])
             return Response(429, error_body("Rate limit exceeded"), headers=[
                 ("retry-after", str(self.budget.retry_after_s(now)))])
         headers = scope["headers"]
@@ -145,15 +153,9 @@ class HttpApp:
         probe = HEALTH_ROUTES.get(path)
         if probe is not None and method == "GET":
             return await probe(self.health)
-        if path == "/prometheus":
-            if self._config.metrics_auth:
-                if not self._config.auth_tokens:
-                    return Response(503, error_body("Metrics auth is on but no tokens "
-                                                    "are configured"))
-                if not authorized(self._config.auth_tokens, headers):
-                    return Response(401, error_body("Unauthorized"))
-        elif not authorized(self._config.auth_tokens, headers):
-            return Response(401, error_body("Unauthorized"))
+        refused = self._unauthorized(path, headers)
+        if refused is not None:
+            return refused
         if method == "GET" and (path == "/events" or path.startswith("/events/queues/")):
             return await self.sse.serve(scope, receive, send, stream, path, cors)
         found = self.routes.find(method, path)
@@ -163,6 +165,26 @@ class HttpApp:
         call = await self.runner.decoded(
             Call(method, path, params, _query(scope), await body.read()))
         return await _until_disconnect(receive, handler(call, self.runner.run))
+
+    def _unauthorized(self, path: str, headers: list[tuple[bytes, bytes]]) -> Response | None:
+        """The answer to a request its token does not admit, or None: ``/prometheus``
+        asks for one only with ``metrics_auth``; any other 401 is told as
+        ``auth:failed``."""
+        tokens = self._config.auth_tokens
+        if path == "/prometheus":
+            if not self._config.metrics_auth:
+                return None
+            if not tokens:
+                return Response(503, error_body("Metrics auth is on but no tokens "
+                                                "are configured"))
+            return None if authorized(tokens, headers) else Response(
+                401, error_body("Unauthorized"))
+        if authorized(tokens, headers):
+            return None
+        if self.announce is not None:
+            self.announce([broker_event("auth:failed", int(time.time() * 1000),
+                                        transport="http")])
+        return Response(401, error_body("Unauthorized"))
 
     def _cors_headers(self, scope: dict[str, Any]) -> list[tuple[str, str]]:
         if not self._cors:

@@ -71,6 +71,11 @@ class RequestBudget:
         counts[address] = used
         return used <= self.max_requests
 
+    def first_refusal(self, address: str) -> bool:
+        """Whether the request just refused to ``address`` was its first refusal of
+        this window (``ratelimit:hit`` is told once per address and window)."""
+        return self._counts.get(address) == self.max_requests + 1
+
     def retry_after_s(self, now: float) -> int:
         """Whole seconds until the window turns (the Retry-After header)."""
         return max(1, int(self._window_start + self.window_s - now + 0.999))

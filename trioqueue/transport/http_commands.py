@@ -18,8 +18,11 @@ from typing import Any
 
 import trio
 
+from ..core.graveyard import Graveyard
+from .data_sizes import DataTooLarge, data_bound_steps, job_data_values
 from .rest_api import Call, decoded_call
 from .session import SENT, Session, SessionHost
+from .slicing import Slicer, run_sliced
 
 
 class _Reply:
@@ -41,15 +44,17 @@ class _Reply:
 class CommandRunner:
     """Runs one command message at a time per call, for the HTTP routes."""
 
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, host: SessionHost, graveyard: Graveyard | None = None) -> None:
         self._host = host
+        self._graveyard = graveyard  # where a refused large body's values go
 
     async def decoded(self, call: Call) -> Call:
         """``call`` with a large body decoded in slices (rest_api.decoded_call), at the
         size a frame is (``large_frame_bytes``)."""
         config = self._host.config
         return await decoded_call(call, large_bytes=config.large_frame_bytes,
-                                  bound_up_to=config.max_data_bytes)
+                                  bound_up_to=config.max_data_bytes,
+                                  graveyard=self._graveyard)
 
     async def run(self, msg: dict[str, Any], size_bytes: int = 0,
                   json_bound: int | None = None) -> dict[str, Any]:
@@ -59,8 +64,11 @@ class CommandRunner:
         session = Session(self._host, send_now=box.send_now)
         session.authenticated = True  # the HTTP layer checked the bearer token
         answered = False
+        command: Any = msg
+        if json_bound is None and size_bytes >= self._host.config.large_frame_bytes > 0:
+            command, json_bound = await self._measured(msg)
         try:
-            await session.handle([(msg, size_bytes, json_bound)])
+            await session.handle([(command, size_bytes, json_bound)])
             await box.done.wait()
             answered = True
         finally:
@@ -72,3 +80,18 @@ class CommandRunner:
         assert reply is not None
         reply.pop("reqId", None)
         return reply
+
+    async def _measured(self, msg: dict[str, Any]) -> tuple[Any, int | None]:
+        """A large body whose text's bound is over the data limit: its command's job
+        data measured exactly in slices, as a large frame's is (``data_sizes.py``), so
+        that the core walks none of it in one step; (the command, or the refusal of
+        data over the limit, and the bound)."""
+        slicer = Slicer()
+        try:
+            return msg, await run_sliced(data_bound_steps(
+                msg, self._host.config.max_data_bytes, slicer), slicer)
+        except DataTooLarge as exc:
+            if self._graveyard is not None:
+                for data in job_data_values(msg):  # (the body holds them too)
+                    self._graveyard.bury(data)
+            return exc.fresh(), None

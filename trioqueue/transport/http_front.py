@@ -1,12 +1,12 @@
 """The HTTP port: one listener, each connection handed to WebSocket or to HTTP.
 
 bunqueue serves its WebSocket routes, its REST API, SSE and the health probes on one
-port (6790). We keep our WebSocket sessions on trio-websocket (their limits, pings and
-close handshakes are tested as they are) and serve everything else with hypercorn, a
-well-kept HTTP/1.1 server, driving our ASGI app (:mod:`.http_app`).
+port (6790). We serve WebSocket ourselves on wsproto (:mod:`.ws_socket`: large messages
+are sent in fragments, a piece a step) and everything else with hypercorn, a well-kept
+HTTP/1.1 server, driving our ASGI app (:mod:`.http_app`).
 
 Which of the two gets a connection is decided by its first request's head, parsed with
-h11 (never by hand): a WebSocket upgrade goes to trio-websocket, anything else to
+h11 (never by hand): a WebSocket upgrade goes to :mod:`.websocket`, anything else to
 hypercorn. Both then read the connection from its first byte again: the bytes read to
 decide are handed back in front of the stream (:class:`ReplayedStream`). A connection
 that sends no complete head within ``http_header_timeout_s``, or a head larger than
@@ -170,15 +170,16 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
 
     config = broker.config
     listeners = await trio.open_tcp_listeners(port, host=host)
-    runner = CommandRunner(broker)
+    runner = CommandRunner(broker, shell.graveyard)
 
     live = LiveFrames(broker.events, config, runner.run, broker.router,
                       lambda: broker.clock.now_ms())
     sse = SseHub(live, broker.open_connections, max_clients=config.sse_max_clients,
                  heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
-                 max_unsent_bytes=config.sse_max_unsent_bytes)
+                 max_unsent_bytes=config.sse_max_unsent_bytes, senders=shell.senders)
     app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse,
                   shell.http_bodies)
+    app.announce = broker.router.announce
     ws = WsEndpoint(broker, shell, live)
     http = HttpServer(broker, shell, app)
     guard = app.guard

@@ -17,11 +17,12 @@ test_large_frames.py compares them).
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Final, Protocol
 
 import msgpack
 
+from ..core.msgpack_runs import WindowRuns
+from ..core.presized import entries_bound, presized_dict
 from .codec import msgpack_unpacker
 from .data_sizes import OTHER, TOP, DataWatch
 from .datamodel import MAX_DEPTH, DecodeError
@@ -45,27 +46,21 @@ _SIZED: Final = {0xDE: (_MAP, 2), 0xDF: (_MAP, 4), 0xDC: (_ARRAY, 2), 0xDD: (_AR
                  0xC4: (_BIN, 1), 0xC5: (_BIN, 2), 0xC6: (_BIN, 4)}
 
 
-def _head(kind: int, count: int) -> bytes:
-    """The head of an array (map) of ``count`` items (entries), in the shortest form."""
-    if count < 16:
-        return bytes([(0x80 if kind == _MAP else 0x90) | count])
-    if count < 1 << 16:
-        return bytes([0xDE if kind == _MAP else 0xDC]) + struct.pack(">H", count)
-    return bytes([0xDF if kind == _MAP else 0xDD]) + struct.pack(">I", count)
-
-
 class _MsgpackWalk:
     """One msgpack payload, walked (``pos``: where the next item starts)."""
 
-    __slots__ = ("buf", "view", "pos", "slicer", "batch", "watch")
+    __slots__ = ("buf", "view", "pos", "slicer", "runs", "watch", "made")
 
-    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None) -> None:
+    def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None,
+                 made: list[Any] | None = None) -> None:
         self.buf = payload
         self.view = memoryview(payload)
         self.pos = 0
         self.slicer = slicer
-        self.batch = MAX_BATCH
+        self.runs = WindowRuns(WINDOW_BYTES, MAX_BATCH, msgpack_unpacker)
         self.watch = watch  # job data refused from its item counts (data_sizes.py)
+        # the containers being made, outermost first: what a refusal leaves
+        self.made = made if made is not None else []
 
     def _sized(self) -> tuple[int, int, int] | None:
         """(kind, length or count, head size) of the item at ``pos`` if it is a map,
@@ -85,32 +80,6 @@ class _MsgpackWalk:
         if start + width > len(self.buf):
             raise DecodeError("invalid msgpack payload: truncated item head")
         return kind, int.from_bytes(self.buf[start:start + width], "big"), 1 + width
-
-    def _run(self, kind: int, left: int) -> tuple[Any, int]:
-        """Up to ``left`` items (map entries) at ``pos`` decoded in one msgpack call, as
-        a list (dict), and how many; (None, 0) if not even one fits in the window."""
-        while True:
-            count = min(left, self.batch)
-            head = _head(kind, count)
-            window = head + self.buf[self.pos:self.pos + WINDOW_BYTES]
-            unpacker = msgpack_unpacker(len(window))
-            unpacker.feed(window)
-            try:
-                value = unpacker.unpack()
-            except (msgpack.OutOfData, ValueError):
-                # ValueError: a string longer than the window is refused by its length
-                # (the limit is the window's); alone, it gets the payload's limit
-                if count == 1:
-                    return None, 0
-                self.batch = max(1, count // 2)
-                continue
-            used = unpacker.tell() - len(head)
-            self.pos += used
-            # the next run sized from this one's bytes per item, to fill about 7/8 of
-            # the window (doubling instead made every other run overflow it: a parse of
-            # a whole window for nothing)
-            self.batch = max(1, min(MAX_BATCH, WINDOW_BYTES * 7 * count // (8 * used or 1)))
-            return value, count
 
     def item(self, depth: int, role: int = OTHER) -> Steps[Any]:
         """The item at ``pos``; moves ``pos`` past it (``role``: what it is to the
@@ -132,12 +101,22 @@ class _MsgpackWalk:
         if watch is not None:
             watch.opened(role, kind == _MAP, left)  # (before any of its items is made)
         self.pos += head
-        out: Any = {} if kind == _MAP else []
+        # a map sized for its count (bounded by the bytes left to hold it): it never
+        # resizes as it fills, each resize a copy of every entry in one call
+        out: Any = (presized_dict(entries_bound(left, len(self.buf) - self.pos))
+                    if kind == _MAP else [])
+        self.made.append(out)
         while left:
-            run, count = self._run(kind, left)
+            run, count, used = self.runs.run(self.buf, self.pos, left, kind == _MAP)
             if count:
-                # a map's later entries win, as in msgpack (so does update)
-                out.update(run) if kind == _MAP else out.extend(run)
+                self.pos += used
+                if kind == _MAP:
+                    # its keys and values in turn; a later entry wins, as in msgpack
+                    # (so does update)
+                    pairs = iter(run)  # (twice as many items as entries: even)
+                    out.update(zip(pairs, pairs, strict=False))
+                else:
+                    out.extend(run)
                 left -= count
             else:  # one item too large for the window
                 if kind == _MAP:
@@ -150,6 +129,7 @@ class _MsgpackWalk:
                 left -= 1
             if self.slicer.due(CHECK_EVERY):
                 yield
+        self.made.pop()
         return out
 
     def _long(self, kind: int, size: int, head: int) -> Steps[Any]:
@@ -180,12 +160,14 @@ class _MsgpackWalk:
         return value
 
 
-def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = None
-                  ) -> Steps[Any]:
+def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = None,
+                  made: list[Any] | None = None) -> Steps[Any]:
     """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
     would, in slices; with a ``watch``, job data over its limit is refused (raising
-    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain."""
-    walk = _MsgpackWalk(payload, slicer, watch)
+    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain.
+    ``made``: where the containers being made are kept while open (on a failure, what
+    was made so far, for the caller to free in slices)."""
+    walk = _MsgpackWalk(payload, slicer, watch, made)
     return (yield from walked(walk, walk.item(1, TOP), "msgpack"))
 
 

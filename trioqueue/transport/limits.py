@@ -34,9 +34,11 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
+from ..core.graveyard import Graveyard
 from .doors import Doors
 from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock
+from .sent_marks import Senders
 
 log = logging.getLogger("trioqueue.limits")
 
@@ -322,6 +324,8 @@ class Shell:
         self.doors = Doors(config)
         self.decoding = DecodeTurns(config.max_decoding_total_bytes)
         self.timers = Timers()
+        # The WebSocket and SSE connections' sent frames (shutdown waits on them).
+        self.senders = Senders()
         self.refusals = Refusals(config.max_connections)
         # one clock for every connection's bad frames (read_pacing.py)
         self.bad_frames = BadFrameClock(config.bad_frame_pause_ratio,
@@ -329,6 +333,9 @@ class Shell:
         # poked by every TCP read; polls only where serve() runs it (standalone)
         self.spin = IdleSpin(config.idle_spin_ms / 1000)
         self.teardowns = Teardowns(TEARDOWNS_AT_ONCE)  # (read here: tests lower it)
+        # where a refused large frame's values are taken apart a slice at a time (the
+        # broker's, set by the server; None: freed by their last holder, at once)
+        self.graveyard: Graveyard | None = None
 
 
 # Connections that tear down at once: the rest wait their turn (see Teardowns).

@@ -30,7 +30,7 @@ except ImportError:  # no compiler where the package was installed
 else:
     HAVE_PIECES = True
 
-__all__ = ["HAVE_PIECES", "PIECE_BYTES", "bytes_steps", "text_steps"]
+__all__ = ["HAVE_PIECES", "PIECE_BYTES", "bytes_steps", "joined_bytes_steps", "text_steps"]
 
 #: Bytes copied (or decoded) between two looks at the slice's clock.
 PIECE_BYTES: Final = 128 * 1024
@@ -69,4 +69,41 @@ def bytes_steps(view: memoryview, slicer: Slicer) -> Steps[bytes]:
         fill(out, start, view[start:start + PIECE_BYTES])
         if slicer.due(CHECK_EVERY):
             yield
+    return out
+
+
+def joined_text_steps(parts: list[str], slicer: Slicer) -> Steps[str]:
+    """``"".join(parts)``, made a part at a time when every part is ASCII (a long JSON
+    string decoded in pieces: joined at once, 32 MB held the loop about 15 ms). Other
+    text is joined in one copy, as :func:`text_steps` does."""
+    if not HAVE_PIECES or not all(part.isascii() for part in parts):
+        return "".join(parts)
+    text = new_ascii(sum(map(len, parts)))
+    at = 0
+    for part in parts:
+        fill(text, at, part.encode("ascii"))
+        at += len(part)
+        if slicer.due(CHECK_EVERY):
+            yield
+    return text
+
+
+def joined_bytes_steps(parts: list[bytes], slicer: Slicer) -> Steps[bytes]:
+    """``b"".join(parts)``, made a piece at a time; each part let go of (``parts``
+    emptied) once copied, so the bytes are held about once, as by the join."""
+    if not HAVE_PIECES:
+        joined = b"".join(parts)
+        parts.clear()
+        return joined
+    out = new_bytes(sum(map(len, parts)))
+    at = 0
+    for index, part in enumerate(parts):
+        with memoryview(part) as view:
+            for start in range(0, len(view), PIECE_BYTES):
+                fill(out, at + start, view[start:start + PIECE_BYTES])
+                if slicer.due(CHECK_EVERY):
+                    yield
+        at += len(part)
+        parts[index] = b""
+    parts.clear()
     return out

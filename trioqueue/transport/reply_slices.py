@@ -134,11 +134,17 @@ class SlicedPayload:
         return encoded
 
     def step(self) -> bytes | None:
+        parts = self.step_parts()
+        return None if parts is None else b"".join(parts)
+
+    def step_parts(self) -> list[bytes] | None:
+        """:meth:`step`, the payload given as its parts, not joined (a WebSocket sender
+        sends them a piece at a time: joining megabytes is a long step)."""
         self._parts.extend(self._encode_slice())
         if self._done < len(self._items):
             return None
         self._items = []  # encoded: the items are not needed any more
-        return b"".join(self._parts + self._rest)
+        return self._parts + self._rest
 
 
 class SlicedFrame(SlicedPayload):
@@ -270,6 +276,11 @@ class SlicedJson:
                                + (per_item_bytes(len(first), items[0]) + 1) * len(items))
 
     def step(self) -> str | None:
+        parts = self.step_parts()
+        return None if parts is None else "".join(parts)
+
+    def step_parts(self) -> list[str] | None:
+        """:meth:`step`, the text given as its parts, not joined (see SlicedPayload)."""
         items = self._items
         end = min((self._done // SLICE_ITEMS + 1) * SLICE_ITEMS, len(items))
         encode = JSON.encode_text
@@ -278,7 +289,11 @@ class SlicedJson:
         if end < len(items):
             return None
         self._items = []
-        return self._head + ",".join(self._parts) + self._tail
+        parts = [self._head]
+        for item in self._parts:
+            parts += (item, ",")
+        parts[-1] = self._tail  # (the last comma's place)
+        return parts
 
 
 # What a WebSocket sender steps until whole (see Session.send_frames): a long list, or

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from ..core.graveyard import Graveyard
 from .codec import JSON, DecodeError
 from .large_json import decode_large_json
 
@@ -81,17 +82,21 @@ class Call:
         return value
 
 
-async def decoded_call(call: Call, *, large_bytes: int, bound_up_to: int) -> Call:
+async def decoded_call(call: Call, *, large_bytes: int, bound_up_to: int,
+                       graveyard: Graveyard | None = None) -> Call:
     """``call`` with its body decoded, when it is at least ``large_bytes`` long: in
     slices, other connections served between two, as a large TCP frame is (one json
     call over megabytes of small values would hold the event loop), and with the bound
-    of its JSON text, which lets the core skip measuring job data that fits."""
+    of its JSON text, which lets the core skip measuring job data that fits. What a
+    malformed body made goes to ``graveyard``."""
     if not large_bytes or len(call.body) < large_bytes:
         return call
     try:
-        value, bound = await decode_large_json(call.body, bound_up_to=bound_up_to)
+        value, bound = await decode_large_json(call.body, bound_up_to=bound_up_to,
+                                               graveyard=graveyard)
     except DecodeError as exc:
-        return replace(call, decoded=exc)
+        # (fresh: the raised one's traceback holds what the walk made)
+        return replace(call, decoded=exc.fresh())
     return replace(call, decoded=value, json_bound=bound)
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from .rest_api import Call, Response, Route, RunCommand, command
+from ..core.caller_options import push_fields
+from ..core.errors import Refused
+from .rest_api import Call, InvalidBody, Response, Route, RunCommand, command
 from .rest_requests import forward, parse_int, picked, query_ints
 
 _Q = "/queues/{queue}"
@@ -25,28 +27,51 @@ PUSH_FIELDS = ("data", "priority", "delay", "backoff", "timeout", "jobId",
                "groupId", "dependsOn", "tags", "lifo", "repeat")
 
 
+def _opts(job: dict[str, Any], custom_id_key: str, prefix: str = "") -> dict[str, Any]:
+    """The PUSH fields of the body's ``opts`` (bunqueue's SDK option names; beyond
+    bunqueue's REST push, which ignores ``opts``); one that is not a map is 400."""
+    try:
+        return push_fields(job.get("opts"), custom_id_key)
+    except Refused as exc:
+        raise InvalidBody(prefix + exc.message) from None
+
+
 def _push(call: Call) -> dict[str, Any]:
+    """PUSH with bunqueue's forwarded fields, over what ``opts`` sets (a top-level field
+    keeps its meaning and wins); the values are judged by PUSH's validator."""
     body = call.object()
     msg: dict[str, Any] = {"cmd": "PUSH", "queue": call.params["queue"]}
+    msg.update(_opts(body, "jobId"))
     name = body.get("name")
     msg["name"] = name if isinstance(name, str) else "default"
-    msg.update(picked(body, PUSH_FIELDS))
+    # a top-level null is "not given": it leaves what opts set
+    msg.update((key, value) for key, value in picked(body, PUSH_FIELDS).items()
+               if value is not None or key not in msg)
     attempts = body.get("maxAttempts", body.get("attempts"))
     if attempts is not None:
         msg["maxAttempts"] = attempts
     return msg
 
 
+def _bulk_job(job: Any, index: int) -> Any:
+    """One PUSHB job: its fields over what its ``opts`` sets, its name ``default``
+    unless a string; an item that is not an object is left to PUSHB to refuse."""
+    if not isinstance(job, dict):
+        return job
+    fields = _opts(job, "customId", f"jobs[{index}]: ")
+    fields.update((key, value) for key, value in job.items() if key != "opts")
+    fields["name"] = job["name"] if isinstance(job.get("name"), str) else "default"
+    return fields
+
+
 def _push_bulk(call: Call) -> dict[str, Any]:
-    """PUSHB with every job forwarded whole, its name ``default`` unless a string; a
-    ``jobs`` that is not a list (or an item that is not an object) is left to PUSHB's
-    own validation to refuse."""
+    """PUSHB with every job forwarded whole (see :func:`_bulk_job`); a ``jobs`` that is
+    not a list is left to PUSHB's own validation to refuse."""
     jobs = call.object().get("jobs")
     if jobs is None:
         jobs = []
     if isinstance(jobs, list):
-        jobs = [{**job, "name": job["name"] if isinstance(job.get("name"), str)
-                 else "default"} if isinstance(job, dict) else job for job in jobs]
+        jobs = [_bulk_job(job, index) for index, job in enumerate(jobs)]
     return {"cmd": "PUSHB", "queue": call.params["queue"], "jobs": jobs}
 
 

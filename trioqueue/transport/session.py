@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ import trio
 from ..actors.cluster_clients import PeerClients
 from ..actors.request import OnReply, Request
 from ..config import Config
+from ..core.broker_events import broker_event
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
@@ -31,6 +33,7 @@ from .codec import DecodeError
 from .commands import AFTER_RELAYS, COMMANDS
 from .data_sizes import DataTooLarge
 from .reply_slices import is_long
+from .sent_marks import SentCount
 from .value_slices import heavy
 
 log = logging.getLogger("trioqueue.session")
@@ -59,6 +62,7 @@ class SessionRouter(Protocol):
     async def dispatch(self, routed: list[tuple[Command, Request]]) -> None: ...
     def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
+    def announce(self, events: list[dict[str, Any]]) -> None: ...
 
 
 class ClusterView(Protocol):
@@ -83,9 +87,20 @@ class AheadWrites(Protocol):
     async def write(self, request: Request, data: Any) -> bool: ...
 
 
+class LargeValues(Protocol):
+    """Makes an ACK's result or a progress of many values ready before the command
+    runs, a slice at a time (actors/large_values.py)."""
+
+    @property
+    def min_chars(self) -> int: ...
+    def value_of(self, request: Request) -> Any: ...
+    async def prepare(self, request: Request, value: Any) -> None: ...
+
+
 class SessionHost(Protocol):
-    """What a session needs of the broker: its config, its router, its events, and
-    its writer of long data ahead (None: the store takes none)."""
+    """What a session needs of the broker: its config, its router, its events, its
+    writer of long data ahead (None: the store takes none) and its maker of large
+    values ready (None: none)."""
 
     @property
     def config(self) -> Config: ...
@@ -95,6 +110,8 @@ class SessionHost(Protocol):
     def events(self) -> EventSource: ...
     @property
     def ahead(self) -> AheadWrites | None: ...
+    @property
+    def large_values(self) -> LargeValues | None: ...
 
 
 OVERFLOW_NOTICE = "Too slow: unread replies and events passed max_write_queue_bytes"
@@ -122,11 +139,17 @@ class Session:
         self._ahead = broker.ahead
         # the smallest frame that may carry data to write ahead (never, without one)
         self._ahead_min = _NEVER if self._ahead is None else self._ahead.min_chars
+        self._values = broker.large_values
+        # the smallest frame whose command may need work first (either of the two)
+        self._first_min = min(self._ahead_min, _NEVER if self._values is None
+                              else self._values.min_chars)
         # a frame at least this large refused for too much job data counts as a bad
         # frame (read_pacing): a flood of them would otherwise cost the broker their
         # sliced decoding at full rate (docs/guarantees.md, "Hostile clients")
         self._large_min = broker.config.large_frame_bytes or _NEVER
         self.authenticated = not broker.config.auth_tokens
+        # Which transport carries it, as the dashboard's auth:failed tells it.
+        self.transport = "tcp"
         # In a cluster, when this connection is another broker's peer link (ClusterPeer):
         # that broker's id (its commands are never forwarded on: actors/cluster_routes.py)
         # and the stand-ins of its clients (actors/cluster_clients.py).
@@ -150,6 +173,9 @@ class Session:
         # last looked: it paces such a connection (transport/read_pacing.py).
         self.refused_frames = 0
         self._outbox_bytes = 0
+        # The outbox's frames, queued and done with (transport/sent_marks.py: shutdown
+        # waits for its notice to leave).
+        self.sent = SentCount()
         # Told the bytes this session holds for the sender (queued plus being sent)
         # whenever they change: the broker-wide bound (max_write_queue_total_bytes).
         self._on_outbox_bytes = on_outbox_bytes
@@ -203,11 +229,13 @@ class Session:
                 # max_write_queue_bytes (one large reply to a reader is no overflow).
                 sliced = later(tag, reply)
                 self._outbox.append(sliced)
+                self.sent.queued += 1
                 self._outbox_bytes += sliced.estimate_bytes
                 self._report_outbox()
                 continue
             message = encode(tag, reply)
             self._outbox.append(message)
+            self.sent.queued += 1
             self._outbox_bytes += len(message)
             # Looked at after each reply, not after the batch: a batch of large replies
             # for a client that reads nothing is not all encoded before it is cut.
@@ -216,6 +244,8 @@ class Session:
                 # let the transport close once it is out (or after overflow_notice_s).
                 log.info("closing a connection that does not read its replies")
                 self.overflowed = True
+                self.sent.settle(len(self._outbox))  # (dropped)
+                self.sent.queued += 1
                 self._outbox = [encode(tag, overflow_notice(limit))]
                 self._outbox_bytes = 0
                 self._on_overflow()
@@ -236,6 +266,7 @@ class Session:
     def drop_unsent(self) -> None:
         """Forget every reply and event waiting for the sender; queue nothing more."""
         self.overflowed = True
+        self.sent.settle(len(self._outbox))
         self._outbox = []
         self._outbox_bytes = 0
 
@@ -294,6 +325,7 @@ class Session:
             self._sending_bytes = self._outbox_bytes
             self._outbox_bytes = 0
             await send(out)
+            self.sent.settle(len(out))
             if self._sending_bytes:
                 self._sending_bytes = 0
                 self._report_outbox()
@@ -308,7 +340,7 @@ class Session:
         # the sender's own in-flight limit, not by one client's.
         limit = (self.config.max_inflight_per_connection if self.peer_broker is None
                  else self.config.peer_max_in_flight)
-        ahead_min = self._ahead_min
+        first_min = self._first_min
         large_min = self._large_min
         replier: Any = self if tag is None else self.replier_for(tag)
         # The answers given here (bad frames, session commands) leave together, in one
@@ -329,20 +361,30 @@ class Session:
                 item[1].replier = OnReply(item[1].replier, self._count_oversize)
             # (the frame's size first: a frame too small to carry such data costs
             # one comparison)
-            if size >= ahead_min and (ahead := self._ahead) is not None and (
-                    data := ahead.data_of(item[1])) is not None:
-                # its large data is written first, a piece at a time; what came before
-                # it goes now, so it does not wait for that
+            if size >= first_min and (work := self._work_first(item[1], size)) is not None:
+                # its large data is written (or made ready) first, a slice at a time;
+                # what came before it goes now, so it does not wait for that
                 self._flush_answers(replier)
                 if routed:
                     await self.router.dispatch(routed)
                     routed = []
-                await ahead.write(item[1], data)
+                await work
             self.inflight += 1
             routed.append(item)
         self._flush_answers(replier)
         if routed:
             await self.router.dispatch(routed)
+
+    def _work_first(self, request: Request, size: int) -> Awaitable[Any] | None:
+        """The work a large frame's command needs before it runs, if any: its job data
+        written ahead, or its result or progress of many values made ready."""
+        if size >= self._ahead_min and (ahead := self._ahead) is not None and (
+                data := ahead.data_of(request)) is not None:
+            return ahead.write(request, data)
+        if (values := self._values) is not None and size >= values.min_chars and (
+                value := values.value_of(request)) is not None:
+            return values.prepare(request, value)
+        return None
 
     def _prepare(self, msg: Any, size: int, bound: int | None, replier: Any
                  ) -> tuple[Command, Request] | None:
@@ -415,6 +457,8 @@ class Session:
         if token_accepted(self.config.auth_tokens, token):
             self.authenticated = True
             return True
+        self.router.announce([broker_event("auth:failed", int(time.time() * 1000),
+                                           transport=self.transport)])
         return False
 
     def become_peer(self, broker_id: str) -> None:
@@ -447,7 +491,9 @@ class Session:
         tag = getattr(replier, "tag", None)
 
         def on_events(events: list[dict[str, Any]]) -> None:
-            frames = [{"type": "event", "event": e} for e in events if e["queue"] == queue]
+            # (a dashboard event's type has a colon: those are for WebSocket and SSE)
+            frames = [{"type": "event", "event": e} for e in events
+                      if e.get("queue") == queue and ":" not in e["eventType"]]
             if frames:
                 self.send_frames(frames, tag)
 
@@ -464,6 +510,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self.sent.close()
         self.unsubscribe()
         if self._cluster_stream is not None:
             self.events.unsubscribe(self._cluster_stream)

@@ -558,7 +558,8 @@ class TcpConnection:
                 raise
             try:
                 value, bound = await decode_large(
-                    codec, payload, bound_up_to=self._limits.max_data_bytes)
+                    codec, payload, bound_up_to=self._limits.max_data_bytes,
+                    graveyard=self._shell.graveyard)
             except DecodeError as exc:
                 messages[i] = (exc.fresh(), size, None)  # (see _decode)
             else:

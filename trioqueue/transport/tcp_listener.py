@@ -60,11 +60,11 @@ async def serve_tcp(
                     shell.refusals.note("TCP")
                     await _refuse(stream, too_many_connections(shell.limits.max_connections))
                     return
-                broker.open_connections.open("tcp")
+                client_id = broker.open_connections.open("tcp")
                 try:
                     await TcpConnection(broker, stream, shell).serve()
                 finally:
-                    broker.open_connections.close("tcp")
+                    broker.open_connections.close("tcp", client_id)
                     limit.release()
             finally:
                 doors.leave(address)

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Iterator
-from itertools import compress, islice, repeat
-from operator import itemgetter
+from itertools import compress, repeat
 from typing import Any, Final
 
 from ..core.job import CLIENT_VALUED, JobWire
+from ..core.json_slices import CONTAINERS as _CONTAINERS
+from ..core.json_slices import MAPS as _MAPS
+from ..core.json_slices import RUN_VALUES, Runs
+from ..core.json_slices import json_steps as walk_json
 from ..core.value_count import weight
 from .codec import CBOR, JSON, Codec
 from .framing import HEADER_SIZE, frame_header
@@ -41,16 +43,10 @@ __all__ = ["HEAVY_VALUES", "RUN_VALUES", "SlicedValue", "SlicedValueFrame", "enc
 #: A reply holding more values than this is encoded in slices (below it, one call takes
 #: about 1 ms in CBOR, the slowest codec, a third of that in msgpack).
 HEAVY_VALUES: Final = 8192
-#: The most values one call of the codec encodes (then the walk may yield).
-RUN_VALUES: Final = 2048
 #: Encoded bytes handed to the socket in one piece, once the reply is whole.
 PIECE_BYTES: Final = 256 * 1024
 
-_LISTS: Final = frozenset({list, tuple})
-_MAPS: Final = frozenset({dict, JobWire})
-_CONTAINERS: Final = _LISTS | _MAPS
 _is_container = _CONTAINERS.__contains__
-_second = itemgetter(1)
 # A job's fields that hold any JSON a client sent (the other client-valued ones are
 # options of bounded shape, checked when the job was made).
 _JOB_FREE: Final = ("data", "progress")
@@ -132,44 +128,6 @@ def _cbor_header(is_map: bool, n: int) -> bytes:
     return bytes((major | 27,)) + struct.pack(">Q", n)
 
 
-class _Runs:
-    """Takes the items (or entries) of one container a run at a time: as many as hold
-    at most :data:`RUN_VALUES` values, or one whose value holds more (to be walked)."""
-
-    __slots__ = ("_source", "_held", "_at", "_batch", "_is_map")
-
-    def __init__(self, container: Any, is_map: bool) -> None:
-        self._is_map = is_map
-        # a map's entries are taken from its iterator a batch at a time into _held; a
-        # list's items are sliced from it
-        self._source: Iterator[Any] | None = iter(container.items()) if is_map else None
-        self._held: list[Any] = [] if is_map else container
-        self._at = 0  # the next item of _held
-        self._batch = RUN_VALUES
-
-    def next(self) -> tuple[list[Any], bool] | None:
-        """``(items, alone)``: a run to encode at once, or (``alone``) one item whose
-        value holds more than a run may; None at the end."""
-        while True:
-            held, at, batch = self._held, self._at, self._batch
-            if self._source is not None and len(held) - at < batch:
-                held = self._held = held[at:] + list(islice(self._source, RUN_VALUES))
-                at = self._at = 0
-            run = held[at:at + batch]
-            if not run:
-                return None
-            count = weight(list(map(_second, run)) if self._is_map else run, RUN_VALUES)
-            if count <= RUN_VALUES:
-                self._at = at + len(run)
-                # the next run sized from this one's values per item
-                self._batch = max(1, min(RUN_VALUES, RUN_VALUES * len(run) // count))
-                return run, False
-            if len(run) == 1:
-                self._at = at + 1
-                return run, True
-            self._batch = max(1, len(run) * RUN_VALUES // count // 2)
-
-
 class _Encoder:
     """One walk of a value in msgpack or CBOR, into ``parts``."""
 
@@ -193,7 +151,7 @@ class _Encoder:
         at = len(parts)
         parts.append(b"")  # the header, once the count is known
         count = 0
-        runs = _Runs(value, is_map)
+        runs = Runs(value, is_map)
         while (taken := runs.next()) is not None:
             run, alone = taken
             if alone:
@@ -223,54 +181,10 @@ def encode_steps(codec: Codec, value: Any, slicer: Slicer) -> Steps[list[bytes |
 # ---------------------------------------------------------------------------- JSON
 
 
-class _JsonEncoder:
-    """One walk of a value in JSON text, into ``parts``."""
-
-    __slots__ = ("slicer", "parts")
-
-    def __init__(self, slicer: Slicer) -> None:
-        self.slicer = slicer
-        self.parts: list[str] = []
-
-    def value(self, value: Any) -> Steps[None]:
-        encode = JSON.encode_text
-        kind = type(value)
-        if kind not in _CONTAINERS or weight([value], RUN_VALUES) <= RUN_VALUES:
-            self.parts.append(encode(value))
-            return
-        is_map = kind in _MAPS
-        parts = self.parts
-        parts.append("{" if is_map else "[")
-        first = True
-        runs = _Runs(value, is_map)
-        while (taken := runs.next()) is not None:
-            run, alone = taken
-            if alone:
-                item = run[0]
-                if not first:
-                    parts.append(",")
-                first = False
-                if is_map:
-                    parts.append(encode(item[0]) + ":")
-                    item = item[1]
-                yield from self.value(item)
-            else:
-                text = encode(kind(run) if is_map else run)[1:-1]
-                if text:  # (a run of absent entries only writes nothing)
-                    if not first:
-                        parts.append(",")
-                    first = False
-                    parts.append(text)
-            if self.slicer.due(len(run)):
-                yield
-        parts.append("}" if is_map else "]")
-
-
 def json_steps(value: Any, slicer: Slicer) -> Steps[list[str]]:
-    """``JSON.encode_text(value)`` as parts to join, in slices."""
-    walk = _JsonEncoder(slicer)
-    yield from walk.value(value)
-    return walk.parts
+    """``JSON.encode_text(value)`` as parts to join, in slices (the core's walk,
+    core/json_slices.py, with the JSON codec's rules)."""
+    return walk_json(value, slicer, JSON.encode_text)
 
 
 def encoded_whole(codec: Codec, value: Any) -> bytes:
@@ -303,12 +217,19 @@ class SlicedValue:
         self.estimate_bytes = HEAVY_VALUES
 
     def step(self) -> str | bytes | None:
+        parts = self.step_parts()
+        if parts is None:
+            return None
+        return "".join(parts) if self._text else b"".join(parts)  # type: ignore[arg-type]
+
+    def step_parts(self) -> list[str] | list[bytes | memoryview] | None:
+        """:meth:`step`, the message given as its parts, not joined (a WebSocket sender
+        sends them a piece at a time: joining megabytes is a long step)."""
         self._slicer.restart()
         try:
             next(self._steps)
         except StopIteration as done:
-            parts = done.value
-            return "".join(parts) if self._text else b"".join(parts)
+            return done.value  # type: ignore[no-any-return]
         return None
 
 

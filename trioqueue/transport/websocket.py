@@ -23,20 +23,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    WebSocketConnection,
-    WebSocketRequest,
-    wrap_server_stream,
-)
 
 from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
 from .codec import CBOR, JSON, Codec, DecodeError
-from .event_names import event_data, event_name, matches, valid_pattern
+from .event_names import event_data, event_name, is_dashboard, matches, parse_patterns
+from .framing import Payload
 from .http_auth import bearer_token
-from .large_frames import decode_large
+from .large_frames import decode_large, unmap_soon
 from .large_json import decode_large_json
 from .limits import Shell
 from .live_frames import LiveFrames
@@ -44,6 +39,7 @@ from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
 from .req_ids import salvage_req_id
 from .session import Session, SessionHost, token_accepted
 from .value_slices import SlicedValue, heavy
+from .ws_socket import MessageTooLarge, Upgrade, WsClosed, WsSocket
 
 if TYPE_CHECKING:
     from ..actors.broker import Broker
@@ -54,7 +50,7 @@ WS_PATH = "/ws"
 QUEUE_PATH_PREFIX = "/ws/queues/"
 
 class WsConnection:
-    def __init__(self, broker: SessionHost, ws: WebSocketConnection, shell: Shell,
+    def __init__(self, broker: SessionHost, ws: WsSocket, shell: Shell,
                  queue: str | None = None, event_codec: Codec = JSON,
                  live: LiveFrames | None = None) -> None:
         self.ws = ws
@@ -67,6 +63,7 @@ class WsConnection:
         self.session = Session(broker, encode=self._encode, on_overflow=self._overflow,
                                on_outbox_bytes=self._charge_replies,
                                encode_later=self._encode_later)
+        self.session.transport = "websocket"
         self.queue = queue  # the path's queue filter (None: every queue)
         self.event_codec = event_codec
         self.patterns: list[str] | None = None  # None: legacy mode, raw events
@@ -98,10 +95,12 @@ class WsConnection:
             return
         frames: list[dict[str, Any]] = []
         for event in events:
-            if self.queue is not None and event["queue"] != self.queue:
+            queue = event.get("queue")  # (None: a broker-wide event, for every path)
+            if self.queue is not None and queue is not None and queue != self.queue:
                 continue
             if self.patterns is None:
-                frames.append(event)
+                if not is_dashboard(event):  # legacy mode: raw job events only
+                    frames.append(event)
                 continue
             name = event_name(event)
             if matches(name, self.patterns):
@@ -136,25 +135,29 @@ class WsConnection:
         if not self.session.authenticated:
             reply = {"ok": False, "error": "Not authenticated"}
         else:
-            events = msg.get("events")
-            if msg["cmd"] == "Unsubscribe" and events is None:
-                self.patterns = []
-                reply = {"ok": True, "subscribed": []}
-            elif not isinstance(events, list) or not events:
-                reply = {"ok": False, "error": "events must be a non-empty array"}
-            elif bad := [str(p) for p in events if not valid_pattern(p)]:
-                reply = {"ok": False, "error": f"Invalid: {', '.join(bad)}"}
-            elif msg["cmd"] == "Subscribe":
-                current = self.patterns or []
-                self.patterns = current + [p for p in events if p not in current]
-                reply = {"ok": True, "subscribed": list(self.patterns)}
-            else:
-                self.patterns = [p for p in (self.patterns or []) if p not in events]
-                reply = {"ok": True, "subscribed": list(self.patterns)}
+            reply = self._subscription(msg["cmd"] == "Subscribe", msg.get("events"))
         if "reqId" in msg:
             reply["reqId"] = msg["reqId"]
         self._follow_live()
         self.session.send_frames([reply], codec)
+
+    def _subscription(self, subscribe: bool, events: Any) -> dict[str, Any]:
+        """Change the patterns; the reply. ``Unsubscribe`` with no list, or an empty
+        one, unsubscribes from everything: no event at all follows (not even the
+        legacy mode's raw job events)."""
+        if not subscribe and not events:
+            self.patterns = []
+            return {"ok": True, "subscribed": []}
+        try:
+            patterns = parse_patterns(events)
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        current = self.patterns or []
+        if subscribe:
+            self.patterns = current + [p for p in patterns if p not in current]
+        else:
+            self.patterns = [p for p in current if p not in patterns]
+        return {"ok": True, "subscribed": list(self.patterns)}
 
     @staticmethod
     def _encode(codec: Any, reply: dict[str, Any]) -> str | bytes:
@@ -222,7 +225,7 @@ class WsConnection:
         with trio.move_on_after(self._limits.ws_close_timeout_s):
             try:
                 await self.ws.ping()
-            except ConnectionClosed:
+            except WsClosed:
                 pass
             return
         log.info("closing a WebSocket idle for %g s that did not answer a ping",
@@ -233,17 +236,20 @@ class WsConnection:
         for message in messages:
             if isinstance(message, SlicedMessage):
                 # Every other task runs between two slices: a PULLB of 1,000 jobs is
-                # not one 15-30 ms hold of the loop.
-                while (whole := message.step()) is None:
+                # not one 15-30 ms hold of the loop; nor is joining its parts, which
+                # are sent as they are, a piece at a time (ws_socket.py).
+                while (parts := message.step_parts()) is None:
                     await give_way()
-                self.session.sending(len(whole) - message.estimate_bytes)
-                message = whole
-            await self.ws.send_message(message)
+                self.session.sending(sum(map(len, parts)) - message.estimate_bytes)
+                await self.ws.send_parts(parts)
+            else:
+                await self.ws.send(message)
         if self.session.overflowed and not self.session.outbox_pending:
             self._scope.cancel()  # the notice is out: close
 
     async def serve(self) -> None:
         session = self.session
+        self._shell.senders.add(session.sent)  # (shutdown waits for its notice)
         self._timer.arm(self._next_deadline())
         if not self._authenticated:
             self._shell.doors.arrived(self)  # (may close the oldest not authenticated)
@@ -252,7 +258,7 @@ class WsConnection:
             # a budget cuts the connection
             with self._scope:
                 await self._serve(session)
-        except* ConnectionClosed:
+        except* WsClosed:
             # The client closed (or a limit did): the nursery wraps it in an
             # ExceptionGroup, which must end this connection, never the broker.
             pass
@@ -260,6 +266,7 @@ class WsConnection:
             self._shell.doors.settled(self)
             self._timer.cancel()
             self._shell.replies.release(self)
+            self._shell.senders.discard(session.sent)
             session.close()
         if self._close_with is not None:
             # Cancelled (grace 0 included), aclose still closes the socket.
@@ -283,21 +290,19 @@ class WsConnection:
                 idle = self._limits.idle_timeout_s
                 large = self._limits.large_frame_bytes
                 while True:
-                    message = await self.ws.get_message()
+                    try:
+                        text, raw = await self.ws.receive(self._message_limit())
+                    except MessageTooLarge as exc:
+                        self._refuse_size(exc.size)
+                        return
                     started = perf_counter()
                     if idle:
                         self._rx_at = trio.current_time()
-                    codec: Codec = JSON if isinstance(message, str) else CBOR
-                    raw = message.encode() if isinstance(message, str) else message
-                    if len(raw) > self._message_limit():
-                        await self._refuse_size(len(raw))
-                        return
+                    codec: Codec = JSON if text else CBOR
+                    size = len(raw)  # (a memory map is unmapped once decoded)
                     bound: int | None = None
-                    if large and len(raw) >= large and codec is CBOR:
-                        decoded, bound = await self._decode_large(raw)
-                    elif large and len(raw) >= large:
-                        decoded, bound = await self._decode_large_json(
-                            raw, message if isinstance(message, str) else None)
+                    if large and size >= large:
+                        decoded, bound = await self._decode_large(codec, raw)
                     else:
                         try:
                             decoded = codec.decode(raw)
@@ -305,13 +310,19 @@ class WsConnection:
                             # a fresh error: the raised one's traceback holds this
                             # frame, which would hold it (a cycle only a full GC frees)
                             decoded = DecodeError(str(exc))
-                            if isinstance(raw, bytes):
-                                decoded.req_id = salvage_req_id(codec.name, raw)
+                            decoded.req_id = salvage_req_id(codec.name, raw)
+                        finally:
+                            # (a memory map when large_frame_bytes is off or above the
+                            # size a message is gathered in one: ws_socket.py)
+                            unmap_soon(raw)
                     if isinstance(decoded, dict) and decoded.get("cmd") in (
                             "Subscribe", "Unsubscribe"):
                         self._subscription_command(decoded, codec)
                         continue
-                    await session.handle([(decoded, len(raw), bound)], tag=codec)
+                    await session.handle([(decoded, size, bound)], tag=codec)
+                    # (not held until the next message: a large value let go of is
+                    # taken apart in slices once nothing holds it, core/graveyard.py)
+                    decoded = None
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True
                         self._auth_at = math.inf
@@ -325,27 +336,38 @@ class WsConnection:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
 
-    async def _decode_large(self, raw: bytes) -> tuple[Any, int | None]:
-        """A large CBOR message's value (a DecodeError if bad) and its JSON bound,
-        decoded in slices as a large TCP frame is. A large JSON one is decoded at once:
-        json has no resumable decoder (``ws_max_message_bytes`` bounds it, 1 MiB)."""
+    async def _decode_large(self, codec: Codec, raw: Payload) -> tuple[Any, int | None]:
+        """A large message's value (a DecodeError if bad) and its JSON bound, decoded in
+        slices; its bytes (a memory map, see ws_socket.py) unmapped off the loop after."""
+        try:
+            if codec is CBOR:
+                return await self._decode_large_cbor(raw)
+            return await self._decode_large_json(raw)
+        finally:
+            unmap_soon(raw)
+
+    async def _decode_large_cbor(self, raw: Payload) -> tuple[Any, int | None]:
+        """A large CBOR message, decoded in slices as a large TCP frame is."""
         turns = self._shell.decoding  # (frames decoded at once, broker-wide)
         await turns.take(len(raw))
         try:
-            return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes)
+            return await decode_large(CBOR, raw, bound_up_to=self._limits.max_data_bytes,
+                                      graveyard=self._shell.graveyard)
         except DecodeError as exc:
             return exc.fresh(), None  # (see _serve_messages)
         finally:
             turns.give_back(len(raw))
 
-    async def _decode_large_json(self, raw: bytes, text: str | None) -> tuple[Any, int | None]:
-        """A large JSON text message's value (a DecodeError if bad) and its JSON bound,
-        decoded in slices as a large REST body is (transport/large_json.py)."""
+    async def _decode_large_json(self, raw: Payload) -> tuple[Any, int | None]:
+        """A large JSON text message, decoded in slices as a large REST body is
+        (transport/large_json.py): its text made from its bytes a piece at a time."""
         try:
-            return await decode_large_json(raw, text, bound_up_to=self._limits.max_data_bytes)
+            return await decode_large_json(raw, bound_up_to=self._limits.max_data_bytes,
+                                           graveyard=self._shell.graveyard)
         except DecodeError as exc:
-            decoded = DecodeError(str(exc))  # fresh: see _serve_messages
-            decoded.req_id = salvage_req_id(JSON.name, raw)
+            decoded = exc.fresh()  # (see _serve_messages; its data too large, if so)
+            if decoded.req_id is None:
+                decoded.req_id = salvage_req_id(JSON.name, raw)
             return decoded, None
 
     def _message_limit(self) -> int:
@@ -353,39 +375,24 @@ class WsConnection:
             return self._limits.ws_max_message_bytes
         return min(self._limits.preauth_frame_bytes(), self._limits.ws_max_message_bytes)
 
-    async def _refuse_size(self, size: int) -> None:
-        # trio_websocket counts a text message in characters; the limits are in
-        # bytes, so UTF-8 text is checked again here (and the cap before Auth).
+    def _refuse_size(self, size: int) -> None:
+        # Counted in bytes as the message arrives (ws_socket.py), refused as soon as it
+        # passes the limit (the cap before Auth, or ws_max_message_bytes).
         limit = self._message_limit()
         if self._authenticated:
             reason = f"Exceeded maximum message size: {limit} bytes"
         else:
             log.info("closing a WebSocket that sent a %d-byte message before Auth", size)
             reason = f"Message too large before authentication (max {limit} bytes)"
-        await self.ws.aclose(1009, reason)
-
-
-async def _reject(request: WebSocketRequest, status: int, body: bytes) -> None:
-    """Refuse the upgrade with an HTTP status, then close the TCP connection.
-
-    trio-websocket (0.12) leaves the connection open after ``reject``: its reader task
-    keeps reading until the client hangs up, so every refused request would hold a
-    socket. Its private ``_close_stream`` ends that (tested by
-    ``tests/transport/test_hostile_clients.py``, so an upgrade that renames it is caught).
-    """
-    await request.reject(status, body=body)
-    close_stream = getattr(getattr(request, "_connection", None), "_close_stream", None)
-    if close_stream is not None:
-        await close_stream()
+        self._close(1009, reason)
 
 
 class WsEndpoint:
     """The HTTP port's WebSocket side: takes a connection whose first request is an
     upgrade (see :mod:`.http_front`), does the handshake and serves the session.
 
-    What trio-websocket's own server does per connection, on a stream we hand it: the
-    handshake within ``ws_handshake_timeout_s``, then the session, then the close
-    handshake within ``ws_close_timeout_s``.
+    Per connection: the handshake within ``ws_handshake_timeout_s``, then the session,
+    then the close handshake within ``ws_close_timeout_s`` (:mod:`.ws_socket`).
     """
 
     def __init__(self, broker: Broker, shell: Shell, live: LiveFrames | None = None) -> None:
@@ -395,31 +402,26 @@ class WsEndpoint:
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         config = self._broker.config
+        socket = WsSocket(stream)
         try:
-            async with trio.open_nursery() as nursery:
-                with trio.move_on_after(config.ws_handshake_timeout_s) as waited:
-                    request = await wrap_server_stream(
-                        nursery, stream, max_message_size=config.ws_max_message_bytes)
-                if waited.cancelled_caught:
-                    nursery.cancel_scope.cancel()
-                    return
-                try:
-                    await self._handle(request)
-                finally:
-                    with trio.move_on_after(config.ws_close_timeout_s):
-                        await request._connection.aclose()  # ends its reader task
-                nursery.cancel_scope.cancel()
-        except* UnicodeError:
-            # wsproto decodes the upgrade's Host as IDNA, in trio-websocket's reader
-            # task, and lets the error out: one upgrade with ``Host: xn--zz`` ended the
-            # broker. That connection alone is dropped.
-            log.info("closing a WebSocket upgrade whose Host is not valid IDNA")
+            upgrade: Upgrade | None = None
+            with trio.move_on_after(config.ws_handshake_timeout_s):
+                upgrade = await socket.upgrade()
+            if upgrade is None:
+                return
+            try:
+                await self._handle(socket, upgrade)
+            finally:
+                with trio.move_on_after(config.ws_close_timeout_s):
+                    await socket.aclose()
+        except WsClosed:
+            pass  # the client went away during the handshake or the close
         finally:
             await stream.aclose()
 
-    async def _handle(self, request: WebSocketRequest) -> None:
+    async def _handle(self, socket: WsSocket, upgrade: Upgrade) -> None:
         broker, shell = self._broker, self._shell
-        path, _, query = request.path.partition("?")
+        path, _, query = upgrade.target.partition("?")
         path = path.rstrip("/") or "/"
         queue: str | None = None
         if path.startswith(QUEUE_PATH_PREFIX):
@@ -427,29 +429,29 @@ class WsEndpoint:
             try:
                 fields.queue_name(queue)
             except Refused:
-                await _reject(request, 404, b"Not found")
+                await socket.reject(404, b"Not found")
                 return
         elif path != WS_PATH:
-            await _reject(request, 404, b"Not found")
+            await socket.reject(404, b"Not found")
             return
-        bearer = bearer_token(request.headers)
+        bearer = bearer_token(upgrade.headers)
         if bearer is not None and not token_accepted(broker.config.auth_tokens, bearer):
             # A wrong token on the upgrade is refused there, as bunqueue does; none at
             # all leaves the session to authenticate with ``Auth`` (our clients do).
-            await _reject(request, 401, b"Unauthorized")
+            await socket.reject(401, b"Unauthorized")
             return
         event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
         if not await shell.doors.slot(broker.connections):
             shell.refusals.note("WebSocket")
-            await _reject(request, 503, b"Too many connections")
+            await socket.reject(503, b"Too many connections")
             return
-        broker.open_connections.open("websocket")
+        client_id = broker.open_connections.open("websocket")
         try:
-            ws = await request.accept()
-            connection = WsConnection(broker, ws, shell, queue, event_codec, self._live)
+            await socket.accept()
+            connection = WsConnection(broker, socket, shell, queue, event_codec, self._live)
             if bearer is not None:
                 connection.authenticated_by_bearer()
             await connection.serve()
         finally:
-            broker.open_connections.close("websocket")
+            broker.open_connections.close("websocket", client_id)
             broker.connections.release()

@@ -38,8 +38,11 @@ def _next_ready(q: QueueState, now: int) -> JobRecord | None:
         if job is None or job.state != QUEUED or job.seq != seq:
             continue
         if job.ttl is not None and now > job.created_at + job.ttl:
-            # ttl bounds time in the queue: an expired job is dropped silently
+            # ttl bounds time in the queue: an expired job is dropped (no job event;
+            # the dashboard hears of it)
             q._drop_queued(job, now)
+            q._announce("job:expired", now, jobId=job.id, ttl=job.ttl,
+                        age=now - job.created_at)
             continue
         return job
     if q.groups.scheduled:  # ungrouped jobs first, then the groups' turns
@@ -107,9 +110,14 @@ def pull(
 
 
 def pull_reply(
-    q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], *, batch: bool, owner: str | None
+    q: QueueState, jobs: list[dict[str, Any]], tokens: list[str], *, batch: bool,
+    owner: str | None, now: int | None = None
 ) -> dict[str, Any]:
+    """A pull's reply; ``now``: when jobs were just leased (a PULLB of several is then
+    told to the dashboard as ``batch:pulled``)."""
     if batch:
+        if now is not None and len(jobs) > 1:
+            q._announce("batch:pulled", now, count=len(jobs))
         reply: dict[str, Any] = {"jobs": jobs}
         if owner is not None:
             reply["tokens"] = tokens

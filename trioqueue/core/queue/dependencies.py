@@ -54,13 +54,15 @@ def _child_failed(q: QueueState, job: JobRecord, error: str | None) -> None:
 
 
 def dependency_exists(q: QueueState, dep_id: str, now: int) -> bool:
-    """A job may depend on a live job, a completed one, or one removed on completion
-    whose result is still retained (bunqueue's completion proof)."""
+    """A job may depend on a live job, a completed one, a dead-lettered one (bunqueue
+    finds it in its index: a retry may still complete it, and its failure policy
+    applies at once) or one removed on completion whose result is still retained
+    (bunqueue's completion proof)."""
     if q.index.locate(dep_id) is not None:
         return True
     record = q.finished.get_any(dep_id)
     if record is not None:
-        return bool(record["state"] == COMPLETED)
+        return record["state"] in (COMPLETED, FAILED)
     return q.index.retained_result(dep_id, now) is not None
 
 
@@ -132,6 +134,47 @@ def _open_dependencies(q: QueueState, job: JobRecord, deps: Iterable[str], now: 
     return pending
 
 
+def settle_failed_dependencies(q: QueueState, job_ids: Iterable[str], after_seq: int,
+                               now: int) -> None:
+    """After a PUSH or PUSHB: the jobs it admitted (admission number above
+    ``after_seq``) that wait for a child already dead-lettered under a failure policy
+    take that outcome now. Run once the whole batch is in: a later job of the batch may
+    take the id of a dead-lettered one, and is then what its dependents wait for."""
+    for job_id in job_ids:
+        job = q.jobs.get(job_id)
+        if job is not None and job.seq > after_seq and job.pending:
+            settle_failed_children(q, job_id, list(job.pending), now)
+
+
+def settle_failed_children(q: QueueState, parent_id: str, child_ids: Iterable[str],
+                           now: int) -> None:
+    """Of ``child_ids``, which the parent has just come to wait for, each that already
+    failed for good under a failure policy settles it at once, as its failure would
+    have had the link come first (bunqueue applies the policy when the edge is made):
+    the parent is dead-lettered, released, or drops the edge."""
+    for child_id in child_ids:
+        outcome = _failed_outcome(q, child_id)
+        if outcome is not None:
+            q.writes.put_dep_outcome(parent_id, child_id, outcome)
+            apply_outcome(q, parent_id, child_id, outcome, now)
+
+
+def _failed_outcome(q: QueueState, child_id: str) -> dict[str, Any] | None:
+    """The outcome of a child in the dead-letter queue that failed under a failure
+    policy; None for a live child or one that failed without a policy (its parents
+    wait: a retry from the DLQ may still complete it)."""
+    if q.index.locate(child_id) is not None:
+        return None
+    record = q.finished.get_any(child_id)
+    if record is None or record["state"] != FAILED:
+        return None
+    policy = flows.record_failure_policy(record)
+    if policy is None:
+        return None
+    error = (record.get("dlq") or {}).get("error")
+    return flows.failed_outcome(record["queue"], error, policy)
+
+
 def _park_new(q: QueueState, job: JobRecord, pending: list[str], now: int) -> None:
     q._move(job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
     job.pending = pending
@@ -193,6 +236,8 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
     job = q.jobs.get(parent_id)
     if job is None or not job.pending or child_id not in job.pending:
         return
+    if outcome.get("kind") == flows.WAITING_KIND:
+        return  # (a row that settles nothing: the parent waits for the child again)
     # The child's queue took this registration already, except when a restart
     # replays the row: the map was rebuilt from the stored pending list then.
     q.index.drop_dependent(child_id, parent_id)
@@ -202,6 +247,8 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
         if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
             q._bury(job, now, "unknown",
                        f"Child job {child_id} failed: {outcome.get('error')}")
+            q._announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
+                        error=outcome.get("error") or "Child job failed")
             return
         if policy == flows.CONTINUE_PARENT:
             for other in job.pending:
@@ -214,6 +261,8 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
         job.pending.remove(child_id)
         if kind == flows.COMPLETED:
             job.children_completed += 1
+        elif outcome.get("unlink"):
+            _forget_child(job, child_id)
     if not job.pending:
         job.pending = None
         if job.state == WAITING_CHILDREN:
@@ -223,8 +272,27 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
             q._enqueue(job, now)
             q._persist(job)
             q._emit("waiting", job.id, now, prev="waiting-children")
+            q._announce("job:dependencies-resolved", now, jobId=job.id)
+            children = len(job.children_ids)
+            if children and job.children_completed >= children:
+                q._announce("flow:completed", now, parentJobId=job.id,
+                            childrenCount=children)
             return
     q._persist(job)
+
+
+def _forget_child(job: JobRecord, child_id: str) -> None:
+    """A detached child leaves its parent's lists (bunqueue): a later link is a new
+    edge, which the parent waits for again."""
+    job.children_ids = [c for c in job.children_ids if c != child_id]
+    job.depends_on = [d for d in job.depends_on if d != child_id]
+    if isinstance(job.data, dict) and "__childrenIds" in job.data:
+        data = dict(job.data)
+        if job.children_ids:
+            data["__childrenIds"] = list(job.children_ids)
+        else:
+            del data["__childrenIds"]
+        job.data = data
 
 
 def replay_outcomes(q: QueueState, now: int) -> None:
@@ -259,7 +327,11 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
 
     A parent that already lists the child (in any state) only has the child's
     parent marker patched. A new edge needs a live parent that has not finished:
-    it then waits for the child unless the child already completed.
+    it then waits for the child unless the child already completed. A parent that
+    depends on the child since its admission (``dependsOn``) has that edge already,
+    waiting or settled: the child joins its children and no second edge is made,
+    which the child's one outcome would leave waiting for ever. A child detached
+    (RemoveChildDependency) left the parent's lists, so linking it again is a new edge.
     """
     if child_id == parent_id:
         raise Refused("A job cannot be its own parent")
@@ -277,30 +349,44 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
         q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
         return
     if child_id not in parent.children_ids:
-        live = q.index.locate(child_id) is not None
-        failed = False
-        if not live:
-            record = q.finished.get_any(child_id)
-            failed = record is not None and record["state"] == FAILED
-            if not failed and not q.dependency_exists(child_id, now):
-                raise Refused(f"Child job {child_id} not found")
+        new_edge = child_id not in parent.depends_on
+        wait = _child_to_wait_for(q, child_id, now) if new_edge else False
         parent.children_ids = [*parent.children_ids, child_id]
-        if child_id not in parent.depends_on:
-            parent.depends_on = [*parent.depends_on, child_id]
         if isinstance(parent.data, dict):
             parent.data = {**parent.data, "__childrenIds": list(parent.children_ids)}
-        if live or failed:
+        if new_edge:
+            parent.depends_on = [*parent.depends_on, child_id]
+        if wait:
             parent.pending = [*(parent.pending or ()), child_id]
             q.index.add_dependent(child_id, parent_id)
+            # (an outcome row of an earlier link, since detached, no longer stands)
+            q.writes.put_dep_outcome(parent_id, child_id, flows.WAITING)
             if parent.state == QUEUED:
                 q._transition(parent, st.LINK, now)
                 parent.add_timeline(WAITING_CHILDREN, now)
                 q._emit("waiting-children", parent_id, now)
-        else:
+        elif new_edge:
             # Already completed: record its outcome, as admission does.
             q._open_dependencies(parent, (child_id,), now)
         q._persist(parent)
+        if wait:
+            settle_failed_children(q, parent_id, (child_id,), now)
     q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
+
+
+def _child_to_wait_for(q: QueueState, child_id: str, now: int) -> bool:
+    """Whether a parent newly linked to ``child_id`` waits for it: yes while it lives
+    or failed (a retry from the DLQ may still complete it; a failure policy it carries
+    then settles the parent at once), no once it completed; refused when no such job
+    exists."""
+    if q.index.locate(child_id) is not None:
+        return True
+    record = q.finished.get_any(child_id)
+    if record is not None and record["state"] == FAILED:
+        return True
+    if not q.dependency_exists(child_id, now):
+        raise Refused(f"Child job {child_id} not found")
+    return False
 
 
 def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue: str) -> None:
@@ -319,13 +405,14 @@ def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queu
 
 
 def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
-    """Detach a job from the parents waiting for it; True when there was a link."""
+    """Detach a job from the parents waiting for it, which also drop it from their
+    ``childrenIds`` and ``dependsOn`` (bunqueue); True when there was a link."""
     job = q.jobs.get(child_id)
     if job is None:
         if q.finished.get(child_id) is None:
             raise Refused(JOB_NOT_FOUND)
         return False
-    parents = q._settle_dependents(child_id, flows.DETACHED)
+    parents = q._settle_dependents(child_id, flows.UNLINKED)
     had_parent = job.parent_id is not None
     if had_parent:
         q._set_parent(child_id, None, q.name)

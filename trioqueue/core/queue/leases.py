@@ -190,6 +190,7 @@ def expire_locks(q: QueueState, now: int) -> None:
             q._bury(job, now, decision.reason or "", decision.error)
         else:
             q._requeue(job, now)
+        q._announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
 
 
 def is_overlap_job(job: JobRecord) -> bool:

@@ -144,11 +144,17 @@ def allowance(q: QueueState, count: int, now: int) -> int:
     if rate is not None and rate.expired(now):
         clear_rate_limit(q, now)
         rate = None
+    ready = bool(q.c.waiting or q.c.prioritized)
     cap = settings.concurrency
     if cap is not None:
         count = min(count, max(0, cap - q.c.active))
+        if not count and ready:  # work was there; the cap kept it
+            q._announce("concurrency:rejected", now)
+            return 0
     if rate is not None:
         count = min(count, rate.available(now))
+        if not count and ready:
+            q._announce("ratelimit:rejected", now)
     return count
 
 

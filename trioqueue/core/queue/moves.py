@@ -90,11 +90,20 @@ def promote_jobs_work(q: QueueState, now: int, count: int | None) -> Sliced:
 def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str | None,
                  *, active_only: bool = False) -> None:
     """runAt = now + delay: in place for a queued job; an active job (token rule)
-    goes back to the queue, its slot and lock released, no attempt charged."""
+    goes back to the queue, its slot and lock released, no attempt charged.
+
+    ``active_only`` is MoveToDelayed, which answers in bunqueue's words (``Job is not
+    active (current state: X)``) for a job it cannot move. It moves a queued job in
+    place too: a job that holds no lock is moved administratively, as bunqueue does.
+    """
     job = q.jobs.get(job_id)
     if job is None:
-        raise Refused(JOB_NOT_FOUND if active_only
-                           else "Job not found or cannot change delay")
+        if not active_only:
+            raise Refused("Job not found or cannot change delay")
+        record = q.finished.get(job_id)
+        if record is None:
+            raise Refused(JOB_NOT_FOUND)
+        raise Refused(f"Job is not active (current state: {record['state']})")
     if job.state == ACTIVE:
         q._check_token(job, token)
         q._release_resources(job)
@@ -107,10 +116,10 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
         q._persist(job)
         q._emit("delayed", job_id, now, delay=float(delay))
         return
-    if active_only:
-        state = st.visible_state(job.state, job.run_at, job.priority, now)
-        raise Refused(f"Job is not active (current state: {state})")
     if job.state != QUEUED:
+        if active_only:
+            state = st.visible_state(job.state, job.run_at, job.priority, now)
+            raise Refused(f"Job is not active (current state: {state})")
         raise Refused("Job not found or cannot change delay")
     q._reschedule(job, now, run_at=int(now + delay))
     q._emit("delayed", job_id, now, delay=float(delay))

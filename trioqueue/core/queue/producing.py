@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..ids import uuid7
 from ..job import JobRecord, timeline_entry
 from ..writes import PutJob
+from .dependencies import settle_failed_dependencies
 from .repeats import first_delay
 
 if TYPE_CHECKING:
@@ -26,10 +27,13 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     ids: list[str] = []
     if any("group_max_size" in spec for spec in specs):
         q.groups.admit(specs)  # all or none, before anything is admitted
+    depends = any(spec.get("depends_on") for spec in specs)
     seq = q._seq
     for spec in specs:
         ids.append(q._push_one(spec, now))
     q.c.pushed += q._seq - seq  # each admitted job took one number; a duplicate none
+    if depends:
+        settle_failed_dependencies(q, ids, seq, now)
     return ids
 
 

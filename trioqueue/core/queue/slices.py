@@ -302,6 +302,7 @@ def drain(q: QueueState, now: int) -> Steps:
     yield from _trim(q._ready)
     yield from _trim(q._delayed)
     _compact(q, removed)
+    q._announce("queue:drained", now, count=removed)
     return removed
 
 
@@ -330,6 +331,8 @@ def obliterate(q: QueueState, now: int) -> Steps:
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.reset_settings()
+    q._announce("queue:obliterated", now)
+    q._announce("queue:removed", now)  # (as bunqueue: the queue's name is gone too)
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
@@ -401,7 +404,11 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
             ids.extend(q.push(specs[start:stop], now))
         return ids
 
-    return Sliced(steps(), _ids_reply)
+    def reply(ids: list[str]) -> dict[str, Any]:
+        return batch_pushed(q, count, pushed_before, ids, now)
+
+    pushed_before = q.c.pushed
+    return Sliced(steps(), reply)
 
 
 def pullb_sliced(q: QueueState, count: int, now: int, *, owner: str | None,
@@ -433,7 +440,7 @@ def pullb_sliced(q: QueueState, count: int, now: int, *, owner: str | None,
                 yield None
 
     def reply(result: tuple[list[dict[str, Any]], list[str]]) -> dict[str, Any]:
-        return q.pull_reply(*result, batch=True, owner=owner)
+        return q.pull_reply(*result, batch=True, owner=owner, now=now)
 
     return Sliced(steps(), reply)
 
@@ -488,5 +495,12 @@ def admit_batch(q: QueueState, specs: list[dict[str, Any]], linked: bool, now: i
     return q.push(specs, now)
 
 
-def _ids_reply(ids: list[str]) -> dict[str, Any]:
+def batch_pushed(q: QueueState, total: int, pushed_before: int, ids: list[str], now: int
+                 ) -> dict[str, Any]:
+    """A PUSHB's reply; a batch of several that admitted jobs is told to the dashboard
+    (``batch:pushed``: the jobs new to the queue, and those it already had)."""
+    inserted = q.c.pushed - pushed_before
+    if total > 1 and inserted > 0:
+        q._announce("batch:pushed", now, total=total, inserted=inserted,
+                    duplicates=total - inserted)
     return {"ids": ids}

@@ -182,6 +182,7 @@ def expire_timeouts(q: QueueState, now: int) -> None:
         job = q.jobs.get(job_id)
         if job is None or job.state != ACTIVE or job.started_at != started_at:
             continue  # finished, or a later delivery with its own deadline
+        q._announce("job:timeout", now, jobId=job_id, timeout=job.timeout)
         decision = at.charge(job, at.Cause.TIMEOUT, q.max_stalls)
         error = at.RULES[at.Cause.TIMEOUT].out_of_attempts[1]
         job.add_timeline("failed", now, error=error, attempt=job.attempts)

@@ -67,6 +67,7 @@ from .room import UNLIMITED, Room
 from .settings import QueueSettings
 from .stalls import STALL_CHECK_MS, StallWatch
 from .waiters import Parked, PullWaiter, WaiterAnswer
+from .watch import QueueWatch
 
 
 class QueueState:
@@ -78,7 +79,7 @@ class QueueState:
         "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
         "slice_over", "_seq", "locks", "_lock_heap", "_expiry_held_until", "rate_wake",
         "owner_conn", "conn_jobs", "dedup", "dlq", "parked", "logs", "stall_watch",
-        "_next_stall_check", "_timeouts", "notices", "c", "places", "room",
+        "_next_stall_check", "_timeouts", "notices", "c", "places", "room", "watch",
     )
 
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
@@ -134,6 +135,9 @@ class QueueState:
         # Whether new live jobs still fit in the store: set by the driver for each step
         # (the broker's admission, when the store has a maximum); see room.py.
         self.room: Room = UNLIMITED
+        # queue:idle and queue:threshold (watch.py): off until the driver sets the
+        # thresholds.
+        self.watch = QueueWatch()
 
     def take_writes(self) -> Writes:
         writes, self.writes = self.writes, Writes(self.name)
@@ -154,6 +158,15 @@ class QueueState:
         event["timestamp"] = float(now)
         event.update(extra)
         self.events.append(event)
+
+    def _announce(self, event_type: str, now: int, /, **data: Any) -> None:
+        """A dashboard event (``job:promoted``, ``queue:drained``...), for WebSocket
+        pattern subscribers and SSE streams only: its type is the name they know it by
+        (a colon in it keeps it from SubscribeEvents, legacy WebSocket clients and
+        webhooks, as bunqueue's dashboard events are kept from them)."""
+        if self.events_enabled:
+            self.events.append({"eventType": event_type, "queue": self.name,
+                                "timestamp": float(now), **data})
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -213,6 +226,9 @@ class QueueState:
             at = self.dlq.next_wakeup(self.settings.dlq)
             if at is not None and (best is None or at < best):
                 best = at
+        at = self.watch.idle_at  # queue:idle (watch.py)
+        if at is not None and (best is None or at < best):
+            best = at
         return best
 
     def _ready_wakeup(self, wanted: bool) -> int | None:
@@ -260,6 +276,8 @@ class QueueState:
             out.extend(self.serve_waiters(now))
         if self.parked.settled:
             out.extend(self.parked.take_settled())
+        if self.watch.on:  # queue:idle, queue:threshold (watch.py)
+            self.watch.look(self, now)
         return out
 
     @property

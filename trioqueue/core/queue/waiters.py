@@ -275,7 +275,8 @@ def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
         if isinstance(leased, Sliced):
             answer = WaiterAnswer(w, {}, work=leased)
         elif leased[0]:
-            answer = WaiterAnswer(w, q.pull_reply(*leased, batch=w.batch, owner=w.owner))
+            answer = WaiterAnswer(w, q.pull_reply(*leased, batch=w.batch, owner=w.owner,
+                                                       now=now))
         else:
             break  # nothing ready
         pulls.popleft()

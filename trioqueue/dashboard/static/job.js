@@ -84,8 +84,10 @@ function Actions({ job, onChanged }) {
     await api("POST", `/jobs/${id}/promote`);
     onChanged();
   };
+  // The box's text as typed: the broker's validator (the one every entry point
+  // shares) judges it, so an emptied box is its refusal, not a silent priority 0.
   const changePriority = async () => {
-    await api("PUT", `/jobs/${id}/priority`, { priority: Number(priority) });
+    await api("PUT", `/jobs/${id}/priority`, { priority });
     onChanged();
   };
   return html`<div class="actions">

@@ -1,0 +1,344 @@
+"""Job data of many small values on PostgreSQL: neither the event loop nor the worker
+thread that commits holds the interpreter for the whole of it.
+
+PostgreSQL's commits and reads run in a worker thread. That thread holds the
+interpreter lock while msgpack encodes or decodes (its C calls never let go of it), so
+a record of a million small maps encoded there, or a finished record decoded there,
+held the event loop as long as one step of the loop would have: the trio task steps
+(``LongestStep``) never saw it. What these tests measure besides is the loop's own
+wait: a task of the broker's run sleeps a millisecond at a time and notes how late it
+wakes, counting only the lateness during which the process itself spent CPU (the
+process's CPU time over the tick, all threads together, capped by the wall clock), so a
+preemption by the machine's other load is not counted and a thread holding the
+interpreter is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.conftest import StoreEngine, make_config
+from trioqueue.config import Config
+from trioqueue.server import Server
+from trioqueue.testing import RawClient
+from trioqueue.testing.tasks import LongestStep
+from trioqueue.transport.framing import FrameDecoder
+
+StartServer = Callable[..., Awaitable[Server]]
+
+#: A step of the broker's own is a slice (about 0.5 ms) or a small command.
+STEP_CPU_MS = 15.0
+#: The loop's longest wait in CPU time: the worker thread gives the interpreter back
+#: every switch interval (5 ms) between its short calls. Before: 50-100 ms for each
+#: encoding or decoding of 600,000 small maps.
+WAIT_CPU_MS = 30.0
+TICK_S = 0.001
+#: An Update's step: the core's walk of its data's types, one C call.
+UPDATE_STEP_CPU_MS = 40.0
+#: 600,000 small maps: 4.8M characters of JSON, within the 10M limit.
+MANY_MAPS = 600_000
+
+pytestmark = [pytest.mark.engines("postgres"), pytest.mark.usefixtures("served_gc")]
+
+
+class LoopWait:
+    """The longest the loop woke late for a sleep of :data:`TICK_S`, counted in the
+    process's CPU time (see the module)."""
+
+    def __init__(self) -> None:
+        self.worst_ms = 0.0
+
+    async def run(self) -> None:
+        wall, cpu = time.perf_counter, time.process_time
+        while True:
+            started_wall, started_cpu = wall(), cpu()
+            await trio.sleep(TICK_S)
+            late_ms = 1000 * min(wall() - started_wall - TICK_S,
+                                 cpu() - started_cpu)
+            self.worst_ms = max(self.worst_ms, late_ms)
+
+
+@asynccontextmanager
+async def _watched(what: str, step_ms: float = STEP_CPU_MS) -> AsyncIterator[None]:
+    """The broker's longest task step and the loop's longest wait, each held to its
+    bound, while the block runs."""
+    steps = LongestStep(skip=trio.lowlevel.current_task())
+    wait = LoopWait()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait.run)
+            await trio.sleep(0)
+            yield
+            nursery.cancel_scope.cancel()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    steps.check(what, step_ms)
+    assert wait.worst_ms < WAIT_CPU_MS, (
+        f"{what}: the loop waited {wait.worst_ms:.0f} ms of CPU for a worker thread")
+
+
+async def _raw_reply(client: RawClient) -> bytes:
+    """The next frame's payload, not decoded (decoding a million maps is the test's
+    own work, which would count as the loop's wait)."""
+    decoder = FrameDecoder(1 << 30)
+    with trio.fail_after(60):
+        while True:
+            data = await client.stream.receive_some(1 << 16)
+            assert data, "the broker closed the connection"
+            payloads = decoder.feed(data)
+            if payloads:
+                assert len(payloads) == 1
+                return bytes(payloads[0])
+
+
+async def _freed(server: Server) -> None:
+    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
+    graveyard = server.broker.dismantler.graveyard
+    with trio.fail_after(30):
+        while graveyard.pending:
+            await trio.sleep(0.01)
+
+
+async def test_a_job_of_many_small_maps_holds_neither_the_loop_nor_its_thread(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = [{"a": 1}] * MANY_MAPS
+    frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "p"})
+
+    async with _watched("PUSH"):
+        await client.send_raw(frame)
+        pushed = await _raw_reply(client)
+    reply = client.codec.decode(pushed)
+    assert reply["ok"] is True, reply
+    job_id = reply["id"]
+
+    async with _watched("PULL"):  # (the active record written again, with its data)
+        await client.send_raw(client.frame({"cmd": "PULL", "queue": "q", "timeout": 0,
+                                            "reqId": "l"}))
+        pulled = await _raw_reply(client)
+    job = client.codec.decode(pulled)["job"]
+    assert job["id"] == job_id and job["data"] == data
+    del job, pulled
+
+    async with _watched("ACK"):  # (the finished record written, the data freed)
+        await client.ok("ACK", id=job_id, result="done")
+        await _freed(server)
+
+    async with _watched("GetState"):  # (the finished record read back and decoded)
+        assert (await client.ok("GetState", id=job_id))["state"] == "completed"
+        await client.ok("GetJobCounts", queue="q")
+        await _freed(server)
+
+    async with _watched("GetJobs"):  # (a page of finished records read back)
+        await client.send_raw(client.frame({"cmd": "GetJobs", "queue": "q",
+                                            "state": "completed", "reqId": "g"}))
+        raw = await _raw_reply(client)
+        await client.ok("GetJobCounts", queue="q")  # (the queue's view lets go of it)
+        await _freed(server)
+    listed = client.codec.decode(raw)
+    assert [job["data"] for job in listed["jobs"]] == [data]
+    del listed, raw
+
+    got = await client.ok("GetJob", id=job_id)  # read back from the store, whole
+    assert got["job"]["state"] == "completed"
+    assert got["job"]["data"] == data
+    await client.aclose()
+
+
+async def test_a_refused_push_of_many_values_is_freed_in_slices(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = {str(i): [i] for i in range(300_000)}
+    await client.ok("PUSH", queue="q", jobId="same", data={})
+    frame = client.frame({"cmd": "PUSH", "queue": "q", "jobId": "same", "data": data,
+                          "reqId": "dup"})
+    graveyard = server.broker.dismantler.graveyard
+    freed = graveyard.freed
+
+    async def push() -> dict[str, Any]:
+        await client.send_raw(frame)
+        with trio.fail_after(60):
+            reply: dict[str, Any] = await client.receive()
+        await _freed(server)
+        return reply
+
+    steps = LongestStep(skip=trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        reply = await push()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    steps.check("refused PUSH", STEP_CPU_MS)
+    # a duplicate custom id answers with the job already there (bunqueue's rule)
+    assert reply["id"] == "same"
+    assert (await client.ok("GetJob", id="same"))["job"]["data"] == {}
+    # its data was let go of to the broker's task that frees in slices
+    assert graveyard.freed > freed
+    await client.aclose()
+
+
+async def test_a_pushb_of_a_job_of_many_small_maps_holds_no_long_wait(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = [{"a": 1}] * MANY_MAPS
+    jobs = [{"name": "small", "data": {"n": 1}}, {"name": "large", "data": data},
+            {"name": "small", "data": {"n": 2}}]
+    frame = client.frame({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "pb"})
+
+    async with _watched("PUSHB"):
+        await client.send_raw(frame)
+        pushed = await _raw_reply(client)
+    reply = client.codec.decode(pushed)
+    assert reply["ok"] is True, reply
+    got = await client.ok("GetJob", id=reply["ids"][1])
+    assert got["job"]["data"] == data
+    await client.aclose()
+
+
+
+async def test_records_joined_from_data_encoded_ahead_survive_a_restart(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    """Records whose data was encoded ahead (a long string, many values) read back
+    equal: live and finished, by a command and by the recovery of a new broker."""
+    config = make_config(tmp_path, store_engine)
+    text = "é" * (1 << 20)
+    maps = [{"a": i} for i in range(100_000)]
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        ids = [(await client.ok("PUSH", queue="q", data=data))["id"]
+               for data in (text, maps, text, maps)]
+        for job_id in ids[:2]:
+            assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+            await client.ok("ACK", id=job_id, result=1)
+        for job_id, data in zip(ids, (text, maps, text, maps), strict=True):
+            assert (await client.ok("GetJob", id=job_id))["job"]["data"] == data
+        await client.aclose()
+        server.stop()
+    states = ["completed", "completed", "waiting", "waiting"]
+    await _read_back_after_restart(config, ids, [text, maps, text, maps], states)
+
+
+async def _read_back_after_restart(config: Config, ids: list[str], datas: list[Any],
+                                   states: list[str]) -> None:
+    """A new broker on ``config``'s store reads each job of ``ids`` back in its state
+    of ``states``, its data equal to that of ``datas``."""
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        for job_id, data, state in zip(ids, datas, states, strict=True):
+            job = (await client.ok("GetJob", id=job_id))["job"]
+            assert (job["state"], job["data"] == data) == (state, True)
+        await client.aclose()
+        server.stop()
+
+
+async def test_data_of_some_thousand_values_in_small_frames_round_trips(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    """Data of a few thousand values in a small frame has its row encoded ahead (as on
+    LMDB): a PUSH's and a PUSHB's jobs read back equal, live and finished, and after a
+    restart; a PUSHB refused (a bad job) leaves no job and no encoding held."""
+    config = make_config(tmp_path, store_engine)
+    datas = [[i] * 2000 for i in range(3)]
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        ids = [(await client.ok("PUSH", queue="q", data=datas[0]))["id"]]
+        ids += (await client.ok("PUSHB", queue="q", jobs=[
+            {"name": "j", "data": data} for data in datas[1:]]))["ids"]
+        # their rows encoded ahead; the last job is bad, so the whole batch is refused
+        refused = await client.call("PUSHB", queue="q", jobs=[
+            {"name": "j", "data": [9] * 2000}, {"name": "bad", "data": {}, "priority": "x"}])
+        assert refused["ok"] is False and refused["error"].startswith("jobs[1]: "), refused
+        assert not server.broker.storage._encoded._ahead  # type: ignore[attr-defined]
+        pulled = await client.ok("PULL", queue="q", timeout=0)
+        assert pulled["job"]["data"] == datas[0]
+        await client.ok("ACK", id=ids[0], result=1)
+        for job_id, data in zip(ids, datas, strict=True):
+            assert (await client.ok("GetJob", id=job_id))["job"]["data"] == data
+        counts = (await client.ok("GetJobCounts", queue="q"))["counts"]
+        assert (counts["waiting"], counts["completed"]) == (2, 1), counts
+        await client.aclose()
+        server.stop()
+    await _read_back_after_restart(config, ids, datas, ["completed", "waiting", "waiting"])
+
+
+async def test_data_of_many_values_written_by_other_commands_holds_no_long_wait(
+        start_server: StartServer) -> None:
+    """Data that reaches a record without a large PUSH (an Update, a job failed and
+    moved back, a completed job retried) is never encoded in one call of the writer's
+    thread, and its finished record reads back without a long wait."""
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    data = [{"a": 1}] * MANY_MAPS
+    job_id = (await client.ok("PUSH", queue="q", data={}, maxAttempts=1))["id"]
+
+    frame = client.frame({"cmd": "Update", "id": job_id, "data": data, "reqId": "u"})
+    # (the frame made first: the test's own work). The core checks an Update's data's
+    # types in one C call (about 16 ms for these maps): not bounded yet.
+    async with _watched("Update", step_ms=UPDATE_STEP_CPU_MS):
+        await client.send_raw(frame)
+        assert client.codec.decode(await _raw_reply(client))["ok"] is True
+
+    async def pulled(what: str) -> None:
+        async with _watched(what):  # (the active record written again, with its data)
+            await client.send_raw(client.frame({"cmd": "PULL", "queue": "q",
+                                                "timeout": 0, "reqId": "l"}))
+            raw = await _raw_reply(client)
+        assert client.codec.decode(raw)["job"]["id"] == job_id
+
+    await pulled("PULL after Update")
+    async with _watched("FAIL"):  # (the finished record written: failed)
+        await client.ok("FAIL", id=job_id, error="no")
+        await _freed(server)
+    async with _watched("GetState of the failed job"):
+        assert (await client.ok("GetState", id=job_id))["state"] == "failed"
+        await client.ok("GetJobCounts", queue="q")
+        await _freed(server)
+    async with _watched("MoveToWait of the failed job"):  # (a live record again)
+        await client.ok("MoveToWait", id=job_id)
+        await client.ok("GetJobCounts", queue="q")  # (its data is the live job's now)
+    await pulled("PULL after MoveToWait")
+    async with _watched("ACK"):
+        await client.ok("ACK", id=job_id, result=1)
+    async with _watched("RetryCompleted"):
+        await client.ok("RetryCompleted", queue="q")
+        await client.ok("GetJobCounts", queue="q")
+
+    got = await client.ok("GetJob", id=job_id)
+    assert (got["job"]["state"], got["job"]["data"] == data) == ("waiting", True)
+    await client.aclose()
+
+
+async def test_an_ack_of_a_result_of_many_values_holds_no_long_wait(
+        start_server: StartServer) -> None:
+    server = await start_server()
+    client = await RawClient.connect(server.tcp_port)
+    result = [{"a": 1}] * MANY_MAPS
+    job_id = (await client.ok("PUSH", queue="q", data={}))["id"]
+    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+
+    frame = client.frame({"cmd": "ACK", "id": job_id, "result": result, "reqId": "a"})
+    async with _watched("ACK of a large result"):
+        await client.send_raw(frame)
+        assert client.codec.decode(await _raw_reply(client))["ok"] is True
+        await _freed(server)
+    async with _watched("GetResult"):
+        await client.send_raw(client.frame({"cmd": "GetResult", "id": job_id,
+                                            "reqId": "r"}))
+        raw = await _raw_reply(client)
+        await client.ok("GetJobCounts", queue="q")
+        await _freed(server)
+    assert client.codec.decode(raw)["result"] == result
+    await client.aclose()
