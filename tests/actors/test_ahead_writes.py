@@ -10,10 +10,16 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.actors.ahead_writes import AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES, AheadWriter
+from trioqueue.actors.ahead_writes import (
+    AHEAD_MIN_BYTES,
+    AHEAD_MIN_VALUE_BYTES,
+    ENCODE_MIN_VALUES,
+    AheadWriter,
+)
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
 from trioqueue.server import Server
+from trioqueue.storage.keys import encode_value
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
@@ -69,8 +75,25 @@ def test_only_a_push_of_a_long_string_or_a_large_frame_s_data_is_written_ahead()
     assert writer.data_of(push("o" * (10 * AHEAD_MIN_BYTES + 1))) is None  # over the limit
     many = [{"a": 1}] * 1000
     assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES)) is many
-    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES - 1)) is None
+    # in a smaller frame, data of more than ENCODE_MIN_VALUES values (its row encoded
+    # ahead); fewer are encoded with the record
+    assert writer.data_of(push(many, frame_bytes=AHEAD_MIN_VALUE_BYTES - 1)) is many
+    few = [{"a": 1}] * (ENCODE_MIN_VALUES // 2)
+    assert writer.data_of(push(few, frame_bytes=AHEAD_MIN_VALUE_BYTES - 1)) is None
     assert writer.data_of(push(7, frame_bytes=AHEAD_MIN_BYTES)) is None
+
+
+async def test_data_of_many_values_in_a_small_frame_has_its_row_encoded_ahead() -> None:
+    store = MemoryStorage()
+    writer = AheadWriter(store, None)
+    data = [[i, {"k": i}] for i in range(5000)]
+    request = push(data, frame_bytes=60_000)
+    assert writer.data_of(request) is data
+    assert await writer.write(request, data)
+    assert not store._ahead  # (nothing written: the row waits for its record's commit)
+    assert store._kept.ahead_for(data) == encode_value({"d": data})
+    store.release_ahead(data)  # no record took it
+    assert store._kept.ahead_for(data) is None and rows(store) == 0
 
 
 async def test_pieces_are_written_with_other_tasks_running_between() -> None:

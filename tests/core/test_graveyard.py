@@ -36,7 +36,14 @@ def _slices(graveyard: Graveyard, limit: int = 100_000) -> tuple[float, bool]:
     lambda: {str(i): [i] for i in range(400_000)},
     lambda: [[[[[[[i, [i]] for i in range(20)]]]]] for _ in range(8_000)],
     lambda: {"x": [[list(range(100)) for _ in range(100)] for _ in range(50)]},
-], ids=["maps", "map", "deep", "wrapped"])
+    # a million values (floats: each one freed) in containers of 31 members or fewer,
+    # opened by what they hold
+    lambda: [[[[0.5 + k for k in range(31)] for _ in range(31)] for _ in range(31)]
+             for _ in range(31)],
+    lambda: {str(i): {str(j): [[0.5 + k for k in range(31)] for _ in range(31)]
+                      for j in range(31)} for i in range(31)},
+    lambda: [[[[0.5 + k for k in range(1_000_000)]]]],
+], ids=["maps", "map", "deep", "wrapped", "lists31", "maps31", "one-member-wraps"])
 def test_a_large_value_is_taken_apart_in_short_slices(make: Any) -> None:
     value = make()
     once = time.thread_time()
@@ -69,7 +76,7 @@ def test_a_value_held_elsewhere_is_taken_apart_once_let_go_of() -> None:
     graveyard = Graveyard()
     woken = []
     graveyard.wake = lambda: woken.append(1)
-    value: Any = [[i] * 100 for i in range(1000)]
+    value: Any = [[i] * 20_000 for i in range(50)]  # (members holding many values)
     graveyard.bury(value)
     assert woken == [1]
     assert _slices(graveyard)[1] is True

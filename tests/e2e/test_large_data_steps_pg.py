@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from tests.conftest import StoreEngine, make_config
+from trioqueue.config import Config
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
@@ -226,15 +227,52 @@ async def test_records_joined_from_data_encoded_ahead_survive_a_restart(
             assert (await client.ok("GetJob", id=job_id))["job"]["data"] == data
         await client.aclose()
         server.stop()
+    states = ["completed", "completed", "waiting", "waiting"]
+    await _read_back_after_restart(config, ids, [text, maps, text, maps], states)
+
+
+async def _read_back_after_restart(config: Config, ids: list[str], datas: list[Any],
+                                   states: list[str]) -> None:
+    """A new broker on ``config``'s store reads each job of ``ids`` back in its state
+    of ``states``, its data equal to that of ``datas``."""
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(Server(config).run)
+        server: Server = await nursery.start(Server(config).run)
         client = await RawClient.connect(server.tcp_port)
-        states = ["completed", "completed", "waiting", "waiting"]
-        for job_id, data, state in zip(ids, (text, maps, text, maps), states, strict=True):
+        for job_id, data, state in zip(ids, datas, states, strict=True):
             job = (await client.ok("GetJob", id=job_id))["job"]
             assert (job["state"], job["data"] == data) == (state, True)
         await client.aclose()
         server.stop()
+
+
+async def test_data_of_some_thousand_values_in_small_frames_round_trips(
+        tmp_path: Path, store_engine: StoreEngine) -> None:
+    """Data of a few thousand values in a small frame has its row encoded ahead (as on
+    LMDB): a PUSH's and a PUSHB's jobs read back equal, live and finished, and after a
+    restart; a PUSHB refused (a bad job) leaves no job and no encoding held."""
+    config = make_config(tmp_path, store_engine)
+    datas = [[i] * 2000 for i in range(3)]
+    async with trio.open_nursery() as nursery:
+        server: Server = await nursery.start(Server(config).run)
+        client = await RawClient.connect(server.tcp_port)
+        ids = [(await client.ok("PUSH", queue="q", data=datas[0]))["id"]]
+        ids += (await client.ok("PUSHB", queue="q", jobs=[
+            {"name": "j", "data": data} for data in datas[1:]]))["ids"]
+        # their rows encoded ahead; the last job is bad, so the whole batch is refused
+        refused = await client.call("PUSHB", queue="q", jobs=[
+            {"name": "j", "data": [9] * 2000}, {"name": "bad", "data": {}, "priority": "x"}])
+        assert refused["ok"] is False and refused["error"].startswith("jobs[1]: "), refused
+        assert not server.broker.storage._encoded._ahead  # type: ignore[attr-defined]
+        pulled = await client.ok("PULL", queue="q", timeout=0)
+        assert pulled["job"]["data"] == datas[0]
+        await client.ok("ACK", id=ids[0], result=1)
+        for job_id, data in zip(ids, datas, strict=True):
+            assert (await client.ok("GetJob", id=job_id))["job"]["data"] == data
+        counts = (await client.ok("GetJobCounts", queue="q"))["counts"]
+        assert (counts["waiting"], counts["completed"]) == (2, 1), counts
+        await client.aclose()
+        server.stop()
+    await _read_back_after_restart(config, ids, datas, ["completed", "waiting", "waiting"])
 
 
 async def test_data_of_many_values_written_by_other_commands_holds_no_long_wait(

@@ -17,6 +17,7 @@ from trioqueue.storage.kept_data import KEEP_DATA_BYTES, KEPT_FIELD, KeptData
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage, StorageFullError
+from trioqueue.storage.value_pieces import Packed, PackedRecords
 
 from .stores import MIB, store_fixture
 
@@ -196,3 +197,37 @@ def test_a_childs_result_written_ahead_is_claimed_by_its_outcome_row(store: Stor
     assert store.dep_outcomes("p1") == {"c": {"kind": "detached"}}
     assert store.dep_outcomes("p2") == {}
     assert _ahead_pieces(store) == 0
+
+
+def _finished_listing(store: Storage, datas: list[Any]) -> None:
+    w = Writes()
+    for i, data in enumerate(datas):
+        w.finish_job(rec(f"j{i:03}", state="completed", data=data), False)
+    store.apply([w])
+
+
+def _decoded_page(page: Any) -> list[dict[str, Any]]:
+    """What the queue's actor makes of a packed page (store_reads.py), in one go."""
+    if type(page) is PackedRecords:
+        page = [page.put_back(K.decode_value(raw)) for raw in page.raws]
+    for record in page:
+        if type(record.get("data")) is Packed:
+            record["data"] = K.decode_value(record["data"].raw)["d"]
+    return list(page)
+
+
+def test_a_listing_of_records_holding_many_values_comes_undecoded(store: Storage) -> None:
+    # records of 8,000 integers each hold their data (under KEEP_DATA_BYTES); a page of
+    # 250 was decoded in one call; one whose data is kept apart comes with it encoded
+    inline = [[i % 100] * 8000 for i in range(40)]
+    _finished_listing(store, [*inline, {"rows": [7] * KEEP_DATA_BYTES}, [7] * 40_000])
+    whole = store.list_finished("q", "completed", asc=True, offset=0, limit=100)
+    page = store.list_finished_packed("q", "completed", asc=True, offset=0, limit=100)
+    assert type(page) is PackedRecords
+    assert all(len(raw) < 16 * 1024 for raw in page.raws[:40])
+    assert _decoded_page(page) == whole
+    assert [r["data"] for r in whole[:40]] == inline
+    # a small page is decoded at once, its data kept apart left encoded
+    small = store.list_finished_packed("q", "completed", asc=True, offset=40, limit=1)
+    assert type(small) is list and type(small[0]["data"]) is Packed
+    assert _decoded_page(small) == whole[40:41]

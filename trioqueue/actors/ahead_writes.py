@@ -18,6 +18,14 @@ values (the batch's records are encoded in one call each, with their data, when
 committed): the records' commit takes the rows of each. What msgpack cannot hold (an integer past 64
 bits) takes the ordinary path, as a string that is not UTF-8 does.
 
+Data of more than :data:`ENCODE_MIN_VALUES` values that is not written ahead (a
+``PUSH`` in a smaller frame, a batch job of fewer values than that, many of which make
+one commit) has its row encoded here instead, a slice at a time when it holds many,
+and handed to the store (``expect_encoded``): the commit that takes the job puts that
+row as it is, encoding none of the data. Whether data is worth it is decided by how
+many values it holds (``core/value_count.py``), looked at no further than the
+threshold, so a small push costs one comparison of its frame's size.
+
 Nothing is lost either way: a push refused (a full store, a duplicate id, bad input)
 leaves rows no record took, which :meth:`AheadWriter.release` deletes once the
 command is answered; a crash in between leaves pieces no claim points to, deleted
@@ -40,8 +48,8 @@ from typing import Any, Final
 import trio
 
 from ..core.job_data import MAX_DATA_CHARS
-from ..core.value_count import holds_many
-from ..storage.keys import AHEAD_ROW_KEY_BYTES
+from ..core.value_count import weight
+from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
 from ..storage.port import Storage, StorageFullError
 from ..storage.value_pieces import value_pieces
 from ..utf8_views import utf8_view
@@ -60,6 +68,12 @@ AHEAD_MIN_VALUE_BYTES: Final = 256 * 1024
 #: A PUSHB job's data holding more values than this (its members and all they hold)
 #: is written ahead: encoding it with its record costs about a millisecond or more.
 AHEAD_MIN_VALUES: Final = 8192
+#: A job's data holding more values than this, not written ahead, has its row encoded
+#: ahead of the commit (see the module): a commit takes the jobs of many commands at
+#: once, and encoding a few thousand values each in it made one step of tens of ms.
+ENCODE_MIN_VALUES: Final = 1024
+#: Every value takes a byte of a frame at least: a smaller frame carries none to encode.
+ENCODE_MIN_FRAME_BYTES: Final = ENCODE_MIN_VALUES
 #: Work between two pauses while data of many values is encoded, in seconds.
 ENCODE_SLICE_S: Final = 0.0005
 
@@ -80,19 +94,19 @@ class AheadWriter:
         self._max_chars = max_chars  # the data limit: longer is refused anyway
         self._piece = storage.ahead_piece_bytes
         self._taken = 0  # room held by writes ahead under way
-        # (a smaller frame never carries data to write ahead)
-        self.min_chars = min(AHEAD_MIN_BYTES, AHEAD_MIN_VALUE_BYTES)
+        # (a smaller frame never carries data to write or encode ahead)
+        self.min_chars = ENCODE_MIN_FRAME_BYTES
 
     def data_of(self, request: Request) -> Any:
-        """The data of a PUSH or an Update worth writing ahead (a long string, or a list
-        or map in a large frame), or a PUSHB's or PUSHF's jobs in a large frame (each
+        """The data of a PUSH or an Update worth writing (or encoding) ahead: a long
+        string, or a list or map of many values; or a PUSHB's or PUSHF's jobs (each
         job's data is looked at by :meth:`write`, with pauses); else None. (An Update
         has no data limit: data past it is written ahead too.)"""
         cmd = request.cmd
+        frame_bytes = request.frame_bytes or 0
         if cmd in _BATCHES:
             jobs = request.msg.get("jobs")
-            if type(jobs) is list and jobs and (
-                    request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
+            if type(jobs) is list and jobs and frame_bytes > ENCODE_MIN_FRAME_BYTES:
                 return jobs
             return None
         if cmd not in _ONE_DATA:
@@ -105,15 +119,18 @@ class AheadWriter:
                 return None  # (longer than the data limit allows: refused anyway)
             return data
         if (kind is list or kind is dict) and data and (
-                request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES:
+                frame_bytes >= AHEAD_MIN_VALUE_BYTES
+                or _values_in(data, ENCODE_MIN_VALUES) > ENCODE_MIN_VALUES):
             return data  # (over the data limit: refused while the frame was decoded)
         return None
 
     async def write(self, request: Request, data: Any) -> bool:
         """Write ``data`` ahead (for a PUSHB: each of its jobs' data that holds many
-        values); True when anything was, and ``request``'s reply will release what no
-        record took. False: nothing is left written (the ordinary path)."""
+        values), or encode its row ahead; True when anything was, and ``request``'s
+        reply will release what no record took. False: nothing is left written (the
+        ordinary path)."""
         need = 0
+        large = (request.frame_bytes or 0) >= AHEAD_MIN_VALUE_BYTES
         if self._room is not None:
             jobs = len(data) if request.cmd in _BATCHES else 1
             need = self._room.admit_need(request.frame_bytes, jobs)
@@ -122,11 +139,12 @@ class AheadWriter:
         self._taken += need
         try:
             if request.cmd in _BATCHES:
-                written = await self._write_jobs(data, request.cmd == _FLOW)
-            elif await self._write_one(data):
-                written = [data]
+                written = await self._write_jobs(data, request.cmd == _FLOW, large)
+            elif type(data) is str or large:
+                written = [data] if await self._write_one(data) else []
             else:
-                written = []
+                sliced = _values_in(data, AHEAD_MIN_VALUES) > AHEAD_MIN_VALUES
+                written = [data] if await self._encode_one(data, sliced=sliced) else []
         finally:
             self._taken -= need
         if not written:
@@ -141,11 +159,11 @@ class AheadWriter:
         request.replier = OnReply(request.replier, released)
         return True
 
-    async def _write_jobs(self, jobs: list[Any], flow: bool) -> list[Any]:
+    async def _write_jobs(self, jobs: list[Any], flow: bool, large: bool) -> list[Any]:
         """Each job's data that holds many values (a flow's job has it in its
-        ``input``), written ahead; the data written. Looking at the jobs pauses as
-        encoding does; a job written ahead stays so when a later one cannot be (it
-        takes the ordinary path)."""
+        ``input``), written ahead (in a large frame) or its row encoded ahead; the data
+        so handled. Looking at the jobs pauses as encoding does; a job written ahead
+        stays so when a later one cannot be (it takes the ordinary path)."""
         written: list[Any] = []
         clock = time.perf_counter
         began = clock()
@@ -154,10 +172,18 @@ class AheadWriter:
                 if flow and type(job) is dict:
                     job = job.get("input")
                 data = job.get("data") if type(job) is dict else None
-                if holds_many(data, AHEAD_MIN_VALUES) and await self._write_one(data):
-                    written.append(data)
+                values = _values_in(data, AHEAD_MIN_VALUES)
+                if values > AHEAD_MIN_VALUES:
+                    done = await (self._write_one(data) if large
+                                  else self._encode_one(data, sliced=True))
                     began = clock()
-                elif clock() - began >= ENCODE_SLICE_S:
+                elif values > ENCODE_MIN_VALUES:
+                    done = await self._encode_one(data, sliced=False)
+                else:
+                    done = False
+                if done:
+                    written.append(data)
+                if clock() - began >= ENCODE_SLICE_S:
                     await trio.lowlevel.checkpoint()
                     began = clock()
         except BaseException:
@@ -166,6 +192,28 @@ class AheadWriter:
                 self._storage.release_ahead(data)
             raise
         return written
+
+    async def _encode_one(self, data: Any, *, sliced: bool) -> bool:
+        """Encode one job's ``data`` row ahead of its record (a slice at a time when
+        ``sliced``, else in one call: a few thousand values) and expect a record to
+        take it; False: what msgpack cannot hold, left to the ordinary path."""
+        try:
+            if sliced:
+                parts: list[bytes] = []
+                clock = time.perf_counter
+                began = clock()
+                for part in value_pieces({"d": data}):
+                    parts.append(part)
+                    if clock() - began >= ENCODE_SLICE_S:
+                        await trio.lowlevel.checkpoint()
+                        began = clock()
+                row = b"".join(parts)
+            else:
+                row = encode_value({"d": data})
+        except (OverflowError, TypeError, ValueError):
+            return False  # (what msgpack cannot hold: the ordinary path, CBOR)
+        self._storage.expect_encoded(data, row)
+        return True
 
     async def _write_one(self, data: Any) -> bool:
         """Write one job's ``data`` ahead and expect a record to take it; False:
@@ -220,3 +268,14 @@ class AheadWriter:
         if parts:
             yield b"".join(parts)
 
+
+
+def _values_in(data: Any, limit: int) -> int:
+    """How many values ``data`` (a list or map) holds, looked at no further than
+    ``limit`` (more than ``limit``: at least that many); 0 for anything else."""
+    kind = type(data)
+    if kind is dict:
+        return weight(list(data.values()), limit)
+    if kind is list:
+        return weight(data, limit)
+    return 0

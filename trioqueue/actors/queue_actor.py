@@ -274,6 +274,8 @@ class QueueActor(StoreReads):
                 fetched = work.need is not None and self._committer.off_thread
                 if fetched:
                     self._need, work.need = work.need, None
+                del work  # (done, it holds its answer's jobs: not until the next work)
+                if fetched:
                     await self._fetch_off_thread()
                 self._slice(keep_view=fetched)
                 continue

@@ -14,18 +14,27 @@ steps; :class:`~trioqueue.actors.queue_actor.QueueActor` is the one class built 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from ..core.queue import QueueState
 from ..core.queue.finished import OUTCOMES, FinishedView, NeedData, Read
+from ..core.slicing import SLICE_S
+from ..core.young_collections import collect_young
+from ..storage.keys import decode_value
 from ..storage.port import Storage
 from ..storage.reads import fetch
-from ..storage.value_pieces import Packed, unpacked_steps
+from ..storage.value_pieces import Packed, PackedRecords, unpacked_steps
 from .ports import Committer
+
+#: A listing's record at least this long is decoded a slice at a time (a shorter one
+#: in one call, a pause possible between two).
+SLICED_RECORD_MIN_BYTES: Final = 16 * 1024
+_CONTAINERS: Final = frozenset({list, dict})
 
 # Rounds of reads one command may ask for before it is taken for a bug (a PUSHB asks
 # once for all its dependencies; a children query twice: the rows, then the children).
@@ -67,7 +76,7 @@ class StoreReads:
         self._committer.commit_now()
         storage, name = self._storage, self.name
         answers = [fetch(storage, name, read, packed=True) for read in need.reads]
-        if any(map(_packed, need.reads, answers)):
+        if any(map(_undecoded, need.reads, answers)):
             self._need, self._fetched = need, answers
             return True  # decoded by the actor's task, a slice at a time
         for read, answer in zip(need.reads, answers, strict=True):
@@ -95,6 +104,7 @@ class StoreReads:
         answers = self._fetched
         storage = self._storage
         read_here = answers is None  # (else read on the spot: only Packed data let go)
+        pace = _Pace()
         if answers is not None:
             self._fetched = None
         else:
@@ -117,13 +127,41 @@ class StoreReads:
                 elif not read_here:
                     continue
                 storage.let_go(result)  # (freed in slices when done with)
-            elif kind is list and read_here:  # (a page of finished records)
-                for record in answer:
-                    if type(record) is dict and type(record.get("data")) is Packed:
-                        await self._unpacked(record, True)
+            elif kind is PackedRecords or kind is list:  # (a page of finished records)
+                answers[index] = await self._decoded_page(answer, pace)
         self._need = None
         for read, answer in zip(need.reads, answers, strict=True):
             self._view.supply(read, answer)
+
+    async def _decoded_page(self, page: list[Any] | PackedRecords, pace: _Pace
+                            ) -> list[Any]:
+        """A page of finished records (a listing's), read undecoded as
+        :class:`PackedRecords` (LMDB) or as records whose data may be :class:`Packed`
+        (PostgreSQL, or data kept apart), decoded a slice at a time; every record's data
+        of a list or map is let go of to the store (held by the view and the reply for
+        now: freed in slices after)."""
+        records: list[Any]
+        if isinstance(page, PackedRecords):
+            records = []
+            for raw in page.raws:
+                if len(raw) < SLICED_RECORD_MIN_BYTES:
+                    record = decode_value(raw)
+                    await pace.check()
+                else:
+                    record = await _decoded(Packed(raw))
+                records.append(page.put_back(record))
+        else:
+            records = page
+        for record in records:
+            if type(record) is not dict or "data" not in record:
+                continue
+            if type(packed := record["data"]) is Packed:
+                record["data"] = (await _decoded(packed))["d"]
+            elif type(record["data"]) not in _CONTAINERS:
+                continue
+            self._storage.let_go(record["data"])
+            await pace.check()
+        return records
 
     async def _unpacked(self, record: dict[str, Any], let_go: bool) -> None:
         """``record``'s data decoded a slice at a time when it came encoded, and let go
@@ -161,15 +199,36 @@ class StoreReads:
 
 
 
-def _packed(read: Read, answer: Any) -> bool:
+def _undecoded(read: Read, answer: Any) -> bool:
     """Whether a read's answer holds a row left undecoded (a record's data, a result:
-    ``(True, Packed)``, or a parent's outcome rows)."""
+    ``(True, Packed)``, a parent's outcome rows, or a listing's page: its records, or
+    their data)."""
     if read[0] == OUTCOMES:
         return any(type(outcome) is Packed for outcome in answer.values())
     kind = type(answer)
+    if kind is PackedRecords:
+        return True
     if kind is dict:
         return type(answer.get("data")) is Packed
+    if kind is list:
+        return any(type(record) is dict and type(record.get("data")) is Packed
+                   for record in answer)
     return kind is tuple and len(answer) == 2 and type(answer[1]) is Packed
+
+
+class _Pace:
+    """A pause once a slice's time has passed, for work done in many small calls."""
+
+    __slots__ = ("_began",)
+
+    def __init__(self) -> None:
+        self._began = time.perf_counter()
+
+    async def check(self) -> None:
+        if time.perf_counter() - self._began >= SLICE_S:
+            collect_young()
+            await trio.lowlevel.checkpoint()
+            self._began = time.perf_counter()
 
 
 async def _decoded(packed: Packed) -> Any:
@@ -180,4 +239,5 @@ async def _decoded(packed: Packed) -> Any:
             next(steps)
         except StopIteration as done:
             return done.value
+        collect_young()
         await trio.lowlevel.checkpoint()

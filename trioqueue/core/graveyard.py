@@ -6,8 +6,9 @@ dropped when the job finished, held the event loop for tens of milliseconds (fre
 is as costly as making). The store hands such data here when it lets go of it (a
 finished or deleted job whose data it kept apart); a task of the broker then calls
 :meth:`Graveyard.dismantle` a slice at a time, with the loop given back between two:
-a container is emptied from its end a run of members at a time, and a member that is
-itself a large container is emptied the same way after it.
+a container is emptied from its end a run of members at a time, and a member that
+holds many values (counted by :func:`~.value_count.weight`, however its containers
+nest) is emptied the same way after it.
 
 Only what nothing else refers to is taken apart: a value still held elsewhere (a reply
 not sent yet, a schedule's template shared by its jobs) waits here until it is not,
@@ -27,9 +28,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Any, Final
 
-from .value_count import has_big, is_big
+from .value_count import RUN_MAX_VALUES, run_values
 
 __all__ = ["Graveyard"]
 
@@ -107,28 +109,36 @@ class Graveyard:
         return False
 
     def _take_apart_run(self, work: list[Any]) -> None:
-        """One run of members taken off the last container of ``work``."""
+        """One run of members taken off the last container of ``work``: as many as
+        take about :data:`RUN_S` to free, at most as hold :data:`RUN_MAX_VALUES` values
+        (a run found to hold more is left for a shorter one; a member holding more
+        alone is opened, if nothing else holds it)."""
         value = work[-1]
         run = self._run
         started = time.perf_counter()
+        # (a map's last values: those popitem takes, last in first out)
+        tail = value[-run:] if type(value) is list else list(
+            islice(reversed(value.values()), run))
+        count = len(tail)
+        held = run_values(tail) if count else 0
+        if held > RUN_MAX_VALUES and count > 1:
+            self._run = max(1, count * RUN_MAX_VALUES // held // 2)
+            return  # (nothing taken: a shorter run next time)
         if type(value) is list:
-            tail = value[-run:]
-            del value[-run:]
-            count = len(tail)
+            del value[-count:]
         else:
-            tail = []
             popitem = value.popitem
-            for _ in range(min(run, len(value))):
-                tail.append(popitem()[1])
-            count = len(tail)
+            for _ in range(count):
+                popitem()
         if not value:
             work.pop()
             self.freed += 1
         del value
-        if count and has_big(tail):
-            for member in tail:
-                if is_big(member) and sys.getrefcount(member) <= _ALONE + 1:  # (+ tail)
-                    work.append(member)
+        if held > RUN_MAX_VALUES:
+            member = tail[0]
+            if type(member) in _CONTAINERS and sys.getrefcount(member) <= _ALONE + 1:
+                work.append(member)  # (+1: the tail)
+            del member
         del tail  # the rest freed here: small members, or held elsewhere too
         spent = time.perf_counter() - started
         self._run = max(1, min(MAX_RUN, int(count * RUN_S / spent) if spent > 0

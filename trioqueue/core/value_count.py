@@ -49,6 +49,9 @@ def weight(values: list[Any], limit: int) -> int:
     return total
 
 
+_PLAIN: Final = frozenset({list, dict})
+
+
 def holds_many(data: Any, limit: int) -> bool:
     """Whether ``data`` (a list or map of decoded job data) holds more than ``limit``
     values; anything else holds none."""
@@ -60,24 +63,28 @@ def holds_many(data: Any, limit: int) -> bool:
     return False
 
 
-#: A list or map with more members than this is opened and its members handled in turn
-#: (encoded, taken apart); a smaller one is handled whole, within a run of its siblings.
-OPEN_MIN_MEMBERS: Final = 32
-_PLAIN: Final = frozenset({list, dict})
+#: The most values one call may handle whole (encode, free): a run of members holding
+#: more is cut shorter, and a member holding more alone is opened and handled a run at a
+#: time. Decided by weight, not by members: lists of 31 lists of 31 lists ... hold a
+#: million values in containers of few members each.
+RUN_MAX_VALUES: Final = 16384
 
 
-def is_big(member: Any) -> bool:
-    """Whether ``member`` is a list or map to open (see :data:`OPEN_MIN_MEMBERS`)."""
+def run_values(part: list[Any]) -> int:
+    """How many values the members ``part`` hold with them, looked at no further than
+    :data:`RUN_MAX_VALUES`: ``len(part)`` for a run of scalars (one C-level pass)."""
+    if _PLAIN.isdisjoint(map(type, part)):
+        return len(part)
+    return weight(part, RUN_MAX_VALUES)
+
+
+def container_of_many(member: Any) -> bool:
+    """Whether ``member`` is a list or map holding more than :data:`RUN_MAX_VALUES`
+    values (one to open and handle a run at a time)."""
     kind = type(member)
-    return (kind is list or kind is dict) and len(member) > OPEN_MIN_MEMBERS
-
-
-def has_big(part: list[Any]) -> bool:
-    """Whether a member of ``part`` is a container to open: by C-level calls when the
-    members are all scalars or all containers (the common runs)."""
-    kinds = set(map(type, part))
-    if kinds.isdisjoint(_PLAIN):
-        return False
-    if kinds <= _PLAIN:
-        return max(map(len, part)) > OPEN_MIN_MEMBERS
-    return any(map(is_big, part))
+    if kind is list:
+        return len(member) > RUN_MAX_VALUES or weight(member, RUN_MAX_VALUES) > RUN_MAX_VALUES
+    if kind is dict:
+        return len(member) > RUN_MAX_VALUES or weight(
+            list(member.values()), RUN_MAX_VALUES) > RUN_MAX_VALUES
+    return False

@@ -16,6 +16,11 @@ finishes (its finished record is the last write, normally: a retry writes the da
 again) or is deleted (the ``data`` row goes in the same commit), so it holds no data
 the core has dropped.
 
+Data of many small values may also come with its row already encoded, a slice at a
+time, by the connection that decoded it (``actors/ahead_writes.py``): the record that
+takes it keeps its data apart whatever its size and puts that row in its own commit,
+so the commit encodes none of the data.
+
 Every read of a record puts the data back (:func:`with_data`), so nothing above the
 adapters knows where it was.
 """
@@ -76,8 +81,9 @@ class KeptData:
     def __init__(self) -> None:
         # job id -> (data object, the record's KEPT_FIELD value)
         self.held: dict[str, tuple[Any, Any]] = {}
-        # id(text) -> (text, its claim): rows written ahead, not taken by a record yet
-        self.ahead: dict[int, tuple[Any, AheadClaim]] = {}
+        # id(text) -> (text, its claim): rows written ahead, or encoded ahead (bytes),
+        # not taken by a record yet
+        self.ahead: dict[int, tuple[Any, AheadClaim | bytes]] = {}
         self._staged: dict[str, tuple[Any, Any] | None] = {}
         self._taken: list[int] = []
         # Whether any job's data is held, staged or written ahead (commonly none): an
@@ -128,8 +134,9 @@ class KeptData:
         self.held[job_id] = (data, kept)
         self.active = True
 
-    def ahead_for(self, text: Any) -> AheadClaim | None:
-        """The rows written ahead for this very data object, if any and not taken."""
+    def ahead_for(self, text: Any) -> AheadClaim | bytes | None:
+        """The rows written (or the row encoded) ahead for this very data object, if
+        any and not taken."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text or id(text) in self._taken:
             return None
@@ -139,12 +146,13 @@ class KeptData:
         self._taken.append(id(text))
         self.staging = True
 
-    def add_ahead(self, text: Any, claim: AheadClaim) -> None:
-        """Rows were written ahead for ``text``: the next record with it takes them."""
+    def add_ahead(self, text: Any, claim: AheadClaim | bytes) -> None:
+        """Rows were written ahead for ``text`` (or its row encoded, ``bytes``): the
+        next record with it takes them."""
         self.ahead[id(text)] = (text, claim)
         self.active = True
 
-    def forget_ahead(self, text: Any) -> AheadClaim | None:
+    def forget_ahead(self, text: Any) -> AheadClaim | bytes | None:
         """No record will take ``text``'s rows now: the claim to drop, if none took them."""
         entry = self.ahead.get(id(text))
         if entry is None or entry[0] is not text:
@@ -272,9 +280,12 @@ class KeptAheadRows:
     def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
         self._kept.add_ahead(text, AheadClaim(row_key, pieces))
 
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.add_ahead(data, row)
+
     def release_ahead(self, text: Any) -> None:
         claim = self._kept.forget_ahead(text)
-        if claim is not None:
+        if type(claim) is AheadClaim:
             self.drop_ahead_pieces(*claim)
 
     def expect_result(self, result: Any, row: bytes) -> None:
@@ -357,6 +368,11 @@ def keep_apart(job_id: str, record: dict[str, Any], kept: KeptData,
     stored for ``job_id``."""
     data = record["data"]
     claim = kept.ahead_for(data) if kept.ahead else None
+    if isinstance(claim, bytes):
+        # its row encoded ahead, a slice at a time: put with the record as it is
+        kept.take_ahead(data)
+        kept.stage(job_id, data, True)
+        return dumps(_without_data(record, True)), claim
     if claim is not None:
         kept.take_ahead(data)
         where: Any = [TEXT if type(data) is str else VALUE, claim.row_key, claim.pieces]
@@ -403,22 +419,33 @@ def kept_record(job_id: str, record: dict[str, Any], kept: KeptData,
 
 
 def put_data_back(records: list[dict[str, Any]], read: Callable[[bytes, Any], Row | None],
-                  loads: Callable[[bytes], Any], kept: KeptData | None = None) -> None:
+                  loads: Callable[[bytes], Any], kept: KeptData | None = None,
+                  packed_min: int | None = None) -> None:
     """The data of every record of ``records`` kept apart, put back in place (``read``
     gives a row from the job's key and the record's KEPT_FIELD value); with ``kept``
     (recovered live records), each is held as stored, so the next write of its job
-    writes no data again."""
+    writes no data again; with ``packed_min``, as :func:`with_data`."""
     for record in records:
         where = record.get(KEPT_FIELD)
         progress = record.get(PROGRESS_KEPT)
         if where or progress:
-            with_data(record, partial(read, job_key(record["id"])), loads)
+            with_data(record, partial(read, job_key(record["id"])), loads, packed_min)
             if kept is not None and where:
                 kept.hold(record["id"], record["data"], where)
             if kept is not None and progress:
                 kept.progress.hold(record["id"], record[PROGRESS_FIELD],
                                    ProgressClaim(*progress))
                 kept.active = True
+
+
+def data_back(read: Callable[[bytes, Any], Row | None], loads: Callable[[bytes], Any],
+              record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (of a listing) with its data back in place when it was kept apart,
+    left encoded as :class:`~.value_pieces.Packed` whatever its size, for the caller to
+    decode a slice at a time (a progress message kept apart put back too)."""
+    if record.get(KEPT_FIELD) or record.get(PROGRESS_KEPT):
+        with_data(record, partial(read, job_key(record["id"])), loads, 0)
+    return record
 
 
 def with_data(record: dict[str, Any], read: Callable[[Any], Row | None],

@@ -96,6 +96,17 @@ class EncodedData:
         parts = self._pieces.pop(row_key, [])
         if len(parts) != pieces:
             return  # (never: the record then encodes its data itself)
+        self._keep(data, parts)
+
+    def expect_row(self, data: Any, row: bytes) -> None:
+        """``row`` is ``V({"d": data})``, encoded whole ahead of its record (data of a
+        few thousand values, see ``actors/ahead_writes.py``): kept as :meth:`expect`
+        keeps pieces."""
+        self._keep(data, [row])
+
+    def _keep(self, data: Any, parts: list[Row]) -> None:
+        """``data``'s row in ``parts`` kept for the record that carries ``data``: its
+        bytes as a member of that record (a CBOR row, which no record joins, is not)."""
         if type(data) is str:
             parts.insert(0, _str_header(sum(map(len, parts))))
         elif parts and bytes(parts[0][:3]) == _ROW_PREFIX:

@@ -39,7 +39,7 @@ import psycopg
 
 from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
-from ..core.value_count import OPEN_MIN_MEMBERS
+from ..core.value_count import RUN_MAX_VALUES, holds_many
 from ..core.writes import Writes
 from . import keys as K
 from . import pg_layout as L
@@ -109,6 +109,9 @@ class PgStorage(Storage):
     def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
         self._encoded.expect(text, row_key, pieces)
 
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._encoded.expect_row(data, row)
+
     def release_ahead(self, text: Any) -> None:
         self._encoded.release(text)
 
@@ -131,11 +134,10 @@ class PgStorage(Storage):
         return self._encoded.kept.of(data)
 
     def let_go(self, value: Any) -> None:
-        """Job data a commit finished or a read answered: a container of many members
+        """Job data a commit finished or a read answered: a container of many values
         is taken apart in slices (this store keeps no data apart to say it is large)."""
         graveyard = self._graveyard
-        if (graveyard is not None and type(value) in (list, dict)
-                and len(value) > OPEN_MIN_MEMBERS):
+        if graveyard is not None and holds_many(value, RUN_MAX_VALUES):
             graveyard.bury(value)
 
     # --- writes ---------------------------------------------------------------------

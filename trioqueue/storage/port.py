@@ -21,11 +21,14 @@ import abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
 from ..core.writes import Writes
+
+if TYPE_CHECKING:
+    from .value_pieces import PackedRecords
 
 
 class StorageFullError(Exception):
@@ -114,9 +117,15 @@ class Storage(abc.ABC):
         object takes them instead of writing its data again."""
         raise NotImplementedError
 
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        """``row`` is ``V({"d": data})``, encoded ahead a slice at a time: the next
+        record whose data is this very object keeps it apart as this row (put with
+        the record, in its commit) instead of encoding the data there."""
+        raise NotImplementedError
+
     def release_ahead(self, text: Any) -> None:
-        """No record will take ``text``'s pieces now: those no record took are
-        deleted."""
+        """No record will take ``text``'s pieces (or row encoded ahead) now: those no
+        record took are deleted."""
         raise NotImplementedError
 
     def expect_result(self, result: Any, row: bytes) -> None:
@@ -248,9 +257,11 @@ class Storage(abc.ABC):
 
     def list_finished_packed(
         self, queue: str, state: str, *, asc: bool, offset: int, limit: int
-    ) -> list[dict[str, Any]]:
-        """:meth:`list_finished` for a command: a large record's data may come as
-        :class:`~.value_pieces.Packed`, as :meth:`get_finished_packed`'s does."""
+    ) -> list[dict[str, Any]] | PackedRecords:
+        """:meth:`list_finished` for a command: the page may come undecoded, as
+        :class:`~.value_pieces.PackedRecords`, or as records whose data (kept apart, or
+        a large record's) is :class:`~.value_pieces.Packed`, as
+        :meth:`get_finished_packed`'s is, for the caller to decode a slice at a time."""
         return self.list_finished(queue, state, asc=asc, offset=offset, limit=limit)
 
     @abc.abstractmethod

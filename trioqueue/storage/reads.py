@@ -26,8 +26,9 @@ from .port import Storage
 def fetch(storage: Storage, queue: str, read: Read, packed: bool = False) -> Any:
     """The answer to one read, for the queue ``queue`` (blocks for a blocking store:
     run it off the trio thread there). ``packed``: a record's large data may come as
-    :class:`~.value_pieces.Packed`, for the caller to decode (see
-    :meth:`~.port.Storage.get_finished_packed`)."""
+    :class:`~.value_pieces.Packed`, and a listing's page as
+    :class:`~.value_pieces.PackedRecords`, for the caller to decode (see
+    :meth:`~.port.Storage.get_finished_packed`, ``list_finished_packed``)."""
     kind = read[0]
     args: tuple[Any, ...] = read[1:]
     arg: Any = args[0] if args else None

@@ -7,33 +7,38 @@ bytes come out in pieces: msgpack is a stream with no lengths but each container
 count, so a container is its header followed by its members' bytes, and a run of
 members packed as an array, its header cut off, is those members' bytes exactly (a
 map's run as the array of its keys and values in turn). Containers of more than
-:data:`OPEN_MIN_MEMBERS` are opened so; smaller ones are packed whole, in runs whose
-length follows the time the last run took, so each piece is about a slice of work.
+members are packed whole in runs whose length follows the time the last run took, so
+each piece is about a slice of work, and that hold at most :data:`RUN_MAX_VALUES`
+values (counted by ``core/value_count.py``'s weight): a member holding more is opened
+so, however small its containers (31 lists of 31 lists of 31 ... hold a million).
 
 What msgpack cannot hold (an integer past 64 bits, a type it does not know) raises as
 :func:`~.keys.encode_value`'s packer does, possibly after some pieces: the caller then
 stores the value the ordinary way, whose CBOR fallback it does not repeat here.
 
-Read back, such a value is decoded the same way (:func:`unpacked_steps`): containers of
-16 members or more are opened, their members decoded one call each, a pause possible
-every few members; a record read for a command carries it as :class:`Packed` until the
-queue's actor has decoded it so.
+Read back, such a value is decoded the same way (:func:`unpacked_steps`): a list or
+map of more than :data:`WINDOW_BYTES` is opened, its members decoded in runs of at
+most that many bytes (bytes bound the values), a member longer than that opened in
+turn; a pause possible after each run. A record read for a command carries it as
+:class:`Packed` until the queue's actor has decoded it so.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from itertools import chain, islice
 from typing import Any, Final
 
 import msgpack
 
+from ..core.msgpack_runs import WindowRuns
 from ..core.presized import entries_bound, presized_dict
-from ..core.value_count import OPEN_MIN_MEMBERS, has_big, is_big
+from ..core.value_count import RUN_MAX_VALUES, run_values
 from .keys import decode_value
 
-__all__ = ["OPEN_MIN_MEMBERS", "Packed", "member_pieces", "unpacked_steps", "value_pieces"]
+__all__ = ["RUN_MAX_VALUES", "Packed", "PackedRecords", "member_pieces", "unpacked_steps",
+           "value_pieces"]
 
 #: Work aimed at per run (one C call), in seconds.
 RUN_S: Final = 0.0002
@@ -89,49 +94,46 @@ def _opened(value: list[Any] | dict[Any, Any]) -> Iterator[bytes]:
 
 def _runs(members: Iterator[Any], is_map: bool) -> Iterator[bytes]:
     """The ``members`` of a container (a map's keys and values in turn) as runs of
-    bytes."""
+    bytes: as many members as take about :data:`RUN_S`, at most as hold
+    :data:`RUN_MAX_VALUES` values; a member holding more alone is opened."""
     run = FIRST_RUN
     clock = time.perf_counter
+    held: list[Any] = []
+    step = 2 if is_map else 1
     while True:
-        # (a map's run: its pairs, so twice as many members)
-        part = list(islice(members, 2 * run if is_map else run))
+        if len(held) < step * run:
+            held += islice(members, step * run - len(held))
+        part = held[:step * run]
         if not part:
             return
         started = clock()
-        if has_big(part):
-            yield from _mixed(part)
+        values = part[1::2] if is_map else part
+        count = run_values(values)
+        if count > RUN_MAX_VALUES and len(values) > 1:
+            # (too many values for one call: a shorter run, down to the member alone)
+            run = max(1, len(values) * RUN_MAX_VALUES // count // 2)
+            continue
+        del held[:len(part)]
+        if count > RUN_MAX_VALUES:
+            if is_map:
+                yield _pack(part[0])
+            yield from _opened(values[0])
         else:
             yield _pack(part)[_header_len(len(part)):]
         spent = clock() - started
-        count = len(part) // 2 if is_map else len(part)
         # the next run: as many members as fit in RUN_S at this run's pace
-        run = max(1, min(MAX_RUN, int(count * RUN_S / spent) if spent > 0 else run * 2))
-
-
-def _mixed(part: list[Any]) -> Iterator[bytes]:
-    """A run holding containers to open: the small members between them packed in
-    runs, each large one opened in its turn."""
-    start = 0
-    for index, member in enumerate(part):
-        if is_big(member):
-            if start < index:
-                small = part[start:index]
-                yield _pack(small)[_header_len(len(small)):]
-            yield from _opened(member)
-            start = index + 1
-    if start < len(part):
-        small = part[start:]
-        yield _pack(small)[_header_len(len(small)):]
+        run = max(1, min(MAX_RUN, int(len(values) * RUN_S / spent) if spent > 0
+                         else run * 2))
 
 
 # --- reading back --------------------------------------------------------------------
 
-#: First bytes of msgpack containers of 16 members or more (array16/32, map16/32):
-#: opened when read back; a smaller one is decoded whole as a member.
-_WIDE_ARRAYS: Final = frozenset({0xDC, 0xDD})
-_WIDE_MAPS: Final = frozenset({0xDE, 0xDF})
-#: Members decoded between two looks at the clock.
-_LOOK_EVERY: Final = 64
+#: Stored bytes one call decodes at most (a run of members, or one member whole): a
+#: member longer than this, if a list or map, is opened. Bytes bound the values they
+#: hold, however the containers nest.
+WINDOW_BYTES: Final = 16 * 1024
+#: The most members one run decodes.
+MAX_RUN_MEMBERS: Final = 4096
 
 
 class Packed:
@@ -144,6 +146,20 @@ class Packed:
         self.raw = raw
 
 
+class PackedRecords:
+    """A page of finished records read for a listing, undecoded: ``raws``, each a
+    record's bytes, and ``put_back``, which puts a decoded record's data back in place
+    when it was kept apart (as :class:`Packed`, to decode in turn). Decoded in one call,
+    a page of 250 records of 8,000 integers each held the loop for tens of ms."""
+
+    __slots__ = ("raws", "put_back")
+
+    def __init__(self, raws: list[bytes],
+                 put_back: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.raws = raws
+        self.put_back = put_back
+
+
 def unpacked_steps(raw: bytes) -> Generator[None, None, Any]:
     """``decode_value(raw)``, made in slices: the generator yields (a pause may come)
     each time about :data:`RUN_S` of work has passed and returns the value. A CBOR
@@ -151,63 +167,90 @@ def unpacked_steps(raw: bytes) -> Generator[None, None, Any]:
     first = raw[0] if raw else 0
     if 0xA0 <= first <= 0xBB or first == 0xBF or not raw:
         return decode_value(raw)
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False,
-                                max_buffer_size=len(raw))
-    unpacker.feed(raw)
-    clock = [time.perf_counter() + RUN_S]
-    # the map and its values are opened whatever their size (as value_pieces does)
-    return (yield from _unpacked(unpacker, raw, clock, 2))
+    return (yield from _Unpacking(raw).item())
 
 
-def _unpacked(unpacker: msgpack.Unpacker, raw: bytes, clock: list[float], opened: int = 0
-              ) -> Generator[None, None, Any]:
-    """The next value of ``unpacker``: a wide container opened and filled member by
-    member (wide members opened in turn), anything else decoded in one call; the
-    first ``opened`` levels open containers of any size."""
-    first = raw[unpacker.tell()]
-    if opened:
-        if 0x90 <= first <= 0x9F:
-            first = 0xDC  # (a small array, opened as a wide one)
-        elif 0x80 <= first <= 0x8F:
-            first = 0xDE
-    if first in _WIDE_ARRAYS:
-        count = unpacker.read_array_header()
-        items: list[Any] = []
-        append = items.append
-        for index in range(count):
-            if opened > 1 or raw[unpacker.tell()] in _WIDE:
-                append((yield from _unpacked(unpacker, raw, clock, opened and opened - 1)))
-            else:
-                append(unpacker.unpack())
-            if not index % _LOOK_EVERY:
-                yield from _pause(clock)
-        return items
-    if first in _WIDE_MAPS:
-        count = unpacker.read_map_header()
-        # sized for its count: never resized as it fills (each resize a copy of every
-        # entry in one call)
-        pairs = presized_dict(entries_bound(count, len(raw) - unpacker.tell()))
-        for index in range(count):
-            key = unpacker.unpack()
-            if opened > 1 or raw[unpacker.tell()] in _WIDE:
-                pairs[key] = yield from _unpacked(unpacker, raw, clock, opened and opened - 1)
-            else:
-                pairs[key] = unpacker.unpack()
-            if not index % _LOOK_EVERY:
-                yield from _pause(clock)
-        return pairs
-    return unpacker.unpack()
+def _unpacker(size: int) -> msgpack.Unpacker:
+    return msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=size)
 
 
-_WIDE: Final = _WIDE_ARRAYS | _WIDE_MAPS
+class _Unpacking:
+    """One stored value read back (``pos``: where the next item starts): a list or map
+    longer than :data:`WINDOW_BYTES` is opened, its members decoded in runs that fit
+    in that window (a head for ``count`` members put in front of the window's bytes,
+    fewer while they do not fit); any other item in one call."""
 
+    __slots__ = ("raw", "view", "pos", "runs", "deadline")
 
-def _pause(clock: list[float]) -> Generator[None, None, None]:
-    """A yield when the slice's time is up (``clock[0]``: when it ends)."""
-    now = time.perf_counter()
-    if now >= clock[0]:
-        yield
-        clock[0] = time.perf_counter() + RUN_S
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.view = memoryview(raw)
+        self.pos = 0
+        self.runs = WindowRuns(WINDOW_BYTES, MAX_RUN_MEMBERS, _unpacker)
+        self.deadline = time.perf_counter() + RUN_S
+
+    def _container(self) -> tuple[bool, int, int] | None:
+        """(is a map, members, head bytes) of a list or map at ``pos``; else None."""
+        raw, pos = self.raw, self.pos
+        first = raw[pos]
+        if 0x80 <= first <= 0x9F:
+            return first < 0x90, first & 0x0F, 1
+        if first in (0xDC, 0xDE):
+            return first == 0xDE, int.from_bytes(raw[pos + 1:pos + 3], "big"), 3
+        if first in (0xDD, 0xDF):
+            return first == 0xDF, int.from_bytes(raw[pos + 1:pos + 5], "big"), 5
+        return None
+
+    def item(self) -> Generator[None, None, Any]:
+        """The item at ``pos``; moves ``pos`` past it."""
+        container = self._container()
+        if container is not None and len(self.raw) - self.pos > WINDOW_BYTES:
+            is_map, count, head = container
+            if count:
+                return (yield from self._opened(is_map, count, head))
+        return self._alone()
+
+    def _opened(self, is_map: bool, left: int, head: int) -> Generator[None, None, Any]:
+        self.pos += head
+        # a map sized for its count: never resized as it fills (each resize a copy of
+        # every entry in one call)
+        out: Any = (presized_dict(entries_bound(left, len(self.raw) - self.pos))
+                    if is_map else [])
+        while left:
+            run, count, used = self.runs.run(self.raw, self.pos, left, is_map)
+            if count:
+                self.pos += used
+                if is_map:  # (its keys and values in turn: no key interned)
+                    pairs = iter(run)
+                    out.update(zip(pairs, pairs, strict=False))
+                else:
+                    out.extend(run)
+                left -= count
+            else:  # one member too long for the window: opened, or decoded alone
+                if is_map:
+                    key = self._alone()
+                    out[key] = yield from self.item()
+                else:
+                    out.append((yield from self.item()))
+                left -= 1
+            if time.perf_counter() >= self.deadline:
+                yield
+                self.deadline = time.perf_counter() + RUN_S
+        return out
+
+    def _alone(self) -> Any:
+        """The item at ``pos`` decoded in one call (not a list or map to open)."""
+        rest = len(self.raw) - self.pos
+        first = min(rest, 2 * WINDOW_BYTES)
+        unpacker = _unpacker(rest)
+        unpacker.feed(self.view[self.pos:self.pos + first])
+        try:
+            value = unpacker.unpack()
+        except msgpack.OutOfData:  # a long string: fed the rest
+            unpacker.feed(self.view[self.pos + first:])
+            value = unpacker.unpack()
+        self.pos += unpacker.tell()
+        return value
 
 
 class EncodedValues:

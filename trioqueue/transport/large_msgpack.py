@@ -17,11 +17,11 @@ test_large_frames.py compares them).
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Final, Protocol
 
 import msgpack
 
+from ..core.msgpack_runs import WindowRuns
 from ..core.presized import entries_bound, presized_dict
 from .codec import msgpack_unpacker
 from .data_sizes import OTHER, TOP, DataWatch
@@ -46,19 +46,10 @@ _SIZED: Final = {0xDE: (_MAP, 2), 0xDF: (_MAP, 4), 0xDC: (_ARRAY, 2), 0xDD: (_AR
                  0xC4: (_BIN, 1), 0xC5: (_BIN, 2), 0xC6: (_BIN, 4)}
 
 
-def _head(kind: int, count: int) -> bytes:
-    """The head of an array (map) of ``count`` items (entries), in the shortest form."""
-    if count < 16:
-        return bytes([(0x80 if kind == _MAP else 0x90) | count])
-    if count < 1 << 16:
-        return bytes([0xDE if kind == _MAP else 0xDC]) + struct.pack(">H", count)
-    return bytes([0xDF if kind == _MAP else 0xDD]) + struct.pack(">I", count)
-
-
 class _MsgpackWalk:
     """One msgpack payload, walked (``pos``: where the next item starts)."""
 
-    __slots__ = ("buf", "view", "pos", "slicer", "batch", "watch", "made")
+    __slots__ = ("buf", "view", "pos", "slicer", "runs", "watch", "made")
 
     def __init__(self, payload: Payload, slicer: Slicer, watch: DataWatch | None,
                  made: list[Any] | None = None) -> None:
@@ -66,7 +57,7 @@ class _MsgpackWalk:
         self.view = memoryview(payload)
         self.pos = 0
         self.slicer = slicer
-        self.batch = MAX_BATCH
+        self.runs = WindowRuns(WINDOW_BYTES, MAX_BATCH, msgpack_unpacker)
         self.watch = watch  # job data refused from its item counts (data_sizes.py)
         # the containers being made, outermost first: what a refusal leaves
         self.made = made if made is not None else []
@@ -89,38 +80,6 @@ class _MsgpackWalk:
         if start + width > len(self.buf):
             raise DecodeError("invalid msgpack payload: truncated item head")
         return kind, int.from_bytes(self.buf[start:start + width], "big"), 1 + width
-
-    def _run(self, kind: int, left: int) -> tuple[Any, int]:
-        """Up to ``left`` items (map entries) at ``pos`` decoded in one msgpack call, as
-        a list (a map's: its keys and values in turn), and how many; (None, 0) if not
-        even one fits in the window.
-
-        A map's entries are decoded as an array of twice as many items: msgpack interns
-        every string key of a map it makes, into the interpreter's one table of interned
-        strings, which then grows by resizes of its own as a map of a million distinct
-        keys is made (one of about 25 ms), and keeps their slots after."""
-        while True:
-            count = min(left, self.batch)
-            head = _head(_ARRAY, 2 * count) if kind == _MAP else _head(kind, count)
-            window = head + self.buf[self.pos:self.pos + WINDOW_BYTES]
-            unpacker = msgpack_unpacker(len(window))
-            unpacker.feed(window)
-            try:
-                value = unpacker.unpack()
-            except (msgpack.OutOfData, ValueError):
-                # ValueError: a string longer than the window is refused by its length
-                # (the limit is the window's); alone, it gets the payload's limit
-                if count == 1:
-                    return None, 0
-                self.batch = max(1, count // 2)
-                continue
-            used = unpacker.tell() - len(head)
-            self.pos += used
-            # the next run sized from this one's bytes per item, to fill about 7/8 of
-            # the window (doubling instead made every other run overflow it: a parse of
-            # a whole window for nothing)
-            self.batch = max(1, min(MAX_BATCH, WINDOW_BYTES * 7 * count // (8 * used or 1)))
-            return value, count
 
     def item(self, depth: int, role: int = OTHER) -> Steps[Any]:
         """The item at ``pos``; moves ``pos`` past it (``role``: what it is to the
@@ -148,8 +107,9 @@ class _MsgpackWalk:
                     if kind == _MAP else [])
         self.made.append(out)
         while left:
-            run, count = self._run(kind, left)
+            run, count, used = self.runs.run(self.buf, self.pos, left, kind == _MAP)
             if count:
+                self.pos += used
                 if kind == _MAP:
                     # its keys and values in turn; a later entry wins, as in msgpack
                     # (so does update)

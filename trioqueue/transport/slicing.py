@@ -6,6 +6,9 @@ written as a generator that ``yield``s when its slice's time is up: it asks a
 task, letting every other task run between two slices, so the frame holds the event
 loop for about ``SLICE_S`` at a time instead of for all of its work. The
 :class:`Slicer` itself is the core's (``core/slicing.py``: the actors slice work too).
+
+Each slice ends with a collection of the young generation
+(:mod:`~trioqueue.core.young_collections`), so what a slice made is traversed there.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import trio
 
 from ..core.slicing import CHECK_EVERY, SLICE_S, Slicer, Steps, T, run_steps
+from ..core.young_collections import collect_young
 
 __all__ = ["CHECK_EVERY", "SLICE_S", "Slicer", "Steps", "run_sliced", "run_steps"]
 
@@ -28,6 +32,7 @@ async def run_sliced(steps: Steps[T], slicer: Slicer) -> T:
                 next(steps)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+            collect_young()
             await trio.lowlevel.checkpoint()
             slicer.restart()
     finally:
