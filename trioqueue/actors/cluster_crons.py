@@ -126,7 +126,7 @@ class CronFirings:
         writes = Writes(SCHEDULER_LEASE)
         writes.put_broker_record(CRON_KIND, defn.name, defn.to_record())
         writes.cluster.messages.append(
-            (defn.queue, push_message(defn.name, defn.job_message())))
+            (defn.queue, push_message(defn.name, defn.job_message(), defn.data_chars)))
         self._committer.submit(writes)
         self._committer.release([(_Poke(self, defn.queue), {})])
         self.fired += 1

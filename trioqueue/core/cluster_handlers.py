@@ -67,8 +67,11 @@ def depend_message(child_id: str, parent_id: str, parent_queue: str) -> list[Any
     return [DEPEND_MESSAGE, child_id, parent_id, parent_queue]
 
 
-def push_message(schedule: str, job: dict[str, Any]) -> list[Any]:
-    return [PUSH_MESSAGE, schedule, job]
+def push_message(schedule: str, job: dict[str, Any], data_chars: int | None = None
+                 ) -> list[Any]:
+    """A firing's job for its queue's broker, with the template's measured size when
+    the schedule has one (the queue then does not measure the data again)."""
+    return [PUSH_MESSAGE, schedule, job, data_chars]
 
 
 def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -94,7 +97,7 @@ def apply_inbox(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
         elif kind == DEPEND_MESSAGE:
             _depend(q, message[1], message[2])
         elif kind == PUSH_MESSAGE:
-            _push(q, message[1], message[2], ctx)
+            _push(q, message[1], message[2], message[3] if len(message) > 3 else None, ctx)
         else:
             raise ValueError(f"unknown inbox message {kind!r}")
         q.writes.cluster.consumed.append(seq)
@@ -111,13 +114,16 @@ def _checked(messages: Any) -> list[tuple[int, list[Any]]]:
         if not (isinstance(entry, (list, tuple)) and len(entry) == 2
                 and type(entry[0]) is int and isinstance(entry[1], (list, tuple))
                 and entry[1] and entry[1][0] in _SHAPES
-                and len(entry[1]) == _SHAPES[entry[1][0]]):
+                and len(entry[1]) in _SHAPES[entry[1][0]]):
             raise Refused(f"not an inbox message: {entry!r:.100}")
         out.append((entry[0], list(entry[1])))
     return out
 
 
-_SHAPES = {ADOPT_MESSAGE: 3, NOTICE_MESSAGE: 3, DEPEND_MESSAGE: 4, PUSH_MESSAGE: 3}
+# the lengths each message may have (a push written before its data's size rode with it
+# has three members)
+_SHAPES = {ADOPT_MESSAGE: (3,), NOTICE_MESSAGE: (3,), DEPEND_MESSAGE: (4,),
+           PUSH_MESSAGE: (3, 4)}
 
 
 def _depend(q: QueueState, child_id: str, parent_id: str) -> None:
@@ -139,12 +145,14 @@ def _depend(q: QueueState, child_id: str, parent_id: str) -> None:
     q.notices.append((parent_id, (SETTLED, parent_id, child_id, outcome)))
 
 
-def _push(q: QueueState, schedule: Any, job: Any, ctx: Ctx) -> None:
+def _push(q: QueueState, schedule: Any, job: Any, data_chars: Any, ctx: Ctx) -> None:
     try:
         if type(job) is not dict:
             raise Refused(f"not a job: {job!r:.100}")
+        # (a message written before the size rode with it has none: measured here)
+        bound = data_chars if type(data_chars) is int else None
         spec = parse_job_input(job, custom_id_key="jobId",
-                               max_data_bytes=ctx.max_data_bytes)
+                               max_data_bytes=ctx.max_data_bytes, json_bound=bound)
         q.push([spec], ctx.now)
     except Refused as exc:
         log.warning("cron %s: its firing was refused by queue %s: %s", schedule, q.name,
