@@ -11,20 +11,23 @@ These functions must be called from inside a trio run; they walk the tree withou
 yielding, so the count is one consistent snapshot.
 
 The steps themselves are measured by :class:`LongestStep`, an instrument; a test holds
-some work of the broker's to a bound of CPU time a step with :func:`measured`.
+some work of the broker's to a bound of CPU time a step with :func:`measured`, or
+watches a block with :func:`steps_watched`.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import trio
 
 __all__ = ["LongestStep", "StepCounter", "count_tasks", "iter_tasks", "measured",
-           "task_names", "wait_for_task_count"]
+           "steps_watched", "task_names", "wait_for_task_count"]
 
 T = TypeVar("T")
 
@@ -88,6 +91,21 @@ async def measured(what: str, work: Callable[[], Awaitable[T]], bound_ms: float,
         print(f"\n{what}: longest step {steps.worst_ms:.1f} ms of CPU ({steps.worst_task})")
     steps.check(what, bound_ms)
     return result
+
+
+@asynccontextmanager
+async def steps_watched(*, skip_caller: bool = True) -> AsyncIterator[LongestStep]:
+    """The longest step while the body runs, the caller's own task (which decodes what
+    it receives) left out unless ``skip_caller`` is False; the test's collector held off
+    meanwhile (a served broker's collections are its own passes', not the test's)."""
+    steps = LongestStep(skip=trio.lowlevel.current_task() if skip_caller else None)
+    gc.disable()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        yield steps
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+        gc.enable()
 
 
 def iter_tasks(root: trio.lowlevel.Task | None = None) -> Iterator[trio.lowlevel.Task]:
