@@ -27,6 +27,19 @@ def push(broker: Broker, queue: str, **job: Any) -> str:
     return str(reply["id"])
 
 
+def open_job(broker: Broker, page: Any, **job: Any) -> str:
+    """Push a job to ``emails`` and open its page; its id."""
+    job_id = push(broker, "emails", **job)
+    page.goto(broker.url + f"/#/jobs/{job_id}")
+    return job_id
+
+
+def set_priority(page: Any, text: str) -> None:
+    """Type ``text`` in the job page's priority box and press its button."""
+    page.get_by_test_id("job-priority-input").fill(text)
+    page.get_by_test_id("job-action-priority").click()
+
+
 def test_the_overview_shows_counts_and_updates_them_live(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker(**FAST)
@@ -176,11 +189,9 @@ def test_a_job_shows_its_logs_and_follows_it_live_to_its_error(
 def test_job_actions_change_priority_promote_and_remove(
         start_broker: Callable[..., Broker], page: Any) -> None:
     broker = start_broker()
-    job_id = push(broker, "emails", delay=60_000)
-    page.goto(broker.url + f"/#/jobs/{job_id}")
+    open_job(broker, page, delay=60_000)
     expect(page.get_by_test_id("job-state")).to_have_text("delayed")
-    page.get_by_test_id("job-priority-input").fill("9")
-    page.get_by_test_id("job-action-priority").click()
+    set_priority(page, "9")
     expect(page.get_by_test_id("job-options")).to_contain_text('"priority": 9')
     page.get_by_test_id("job-action-promote").click()
     expect(page.get_by_test_id("job-state")).not_to_have_text("delayed")
@@ -194,11 +205,9 @@ def test_a_priority_the_broker_refuses_is_refused_in_its_words(
     """The priority box is judged by the broker's validator: an emptied box is not a
     silent priority 0 but the broker's refusal, shown by the button; the job keeps 5."""
     broker = start_broker()
-    job_id = push(broker, "emails", priority=5)
-    page.goto(broker.url + f"/#/jobs/{job_id}")
+    job_id = open_job(broker, page, priority=5)
     expect(page.get_by_test_id("job-options")).to_contain_text('"priority": 5')
-    page.get_by_test_id("job-priority-input").fill("")
-    page.get_by_test_id("job-action-priority").click()
+    set_priority(page, "")
     expect(page.locator(".action .error")).to_have_text("priority must be a number")
     assert broker.call("GET", f"/jobs/{job_id}")["job"]["priority"] == 5
 

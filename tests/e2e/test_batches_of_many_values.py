@@ -21,9 +21,9 @@ import trio
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import measured
 
-from .test_large_data_steps import _freed
+from .large_data import until_freed
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -48,18 +48,10 @@ async def _answers(client: RawClient, frames: list[bytes]) -> list[dict[str, Any
 async def _measured(what: str, work: Callable[[], Awaitable[Any]]) -> Any:
     # what the test made (the data, its frames) moved out of the young generation
     # first: the broker's young collections would traverse it, a cost a client in
-    # another process does not put on the broker
+    # another process does not put on the broker; the numbers shown (with -s) are
+    # docs/benchmarks.md's
     gc.collect()
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        result = await work()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    # (shown with -s: the numbers of docs/benchmarks.md)
-    print(f"\n{what}: longest step {steps.worst_ms:.1f} ms of CPU ({steps.worst_task})")
-    steps.check(what, STEP_CPU_MS)
-    return result
+    return await measured(what, work, STEP_CPU_MS, shown=True)
 
 
 async def _freed_after(server: Server, client: RawClient, cmd: str, **fields: Any
@@ -68,7 +60,7 @@ async def _freed_after(server: Server, client: RawClient, cmd: str, **fields: An
     broker has freed all it let go of in slices."""
     reply = await client.ok(cmd, **fields)
     await client.ok("GetJobCounts", queue="q")
-    await _freed(server)
+    await until_freed(server)
     return reply
 
 
@@ -156,14 +148,14 @@ async def test_a_listing_of_finished_jobs_of_many_values_holds_no_long_step(
         ids = [job["id"] for job in pulled["jobs"]]
         await client.ok("ACKB", ids=ids)
         done += len(ids)
-    await _freed(server)
+    await until_freed(server)
 
     async def listing() -> dict[str, Any]:
         # the records read back from the store, decoded in slices; then let go of by
         # the queue's next step and freed in slices
         reply = await client.ok("GetJobs", queue="q", state="completed", limit=count)
         await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
+        await until_freed(server)
         return reply
 
     listed = await _measured("GetJobs", listing)

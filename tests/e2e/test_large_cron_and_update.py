@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -21,7 +22,9 @@ import trio
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import measured
+
+from .large_data import answer, answered_and_freed, until_freed
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -34,26 +37,6 @@ MANY_MAPS = 600_000
 EVERY_MS = 300
 
 pytestmark = [pytest.mark.usefixtures("served_gc"), pytest.mark.engines("lmdb", "postgres")]
-
-
-async def _measured(what: str, work: Callable[[], Awaitable[Any]],
-                    bound_ms: float = STEP_CPU_MS) -> Any:
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        result = await work()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    steps.check(what, bound_ms)
-    return result
-
-
-async def _freed(server: Server) -> None:
-    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
-    graveyard = server.broker.dismantler.graveyard
-    with trio.fail_after(30):
-        while graveyard.pending:
-            await trio.sleep(0.01)
 
 
 async def _jobs_waiting(client: RawClient, count: int) -> None:
@@ -71,9 +54,9 @@ async def _two_firings_read_back(server: Server, client: RawClient,
     async def fired() -> None:
         await _jobs_waiting(client, 2)
         await client.ok("CronDelete", name="big")
-        await _freed(server)
+        await until_freed(server)
 
-    await _measured("two firings", fired)
+    await measured("two firings", fired, STEP_CPU_MS)
     pulled = await client.ok("PULLB", queue="q", count=5, timeout=0)
     assert len(pulled["jobs"]) >= 2
     for job in pulled["jobs"]:
@@ -88,13 +71,7 @@ async def test_a_cron_of_600k_small_maps_is_made_and_fired_without_a_long_step(
     frame = client.frame({"cmd": "Cron", "name": "big", "queue": "q", "data": data,
                           "repeatEvery": EVERY_MS, "preventOverlap": False, "reqId": "c"})
 
-    async def create() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            reply: dict[str, Any] = await client.receive()
-        return reply
-
-    reply = await _measured("Cron", create)
+    reply = await measured("Cron", partial(answer, client, frame), STEP_CPU_MS)
     assert reply["ok"] is True, reply
     await _two_firings_read_back(server, client, data)
     await client.aclose()
@@ -118,7 +95,7 @@ async def test_a_cron_over_rest_of_600k_small_maps_holds_no_long_step(
         reply: dict[str, Any] = answer.json()
         return reply
 
-    reply = await _measured("POST /crons", create)
+    reply = await measured("POST /crons", create, STEP_CPU_MS)
     assert reply["ok"] is True, reply
     client = await RawClient.connect(server.tcp_port)
     await _two_firings_read_back(server, client, data)
@@ -135,14 +112,8 @@ async def test_a_cron_of_data_over_the_limit_is_refused_without_a_long_step(
                           "data": [{"a": 1}] * 1_400_000, "repeatEvery": EVERY_MS,
                           "reqId": "c"})
 
-    async def create() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            reply: dict[str, Any] = await client.receive()
-        await _freed(server)
-        return reply
-
-    reply = await _measured("refused Cron", create)
+    reply = await measured("refused Cron", partial(answered_and_freed, server, client,
+                                                   frame), STEP_CPU_MS)
     assert reply == {"ok": False, "error": "Job data too large (max 10MB)", "reqId": "c"}
     assert (await client.ok("CronList"))["crons"] == []
     await client.aclose()
@@ -156,15 +127,8 @@ async def test_an_update_of_600k_small_maps_holds_no_long_step(
     data = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "Update", "id": job_id, "data": data, "reqId": "u"})
 
-    async def update() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            reply: dict[str, Any] = await client.receive()
-        await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
-        return reply
-
-    reply = await _measured("Update", update)
+    reply = await measured("Update", partial(answered_and_freed, server, client, frame,
+                                             queue="q"), STEP_CPU_MS)
     assert reply["ok"] is True, reply
     got = await client.ok("GetJob", id=job_id)
     assert got["job"]["data"] == data

@@ -17,11 +17,12 @@ from functools import partial
 from typing import Any
 
 import pytest
-import trio
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import measured
+
+from .large_data import answer, pushb_around, refused_push_of_many_values, until_freed
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -35,35 +36,6 @@ MANY_MAPS = 1_000_000
 pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
 
 
-async def _answer(client: RawClient, frame: bytes) -> dict[str, Any]:
-    """Send a frame made beforehand (its encoding is the test's, not measured) and read
-    its reply."""
-    await client.send_raw(frame)
-    with trio.fail_after(60):
-        reply: dict[str, Any] = await client.receive()
-    return reply
-
-
-async def _measured(what: str, work: Callable[[], Awaitable[Any]],
-                    bound_ms: float = STEP_CPU_MS) -> Any:
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        result = await work()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    steps.check(what, bound_ms)
-    return result
-
-
-async def _freed(server: Server) -> None:
-    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
-    graveyard = server.broker.dismantler.graveyard
-    with trio.fail_after(30):
-        while graveyard.pending:
-            await trio.sleep(0.01)
-
-
 async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
         start_server: StartServer) -> None:
     server = await start_server()
@@ -71,7 +43,7 @@ async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
     data = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "p"})
 
-    reply = await _measured("PUSH", partial(_answer, client, frame))
+    reply = await measured("PUSH", partial(answer, client, frame), STEP_CPU_MS)
     assert reply["ok"] is True, reply
     job_id = reply["id"]
     pulled = await client.ok("PULL", queue="q", timeout=0)  # (the reply side: not measured)
@@ -79,9 +51,9 @@ async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
 
     async def ack() -> None:
         await client.ok("ACK", id=job_id, result="done")
-        await _freed(server)
+        await until_freed(server)
 
-    await _measured("ACK", ack)
+    await measured("ACK", ack, STEP_CPU_MS)
 
     async def state() -> dict[str, Any]:
         # the finished record and its data read back from the store, decoded in slices
@@ -89,10 +61,10 @@ async def test_a_push_and_ack_of_a_million_small_maps_hold_no_long_step(
         # then let go of by the queue's next step and freed in slices
         reply = await client.ok("GetState", id=job_id)
         await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
+        await until_freed(server)
         return reply
 
-    assert (await _measured("GetState", state))["state"] == "completed"
+    assert (await measured("GetState", state, STEP_CPU_MS))["state"] == "completed"
     got = await client.ok("GetJob", id=job_id)  # read back from the store
     assert got["job"]["state"] == "completed"
     assert got["job"]["data"] == data
@@ -104,22 +76,8 @@ async def test_a_refused_push_of_many_values_leaves_nothing_and_frees_in_slices(
         start_server: StartServer) -> None:
     server = await start_server()
     client = await RawClient.connect(server.tcp_port)
-    data = {str(i): [i] for i in range(300_000)}
     await client.ok("PUSH", queue="q", jobId="same", data={})
-    frame = client.frame({"cmd": "PUSH", "queue": "q", "jobId": "same", "data": data,
-                          "reqId": "dup"})
-
-    async def push() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            reply = await client.receive()
-        await _freed(server)
-        return reply
-
-    reply = await _measured("refused PUSH", push)
-    # a duplicate custom id answers with the job already there (bunqueue's rule)
-    assert reply["id"] == "same"
-    assert (await client.ok("GetJob", id="same"))["job"]["data"] == {}
+    await refused_push_of_many_values(server, client, STEP_CPU_MS)
     storage: Any = server.broker.storage
     with storage._env.begin() as txn:  # the rows written ahead for it: dropped
         assert txn.stat(storage._ahead)["entries"] == 0
@@ -131,11 +89,9 @@ async def test_a_pushb_of_a_job_of_a_million_small_maps_holds_no_long_step(
     server = await start_server()
     client = await RawClient.connect(server.tcp_port)
     data = [{"a": 1}] * MANY_MAPS
-    jobs = [{"name": "small", "data": {"n": 1}}, {"name": "large", "data": data},
-            {"name": "small", "data": {"n": 2}}]
-    frame = client.frame({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "pb"})
+    frame = pushb_around(client, data)
 
-    reply = await _measured("PUSHB", partial(_answer, client, frame))
+    reply = await measured("PUSHB", partial(answer, client, frame), STEP_CPU_MS)
     assert reply["ok"] is True, reply
     assert len(reply["ids"]) == 3
     pulled = await client.ok("PULLB", queue="q", count=3, timeout=0)
@@ -155,7 +111,7 @@ async def test_a_flow_holding_a_job_of_a_million_small_maps_holds_no_long_step(
                                                      "parentId": "parent"}}]
     frame = client.frame({"cmd": "PUSHF", "jobs": jobs, "reqId": "pf"})
 
-    reply = await _measured("PUSHF", partial(_answer, client, frame))
+    reply = await measured("PUSHF", partial(answer, client, frame), STEP_CPU_MS)
     assert reply["ok"] is True, reply
     got = await client.ok("GetJob", id="child")
     assert got["job"]["data"] == data
@@ -174,7 +130,7 @@ async def test_a_refused_pushb_of_many_values_leaves_no_rows(
     assert reply["ok"] is False and reply["error"].startswith("jobs[1]: "), reply
     counts = await client.ok("GetJobCounts", queue="q")
     assert not any(counts["counts"].values()), counts
-    await _freed(server)
+    await until_freed(server)
     # its data was written ahead, then let go of and taken apart in slices
     assert server.broker.dismantler.graveyard.freed > 0
     storage: Any = server.broker.storage

@@ -32,6 +32,8 @@ from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 from trioqueue.transport.framing import FrameDecoder
 
+from .large_data import pushb_around, refused_push_of_many_values, until_freed
+
 StartServer = Callable[..., Awaitable[Server]]
 
 #: A step of the broker's own is a slice (about 0.5 ms) or a small command.
@@ -86,9 +88,30 @@ async def _watched(what: str, step_ms: float = STEP_CPU_MS) -> AsyncIterator[Non
         f"{what}: the loop waited {wait.worst_ms:.0f} ms of CPU for a worker thread")
 
 
-async def _raw_reply(client: RawClient) -> bytes:
-    """The next frame's payload, not decoded (decoding a million maps is the test's
-    own work, which would count as the loop's wait)."""
+async def _connected(start_server: StartServer) -> tuple[Server, RawClient]:
+    """A broker started for the test, and a client of it."""
+    server = await start_server()
+    return server, await RawClient.connect(server.tcp_port)
+
+
+async def _ok_and_freed(server: Server, client: RawClient, frame: bytes) -> None:
+    """Send ``frame`` (made beforehand), see it answered ok, and wait until the broker
+    has taken apart what the command let go of."""
+    assert client.codec.decode(await _raw_reply(client, frame))["ok"] is True
+    await until_freed(server)
+
+
+async def _active_job(client: RawClient) -> str:
+    """The id of a job of empty data pushed to ``q`` and pulled."""
+    job_id: str = (await client.ok("PUSH", queue="q", data={}))["id"]
+    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+    return job_id
+
+
+async def _raw_reply(client: RawClient, frame: bytes) -> bytes:
+    """Send ``frame``; the payload of the frame that answers it, not decoded (decoding a
+    million maps is the test's own work, which would count as the loop's wait)."""
+    await client.send_raw(frame)
     decoder = FrameDecoder(1 << 30)
     with trio.fail_after(60):
         while True:
@@ -100,51 +123,39 @@ async def _raw_reply(client: RawClient) -> bytes:
                 return bytes(payloads[0])
 
 
-async def _freed(server: Server) -> None:
-    """Until the broker has taken apart what it let go of (a deadline, not a sleep)."""
-    graveyard = server.broker.dismantler.graveyard
-    with trio.fail_after(30):
-        while graveyard.pending:
-            await trio.sleep(0.01)
-
-
 async def test_a_job_of_many_small_maps_holds_neither_the_loop_nor_its_thread(
         start_server: StartServer) -> None:
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    server, client = await _connected(start_server)
     data = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "PUSH", "queue": "q", "data": data, "reqId": "p"})
 
     async with _watched("PUSH"):
-        await client.send_raw(frame)
-        pushed = await _raw_reply(client)
+        pushed = await _raw_reply(client, frame)
     reply = client.codec.decode(pushed)
     assert reply["ok"] is True, reply
     job_id = reply["id"]
 
     async with _watched("PULL"):  # (the active record written again, with its data)
-        await client.send_raw(client.frame({"cmd": "PULL", "queue": "q", "timeout": 0,
-                                            "reqId": "l"}))
-        pulled = await _raw_reply(client)
+        pulled = await _raw_reply(client, client.frame({"cmd": "PULL", "queue": "q",
+                                                         "timeout": 0, "reqId": "l"}))
     job = client.codec.decode(pulled)["job"]
     assert job["id"] == job_id and job["data"] == data
     del job, pulled
 
     async with _watched("ACK"):  # (the finished record written, the data freed)
         await client.ok("ACK", id=job_id, result="done")
-        await _freed(server)
+        await until_freed(server)
 
     async with _watched("GetState"):  # (the finished record read back and decoded)
         assert (await client.ok("GetState", id=job_id))["state"] == "completed"
         await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
+        await until_freed(server)
 
     async with _watched("GetJobs"):  # (a page of finished records read back)
-        await client.send_raw(client.frame({"cmd": "GetJobs", "queue": "q",
-                                            "state": "completed", "reqId": "g"}))
-        raw = await _raw_reply(client)
+        raw = await _raw_reply(client, client.frame({"cmd": "GetJobs", "queue": "q",
+                                                      "state": "completed", "reqId": "g"}))
         await client.ok("GetJobCounts", queue="q")  # (the queue's view lets go of it)
-        await _freed(server)
+        await until_freed(server)
     listed = client.codec.decode(raw)
     assert [job["data"] for job in listed["jobs"]] == [data]
     del listed, raw
@@ -157,32 +168,11 @@ async def test_a_job_of_many_small_maps_holds_neither_the_loop_nor_its_thread(
 
 async def test_a_refused_push_of_many_values_is_freed_in_slices(
         start_server: StartServer) -> None:
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
-    data = {str(i): [i] for i in range(300_000)}
+    server, client = await _connected(start_server)
     await client.ok("PUSH", queue="q", jobId="same", data={})
-    frame = client.frame({"cmd": "PUSH", "queue": "q", "jobId": "same", "data": data,
-                          "reqId": "dup"})
     graveyard = server.broker.dismantler.graveyard
     freed = graveyard.freed
-
-    async def push() -> dict[str, Any]:
-        await client.send_raw(frame)
-        with trio.fail_after(60):
-            reply: dict[str, Any] = await client.receive()
-        await _freed(server)
-        return reply
-
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
-        reply = await push()
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    steps.check("refused PUSH", STEP_CPU_MS)
-    # a duplicate custom id answers with the job already there (bunqueue's rule)
-    assert reply["id"] == "same"
-    assert (await client.ok("GetJob", id="same"))["job"]["data"] == {}
+    await refused_push_of_many_values(server, client, STEP_CPU_MS)
     # its data was let go of to the broker's task that frees in slices
     assert graveyard.freed > freed
     await client.aclose()
@@ -190,16 +180,12 @@ async def test_a_refused_push_of_many_values_is_freed_in_slices(
 
 async def test_a_pushb_of_a_job_of_many_small_maps_holds_no_long_wait(
         start_server: StartServer) -> None:
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    server, client = await _connected(start_server)
     data = [{"a": 1}] * MANY_MAPS
-    jobs = [{"name": "small", "data": {"n": 1}}, {"name": "large", "data": data},
-            {"name": "small", "data": {"n": 2}}]
-    frame = client.frame({"cmd": "PUSHB", "queue": "q", "jobs": jobs, "reqId": "pb"})
+    frame = pushb_around(client, data)
 
     async with _watched("PUSHB"):
-        await client.send_raw(frame)
-        pushed = await _raw_reply(client)
+        pushed = await _raw_reply(client, frame)
     reply = client.codec.decode(pushed)
     assert reply["ok"] is True, reply
     got = await client.ok("GetJob", id=reply["ids"][1])
@@ -280,8 +266,7 @@ async def test_data_of_many_values_written_by_other_commands_holds_no_long_wait(
     """Data that reaches a record without a large PUSH (an Update, a job failed and
     moved back, a completed job retried) is never encoded in one call of the writer's
     thread, and its finished record reads back without a long wait."""
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    server, client = await _connected(start_server)
     data = [{"a": 1}] * MANY_MAPS
     job_id = (await client.ok("PUSH", queue="q", data={}, maxAttempts=1))["id"]
 
@@ -289,24 +274,22 @@ async def test_data_of_many_values_written_by_other_commands_holds_no_long_wait(
     # (the frame made first: the test's own work). The core checks an Update's data's
     # types in one C call (about 16 ms for these maps): not bounded yet.
     async with _watched("Update", step_ms=UPDATE_STEP_CPU_MS):
-        await client.send_raw(frame)
-        assert client.codec.decode(await _raw_reply(client))["ok"] is True
+        assert client.codec.decode(await _raw_reply(client, frame))["ok"] is True
 
     async def pulled(what: str) -> None:
         async with _watched(what):  # (the active record written again, with its data)
-            await client.send_raw(client.frame({"cmd": "PULL", "queue": "q",
-                                                "timeout": 0, "reqId": "l"}))
-            raw = await _raw_reply(client)
+            raw = await _raw_reply(client, client.frame({"cmd": "PULL", "queue": "q",
+                                                          "timeout": 0, "reqId": "l"}))
         assert client.codec.decode(raw)["job"]["id"] == job_id
 
     await pulled("PULL after Update")
     async with _watched("FAIL"):  # (the finished record written: failed)
         await client.ok("FAIL", id=job_id, error="no")
-        await _freed(server)
+        await until_freed(server)
     async with _watched("GetState of the failed job"):
         assert (await client.ok("GetState", id=job_id))["state"] == "failed"
         await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
+        await until_freed(server)
     async with _watched("MoveToWait of the failed job"):  # (a live record again)
         await client.ok("MoveToWait", id=job_id)
         await client.ok("GetJobCounts", queue="q")  # (its data is the live job's now)
@@ -324,23 +307,18 @@ async def test_data_of_many_values_written_by_other_commands_holds_no_long_wait(
 
 async def test_an_ack_of_a_result_of_many_values_holds_no_long_wait(
         start_server: StartServer) -> None:
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    server, client = await _connected(start_server)
     result = [{"a": 1}] * MANY_MAPS
-    job_id = (await client.ok("PUSH", queue="q", data={}))["id"]
-    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+    job_id = await _active_job(client)
 
     frame = client.frame({"cmd": "ACK", "id": job_id, "result": result, "reqId": "a"})
     async with _watched("ACK of a large result"):
-        await client.send_raw(frame)
-        assert client.codec.decode(await _raw_reply(client))["ok"] is True
-        await _freed(server)
+        await _ok_and_freed(server, client, frame)
     async with _watched("GetResult"):
-        await client.send_raw(client.frame({"cmd": "GetResult", "id": job_id,
-                                            "reqId": "r"}))
-        raw = await _raw_reply(client)
+        raw = await _raw_reply(client, client.frame({"cmd": "GetResult", "id": job_id,
+                                                      "reqId": "r"}))
         await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
+        await until_freed(server)
     assert client.codec.decode(raw)["result"] == result
     await client.aclose()
 
@@ -350,17 +328,14 @@ async def test_a_large_result_kept_for_a_parent_holds_no_long_wait(
     """The child's outcome row is encoded in the writer's thread a run at a time. (Its
     GetChildrenValues, read back undecoded and decoded by the parent queue's actor,
     still has one step of the connection's task of about 28 ms here: not bounded yet.)"""
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
+    server, client = await _connected(start_server)
     result = [{"a": 1}] * MANY_MAPS
     child = (await client.ok("PUSH", queue="q", data={}))["id"]
     parent = (await client.ok("PUSH", queue="p", data={}, dependsOn=[child]))["id"]
     assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == child
     frame = client.frame({"cmd": "ACK", "id": child, "result": result, "reqId": "a"})
     async with _watched("ACK of a child of a waiting parent"):
-        await client.send_raw(frame)
-        assert client.codec.decode(await _raw_reply(client))["ok"] is True
-        await _freed(server)
+        await _ok_and_freed(server, client, frame)
     values = (await client.ok("GetChildrenValues", id=parent))["data"]["values"]
     assert values == {f"q:{child}": result}
     await client.aclose()
@@ -371,26 +346,21 @@ async def test_a_long_progress_message_holds_no_long_wait(
     """PostgreSQL keeps the message in the job's record (no writes ahead): each write of
     the record (the progress, the finish) encodes it in the writer's thread, a string
     copied in one call, well under the bound."""
-    server = await start_server()
-    client = await RawClient.connect(server.tcp_port)
-    job_id = (await client.ok("PUSH", queue="q", data={}))["id"]
-    assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+    server, client = await _connected(start_server)
+    job_id = await _active_job(client)
     progress = [{"a": 1}] * MANY_MAPS
     frame = client.frame({"cmd": "Progress", "id": job_id, "progress": progress,
                           "reqId": "p"})
     async with _watched("Progress"):
-        await client.send_raw(frame)
-        assert client.codec.decode(await _raw_reply(client))["ok"] is True
-        await _freed(server)
+        await _ok_and_freed(server, client, frame)
     async with _watched("GetProgress"):
-        await client.send_raw(client.frame({"cmd": "GetProgress", "id": job_id,
-                                            "reqId": "g"}))
-        raw = await _raw_reply(client)
+        raw = await _raw_reply(client, client.frame({"cmd": "GetProgress", "id": job_id,
+                                                      "reqId": "g"}))
     async with _watched("ACK after a long progress"):
         await client.ok("ACK", id=job_id, result=1)
     async with _watched("GetJob of the finished job"):
-        await client.send_raw(client.frame({"cmd": "GetJob", "id": job_id, "reqId": "j"}))
-        job_raw = await _raw_reply(client)
+        job_raw = await _raw_reply(client, client.frame({"cmd": "GetJob", "id": job_id,
+                                                          "reqId": "j"}))
     text = json.dumps(progress, separators=(",", ":"))
     assert client.codec.decode(raw)["message"] == text
     assert client.codec.decode(job_raw)["job"]["progressMessage"] == text

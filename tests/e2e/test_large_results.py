@@ -34,10 +34,11 @@ from trioqueue.server import Server
 from trioqueue.storage.keys import DB_AHEAD
 from trioqueue.testing import RawClient
 from trioqueue.testing.served import served
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import LongestStep, measured
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 
-from .test_large_data_steps import STEP_CPU_MS, _answer, _freed, _measured
+from .large_data import answer, answered_and_freed, until_freed
+from .test_large_data_steps import STEP_CPU_MS
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -85,15 +86,6 @@ class StepsByTask(LongestStep):
             assert cpu_ms < bound, f"{what}: {name} took {cpu_ms:.0f} ms of CPU in one step"
 
 
-async def _answered_and_freed(server: Server, client: RawClient, frame: bytes
-                              ) -> dict[str, Any]:
-    """The reply to ``frame``, once the broker has taken apart what the command let
-    go of (the value the request held)."""
-    reply = await _answer(client, frame)
-    await _freed(server)
-    return reply
-
-
 async def _active_job(client: RawClient) -> str:
     await client.ok("PUSH", queue="q", data={"n": 1})
     pulled = await client.ok("PULL", queue="q", timeout=0)
@@ -116,19 +108,14 @@ async def test_an_ack_result_of_a_million_small_maps_holds_no_long_step(
         start_server: StartServer) -> None:
     server, client, job_id, frame = await _with_many(start_server, "ACK", "result")
 
-    ack = partial(_answered_and_freed, server, client, frame)
-    assert (await _measured("ACK", ack))["ok"] is True
+    ack = partial(answered_and_freed, server, client, frame)
+    assert (await measured("ACK", ack, STEP_CPU_MS))["ok"] is True
     got_frame = client.frame({"cmd": "GetResult", "id": job_id, "reqId": "r"})
 
-    async def get_result() -> dict[str, Any]:
-        # read back from the store, decoded in slices; the reply encoded in slices;
-        # then let go of by the queue's view and freed in slices
-        reply = await _answer(client, got_frame)
-        await client.ok("GetJobCounts", queue="q")
-        await _freed(server)
-        return reply
-
-    got = await _measured("GetResult", get_result)
+    # read back from the store, decoded in slices; the reply encoded in slices; then
+    # let go of by the queue's view and freed in slices
+    get_result = partial(answered_and_freed, server, client, got_frame, queue="q")
+    got = await measured("GetResult", get_result, STEP_CPU_MS)
     assert got["ok"] is True and got["result"] == MANY
     await client.aclose()
 
@@ -137,22 +124,24 @@ async def test_a_progress_of_a_million_small_maps_holds_no_long_step(
         start_server: StartServer) -> None:
     server, client, job_id, frame = await _with_many(start_server, "Progress", "progress")
 
-    progress = partial(_answered_and_freed, server, client, frame)
+    progress = partial(answered_and_freed, server, client, frame)
     # (before: 26-47 ms, the 8 MB message written inside the job's record)
-    assert (await _measured("Progress", progress))["ok"] is True
+    assert (await measured("Progress", progress, STEP_CPU_MS))["ok"] is True
     text = json.dumps(MANY, separators=(",", ":"))
-    got = await _measured("GetProgress", partial(client.ok, "GetProgress", id=job_id))
+    got = await measured("GetProgress", partial(client.ok, "GetProgress", id=job_id),
+                         STEP_CPU_MS)
     # bunqueue's rule: an object's progress is 0, its compact JSON the message
     assert got["progress"] == 0 and got["message"] == text
     del got
-    job = await _measured("GetJob", partial(client.ok, "GetJob", id=job_id))
+    job = await measured("GetJob", partial(client.ok, "GetJob", id=job_id),
+                         STEP_CPU_MS)
     assert job["job"]["progressMessage"] == text
     del job
     # the job's later writes (its finish) leave the message where it is
     ack = client.frame({"cmd": "ACK", "id": job_id, "result": 1, "reqId": "a"})
-    assert (await _measured("ACK", partial(_answer, client, ack)))["ok"] is True
-    finished = await _measured("GetJob finished",
-                               partial(client.ok, "GetJob", id=job_id))
+    assert (await measured("ACK", partial(answer, client, ack), STEP_CPU_MS))["ok"] is True
+    finished = await measured("GetJob finished",
+                              partial(client.ok, "GetJob", id=job_id), STEP_CPU_MS)
     assert finished["job"]["progressMessage"] == text
     await client.aclose()
 
@@ -175,7 +164,7 @@ async def test_a_large_progress_is_kept_across_restarts_replaced_and_deleted_wit
         job_id = await _active_job(client)
         frame = client.frame({"cmd": "Progress", "id": job_id, "progress": MANY,
                               "reqId": "p"})
-        assert (await _answer(client, frame))["ok"] is True
+        assert (await answer(client, frame))["ok"] is True
     async with served(config) as client:
         # (active at the stop: charged and queued again, its progress kept)
         assert (await client.ok("GetJob", id=job_id))["job"]["progressMessage"] == text
@@ -189,7 +178,7 @@ async def test_a_large_progress_is_kept_across_restarts_replaced_and_deleted_wit
         assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == job_id
         frame = client.frame({"cmd": "Progress", "id": job_id, "progress": MANY,
                               "reqId": "p"})
-        assert (await _answer(client, frame))["ok"] is True
+        assert (await answer(client, frame))["ok"] is True
         await client.ok("ACK", id=job_id, result=1)
     if not config.storage_url:
         assert _ahead_rows(config) > 0
@@ -213,10 +202,10 @@ async def test_an_ack_result_over_rest_and_websocket_holds_no_long_step(
         async def rest_ack() -> httpx.Response:
             reply = await http.post(f"/jobs/{first}/ack", content=body,
                                     headers={"content-type": "application/json"})
-            await _freed(server)
+            await until_freed(server)
             return reply
 
-        answered = await _measured("REST ACK", rest_ack)
+        answered = await measured("REST ACK", rest_ack, STEP_CPU_MS)
         assert answered.status_code == 200, answered.text[:200]
     message = json.dumps({"cmd": "ACK", "id": second, "result": MANY, "reqId": 1})
     async with open_websocket_url(f"ws://127.0.0.1:{server.ws_port}/ws",
@@ -226,13 +215,13 @@ async def test_an_ack_result_over_rest_and_websocket_holds_no_long_step(
             await ws.send_message(message)
             with trio.fail_after(60):
                 reply = await ws.get_message()
-            await _freed(server)
+            await until_freed(server)
             return reply
 
         # (the message arrives whole: its text made UTF-8 in one call, about 20 ms
         # for 8 MB, before its sliced decoding; docs/guarantees.md, "Not bounded yet")
-        assert json.loads(await _measured("WebSocket ACK", ws_ack,
-                                          WS_SENDER_CPU_MS))["ok"] is True
+        assert json.loads(await measured("WebSocket ACK", ws_ack,
+                                         WS_SENDER_CPU_MS))["ok"] is True
     for job_id in (first, second):
         assert (await client.ok("GetResult", id=job_id))["result"] == MANY
     await client.aclose()
@@ -296,7 +285,7 @@ async def test_a_large_completed_event_reaches_subscribers_and_a_webhook_in_slic
             trio.lowlevel.add_instrument(steps)
             try:
                 with trio.fail_after(60):
-                    assert (await _answer(client, frame))["ok"] is True
+                    assert (await answer(client, frame))["ok"] is True
                     event = json.loads(await ws.get_message())
                     hooked = await receiver.wait_for(1, 60)
                     tcp_event = await _tcp_completed(subscriber)
@@ -326,8 +315,8 @@ async def test_an_ackb_with_a_large_result_holds_no_long_step(
     results = ["small", MANY, {"n": 3}]
     frame = client.frame({"cmd": "ACKB", "ids": ids, "results": results, "reqId": "b"})
 
-    ackb = partial(_answered_and_freed, server, client, frame)
-    assert (await _measured("ACKB", ackb))["ok"] is True
+    ackb = partial(answered_and_freed, server, client, frame)
+    assert (await measured("ACKB", ackb, STEP_CPU_MS))["ok"] is True
     for job_id, result in zip(ids, results, strict=True):
         assert (await client.ok("GetResult", id=job_id))["result"] == result
     await client.aclose()
@@ -348,13 +337,13 @@ async def test_a_large_result_reaches_a_waiting_client_and_a_parent_in_slices(
     frame = client.frame({"cmd": "ACK", "id": child, "result": MANY, "reqId": "a"})
 
     async def ack() -> dict[str, Any]:
-        reply = await _answer(client, frame)
+        reply = await answer(client, frame)
         with trio.fail_after(60):
             waited = await waiter.reply_to(wait)
-        await _freed(server)
+        await until_freed(server)
         return {"ack": reply, "waited": waited}
 
-    replies = await _measured("ACK with a WaitJob and a parent", ack, DEP_STEP_CPU_MS)
+    replies = await measured("ACK with a WaitJob and a parent", ack, DEP_STEP_CPU_MS)
     assert replies["ack"]["ok"] is True
     assert replies["waited"]["completed"] is True and replies["waited"]["result"] == MANY
 
@@ -363,10 +352,11 @@ async def test_a_large_result_reaches_a_waiting_client_and_a_parent_in_slices(
         # the parent queue's view and freed in slices
         reply = await client.ok("GetChildrenValues", id=parent)
         await client.ok("GetJobCounts", queue="p")
-        await _freed(server)
+        await until_freed(server)
         return reply
 
-    values = (await _measured("GetChildrenValues", children))["data"]["values"]
+    values = (await measured("GetChildrenValues", children,
+                             STEP_CPU_MS))["data"]["values"]
     assert values == {f"q:{child}": MANY}
     await waiter.aclose()
     await client.aclose()
@@ -382,18 +372,19 @@ async def test_a_large_result_of_a_job_removed_on_complete_holds_no_long_step(
                               removeOnComplete=True))["id"]
     await client.ok("PULL", queue="q", timeout=0)
     frame = client.frame({"cmd": "ACK", "id": job_id, "result": MANY, "reqId": "a"})
-    ack = partial(_answer, client, frame)
-    assert (await _measured("ACK removed on complete", ack))["ok"] is True
+    ack = partial(answer, client, frame)
+    assert (await measured("ACK removed on complete", ack, STEP_CPU_MS))["ok"] is True
     wait_frame = client.frame({"cmd": "WaitJob", "id": job_id, "reqId": "w"})
-    late = await _measured("late WaitJob", partial(_answer, client, wait_frame))
+    late = await measured("late WaitJob", partial(answer, client, wait_frame),
+                          STEP_CPU_MS)
     assert late["completed"] is True and late["result"] == MANY
     del late
 
     async def obliterate() -> None:
         await client.ok("Obliterate", queue="q")
-        await _freed(server)
+        await until_freed(server)
 
-    await _measured("Obliterate", obliterate)
+    await measured("Obliterate", obliterate, STEP_CPU_MS)
     assert (await client.call("WaitJob", id=job_id))["error"] == f"Job {job_id} not found"
     await client.aclose()
 
@@ -410,10 +401,10 @@ async def test_a_retained_result_dropped_after_the_graveyard_gave_up_is_freed_in
                               removeOnComplete=True))["id"]
     await client.ok("PULL", queue="q", timeout=0)
     frame = client.frame({"cmd": "ACK", "id": job_id, "result": MANY, "reqId": "a"})
-    assert (await _answer(client, frame))["ok"] is True
-    await _freed(server)  # (it gave up: the retained result still holds it)
+    assert (await answer(client, frame))["ok"] is True
+    await until_freed(server)  # (it gave up: the retained result still holds it)
     wait_frame = client.frame({"cmd": "WaitJob", "id": job_id, "reqId": "w"})
-    late = await _answer(client, wait_frame)
+    late = await answer(client, wait_frame)
     assert late["completed"] is True and late["result"] == MANY
     del late
     graveyard = server.broker.dismantler.graveyard
@@ -421,9 +412,9 @@ async def test_a_retained_result_dropped_after_the_graveyard_gave_up_is_freed_in
 
     async def obliterate() -> None:
         await client.ok("Obliterate", queue="q")
-        await _freed(server)
+        await until_freed(server)
 
-    await _measured("Obliterate after the graveyard gave up", obliterate)
+    await measured("Obliterate after the graveyard gave up", obliterate, STEP_CPU_MS)
     assert graveyard.freed > freed
     await client.aclose()
 
@@ -446,8 +437,8 @@ async def test_an_unmade_sse_frame_evicted_from_the_replay_ring_is_freed_in_slic
             async for line in lines:
                 if '"connected"' in line:
                     break
-        assert (await _answer(client, frame))["ok"] is True
-        await _freed(server)  # (it gave up: the ring's frame still holds the result)
+        assert (await answer(client, frame))["ok"] is True
+        await until_freed(server)  # (it gave up: the ring's frame still holds the result)
         graveyard = server.broker.dismantler.graveyard
         freed = graveyard.freed
 
@@ -455,9 +446,9 @@ async def test_an_unmade_sse_frame_evicted_from_the_replay_ring_is_freed_in_slic
             for n in range(4):  # (each push's events go in the ring)
                 await client.ok("PUSH", queue="q", data={"n": n})
             await client.ok("GetJobCounts", queue="q")
-            await _freed(server)
+            await until_freed(server)
 
-        await _measured("events evicting an unmade frame", evict)
+        await measured("events evicting an unmade frame", evict, STEP_CPU_MS)
         assert graveyard.freed > freed
     assert (await client.ok("GetResult", id=job_id))["result"] == MANY
     await client.aclose()
@@ -474,7 +465,7 @@ async def test_a_large_result_kept_for_a_parent_outlives_its_child_and_goes_with
         parent = (await client.ok("PUSH", queue="p", data={}, dependsOn=[child]))["id"]
         assert (await client.ok("PULL", queue="q", timeout=0))["job"]["id"] == child
         frame = client.frame({"cmd": "ACK", "id": child, "result": MANY, "reqId": "a"})
-        assert (await _answer(client, frame))["ok"] is True
+        assert (await answer(client, frame))["ok"] is True
     if not config.storage_url:
         assert _ahead_rows(config) > 0  # (the parent's copy, claimed)
     async with served(config) as client:

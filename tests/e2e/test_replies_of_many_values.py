@@ -4,10 +4,8 @@ TCP in both codecs, over REST and over WebSocket."""
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -17,7 +15,7 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import steps_watched
 from trioqueue.transport.codec import CBOR, MSGPACK
 from trioqueue.transport.framing import FrameDecoder
 
@@ -29,20 +27,6 @@ DATA = [{"a": 1}] * 1_000_000
 # A slice is about 0.5 ms; the rest is the machine's noise.
 STEP_CPU_MS = 15.0
 WS_STEP_CPU_MS = 60.0
-
-
-@asynccontextmanager
-async def steps_watched() -> AsyncIterator[LongestStep]:
-    """The longest step while the body runs (the test's own collector held off: the
-    broker's collections are its gc_passes', not the test's)."""
-    steps = LongestStep()
-    gc.disable()
-    trio.lowlevel.add_instrument(steps)
-    try:
-        yield steps
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-        gc.enable()
 
 
 async def raw_reply(client: RawClient, msg: dict[str, Any]) -> bytes:
@@ -70,7 +54,7 @@ async def test_pull_and_getjob_of_many_small_maps_are_encoded_in_slices_over_tcp
     pushed = await client.ok("PUSH", queue="q", data=DATA)
     for msg in ({"cmd": "PULL", "queue": "q", "timeout": 0, "reqId": "p"},
                 {"cmd": "GetJob", "id": pushed["id"], "reqId": "g"}):
-        async with steps_watched() as steps:
+        async with steps_watched(skip_caller=False) as steps:
             payload = await raw_reply(client, msg)
         reply = codec.decode(payload)
         assert reply["ok"] is True and reply["reqId"] == msg["reqId"]
@@ -90,7 +74,7 @@ async def test_pull_and_getjob_of_many_small_maps_are_encoded_in_slices_over_res
                                  headers=headers)
         job_id = pushed.json()["id"]
         for method, path in (("GET", "/queues/q/jobs"), ("GET", f"/jobs/{job_id}")):
-            async with steps_watched() as steps:
+            async with steps_watched(skip_caller=False) as steps:
                 got = await http.request(method, path)
             assert got.status_code == 200, got.text[:200]
             body = json.loads(got.content)
@@ -111,7 +95,7 @@ async def test_getjob_of_many_small_maps_is_encoded_in_slices_over_websocket(
                 (json.dumps({"cmd": "GetJob", "id": pushed["id"], "reqId": 1}), json.loads),
                 (CBOR.encode({"cmd": "GetJob", "id": pushed["id"], "reqId": 2}),
                  CBOR.decode)):
-            async with steps_watched() as steps:
+            async with steps_watched(skip_caller=False) as steps:
                 await ws.send_message(message)
                 raw = await ws.get_message()
             reply = decode(raw)
@@ -135,7 +119,7 @@ async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_sli
     await client.ok("PUSHB", queue="q", jobs=[{"name": "s", "data": {"i": i}}
                                               for i in range(150, 300)])
     msg = {"cmd": "GetJobs", "queue": "q", "state": "waiting", "limit": 301, "reqId": "l"}
-    async with steps_watched() as steps:
+    async with steps_watched(skip_caller=False) as steps:
         payload = await raw_reply(client, msg)
     jobs = MSGPACK.decode(payload)["jobs"]
     assert len(jobs) == 301
@@ -143,7 +127,7 @@ async def test_a_long_listing_holding_a_job_of_many_small_maps_is_encoded_in_sli
     steps.check("GetJobs over TCP", STEP_CPU_MS)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ws_port}",
                                  timeout=60.0) as http:
-        async with steps_watched() as steps:
+        async with steps_watched(skip_caller=False) as steps:
             got = await http.get("/queues/q/jobs/list", params={"state": "waiting",
                                                                 "limit": 301})
         assert got.status_code == 200, got.text[:200]

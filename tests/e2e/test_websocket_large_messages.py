@@ -6,12 +6,8 @@ made by hand that reads the frames as they come and to a WebSocket library."""
 
 from __future__ import annotations
 
-import base64
-import gc
 import json
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,7 +16,8 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.testing.tasks import LongestStep
+from trioqueue.testing.tasks import steps_watched
+from trioqueue.testing.wire import websocket_upgrade
 from trioqueue.transport.codec import CBOR
 
 StartServer = Callable[..., Awaitable[Server]]
@@ -50,11 +47,7 @@ class Frames:
     async def connect(cls, server: Server, path: str = "/ws") -> Frames:
         assert server.ws_port is not None
         stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
-        key = base64.b64encode(os.urandom(16)).decode()
-        await stream.send_all(
-            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+        await stream.send_all(websocket_upgrade(path))
         frames = cls(stream)
         with trio.fail_after(5):
             while b"\r\n\r\n" not in frames._data:
@@ -123,21 +116,6 @@ class Frames:
                 on_frame(len(parts))
             if fin:
                 return kind, parts
-
-
-@asynccontextmanager
-async def steps_watched() -> AsyncIterator[LongestStep]:
-    """The broker's longest step while the body runs: the test's own task (which reads
-    and decodes what it receives) is not counted, nor its collector (the broker's
-    collections are its gc_passes', as served)."""
-    steps = LongestStep(skip=trio.lowlevel.current_task())
-    gc.disable()
-    trio.lowlevel.add_instrument(steps)
-    try:
-        yield steps
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-        gc.enable()
 
 
 class Pinger:

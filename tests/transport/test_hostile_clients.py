@@ -9,7 +9,6 @@ The byte budgets are read from the broker (``server.shell``), not guessed.
 
 from __future__ import annotations
 
-import base64
 import gc
 import json
 import os
@@ -27,6 +26,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
+from trioqueue.testing.wire import websocket_upgrade
 from trioqueue.transport.codec import MSGPACK
 from trioqueue.transport.framing import encode_frame, frame_header
 from trioqueue.transport.limits import ByteBudget
@@ -257,11 +257,7 @@ async def ws_handshake(server: Server, path: str = "/ws") -> trio.SocketStream:
     """A WebSocket client made by hand, which never answers a ping."""
     assert server.ws_port is not None
     stream = await trio.open_tcp_stream("127.0.0.1", server.ws_port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await stream.send_all(
-        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-        "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    await stream.send_all(websocket_upgrade(path))
     return stream
 
 
@@ -495,11 +491,7 @@ async def ws_hog(server: Server) -> trio.SocketStream:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     await sock.connect(("127.0.0.1", server.ws_port))
     hog = trio.SocketStream(sock)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await hog.send_all(
-        f"GET /ws/queues/none HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-        "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    await hog.send_all(websocket_upgrade("/ws/queues/none"))
     with trio.fail_after(5):
         head = b""
         while not head.endswith(b"\r\n\r\n"):

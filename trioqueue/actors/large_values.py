@@ -48,7 +48,7 @@ from typing import Any, Final
 import trio
 
 from ..core.json_slices import json_steps
-from ..core.slicing import Slicer
+from ..core.slicing import Slicer, run_paused
 from ..core.value_count import holds_many
 from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
@@ -268,18 +268,11 @@ async def _json_text(value: Any) -> str | None:
     """The core's compact JSON text of ``value``, a slice at a time; None when it has
     none (the core's own path then says what it does)."""
     slicer = Slicer()
-    steps = json_steps(value, slicer)
     try:
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                text = "".join(done.value)
-                await trio.lowlevel.checkpoint()  # (the join copies it all: its own step)
-                return text
-            await trio.lowlevel.checkpoint()
-            slicer.restart()
+        parts = await run_paused(json_steps(value, slicer), slicer,
+                                 trio.lowlevel.checkpoint)
     except (RecursionError, TypeError, ValueError):
         return None
-    finally:
-        steps.close()
+    text = "".join(parts)
+    await trio.lowlevel.checkpoint()  # (the join copies it all: its own step)
+    return text

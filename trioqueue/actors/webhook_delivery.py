@@ -60,7 +60,7 @@ import trio
 from ..config import Config
 from ..core.broker_events import broker_event
 from ..core.json_slices import json_bytes_steps
-from ..core.slicing import Slicer
+from ..core.slicing import Slicer, run_paused
 from ..core.webhook_urls import delivery_url, refused_address
 from ..core.webhooks import Webhook, WebhookRegistry, webhook_payload
 from .events import EventHub
@@ -282,18 +282,9 @@ async def _body_pieces(payload: dict[str, Any]) -> list[bytes]:
     """The payload's compact JSON in UTF-8 (as ``JSON.stringify`` writes it), as pieces
     made a slice at a time."""
     slicer = Slicer()
-    steps = json_bytes_steps(payload, slicer)
-    try:
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                pieces: list[bytes] = done.value
-                return pieces
-            await trio.lowlevel.checkpoint()
-            slicer.restart()
-    finally:
-        steps.close()
+    pieces: list[bytes] = await run_paused(json_bytes_steps(payload, slicer), slicer,
+                                           trio.lowlevel.checkpoint)
+    return pieces
 
 
 async def _signature(secret: str, body: list[bytes]) -> str:

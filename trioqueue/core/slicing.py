@@ -2,19 +2,21 @@
 
 A large value's work (a frame's decoding, a reply's or an event's encoding) is written
 as a generator that ``yield``s when its slice's time is up: it asks a :class:`Slicer`
-once per value it handles. Whoever drives it (a trio task, see
-``transport/slicing.py``'s ``run_sliced``) lets every other task run between two
-slices, so the work holds the event loop for about ``SLICE_S`` at a time instead of for
-all of it. Here, not in the transport, so the actors can slice their own work too.
+once per value it handles. Whoever drives it (:func:`run_paused`, given the pause a
+trio task makes: ``transport/slicing.py``'s ``run_sliced``, the actors' own) lets every
+other task run between two slices, so the work holds the event loop for about
+``SLICE_S`` at a time instead of for all of it. Here, not in the transport, so the
+actors can slice their own work too; the pause is the caller's, so the core stays free
+of the event loop's library.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Final, TypeVar
 
-__all__ = ["CHECK_EVERY", "SLICE_S", "Slicer", "Steps", "run_steps"]
+__all__ = ["CHECK_EVERY", "SLICE_S", "Slicer", "Steps", "run_paused", "run_steps"]
 
 T = TypeVar("T")
 
@@ -68,3 +70,23 @@ def run_steps(steps: Steps[T]) -> T:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+async def run_paused(steps: Steps[T], slicer: Slicer,
+                     pause: Callable[[], Awaitable[None]]) -> T:
+    """Run ``steps`` to the end, awaiting ``pause()`` after each slice (a trio
+    checkpoint, so every other task runs between two slices) and restarting ``slicer``.
+
+    Exceptions of the work propagate; whatever ends the run early (a cancellation in
+    the pause) closes the generator.
+    """
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            await pause()
+            slicer.restart()
+    finally:
+        steps.close()

@@ -9,18 +9,27 @@ left over (:func:`task_names`) when it does not.
 
 These functions must be called from inside a trio run; they walk the tree without
 yielding, so the count is one consistent snapshot.
+
+The steps themselves are measured by :class:`LongestStep`, an instrument; a test holds
+some work of the broker's to a bound of CPU time a step with :func:`measured`, or
+watches a block with :func:`steps_watched`.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import trio
 
-__all__ = ["LongestStep", "StepCounter", "count_tasks", "iter_tasks", "task_names",
-           "wait_for_task_count"]
+__all__ = ["LongestStep", "StepCounter", "count_tasks", "iter_tasks", "measured",
+           "steps_watched", "task_names", "wait_for_task_count"]
+
+T = TypeVar("T")
 
 
 class StepCounter(trio.abc.Instrument):
@@ -64,6 +73,39 @@ class LongestStep(trio.abc.Instrument):
     def check(self, what: str, bound_ms: float) -> None:
         assert self.worst_ms < bound_ms, (
             f"{what}: {self.worst_task} took {self.worst_ms:.0f} ms of CPU in one step")
+
+
+async def measured(what: str, work: Callable[[], Awaitable[T]], bound_ms: float, *,
+                   shown: bool = False) -> T:
+    """``work()``'s result, once no step of another task than the caller's took
+    ``bound_ms`` of CPU time or more while it ran (the caller's own task decodes what
+    it receives: not the broker's work). ``shown`` prints the longest step (seen with
+    ``pytest -s``), for numbers quoted in the docs."""
+    steps = LongestStep(skip=trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        result = await work()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    if shown:
+        print(f"\n{what}: longest step {steps.worst_ms:.1f} ms of CPU ({steps.worst_task})")
+    steps.check(what, bound_ms)
+    return result
+
+
+@asynccontextmanager
+async def steps_watched(*, skip_caller: bool = True) -> AsyncIterator[LongestStep]:
+    """The longest step while the body runs, the caller's own task (which decodes what
+    it receives) left out unless ``skip_caller`` is False; the test's collector held off
+    meanwhile (a served broker's collections are its own passes', not the test's)."""
+    steps = LongestStep(skip=trio.lowlevel.current_task() if skip_caller else None)
+    gc.disable()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        yield steps
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+        gc.enable()
 
 
 def iter_tasks(root: trio.lowlevel.Task | None = None) -> Iterator[trio.lowlevel.Task]:

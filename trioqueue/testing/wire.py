@@ -2,11 +2,13 @@
 
 It speaks the wire directly (no SDK in between), so tests see exactly what a bunqueue
 client would: reply maps with ``ok``, ``error`` and ``reqId``, out-of-order replies, and
-event frames without a ``reqId``.
+event frames without a ``reqId``. A WebSocket client made by hand (one that does what
+a library would not) opens with :func:`websocket_upgrade`.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import select
@@ -144,3 +146,12 @@ class RawClient:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return True
         return not data
+
+
+def websocket_upgrade(path: str = "/ws") -> bytes:
+    """The request that opens a WebSocket to ``path`` on a broker at 127.0.0.1 (RFC 6455
+    section 4.1), with a fresh key."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n").encode()

@@ -15,25 +15,21 @@ from __future__ import annotations
 
 import trio
 
-from ..core.slicing import CHECK_EVERY, SLICE_S, Slicer, Steps, T, run_steps
+from ..core.slicing import CHECK_EVERY, SLICE_S, Slicer, Steps, T, run_paused, run_steps
 from ..core.young_collections import collect_young
 
 __all__ = ["CHECK_EVERY", "SLICE_S", "Slicer", "Steps", "run_sliced", "run_steps"]
 
 
 async def run_sliced(steps: Steps[T], slicer: Slicer) -> T:
-    """Run ``steps`` to the end, with a trio checkpoint after each slice.
+    """Run ``steps`` to the end, with a collection of the young generation and a trio
+    checkpoint after each slice.
 
     Exceptions of the work propagate; cancellation at a checkpoint closes the generator.
     """
-    try:
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            collect_young()
-            await trio.lowlevel.checkpoint()
-            slicer.restart()
-    finally:
-        steps.close()
+    return await run_paused(steps, slicer, _pause)
+
+
+async def _pause() -> None:
+    collect_young()
+    await trio.lowlevel.checkpoint()
