@@ -200,3 +200,28 @@ def test_a_firing_refused_for_a_full_store_is_undone_retried_and_logged_once(
     sent[-1][1].replier.deliver({"ok": True, "id": "j"})
     assert scheduler.get("c").executions == 1  # type: ignore[union-attr]
     assert "fires again" in caplog.text
+
+
+async def test_a_template_stored_without_its_size_is_measured_once_when_loaded() -> None:
+    """A schedule stored before its template's size was kept: loaded, its template is
+    measured a slice at a time with its encoding (before it fires), so no firing
+    measures it in one step; the size is that of its compact JSON text."""
+    from trioqueue.actors.scheduler import TemplateBytes
+    from trioqueue.core.crons import CronDef, CronRegistry
+    from trioqueue.core.json_slices import compact_json
+    from trioqueue.storage.memory import MemoryStorage
+
+    data = [{"a": i % 10} for i in range(20_000)]
+    defn = CronDef(name="old", queue="q", job_name="j", data=data, schedule=None,
+                   repeat_every=1000, timezone=None, priority=0.0, max_limit=None,
+                   unique_key=None, dedup=None, skip_missed_on_restart=False,
+                   skip_if_no_worker=False, prevent_overlap=False, job_options={},
+                   anchor=0, next_run=1000)
+    assert defn.data_chars is None
+    registry = CronRegistry()
+    registry.put(defn)
+    templates = TemplateBytes(MemoryStorage())
+    templates.adopt(defn)
+    await templates.encode_loaded(registry)
+    assert defn.data_chars == len(compact_json(data))
+    assert templates.size_of(defn) is not None

@@ -51,6 +51,8 @@ from ..core.broker_events import broker_event
 from ..core.clock import Clock
 from ..core.cron_handlers import CRON_FIRE, stored
 from ..core.errors import Refused
+from ..core.json_slices import json_steps
+from ..core.slicing import Slicer, run_paused
 from ..core.value_count import holds_many
 from ..core.workers import WorkerRegistry
 from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
@@ -217,11 +219,25 @@ class TemplateBytes:
             if encoded is None or registry.by_name.get(name) is not defn or (
                     defn.data is not data):
                 continue  # (replaced meanwhile: its own adoption decided)
+            if defn.data_chars is None:
+                # (stored before its size was: measured once here, not at each firing)
+                chars = await _json_chars(data)
+                if registry.by_name.get(name) is not defn or defn.data is not data:
+                    continue
+                defn.data_chars = chars
             store.keep_encoded(data, encoded)
             old = self._by_name.pop(name, None)
             self._by_name[name] = (data, encoded)
             if old is not None:
                 store.drop_encoded(old[0])
+
+
+async def _json_chars(value: Any) -> int:
+    """The characters of ``value``'s compact JSON text (what the data limit counts),
+    made a slice at a time."""
+    slicer = Slicer()
+    parts = await run_paused(json_steps(value, slicer), slicer, trio.lowlevel.checkpoint)
+    return sum(map(len, parts))
 
 
 class _Firing:
