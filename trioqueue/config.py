@@ -523,7 +523,7 @@ class Config:
 
     def _validate_auth_tokens(self) -> None:
         # A blank token would be dropped by a trimmed comparison and could turn auth
-        # off without a word (issue 12): refuse it instead.
+        # off without a word: refuse it instead.
         for n, token in enumerate(self.auth_tokens, 1):
             if not isinstance(token, str) or not token.strip():
                 raise ValueError(f"auth_tokens has a blank entry: {self.auth_tokens!r}")

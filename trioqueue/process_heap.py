@@ -4,11 +4,9 @@ A large job passes through a few buffers of its own size: the frame, the string 
 data decodes to, its storage record, LMDB's dirty pages, the PULL reply. With glibc's
 defaults each of them is fresh memory every time. A block past the (dynamic) mmap
 threshold is its own mapping, unmapped when freed; a block from the heap is given back
-once more than twice that threshold is free at the top. So every 8.5 MB job faulted in
-about 2,000 new pages per buffer, and those page faults were most of the broker's
-longest steps (docs/benchmarks.md, "Issue 12, eleventh pass": the steps of 10 ms of CPU
-or more during the ``big_auth_8mb`` attack went from 166 to 7, and the healthy
-client's p99 from 15-23 ms to 6-7 ms).
+once more than twice that threshold is free at the top. So every large job faulted in
+thousands of new pages per buffer, and those page faults were most of the broker's
+longest steps (measured in docs/benchmarks.md).
 
 :func:`keep_freed_heap` therefore fixes glibc's mmap threshold at its largest (32 MiB,
 so every block up to that size comes from the heap: a job's data is at most 10 MB),

@@ -153,14 +153,12 @@ def tune_gc(config: Config) -> bool:
     for about a second, and Python's default policy runs one each time the survivors
     grow by a quarter. A young collection costs what was allocated since the last one,
     and more per object the more jobs the queues hold (each young object's referents
-    are looked at, and at a million jobs those are cache misses): with
-    ``gc_gen0_threshold`` 10,000, collections during a PULLB at a million jobs took
-    2.6 ms of CPU at the median and 8.5 ms at the 99th percentile, inside the slices
-    they fell in; with 2,000 (the default), 0.3 and 2.4 ms, for about 10% more
-    collection time in all (it was 200,000 once, for throughput, and each collection
-    took about 60 ms). What survives a young collection moves to the middle
-    generation, which only the passes of ``gc_passes.FullCollections`` collect; each
-    freezes what survived it, so nothing is traversed by more than one pass.
+    are looked at, and at a million jobs those are cache misses): so
+    ``gc_gen0_threshold`` is kept low (2,000 by default), making each young collection
+    short inside the slice it falls in, for a little more collection time in all. What
+    survives a young collection moves to the middle generation, which only the passes of
+    ``gc_passes.FullCollections`` collect; each freezes what survived it, so nothing is
+    traversed by more than one pass.
 
     The broker's paths make no reference cycles: what they drop is freed by reference
     counting, and ``tests/test_server_gc.py`` checks that a full collection after the

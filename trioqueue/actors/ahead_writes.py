@@ -2,12 +2,12 @@
 
 One writer commits every queue's writes, one commit at a time: a job's 8.5 MB data
 row, put and committed with its record, held every other client's commit (and the
-event loop) for about 2 ms. A session that decodes a ``PUSH`` whose data is one long
-string (:data:`AHEAD_MIN_BYTES` or more) first has the string written here, a piece of
-``Storage.ahead_piece_bytes`` a transaction with a checkpoint after each, so other
-commits and tasks run between two pieces; then the command runs as any other, and its
-record's commit takes the rows (storage/kept_data.py) instead of writing the data.
-Only the pushing connection waits for its own pieces.
+event loop) for as long as that data took to write. A session that decodes a ``PUSH``
+whose data is one long string (:data:`AHEAD_MIN_BYTES` or more) first has the string
+written here, a piece of ``Storage.ahead_piece_bytes`` a transaction with a checkpoint
+after each, so other commits and tasks run between two pieces; then the command runs as
+any other, and its record's commit takes the rows (storage/kept_data.py) instead of
+writing the data. Only the pushing connection waits for its own pieces.
 
 Data of many small values (a list or map in a frame of :data:`AHEAD_MIN_VALUE_BYTES`
 or more) is written ahead the same way, encoded as its data row would be

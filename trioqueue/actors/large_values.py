@@ -2,12 +2,12 @@
 
 An ``ACK``'s result and a ``Progress``'s progress may hold a million small maps (the
 frame's limit is all that bounds them). The core handles a command in one call: the
-result's row was encoded with the job's finish (``encode_result``, about 90 ms for a
-million small maps), and an object's progress turned into its compact JSON text (its
-message, as bunqueue's ``JSON.stringify``; about 450 ms), each one step of the event
-loop. A session that decodes such a command (a list or map in a frame of
-:data:`~.ahead_writes.AHEAD_MIN_VALUE_BYTES` or more, holding more than
-:data:`~.ahead_writes.AHEAD_MIN_VALUES` values) hands it here first:
+result's row was encoded with the job's finish (``encode_result``), and an object's
+progress turned into its compact JSON text (its message, as bunqueue's
+``JSON.stringify``), each one long step of the event loop. A session that decodes such a
+command (a list or map in a frame of :data:`~.ahead_writes.AHEAD_MIN_VALUE_BYTES` or
+more, holding more than :data:`~.ahead_writes.AHEAD_MIN_VALUES` values) hands it here
+first:
 
 * a result's row is encoded a slice at a time (``storage/value_pieces.py``: exactly
   ``encode_result``'s bytes) and handed to the store, whose finish of that very object

@@ -5,16 +5,14 @@ the sockets. A task that takes a slice of long work in every pass (a queue leasi
 PULLB of 1,000 jobs, obliterating a million, a connection encoding a long reply) is
 in every pass, so a request of another client, which crosses a pass or two before its
 reply is written (read, then served, often inline in the same step), waits for one of
-those slices in each: two slices of 4 ms made another queue wait 8-10 ms, and the
-slow ones more.
+those slices in each: another queue waited for two slices, and for the slow ones more.
 
 :func:`give_way` sits out one pass after a slice: the task checkpoints twice, and the
 pass in between runs without it. A request that arrives during a slice is read in the
 next pass, which the long work sits out; one that arrives during the pass sat out
 waits for one slice at most. Another queue's client then waits for about one slice,
-not two. The price is a scheduler pass per slice (tens of microseconds against a slice
-of milliseconds) when nothing else is runnable. Measured in ``docs/benchmarks.md``
-(issue 11, fourteenth pass).
+not two. The price is a scheduler pass per slice (far less than a slice) when nothing
+else is runnable. Measured in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

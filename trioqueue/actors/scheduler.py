@@ -119,8 +119,8 @@ class TemplateBytes:
     """The msgpack bytes of each schedule's template of many values, kept by the store
     for that very object (``Storage.keep_encoded``) while the schedule keeps it: its
     record, written at each firing, and each firing's job are made from them. Encoded
-    whole in the step that wrote them, a template of 600,000 small maps held the loop
-    about 100 ms at every firing."""
+    whole in the step that wrote them, a template of many small maps held the loop
+    for its whole encoding at every firing."""
 
     def __init__(self, store: Storage | None) -> None:
         self._store = store

@@ -3,10 +3,10 @@
 The core cuts long work (Drain, Obliterate, PromoteJobs, a PULLB or ACKB of 1,000 jobs,
 a closed connection's release) into slices of at most ``SLICE_JOBS`` jobs, and promotes
 due jobs at most ``PROMOTE_MAX_JOBS`` a tick. A fixed count is a fixed time only for
-one kind of job on one machine: a lease at a million active jobs costs 50 us, a drained
-job 5 us, and a job of a megabyte far more. trio runs every runnable task between two
-polls of the sockets, and a request crosses a few such passes, so a slice of 10 ms
-makes another queue's client wait 10-30 ms.
+one kind of job on one machine: a lease at a million active jobs costs ten times a
+drained job, and a job of a megabyte far more. trio runs every runnable task between two
+polls of the sockets, and a request crosses a few such passes, so another queue's client
+waits for one to three slices.
 
 So the queue actor times each slice (with its commit) and tells the core a smaller
 count when a slice ran past ``Config.slice_budget_ms``, and a larger one again, a
@@ -18,14 +18,14 @@ counts the time the OS gave the core to another process, and shrinking every sli
 that costs throughput (a commit and a scheduler pass per slice).
 
 A count set from the last slices does not bound the slice under way, though: at a
-million jobs a slice of 100 leases that usually takes 3-4 ms of CPU now and then took
-15-24 (a cold cache, a busy host), and every other queue waited for all of it. So the
+million jobs a slice of 100 leases now and then took several times its usual CPU time
+(a cold cache, a busy host), and every other queue waited for all of it. So the
 budget is also the slice's deadline by the wall clock (``WORK_SHARE`` of it, the rest
 left for the slice's commit), which is what the other queues wait by: the core asks
 :meth:`SliceBudget.over` every few jobs (``slices.LOOK_EVERY_JOBS``,
 ``QueueState.slice_over``) and ends the slice early when it says so. In a quiet spell
-slices end by their count and the deadline costs one clock read per few jobs (50 ns
-against 30-50 us of work).
+slices end by their count and the deadline costs one clock read per few jobs, small
+against the work of those jobs.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ _wall = time.perf_counter  # (a vDSO read, 50 ns; thread_time is a system call, 
 
 # The share of the budget a slice's own work may take by the wall clock. Its commit
 # follows in the same step, and a slice that ran slow commits slowly too: with the
-# whole budget as the deadline, steps of 8 ms of CPU were left at a million jobs; with
-# half, another queue's calls over 10 ms fell from 13-87 to 1-4 of about 115,000 a run
-# (docs/benchmarks.md, issue 11, fifteenth pass).
+# whole budget as the deadline, long steps were left at a million jobs; with half,
+# another queue's slow calls became rare (docs/benchmarks.md).
 WORK_SHARE = 0.5
 
 

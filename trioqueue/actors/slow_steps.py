@@ -1,7 +1,7 @@
 """A log line for every step of a task that held the event loop too long.
 
-Every queue shares the one trio thread, so a step that runs for 30 ms delays every
-other queue by 30 ms; the design's bound is 10 ms (docs/architecture.md). This watch
+Every queue shares the one trio thread, so a step that runs long delays every other
+queue by as long; the design's bound is 10 ms (docs/architecture.md). This watch
 makes such steps visible on a running broker, as asyncio's ``slow_callback_duration``
 does: ``Config.log_slow_step_ms`` (``--log-slow-step-ms``) above 0 installs it.
 

@@ -334,7 +334,7 @@ async def open_connection(
 
     ``reply_poll_ms`` (TCP only): a command alone in flight on its socket keeps the event
     loop polling for its reply this long before it sleeps, which spares it the wake-up
-    from ``epoll_wait`` (40-80 us of a round trip on loopback; see
+    from ``epoll_wait`` (a large part of a round trip on loopback; see
     :mod:`.trio_tcp`). Other tasks keep running meanwhile; the price is CPU while a
     command waits, at most this long per command. 0: sleep at once.
 

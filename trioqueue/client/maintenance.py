@@ -55,7 +55,7 @@ class MaintenanceMixin(QueueCommands):
         """Ask the broker to give back memory it keeps past its use; what it freed
         (``retainedResults``, ``heapEntries``, ``bytes``, ``gcObjects``, ``queues``).
         ``collect_garbage`` also runs a full collection in the broker, which holds it
-        for a time that grows with the jobs it holds (about 0.5 s at 200,000)."""
+        for a time that grows with the jobs it holds."""
         fields = {"gc": True} if check_flag("collect_garbage", collect_garbage) else {}
         reply = await self._call("CompactMemory", **fields)
         return dict(reply.get("freed") or {})

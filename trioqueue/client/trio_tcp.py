@@ -14,10 +14,10 @@ task (:meth:`TrioTcpChannel.read_loop`) that is the reader for good.
 
 A command alone in flight first *polls* for its reply, for ``poll_s`` (the connection's
 ``reply_poll_ms``): it yields to the scheduler and tries a non-blocking read, pass after
-pass, before it sleeps in ``wait_readable``. Waking a process from ``epoll_wait`` costs
-40-80 us a round trip on this machine (``scripts/ping_pong.py``); a reply that comes
-inside the window is read without it, and ``add`` one at a time ran 1.7x as fast
-(docs/benchmarks.md, "Issue 13, eleventh pass"). Every pass is a checkpoint, so the
+pass, before it sleeps in ``wait_readable``. Waking a process from ``epoll_wait`` is a
+large part of a round trip (``scripts/ping_pong.py``); a reply that comes inside the
+window is read without it, and ``add`` one at a time runs faster (docs/benchmarks.md).
+Every pass is a checkpoint, so the
 program's other tasks run as before; what it costs is CPU while the command waits, never
 more than ``poll_s`` per command. With other commands in flight the program is busy
 anyway, and the reader just waits.

@@ -1,14 +1,14 @@
 """An ordered map that never copies more than a few thousand entries at once.
 
 The stall detector keeps every active job in heartbeat order (``StallWatch``), and an
-``OrderedDict`` grows as a dict does, copying itself whole: one insert took 14 ms at
-87,381 entries, 61 ms at 349,525 and 169 ms at 699,050 (measured here), inside the step
-that leased the job, and every other queue waited for it. :class:`ChainedOrder` keeps
-the same order in a chain of ``OrderedDict`` links of at most ``LINK_MAX_ENTRIES``
-entries each (new keys go to the last link, a new one once it is full) and finds a
-key's link through a :class:`~trioqueue.core.split_dict.SplitDict`, so no operation
-copies more than one link. Links emptied by removals are dropped, wherever they are in
-the chain, so a job stuck at the front does not keep the emptied links behind it.
+``OrderedDict`` grows as a dict does, copying itself whole, in one insert that grows
+with its size, inside the step that leased the job, and every other queue waited for it.
+:class:`ChainedOrder` keeps the same order in a chain of ``OrderedDict`` links of at
+most ``LINK_MAX_ENTRIES`` entries each (new keys go to the last link, a new one once it
+is full) and finds a key's link through a :class:`~trioqueue.core.split_dict.SplitDict`,
+so no operation copies more than one link. Links emptied by removals are dropped,
+wherever they are in the chain, so a job stuck at the front does not keep the emptied
+links behind it.
 
 The operations are those of ``OrderedDict`` that the detector uses, at the same O(1);
 each costs one SplitDict operation more.

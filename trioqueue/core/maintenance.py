@@ -115,8 +115,8 @@ def compact_memory(scope: BrokerScope, msg: dict[str, Any], now: int,
     oldest generations on its own (a crashed actor's traceback).
 
     The collection is asked for, not done by default: it visits every object the
-    broker holds since its start (0.46 s at 200,000 jobs on this machine kind), and
-    every queue waits for it. Answered with bunqueue's ``{}`` plus ``freed``."""
+    broker holds since its start, and every queue waits for it. Answered with bunqueue's
+    ``{}`` plus ``freed``."""
     collect = fields.lenient_bool(msg.get("gc"))
     broker = {
         "retainedResults": scope.forget_expired_retained(now),

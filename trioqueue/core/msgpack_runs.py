@@ -5,7 +5,7 @@ A list or map of many items is made a run at a time: a head for ``count`` items 
 front of a window of the bytes that follow, fewer items while they do not fit. A map's
 entries come as an array of twice as many items (its keys and values in turn): msgpack
 interns every string key of a map it makes, into the interpreter's one table of
-interned strings, which then grows by resizes of its own (one of about 25 ms as a map
+interned strings, which then grows by resizes of its own (each one long step, as a map
 of a million distinct keys is made) and keeps their slots after. Shared by a frame's
 decoding (``transport/large_msgpack.py``) and a stored value's reading back
 (``storage/value_pieces.py``).

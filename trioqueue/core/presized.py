@@ -1,12 +1,11 @@
 """An empty dict sized beforehand for a map whose count is known (a msgpack or CBOR map
 header), so that making it a key at a time never resizes it.
 
-A dict grows by resizes, and one resize copies every entry in one call: a map of
-600,000 keys decoded a slice at a time still held the event loop about 12 ms at its
-last resize, a million keys about 25 ms. CPython has no public call that sizes a dict
-(``_PyDict_NewPresized`` stops at 87,381 entries), so the C extension
-(``trioqueue.core._presized``) makes the table; without it the map grows as any dict
-does (correct, with those steps).
+A dict grows by resizes, and one resize copies every entry in one call: a large map
+decoded a slice at a time still held the event loop for its last resize. CPython has no
+public call that sizes a dict (``_PyDict_NewPresized`` stops at 87,381 entries), so the
+C extension (``trioqueue.core._presized``) makes the table; without it the map grows as
+any dict does (correct, with those steps).
 
 The count comes from the wire, so the caller bounds it by what its payload can hold
 (:func:`entries_bound`): a header claiming millions of entries in a small frame (or the

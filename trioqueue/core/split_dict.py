@@ -1,8 +1,8 @@
 """A dict that never resizes more than a few thousand entries at once.
 
 A Python dict grows by copying itself whole into a table three times as large: at
-700,000 entries one insert takes about 45 ms, at 1.4M about 110 ms (random writes into
-a new index of tens of MB), and a queue's every other command, on every queue, waits for
+hundreds of thousands of entries that one insert is a long step (random writes into a
+new index of tens of MB), and a queue's every other command, on every queue, waits for
 it. Deletes never shrink a dict either, so a queue with steady churn resizes again each
 time the deleted slots run out. The broker keeps a few maps with one entry per live job
 (a queue's jobs and locks, the router's index); those are :class:`SplitDict`.

@@ -2,11 +2,10 @@
 
 ``heapq`` keeps a heap in one Python list, and a list grows by copying itself into a
 block an eighth larger. A queue's ready, delayed, lock and timeout heaps hold one entry
-per job, so at a million jobs that copy is 8 MB into memory never touched before: on
-this machine kind (a KVM guest) its page faults cost 15-35 ms of CPU in one step, and
-every queue waits for it (measured: each 100-job slice of a PULLB at a million jobs that
-took 13-34 ms grew one of these heaps; ``docs/benchmarks.md``, issue 11, thirteenth
-pass). :class:`~trioqueue.core.split_dict.SplitDict` does the same for the maps.
+per job, so at a million jobs that copy is megabytes into memory never touched before:
+its page faults make one long step, and every queue waits for it (measured: the slowest
+slices of a PULLB at a million jobs were those that grew one of these heaps;
+``docs/benchmarks.md``). :class:`~trioqueue.core.split_dict.SplitDict` does the same for the maps.
 
 So the entries live in chunks of at most ``CHUNK_ENTRIES``, each an ordinary heapq list.
 Pushes go to the open chunk (the *tail*); a full tail is sealed and a new one opened.
@@ -15,8 +14,8 @@ popped, and a small heap of ``(smallest entry, serial, chunk)``, one per sealed 
 finds the smallest overall against the tail's own head. No entry is ever stale there,
 and no list is ever longer than a chunk (the small heap holds one entry per
 ``CHUNK_ENTRIES`` jobs). A push costs one heapq push into a list of at most a chunk, a
-pop one or two heapq operations: O(log n) as before, about 100 ns more per operation
-(Python method calls).
+pop one or two heapq operations: O(log n) as before, plus a Python method call per
+operation.
 
 Entries are compared as heapq compares them (``<``), so they must be totally ordered;
 equal entries may come out in any order, as with heapq.
@@ -143,7 +142,7 @@ class SplitHeap(Generic[T]):
         For a heap with lazily deleted entries (a waiter answered early stays in it
         until it reaches the top): one call filters at most a chunk, so a caller can
         reclaim a large heap a bounded piece per step instead of rebuilding it whole
-        (40,000 entries: about 9 ms). The sealed chunks are taken in the order they
+        in one long step. The sealed chunks are taken in the order they
         were sealed, then the tail, then round again. A sealed chunk left under a
         quarter full is merged into the tail, so chunks that sweeps thin out do not
         pile up; a chunk whose head went keeps its place in the small heap with its

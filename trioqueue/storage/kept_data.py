@@ -1,12 +1,12 @@
-"""Large job data kept apart from its record, written once (issue 12, item 2).
+"""Large job data kept apart from its record, written once.
 
 A job's record is rewritten at every state change: a pull, a retry, the finish. With
-its data inside, an 8.5 MB job cost three 8.5 MB encodings, puts and commits, each one
-call that held the event loop for milliseconds (docs/benchmarks.md, "Issue 12, twelfth
-pass"). A record whose encoding reaches :data:`KEEP_DATA_BYTES` therefore goes to the
-store in two values: the record without its data (and :data:`KEPT_FIELD` set), and the
-data alone under the job's key in the ``data`` sub-database (``V({"d": data})``, or a
-string's UTF-8 bytes as they are, written from the string's own buffer).
+its data inside, a large job cost three encodings, puts and commits of all its data, each
+one call that held the event loop (measured in docs/benchmarks.md). A record whose
+encoding reaches :data:`KEEP_DATA_BYTES` therefore goes to the store in two values: the
+record without its data (and :data:`KEPT_FIELD` set), and the data alone under the job's
+key in the ``data`` sub-database (``V({"d": data})``, or a string's UTF-8 bytes as they
+are, written from the string's own buffer).
 
 Later writes of the same job skip the data as long as it is the same object: the core
 replaces a job's data when it changes (UpdateData, a flow's parent), it never edits it

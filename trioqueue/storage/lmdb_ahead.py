@@ -1,7 +1,7 @@
 """Long data strings written to LMDB ahead of their job, a piece a transaction.
 
-A large job's data row was put and committed in the push's own commit: one step of
-about 2 ms for 8.5 MB, during which no other write could commit (one writer, one
+A large job's data row was put and committed in the push's own commit: one step as
+long as the data, during which no other write could commit (one writer, one
 LMDB write lock). Written ahead instead (``actors/ahead_writes.py`` drives it), each
 piece of :data:`AHEAD_PIECE_BYTES` is its own short transaction, and other commits
 run between two. The record's commit then only claims the rows (``ahead_claims``, in

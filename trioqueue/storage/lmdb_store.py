@@ -32,7 +32,7 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
   :meth:`LmdbStorage.load` does not scan finished jobs.
 * A page of finished jobs at any offset costs O(log n + page): the positions of every
   large (queue, state) range are kept in memory (:mod:`.lmdb_finished`), built when the
-  store opens (one walk of those ranges, about 60 ms per million finished jobs) and
+  store opens (one walk of those ranges) and
   updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
   one thread at a time (``apply_blocks`` is False: the writer commits inline).
 * One broker per store: the store holds an OS lock on a file in its directory from open
@@ -202,7 +202,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
 
     def used_bytes(self) -> int:
         """Bytes of the pages in use by the B-trees of the last commit, meta pages
-        included (about 8 us: one read transaction, one stat per database)."""
+        included (cheap: one read transaction, one stat per database)."""
         return self.space().used_bytes
 
     def space(self) -> Space:

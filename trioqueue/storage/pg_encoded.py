@@ -3,7 +3,7 @@
 PostgreSQL stores a job's data inside its record, and the store's commits run in a
 worker thread. msgpack holds the interpreter lock for the whole of one call, so a
 record of a million small maps encoded there held the event loop for as long as that
-encoding (over 100 ms), at the push, again at the pull (the active record) and at the
+encoding, at the push, again at the pull (the active record) and at the
 finish; a finished record decoded there for a command held it twice as long.
 
 So the data of a push in a large frame is encoded before the command runs, a slice at

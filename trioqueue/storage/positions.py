@@ -2,7 +2,7 @@
 
 A store that keeps finished jobs in a sorted key range (LMDB's ``finished_idx``) can
 seek to a key but not to a position: "the 500,000th completed job" would be a walk of
-500,000 keys (55-80 ms in py-lmdb, even with the skipping done in C). :class:`Positions`
+500,000 keys (slow in py-lmdb, even with the skipping done in C). :class:`Positions`
 remembers one *anchor* key every :data:`BLOCK` keys or so and how many keys each block
 holds, so a position becomes a seek to the block's anchor plus a walk of less than two
 blocks. Memory: one anchor per ~1,000 keys (about 100 bytes each), so 1M finished jobs

@@ -13,9 +13,8 @@ The body of a frame of at least :data:`BODY_STREAM_BYTES` that spans reads is wr
 into an anonymous ``mmap`` of its size instead, which is handed over as the payload
 (bytes-like: length, indexing, slicing, the buffer protocol; and file-like). A growing
 buffer is copied whole each time it outgrows its memory (8 times its final size in
-all, an 8 MB copy taking 6 ms here) and the payload then copied out of it once more
-(30-40 ms for 40 MB), all on the event loop; the mmap is never copied, and its pages
-are zero-filled by the kernel as the reads reach them (issue 12).
+all) and the payload then copied out of it once more, all on the event loop; the mmap
+is never copied, and its pages are zero-filled by the kernel as the reads reach them.
 """
 
 from __future__ import annotations

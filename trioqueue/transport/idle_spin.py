@@ -1,8 +1,8 @@
 """Keep polling the sockets for a moment after each read (standalone broker only).
 
-Waking a process that sleeps in ``epoll_wait`` costs time the process never sees: on
-this machine a blocking ping-pong of two Python processes over loopback took 64-116 us
-a round trip, and 22-33 us when one side polls instead (``scripts/ping_pong.py``).
+Waking a process that sleeps in ``epoll_wait`` costs time the process never sees: a
+blocking ping-pong of two Python processes over loopback takes several times as long
+a round trip as when one side polls instead (``scripts/ping_pong.py``).
 A client that sends one request at a time (``await queue.add(...)`` in a loop) pays
 that wake-up on every request it sends. So after each socket read the broker keeps its
 event loop polling, one pass of the loop after another, for ``Config.idle_spin_ms``;

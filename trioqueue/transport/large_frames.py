@@ -1,5 +1,5 @@
 """Large frames, decoded and validated in slices so that other connections are served
-meanwhile (issue 12, item 2).
+meanwhile.
 
 One call of a codec library holds the event loop, and the GIL, for as long as the
 frame takes: a thread would not help. Here the work of a frame of at least
@@ -7,8 +7,8 @@ frame takes: a thread would not help. Here the work of a frame of at least
 the transport awaits a checkpoint between two (:func:`decode_large`):
 
 - **msgpack**: arrays and maps are opened by :mod:`.large_msgpack`, at every depth, and
-  msgpack decodes their items in runs that fit in a window (16 KiB of the worst
-  content, empty maps, takes about 2 ms here).
+  msgpack decodes their items in runs that fit in a window (sized so that its worst
+  content, empty maps, is still one short step).
 - **CBOR**: cbor2 is not resumable, so definite-length arrays and maps are opened here,
   at every depth, and cbor2 decodes their items in runs that fit in ``WINDOW_BYTES``
   (see :class:`_CborWalk`). Not cut: an indefinite-length item too large for the
@@ -82,7 +82,7 @@ async def decode_large(codec: Codec, payload: Payload, *, bound_up_to: int,
     at most ``bound_up_to`` (the job data limit: above it, it is of no use). What a
     refused frame made (its data over the limit, or the part before what is malformed)
     goes to ``graveyard``, to be taken apart a slice at a time once the error is let go
-    of: freed in one call, a map of a million keys held the loop about 15 ms.
+    of: freed in one call, a map of a million keys held the loop for all of it.
     """
     slicer = Slicer()
     return await run_sliced(decode_steps(codec, payload, slicer, bound_up_to, graveyard),
@@ -92,7 +92,7 @@ async def decode_large(codec: Codec, payload: Payload, *, bound_up_to: int,
 def unmap_soon(payload: Payload | None) -> None:
     """Unmap a large frame's mmap in a worker thread, not waiting for it.
 
-    Unmapping 40 MB takes 7-11 ms here (the kernel frees every page), on whichever
+    Unmapping a large frame is a long call (the kernel frees every page), on whichever
     thread drops the last reference: on the event loop, unless handed over. The mmap
     releases the GIL while it unmaps. One still viewed is left to the garbage collector.
     """

@@ -1,7 +1,7 @@
 """A large msgpack payload, walked so that no single call makes all of a long string.
 
 msgpack's ``Unpacker`` is resumable but makes each string in one call, once all of it
-has been fed: a 40 MB string held the loop for about 25 ms. Here arrays and maps are
+has been fed: a long string held the loop while it was made. Here arrays and maps are
 opened by this walk, at every depth, and their items decoded by msgpack in runs that
 fit in ``WINDOW_BYTES`` (as :class:`~trioqueue.transport.large_frames._CborWalk` does
 for CBOR: a head for ``batch`` items put in front of the next window, halved while the

@@ -2,7 +2,7 @@
 
 A connection alone is bounded by its own limits (a frame, its unsent replies); these
 bound what all of them hold together, so that many connections cannot add up to the
-broker's memory (issue 12):
+broker's memory:
 
 - :class:`ByteBudget`: bytes held by connections (incomplete frames; unsent replies),
   with one broker-wide bound. Past it, the connections holding the most are cut, one
@@ -345,21 +345,20 @@ TEARDOWNS_AT_ONCE = 32
 class Teardowns:
     """At most ``TEARDOWNS_AT_ONCE`` connections end at once; the others wait in turn.
 
-    A connection's end is a few task steps of 20-30 us each (its read loop sees the
+    A connection's end is a few short task steps (its read loop sees the
     EOF, its sender is cancelled, its session hands back its jobs and holds, its socket
     closes). Trio runs every task that is ready in one pass of its loop, so when a
     thousand clients go at once (a fleet restarted, a network cut) those steps all land
-    in the same few passes, and another queue's client waited for them: 975 closed
-    connections with 40 WaitJob holds each made passes of 16-33 ms and a probe call of
-    73-86 ms (docs/benchmarks.md, "Connections ending together"). In turns of 32, a
+    in the same few passes, and another queue's client waited for them all
+    (docs/benchmarks.md, "Connections ending together"). In turns of 32, a
     pass holds the later steps of at most 32 ending connections; the step in which each
     read returns the EOF comes before its turn, and trio still wakes those all in one
     pass, so what that step costs is kept small: a free turn is taken without a
     checkpoint, and a connection with none joins a line (a deque) and parks on the
     scheduler itself; ``done`` hands its turn to the first in line. A
     ``trio.CapacityLimiter`` taken shielded did the same with an exception, a cancel
-    scope and a parking lot per connection: about 5 us more per EOF step, 975 of them
-    in one pass (``docs/benchmarks.md``, "issue 11, seventeenth pass").
+    scope and a parking lot per connection: more work in each EOF step, and a thousand
+    of those steps land in one pass.
 
     A connection in line cannot be cancelled out of it (its abort is refused, as a
     shielded wait would be): a connection that ends must still hand back what it holds,

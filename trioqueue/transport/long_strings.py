@@ -1,16 +1,15 @@
-"""Long strings of a large frame, made a slice at a time (issue 12, item 2).
+"""Long strings of a large frame, made a slice at a time.
 
-Python makes a ``str`` (or ``bytes``) in one call over all of its content: a 40 MB
-string held the event loop for about 25 ms while it was made, whatever slicing went on
-around it. Here a long string is allocated first and filled a piece of
-:data:`PIECE_BYTES` at a time by the C helper ``_pieces`` (the walk yields between
-pieces when its slice is over):
+Python makes a ``str`` (or ``bytes``) in one call over all of its content: a long
+string holds the event loop while it is made, whatever slicing goes on around it. Here a
+long string is allocated first and filled a piece of :data:`PIECE_BYTES` at a time by
+the C helper ``_pieces`` (the walk yields between pieces when its slice is over):
 
 - **ASCII** text (base64, JSON, most large payloads) and byte strings: filled as they
   are, one ``memcpy`` a piece; an ASCII ``str`` is its UTF-8 bytes.
 - **other text**: decoded as UTF-8 a piece at a time, then the pieces are joined once
   (one copy, no decoding): not cut, so a long non-ASCII string still holds the loop
-  for that copy (about 1 ms per 8 MB here).
+  for that copy.
 
 Without the compiled helper (no compiler where the package was installed) every long
 string takes the second path. Errors are those of decoding UTF-8 (``UnicodeError``).
@@ -74,7 +73,7 @@ def bytes_steps(view: memoryview, slicer: Slicer) -> Steps[bytes]:
 
 def joined_text_steps(parts: list[str], slicer: Slicer) -> Steps[str]:
     """``"".join(parts)``, made a part at a time when every part is ASCII (a long JSON
-    string decoded in pieces: joined at once, 32 MB held the loop about 15 ms). Other
+    string decoded in pieces: joined at once, it held the loop for the whole copy). Other
     text is joined in one copy, as :func:`text_steps` does."""
     if not HAVE_PIECES or not all(part.isascii() for part in parts):
         return "".join(parts)

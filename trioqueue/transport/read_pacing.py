@@ -1,8 +1,8 @@
 """How long one connection's read may hold the event loop, and what bad frames cost it.
 
 A read (up to 256 KiB) may hold hundreds of frames. Decoded at once, a read of frames
-that are cheap to send and dear to decode (msgpack nested 10,000 deep costs 0.1-0.3 ms
-to refuse; about 180 bad frames fit a read) held the loop for tens of milliseconds per
+that are cheap to send and dear to decode (msgpack nested 10,000 deep, refused only
+after a walk of it; a read holds many of them) held the loop for tens of milliseconds per
 read, and four connections sending them flat out kept every other client waiting
 behind all four in each pass of the scheduler. So:
 
@@ -17,7 +17,7 @@ behind all four in each pass of the scheduler. So:
 
 The pauses are counted on one clock for the whole broker (:class:`BadFrameClock`, in the
 shell): with a clock per connection, four connections sending garbage each got a fifth
-of the loop, 55% of the broker's CPU together (measured: 2.9 s of CPU in 5.4 s); on one
+of the loop, over half of the broker's CPU together; on one
 clock they take turns, and together get ``1 / (1 + bad_frame_pause_ratio)`` of it.
 """
 

@@ -1,16 +1,16 @@
 """A reply with a long list of jobs, encoded a slice at a time by the sender task.
 
 A PULLB of 1,000 jobs is one reply holding 1,000 job maps of about 50 fields each.
-Encoded at once it took 16 ms in CBOR (cbor2: 16 us a job) and 28 ms in msgpack, more
-on a loaded host, inside the step that released it, and every other client waited that
-long. So a TCP reply whose ``jobs`` list is longer than :data:`LONG_LIST_ITEMS` is not
-encoded by that step: it takes its place in the connection's send queue as a
-:class:`SlicedFrame`, and the connection's sender task encodes :data:`SLICE_ITEMS` jobs
-per scheduler pass, then sends the frame a slice's bytes per pass (its length header,
-which needs the whole payload, in front of the first). Replies released after it queue
-behind it, so the order on the wire is kept.
+Encoded at once, in CBOR or msgpack, it was one long step inside the step that
+released it, and every other client waited for all of it. So a TCP reply whose ``jobs``
+list is longer than :data:`LONG_LIST_ITEMS` is not encoded by that step: it takes its
+place in the connection's send queue as a :class:`SlicedFrame`, and the connection's
+sender task encodes :data:`SLICE_ITEMS` jobs per scheduler pass, then sends the frame a
+slice's bytes per pass (its length header, which needs the whole payload, in front of
+the first). Replies released after it queue behind it, so the order on the wire is kept.
 A WebSocket session does the same with :class:`SlicedPayload` (a binary message) or
-:class:`SlicedJson` (a text message): its sender task steps them, then sends the message.
+:class:`SlicedJson` (a text message): its sender task steps them, then sends the
+message.
 
 The bytes are the ones encoding it at once gives: in both codecs a map is its header
 followed by its keys and values in order, and an array its header followed by its
@@ -156,7 +156,7 @@ class SlicedFrame(SlicedPayload):
     The sender sends each piece in a pass of its own. Joined whole, a PULLB of 1,000
     jobs is one buffer of about 800 KB, copied twice more (the join, then the header
     in front), and sent in one system call; at a million jobs in the broker those
-    copies and that send took 1-11 ms of the final step (fresh heap pages, the
+    copies and that send were most of the final step (fresh heap pages, the
     kernel's copy and loopback delivery), where a piece of 100 jobs costs a tenth. The
     first piece is made with room for the header, written once the length is known,
     and the last with the entries after the list: no piece is copied again.

@@ -44,8 +44,8 @@ def long_frame(codec: Codec, reply: dict[str, Any]) -> LongFrame | None:
 def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
     """Replies encoded and framed for one send: small frames joined into one chunk (all
     of them, commonly: one buffer, as before), a payload of ``COALESCE_BYTES`` or more
-    left as it is behind its header (joining it would copy it once more: about 1 ms of
-    the event loop for an 8.5 MB job), a job's long data string as a view of its own
+    left as it is behind its header (joining it would copy it once more, on the
+    event loop), a job's long data string as a view of its own
     bytes (:mod:`.text_splice`). A frame header is never cut across two chunks."""
     parts: list[Chunk] = []
     run: list[bytes] = []

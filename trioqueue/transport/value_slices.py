@@ -1,8 +1,8 @@
 """A reply whose values are many, encoded a run of them at a time.
 
 A job's data may be a million small maps (8M characters of JSON, within the data limit):
-its ``PULL`` or ``GetJob`` reply, encoded in one call, held the event loop about 100 ms
-(msgpack) or 300 ms (CBOR). Long strings are cheap to send (:mod:`.text_splice`) and long
+its ``PULL`` or ``GetJob`` reply, encoded in one call, held the event loop for the whole
+encoding (msgpack or CBOR). Long strings are cheap to send (:mod:`.text_splice`) and long
 lists of jobs are encoded a slice of jobs at a time (:mod:`.reply_slices`); this covers
 the rest: any reply holding more than :data:`HEAVY_VALUES` values is walked, and its
 containers encoded by the codec's own encoder a run of items at a time, each run holding

@@ -8,7 +8,7 @@ modules; this package re-exports what the rest of the broker imports, so
 from ..fields import normalise_progress
 from .dependencies import ADOPT, REMOVE_CHILD, SET_PARENT, SETTLED
 from .finished import FinishedView
-from .finished import FinishedView as FinishedReader  # its name before issue 11
+from .finished import FinishedView as FinishedReader  # its former name, kept for callers
 from .leases import Lock
 from .ports import JobIndex
 from .settings import DEFAULT_MAX_STALLS, DEFAULT_STALL_CONFIG, QueueSettings

@@ -52,7 +52,7 @@ def slice_jobs(q: QueueState) -> int:
 
     The core keeps no clock: the count is all it is told, so a test that sets none gets
     ``SLICE_JOBS`` slices. Read at the start of each slice, so one long command follows
-    a cap that changes while it runs (a million leases at 50 us each, or 100 jobs of a
+    a cap that changes while it runs (leases at a million active jobs, or jobs of a
     megabyte, take far longer per job than a drain's removals)."""
     return capped(q.slice_cap, SLICE_JOBS)
 
@@ -75,8 +75,8 @@ class SliceFill:
     ``slice_jobs(q)``, and the driver's word that its time is up.
 
     The count alone is set from what earlier slices cost (``slice_cap``), so a slice
-    that runs four times slower than the last ones (seen at a million jobs: 100 leases
-    in 15-24 ms of CPU against 3-4 ms) holds every other queue for its whole count. So a
+    that runs several times slower than the last ones (seen at a million jobs) holds
+    every other queue for its whole count. So a
     slice is done in pieces of at most ``LOOK_EVERY_JOBS`` jobs, and after each piece
     it asks ``q.slice_over`` (the driver's clock; None: no clock, and a piece is the
     whole rest of the slice, as in the tests and the synchronous forms).
@@ -373,8 +373,8 @@ def pushb_sliced(q: QueueState, count: int, parse: JobsParse, now: int,
                  storage_full: bool) -> Sliced:
     """A large PUSHB, a slice of jobs (``slice_jobs``) a step: validated first
     (``parse`` refuses the whole batch at its first bad job, before any is admitted),
-    then admitted (one job costs about 20 us: a PUSHB of 1,000 held every other queue
-    for 20-30 ms in one step).
+    then admitted (admitted in one step, a PUSHB of 1,000 held every other queue for
+    all of them).
 
     The batch stays whole for its own queue (nothing else of the queue runs before
     its last slice). A crash midway leaves an ordered prefix committed without a
@@ -417,8 +417,8 @@ def pullb_sliced(q: QueueState, count: int, now: int, *, owner: str | None,
     step, until ``count`` or the queue runs out. The handler runs the first step in
     the command's own step; a PULLB done by then is answered as any pull.
 
-    One job leased costs 30-50 us at a million active (its lock, its record rewritten,
-    its wire form): a PULLB of 1,000 held every other client for 30-100 ms in one step.
+    One job leased is real work at a million active (its lock, its record rewritten,
+    its wire form): a PULLB of 1,000 in one step held every other client for all of it.
     Every slice leases with the command's ``now``, so all of its jobs share one lock
     deadline, as in one step. Nothing else of the queue runs before the last slice, so
     no other pull can take a job between two of them.
@@ -467,9 +467,9 @@ def ackb_sliced(q: QueueState, checked: list[tuple[int, JobRecord]], now: int, *
     """The jobs of a large ACKB (``checked``: every token already checked, nothing
     changed yet) completed a slice (``slice_jobs``) a step, each its own commit.
 
-    One job completed costs 20-60 us at a million finished (its record rewritten, its
-    finished-index entry, its result): an ACKB of 1,000 held every other queue for
-    20-60 ms in one step. Every slice completes with the command's ``now``, and nothing
+    One job completed is real work at a million finished (its record rewritten, its
+    finished-index entry, its result): an ACKB of 1,000 in one step held every other
+    queue for all of it. Every slice completes with the command's ``now``, and nothing
     else of the queue runs before the last one, so the tokens checked first still hold.
     A crash midway leaves the first slices completed without a reply: an ACKB sent
     again ignores those jobs (not active), as it does any job already acknowledged.

@@ -42,7 +42,7 @@ def _watch(q: QueueState, job: JobRecord, now: int) -> None:
     if q._next_stall_check is None:
         q._next_stall_check = now + STALL_CHECK_MS
     if job.timeout:
-        # As a lease: never before ``timeout`` ms have passed on the ms clock (issue 12)
+        # As a lease: never before ``timeout`` ms have passed on the ms clock
         q._timeouts.push((lease_deadline(now, job.timeout), job.id, now))
 
 

@@ -120,9 +120,9 @@ class Parked:
     def _answered(self, n: int = 1) -> None:
         """``n`` parked requests were answered before their deadline: their heap
         entries are stale. Once stale entries outnumber live ones (and the slack), each
-        call sheds them from one chunk of the heap (at most ``CHUNK_ENTRIES``, about a
-        millisecond): 975 connections closing with 40 holds each had a single step
-        rebuild a 40,000-entry heap for 9-18 ms while every other queue waited."""
+        call sheds them from one chunk of the heap (at most ``CHUNK_ENTRIES``): a
+        thousand connections closing with many holds each had a single step rebuild the
+        whole heap while every other queue waited."""
         self._stale += n
         heap = self._deadlines
         if self._stale > COMPACT_SLACK and self._stale * 2 > len(heap):
@@ -259,7 +259,7 @@ def serve_waiters(q: QueueState, now: int) -> list[WaiterAnswer]:
     A parked PULLB of many jobs is leased as a PULLB sent now would be: its first slice
     here, the rest as the queue's long work (``WaiterAnswer.work``), so that a PUSHB
     of 1,000 jobs meeting a parked PULLB of 1,000 does not lease them all in one step
-    (30-50 ms at a million active). The pulls parked behind it are served at a later
+    (a long one at a million active). The pulls parked behind it are served at a later
     tick, once that work is done: they came later, and it takes the jobs first."""
     out: list[WaiterAnswer] = []
     pulls = q.parked.pulls
