@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,25 @@ import trio
 from trioqueue.config import Config
 from trioqueue.server import Server
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
+# The pictures of docs/dashboard.md, refreshed on request only (``SCREENSHOTS_VARIABLE``).
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
+SCREENSHOTS_VARIABLE = "TRIOQUEUE_DASHBOARD_SCREENSHOTS"
+
+
+def screenshots_folder(environ: Mapping[str, str], scratch: Path) -> Path:
+    """The folder the browser tests save their screenshots in: the one the environment
+    names (``docs/dashboard`` refreshes the docs' pictures), else a scratch folder, so
+    that running the tests leaves the checkout as it was."""
+    named = environ.get(SCREENSHOTS_VARIABLE)
+    return Path(named) if named else scratch
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's screenshot folder (``screenshots_folder``), created."""
+    folder = screenshots_folder(os.environ, tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def chromium_executable() -> str | None:

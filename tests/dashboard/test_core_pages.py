@@ -1,17 +1,19 @@
 """The dashboard's core pages in a real browser: overview, queues, a queue, a job, auth.
 
 Each test drives the page as an operator would and checks what the page shows; the
-screenshots in docs/dashboard/ are taken here."""
+screenshots of docs/dashboard/ are taken here (into a scratch folder unless
+``$TRIOQUEUE_DASHBOARD_SCREENSHOTS`` names one: see conftest.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import SCREENSHOTS, Broker
+from .conftest import Broker
 
 # (a machine without the playwright package skips this module, saying why; CI has it)
 expect = pytest.importorskip(
@@ -41,7 +43,7 @@ def set_priority(page: Any, text: str) -> None:
 
 
 def test_the_overview_shows_counts_and_updates_them_live(
-        start_broker: Callable[..., Broker], page: Any) -> None:
+        start_broker: Callable[..., Broker], page: Any, screenshots: Path) -> None:
     broker = start_broker(**FAST)
     push(broker, "emails", data={"to": "a@example.org"})
     page.goto(broker.url + "/#/")
@@ -64,8 +66,7 @@ def test_the_overview_shows_counts_and_updates_them_live(
     expect(page.get_by_test_id("count-failed")).to_have_text("1")
     expect(page.get_by_test_id("count-dlq")).to_have_text("1")
     page.wait_for_selector("[data-testid=throughput-chart] canvas")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "overview.png"))
+    page.screenshot(path=str(screenshots / "overview.png"))
 
 
 def test_the_overview_counts_prioritized_jobs_once_before_any_live_frame(
@@ -142,7 +143,7 @@ def test_a_destructive_action_asks_first(start_broker: Callable[..., Broker],
 
 
 def test_a_queue_lists_jobs_by_state_and_finds_one_by_custom_id(
-        start_broker: Callable[..., Broker], page: Any) -> None:
+        start_broker: Callable[..., Broker], page: Any, screenshots: Path) -> None:
     broker = start_broker()
     waiting = push(broker, "emails", name="send", data={"to": "b@example.org"})
     push(broker, "emails", name="later", delay=60_000)
@@ -157,14 +158,14 @@ def test_a_queue_lists_jobs_by_state_and_finds_one_by_custom_id(
     page.get_by_test_id("tab-waiting").click()
     expect(page.get_by_test_id(f"job-row-{waiting}")).to_be_visible()
     expect(page.get_by_test_id("jobs-table")).not_to_contain_text("later")
-    page.screenshot(path=str(SCREENSHOTS / "queue.png"))
+    page.screenshot(path=str(screenshots / "queue.png"))
     page.get_by_test_id("job-search").fill("order-42")
     page.get_by_test_id("job-search-go").click()
     expect(page.get_by_test_id("job-id")).to_have_text("order-42")
 
 
 def test_a_job_shows_its_logs_and_follows_it_live_to_its_error(
-        start_broker: Callable[..., Broker], page: Any) -> None:
+        start_broker: Callable[..., Broker], page: Any, screenshots: Path) -> None:
     broker = start_broker()
     job_id = push(broker, "emails", name="send", data={"to": "c@example.org"}, priority=2)
     broker.call("POST", f"/jobs/{job_id}/logs", json={"message": "connecting to smtp"})
@@ -183,7 +184,7 @@ def test_a_job_shows_its_logs_and_follows_it_live_to_its_error(
     expect(page.get_by_test_id("job-error")).to_have_text("smtp refused")
     expect(page.get_by_test_id("job-stack")).to_contain_text("send()")
     expect(page.get_by_test_id("job-logs")).to_contain_text("smtp said no")
-    page.screenshot(path=str(SCREENSHOTS / "job.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "job.png"), full_page=True)
 
 
 def test_job_actions_change_priority_promote_and_remove(
