@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The broker's instructions per job, counted by callgrind: what a noisy shared host
-# cannot inflate (wall-clock A/B runs here swing 3-5x; see docs/benchmarks.md).
+# cannot inflate (wall-clock A/B runs here swing 3-5x; docs/benchmarks.md, "Reproducing").
 #
 #   scripts/callgrind_rows.sh N ROWS TREE...      e.g.
 #   git worktree add /tmp/old fa8642b && scripts/callgrind_rows.sh 4000 push_seq,pull_ack_1 /tmp/old .

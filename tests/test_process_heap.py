@@ -119,6 +119,6 @@ async def test_the_standalone_broker_keeps_large_jobs_off_fresh_pages(tmp_path: 
     # into an mmap of its own, unmapped off the loop: framing.py); every other buffer
     # reuses freed memory. (With glibc's defaults the broker now faults about as much:
     # the buffers a large job used to pass through, each a fresh mapping there, are
-    # gone: see docs/benchmarks.md, "Issue 12, twelfth pass".)
+    # gone.)
     pages = 8_500_000 // 4096
     assert kept < 1.2 * pages, kept

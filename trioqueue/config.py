@@ -135,7 +135,7 @@ class Config:
     # a queue whose slices take longer than this takes fewer jobs a slice, measured as
     # it goes (actors/slice_budget.py). 0: always SLICE_JOBS. 4 ms leaves slices of
     # small jobs at SLICE_JOBS and held 50 KB jobs' PULLB slices to 5 ms of CPU (15 ms
-    # fixed); 3 ms cost a PULLB at 200k jobs 10% of its rate (docs/benchmarks.md).
+    # fixed); 3 ms cost a PULLB at 200k jobs 10% of its rate.
     slice_budget_ms: float = 4.0
     # After each socket read the standalone broker keeps polling the sockets this long
     # before its loop may sleep, so a client's next request is read without a wake-up

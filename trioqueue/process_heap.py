@@ -6,7 +6,7 @@ defaults each of them is fresh memory every time. A block past the (dynamic) mma
 threshold is its own mapping, unmapped when freed; a block from the heap is given back
 once more than twice that threshold is free at the top. So every large job faulted in
 thousands of new pages per buffer, and those page faults were most of the broker's
-longest steps (measured in docs/benchmarks.md).
+longest steps.
 
 :func:`keep_freed_heap` therefore fixes glibc's mmap threshold at its largest (32 MiB,
 so every block up to that size comes from the heap: a job's data is at most 10 MB),

@@ -12,7 +12,7 @@ pass in between runs without it. A request that arrives during a slice is read i
 next pass, which the long work sits out; one that arrives during the pass sat out
 waits for one slice at most. Another queue's client then waits for about one slice,
 not two. The price is a scheduler pass per slice (far less than a slice) when nothing
-else is runnable. Measured in ``docs/benchmarks.md``.
+else is runnable.
 """
 
 from __future__ import annotations

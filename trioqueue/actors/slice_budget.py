@@ -40,7 +40,7 @@ _wall = time.perf_counter  # (a vDSO read, 50 ns; thread_time is a system call, 
 # The share of the budget a slice's own work may take by the wall clock. Its commit
 # follows in the same step, and a slice that ran slow commits slowly too: with the
 # whole budget as the deadline, long steps were left at a million jobs; with half,
-# another queue's slow calls became rare (docs/benchmarks.md).
+# another queue's slow calls became rare.
 WORK_SHARE = 0.5
 
 

@@ -5,7 +5,7 @@ block an eighth larger. A queue's ready, delayed, lock and timeout heaps hold on
 per job, so at a million jobs that copy is megabytes into memory never touched before:
 its page faults make one long step, and every queue waits for it (measured: the slowest
 slices of a PULLB at a million jobs were those that grew one of these heaps;
-``docs/benchmarks.md``). :class:`~trioqueue.core.split_dict.SplitDict` does the same for the maps.
+``bench_scale.py``). :class:`~trioqueue.core.split_dict.SplitDict` does the same for the maps.
 
 So the entries live in chunks of at most ``CHUNK_ENTRIES``, each an ordinary heapq list.
 Pushes go to the open chunk (the *tail*); a full tail is sealed and a new one opened.

@@ -2,7 +2,7 @@
 
 A job's record is rewritten at every state change: a pull, a retry, the finish. With
 its data inside, a large job cost three encodings, puts and commits of all its data, each
-one call that held the event loop (measured in docs/benchmarks.md). A record whose
+one call that held the event loop. A record whose
 encoding reaches :data:`KEEP_DATA_BYTES` therefore goes to the store in two values: the
 record without its data (and :data:`KEPT_FIELD` set), and the data alone under the job's
 key in the ``data`` sub-database (``V({"d": data})``, or a string's UTF-8 bytes as they

@@ -437,7 +437,7 @@ LISTEN_INBOX = f"LISTEN {INBOX_CHANNEL}"
 # after VACUUM truncated an emptied table), a sequential scan is the cheapest, and it
 # stayed in use as the table grew, so each batch read every row of tq_live and
 # tq_finished, once per row for the replaced-row look-up: ten times slower
-# (docs/benchmarks.md). With sequential scans off the planner takes an index
+# (docs/benchmarks.md, "PostgreSQL"). With sequential scans off the planner takes an index
 # wherever one serves, and still scans where none does. Such a scan (a cluster's small
 # tables, read whole) then costs the planner's 10^10 penalty, far past jit_above_cost:
 # PostgreSQL would compile it with LLVM for 70-100 ms each time (measured on a heartbeat

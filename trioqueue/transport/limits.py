@@ -350,7 +350,7 @@ class Teardowns:
     closes). Trio runs every task that is ready in one pass of its loop, so when a
     thousand clients go at once (a fleet restarted, a network cut) those steps all land
     in the same few passes, and another queue's client waited for them all
-    (docs/benchmarks.md, "Connections ending together"). In turns of 32, a
+    (docs/benchmarks.md, "A million jobs in one queue"). In turns of 32, a
     pass holds the later steps of at most 32 ending connections; the step in which each
     read returns the EOF comes before its turn, and trio still wakes those all in one
     pass, so what that step costs is kept small: a free turn is taken without a

@@ -15,7 +15,7 @@ from .tallies import MinuteHistory
 # for a queue where that many take longer than Config.slice_budget_ms. A promotion
 # costs about 7 us in process at 100k delayed jobs (two heap operations, two listing
 # moves) and 30 us at a million: the first slice of a million jobs falling due, before
-# the actor measured any, took 12.6 ms of CPU with 400 (docs/benchmarks.md).
+# the actor measured any, took 12.6 ms of CPU with 400.
 PROMOTE_MAX_JOBS = 200
 
 if TYPE_CHECKING:

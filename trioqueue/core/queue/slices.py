@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # Jobs one slice handles: a few ms of work with its commit (measured at 1M jobs: slices
 # of 2,000 jobs held other queues for 35-64 ms, of 400 for 13-15 ms; slices of 200 ACK
-# completions 10-20 ms, of 100 mostly under 10: docs/benchmarks.md), so that a queue
+# completions 10-20 ms, of 100 mostly under 10), so that a queue
 # draining a million jobs delays every other queue by at most one slice at a time.
 SLICE_JOBS = 100
 # Stale heap entries one slice frees (a tuple each: far cheaper than a job).
