@@ -37,7 +37,7 @@ async def _renew_locks(w: Worker) -> None:
     """``JobHeartbeatB`` for every lease, running or being settled: a lock must
     outlive the ACK that ends it, or the broker could hand the job to another
     worker while our result is on its way."""
-    leases = list(w._leases)
+    leases = list(w.leases.held)
     for start in range(0, len(leases), MAX_BATCH_SIZE):
         chunk = leases[start:start + MAX_BATCH_SIZE]
         try:
@@ -46,7 +46,7 @@ async def _renew_locks(w: Worker) -> None:
         except ConnectionLost:
             pass  # the next beat tries again; the lock is longer than the interval
         except TrioqueueError as exc:
-            w._report(exc, "lock renewal")
+            w.events.report(exc, "lock renewal")
 
 
 async def _registry_heartbeat(w: Worker) -> None:
@@ -54,7 +54,7 @@ async def _registry_heartbeat(w: Worker) -> None:
         await w._register()
         return
     try:
-        await w.connection.call("Heartbeat", id=w.id, activeJobs=w._running,
+        await w.connection.call("Heartbeat", id=w.id, activeJobs=w.leases.running,
                                    processed=w.processed_count,
                                    failed=w.failed_count)
     except ConnectionLost:
@@ -65,9 +65,9 @@ async def _registry_heartbeat(w: Worker) -> None:
             w._registered = False
             await w._register()
         else:
-            w._report(exc, "heartbeat")
+            w.events.report(exc, "heartbeat")
     except TrioqueueError as exc:
-        w._report(exc, "heartbeat")
+        w.events.report(exc, "heartbeat")
 
 
 async def _register(w: Worker) -> None:
@@ -76,12 +76,12 @@ async def _register(w: Worker) -> None:
     try:
         await w.connection.call(
             "RegisterWorker", name=w.name, queues=[w.queue_name],
-            concurrency=w._concurrency, workerId=w.id,
+            concurrency=w.leases.limit, workerId=w.id,
             hostname=socket.gethostname(), pid=os.getpid())
     except ConnectionLost:
         return
     except TrioqueueError as exc:
-        w._report(exc, "register")
+        w.events.report(exc, "register")
         return
     w._registered = True
 
@@ -91,7 +91,7 @@ async def _unregister(w: Worker) -> None:
         await w.connection.call("UnregisterWorker", workerId=w.id)
     except CommandError as exc:
         if exc.message != _WORKER_NOT_FOUND:  # never registered, or already gone
-            w._report(exc, "unregister")
+            w.events.report(exc, "unregister")
     except TrioqueueError:
         pass  # a closed connection already unregistered us
     w._registered = False

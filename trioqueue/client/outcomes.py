@@ -47,7 +47,7 @@ async def _release(w: Worker, leases: Iterable[Lease]) -> None:
             await w.connection.call("MoveToWait", id=lease.job.id, token=lease.token)
         except TrioqueueError as exc:
             log.info("worker %s: handing back %s: %r", w.name, lease.job.id, exc)
-        w._leases.discard(lease)
+        w.leases.held.discard(lease)
 
     async with anyio.create_task_group() as nursery:
         for lease in leases:
@@ -58,7 +58,7 @@ def _queue_ack(w: Worker, lease: Lease, result: Any) -> None:
     lease.state = ACKING
     w._acks.append((lease, result))
     w._ack_ready.set()
-    if len(w._acks) >= w.batch_size or w._running == 0:
+    if len(w._acks) >= w.batch_size or w.leases.running == 0:
         w._ack_now.set()
 
 
@@ -114,13 +114,13 @@ async def _send_acks(w: Worker, batch: list[tuple[Lease, Any]]) -> None:
             for item in batch:
                 await w._send_acks([item])
             return
-        w._leases.discard(batch[0][0])
-        w._report(exc, "ack")
+        w.leases.held.discard(batch[0][0])
+        w.events.report(exc, "ack")
         return
     except TrioqueueError as exc:  # the connection stayed lost through the retries
         for lease, _ in batch:
-            w._leases.discard(lease)
-        w._report(exc, "ack")
+            w.leases.held.discard(lease)
+        w.events.report(exc, "ack")
         return
     except Exception as exc:  # encoding: nothing was sent
         if len(batch) > 1:
@@ -136,11 +136,11 @@ async def _send_acks(w: Worker, batch: list[tuple[Lease, Any]]) -> None:
         ignored_ids = set(data["ignoredIds"])
         ignored = {i for i, (lease, _) in enumerate(batch) if lease.job.id in ignored_ids}
     for i, (lease, result) in enumerate(batch):
-        w._leases.discard(lease)
+        w.leases.held.discard(lease)
         if i in ignored:
             continue  # not applied: the job was removed or finished meanwhile
         w.processed_count += 1
-        w._emit("completed", lease.job, result)
+        w.events.emit("completed", lease.job, result)
 
 
 async def _ack_sendable(w: Worker, batch: list[tuple[Lease, Any]],
@@ -156,8 +156,8 @@ async def _ack_sendable(w: Worker, batch: list[tuple[Lease, Any]],
             sendable.append((lease, result))
     if len(sendable) == len(batch):  # not a result: a bug of ours, told as it is
         for lease, _ in batch:
-            w._leases.discard(lease)
-        w._report(exc, "ack")
+            w.leases.held.discard(lease)
+        w.events.report(exc, "ack")
         return
     if sendable:
         await w._send_acks(sendable)
@@ -175,15 +175,15 @@ async def _send_fail(w: Worker, lease: Lease, error: Exception) -> None:
     try:
         reply = await w._call_retrying("FAIL", **fields)
     except TrioqueueError as exc:
-        w._leases.discard(lease)
-        w._report(exc, "fail")
+        w.leases.held.discard(lease)
+        w.events.report(exc, "fail")
         return
-    w._leases.discard(lease)
+    w.leases.held.discard(lease)
     if (reply.get("data") or {}).get("applied") is False:
         return  # the attempt was already charged (lock expiry): nothing happened
     w.failed_count += 1
     lease.job.attempts_made += 1
-    w._emit("failed", lease.job, error)
+    w.events.emit("failed", lease.job, error)
 
 
 async def _call_retrying(w: Worker, cmd: str, **fields: Any) -> dict[str, Any]:

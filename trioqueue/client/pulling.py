@@ -41,9 +41,9 @@ async def _pull_loop(w: Worker) -> None:
         if w._stopping:
             # Ended by run() once the outcomes are settled.
             await anyio.sleep_forever()
-        free = w._concurrency - w._running
+        free = w.leases.limit - w.leases.running
         if w._paused or free <= 0:
-            await w._changed.wait()
+            await w.leases.changed.wait()
             continue
         count = min(free, w.batch_size)
         w._pull_in_flight = True
@@ -54,7 +54,7 @@ async def _pull_loop(w: Worker) -> None:
             attempt += 1
             continue
         except TrioqueueError as exc:
-            w._report(exc, "pull")
+            w.events.report(exc, "pull")
             await anyio.sleep(backoff_s(attempt))
             attempt += 1
             continue
@@ -63,9 +63,9 @@ async def _pull_loop(w: Worker) -> None:
         attempt = 0
         raws = reply.get("jobs") or []
         tokens = reply.get("tokens") or []
-        leases = [Lease(WorkerJob(w, raw, token), token)
+        leases = [Lease(WorkerJob(w.queue, w.events, raw, token), token)
                   for raw, token in zip(raws, tokens, strict=False)]
-        w._leases.update(leases)
+        w.leases.held.update(leases)
         if w._stopping or w._paused:
             # A long-poll that returned after close() or pause(): none of its
             # jobs may start, so they go back before anything else happens.
@@ -81,7 +81,7 @@ async def _pull_loop(w: Worker) -> None:
             # The queue had no more ready jobs than these: BullMQ's "drained"
             # (once until a job is pulled again, not on every empty long-poll).
             w._drained = True
-            w._emit("drained")
+            w.events.emit("drained")
         if not leases:
             await anyio.sleep(drain_delay_s)
 
@@ -125,8 +125,8 @@ async def _close_pull_channel(w: Worker, confirm_s: float = 0.0) -> None:
 def _start(w: Worker, lease: Lease) -> None:
     # Counted here, not in the task, so that the pull loop sees the slot taken
     # before it can ask for more.
-    w._running += 1
-    w._tasks += 1
+    w.leases.running += 1
+    w.leases.tasks += 1
     assert w._work_nursery is not None
     w._work_nursery.start_soon(w._process, lease)
 
@@ -149,7 +149,7 @@ async def _process(w: Worker, lease: Lease) -> None:
         try:
             lease.task = anyio.get_current_task().id
             with lease.scope:
-                w._emit("active", job)
+                w.events.emit("active", job)
                 try:
                     result = await w._call_processor(job)
                     # A result the wire cannot carry fails this job alone, with the
@@ -159,8 +159,8 @@ async def _process(w: Worker, lease: Lease) -> None:
                     error = exc
         finally:
             lease.task = None
-            w._running -= 1
-            w._notify()
+            w.leases.running -= 1
+            w.leases.notify()
         if lease.scope.cancelled_caught:
             lease.state = RELEASING
             await w._release([lease])
@@ -169,8 +169,8 @@ async def _process(w: Worker, lease: Lease) -> None:
         else:
             await w._send_fail(lease, error)
     finally:
-        w._tasks -= 1
-        w._notify()
+        w.leases.tasks -= 1
+        w.leases.notify()
 
 
 async def _call_processor(w: Worker, job: Job) -> Any:

@@ -70,13 +70,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import heartbeats, outcomes, pulling, shutdown, tracing, worker_events
+from . import heartbeats, outcomes, pulling, shutdown, tracing
 from .job import Job
-from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
+from .lease import MAX_BATCH_SIZE, Lease, Leases, log
 from .outcomes import UnrecoverableError
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
-from .worker_events import EVENTS
+from .worker_events import EVENTS, Listener, WorkerEvents
 from .worker_options import (
     MAX_POLL_TIMEOUT_MS,
     check_concurrency,
@@ -96,7 +96,6 @@ DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
 
 Processor = Callable[[Job], Any]
-Listener = Callable[..., Any]
 
 # Worker states.
 _NEW, _STARTED, _CLOSED = "new", "running", "closed"
@@ -177,19 +176,15 @@ class Worker:
         self.failed_count = 0
 
         self._is_async = pulling.is_async_callable(processor)
-        self._concurrency = concurrency
         self._limiter = anyio.CapacityLimiter(concurrency)
-        self._listeners: dict[str, list[Listener]] = {event: [] for event in EVENTS}
+        self.events = WorkerEvents(self.name)
+        self.leases = Leases(concurrency)
         self._state = _NEW
         self._paused = False
         self._stopping = False
         self._registered = False
         self._drained = False
         self._pull_in_flight = False
-        self._leases: set[Lease] = set()
-        self._running = 0  # slots held: leases whose processor has not returned
-        self._tasks = 0    # processor tasks alive (they also send FAIL or release)
-        self._changed = anyio.Event()  # set (and replaced) whenever slots or flags change
         self._acks: list[tuple[Lease, Any]] = []
         self._ack_ready = anyio.Event()  # set while results wait
         self._ack_now = anyio.Event()    # set when they should go without waiting
@@ -201,7 +196,6 @@ class Worker:
         # belongs to an event loop.
         self._graceful: anyio.CancelScope | None = None
         self._grace_s = 0.0  # the timeout of close() that bounds _graceful
-        self._listener_nursery: anyio.abc.TaskGroup | None = None
         self._work_nursery: anyio.abc.TaskGroup | None = None
 
     def __repr__(self) -> str:
@@ -211,17 +205,17 @@ class Worker:
 
     @property
     def concurrency(self) -> int:
-        return self._concurrency
+        return self.leases.limit
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
         """Takes effect at the next pull; lowering it never interrupts a running job,
         the worker just pulls less until enough of them finished."""
         check_concurrency(value)
-        self._concurrency = value
+        self.leases.limit = value
         self._limiter.total_tokens = value
         self._registered = False  # the next heartbeat registers the new value
-        self._notify()
+        self.leases.notify()
 
     @property
     def is_running(self) -> bool:
@@ -244,7 +238,7 @@ class Worker:
     @property
     def active_count(self) -> int:
         """Jobs whose processor is running."""
-        return self._running
+        return self.leases.running
 
     def pause(self) -> None:
         """Stop taking jobs; the running ones finish (and are acknowledged) as usual.
@@ -256,24 +250,20 @@ class Worker:
         :meth:`resume`.
         """
         self._paused = True
-        self._notify()
+        self.leases.notify()
 
     def resume(self) -> None:
         self._paused = False
-        self._notify()
+        self.leases.notify()
 
     # ------------------------------------------------------------------ events
-    # (listeners, and the error reports: worker_events.py)
 
-    on = worker_events.on
-    off = worker_events.off
-    _emit = worker_events._emit
-    _await_listener = worker_events._await_listener
-    _report = worker_events._report
+    def on(self, event: str, fn: Listener) -> Listener:
+        """Call ``fn`` on ``event``; returns ``fn`` (so it can be a decorator's target)."""
+        return self.events.on(event, fn)
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    def off(self, event: str, fn: Listener) -> None:
+        self.events.off(event, fn)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -309,7 +299,7 @@ class Worker:
         async with anyio.create_task_group() as listeners:
             # Listener tasks outlive the work so that one that awaits close() (say, on
             # "drained") is not waited for by the very close it waits for.
-            self._listener_nursery = listeners
+            self.events.nursery = listeners
             try:
                 async with anyio.create_task_group() as work:
                     self._work_nursery = work
@@ -334,8 +324,8 @@ class Worker:
                     await self._finish()
                 self._state = _CLOSED
                 self._closed_event.set()
-                self._emit("closed")
-        self._listener_nursery = None
+                self.events.emit("closed")
+        self.events.nursery = None
 
     async def close(self, force: bool = False, timeout: float | None = None) -> None:
         """Stop the worker and return once it is closed.
@@ -363,8 +353,8 @@ class Worker:
             # Never ran: nothing is leased or registered.
             self._state = _CLOSED
             self._closed_event.set()
-            for awaitable in self._emit("closed"):
-                await self._await_listener("closed", awaitable)
+            for awaitable in self.events.emit("closed"):
+                await self.events.await_listener("closed", awaitable)
             return
         self._stopping = True
         if timeout is not None:
@@ -375,18 +365,12 @@ class Worker:
         if force:
             assert self._graceful is not None
             self._graceful.cancel()
-            self._cancel_running()
+            self.leases.cancel_running()
         self._close_requested.set()
-        self._notify()
-        current = anyio.get_current_task().id
-        if any(lease.task == current for lease in self._leases):
+        self.leases.notify()
+        if self.leases.held_by_task(anyio.get_current_task().id):
             return
         await self._closed_event.wait()
-
-    def _cancel_running(self) -> None:
-        for lease in self._leases:
-            if lease.state == RUNNING:
-                lease.scope.cancel()
 
     async def _drain(self) -> None:
         """The graceful half of close, run by :meth:`run` once close was asked for.
@@ -397,14 +381,15 @@ class Worker:
         heartbeat loop still renews the leases of the jobs being settled.
         """
         assert self._graceful is not None
+        leases = self.leases
         with self._graceful:
-            await self._wait_tasks_idle()
-        if self._running and anyio.current_time() >= self._graceful.deadline:  # not forced
+            await leases.wait_tasks_idle()
+        if leases.running and anyio.current_time() >= self._graceful.deadline:  # not forced
             log.warning("worker %s: the grace period of %g s is over: handing back %d "
                         "running job(s) (no attempt charged)", self.name, self._grace_s,
-                        self._running)
-        self._cancel_running()
-        await self._wait_tasks_idle()
+                        leases.running)
+        leases.cancel_running()
+        await leases.wait_tasks_idle()
         await self._flush_acks()
 
     async def _finish(self) -> None:
@@ -421,7 +406,7 @@ class Worker:
         """
         with anyio.move_on_after(_FINISH_S):
             await self._flush_acks()
-            leftovers = list(self._leases)
+            leftovers = list(self.leases.held)
             async with anyio.create_task_group() as nursery:
                 for lease in leftovers:
                     if lease.error is not None:
@@ -433,10 +418,6 @@ class Worker:
         await self._close_pull_channel(_FINISH_S)
         with anyio.move_on_after(_FINISH_S):
             await self._unregister()
-
-    async def _wait_tasks_idle(self) -> None:
-        while self._tasks:
-            await self._changed.wait()
 
     # ------------------------------------------------------------------ the parts
     # Bound here from the modules that hold them, as methods of the worker's state.
