@@ -55,8 +55,8 @@ async def _registry_heartbeat(w: Worker) -> None:
         return
     try:
         await w.connection.call("Heartbeat", id=w.id, activeJobs=w.leases.running,
-                                   processed=w.processed_count,
-                                   failed=w.failed_count)
+                                   processed=w.outcomes.processed,
+                                   failed=w.outcomes.failed)
     except ConnectionLost:
         pass
     except CommandError as exc:

@@ -71,7 +71,7 @@ async def _pull_loop(w: Worker) -> None:
             # jobs may start, so they go back before anything else happens.
             for lease in leases:
                 lease.state = RELEASING
-            await w._release(leases)
+            await w.outcomes.release(leases)
             continue
         for lease in leases:
             w._start(lease)
@@ -163,11 +163,11 @@ async def _process(w: Worker, lease: Lease) -> None:
             w.leases.notify()
         if lease.scope.cancelled_caught:
             lease.state = RELEASING
-            await w._release([lease])
+            await w.outcomes.release([lease])
         elif error is None:
-            w._queue_ack(lease, result)
+            w.outcomes.queue_ack(lease, result)
         else:
-            await w._send_fail(lease, error)
+            await w.outcomes.send_fail(lease, error)
     finally:
         w.leases.tasks -= 1
         w.leases.notify()

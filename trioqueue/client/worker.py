@@ -70,10 +70,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import heartbeats, outcomes, pulling, shutdown, tracing
+from . import heartbeats, pulling, shutdown, tracing
 from .job import Job
-from .lease import MAX_BATCH_SIZE, Lease, Leases, log
-from .outcomes import UnrecoverableError
+from .lease import MAX_BATCH_SIZE, Leases, log
+from .outcomes import Outcomes, UnrecoverableError
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
 from .worker_events import EVENTS, Listener, WorkerEvents
@@ -171,24 +171,20 @@ class Worker:
         #: The worker's id: its registry id and the ``owner`` of its leases.
         self.id = uuid.uuid4().hex
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{self.id[:8]}"
-        #: Outcomes the broker applied (what the registry heartbeat reports).
-        self.processed_count = 0
-        self.failed_count = 0
 
         self._is_async = pulling.is_async_callable(processor)
         self._limiter = anyio.CapacityLimiter(concurrency)
         self.events = WorkerEvents(self.name)
         self.leases = Leases(concurrency)
+        self.outcomes = Outcomes(connection, self.leases, self.events, name=self.name,
+                                 batch_size=batch_size,
+                                 ack_batch_delay_ms=ack_batch_delay_ms)
         self._state = _NEW
         self._paused = False
         self._stopping = False
         self._registered = False
         self._drained = False
         self._pull_in_flight = False
-        self._acks: list[tuple[Lease, Any]] = []
-        self._ack_ready = anyio.Event()  # set while results wait
-        self._ack_now = anyio.Event()    # set when they should go without waiting
-        self._ack_lock = anyio.Lock()    # one ACKB at a time: keeps the counters simple
         self._pull_channel: Channel | None = None
         self._close_requested = anyio.Event()
         self._closed_event = anyio.Event()
@@ -216,6 +212,16 @@ class Worker:
         self._limiter.total_tokens = value
         self._registered = False  # the next heartbeat registers the new value
         self.leases.notify()
+
+    @property
+    def processed_count(self) -> int:
+        """Results the broker applied (what the registry heartbeat reports)."""
+        return self.outcomes.processed
+
+    @property
+    def failed_count(self) -> int:
+        """Failures the broker applied."""
+        return self.outcomes.failed
 
     @property
     def is_running(self) -> bool:
@@ -308,7 +314,7 @@ class Worker:
                         await self.queue._queue_call("RateLimit", **self._rate_limit)
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self._pull_loop)
-                        loops.start_soon(self._ack_loop)
+                        loops.start_soon(self.outcomes.ack_loop)
                         loops.start_soon(self._heartbeat_loop)
                         if signals:
                             loops.start_soon(shutdown.watch_signals, self, grace_s)
@@ -390,7 +396,7 @@ class Worker:
                         leases.running)
         leases.cancel_running()
         await leases.wait_tasks_idle()
-        await self._flush_acks()
+        await self.outcomes.flush_acks()
 
     async def _finish(self) -> None:
         """The last cleanup, shielded, after the worker's tasks are gone.
@@ -405,13 +411,14 @@ class Worker:
         most) for the broker's close, so when this returns the jobs are back.
         """
         with anyio.move_on_after(_FINISH_S):
-            await self._flush_acks()
+            outcomes = self.outcomes
+            await outcomes.flush_acks()
             leftovers = list(self.leases.held)
             async with anyio.create_task_group() as nursery:
                 for lease in leftovers:
                     if lease.error is not None:
-                        nursery.start_soon(self._send_fail, lease, lease.error)
-                nursery.start_soon(self._release,
+                        nursery.start_soon(outcomes.send_fail, lease, lease.error)
+                nursery.start_soon(outcomes.release,
                                    [lease for lease in leftovers if lease.error is None])
         # Confirmed: a long-poll still parked there takes the jobs handed back above,
         # and only the broker's close of that connection returns them for good.
@@ -429,15 +436,6 @@ class Worker:
     _start = pulling._start
     _process = pulling._process
     _call_processor = pulling._call_processor
-
-    # outcomes: ACKB batches, FAIL, and hand-backs with MoveToWait.
-    _release = outcomes._release
-    _queue_ack = outcomes._queue_ack
-    _ack_loop = outcomes._ack_loop
-    _flush_acks = outcomes._flush_acks
-    _send_acks = outcomes._send_acks
-    _send_fail = outcomes._send_fail
-    _call_retrying = outcomes._call_retrying
 
     # heartbeats: lock renewal and the registry.
     _heartbeat_loop = heartbeats._heartbeat_loop
