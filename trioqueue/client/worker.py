@@ -70,7 +70,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import heartbeats, pulling, shutdown, tracing
+from . import pulling, shutdown, tracing
+from .heartbeats import Heartbeats
 from .job import Job
 from .lease import MAX_BATCH_SIZE, Leases, log
 from .outcomes import Outcomes, UnrecoverableError
@@ -179,10 +180,13 @@ class Worker:
         self.outcomes = Outcomes(connection, self.leases, self.events, name=self.name,
                                  batch_size=batch_size,
                                  ack_batch_delay_ms=ack_batch_delay_ms)
+        self.heartbeats = Heartbeats(connection, self.leases, self.outcomes, self.events,
+                                     worker_id=self.id, name=self.name,
+                                     queue_name=queue_name,
+                                     interval_s=heartbeat_interval_s)
         self._state = _NEW
         self._paused = False
         self._stopping = False
-        self._registered = False
         self._drained = False
         self._pull_in_flight = False
         self._pull_channel: Channel | None = None
@@ -210,7 +214,7 @@ class Worker:
         check_concurrency(value)
         self.leases.limit = value
         self._limiter.total_tokens = value
-        self._registered = False  # the next heartbeat registers the new value
+        self.heartbeats.register_again()  # with the new value
         self.leases.notify()
 
     @property
@@ -309,13 +313,13 @@ class Worker:
             try:
                 async with anyio.create_task_group() as work:
                     self._work_nursery = work
-                    await self._register()
+                    await self.heartbeats.register()
                     if self._rate_limit is not None:
                         await self.queue._queue_call("RateLimit", **self._rate_limit)
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self._pull_loop)
                         loops.start_soon(self.outcomes.ack_loop)
-                        loops.start_soon(self._heartbeat_loop)
+                        loops.start_soon(self.heartbeats.loop)
                         if signals:
                             loops.start_soon(shutdown.watch_signals, self, grace_s)
                         task_status.started()
@@ -424,7 +428,7 @@ class Worker:
         # and only the broker's close of that connection returns them for good.
         await self._close_pull_channel(_FINISH_S)
         with anyio.move_on_after(_FINISH_S):
-            await self._unregister()
+            await self.heartbeats.unregister()
 
     # ------------------------------------------------------------------ the parts
     # Bound here from the modules that hold them, as methods of the worker's state.
@@ -436,10 +440,3 @@ class Worker:
     _start = pulling._start
     _process = pulling._process
     _call_processor = pulling._call_processor
-
-    # heartbeats: lock renewal and the registry.
-    _heartbeat_loop = heartbeats._heartbeat_loop
-    _renew_locks = heartbeats._renew_locks
-    _registry_heartbeat = heartbeats._registry_heartbeat
-    _register = heartbeats._register
-    _unregister = heartbeats._unregister
