@@ -53,10 +53,11 @@ forgets a registration when the connection that made it closes; the next heartbe
 answers ``Worker not found`` and the worker registers again, which is how it notices a
 reconnect without any extra traffic.
 
-**Layout.** This module holds the worker's state, events and lifetime (run, close);
-the rest is bound into the class from :mod:`.pulling` (the pull loop and the
-processors), :mod:`.outcomes` (ACKB, FAIL, hand-backs) and :mod:`.heartbeats` (lock
-renewal, the registry), over the leases of :mod:`.lease`.
+**Layout.** This module holds the worker's lifetime (run, close); the worker composes
+its parts, each an object owning its own fields: ``puller`` (:mod:`.pulling`: the pull
+loop and the processors), ``outcomes`` (:mod:`.outcomes`: ACKB, FAIL, hand-backs),
+``heartbeats`` (:mod:`.heartbeats`: lock renewal, the registry) and ``events``
+(:mod:`.worker_events`: the listeners), over the shared ``leases`` of :mod:`.lease`.
 """
 
 from __future__ import annotations
@@ -70,11 +71,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import pulling, shutdown, tracing
+from . import shutdown, tracing
 from .heartbeats import Heartbeats
 from .job import Job
 from .lease import MAX_BATCH_SIZE, Leases, log
 from .outcomes import Outcomes, UnrecoverableError
+from .pulling import Puller, is_async_callable
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
 from .worker_events import EVENTS, Listener, WorkerEvents
@@ -87,7 +89,6 @@ from .worker_options import (
 )
 
 if TYPE_CHECKING:
-    from .channels import Channel
     from .connection import Connection
 
 __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS", "Listener",
@@ -157,12 +158,9 @@ class Worker:
                              poll_timeout_ms=poll_timeout_ms,
                              ack_batch_delay_ms=ack_batch_delay_ms)
         self._rate_limit = rate_limit_fields(limiter)
-        self._group = group_field(group_concurrency)
         self.queue = Queue(queue_name, connection)  # validates the name
         self.queue_name = queue_name
         self.processor = processor
-        # what runs each job: the processor, or it inside a span (client/tracing.py)
-        self._processor_call = tracing.traced(processor, queue_name) if telemetry else processor
         self.connection = connection
         self.batch_size = batch_size
         self.lock_duration_ms = lock_duration_ms
@@ -173,8 +171,6 @@ class Worker:
         self.id = uuid.uuid4().hex
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{self.id[:8]}"
 
-        self._is_async = pulling.is_async_callable(processor)
-        self._limiter = anyio.CapacityLimiter(concurrency)
         self.events = WorkerEvents(self.name)
         self.leases = Leases(concurrency)
         self.outcomes = Outcomes(connection, self.leases, self.events, name=self.name,
@@ -184,19 +180,19 @@ class Worker:
                                      worker_id=self.id, name=self.name,
                                      queue_name=queue_name,
                                      interval_s=heartbeat_interval_s)
+        self.puller = Puller(
+            self.queue, self.leases, self.outcomes, self.events,
+            tracing.traced(processor, queue_name) if telemetry else processor,
+            is_async=is_async_callable(processor), worker_id=self.id,
+            batch_size=batch_size, poll_timeout_ms=poll_timeout_ms,
+            lock_duration_ms=lock_duration_ms, group=group_field(group_concurrency))
         self._state = _NEW
-        self._paused = False
-        self._stopping = False
-        self._drained = False
-        self._pull_in_flight = False
-        self._pull_channel: Channel | None = None
         self._close_requested = anyio.Event()
         self._closed_event = anyio.Event()
         # The graceful wait of close() and its deadline; made by run(), as a cancel scope
         # belongs to an event loop.
         self._graceful: anyio.CancelScope | None = None
         self._grace_s = 0.0  # the timeout of close() that bounds _graceful
-        self._work_nursery: anyio.abc.TaskGroup | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} on {self.queue_name} ({self._state})>"
@@ -213,7 +209,7 @@ class Worker:
         the worker just pulls less until enough of them finished."""
         check_concurrency(value)
         self.leases.limit = value
-        self._limiter.total_tokens = value
+        self.puller.limiter.total_tokens = value
         self.heartbeats.register_again()  # with the new value
         self.leases.notify()
 
@@ -234,7 +230,7 @@ class Worker:
 
     @property
     def is_paused(self) -> bool:
-        return self._paused
+        return self.puller.paused
 
     @property
     def is_closed(self) -> bool:
@@ -243,7 +239,7 @@ class Worker:
     @property
     def closing(self) -> bool:
         """True once :meth:`close` was called (and until the worker is closed)."""
-        return self._stopping and self._state != _CLOSED
+        return self.puller.stopping and self._state != _CLOSED
 
     @property
     def active_count(self) -> int:
@@ -259,12 +255,10 @@ class Worker:
         charged) rather than started. So no job starts between ``pause()`` and
         :meth:`resume`.
         """
-        self._paused = True
-        self.leases.notify()
+        self.puller.pause()
 
     def resume(self) -> None:
-        self._paused = False
-        self.leases.notify()
+        self.puller.resume()
 
     # ------------------------------------------------------------------ events
 
@@ -312,12 +306,12 @@ class Worker:
             self.events.nursery = listeners
             try:
                 async with anyio.create_task_group() as work:
-                    self._work_nursery = work
+                    self.puller.nursery = work
                     await self.heartbeats.register()
                     if self._rate_limit is not None:
                         await self.queue._queue_call("RateLimit", **self._rate_limit)
                     async with anyio.create_task_group() as loops:
-                        loops.start_soon(self._pull_loop)
+                        loops.start_soon(self.puller.loop)
                         loops.start_soon(self.outcomes.ack_loop)
                         loops.start_soon(self.heartbeats.loop)
                         if signals:
@@ -329,7 +323,7 @@ class Worker:
                         # every lease until its outcome was applied.
                         loops.cancel_scope.cancel()
             finally:
-                self._work_nursery = None
+                self.puller.nursery = None
                 with anyio.CancelScope(shield=True):
                     await self._finish()
                 self._state = _CLOSED
@@ -366,7 +360,7 @@ class Worker:
             for awaitable in self.events.emit("closed"):
                 await self.events.await_listener("closed", awaitable)
             return
-        self._stopping = True
+        self.puller.stop()
         if timeout is not None:
             assert self._graceful is not None  # made by run(), which set _STARTED
             self._grace_s = timeout  # (named in the log line when it runs out)
@@ -385,7 +379,7 @@ class Worker:
     async def _drain(self) -> None:
         """The graceful half of close, run by :meth:`run` once close was asked for.
 
-        Pulling has stopped (``_stopping``). The processors get until the close's
+        Pulling has stopped (``puller.stopping``). The processors get until the close's
         deadline; those still running then are cancelled, which hands their jobs back
         uncharged. Then every result still waiting is acknowledged, while the
         heartbeat loop still renews the leases of the jobs being settled.
@@ -426,17 +420,6 @@ class Worker:
                                    [lease for lease in leftovers if lease.error is None])
         # Confirmed: a long-poll still parked there takes the jobs handed back above,
         # and only the broker's close of that connection returns them for good.
-        await self._close_pull_channel(_FINISH_S)
+        await self.puller.close_channel(_FINISH_S)
         with anyio.move_on_after(_FINISH_S):
             await self.heartbeats.unregister()
-
-    # ------------------------------------------------------------------ the parts
-    # Bound here from the modules that hold them, as methods of the worker's state.
-
-    # pulling: the pull loop, and the processor run on each job it brings.
-    _pull_loop = pulling._pull_loop
-    _pull = pulling._pull
-    _close_pull_channel = pulling._close_pull_channel
-    _start = pulling._start
-    _process = pulling._process
-    _call_processor = pulling._call_processor
