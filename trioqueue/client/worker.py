@@ -47,6 +47,13 @@ finished meanwhile) and a ``FAIL`` it answers ``applied: false`` emit nothing.
 (or a callback returning an awaitable) runs as a task of the worker. Exceptions raised by
 callbacks are logged, never propagated: a listener cannot kill the worker.
 
+**Limits.** ``limiter`` and ``group_concurrency`` are not enforced in the worker: a
+limit kept by each worker would let two workers run twice the jobs. They become the
+queue's own limit at the broker (``RateLimit``, at most ``max`` jobs in any
+``duration``, set when the worker starts) and the per-group default every pull of the
+worker sends (``PULLB``'s ``group`` field), so they bind every consumer of the queue
+together.
+
 **Registry.** ``RegisterWorker`` before the first pull, ``Heartbeat`` (active jobs,
 processed, failed) with every lock renewal, ``UnregisterWorker`` on close. The broker
 forgets a registration when the connection that made it closes; the next heartbeat then
@@ -62,6 +69,7 @@ loop and the processors), ``outcomes`` (:mod:`.outcomes`: ACKB, FAIL, hand-backs
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -80,13 +88,6 @@ from .pulling import Puller, is_async_callable
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
 from .worker_events import EVENTS, Listener, WorkerEvents
-from .worker_options import (
-    MAX_POLL_TIMEOUT_MS,
-    check_concurrency,
-    check_worker_options,
-    group_field,
-    rate_limit_fields,
-)
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -95,12 +96,66 @@ __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS
            "Processor", "UnrecoverableError", "Worker"]
 
 DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
+MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
 
 Processor = Callable[[Job], Any]
 
 # Worker states.
 _NEW, _STARTED, _CLOSED = "new", "running", "closed"
+
+
+def check_concurrency(value: Any, name: str = "concurrency") -> int:
+    """A count of at least 1 (concurrency, a limiter's max and duration)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer of at least 1")
+    return value
+
+
+def check_worker_options(*, batch_size: Any, lock_duration_ms: float,
+                         heartbeat_interval_s: float, poll_timeout_ms: float,
+                         ack_batch_delay_ms: float) -> None:
+    if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}")
+    if not (math.isfinite(lock_duration_ms) and lock_duration_ms > 0):
+        raise ValueError("lock_duration_ms must be a positive number")
+    if not (math.isfinite(heartbeat_interval_s) and heartbeat_interval_s > 0):
+        raise ValueError("heartbeat_interval_s must be a positive number")
+    if heartbeat_interval_s * 1000 >= lock_duration_ms:
+        # Every job running longer than its lock would be taken back and run again.
+        raise ValueError("heartbeat_interval_s must be shorter than lock_duration_ms")
+    if not 0 <= poll_timeout_ms <= MAX_POLL_TIMEOUT_MS:
+        raise ValueError(f"poll_timeout_ms must be from 0 to {MAX_POLL_TIMEOUT_MS}")
+    if not (math.isfinite(ack_batch_delay_ms) and ack_batch_delay_ms >= 0):
+        raise ValueError("ack_batch_delay_ms must be a number of at least 0")
+
+
+def rate_limit_fields(limiter: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """BullMQ's ``limiter={"max": n, "duration": ms}`` as the fields of the queue's
+    ``RateLimit``: at most ``max`` jobs leased per ``duration`` ms by all the queue's
+    consumers together, in any window of ``duration`` ms from the first."""
+    if limiter is None:
+        return None
+    unknown = set(limiter) - {"max", "duration"}
+    if unknown:
+        raise ValueError(f"limiter takes max and duration, not {sorted(unknown)}")
+    return {"limit": check_concurrency(limiter.get("max"), "limiter max"),
+            "duration": check_concurrency(limiter.get("duration"), "limiter duration")}
+
+
+def group_field(group_concurrency: int | None,
+                group_limiter: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """``PULLB``'s ``group``: the per-group concurrency (and rate) the queue's groups
+    get unless a group has its own (``SetGroupConcurrency``, ``SetGroupRateLimit``)."""
+    group: dict[str, Any] = {}
+    if group_concurrency is not None:
+        check_concurrency(group_concurrency, "group_concurrency")
+        group["concurrency"] = group_concurrency
+    if group_limiter is not None:
+        fields = rate_limit_fields(group_limiter)
+        assert fields is not None
+        group["limit"] = {"max": fields["limit"], "duration": fields["duration"]}
+    return group or None
 
 
 class Worker:
