@@ -346,7 +346,7 @@ async def test_graceful_close_waits_for_running_jobs_and_hands_back_the_rest(
         with anyio.fail_after(5):
             await entered.wait()
         # The free slot's long-poll is parked at the broker (a sequencing aid only).
-        await wait_until(lambda: worker._pull_in_flight)
+        await wait_until(lambda: worker.puller.in_flight)
         nursery.start_soon(close)
         await wait_until(lambda: worker.closing)
         second = await queue.add("b", {})
@@ -423,7 +423,7 @@ async def test_cancelled_worker_hands_back_its_jobs(conn: Connection) -> None:
         await nursery.start(worker.run)
         with anyio.fail_after(5):
             await entered.wait()
-        await wait_until(lambda: worker._pull_in_flight)  # the free slot's long-poll
+        await wait_until(lambda: worker.puller.in_flight)  # the free slot's long-poll
         nursery.cancel_scope.cancel()
     assert worker.is_closed and events.of("closed") == [()]
     back = await queue.get_job(job.id)
@@ -481,7 +481,7 @@ async def test_pause_hands_back_what_a_parked_pull_brings(conn: Connection) -> N
 
     worker = Worker("w-pause", processor, conn)
     async with started(worker):
-        await wait_until(lambda: worker._pull_in_flight)  # parked long-poll
+        await wait_until(lambda: worker.puller.in_flight)  # parked long-poll
         worker.pause()
         assert worker.is_paused
         job = await queue.add("later", {})

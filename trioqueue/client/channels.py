@@ -17,6 +17,7 @@ Everything above the channels (the pool, Queue, Worker, ...) is written once, on
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import itertools
@@ -59,9 +60,10 @@ def current_backend() -> str:
     return name
 
 
-class Channel:
-    """One pipelined path to the broker. Subclasses provide the slot a command waits
-    on and the way a frame goes out."""
+class Channel(abc.ABC):
+    """One pipelined path to the broker. Each backend's subclass provides the slot a
+    command waits on and the way a frame goes out: abstract here, so a backend that
+    misses one cannot be made at all."""
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
@@ -162,23 +164,29 @@ class Channel:
 
     # ------------------------------------------------------------------ per backend
 
+    @abc.abstractmethod
     def _new_slot(self) -> Any:
-        raise NotImplementedError
+        """What one command waits on for its reply."""
 
+    @abc.abstractmethod
     def _fill(self, slot: Any, reply: dict[str, Any] | None) -> None:
-        raise NotImplementedError
+        """Hand ``reply`` to the command waiting on ``slot`` (None: the channel broke)."""
 
+    @abc.abstractmethod
     async def _wait(self, slot: Any) -> dict[str, Any] | None:
-        raise NotImplementedError
+        """The reply ``slot`` was filled with."""
 
+    @abc.abstractmethod
     async def wait_broken(self) -> None:
-        raise NotImplementedError
+        """Return once the channel is broken."""
 
+    @abc.abstractmethod
     def _on_broken(self) -> None:
-        pass
+        """Let go of the backend's side (socket, waiters) once the channel broke."""
 
+    @abc.abstractmethod
     async def _send(self, msg: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Put one command's frame on the way to the broker."""
 
     async def aclose(self) -> None:
         self._break()

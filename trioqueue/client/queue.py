@@ -10,28 +10,29 @@ not exist raises :class:`~trioqueue.client.errors.JobNotFound`.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
 from ..core.traces import trace_tail
-from . import tracing
-from .dlq import DlqMethods
+from . import dlq, tracing
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job
-from .maintenance import MaintenanceMixin
 from .options import BulkJob, JobOptions, check_flag, check_int, check_ms, check_states, job_options
-from .queue_groups import QueueGroups
-from .queue_limits import QueueLimits
-from .queue_schedulers import QueueSchedulers
-from .queue_webhooks import QueueWebhooks
+from .schedulers import template_fields
 
 if TYPE_CHECKING:
     from .connection import Connection
     from .events import QueueEvents
 
 _PAGE = 1000
+_WEBHOOK_NOT_FOUND = "Webhook not found"
+# The states Clean understands (BullMQ's names and bunqueue's): the queued ones are
+# judged by their creation time, ``completed`` by completion, ``failed`` (the
+# dead-letter queue) by the time the job entered it; ``active`` removes nothing.
+CLEAN_STATES = frozenset({"wait", "waiting", "delayed", "prioritized", "paused",
+                          "completed", "failed", "active"})
 
 
 def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
@@ -45,9 +46,13 @@ def error_text(error: BaseException | str) -> tuple[str, list[str] | None]:
     return str(error), None
 
 
-class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedulers,
-            QueueWebhooks):
-    """A named queue on a :class:`~trioqueue.client.connection.Connection`."""
+class Queue:
+    """A named queue on a :class:`~trioqueue.client.connection.Connection`.
+
+    BullMQ's flat surface: every method is one command (or a few), grouped below by
+    what it touches: jobs, the queue's control, its limits, job groups, job
+    schedulers, the dead-letter queue, webhooks and maintenance.
+    """
 
     def __init__(self, name: str, connection: Connection, *, telemetry: bool = False) -> None:
         try:
@@ -66,6 +71,10 @@ class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedul
 
     async def _call(self, cmd: str, **fields: Any) -> dict[str, Any]:
         return await self.connection.call(cmd, **fields)
+
+    async def _queue_call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """A command about this queue (``queue`` set to its name)."""
+        return await self._call(cmd, queue=self.name, **fields)
 
     # ------------------------------------------------------------------ adding
 
@@ -389,6 +398,353 @@ class Queue(QueueLimits, QueueGroups, MaintenanceMixin, DlqMethods, QueueSchedul
 
     async def get_stall_config(self) -> dict[str, Any]:
         return dict((await self._call("GetStallConfig", queue=self.name))["config"])
+
+    # ------------------------------------------------------------------ queue-wide limits
+    # (BullMQ's global rate limit and concurrency: they bind every worker of the queue
+    # together, because the broker applies them where jobs are leased)
+
+    async def set_global_rate_limit(self, max: int, duration_ms: int = 1000,
+                                    ttl_ms: int | None = None) -> None:
+        """At most ``max`` jobs leased in any window of ``duration_ms``, the first one
+        included; ``ttl_ms`` ends the limit by itself. 0 stops pulls."""
+        fields: dict[str, Any] = {"limit": check_int("max", max, 0),
+                                  "duration": check_int("duration_ms", duration_ms, 1)}
+        if ttl_ms is not None:
+            fields["ttl"] = check_int("ttl_ms", ttl_ms, 1)
+        await self._queue_call("RateLimit", **fields)
+
+    async def remove_global_rate_limit(self) -> None:
+        await self._queue_call("RateLimitClear")
+
+    async def get_global_rate_limit(self) -> dict[str, Any] | None:
+        """``{"max": n, "duration": ms}``, or None when the queue has none."""
+        limit: dict[str, Any] | None = (await self._limits())["rateLimit"]
+        return limit
+
+    async def get_rate_limit_ttl(self, max_jobs: int | None = None) -> int:
+        """-2 without a rate limit; else the ms left of its ttl, or (without a ttl) the
+        ms until ``max_jobs`` (default 1) jobs may be leased; -1: never."""
+        fields = {} if max_jobs is None else {"maxJobs": check_int("max_jobs", max_jobs, 1)}
+        return int((await self._limits(**fields))["rateLimitTtl"])
+
+    async def set_global_concurrency(self, concurrency: int) -> None:
+        """At most ``concurrency`` jobs of the queue active at once, whoever pulls."""
+        await self._queue_call("SetConcurrency", limit=check_int("concurrency", concurrency, 0))
+
+    async def remove_global_concurrency(self) -> None:
+        await self._queue_call("ClearConcurrency")
+
+    async def get_global_concurrency(self) -> int | None:
+        limit = (await self._limits())["concurrencyLimit"]
+        return None if limit is None else int(limit)
+
+    async def is_maxed(self) -> bool:
+        """True while every slot of the queue's concurrency limit is taken."""
+        return bool((await self._limits())["maxed"])
+
+    async def _limits(self, **fields: Any) -> dict[str, Any]:
+        reply = await self._queue_call("GetQueueLimits", **fields)
+        limits: dict[str, Any] = reply["data"]["limits"]
+        return limits
+
+    # ------------------------------------------------------------------ job groups
+    # (BullMQ Pro's group methods: a job joins a group with ``add(..., group_id=...)``;
+    # the broker hands out the queue's groups round robin, ungrouped jobs first, and
+    # within a group lower ``priority`` first)
+
+    async def _group(self, cmd: str, group_id: str, **fields: Any) -> Any:
+        return (await self._queue_call(cmd, groupId=group_id, **fields))["data"]
+
+    async def get_group_jobs_count(self, group_id: str) -> int:
+        """Jobs of the group waiting, prioritized or delayed."""
+        return int((await self._group("GetGroupJobsCount", group_id))["count"])
+
+    async def get_groups_jobs_count(self, max_count: int | None = None) -> int:
+        """Waiting jobs of all the queue's groups (at most ``max_count``)."""
+        fields = {} if max_count is None else {"maxCount": check_int("max_count", max_count, 1)}
+        reply = await self._queue_call("GetGroupsJobsCount", **fields)
+        return int(reply["data"]["count"])
+
+    async def get_group_active_count(self, group_id: str) -> int:
+        return int((await self._group("GetGroupActiveCount", group_id))["count"])
+
+    async def set_group_concurrency(self, group_id: str, concurrency: int) -> None:
+        """At most ``concurrency`` jobs of the group active at once (overrides the
+        workers' ``group_concurrency``)."""
+        await self._queue_call("SetGroupConcurrency", groupId=group_id,
+                               concurrency=check_int("concurrency", concurrency, 1))
+
+    async def get_group_concurrency(self, group_id: str) -> int | None:
+        """The group's own limit; None when it has none."""
+        value = (await self._group("GetGroupConcurrency", group_id))["concurrency"]
+        return None if value is None else int(value)
+
+    async def remove_group_concurrency(self, group_id: str) -> bool:
+        return bool((await self._group("RemoveGroupConcurrency", group_id))["removed"])
+
+    async def set_group_rate_limit(self, group_id: str, max: int, duration_ms: int) -> None:
+        """At most ``max`` jobs of the group started per window of ``duration_ms``."""
+        await self._queue_call("SetGroupRateLimit", groupId=group_id,
+                               max=check_int("max", max, 1),
+                               duration=check_int("duration_ms", duration_ms, 1))
+
+    async def get_group_rate_limit(self, group_id: str) -> dict[str, Any] | None:
+        """``{"max", "duration"}`` of the group's own limit, or None."""
+        limit: dict[str, Any] | None = (await self._group("GetGroupRateLimit",
+                                                          group_id))["limit"]
+        return limit
+
+    async def remove_group_rate_limit(self, group_id: str) -> bool:
+        return bool((await self._group("RemoveGroupRateLimit", group_id))["removed"])
+
+    async def get_group_rate_limit_ttl(self, group_id: str,
+                                       max_jobs: int | None = None) -> int:
+        """ms until ``max_jobs`` (default 1) more jobs of the group may start; 0: now;
+        -2: the group has no rate limit."""
+        fields = {} if max_jobs is None else {"maxJobs": check_int("max_jobs", max_jobs, 1)}
+        return int((await self._group("GetGroupRateLimitTtl", group_id, **fields))["ttl"])
+
+    async def rate_limit_group(self, group_id: str, duration_ms: int) -> None:
+        """No job of the group starts for the next ``duration_ms`` (BullMQ Pro's
+        ``rateLimitGroup``, e.g. after the group's API answered 429)."""
+        await self._queue_call("RateLimitGroup", groupId=group_id,
+                               duration=check_int("duration_ms", duration_ms, 1))
+
+    async def pause_group(self, group_id: str) -> bool:
+        """True when it was running; its active jobs finish, no new one starts."""
+        return bool((await self._group("PauseGroup", group_id))["changed"])
+
+    async def resume_group(self, group_id: str) -> bool:
+        return bool((await self._group("ResumeGroup", group_id))["changed"])
+
+    async def is_group_paused(self, group_id: str) -> bool:
+        return bool((await self._group("IsGroupPaused", group_id))["paused"])
+
+    # ------------------------------------------------------------------ job schedulers
+    # (BullMQ's ``upsertJobScheduler``... over bunqueue's ``Cron`` commands: a schedule
+    # kept by the broker pushes a job into this queue at every slot; it survives
+    # restarts and fires with no client connected)
+
+    async def upsert_job_scheduler(
+        self, scheduler_id: str, *, every_ms: int | None = None, pattern: str | None = None,
+        tz: str | None = None, limit: int | None = None, immediately: bool = False,
+        template: Mapping[str, Any] | None = None, prevent_overlap: bool = True,
+        skip_missed_on_restart: bool = True, skip_if_no_worker: bool = False,
+    ) -> dict[str, Any]:
+        """Create or replace the schedule ``scheduler_id`` (its count of runs is kept).
+
+        ``pattern`` (a cron expression, 5 fields or 6 with seconds; in ``tz``) or
+        ``every_ms``; ``limit``: at most that many runs, then the schedule is deleted;
+        ``template``: ``{"name", "data", "opts"}`` of the jobs, ``opts`` as ``add()``
+        takes them (attempts, backoff, delay, timeout, stall_timeout,
+        remove_on_complete, remove_on_fail, priority). With ``prevent_overlap`` (the
+        default) a run is skipped while the previous job is waiting or active.
+        Returns the schedule (bunqueue's CronInfo)."""
+        if (every_ms is None) == (pattern is None):
+            raise ValueError("give one of every_ms and pattern")
+        fields: dict[str, Any] = {"name": scheduler_id, "queue": self.name,
+                                  "preventOverlap": check_flag("prevent_overlap",
+                                                               prevent_overlap),
+                                  "skipMissedOnRestart": check_flag(
+                                      "skip_missed_on_restart", skip_missed_on_restart),
+                                  "skipIfNoWorker": check_flag("skip_if_no_worker",
+                                                               skip_if_no_worker),
+                                  "immediately": check_flag("immediately", immediately)}
+        if every_ms is not None:
+            fields["repeatEvery"] = check_int("every_ms", every_ms, 1)
+        if pattern is not None:
+            fields["schedule"] = pattern
+        if tz is not None:
+            fields["timezone"] = tz
+        if limit is not None:
+            fields["maxLimit"] = check_int("limit", limit, 1)
+        fields.update(template_fields(template or {}))
+        reply = await self._call("Cron", **fields)
+        info: dict[str, Any] = reply["cron"]
+        return info
+
+    async def get_job_scheduler(self, scheduler_id: str) -> dict[str, Any] | None:
+        try:
+            reply = await self._call("CronGet", name=scheduler_id)
+        except CommandError as exc:
+            if "not found" in str(exc):
+                return None
+            raise
+        info: dict[str, Any] = reply["cron"]
+        return info
+
+    async def get_job_schedulers(self) -> list[dict[str, Any]]:
+        """This queue's schedules (the broker's are all in ``CronList``)."""
+        crons: list[dict[str, Any]] = (await self._call("CronList"))["crons"]
+        return [c for c in crons if c["queue"] == self.name]
+
+    async def remove_job_scheduler(self, scheduler_id: str) -> bool:
+        """True when it existed."""
+        try:
+            await self._call("CronDelete", name=scheduler_id)
+        except CommandError as exc:
+            if "not found" in str(exc):
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------ dead-letter queue
+
+    async def get_dlq(self, count: int | None = None,
+                      **filter: Any) -> list[dlq.DlqEntry]:
+        """The entries, oldest first: ``count`` of them (100 by default), or those the
+        filter keeps (``reason``, ``older_than`` / ``newer_than`` epoch ms,
+        ``retriable``, ``expired``, ``limit``, ``offset``)."""
+        fields: dict[str, Any] = {"queue": self.name}
+        if count is not None:
+            fields["count"] = check_int("count", count, 0)
+        if filter:
+            fields["filter"] = dlq.filter_wire(filter)
+        reply = await self._call("Dlq", **fields)
+        return [dlq.entry(self, raw) for raw in reply["entries"]]
+
+    async def get_dlq_stats(self) -> dict[str, Any]:
+        """``total``, ``byReason``, ``byQueue``, ``pendingRetry``, ``expired``,
+        ``oldestEntry``, ``newestEntry`` (bunqueue's names)."""
+        reply = await self._queue_call("GetDlqStats")
+        return dict(reply["data"]["stats"])
+
+    async def retry_dlq(self, job_id: str | None = None, count: int | None = None,
+                        **filter: Any) -> int:
+        """Dead-lettered jobs back to waiting (same ids, attempts reset): one, the first
+        ``count``, those the filter keeps, or all; how many. An entry whose id or
+        unique key a live job holds now is skipped (not counted)."""
+        fields: dict[str, Any] = {"queue": self.name}
+        if job_id is not None:
+            fields["jobId"] = job_id
+        if count is not None:
+            fields["count"] = check_int("count", count, 0)
+        if filter:
+            fields["filter"] = dlq.filter_wire(filter)
+        return int((await self._call("RetryDlq", **fields))["count"])
+
+    async def purge_dlq(self) -> int:
+        """Delete every entry for good; how many."""
+        return int((await self._queue_call("PurgeDlq"))["count"])
+
+    async def remove_dlq_job(self, job_id: str) -> bool:
+        """Delete one entry; False when there was none."""
+        reply = await self._queue_call("RemoveDlqJob", jobId=job_id)
+        return bool(reply["data"]["removed"])
+
+    async def retry_completed(self, job_id: str | None = None,
+                              count: int | None = None,
+                              timestamp: int | None = None) -> int:
+        """Completed jobs run again as new waiting generations (their results are
+        deleted): one, the first ``count``, or those completed at or before
+        ``timestamp`` (epoch ms); how many."""
+        fields: dict[str, Any] = {"queue": self.name}
+        if job_id is not None:
+            fields["id"] = job_id
+        if count is not None:
+            fields["count"] = check_int("count", count, 0)
+        if timestamp is not None:
+            fields["timestamp"] = check_ms("timestamp", timestamp)
+        return int((await self._call("RetryCompleted", **fields))["count"])
+
+    async def set_dlq_config(self, **config: Any) -> None:
+        """``auto_retry``, ``auto_retry_interval`` (ms), ``max_auto_retries``,
+        ``max_age`` (ms, None: never), ``max_entries``."""
+        await self._queue_call("SetDlqConfig", config=dlq.config_wire(config))
+
+    async def get_dlq_config(self) -> dict[str, Any]:
+        """The config by bunqueue's names (``autoRetry``, ``autoRetryInterval``, ...)."""
+        return dict((await self._queue_call("GetDlqConfig"))["config"])
+
+    # ------------------------------------------------------------------ webhooks
+    # (the broker's, not the queue's: ``queue=None`` watches every queue and
+    # ``list_webhooks`` lists them all; here because that is where bunqueue's clients
+    # have them. Events: ``job.pushed``, ``job.started``, ``job.completed``,
+    # ``job.failed`` (final failures only), ``job.progress``; docs/protocol.md,
+    # "Webhooks", gives the payload, the signature and the retries)
+
+    async def add_webhook(self, url: str, events: Sequence[str], queue: str | None = None,
+                          secret: str | None = None) -> dict[str, Any]:
+        """Register a webhook; returns ``{"webhookId", "url", "events", "queue",
+        "createdAt"}``. With ``secret``, each delivery carries ``X-Webhook-Signature``,
+        the hex HMAC-SHA256 of the body. The broker refuses URLs of localhost and
+        private or internal addresses (unless started with --webhook-allow-private)."""
+        if isinstance(events, str) or not all(isinstance(e, str) for e in events):
+            raise ValidationError("events must be a list of event names")
+        fields: dict[str, Any] = {"url": url, "events": list(events)}
+        if queue is not None:
+            fields["queue"] = queue
+        if secret is not None:
+            fields["secret"] = secret
+        return dict((await self._call("AddWebhook", **fields))["data"])
+
+    async def remove_webhook(self, webhook_id: str) -> bool:
+        """True once removed; False when no webhook has that id."""
+        return await self._unless_missing("RemoveWebhook", webhookId=webhook_id)
+
+    async def list_webhooks(self) -> list[dict[str, Any]]:
+        """Every webhook: ``id``, ``url``, ``events``, ``queue``, ``createdAt``,
+        ``enabled`` and the counters since the broker started (``successCount``,
+        ``failureCount``, ``droppedCount``, ``lastTriggered``); never the secret."""
+        return list((await self._call("ListWebhooks"))["data"]["webhooks"])
+
+    async def set_webhook_enabled(self, webhook_id: str, enabled: bool) -> bool:
+        """Turn deliveries on or off (kept across restarts); False when no webhook has
+        that id."""
+        return await self._unless_missing("SetWebhookEnabled", id=webhook_id,
+                                          enabled=bool(enabled))
+
+    async def _unless_missing(self, cmd: str, **fields: Any) -> bool:
+        try:
+            await self._call(cmd, **fields)
+        except CommandError as exc:
+            if exc.message == _WEBHOOK_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def clean(self, grace_ms: int, limit: int = 1000,
+                    state: str | None = None) -> list[str]:
+        """Remove jobs older than ``grace_ms``, at most ``limit`` (1 to 100,000), oldest
+        first; their ids (BullMQ's ``clean(grace, limit, type)``). ``state``: None
+        (the queued jobs, as ``"wait"``, ``"delayed"``, ``"prioritized"`` and
+        ``"paused"``), ``"completed"`` or ``"failed"``; ``"active"`` removes nothing."""
+        fields: dict[str, Any] = {"queue": self.name, "grace": check_ms("grace_ms", grace_ms),
+                                  "limit": check_int("limit", limit, 1)}
+        if state is not None:
+            if state not in CLEAN_STATES:
+                raise ValidationError(f"state must be one of {sorted(CLEAN_STATES)}, "
+                                      f"not {state!r}")
+            fields["state"] = state
+        reply = await self._call("Clean", **fields)
+        return [str(job_id) for job_id in reply["ids"]]
+
+    async def get_queues(self) -> list[str]:
+        """The names of the broker's queues that hold jobs (live or finished) or
+        settings of their own, sorted."""
+        return [str(name) for name in (await self._call("ListQueues"))["queues"]]
+
+    async def list_queues(self) -> list[str]:
+        """:meth:`get_queues`, by bunqueue's name."""
+        return await self.get_queues()
+
+    async def trim_events(self, max_length: int) -> int:
+        """BullMQ's ``trimEvents``: the broker keeps no event journal (events reach the
+        subscribers connected at the time), so this removes nothing and returns 0."""
+        reply = await self._queue_call("TrimEvents",
+                                 maxLength=check_int("max_length", max_length, 0))
+        return int(reply["data"]["removed"])
+
+    async def compact_memory(self, collect_garbage: bool = False) -> dict[str, int]:
+        """Ask the broker to give back memory it keeps past its use; what it freed
+        (``retainedResults``, ``heapEntries``, ``bytes``, ``gcObjects``, ``queues``).
+        ``collect_garbage`` also runs a full collection in the broker, which holds it
+        for a time that grows with the jobs it holds."""
+        fields = {"gc": True} if check_flag("collect_garbage", collect_garbage) else {}
+        reply = await self._call("CompactMemory", **fields)
+        return dict(reply.get("freed") or {})
 
 
 def _token(token: str | None) -> dict[str, Any]:

@@ -47,20 +47,29 @@ finished meanwhile) and a ``FAIL`` it answers ``applied: false`` emit nothing.
 (or a callback returning an awaitable) runs as a task of the worker. Exceptions raised by
 callbacks are logged, never propagated: a listener cannot kill the worker.
 
+**Limits.** ``limiter`` and ``group_concurrency`` are not enforced in the worker: a
+limit kept by each worker would let two workers run twice the jobs. They become the
+queue's own limit at the broker (``RateLimit``, at most ``max`` jobs in any
+``duration``, set when the worker starts) and the per-group default every pull of the
+worker sends (``PULLB``'s ``group`` field), so they bind every consumer of the queue
+together.
+
 **Registry.** ``RegisterWorker`` before the first pull, ``Heartbeat`` (active jobs,
 processed, failed) with every lock renewal, ``UnregisterWorker`` on close. The broker
 forgets a registration when the connection that made it closes; the next heartbeat then
 answers ``Worker not found`` and the worker registers again, which is how it notices a
 reconnect without any extra traffic.
 
-**Layout.** This module holds the worker's state, events and lifetime (run, close);
-the rest is bound into the class from :mod:`.pulling` (the pull loop and the
-processors), :mod:`.outcomes` (ACKB, FAIL, hand-backs) and :mod:`.heartbeats` (lock
-renewal, the registry), over the leases of :mod:`.lease`.
+**Layout.** This module holds the worker's lifetime (run, close); the worker composes
+its parts, each an object owning its own fields: ``puller`` (:mod:`.pulling`: the pull
+loop and the processors), ``outcomes`` (:mod:`.outcomes`: ACKB, FAIL, hand-backs),
+``heartbeats`` (:mod:`.heartbeats`: lock renewal, the registry) and ``events``
+(:mod:`.worker_events`: the listeners), over the shared ``leases`` of :mod:`.lease`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -70,36 +79,83 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import heartbeats, outcomes, pulling, shutdown, tracing, worker_events
+from . import shutdown, tracing
+from .heartbeats import Heartbeats
 from .job import Job
-from .lease import MAX_BATCH_SIZE, RUNNING, Lease, log
-from .outcomes import UnrecoverableError
+from .lease import MAX_BATCH_SIZE, Leases, log
+from .outcomes import Outcomes, UnrecoverableError
+from .pulling import Puller, is_async_callable
 from .queue import Queue
 from .shutdown import DEFAULT_GRACE_S
-from .worker_events import EVENTS
-from .worker_options import (
-    MAX_POLL_TIMEOUT_MS,
-    check_concurrency,
-    check_worker_options,
-    group_field,
-    rate_limit_fields,
-)
+from .worker_events import EVENTS, Listener, WorkerEvents
 
 if TYPE_CHECKING:
-    from .channels import Channel
     from .connection import Connection
 
 __all__ = ["DEFAULT_MAX_BATCH", "EVENTS", "MAX_BATCH_SIZE", "MAX_POLL_TIMEOUT_MS", "Listener",
            "Processor", "UnrecoverableError", "Worker"]
 
 DEFAULT_MAX_BATCH = 100        # default batch_size: min(concurrency, this)
+MAX_POLL_TIMEOUT_MS = 60_000   # PULLB's ``timeout`` limit
 _FINISH_S = 5.0                # bound on the network work of the final cleanup
 
 Processor = Callable[[Job], Any]
-Listener = Callable[..., Any]
 
 # Worker states.
 _NEW, _STARTED, _CLOSED = "new", "running", "closed"
+
+
+def check_concurrency(value: Any, name: str = "concurrency") -> int:
+    """A count of at least 1 (concurrency, a limiter's max and duration)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer of at least 1")
+    return value
+
+
+def check_worker_options(*, batch_size: Any, lock_duration_ms: float,
+                         heartbeat_interval_s: float, poll_timeout_ms: float,
+                         ack_batch_delay_ms: float) -> None:
+    if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}")
+    if not (math.isfinite(lock_duration_ms) and lock_duration_ms > 0):
+        raise ValueError("lock_duration_ms must be a positive number")
+    if not (math.isfinite(heartbeat_interval_s) and heartbeat_interval_s > 0):
+        raise ValueError("heartbeat_interval_s must be a positive number")
+    if heartbeat_interval_s * 1000 >= lock_duration_ms:
+        # Every job running longer than its lock would be taken back and run again.
+        raise ValueError("heartbeat_interval_s must be shorter than lock_duration_ms")
+    if not 0 <= poll_timeout_ms <= MAX_POLL_TIMEOUT_MS:
+        raise ValueError(f"poll_timeout_ms must be from 0 to {MAX_POLL_TIMEOUT_MS}")
+    if not (math.isfinite(ack_batch_delay_ms) and ack_batch_delay_ms >= 0):
+        raise ValueError("ack_batch_delay_ms must be a number of at least 0")
+
+
+def rate_limit_fields(limiter: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """BullMQ's ``limiter={"max": n, "duration": ms}`` as the fields of the queue's
+    ``RateLimit``: at most ``max`` jobs leased per ``duration`` ms by all the queue's
+    consumers together, in any window of ``duration`` ms from the first."""
+    if limiter is None:
+        return None
+    unknown = set(limiter) - {"max", "duration"}
+    if unknown:
+        raise ValueError(f"limiter takes max and duration, not {sorted(unknown)}")
+    return {"limit": check_concurrency(limiter.get("max"), "limiter max"),
+            "duration": check_concurrency(limiter.get("duration"), "limiter duration")}
+
+
+def group_field(group_concurrency: int | None,
+                group_limiter: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """``PULLB``'s ``group``: the per-group concurrency (and rate) the queue's groups
+    get unless a group has its own (``SetGroupConcurrency``, ``SetGroupRateLimit``)."""
+    group: dict[str, Any] = {}
+    if group_concurrency is not None:
+        check_concurrency(group_concurrency, "group_concurrency")
+        group["concurrency"] = group_concurrency
+    if group_limiter is not None:
+        fields = rate_limit_fields(group_limiter)
+        assert fields is not None
+        group["limit"] = {"max": fields["limit"], "duration": fields["duration"]}
+    return group or None
 
 
 class Worker:
@@ -157,12 +213,9 @@ class Worker:
                              poll_timeout_ms=poll_timeout_ms,
                              ack_batch_delay_ms=ack_batch_delay_ms)
         self._rate_limit = rate_limit_fields(limiter)
-        self._group = group_field(group_concurrency)
         self.queue = Queue(queue_name, connection)  # validates the name
         self.queue_name = queue_name
         self.processor = processor
-        # what runs each job: the processor, or it inside a span (client/tracing.py)
-        self._processor_call = tracing.traced(processor, queue_name) if telemetry else processor
         self.connection = connection
         self.batch_size = batch_size
         self.lock_duration_ms = lock_duration_ms
@@ -172,37 +225,29 @@ class Worker:
         #: The worker's id: its registry id and the ``owner`` of its leases.
         self.id = uuid.uuid4().hex
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{self.id[:8]}"
-        #: Outcomes the broker applied (what the registry heartbeat reports).
-        self.processed_count = 0
-        self.failed_count = 0
 
-        self._is_async = pulling.is_async_callable(processor)
-        self._concurrency = concurrency
-        self._limiter = anyio.CapacityLimiter(concurrency)
-        self._listeners: dict[str, list[Listener]] = {event: [] for event in EVENTS}
+        self.events = WorkerEvents(self.name)
+        self.leases = Leases(concurrency)
+        self.outcomes = Outcomes(connection, self.leases, self.events, name=self.name,
+                                 batch_size=batch_size,
+                                 ack_batch_delay_ms=ack_batch_delay_ms)
+        self.heartbeats = Heartbeats(connection, self.leases, self.outcomes, self.events,
+                                     worker_id=self.id, name=self.name,
+                                     queue_name=queue_name,
+                                     interval_s=heartbeat_interval_s)
+        self.puller = Puller(
+            self.queue, self.leases, self.outcomes, self.events,
+            tracing.traced(processor, queue_name) if telemetry else processor,
+            is_async=is_async_callable(processor), worker_id=self.id,
+            batch_size=batch_size, poll_timeout_ms=poll_timeout_ms,
+            lock_duration_ms=lock_duration_ms, group=group_field(group_concurrency))
         self._state = _NEW
-        self._paused = False
-        self._stopping = False
-        self._registered = False
-        self._drained = False
-        self._pull_in_flight = False
-        self._leases: set[Lease] = set()
-        self._running = 0  # slots held: leases whose processor has not returned
-        self._tasks = 0    # processor tasks alive (they also send FAIL or release)
-        self._changed = anyio.Event()  # set (and replaced) whenever slots or flags change
-        self._acks: list[tuple[Lease, Any]] = []
-        self._ack_ready = anyio.Event()  # set while results wait
-        self._ack_now = anyio.Event()    # set when they should go without waiting
-        self._ack_lock = anyio.Lock()    # one ACKB at a time: keeps the counters simple
-        self._pull_channel: Channel | None = None
         self._close_requested = anyio.Event()
         self._closed_event = anyio.Event()
         # The graceful wait of close() and its deadline; made by run(), as a cancel scope
         # belongs to an event loop.
         self._graceful: anyio.CancelScope | None = None
         self._grace_s = 0.0  # the timeout of close() that bounds _graceful
-        self._listener_nursery: anyio.abc.TaskGroup | None = None
-        self._work_nursery: anyio.abc.TaskGroup | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} on {self.queue_name} ({self._state})>"
@@ -211,17 +256,27 @@ class Worker:
 
     @property
     def concurrency(self) -> int:
-        return self._concurrency
+        return self.leases.limit
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
         """Takes effect at the next pull; lowering it never interrupts a running job,
         the worker just pulls less until enough of them finished."""
         check_concurrency(value)
-        self._concurrency = value
-        self._limiter.total_tokens = value
-        self._registered = False  # the next heartbeat registers the new value
-        self._notify()
+        self.leases.limit = value
+        self.puller.limiter.total_tokens = value
+        self.heartbeats.register_again()  # with the new value
+        self.leases.notify()
+
+    @property
+    def processed_count(self) -> int:
+        """Results the broker applied (what the registry heartbeat reports)."""
+        return self.outcomes.processed
+
+    @property
+    def failed_count(self) -> int:
+        """Failures the broker applied."""
+        return self.outcomes.failed
 
     @property
     def is_running(self) -> bool:
@@ -230,7 +285,7 @@ class Worker:
 
     @property
     def is_paused(self) -> bool:
-        return self._paused
+        return self.puller.paused
 
     @property
     def is_closed(self) -> bool:
@@ -239,12 +294,12 @@ class Worker:
     @property
     def closing(self) -> bool:
         """True once :meth:`close` was called (and until the worker is closed)."""
-        return self._stopping and self._state != _CLOSED
+        return self.puller.stopping and self._state != _CLOSED
 
     @property
     def active_count(self) -> int:
         """Jobs whose processor is running."""
-        return self._running
+        return self.leases.running
 
     def pause(self) -> None:
         """Stop taking jobs; the running ones finish (and are acknowledged) as usual.
@@ -255,25 +310,19 @@ class Worker:
         charged) rather than started. So no job starts between ``pause()`` and
         :meth:`resume`.
         """
-        self._paused = True
-        self._notify()
+        self.puller.pause()
 
     def resume(self) -> None:
-        self._paused = False
-        self._notify()
+        self.puller.resume()
 
     # ------------------------------------------------------------------ events
-    # (listeners, and the error reports: worker_events.py)
 
-    on = worker_events.on
-    off = worker_events.off
-    _emit = worker_events._emit
-    _await_listener = worker_events._await_listener
-    _report = worker_events._report
+    def on(self, event: str, fn: Listener) -> Listener:
+        """Call ``fn`` on ``event``; returns ``fn`` (so it can be a decorator's target)."""
+        return self.events.on(event, fn)
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    def off(self, event: str, fn: Listener) -> None:
+        self.events.off(event, fn)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -309,17 +358,17 @@ class Worker:
         async with anyio.create_task_group() as listeners:
             # Listener tasks outlive the work so that one that awaits close() (say, on
             # "drained") is not waited for by the very close it waits for.
-            self._listener_nursery = listeners
+            self.events.nursery = listeners
             try:
                 async with anyio.create_task_group() as work:
-                    self._work_nursery = work
-                    await self._register()
+                    self.puller.nursery = work
+                    await self.heartbeats.register()
                     if self._rate_limit is not None:
                         await self.queue._queue_call("RateLimit", **self._rate_limit)
                     async with anyio.create_task_group() as loops:
-                        loops.start_soon(self._pull_loop)
-                        loops.start_soon(self._ack_loop)
-                        loops.start_soon(self._heartbeat_loop)
+                        loops.start_soon(self.puller.loop)
+                        loops.start_soon(self.outcomes.ack_loop)
+                        loops.start_soon(self.heartbeats.loop)
                         if signals:
                             loops.start_soon(shutdown.watch_signals, self, grace_s)
                         task_status.started()
@@ -329,13 +378,13 @@ class Worker:
                         # every lease until its outcome was applied.
                         loops.cancel_scope.cancel()
             finally:
-                self._work_nursery = None
+                self.puller.nursery = None
                 with anyio.CancelScope(shield=True):
                     await self._finish()
                 self._state = _CLOSED
                 self._closed_event.set()
-                self._emit("closed")
-        self._listener_nursery = None
+                self.events.emit("closed")
+        self.events.nursery = None
 
     async def close(self, force: bool = False, timeout: float | None = None) -> None:
         """Stop the worker and return once it is closed.
@@ -363,10 +412,10 @@ class Worker:
             # Never ran: nothing is leased or registered.
             self._state = _CLOSED
             self._closed_event.set()
-            for awaitable in self._emit("closed"):
-                await self._await_listener("closed", awaitable)
+            for awaitable in self.events.emit("closed"):
+                await self.events.await_listener("closed", awaitable)
             return
-        self._stopping = True
+        self.puller.stop()
         if timeout is not None:
             assert self._graceful is not None  # made by run(), which set _STARTED
             self._grace_s = timeout  # (named in the log line when it runs out)
@@ -375,37 +424,32 @@ class Worker:
         if force:
             assert self._graceful is not None
             self._graceful.cancel()
-            self._cancel_running()
+            self.leases.cancel_running()
         self._close_requested.set()
-        self._notify()
-        current = anyio.get_current_task().id
-        if any(lease.task == current for lease in self._leases):
+        self.leases.notify()
+        if self.leases.held_by_task(anyio.get_current_task().id):
             return
         await self._closed_event.wait()
-
-    def _cancel_running(self) -> None:
-        for lease in self._leases:
-            if lease.state == RUNNING:
-                lease.scope.cancel()
 
     async def _drain(self) -> None:
         """The graceful half of close, run by :meth:`run` once close was asked for.
 
-        Pulling has stopped (``_stopping``). The processors get until the close's
+        Pulling has stopped (``puller.stopping``). The processors get until the close's
         deadline; those still running then are cancelled, which hands their jobs back
         uncharged. Then every result still waiting is acknowledged, while the
         heartbeat loop still renews the leases of the jobs being settled.
         """
         assert self._graceful is not None
+        leases = self.leases
         with self._graceful:
-            await self._wait_tasks_idle()
-        if self._running and anyio.current_time() >= self._graceful.deadline:  # not forced
+            await leases.wait_tasks_idle()
+        if leases.running and anyio.current_time() >= self._graceful.deadline:  # not forced
             log.warning("worker %s: the grace period of %g s is over: handing back %d "
                         "running job(s) (no attempt charged)", self.name, self._grace_s,
-                        self._running)
-        self._cancel_running()
-        await self._wait_tasks_idle()
-        await self._flush_acks()
+                        leases.running)
+        leases.cancel_running()
+        await leases.wait_tasks_idle()
+        await self.outcomes.flush_acks()
 
     async def _finish(self) -> None:
         """The last cleanup, shielded, after the worker's tasks are gone.
@@ -420,47 +464,17 @@ class Worker:
         most) for the broker's close, so when this returns the jobs are back.
         """
         with anyio.move_on_after(_FINISH_S):
-            await self._flush_acks()
-            leftovers = list(self._leases)
+            outcomes = self.outcomes
+            await outcomes.flush_acks()
+            leftovers = list(self.leases.held)
             async with anyio.create_task_group() as nursery:
                 for lease in leftovers:
                     if lease.error is not None:
-                        nursery.start_soon(self._send_fail, lease, lease.error)
-                nursery.start_soon(self._release,
+                        nursery.start_soon(outcomes.send_fail, lease, lease.error)
+                nursery.start_soon(outcomes.release,
                                    [lease for lease in leftovers if lease.error is None])
         # Confirmed: a long-poll still parked there takes the jobs handed back above,
         # and only the broker's close of that connection returns them for good.
-        await self._close_pull_channel(_FINISH_S)
+        await self.puller.close_channel(_FINISH_S)
         with anyio.move_on_after(_FINISH_S):
-            await self._unregister()
-
-    async def _wait_tasks_idle(self) -> None:
-        while self._tasks:
-            await self._changed.wait()
-
-    # ------------------------------------------------------------------ the parts
-    # Bound here from the modules that hold them, as methods of the worker's state.
-
-    # pulling: the pull loop, and the processor run on each job it brings.
-    _pull_loop = pulling._pull_loop
-    _pull = pulling._pull
-    _close_pull_channel = pulling._close_pull_channel
-    _start = pulling._start
-    _process = pulling._process
-    _call_processor = pulling._call_processor
-
-    # outcomes: ACKB batches, FAIL, and hand-backs with MoveToWait.
-    _release = outcomes._release
-    _queue_ack = outcomes._queue_ack
-    _ack_loop = outcomes._ack_loop
-    _flush_acks = outcomes._flush_acks
-    _send_acks = outcomes._send_acks
-    _send_fail = outcomes._send_fail
-    _call_retrying = outcomes._call_retrying
-
-    # heartbeats: lock renewal and the registry.
-    _heartbeat_loop = heartbeats._heartbeat_loop
-    _renew_locks = heartbeats._renew_locks
-    _registry_heartbeat = heartbeats._registry_heartbeat
-    _register = heartbeats._register
-    _unregister = heartbeats._unregister
+            await self.heartbeats.unregister()

@@ -179,7 +179,7 @@ class SyncQueue:
     pause_group = _plain(Queue.pause_group)
     resume_group = _plain(Queue.resume_group)
     is_group_paused = _plain(Queue.is_group_paused)
-    # maintenance (client/maintenance.py)
+    # maintenance
     clean = _plain(Queue.clean)
     get_queues = _plain(Queue.get_queues)
     list_queues = _plain(Queue.list_queues)
