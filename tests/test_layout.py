@@ -46,7 +46,6 @@ REDECLARED_TODAY: dict[str, int] = {
     "trioqueue/actors/flow_admission.py:FlowAdmission": 7,
     "trioqueue/actors/retained.py:RetainedResults": 3,
     "trioqueue/actors/store_reads.py:StoreReads": 3,
-    "trioqueue/client/queue_commands.py:QueueCommands": 1,
     "trioqueue/core/flows.py:DependentsIndex": 1,
     "trioqueue/storage/keyed_reads.py:KeyedFinishedReads": 1,
     "trioqueue/storage/lmdb_ahead.py:LmdbAhead": 7,
