@@ -26,6 +26,7 @@ from .kept_data import (
 )
 from .kept_outcomes import joined_outcome, kept_stub
 from .keyed_reads import KeyedFinishedReads
+from .lmdb_ahead import AheadRows
 from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
 from .port import FinishedCursor, FinishedPage, Recovered
 from .positions import page_window
@@ -47,6 +48,7 @@ class LmdbReads(KeyedFinishedReads):
     _idx: Any
     _index: FinishedIndex
     _kept: KeptData
+    _rows: AheadRows
 
     def load(self) -> Recovered:
         self._check_open()
@@ -109,16 +111,8 @@ class LmdbReads(KeyedFinishedReads):
         """A kept record's data row: under its key in ``data``, or its pieces written
         ahead, joined (kept_data.py)."""
         if type(kept) is list:
-            return self._ahead_text(txn, kept[1], kept[2])
+            return self._rows.text(txn, kept[1], kept[2])
         return txn.get(jkey, db=self._data)
-
-    def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
-                    ) -> bytes | None:
-        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
-
-    def _ahead_parts(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
-                     ) -> list[bytes] | None:
-        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
 
     def _outcome_at(self, txn: lmdb.Transaction[bytes], key: bytes, raw: bytes) -> bytes:
         """An outcome row whole: its result's pieces joined to it when they were
@@ -128,7 +122,7 @@ class LmdbReads(KeyedFinishedReads):
             return raw
         claim = txn.get(key, db=self._outcome_claims)
         return joined_outcome(
-            stub, lambda: None if claim is None else self._ahead_parts(
+            stub, lambda: None if claim is None else self._rows.parts(
                 txn, *K.decode_claim(claim)), K.dep_child_id(key))
 
     def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:

@@ -52,8 +52,8 @@ import lmdb
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
-from .kept_data import KeptAheadRows, KeptData
-from .lmdb_ahead import LmdbAhead
+from .kept_data import KeptAheadRows, KeptData, Row
+from .lmdb_ahead import AHEAD_PIECE_BYTES, AheadRows
 from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
 from .lmdb_owner import DirectoryOwner
@@ -90,8 +90,10 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
+class LmdbStorage(KeptAheadRows, LmdbReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
+
+    ahead_piece_bytes = AHEAD_PIECE_BYTES
 
     def __init__(
         self,
@@ -121,11 +123,13 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             self._owner.release()
             raise
         try:
-            self._open_dbs()
+            dbs = self._open_dbs()
             self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
             self._mark = HighWaterMark(self._measure_mark, self._psize,
                                        self.max_map_size_bytes)
-            self.sweep_ahead()  # pieces of pushes that never got their record
+            self._rows = AheadRows(self._env, dbs, self._mark, self._grow,
+                                   self.max_map_size_bytes)
+            self._rows.sweep()  # pieces of pushes that never got their record
         except BaseException:
             self._env.close()
             self._owner.release()
@@ -147,7 +151,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             lock=True,
         )
 
-    def _open_dbs(self) -> None:
+    def _open_dbs(self) -> dict[bytes, Any]:
         env = self._env
         while True:
             try:
@@ -187,6 +191,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         # the main database: a record per named database, counted for completeness
         self._space_dbs = (env.open_db(None), *dbs.values())
         self._psize: int = env.stat()["psize"]
+        return dbs
 
     # --- introspection (tests, metrics) ---------------------------------------------
 
@@ -252,6 +257,12 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         return (self._env.info()["last_pgno"] + 1) * self._psize
 
     # --- writes ---------------------------------------------------------------------
+
+    def write_ahead(self, row_key: bytes, index: int, piece: Row) -> None:
+        self._rows.write(row_key, index, piece)
+
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        self._rows.drop_pieces(row_key, pieces)
 
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
@@ -405,20 +416,20 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             txn.put(op[1], op[2], db=self._deps)
             empty[0] = False
             if len(op) > 3:  # (its result written ahead: kept_outcomes.py)
-                self._claim(txn, op[1], op[3], op[4], self._outcome_claims)
+                self._rows.claim(txn, op[1], op[3], op[4], self._outcome_claims)
                 empty[4] = False
             elif not self._outcome_claims_empty(txn, empty):
-                self._drop_claim(txn, op[1], self._outcome_claims)
+                self._rows.drop_claim(txn, op[1], self._outcome_claims)
         elif kind == E.OP_DATA:
             if not self._claims_empty(txn, empty):
-                self._drop_claim(txn, op[1])  # new data: the old rows go
+                self._rows.drop_claim(txn, op[1])  # new data: the old rows go
             txn.put(op[1], op[2], db=self._data)
             empty[1] = False
         elif kind == E.OP_CLAIM:
-            self._claim(txn, op[1], op[2], op[3])
+            self._rows.claim(txn, op[1], op[2], op[3])
             empty[2] = False
         elif kind == E.OP_PROGRESS:
-            self._claim_progress(txn, op[1], op[2], op[3])
+            self._rows.claim_progress(txn, op[1], op[2], op[3])
             empty[3] = None
         elif kind == E.OP_BROKER:
             if op[2] is None:
@@ -452,11 +463,11 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         if not empty[1]:
             txn.delete(jkey, db=self._data)
         if not self._claims_empty(txn, empty):
-            self._drop_claim(txn, jkey)
+            self._rows.drop_claim(txn, jkey)
         if empty[3] is None:
             empty[3] = txn.stat(self._progress_claims)["entries"] == 0
         if not empty[3]:
-            self._drop_claim(txn, jkey, self._progress_claims)
+            self._rows.drop_claim(txn, jkey, self._progress_claims)
 
     def _outcome_claims_empty(self, txn: lmdb.Transaction[bytes],
                               empty: list[bool | None]) -> bool:
@@ -510,7 +521,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             if not cur.set_range(prefix):
                 return
             while cur.key().startswith(prefix):
-                self._delete_pieces(txn, *K.decode_claim(cur.value()))
+                self._rows.delete_pieces(txn, *K.decode_claim(cur.value()))
                 cur.delete()
 
     def sync(self) -> None:
