@@ -49,10 +49,11 @@ from typing import Any
 
 import lmdb
 
+from ..core.graveyard import Graveyard
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
-from .kept_data import KeptAheadRows, KeptData, Row
+from .kept_data import KeptData, Row
 from .lmdb_ahead import AHEAD_PIECE_BYTES, AheadRows
 from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
@@ -90,7 +91,7 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(KeptAheadRows, LmdbReads, Storage):
+class LmdbStorage(LmdbReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
 
     ahead_piece_bytes = AHEAD_PIECE_BYTES
@@ -130,6 +131,7 @@ class LmdbStorage(KeptAheadRows, LmdbReads, Storage):
             self._rows = AheadRows(self._env, dbs, self._mark, self._grow,
                                    self.max_map_size_bytes)
             self._rows.sweep()  # pieces of pushes that never got their record
+            self._kept = KeptData(self._rows.drop_pieces)
         except BaseException:
             self._env.close()
             self._owner.release()
@@ -187,7 +189,6 @@ class LmdbStorage(KeptAheadRows, LmdbReads, Storage):
         self._outcome_claims = dbs[K.DB_OUTCOME_CLAIMS]
         self._broker = dbs[K.DB_BROKER]
         self._meta = dbs[K.DB_META]
-        self._kept = KeptData()
         # the main database: a record per named database, counted for completeness
         self._space_dbs = (env.open_db(None), *dbs.values())
         self._psize: int = env.stat()["psize"]
@@ -527,6 +528,52 @@ class LmdbStorage(KeptAheadRows, LmdbReads, Storage):
     def sync(self) -> None:
         self._check_open()
         self._env.sync(True)
+
+    # --- rows written or encoded ahead of their records (kept_data.KeptData) ------------
+
+    keeps_values_ahead = True
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_ahead(text, row_key, pieces)
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.expect_encoded(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        self._kept.release_ahead(text)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._kept.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._kept.release_result(result)
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_progress(text, row_key, pieces)
+
+    def release_progress(self, text: str) -> None:
+        self._kept.release_progress(text)
+
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._kept.keep_encoded(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._kept.drop_encoded(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._kept.encoded_of(data)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_outcome(result, row_key, pieces)
+
+    def release_outcome(self, result: Any) -> None:
+        self._kept.release_outcome(result)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.set_graveyard(graveyard)
+
+    def let_go(self, value: Any) -> None:
+        self._kept.let_go(value)
 
     # --- lifecycle ------------------------------------------------------------------
 

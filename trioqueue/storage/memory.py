@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from ..core.graveyard import Graveyard
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
 from .kept_data import (
     PACKED_MIN_BYTES,
-    KeptAheadRows,
     KeptData,
     Row,
     put_data_back,
@@ -45,7 +45,7 @@ from .positions import page_window
 _MISSING: Any = object()
 
 
-class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
+class MemoryStorage(KeyedFinishedReads, Storage):
     """A :class:`~trioqueue.storage.port.Storage` in dicts.
 
     ``max_bytes`` simulates a full store: when applying a call would make the total
@@ -72,7 +72,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         self._claims: dict[bytes, bytes] = {}
         self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
         self._outcome_claims: dict[bytes, bytes] = {}  # deps key -> (kept_outcomes.py)
-        self._kept = KeptData()
+        self._kept = KeptData(self.drop_ahead_pieces)
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
         self._closed = False
@@ -368,6 +368,52 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
                        ) -> None:
         for index in range(pieces):
             self._set(self._ahead, K.ahead_piece_key(row_key, index), _MISSING, undo)
+
+    # --- rows written or encoded ahead of their records (kept_data.KeptData) ------------
+
+    keeps_values_ahead = True
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_ahead(text, row_key, pieces)
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.expect_encoded(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        self._kept.release_ahead(text)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._kept.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._kept.release_result(result)
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_progress(text, row_key, pieces)
+
+    def release_progress(self, text: str) -> None:
+        self._kept.release_progress(text)
+
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._kept.keep_encoded(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._kept.drop_encoded(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._kept.encoded_of(data)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_outcome(result, row_key, pieces)
+
+    def release_outcome(self, result: Any) -> None:
+        self._kept.release_outcome(result)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.set_graveyard(graveyard)
+
+    def let_go(self, value: Any) -> None:
+        self._kept.let_go(value)
 
     def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]],
                     claims: dict[bytes, bytes] | None = None) -> None:
