@@ -53,15 +53,17 @@ from ..core.graveyard import Graveyard
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
-from .kept_data import KeptData, Row
+from .kept_data import PACKED_MIN_BYTES, KeptData, Row
+from .keyed_reads import KeyedFinishedReads
 from .lmdb_ahead import AHEAD_PIECE_BYTES, AheadRows
 from .lmdb_finished import FinishedIndex, Moves
 from .lmdb_growth import HighWaterMark
 from .lmdb_owner import DirectoryOwner
 from .lmdb_reads import LmdbReads
 from .ops import validate_writes
-from .port import Space, Storage, StorageFullError
+from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import BLOCK
+from .value_pieces import PackedRecords
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 _DATA_FILE = "data.mdb"  # LMDB's file of pages, in the environment's directory
@@ -91,7 +93,7 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(LmdbReads, Storage):
+class LmdbStorage(Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
 
     ahead_piece_bytes = AHEAD_PIECE_BYTES
@@ -132,6 +134,8 @@ class LmdbStorage(LmdbReads, Storage):
                                    self.max_map_size_bytes)
             self._rows.sweep()  # pieces of pushes that never got their record
             self._kept = KeptData(self._rows.drop_pieces)
+            self._reads = LmdbReads(self._env, dbs, self._index, self._kept, self._rows)
+            self._listings = KeyedFinishedReads(self._reads)
         except BaseException:
             self._env.close()
             self._owner.release()
@@ -575,7 +579,75 @@ class LmdbStorage(LmdbReads, Storage):
     def let_go(self, value: Any) -> None:
         self._kept.let_go(value)
 
+    # --- reads (lmdb_reads.LmdbReads; listings: keyed_reads.KeyedFinishedReads) ------
+
+    def load(self) -> Recovered:
+        self._check_open()
+        return self._reads.load()
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self._reads.finished(job_id, None)
+
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self._reads.finished(job_id, PACKED_MIN_BYTES)
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self._check_open()
+        return self._reads.queues_of_finished(job_ids)
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, None)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, PACKED_MIN_BYTES)
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        return self._listings.count_finished(queue, state)
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        return self._listings.list_finished(queue, state, asc=asc, offset=offset,
+                                            limit=limit)
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]] | PackedRecords:
+        self._check_open()
+        return self._listings.list_finished_packed(queue, state, asc=asc, offset=offset,
+                                                   limit=limit)
+
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        self._check_open()
+        return self._listings.finished_ranks(queue, state, positions, others)
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        return self._reads.finished_ids_page(queue, state, after=after, limit=limit)
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
     # --- lifecycle ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
 
     def close(self) -> None:
         if not self._closed:
