@@ -3,7 +3,7 @@
 Used by tests and ``--memory``. Operations are checked by :mod:`.ops` like any store's;
 keys and values then come from LMDB's layout (:mod:`.keys`), so the ordering, the key
 limits (``ValueError`` on overlong keys) and copy semantics are those of
-:mod:`.lmdb_store`: a stored record never aliases the caller's dict, and every read
+:mod:`.lmdb.store`: a stored record never aliases the caller's dict, and every read
 decodes a fresh copy.
 
 :meth:`MemoryStorage.apply` is atomic: operations are validated and encoded first, then
@@ -37,7 +37,7 @@ from .kept_data import (
 )
 from .kept_outcomes import joined_outcome, kept_stub
 from .keyed_reads import KeyedFinishedReads
-from .lmdb_ahead import AHEAD_PIECE_BYTES
+from .lmdb.ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import page_window
@@ -69,7 +69,7 @@ class MemoryStorage(Storage):
         # so deleting a parent drops one dict instead of scanning every row
         self._deps: dict[bytes, dict[bytes, bytes]] = {}
         self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
-        self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
+        self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb/ahead.py)
         self._claims: dict[bytes, bytes] = {}
         self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
         self._outcome_claims: dict[bytes, bytes] = {}  # deps key -> (kept_outcomes.py)
@@ -364,7 +364,7 @@ class MemoryStorage(Storage):
         self._check_open()
         return self._reads.dep_outcomes(parent_id, PACKED_MIN_BYTES)
 
-    # --- writes ahead (see lmdb_ahead.py) ------------------------------------------
+    # --- writes ahead (see lmdb/ahead.py) ------------------------------------------
 
     ahead_piece_bytes = AHEAD_PIECE_BYTES
 
@@ -567,7 +567,7 @@ class MemoryReads:
                 for k in sorted(group)}
 
     def _outcome_at(self, key: bytes, raw: bytes) -> bytes:
-        """An outcome row whole (see lmdb_reads.LmdbReads._outcome_at)."""
+        """An outcome row whole (see lmdb.reads.LmdbReads._outcome_at)."""
         stub = kept_stub(raw) if self._outcome_claims else None
         if stub is None:
             return raw

@@ -21,9 +21,9 @@ from typing import Any
 
 import lmdb
 
-from . import keys as K
-from .port import FinishedCursor, FinishedPage
-from .positions import BLOCK, Positions
+from .. import keys as K
+from ..port import FinishedCursor, FinishedPage
+from ..positions import BLOCK, Positions
 
 
 class Moves:

@@ -28,8 +28,8 @@ import socket
 from datetime import UTC, datetime
 from typing import Any
 
-from .owners import owner_words, since_words
-from .port import StorageOpenError, StoreInUse
+from ..owners import owner_words, since_words
+from ..port import StorageOpenError, StoreInUse
 
 OWNER_FILE = "owner.lock"
 _RECORD_MAX_BYTES = 4096  # what is read of another owner's record

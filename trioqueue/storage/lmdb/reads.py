@@ -1,4 +1,4 @@
-"""The reads of the LMDB store (:mod:`.lmdb_store`): recovery's load, finished jobs by
+"""The reads of the LMDB store (:mod:`.store`): recovery's load, finished jobs by
 id and by page, results and dependency outcomes.
 
 Each read is one short read transaction; values are copied out and decoded after it
@@ -15,19 +15,19 @@ from typing import Any
 
 import lmdb
 
-from . import keys as K
-from .kept_data import (
+from .. import keys as K
+from ..kept_data import (
     KeptData,
     put_data_back,
     read_result,
     read_row,
     with_data,
 )
-from .kept_outcomes import joined_outcome, kept_stub
-from .lmdb_ahead import AheadRows
-from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
-from .port import FinishedCursor, FinishedPage, Recovered
-from .positions import page_window
+from ..kept_outcomes import joined_outcome, kept_stub
+from ..port import FinishedCursor, FinishedPage, Recovered
+from ..positions import page_window
+from .ahead import AheadRows
+from .finished import FinishedIndex, RangeRanks, ids_page, scan
 
 
 class LmdbReads:

@@ -18,10 +18,10 @@ from typing import Any, Final
 
 import lmdb
 
-from . import keys as K
-from .kept_data import Row
-from .lmdb_growth import HighWaterMark
-from .port import StorageFullError
+from .. import keys as K
+from ..kept_data import Row
+from ..port import StorageFullError
+from .growth import HighWaterMark
 
 #: Bytes of one piece, one transaction each (about 0.25 ms to put and commit here).
 AHEAD_PIECE_BYTES: Final = 1 << 20

@@ -3,7 +3,7 @@
 Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 
 * A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call (or
-  one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.lmdb_ahead`), on one OS thread,
+  one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.ahead`), on one OS thread,
   never across an ``await``; reads use short read transactions and copy values out
   (no ``buffers=True``).
 * ``sync=False`` by default: a commit is a few microseconds and a ``kill -9`` loses
@@ -31,12 +31,12 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 * Finished counts are kept exact in the same transaction as the writes, so
   :meth:`LmdbStorage.load` does not scan finished jobs.
 * A page of finished jobs at any offset costs O(log n + page): the positions of every
-  large (queue, state) range are kept in memory (:mod:`.lmdb_finished`), built when the
+  large (queue, state) range are kept in memory (:mod:`.finished`), built when the
   store opens (one walk of those ranges) and
   updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
   one thread at a time (``apply_blocks`` is False: the writer commits inline).
 * One broker per store: the store holds an OS lock on a file in its directory from open
-  to close (:mod:`.lmdb_owner`), and refuses to open while another process holds it.
+  to close (:mod:`.owner`), and refuses to open while another process holds it.
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
   parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
@@ -49,21 +49,21 @@ from typing import Any
 
 import lmdb
 
-from ..core.graveyard import Graveyard
-from ..core.writes import Writes
-from . import encoding as E
-from . import keys as K
-from .kept_data import PACKED_MIN_BYTES, KeptData, Row
-from .keyed_reads import KeyedFinishedReads
-from .lmdb_ahead import AHEAD_PIECE_BYTES, AheadRows
-from .lmdb_finished import FinishedIndex, Moves
-from .lmdb_growth import HighWaterMark
-from .lmdb_owner import DirectoryOwner
-from .lmdb_reads import LmdbReads
-from .ops import validate_writes
-from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
-from .positions import BLOCK
-from .value_pieces import PackedRecords
+from ...core.graveyard import Graveyard
+from ...core.writes import Writes
+from .. import encoding as E
+from .. import keys as K
+from ..kept_data import PACKED_MIN_BYTES, KeptData, Row
+from ..keyed_reads import KeyedFinishedReads
+from ..ops import validate_writes
+from ..port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
+from ..positions import BLOCK
+from ..value_pieces import PackedRecords
+from .ahead import AHEAD_PIECE_BYTES, AheadRows
+from .finished import FinishedIndex, Moves
+from .growth import HighWaterMark
+from .owner import DirectoryOwner
+from .reads import LmdbReads
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 _DATA_FILE = "data.mdb"  # LMDB's file of pages, in the environment's directory
@@ -84,7 +84,7 @@ _FINISH_JOB_BYTES = 128
 MIN_LIVE_NODE_BYTES = 64
 _INITIAL_MAP_BYTES = 1 << 30
 # Named databases the environment may hold: len(K.ALL_DBS) is 9, room to add some
-# without a bump. Another opener of the same store (lmdb_backup) uses the same.
+# without a bump. Another opener of the same store (backup.py) uses the same.
 MAX_DBS = 16
 
 
@@ -253,7 +253,7 @@ class LmdbStorage(Storage):
 
     def used_bytes_bound(self) -> int:
         """An upper bound of the file's high-water mark (highest page ever used), so of
-        :meth:`used_bytes`, mostly without a call to LMDB (lmdb_growth.py). It never
+        :meth:`used_bytes`, mostly without a call to LMDB (lmdb/growth.py). It never
         goes down: once a store was nearly full, callers take the exact figure."""
         self._check_open()
         return self._mark.bound()
@@ -579,7 +579,7 @@ class LmdbStorage(Storage):
     def let_go(self, value: Any) -> None:
         self._kept.let_go(value)
 
-    # --- reads (lmdb_reads.LmdbReads; listings: keyed_reads.KeyedFinishedReads) ------
+    # --- reads (reads.LmdbReads; listings: keyed_reads.KeyedFinishedReads) ------
 
     def load(self) -> Recovered:
         self._check_open()
