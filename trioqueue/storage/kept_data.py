@@ -46,8 +46,9 @@ KEEP_DATA_BYTES: Final = 64 * 1024
 #: The record field that says where its data is: True for a row of ``V({"d": data})``
 #: under the job's key in ``data``, :data:`TEXT` for a string's UTF-8 bytes there as
 #: they are, ``[TEXT, row key, pieces]`` for a string written ahead of its record in
-#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`), ``[VALUE, row key,
-#: pieces]`` for other data written ahead, its pieces joined being ``V({"d": data})``.
+#: pieces (the ``ahead`` sub-database; see :class:`~.lmdb.ahead.AheadRows`),
+#: ``[VALUE, row key, pieces]`` for other data written ahead, its pieces joined being
+#: ``V({"d": data})``.
 KEPT_FIELD: Final = "dataKept"
 TEXT: Final = "text"
 VALUE: Final = "value"

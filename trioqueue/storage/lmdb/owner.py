@@ -37,7 +37,7 @@ _RECORD_MAX_BYTES = 4096  # what is read of another owner's record
 
 class DirectoryOwner:
     """The lock of the data directory ``directory`` (created if missing), held from
-    construction until :meth:`release`; :class:`~.port.StoreInUse` when another
+    construction until :meth:`release`; :class:`~..port.StoreInUse` when another
     process (or another store of this one) holds it."""
 
     def __init__(self, directory: str) -> None:

@@ -3,7 +3,7 @@ id and by page, results and dependency outcomes.
 
 Each read is one short read transaction; values are copied out and decoded after it
 ends where that is possible, so no reader holds a snapshot that keeps freed pages from
-reuse. Large job data kept apart from its record (:mod:`.kept_data`) is put back here.
+reuse. Large job data kept apart from its record (:mod:`..kept_data`) is put back here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .finished import FinishedIndex, RangeRanks, ids_page, scan
 class LmdbReads:
     """The reads of one LMDB store, given its environment, named databases, finished
     position index, kept data and ahead rows when the store opens. The store checks
-    that it is open before it asks; it is also the :class:`~.keyed_reads.FinishedRanges`
+    that it is open before it asks; it is also the :class:`~..keyed_reads.FinishedRanges`
     of the store's listings."""
 
     __slots__ = ("_env", "_live", "_finished", "_results", "_queue_meta", "_broker",

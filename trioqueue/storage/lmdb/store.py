@@ -1,6 +1,6 @@
 """The durable store: LMDB, one environment, a fixed handful of named sub-databases.
 
-Key layouts are in :mod:`.keys`. Rules this adapter keeps:
+Key layouts are in :mod:`..keys`. Rules this adapter keeps:
 
 * A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call (or
   one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.ahead`), on one OS thread,
@@ -108,7 +108,7 @@ class LmdbStorage(Storage):
         position_block: int = BLOCK,
     ) -> None:
         """``position_block``: keys per block of the finished-job position index
-        (:mod:`.positions`); tests make it small to exercise splits and merges."""
+        (:mod:`..positions`); tests make it small to exercise splits and merges."""
         if map_size_bytes is None:
             # 1 GiB to start with (it doubles on demand), but never past the maximum.
             map_size_bytes = min(_INITIAL_MAP_BYTES, max_map_size_bytes)

@@ -13,7 +13,7 @@ line. Meanwhile the writer's batch waits in its worker thread, so nothing is
 acknowledged that was not committed; the batch is then applied again whole, which is
 safe even when the lost connection had committed it (every statement of a batch sets
 rows to their final values: :mod:`.layout`). Any other database error is a bug, not
-an outage, and stops the broker at once; so does :class:`~.port.Fenced` (a cluster's
+an outage, and stops the broker at once; so does :class:`~..port.Fenced` (a cluster's
 broker that lost a queue's lease), which is raised at once, never retried.
 
 **The owner lock.** A broker's writer session holds the store's owner lock

@@ -1,16 +1,16 @@
 """PostgreSQL's table layout: every table, index, migration and statement in one module.
 
-What :mod:`.keys` is to LMDB, this is to :mod:`.store`: the one place that says how a
+What :mod:`..keys` is to LMDB, this is to :mod:`.store`: the one place that says how a
 job is kept, so a change of layout is a new migration here and nowhere else.
 
 Choices, and why:
 
-* **Job ids are ``bytea``** (the UTF-8 of the id, :func:`.keys.job_key`), not ``text``:
+* **Job ids are ``bytea``** (the UTF-8 of the id, :func:`..keys.job_key`), not ``text``:
   a client's custom id may hold NUL, which ``text`` cannot, and bytes compare in code
   point order whatever the database's collation, the order LMDB and the memory store
   keep (finished jobs by ``(created_at, id)``, dependency outcomes by child id).
 * **Records are ``bytea``** in the value encoding every store uses
-  (:func:`.keys.encode_value`: msgpack, CBOR for what msgpack cannot hold), not
+  (:func:`..keys.encode_value`: msgpack, CBOR for what msgpack cannot hold), not
   ``jsonb``: job data may hold bytes and integers JSON has no room for, and nothing
   queries inside a record; the broker keeps the state in memory.
 * **Live and finished jobs are two tables**, as in LMDB: the live ones are read back

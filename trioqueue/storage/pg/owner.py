@@ -92,7 +92,7 @@ class PgOwner:
 
     def take(self, conn: psycopg.Connection[Any]) -> None:
         """Take the lock on ``conn``, a fresh autocommit session (the writer's), and
-        record this broker in it. Raises :class:`~.port.StoreInUse` when another
+        record this broker in it. Raises :class:`~..port.StoreInUse` when another
         broker holds the store, or :class:`StoreLost` if this broker had held it."""
         conn.execute(L.OWNER_KEEPALIVES)
         ask = L.TAKE_OWNER_LOCK_SHARED if self.cluster else L.TAKE_OWNER_LOCK

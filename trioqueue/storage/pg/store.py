@@ -1,4 +1,4 @@
-"""The PostgreSQL store: :class:`~.port.Storage` on tables (layout: :mod:`.layout`).
+"""The PostgreSQL store: :class:`~..port.Storage` on tables (layout: :mod:`.layout`).
 
 ``trioqueue serve --storage postgresql://...``. Every call blocks for a round trip, so
 the store says so (``apply_blocks``): the storage writer commits each batch in a worker
@@ -15,17 +15,17 @@ return, and only then are the batch's replies sent (docs/durability.md, "Postgre
 
 A broker's store is given a :class:`~.owner.PgOwner`: the writer's session then
 holds the store's owner lock, and a store another broker serves is refused
-(:class:`~.port.StoreInUse`). Tools and tests that open a store beside a broker give
+(:class:`~..port.StoreInUse`). Tools and tests that open a store beside a broker give
 none.
 
 The schema is migrated when the store opens (:mod:`.schema`); ``trioqueue migrate``
 runs the same step alone.
 
 **In a cluster** (several brokers on one database) the store is given a
-:class:`~.port.Fence`: each batch then commits only if this broker still holds the lease
+:class:`~..port.Fence`: each batch then commits only if this broker still holds the lease
 of every queue whose writes it carries, checked by the batch's own statement
 (:data:`.layout.WRITE_BATCH_CLUSTER`, which also writes the cluster's own rows:
-inbox messages, dependencies across brokers); otherwise :class:`~.port.Fenced` is raised
+inbox messages, dependencies across brokers); otherwise :class:`~..port.Fenced` is raised
 and nothing is applied. The membership and lease operations are :meth:`PgStorage.cluster`'s.
 """
 
