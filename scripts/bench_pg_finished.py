@@ -45,7 +45,7 @@ BATCH = 1000
 
 def fill(dsn: str, jobs: int) -> list[str]:
     """``jobs`` completed jobs of queue ``big`` with a result each; their ids in order."""
-    from trioqueue.storage.pg_store import PgStorage
+    from trioqueue.storage.pg.store import PgStorage
 
     store = PgStorage(dsn)
     ids: list[str] = []

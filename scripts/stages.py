@@ -26,7 +26,7 @@ from trioqueue.actors import queue_actor, router, writer
 from trioqueue.actors.broker import Broker
 from trioqueue.config import Config
 from trioqueue.core import handlers
-from trioqueue.storage import lmdb_store
+from trioqueue.storage.lmdb import store as lmdb_store
 from trioqueue.transport import session
 from trioqueue.transport.codec import MSGPACK
 

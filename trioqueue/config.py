@@ -102,7 +102,7 @@ class Config:
     # PostgreSQL instead of LMDB: a postgresql:// URL (docs/durability.md, "PostgreSQL").
     storage_url: str | None = None
     # How long a PostgreSQL store keeps retrying through an outage, acknowledging
-    # nothing meanwhile, before the broker stops (storage/pg_connection.py).
+    # nothing meanwhile, before the broker stops (storage/pg/connection.py).
     pg_outage_s: float = 30.0
     # Several brokers on one PostgreSQL database (docs/scale-out.md): on or off; this
     # broker's id among them (None: a fresh one at each start, since a restarted broker

@@ -36,9 +36,9 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                          "TRIOQUEUE_STORAGE\n")
         return 2
     try:
-        from .storage.pg_connection import PgLink, StorageUnavailable, redact
-        from .storage.pg_layout import LATEST_VERSION
-        from .storage.pg_schema import SchemaTooNew, migrate
+        from .storage.pg.connection import PgLink, StorageUnavailable, redact
+        from .storage.pg.layout import LATEST_VERSION
+        from .storage.pg.schema import SchemaTooNew, migrate
     except ImportError as exc:
         sys.stderr.write(f"error: PostgreSQL storage needs psycopg: pip install "
                          f"'trioqueue[postgres]' ({exc})\n")

@@ -20,7 +20,7 @@ from trioqueue.actors.request import Request
 from trioqueue.config import Config
 from trioqueue.server import Server
 from trioqueue.storage.keys import encode_value
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
 from trioqueue.transport.codec import CBOR, MSGPACK, Codec

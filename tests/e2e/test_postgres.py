@@ -17,7 +17,7 @@ from tests.conftest import StoreEngine
 from trioqueue.cli import build_parser, config_from
 from trioqueue.config import Config
 from trioqueue.server import Server
-from trioqueue.storage.pg_layout import LATEST_VERSION
+from trioqueue.storage.pg.layout import LATEST_VERSION
 from trioqueue.testing import RawClient
 
 pytestmark = pytest.mark.engines("postgres")

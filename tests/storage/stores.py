@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage
 
@@ -30,7 +30,7 @@ def store_fixture(map_size_bytes: int, *, postgres: bool = False
         elif request.param == "lmdb":
             s = LmdbStorage(tmp_path / "db", map_size_bytes=map_size_bytes)
         else:
-            from trioqueue.storage.pg_store import PgStorage
+            from trioqueue.storage.pg.store import PgStorage
 
             s = PgStorage(request.getfixturevalue("pg_dsn"), outage_s=5)
         yield s

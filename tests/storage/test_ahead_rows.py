@@ -1,4 +1,4 @@
-"""Long data strings written ahead of their job (storage/lmdb_ahead.py, kept_data.py), on
+"""Long data strings written ahead of their job (storage/lmdb/ahead.py, kept_data.py), on
 both adapters: the record that carries the very string takes the pieces instead of
 writing its data, reads put it back, and no piece outlives its job or a push that
 never took it."""
@@ -13,7 +13,7 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import encoding as E
 from trioqueue.storage import keys as K
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage, StorageFullError
 

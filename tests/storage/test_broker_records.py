@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.port import Storage
 
 from .test_storage import MIB, apply, put, rec, store  # noqa: F401 (store: a fixture)

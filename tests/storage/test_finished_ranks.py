@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from trioqueue.storage import lmdb_finished
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb import finished as lmdb_finished
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.port import Storage
 
 from .stores import MIB

@@ -14,7 +14,7 @@ from trioqueue.core.writes import Writes
 from trioqueue.storage import encoding as E
 from trioqueue.storage import keys as K
 from trioqueue.storage.kept_data import KEEP_DATA_BYTES, KEPT_FIELD, KeptData
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Storage, StorageFullError
 from trioqueue.storage.value_pieces import Packed, PackedRecords

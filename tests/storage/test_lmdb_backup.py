@@ -9,8 +9,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from trioqueue.storage.lmdb_backup import DATA_FILE, BackupError, copy_store
-from trioqueue.storage.lmdb_store import MAX_DBS, LmdbStorage
+from trioqueue.storage.lmdb.backup import DATA_FILE, BackupError, copy_store
+from trioqueue.storage.lmdb.store import MAX_DBS, LmdbStorage
 
 
 def _store_with_garbage(path: Path) -> None:

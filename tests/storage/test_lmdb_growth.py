@@ -1,4 +1,4 @@
-"""The LMDB store's cheap bound of its used bytes (storage/lmdb_growth.py): an upper
+"""The LMDB store's cheap bound of its used bytes (storage/lmdb/growth.py): an upper
 bound of the file's high-water mark at every commit, asked of LMDB now and then."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 
 T0 = 1_764_000_000_000
 

@@ -21,12 +21,12 @@ psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycop
 
 from trioqueue.core.writes import Writes  # noqa: E402
 from trioqueue.storage import keys as K  # noqa: E402
-from trioqueue.storage import pg_layout as L  # noqa: E402
 from trioqueue.storage.memory import MemoryStorage  # noqa: E402
 from trioqueue.storage.memory_cluster import MemoryCluster  # noqa: E402
+from trioqueue.storage.pg import layout as L  # noqa: E402
+from trioqueue.storage.pg.schema import migrate, schema_version  # noqa: E402
+from trioqueue.storage.pg.store import PgStorage  # noqa: E402
 from trioqueue.storage.pg_cluster import PgCluster  # noqa: E402
-from trioqueue.storage.pg_schema import migrate, schema_version  # noqa: E402
-from trioqueue.storage.pg_store import PgStorage  # noqa: E402
 from trioqueue.storage.port import (  # noqa: E402
     FINISHED,
     LIVE,

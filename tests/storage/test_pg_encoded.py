@@ -1,4 +1,4 @@
-"""PostgreSQL's records with data encoded ahead (storage/pg_encoded.py): the record
+"""PostgreSQL's records with data encoded ahead (storage/pg/encoded.py): the record
 joined from its fields and its data's pieces reads back as the record, its data found
 undecoded by a read for a command, and data no record took freed by the graveyard."""
 
@@ -12,8 +12,8 @@ import pytest
 from trioqueue.core.graveyard import Graveyard
 from trioqueue.core.writes import FinishJob, PutJob
 from trioqueue.storage.keys import decode_value, encode_value
-from trioqueue.storage.pg_encoded import EncodedData, packed_record
-from trioqueue.storage.pg_plan import plan_batch
+from trioqueue.storage.pg.encoded import EncodedData, packed_record
+from trioqueue.storage.pg.plan import plan_batch
 from trioqueue.storage.value_pieces import Packed, unpacked_steps, value_pieces
 from trioqueue.utf8_views import utf8_view
 

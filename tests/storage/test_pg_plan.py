@@ -12,7 +12,7 @@ from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
 from trioqueue.storage.ops import validate_writes
-from trioqueue.storage.pg_plan import BatchPlan, plan_batch, plan_cluster
+from trioqueue.storage.pg.plan import BatchPlan, plan_batch, plan_cluster
 
 
 def rec(job_id: str, state: str = "queued", created: int = 1) -> dict[str, Any]:

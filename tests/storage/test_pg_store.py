@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycopg: "
                                                 "pip install -e '.[test]'")
 
-from trioqueue.storage import pg_layout as L  # noqa: E402
-from trioqueue.storage.pg_schema import SchemaTooNew, migrate, schema_version  # noqa: E402
-from trioqueue.storage.pg_store import PgStorage  # noqa: E402
+from trioqueue.storage.pg import layout as L  # noqa: E402
+from trioqueue.storage.pg.schema import SchemaTooNew, migrate, schema_version  # noqa: E402
+from trioqueue.storage.pg.store import PgStorage  # noqa: E402
 from trioqueue.storage.port import StorageUnavailable  # noqa: E402
 
 from .test_storage import (  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
-from trioqueue.storage.lmdb_store import MIN_LIVE_NODE_BYTES, LmdbStorage
+from trioqueue.storage.lmdb.store import MIN_LIVE_NODE_BYTES, LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Space, Storage
 from trioqueue.testing.small_disk import CannotMount, small_tmpfs

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import PutDepOutcome, Writes
 from trioqueue.storage import keys as K
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Recovered, Storage, StorageFullError
 
@@ -321,7 +321,7 @@ def paged(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
     elif request.param == "lmdb":
         s = LmdbStorage(tmp_path / "db", map_size_bytes=4 * MIB)
     elif request.param == "postgres":  # (pages counted from the nearer end)
-        from trioqueue.storage.pg_store import PgStorage
+        from trioqueue.storage.pg.store import PgStorage
 
         s = PgStorage(request.getfixturevalue("pg_dsn"), outage_s=5)
     else:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.port import Fenced, StoreInUse
 
 from .test_storage import apply, put, rec
@@ -47,10 +47,10 @@ def test_an_lmdb_directory_has_one_store_open_at_a_time(tmp_path: Path) -> None:
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycopg: "
                                                 "pip install -e '.[test]'")
 
-from trioqueue.storage import pg_owner  # noqa: E402
-from trioqueue.storage.pg_connection import redact  # noqa: E402
-from trioqueue.storage.pg_owner import PgOwner, StoreLost  # noqa: E402
-from trioqueue.storage.pg_store import PgStorage  # noqa: E402
+from trioqueue.storage.pg import owner as pg_owner  # noqa: E402
+from trioqueue.storage.pg.connection import redact  # noqa: E402
+from trioqueue.storage.pg.owner import PgOwner, StoreLost  # noqa: E402
+from trioqueue.storage.pg.store import PgStorage  # noqa: E402
 
 
 def _owned(dsn: str, *, cluster: bool = False, wait_s: float = 5.0) -> PgStorage:

@@ -8,7 +8,7 @@ import lmdb
 
 from trioqueue.core.writes import Writes
 from trioqueue.storage import keys as K
-from trioqueue.storage.lmdb_store import LmdbStorage
+from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.testing.store_check import check_lmdb_store
 
 

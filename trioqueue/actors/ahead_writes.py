@@ -29,7 +29,7 @@ threshold, so a small push costs one comparison of its frame's size.
 Nothing is lost either way: a push refused (a full store, a duplicate id, bad input)
 leaves rows no record took, which :meth:`AheadWriter.release` deletes once the
 command is answered; a crash in between leaves pieces no claim points to, deleted
-when the store opens (storage/lmdb_ahead.py). A write ahead that does not fit, or a
+when the store opens (storage/lmdb/ahead.py). A write ahead that does not fit, or a
 connection closed in the middle, drops what it wrote, and the command then takes the
 ordinary path, where admission decides.
 

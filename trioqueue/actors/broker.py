@@ -67,7 +67,7 @@ def open_storage(config: Config, fence: Fence | None = None) -> Storage:
         from ..storage.memory import MemoryStorage
 
         return MemoryStorage(max_bytes=limit)
-    from ..storage.lmdb_store import LmdbStorage
+    from ..storage.lmdb.store import LmdbStorage
 
     assert limit is not None  # LMDB always has a maximum (1 TiB by default)
     return LmdbStorage(config.data_dir, max_map_size_bytes=limit)
@@ -77,14 +77,14 @@ def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Stor
     """A PostgreSQL store, its schema migrated; waits up to ``outage_s`` for a server
     that is not up yet (started beside the broker)."""
     try:
-        from ..storage.pg_store import PgStorage
+        from ..storage.pg.store import PgStorage
     except ImportError as exc:  # psycopg is an optional dependency
         raise StorageOpenError(
             f"PostgreSQL storage needs psycopg: pip install 'trioqueue[postgres]' ({exc})"
         ) from None
-    from ..storage.pg_connection import StorageUnavailable, redact
-    from ..storage.pg_owner import PgOwner
-    from ..storage.pg_schema import SchemaTooNew
+    from ..storage.pg.connection import StorageUnavailable, redact
+    from ..storage.pg.owner import PgOwner
+    from ..storage.pg.schema import SchemaTooNew
 
     # One owner: exclusive alone, shared in a cluster (the fence says which).
     owner = PgOwner(redact(url), cluster=fence is not None, wait_s=outage_s)

@@ -6,7 +6,7 @@ whichever broker received the AddWebhook. The registry follows the table
 (``tq_broker_records``) instead of being told by the others:
 
 * every commit that changes a webhook also raises the version of the ``webhook``
-  records (``tq_record_versions``, in the same statement: storage/pg_layout.py), and
+  records (``tq_record_versions``, in the same statement: storage/pg/layout.py), and
   every beat reads the versions with the leases, in its one round trip;
 * a beat that finds a version other than the one this broker last loaded has the
   registry reloaded from the table (:meth:`WebhookSync.refresh`), so an AddWebhook,

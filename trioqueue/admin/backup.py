@@ -1,5 +1,5 @@
 """``backup DEST``: a consistent, compacted copy of a live broker's LMDB store, taken in
-this process while the broker keeps serving (:mod:`trioqueue.storage.lmdb_backup`).
+this process while the broker keeps serving (:mod:`trioqueue.storage.lmdb.backup`).
 
 The store's directory comes from the broker (``StorageStatus``: ``engine`` and
 ``path``), or from ``--data-dir`` without asking it (a broker that is down, or one on
@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from ..storage.lmdb_backup import BackupError, copy_store
+from ..storage.lmdb.backup import BackupError, copy_store
 from .connection import Session
 from .output import EXIT_FAILED, EXIT_OK, CliError
 

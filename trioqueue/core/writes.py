@@ -128,7 +128,7 @@ class Writes:
     """An ordered list of storage operations, plus whether the caller asked for fsync,
     and the queue whose lease they need in a cluster (``queue``: set by whoever submits
     them; None for writes of no queue, the broker's own records). A store with a fence
-    (storage/pg_store.py) commits them only while this broker holds that queue.
+    (storage/pg/store.py) commits them only while this broker holds that queue.
     ``cluster``: a cluster's own rows (:class:`ClusterWrites`), made on first use."""
 
     __slots__ = ("ops", "durable", "queue", "_cluster")

@@ -1,6 +1,6 @@
 """The typed write operations of :mod:`.ops`, encoded into LMDB's keys and values.
 
-Both key-value adapters (:mod:`.lmdb_store`, :mod:`.memory`) apply exactly what
+Both key-value adapters (:mod:`.lmdb.store`, :mod:`.memory`) apply exactly what
 :func:`encode_ops` gives, so they store the same bytes; the layouts themselves are in
 :mod:`.keys`.
 """

@@ -46,8 +46,9 @@ KEEP_DATA_BYTES: Final = 64 * 1024
 #: The record field that says where its data is: True for a row of ``V({"d": data})``
 #: under the job's key in ``data``, :data:`TEXT` for a string's UTF-8 bytes there as
 #: they are, ``[TEXT, row key, pieces]`` for a string written ahead of its record in
-#: pieces (the ``ahead`` sub-database; see :class:`AheadRows`), ``[VALUE, row key,
-#: pieces]`` for other data written ahead, its pieces joined being ``V({"d": data})``.
+#: pieces (the ``ahead`` sub-database; see :class:`~.lmdb.ahead.AheadRows`),
+#: ``[VALUE, row key, pieces]`` for other data written ahead, its pieces joined being
+#: ``V({"d": data})``.
 KEPT_FIELD: Final = "dataKept"
 TEXT: Final = "text"
 VALUE: Final = "value"
@@ -76,9 +77,12 @@ class KeptData:
     """
 
     __slots__ = ("held", "ahead", "_staged", "_taken", "active", "staging", "graveyard",
-                 "results", "progress", "encoded", "outcomes")
+                 "results", "progress", "encoded", "outcomes", "_drop_pieces")
 
-    def __init__(self) -> None:
+    def __init__(self, drop_pieces: Callable[[bytes, int], None] | None = None) -> None:
+        """``drop_pieces`` deletes pieces written ahead that no record took (the
+        store's); without it, this only stages what an encoding keeps apart."""
+        self._drop_pieces = _no_pieces if drop_pieces is None else drop_pieces
         # job id -> (data object, the record's KEPT_FIELD value)
         self.held: dict[str, tuple[Any, Any]] = {}
         # id(text) -> (text, its claim): rows written ahead, or encoded ahead (bytes),
@@ -115,6 +119,69 @@ class KeptData:
     def drop_encoded(self, data: Any) -> None:
         self.encoded.drop(data)
         self._refresh()
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self.encoded.of(data)
+
+    # --- the port's rows written or encoded ahead (the stores hand these on) ---------
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self.add_ahead(text, AheadClaim(row_key, pieces))
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self.add_ahead(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        claim = self.forget_ahead(text)
+        if type(claim) is AheadClaim:
+            self._drop_pieces(*claim)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead: the finish
+        that stores this very object writes it instead of encoding it again."""
+        self.results[id(result)] = (result, row)
+
+    def release_result(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its row is not needed."""
+        entry = self.results.get(id(result))
+        if entry is not None and entry[0] is result:
+            del self.results[id(result)]
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
+        whose progress message is this very string takes them (kept_progress.py)."""
+        self.progress.expect(text, ProgressClaim(row_key, pieces))
+        self.active = True
+
+    def release_progress(self, text: str) -> None:
+        """The command that carried ``text`` is answered: its pieces go, if no record
+        took them."""
+        claim = self.progress.forget_ahead(text)
+        if claim is not None:
+            self._refresh()
+            self._drop_pieces(*claim)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        """The pieces under ``row_key`` hold ``result``'s bytes: the next outcome row
+        that carries this very result takes them (kept_outcomes.py)."""
+        self.outcomes.expect(result, OutcomeClaim(row_key, pieces))
+
+    def release_outcome(self, result: Any) -> None:
+        """The command that carried ``result`` is answered: its pieces go, if no
+        outcome row took them."""
+        claim = self.outcomes.forget_ahead(result)
+        if claim is not None:
+            self._drop_pieces(*claim)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self.graveyard = graveyard
+
+    def let_go(self, value: Any) -> None:
+        graveyard = self.graveyard
+        if graveyard is not None:
+            graveyard.bury(value)
+
+    # --- what an encoding stages --------------------------------------------------
 
     def stored_as(self, job_id: str) -> tuple[Any, Any] | None:
         """(data object, KEPT_FIELD value) stored for ``job_id``, as far as the writes
@@ -195,9 +262,13 @@ class KeptData:
         self._refresh()
 
 
+def _no_pieces(row_key: bytes, pieces: int) -> None:
+    raise RuntimeError("pieces written ahead, and no store to drop them from")
+
+
 def result_row(kept: KeptData, result: Any) -> bytes:
     """A finished job's result row: the one encoded ahead for this very object, if
-    any (see :meth:`KeptAheadRows.expect_result`), else encoded here."""
+    any (see :meth:`KeptData.expect_result`), else encoded here."""
     if kept.results:
         entry = kept.results.get(id(result))
         if entry is not None and entry[0] is result:
@@ -265,82 +336,6 @@ def read_result(raw: bytes | None, packed_min: int | None) -> tuple[bool, Any]:
     if packed_min is not None and len(raw) >= packed_min:
         return True, Packed(bytes(raw))
     return True, decode_result(raw)
-
-
-class KeptAheadRows:
-    """``expect_ahead`` / ``release_ahead`` of an adapter that keeps a :class:`KeptData`
-    (both key-value adapters), and its results encoded ahead."""
-
-    _kept: KeptData
-    keeps_values_ahead = True
-
-    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
-        raise NotImplementedError
-
-    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
-        self._kept.add_ahead(text, AheadClaim(row_key, pieces))
-
-    def expect_encoded(self, data: Any, row: bytes) -> None:
-        self._kept.add_ahead(data, row)
-
-    def release_ahead(self, text: Any) -> None:
-        claim = self._kept.forget_ahead(text)
-        if type(claim) is AheadClaim:
-            self.drop_ahead_pieces(*claim)
-
-    def expect_result(self, result: Any, row: bytes) -> None:
-        """``row`` is ``result``'s row (``V({"r": result})``), encoded ahead: the finish
-        that stores this very object writes it instead of encoding it again."""
-        self._kept.results[id(result)] = (result, row)
-
-    def release_result(self, result: Any) -> None:
-        """The command that carried ``result`` is answered: its row is not needed."""
-        entry = self._kept.results.get(id(result))
-        if entry is not None and entry[0] is result:
-            del self._kept.results[id(result)]
-
-    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
-        """The pieces under ``row_key`` hold ``text``'s UTF-8 bytes: the next record
-        whose progress message is this very string takes them (kept_progress.py)."""
-        self._kept.progress.expect(text, ProgressClaim(row_key, pieces))
-        self._kept.active = True
-
-    def release_progress(self, text: str) -> None:
-        """The command that carried ``text`` is answered: its pieces go, if no record
-        took them."""
-        claim = self._kept.progress.forget_ahead(text)
-        if claim is not None:
-            self._kept._refresh()
-            self.drop_ahead_pieces(*claim)
-
-    def keep_encoded(self, data: Any, encoded: bytes) -> None:
-        self._kept.keep_encoded(data, encoded)
-
-    def drop_encoded(self, data: Any) -> None:
-        self._kept.drop_encoded(data)
-
-    def encoded_of(self, data: Any) -> bytes | None:
-        return self._kept.encoded.of(data)
-
-    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
-        """The pieces under ``row_key`` hold ``result``'s bytes: the next outcome row
-        that carries this very result takes them (kept_outcomes.py)."""
-        self._kept.outcomes.expect(result, OutcomeClaim(row_key, pieces))
-
-    def release_outcome(self, result: Any) -> None:
-        """The command that carried ``result`` is answered: its pieces go, if no
-        outcome row took them."""
-        claim = self._kept.outcomes.forget_ahead(result)
-        if claim is not None:
-            self.drop_ahead_pieces(*claim)
-
-    def set_graveyard(self, graveyard: Graveyard) -> None:
-        self._kept.graveyard = graveyard
-
-    def let_go(self, value: Any) -> None:
-        graveyard = self._kept.graveyard
-        if graveyard is not None:
-            graveyard.bury(value)
 
 
 def held_record(job_id: str, record: dict[str, Any], kept: KeptData,

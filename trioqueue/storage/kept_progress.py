@@ -7,7 +7,7 @@ without its data) and put it, one step of the event loop of tens of milliseconds
 
 So the text of a large ``Progress`` is written ahead of the command
 (actors/large_values.py), a piece a transaction into the ``ahead`` rows, as a long
-data string is (storage/lmdb_ahead.py), and the record that carries that very string
+data string is (storage/lmdb/ahead.py), and the record that carries that very string
 takes the pieces: it is written without its message, :data:`PROGRESS_KEPT` naming
 the rows, and its commit claims them (``progress_claims``, one row per job). Later
 writes of the record with the same string name the same rows and write no text. A

@@ -2,7 +2,7 @@
 that turns the typed operations of :mod:`.ops` into these keys and values is
 :mod:`.encoding`).
 
-Both adapters (:mod:`.lmdb_store` and :mod:`.memory`) store exactly these bytes, so that
+Both adapters (:mod:`.lmdb.store` and :mod:`.memory`) store exactly these bytes, so that
 ordering, key limits and sizes are the same in both. Which operations are valid is not
 decided here but in :mod:`.ops`, which a store with another layout uses alone.
 

@@ -3,7 +3,7 @@
 Used by tests and ``--memory``. Operations are checked by :mod:`.ops` like any store's;
 keys and values then come from LMDB's layout (:mod:`.keys`), so the ordering, the key
 limits (``ValueError`` on overlong keys) and copy semantics are those of
-:mod:`.lmdb_store`: a stored record never aliases the caller's dict, and every read
+:mod:`.lmdb.store`: a stored record never aliases the caller's dict, and every read
 decodes a fresh copy.
 
 :meth:`MemoryStorage.apply` is atomic: operations are validated and encoded first, then
@@ -18,16 +18,16 @@ offset is a slice, O(page); inserting into the middle of a list moves the keys a
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from ..core.graveyard import Graveyard
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K
 from .kept_data import (
     PACKED_MIN_BYTES,
-    KeptAheadRows,
     KeptData,
     Row,
     put_data_back,
@@ -37,15 +37,16 @@ from .kept_data import (
 )
 from .kept_outcomes import joined_outcome, kept_stub
 from .keyed_reads import KeyedFinishedReads
-from .lmdb_ahead import AHEAD_PIECE_BYTES
+from .lmdb.ahead import AHEAD_PIECE_BYTES
 from .ops import validate_writes
 from .port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
 from .positions import page_window
+from .value_pieces import PackedRecords
 
 _MISSING: Any = object()
 
 
-class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
+class MemoryStorage(Storage):
     """A :class:`~trioqueue.storage.port.Storage` in dicts.
 
     ``max_bytes`` simulates a full store: when applying a call would make the total
@@ -68,11 +69,18 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         # so deleting a parent drops one dict instead of scanning every row
         self._deps: dict[bytes, dict[bytes, bytes]] = {}
         self._data: dict[bytes, bytes] = {}  # large data kept apart (kept_data.py)
-        self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb_ahead.py)
+        self._ahead: dict[bytes, Any] = {}  # pieces written ahead (lmdb/ahead.py)
         self._claims: dict[bytes, bytes] = {}
         self._progress_claims: dict[bytes, bytes] = {}  # (kept_progress.py)
         self._outcome_claims: dict[bytes, bytes] = {}  # deps key -> (kept_outcomes.py)
-        self._kept = KeptData()
+        self._kept = KeptData(self.drop_ahead_pieces)
+        self._reads = MemoryReads({
+            K.DB_LIVE: self._live, K.DB_FINISHED: self._finished, K.DB_RESULTS: self._results,
+            K.DB_QUEUE_META: self._queue_meta, K.DB_BROKER: self._broker,
+            K.DB_COUNTS: self._counts, K.DB_FINISHED_IDX: self._idx, K.DB_DEPS: self._deps,
+            K.DB_DATA: self._data, K.DB_AHEAD: self._ahead,
+            K.DB_OUTCOME_CLAIMS: self._outcome_claims}, self._kept)
+        self._listings = KeyedFinishedReads(self._reads)
         self._bytes = 0
         self._live_bytes = 0  # of _bytes: the live records (keys and values)
         self._closed = False
@@ -292,63 +300,71 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
     def sync(self) -> None:
         self._check_open()
 
-    # --- reads ----------------------------------------------------------------------
+    # --- reads (MemoryReads; listings: keyed_reads.KeyedFinishedReads) ---------------
 
     def load(self) -> Recovered:
         self._check_open()
-        loads = K.decode_value
-        live_jobs = [loads(self._live[k]) for k in sorted(self._live)]
-        put_data_back(live_jobs, self._data_at, loads, self._kept)
-        return Recovered(
-            live_jobs=live_jobs,
-            queue_meta={
-                K.decode_queue_key(k): loads(self._queue_meta[k]) for k in sorted(self._queue_meta)
-            },
-            finished_counts={
-                K.decode_count_key(k): K.decode_count(self._counts[k]) for k in sorted(self._counts)
-            },
-            broker_records=K.decode_broker_rows(
-                (k, self._broker[k]) for k in sorted(self._broker)),
-        )
+        return self._reads.load()
 
     def get_finished(self, job_id: str) -> dict[str, Any] | None:
-        return self._get_finished(job_id, None)
+        self._check_open()
+        return self._reads.finished(job_id, None)
 
     def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
-        return self._get_finished(job_id, PACKED_MIN_BYTES)
-
-    def _get_finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
         self._check_open()
-        jkey = K.lookup_job_key(job_id)
-        raw = None if jkey is None else self._finished.get(jkey)
-        if raw is None or jkey is None:
-            return None
-        return with_data(K.decode_value(raw), partial(self._data_at, jkey), K.decode_value,
-                         packed_min)
+        return self._reads.finished(job_id, PACKED_MIN_BYTES)
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
-        """Job id -> queue, from the records alone (data kept apart is not read)."""
         self._check_open()
-        found = {}
-        for job_id in job_ids:
-            jkey = K.lookup_job_key(job_id)
-            raw = None if jkey is None else self._finished.get(jkey)
-            if raw is not None:
-                found[job_id] = K.decode_value(raw)["queue"]
-        return found
+        return self._reads.queues_of_finished(job_ids)
 
-    def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
-        if type(kept) is not list:
-            return self._data.get(jkey)
-        parts: list[bytes] = []
-        for index in range(kept[2]):
-            part = self._ahead.get(K.ahead_piece_key(kept[1], index))
-            if part is None:
-                return None
-            parts.append(part)
-        return b"".join(parts)
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, None)
 
-    # --- writes ahead (see lmdb_ahead.py) ------------------------------------------
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, PACKED_MIN_BYTES)
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        return self._listings.count_finished(queue, state)
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        return self._listings.list_finished(queue, state, asc=asc, offset=offset,
+                                            limit=limit)
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]] | PackedRecords:
+        self._check_open()
+        return self._listings.list_finished_packed(queue, state, asc=asc, offset=offset,
+                                                   limit=limit)
+
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        self._check_open()
+        return self._listings.finished_ranks(queue, state, positions, others)
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        return self._reads.finished_ids_page(queue, state, after=after, limit=limit)
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
+    # --- writes ahead (see lmdb/ahead.py) ------------------------------------------
 
     ahead_piece_bytes = AHEAD_PIECE_BYTES
 
@@ -369,28 +385,146 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         for index in range(pieces):
             self._set(self._ahead, K.ahead_piece_key(row_key, index), _MISSING, undo)
 
+    # --- rows written or encoded ahead of their records (kept_data.KeptData) ------------
+
+    keeps_values_ahead = True
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_ahead(text, row_key, pieces)
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.expect_encoded(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        self._kept.release_ahead(text)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._kept.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._kept.release_result(result)
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_progress(text, row_key, pieces)
+
+    def release_progress(self, text: str) -> None:
+        self._kept.release_progress(text)
+
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._kept.keep_encoded(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._kept.drop_encoded(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._kept.encoded_of(data)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_outcome(result, row_key, pieces)
+
+    def release_outcome(self, result: Any) -> None:
+        self._kept.release_outcome(result)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.set_graveyard(graveyard)
+
+    def let_go(self, value: Any) -> None:
+        self._kept.let_go(value)
+
     def _drop_claim(self, jkey: bytes, undo: list[Callable[[], None]],
                     claims: dict[bytes, bytes] | None = None) -> None:
         old = self._set(self._claims if claims is None else claims, jkey, _MISSING, undo)
         if old is not _MISSING:
             self._delete_pieces(*K.decode_claim(old), undo)
 
-    def get_result(self, job_id: str) -> tuple[bool, Any]:
-        return self._get_result(job_id, None)
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
 
-    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
-        return self._get_result(job_id, PACKED_MIN_BYTES)
+    # --- lifecycle ------------------------------------------------------------------
 
-    def _get_result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
-        self._check_open()
+    def close(self) -> None:
+        self._closed = True
+
+
+
+class MemoryReads:
+    """The reads of a :class:`MemoryStorage`, given its tables (by keys.py's database
+    names: the dicts its writes change in place) and its kept data. The store checks
+    that it is open before it asks; it is also the
+    :class:`~.keyed_reads.FinishedRanges` of the store's listings."""
+
+    __slots__ = ("_live", "_finished", "_results", "_queue_meta", "_broker", "_counts",
+                 "_idx", "_deps", "_data", "_ahead", "_outcome_claims", "_kept")
+
+    def __init__(self, tables: Mapping[bytes, Any], kept: KeptData) -> None:
+        self._live: dict[bytes, bytes] = tables[K.DB_LIVE]
+        self._finished: dict[bytes, bytes] = tables[K.DB_FINISHED]
+        self._results: dict[bytes, bytes] = tables[K.DB_RESULTS]
+        self._queue_meta: dict[bytes, bytes] = tables[K.DB_QUEUE_META]
+        self._broker: dict[bytes, bytes] = tables[K.DB_BROKER]
+        self._counts: dict[bytes, bytes] = tables[K.DB_COUNTS]
+        self._idx: dict[bytes, list[bytes]] = tables[K.DB_FINISHED_IDX]
+        self._deps: dict[bytes, dict[bytes, bytes]] = tables[K.DB_DEPS]
+        self._data: dict[bytes, bytes] = tables[K.DB_DATA]
+        self._ahead: dict[bytes, Any] = tables[K.DB_AHEAD]
+        self._outcome_claims: dict[bytes, bytes] = tables[K.DB_OUTCOME_CLAIMS]
+        self._kept = kept
+
+    def load(self) -> Recovered:
+        loads = K.decode_value
+        live_jobs = [loads(self._live[k]) for k in sorted(self._live)]
+        put_data_back(live_jobs, self.data_at, loads, self._kept)
+        return Recovered(
+            live_jobs=live_jobs,
+            queue_meta={
+                K.decode_queue_key(k): loads(self._queue_meta[k]) for k in sorted(self._queue_meta)
+            },
+            finished_counts={
+                K.decode_count_key(k): K.decode_count(self._counts[k]) for k in sorted(self._counts)
+            },
+            broker_records=K.decode_broker_rows(
+                (k, self._broker[k]) for k in sorted(self._broker)),
+        )
+
+    def finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
+        jkey = K.lookup_job_key(job_id)
+        raw = None if jkey is None else self._finished.get(jkey)
+        if raw is None or jkey is None:
+            return None
+        return with_data(K.decode_value(raw), partial(self.data_at, jkey), K.decode_value,
+                         packed_min)
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> queue, from the records alone (data kept apart is not read)."""
+        found = {}
+        for job_id in job_ids:
+            jkey = K.lookup_job_key(job_id)
+            raw = None if jkey is None else self._finished.get(jkey)
+            if raw is not None:
+                found[job_id] = K.decode_value(raw)["queue"]
+        return found
+
+    def data_at(self, jkey: bytes, kept: Any) -> bytes | None:
+        if type(kept) is not list:
+            return self._data.get(jkey)
+        parts: list[bytes] = []
+        for index in range(kept[2]):
+            part = self._ahead.get(K.ahead_piece_key(kept[1], index))
+            if part is None:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    def result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
         jkey = K.lookup_job_key(job_id)
         return read_result(None if jkey is None else self._results.get(jkey), packed_min)
 
-    def _count_at(self, prefix: bytes) -> int:
+    def count_at(self, prefix: bytes) -> int:
         raw = self._counts.get(prefix)
         return K.decode_count(raw) if raw is not None else 0
 
-    def _window_at(
+    def window_at(
         self, prefix: bytes, *, asc: bool, offset: int, limit: int
     ) -> list[bytes | None]:
         entries = self._idx.get(prefix, [])
@@ -401,7 +535,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         cut = len(prefix) + K.CREATED_LEN
         return [self._finished.get(key[cut:]) for key in window]
 
-    def _ranks_at(
+    def ranks_at(
         self, prefix: bytes, positions: Sequence[int], others: Sequence[bytes]
     ) -> list[tuple[bytes, tuple[int, ...]]]:
         entries = self._idx.get(prefix, [])
@@ -417,7 +551,6 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:
-        self._check_open()
         prefix = K.lookup_page_prefix(queue, state, limit)
         entries = None if prefix is None else self._idx.get(prefix)
         if prefix is None or not entries:  # no such range, or an empty one
@@ -425,14 +558,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
         start = 0 if after is None else bisect_left(entries, K.idx_seek_key(prefix, after))
         return K.idx_page(entries[start : start + limit], len(prefix), limit)
 
-    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
-        return self._dep_outcomes(parent_id, None)
-
-    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
-        return self._dep_outcomes(parent_id, PACKED_MIN_BYTES)
-
-    def _dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
-        self._check_open()
+    def dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
         prefix = K.lookup_dep_prefix(parent_id)
         group = None if prefix is None else self._deps.get(prefix)
         if not group:
@@ -441,7 +567,7 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
                 for k in sorted(group)}
 
     def _outcome_at(self, key: bytes, raw: bytes) -> bytes:
-        """An outcome row whole (see LmdbReads._outcome_at)."""
+        """An outcome row whole (see lmdb.reads.LmdbReads._outcome_at)."""
         stub = kept_stub(raw) if self._outcome_claims else None
         if stub is None:
             return raw
@@ -455,11 +581,6 @@ class MemoryStorage(KeptAheadRows, KeyedFinishedReads, Storage):
             return None if None in parts else parts  # type: ignore[return-value]
 
         return joined_outcome(stub, pieces, K.dep_child_id(key))
-
-    # --- lifecycle ------------------------------------------------------------------
-
-    def close(self) -> None:
-        self._closed = True
 
 
 def _size(key: bytes, value: Any) -> int:

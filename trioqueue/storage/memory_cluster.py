@@ -53,7 +53,7 @@ class MemoryCluster:
     def join(self, broker_id: str, address: str) -> None:
         now = self._clock()
         for queue, (owner, epoch) in self.leases.items():
-            if owner == broker_id:  # (an earlier process under this id: see pg_layout)
+            if owner == broker_id:  # (an earlier process under this id: see pg/layout.py)
                 self.leases[queue] = (None, epoch)
         self.brokers[broker_id] = Member(address, now, now)
 

@@ -1,5 +1,5 @@
 """How a refused broker names the broker that owns the store, in the same words on
-every store (``lmdb_owner.py``, ``pg_owner.py``)."""
+every store (``lmdb/owner.py``, ``pg/owner.py``)."""
 
 from __future__ import annotations
 

@@ -3,13 +3,13 @@
 Several brokers share one database. Each is a row of ``tq_brokers`` whose heartbeat the
 database's clock writes; each queue is owned by one live broker, a row of
 ``tq_queue_leases`` with an epoch that every claim raises by one, and that every commit
-of the owner checks in its own statement (``tq_fence``, :mod:`.pg_layout`), so a broker
+of the owner checks in its own statement (``tq_fence``, :mod:`.pg.layout`), so a broker
 cut off past its lease can never write for that queue again
 (shared/design/scale-out.md).
 
 Each operation here is one statement, one round trip and atomic; all are synchronous
 (the broker calls them from worker threads) and run on the store's read pool
-(:class:`.pg_connection.PgLink`), with its outage rule. Every comparison of times is
+(:class:`.pg.connection.PgLink`), with its outage rule. Every comparison of times is
 the database's, so no broker's clock matters.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 
 from . import keys as K
-from . import pg_layout as L
-from .pg_connection import PgLink
+from .pg import layout as L
+from .pg.connection import PgLink
 from .port import Beat, Claimed, Recovered, where_claimed
 
 __all__ = ["Beat", "PgCluster"]

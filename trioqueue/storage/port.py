@@ -1,7 +1,7 @@
 """The storage port: the small, named set of operations the broker needs from a store.
 
 Two adapters implement it: :mod:`trioqueue.storage.memory` (dicts, for tests and
-``--memory``) and :mod:`trioqueue.storage.lmdb_store` (the default, durable). Every
+``--memory``) and :mod:`trioqueue.storage.lmdb.store` (the default, durable). Every
 method is synchronous. The storage writer calls :meth:`Storage.apply` with the writes of
 a whole batch: on the trio thread for a store that answers in microseconds (both
 adapters here; :meth:`Storage.sync`, an fsync, still goes to a worker thread), or in a
@@ -102,7 +102,7 @@ class Storage(abc.ABC):
     location: str | None = None
 
     #: Bytes of one piece of a long data string written ahead of its job, one short
-    #: transaction a piece (storage/lmdb_ahead.py, actors/ahead_writes.py); 0 when this
+    #: transaction a piece (storage/lmdb/ahead.py, actors/ahead_writes.py); 0 when this
     #: store takes no writes ahead (a job's data is then written with its record).
     ahead_piece_bytes: int = 0
 
@@ -398,7 +398,7 @@ class Storage(abc.ABC):
 
 class StorageUnavailable(Exception):
     """A store across a network stayed unreachable past its outage limit (or refused
-    the connection for good): the broker must stop (storage/pg_connection.py)."""
+    the connection for good): the broker must stop (storage/pg/connection.py)."""
 
 
 class StorageOpenError(Exception):
@@ -422,7 +422,7 @@ class Fenced(Exception):
 
     @classmethod
     def lost(cls, queue: str, epoch: int) -> Fenced:
-        # (the same words as the database's tq_fence, pg_layout.py)
+        # (the same words as the database's tq_fence, pg/layout.py)
         return cls(f"lost the lease of queue '{queue}' (epoch {epoch}) to another broker")
 
     @classmethod

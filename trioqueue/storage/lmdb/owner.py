@@ -28,8 +28,8 @@ import socket
 from datetime import UTC, datetime
 from typing import Any
 
-from .owners import owner_words, since_words
-from .port import StorageOpenError, StoreInUse
+from ..owners import owner_words, since_words
+from ..port import StorageOpenError, StoreInUse
 
 OWNER_FILE = "owner.lock"
 _RECORD_MAX_BYTES = 4096  # what is read of another owner's record
@@ -37,7 +37,7 @@ _RECORD_MAX_BYTES = 4096  # what is read of another owner's record
 
 class DirectoryOwner:
     """The lock of the data directory ``directory`` (created if missing), held from
-    construction until :meth:`release`; :class:`~.port.StoreInUse` when another
+    construction until :meth:`release`; :class:`~..port.StoreInUse` when another
     process (or another store of this one) holds it."""
 
     def __init__(self, directory: str) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from . import encoding as E
+from .. import encoding as E
 
 # A B-tree of depth 8 with 4 KiB pages holds far more records than a map can.
 DEPTH_PAGES = 8

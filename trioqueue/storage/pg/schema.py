@@ -1,6 +1,6 @@
 """Creating and migrating trioqueue's tables in PostgreSQL (``trioqueue migrate``).
 
-Migrations (:data:`.pg_layout.MIGRATIONS`) are explicit, ordered and each applied once:
+Migrations (:data:`.layout.MIGRATIONS`) are explicit, ordered and each applied once:
 the version table records which ran. All pending ones run in ONE transaction that
 first takes a transaction-level advisory lock, so two brokers starting at once (or a
 broker and ``trioqueue migrate``) never run the same migration twice: the second waits
@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from . import pg_layout as L
+from . import layout as L
 
 
 class SchemaTooNew(Exception):
@@ -34,7 +34,7 @@ def schema_version(conn: psycopg.Connection[Any]) -> int:
 
 
 def migrate(conn: psycopg.Connection[Any]) -> list[int]:
-    """Bring the schema to :data:`.pg_layout.LATEST_VERSION`; the versions applied
+    """Bring the schema to :data:`.layout.LATEST_VERSION`; the versions applied
     (empty when it was current). Raises :class:`SchemaTooNew`."""
     applied: list[int] = []
     with conn.transaction():

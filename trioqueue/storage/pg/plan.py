@@ -1,10 +1,10 @@
 """A batch of storage operations, reduced to what PostgreSQL must end up holding.
 
-The writer hands :class:`~.pg_store.PgStorage` every queue's operations of a batch, in
+The writer hands :class:`~.store.PgStorage` every queue's operations of a batch, in
 order: a job may be put, finished and deleted within one batch. Sent one statement per
 operation, a batch of a thousand jobs would be thousands of statements; reduced here to
 the last word on each row, it is at most one statement per kind of write
-(:mod:`.pg_layout`), each taking its rows as arrays.
+(:mod:`.layout`), each taking its rows as arrays.
 
 The reduction keeps the batch's meaning because each table's rows are keyed (a job id,
 a (parent, child) pair, a queue, a broker key) and each operation sets or removes whole
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.writes import (
+from ...core.writes import (
     DeleteJob,
     FinishJob,
     PutBrokerRecord,
@@ -30,8 +30,8 @@ from ..core.writes import (
     PutQueueMeta,
     Writes,
 )
-from . import keys as K
-from .ops import Op
+from .. import keys as K
+from ..ops import Op
 
 # A finished row as UPSERT_FINISHED takes it: queue, state, created_at, record, result
 # (None: no result).
@@ -39,7 +39,7 @@ FinishedRow = tuple[str, str, int, bytes, bytes | None]
 
 
 class RecordBytes(Protocol):
-    """How a job's record becomes its row's bytes (:class:`.pg_encoded.EncodedData`
+    """How a job's record becomes its row's bytes (:class:`.encoded.EncodedData`
     joins data encoded ahead), and when a job writes no record again."""
 
     def record(self, job_id: str, record: dict[str, Any]) -> bytes: ...

@@ -12,12 +12,12 @@ failure; then :class:`StorageUnavailable` is raised and the broker stops with th
 line. Meanwhile the writer's batch waits in its worker thread, so nothing is
 acknowledged that was not committed; the batch is then applied again whole, which is
 safe even when the lost connection had committed it (every statement of a batch sets
-rows to their final values: :mod:`.pg_layout`). Any other database error is a bug, not
-an outage, and stops the broker at once; so does :class:`~.port.Fenced` (a cluster's
+rows to their final values: :mod:`.layout`). Any other database error is a bug, not
+an outage, and stops the broker at once; so does :class:`~..port.Fenced` (a cluster's
 broker that lost a queue's lease), which is raised at once, never retried.
 
 **The owner lock.** A broker's writer session holds the store's owner lock
-(:mod:`.pg_owner`): each writer's session is opened with it taken, so after an outage
+(:mod:`.owner`): each writer's session is opened with it taken, so after an outage
 the lock is taken again before the batch is written again; refused then (another
 broker took the store meanwhile), the broker stops, committing nothing more.
 """
@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import pg_layout as L
-from .pg_owner import PgOwner
-from .port import Fenced, StorageUnavailable
+from ..port import Fenced, StorageUnavailable
+from . import layout as L
+from .owner import PgOwner
 
 log = logging.getLogger("trioqueue.storage.pg")
 
@@ -213,7 +213,7 @@ _PASSING = ("starting up", "shutting down", "recovery mode", "too many clients",
 
 
 def _keyed_session(conn: psycopg.Connection[Any]) -> None:
-    """A pooled reader's session setup (pg_layout.KEYED_SESSION says why)."""
+    """A pooled reader's session setup (layout.KEYED_SESSION says why)."""
     conn.execute(L.KEYED_SESSION)
 
 

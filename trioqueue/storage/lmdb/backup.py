@@ -9,7 +9,7 @@ environment with the broker's writer through the lock file; while the copy reads
 the broker cannot reuse the pages it frees, so its file may grow by what it writes
 meanwhile.
 
-Opened as :class:`~.lmdb_store.LmdbStorage` opens it (a directory environment, the
+Opened as :class:`~.store.LmdbStorage` opens it (a directory environment, the
 same ``max_dbs``), never creating anything in the source.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import lmdb
 
-from .lmdb_store import MAX_DBS
+from .store import MAX_DBS
 
 DATA_FILE = "data.mdb"
 # The broker may grow its map between our open and our read transaction; LMDB then

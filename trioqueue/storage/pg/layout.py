@@ -1,16 +1,16 @@
 """PostgreSQL's table layout: every table, index, migration and statement in one module.
 
-What :mod:`.keys` is to LMDB, this is to :mod:`.pg_store`: the one place that says how a
+What :mod:`..keys` is to LMDB, this is to :mod:`.store`: the one place that says how a
 job is kept, so a change of layout is a new migration here and nowhere else.
 
 Choices, and why:
 
-* **Job ids are ``bytea``** (the UTF-8 of the id, :func:`.keys.job_key`), not ``text``:
+* **Job ids are ``bytea``** (the UTF-8 of the id, :func:`..keys.job_key`), not ``text``:
   a client's custom id may hold NUL, which ``text`` cannot, and bytes compare in code
   point order whatever the database's collation, the order LMDB and the memory store
   keep (finished jobs by ``(created_at, id)``, dependency outcomes by child id).
 * **Records are ``bytea``** in the value encoding every store uses
-  (:func:`.keys.encode_value`: msgpack, CBOR for what msgpack cannot hold), not
+  (:func:`..keys.encode_value`: msgpack, CBOR for what msgpack cannot hold), not
   ``jsonb``: job data may hold bytes and integers JSON has no room for, and nothing
   queries inside a record; the broker keeps the state in memory.
 * **Live and finished jobs are two tables**, as in LMDB: the live ones are read back
@@ -22,7 +22,7 @@ Choices, and why:
   ``search_path`` (a DSN may say ``options=-csearch_path=jobs``).
 
 A batch of writes, whatever its size and mix, is one statement (:data:`WRITE_BATCH`)
-taking its rows as arrays (``unnest``; :mod:`.pg_plan` makes them).
+taking its rows as arrays (``unnest``; :mod:`.plan` makes them).
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, description) VALUES (%s
 HAS_VERSION_TABLE = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
 LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
 
-# --- the owner lock (storage/pg_owner.py) ------------------------------------------
+# --- the owner lock (storage/pg/owner.py) ------------------------------------------
 #
 # A session-level advisory lock on one key, held by the writer's session of every
 # broker for its life: a broker without --cluster takes it exclusive, a cluster's
@@ -304,7 +304,7 @@ OWNER_KEEPALIVES = ("SELECT set_config('tcp_keepalives_idle', '5', false),"
 # changes, so the server plans it once (psycopg prepares it after a few runs); parts a
 # batch does not use get empty arrays. Every part is a data-modifying WITH clause: all
 # of them run, against the same snapshot, and none sees another's rows, which is why
-# pg_plan.py hands each table's rows over at most once (a row deleted is never also
+# pg/plan.py hands each table's rows over at most once (a row deleted is never also
 # put). Parameters go in binary (%b): arrays of bytes are not hex-escaped.
 #
 # Counts: each finished row removed takes one off its (queue, state); each written row
@@ -375,7 +375,7 @@ WRITE_BATCH = f"{_BATCH_PARTS}\n{_COUNTS_NEW}"
 FENCED_SQLSTATE = "TQF01"
 # It also writes the cluster's own rows (core.writes.ClusterWrites: inbox messages sent
 # and consumed, dependencies across brokers), so a message is committed with what caused
-# it, and consumed with what it caused; pg_plan.plan_cluster hands each table's rows
+# it, and consumed with what it caused; plan.plan_cluster hands each table's rows
 # over at most once. And it raises the version of each kind of broker record the batch
 # changes (tq_record_versions, migration 4), in the same commit as the change, so a
 # beat that sees the new version reads a table that holds it. In a cluster every batch

@@ -1,55 +1,63 @@
-"""The reads of the LMDB store (:mod:`.lmdb_store`): recovery's load, finished jobs by
+"""The reads of the LMDB store (:mod:`.store`): recovery's load, finished jobs by
 id and by page, results and dependency outcomes.
 
 Each read is one short read transaction; values are copied out and decoded after it
 ends where that is possible, so no reader holds a snapshot that keeps freed pages from
-reuse. Large job data kept apart from its record (:mod:`.kept_data`) is put back here.
+reuse. Large job data kept apart from its record (:mod:`..kept_data`) is put back here.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import lmdb
 
-from . import keys as K
-from .kept_data import (
-    PACKED_MIN_BYTES,
+from .. import keys as K
+from ..kept_data import (
     KeptData,
     put_data_back,
     read_result,
     read_row,
     with_data,
 )
-from .kept_outcomes import joined_outcome, kept_stub
-from .keyed_reads import KeyedFinishedReads
-from .lmdb_finished import FinishedIndex, RangeRanks, ids_page, scan
-from .port import FinishedCursor, FinishedPage, Recovered
-from .positions import page_window
+from ..kept_outcomes import joined_outcome, kept_stub
+from ..port import FinishedCursor, FinishedPage, Recovered
+from ..positions import page_window
+from .ahead import AheadRows
+from .finished import FinishedIndex, RangeRanks, ids_page, scan
 
 
-class LmdbReads(KeyedFinishedReads):
-    """The read half of :class:`~trioqueue.storage.lmdb_store.LmdbStorage`."""
+class LmdbReads:
+    """The reads of one LMDB store, given its environment, named databases, finished
+    position index, kept data and ahead rows when the store opens. The store checks
+    that it is open before it asks; it is also the :class:`~..keyed_reads.FinishedRanges`
+    of the store's listings."""
 
-    _env: lmdb.Environment
-    _live: Any
-    _finished: Any
-    _results: Any
-    _queue_meta: Any
-    _broker: Any
-    _counts: Any
-    _deps: Any
-    _outcome_claims: Any
-    _data: Any
-    _idx: Any
-    _index: FinishedIndex
-    _kept: KeptData
+    __slots__ = ("_env", "_live", "_finished", "_results", "_queue_meta", "_broker",
+                 "_counts", "_deps", "_outcome_claims", "_data", "_idx", "_index", "_kept",
+                 "_rows")
+
+    def __init__(self, env: lmdb.Environment, dbs: Mapping[bytes, Any], index: FinishedIndex,
+                 kept: KeptData, rows: AheadRows) -> None:
+        self._env = env
+        self._live = dbs[K.DB_LIVE]
+        self._finished = dbs[K.DB_FINISHED]
+        self._results = dbs[K.DB_RESULTS]
+        self._queue_meta = dbs[K.DB_QUEUE_META]
+        self._broker = dbs[K.DB_BROKER]
+        self._counts = dbs[K.DB_COUNTS]
+        self._deps = dbs[K.DB_DEPS]
+        self._outcome_claims = dbs[K.DB_OUTCOME_CLAIMS]
+        self._data = dbs[K.DB_DATA]
+        self._idx = dbs[K.DB_FINISHED_IDX]
+        self._index = index
+        self._kept = kept
+        self._rows = rows
 
     def load(self) -> Recovered:
-        self._check_open()
         out = Recovered()
         loads = K.decode_value
         # Decoding 100k records makes millions of objects that all survive: the cyclic
@@ -74,14 +82,7 @@ class LmdbReads(KeyedFinishedReads):
                 gc.enable()
         return out
 
-    def get_finished(self, job_id: str) -> dict[str, Any] | None:
-        return self._get_finished(job_id, None)
-
-    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
-        return self._get_finished(job_id, PACKED_MIN_BYTES)
-
-    def _get_finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
-        self._check_open()
+    def finished(self, job_id: str, packed_min: int | None) -> dict[str, Any] | None:
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
             return None
@@ -94,7 +95,6 @@ class LmdbReads(KeyedFinishedReads):
 
     def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> queue, from the records alone (data kept apart is not read)."""
-        self._check_open()
         found = {}
         with self._env.begin() as txn:
             for job_id in job_ids:
@@ -109,16 +109,8 @@ class LmdbReads(KeyedFinishedReads):
         """A kept record's data row: under its key in ``data``, or its pieces written
         ahead, joined (kept_data.py)."""
         if type(kept) is list:
-            return self._ahead_text(txn, kept[1], kept[2])
+            return self._rows.text(txn, kept[1], kept[2])
         return txn.get(jkey, db=self._data)
-
-    def _ahead_text(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
-                    ) -> bytes | None:
-        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
-
-    def _ahead_parts(self, txn: lmdb.Transaction[bytes], row_key: bytes, pieces: int
-                     ) -> list[bytes] | None:
-        raise NotImplementedError  # (lmdb_ahead.LmdbAhead)
 
     def _outcome_at(self, txn: lmdb.Transaction[bytes], key: bytes, raw: bytes) -> bytes:
         """An outcome row whole: its result's pieces joined to it when they were
@@ -128,21 +120,14 @@ class LmdbReads(KeyedFinishedReads):
             return raw
         claim = txn.get(key, db=self._outcome_claims)
         return joined_outcome(
-            stub, lambda: None if claim is None else self._ahead_parts(
+            stub, lambda: None if claim is None else self._rows.parts(
                 txn, *K.decode_claim(claim)), K.dep_child_id(key))
 
-    def _data_at(self, jkey: bytes, kept: Any) -> bytes | None:
+    def data_at(self, jkey: bytes, kept: Any) -> bytes | None:
         with self._env.begin() as txn:
             return self._kept_row(txn, jkey, kept)
 
-    def get_result(self, job_id: str) -> tuple[bool, Any]:
-        return self._get_result(job_id, None)
-
-    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
-        return self._get_result(job_id, PACKED_MIN_BYTES)
-
-    def _get_result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
-        self._check_open()
+    def result(self, job_id: str, packed_min: int | None) -> tuple[bool, Any]:
         jkey = K.lookup_job_key(job_id)
         if jkey is None:
             return False, None
@@ -150,12 +135,12 @@ class LmdbReads(KeyedFinishedReads):
             raw = txn.get(jkey, db=self._results)
         return read_result(raw, packed_min)
 
-    def _count_at(self, prefix: bytes) -> int:
+    def count_at(self, prefix: bytes) -> int:
         with self._env.begin() as txn:
             raw = txn.get(prefix, db=self._counts)
         return K.decode_count(raw) if raw is not None else 0
 
-    def _window_at(
+    def window_at(
         self, prefix: bytes, *, asc: bool, offset: int, limit: int
     ) -> list[bytes | None]:
         with self._env.begin() as txn:
@@ -170,7 +155,7 @@ class LmdbReads(KeyedFinishedReads):
             finished = self._finished
             return [txn.get(jkey, db=finished) for jkey in keys]
 
-    def _ranks_at(
+    def ranks_at(
         self, prefix: bytes, positions: Sequence[int], others: Sequence[bytes]
     ) -> list[tuple[bytes, tuple[int, ...]]]:
         cut = len(prefix)
@@ -186,21 +171,13 @@ class LmdbReads(KeyedFinishedReads):
     def finished_ids_page(
         self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
     ) -> FinishedPage:
-        self._check_open()
         prefix = K.lookup_page_prefix(queue, state, limit)
         if prefix is None:
             return FinishedPage([], None)
         with self._env.begin() as txn:
             return ids_page(txn, self._idx, prefix, after, limit)
 
-    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
-        return self._dep_outcomes(parent_id, None)
-
-    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
-        return self._dep_outcomes(parent_id, PACKED_MIN_BYTES)
-
-    def _dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
-        self._check_open()
+    def dep_outcomes(self, parent_id: str, packed_min: int | None) -> dict[str, Any]:
         prefix = K.lookup_dep_prefix(parent_id)
         if prefix is None:
             return {}

@@ -1,4 +1,4 @@
-"""The PostgreSQL store: :class:`~.port.Storage` on tables (layout: :mod:`.pg_layout`).
+"""The PostgreSQL store: :class:`~..port.Storage` on tables (layout: :mod:`.layout`).
 
 ``trioqueue serve --storage postgresql://...``. Every call blocks for a round trip, so
 the store says so (``apply_blocks``): the storage writer commits each batch in a worker
@@ -9,23 +9,23 @@ what each commit returned) and the bytes used (measured by the writer's thread n
 then).
 
 A batch is one transaction, sent in one round trip: the operations of every queue are
-reduced to the rows they leave (:mod:`.pg_plan`) and written by one statement
-(:data:`.pg_layout.WRITE_BATCH`), committed as it ends; only then does :meth:`apply`
+reduced to the rows they leave (:mod:`.plan`) and written by one statement
+(:data:`.layout.WRITE_BATCH`), committed as it ends; only then does :meth:`apply`
 return, and only then are the batch's replies sent (docs/durability.md, "PostgreSQL").
 
-A broker's store is given a :class:`~.pg_owner.PgOwner`: the writer's session then
+A broker's store is given a :class:`~.owner.PgOwner`: the writer's session then
 holds the store's owner lock, and a store another broker serves is refused
-(:class:`~.port.StoreInUse`). Tools and tests that open a store beside a broker give
+(:class:`~..port.StoreInUse`). Tools and tests that open a store beside a broker give
 none.
 
-The schema is migrated when the store opens (:mod:`.pg_schema`); ``trioqueue migrate``
+The schema is migrated when the store opens (:mod:`.schema`); ``trioqueue migrate``
 runs the same step alone.
 
 **In a cluster** (several brokers on one database) the store is given a
-:class:`~.port.Fence`: each batch then commits only if this broker still holds the lease
+:class:`~..port.Fence`: each batch then commits only if this broker still holds the lease
 of every queue whose writes it carries, checked by the batch's own statement
-(:data:`.pg_layout.WRITE_BATCH_CLUSTER`, which also writes the cluster's own rows:
-inbox messages, dependencies across brokers); otherwise :class:`~.port.Fenced` is raised
+(:data:`.layout.WRITE_BATCH_CLUSTER`, which also writes the cluster's own rows:
+inbox messages, dependencies across brokers); otherwise :class:`~..port.Fenced` is raised
 and nothing is applied. The membership and lease operations are :meth:`PgStorage.cluster`'s.
 """
 
@@ -37,35 +37,35 @@ from typing import Any
 
 import psycopg
 
-from ..core.graveyard import Graveyard
-from ..core.job import FINISHED_STATES
-from ..core.value_count import RUN_MAX_VALUES, holds_many
-from ..core.writes import Writes
-from . import keys as K
-from . import pg_layout as L
-from .kept_data import PACKED_MIN_BYTES, read_result, read_row
-from .ops import validate_writes
-from .pg_cluster import PgCluster
-from .pg_connection import PgLink, StorageUnavailable, redact
-from .pg_encoded import EncodedData, packed_record
-from .pg_owner import PgOwner
-from .pg_plan import BatchPlan, ClusterRows, plan_batch, plan_cluster
-from .pg_schema import migrate
-from .port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
-from .positions import check_page_limit, page_window
+from ...core.graveyard import Graveyard
+from ...core.job import FINISHED_STATES
+from ...core.value_count import RUN_MAX_VALUES, holds_many
+from ...core.writes import Writes
+from .. import keys as K
+from ..kept_data import PACKED_MIN_BYTES, read_result, read_row
+from ..ops import validate_writes
+from ..pg_cluster import PgCluster
+from ..port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
+from ..positions import check_page_limit, page_window
+from . import layout as L
+from .connection import PgLink, StorageUnavailable, redact
+from .encoded import EncodedData, packed_record
+from .owner import PgOwner
+from .plan import BatchPlan, ClusterRows, plan_batch, plan_cluster
+from .schema import migrate
 
 __all__ = ["Fenced", "PgStorage", "StorageUnavailable"]
 
 _LOAD_ROWS = 5000  # live records fetched per round trip at a restart
 _MEASURE_EVERY_S = 5.0  # the bytes used are measured at most this often
 #: Bytes of a piece of data encoded ahead of its record (kept in memory, see
-#: :mod:`.pg_encoded`): pauses come between pieces, so it only sets how they group.
+#: :mod:`.encoded`): pauses come between pieces, so it only sets how they group.
 _AHEAD_PIECE_BYTES = 1 << 20
 
 
 class PgStorage(Storage):
     """Jobs in PostgreSQL. ``outage_s``: how long the store keeps retrying through an
-    outage before it gives up and the broker stops (:mod:`.pg_connection`).
+    outage before it gives up and the broker stops (:mod:`.connection`).
     ``fence``: in a cluster, the leases this broker holds (see the module)."""
 
     apply_blocks = True
@@ -94,7 +94,7 @@ class PgStorage(Storage):
         self._measured_at = float("-inf")
         self._closed = False
         self._graveyard: Graveyard | None = None
-        # large data encoded on the event loop ahead of its records (see .pg_encoded)
+        # large data encoded on the event loop ahead of its records (see .encoded)
         self._encoded = EncodedData()
 
     def set_graveyard(self, graveyard: Graveyard) -> None:

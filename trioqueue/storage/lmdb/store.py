@@ -1,9 +1,9 @@
 """The durable store: LMDB, one environment, a fixed handful of named sub-databases.
 
-Key layouts are in :mod:`.keys`. Rules this adapter keeps:
+Key layouts are in :mod:`..keys`. Rules this adapter keeps:
 
 * A write transaction begins and commits inside one :meth:`LmdbStorage.apply` call (or
-  one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.lmdb_ahead`), on one OS thread,
+  one ``write_ahead`` / ``drop_ahead_pieces`` call, :mod:`.ahead`), on one OS thread,
   never across an ``await``; reads use short read transactions and copy values out
   (no ``buffers=True``).
 * ``sync=False`` by default: a commit is a few microseconds and a ``kill -9`` loses
@@ -31,12 +31,12 @@ Key layouts are in :mod:`.keys`. Rules this adapter keeps:
 * Finished counts are kept exact in the same transaction as the writes, so
   :meth:`LmdbStorage.load` does not scan finished jobs.
 * A page of finished jobs at any offset costs O(log n + page): the positions of every
-  large (queue, state) range are kept in memory (:mod:`.lmdb_finished`), built when the
+  large (queue, state) range are kept in memory (:mod:`.finished`), built when the
   store opens (one walk of those ranges) and
   updated after each commit. So :meth:`LmdbStorage.apply` and the reads must run on
   one thread at a time (``apply_blocks`` is False: the writer commits inline).
 * One broker per store: the store holds an OS lock on a file in its directory from open
-  to close (:mod:`.lmdb_owner`), and refuses to open while another process holds it.
+  to close (:mod:`.owner`), and refuses to open while another process holds it.
 * Deleting a job deletes its dependency outcome rows (its ``deps`` key range as a
   parent) with a cursor, in the same transaction, so no row outlives its parent.
 """
@@ -49,18 +49,21 @@ from typing import Any
 
 import lmdb
 
-from ..core.writes import Writes
-from . import encoding as E
-from . import keys as K
-from .kept_data import KeptAheadRows, KeptData
-from .lmdb_ahead import LmdbAhead
-from .lmdb_finished import FinishedIndex, Moves
-from .lmdb_growth import HighWaterMark
-from .lmdb_owner import DirectoryOwner
-from .lmdb_reads import LmdbReads
-from .ops import validate_writes
-from .port import Space, Storage, StorageFullError
-from .positions import BLOCK
+from ...core.graveyard import Graveyard
+from ...core.writes import Writes
+from .. import encoding as E
+from .. import keys as K
+from ..kept_data import PACKED_MIN_BYTES, KeptData, Row
+from ..keyed_reads import KeyedFinishedReads
+from ..ops import validate_writes
+from ..port import FinishedCursor, FinishedPage, Recovered, Space, Storage, StorageFullError
+from ..positions import BLOCK
+from ..value_pieces import PackedRecords
+from .ahead import AHEAD_PIECE_BYTES, AheadRows
+from .finished import FinishedIndex, Moves
+from .growth import HighWaterMark
+from .owner import DirectoryOwner
+from .reads import LmdbReads
 
 _META_PAGES = 2  # LMDB's two meta pages, in use in every environment
 _DATA_FILE = "data.mdb"  # LMDB's file of pages, in the environment's directory
@@ -81,7 +84,7 @@ _FINISH_JOB_BYTES = 128
 MIN_LIVE_NODE_BYTES = 64
 _INITIAL_MAP_BYTES = 1 << 30
 # Named databases the environment may hold: len(K.ALL_DBS) is 9, room to add some
-# without a bump. Another opener of the same store (lmdb_backup) uses the same.
+# without a bump. Another opener of the same store (backup.py) uses the same.
 MAX_DBS = 16
 
 
@@ -90,8 +93,10 @@ def _reserve_bytes(max_map_size: int) -> int:
     return max(1 << 20, max_map_size // 64)
 
 
-class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
+class LmdbStorage(Storage):
     """A :class:`~trioqueue.storage.port.Storage` on an LMDB environment at ``path``."""
+
+    ahead_piece_bytes = AHEAD_PIECE_BYTES
 
     def __init__(
         self,
@@ -103,7 +108,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         position_block: int = BLOCK,
     ) -> None:
         """``position_block``: keys per block of the finished-job position index
-        (:mod:`.positions`); tests make it small to exercise splits and merges."""
+        (:mod:`..positions`); tests make it small to exercise splits and merges."""
         if map_size_bytes is None:
             # 1 GiB to start with (it doubles on demand), but never past the maximum.
             map_size_bytes = min(_INITIAL_MAP_BYTES, max_map_size_bytes)
@@ -121,11 +126,16 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             self._owner.release()
             raise
         try:
-            self._open_dbs()
+            dbs = self._open_dbs()
             self._index = FinishedIndex(self._env, self._idx, self._counts, position_block)
             self._mark = HighWaterMark(self._measure_mark, self._psize,
                                        self.max_map_size_bytes)
-            self.sweep_ahead()  # pieces of pushes that never got their record
+            self._rows = AheadRows(self._env, dbs, self._mark, self._grow,
+                                   self.max_map_size_bytes)
+            self._rows.sweep()  # pieces of pushes that never got their record
+            self._kept = KeptData(self._rows.drop_pieces)
+            self._reads = LmdbReads(self._env, dbs, self._index, self._kept, self._rows)
+            self._listings = KeyedFinishedReads(self._reads)
         except BaseException:
             self._env.close()
             self._owner.release()
@@ -147,7 +157,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             lock=True,
         )
 
-    def _open_dbs(self) -> None:
+    def _open_dbs(self) -> dict[bytes, Any]:
         env = self._env
         while True:
             try:
@@ -183,10 +193,10 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         self._outcome_claims = dbs[K.DB_OUTCOME_CLAIMS]
         self._broker = dbs[K.DB_BROKER]
         self._meta = dbs[K.DB_META]
-        self._kept = KeptData()
         # the main database: a record per named database, counted for completeness
         self._space_dbs = (env.open_db(None), *dbs.values())
         self._psize: int = env.stat()["psize"]
+        return dbs
 
     # --- introspection (tests, metrics) ---------------------------------------------
 
@@ -243,7 +253,7 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
 
     def used_bytes_bound(self) -> int:
         """An upper bound of the file's high-water mark (highest page ever used), so of
-        :meth:`used_bytes`, mostly without a call to LMDB (lmdb_growth.py). It never
+        :meth:`used_bytes`, mostly without a call to LMDB (lmdb/growth.py). It never
         goes down: once a store was nearly full, callers take the exact figure."""
         self._check_open()
         return self._mark.bound()
@@ -252,6 +262,12 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         return (self._env.info()["last_pgno"] + 1) * self._psize
 
     # --- writes ---------------------------------------------------------------------
+
+    def write_ahead(self, row_key: bytes, index: int, piece: Row) -> None:
+        self._rows.write(row_key, index, piece)
+
+    def drop_ahead_pieces(self, row_key: bytes, pieces: int) -> None:
+        self._rows.drop_pieces(row_key, pieces)
 
     def apply(self, batches: Sequence[Writes]) -> None:
         self._check_open()
@@ -405,20 +421,20 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             txn.put(op[1], op[2], db=self._deps)
             empty[0] = False
             if len(op) > 3:  # (its result written ahead: kept_outcomes.py)
-                self._claim(txn, op[1], op[3], op[4], self._outcome_claims)
+                self._rows.claim(txn, op[1], op[3], op[4], self._outcome_claims)
                 empty[4] = False
             elif not self._outcome_claims_empty(txn, empty):
-                self._drop_claim(txn, op[1], self._outcome_claims)
+                self._rows.drop_claim(txn, op[1], self._outcome_claims)
         elif kind == E.OP_DATA:
             if not self._claims_empty(txn, empty):
-                self._drop_claim(txn, op[1])  # new data: the old rows go
+                self._rows.drop_claim(txn, op[1])  # new data: the old rows go
             txn.put(op[1], op[2], db=self._data)
             empty[1] = False
         elif kind == E.OP_CLAIM:
-            self._claim(txn, op[1], op[2], op[3])
+            self._rows.claim(txn, op[1], op[2], op[3])
             empty[2] = False
         elif kind == E.OP_PROGRESS:
-            self._claim_progress(txn, op[1], op[2], op[3])
+            self._rows.claim_progress(txn, op[1], op[2], op[3])
             empty[3] = None
         elif kind == E.OP_BROKER:
             if op[2] is None:
@@ -452,11 +468,11 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
         if not empty[1]:
             txn.delete(jkey, db=self._data)
         if not self._claims_empty(txn, empty):
-            self._drop_claim(txn, jkey)
+            self._rows.drop_claim(txn, jkey)
         if empty[3] is None:
             empty[3] = txn.stat(self._progress_claims)["entries"] == 0
         if not empty[3]:
-            self._drop_claim(txn, jkey, self._progress_claims)
+            self._rows.drop_claim(txn, jkey, self._progress_claims)
 
     def _outcome_claims_empty(self, txn: lmdb.Transaction[bytes],
                               empty: list[bool | None]) -> bool:
@@ -510,14 +526,128 @@ class LmdbStorage(LmdbAhead, KeptAheadRows, LmdbReads, Storage):
             if not cur.set_range(prefix):
                 return
             while cur.key().startswith(prefix):
-                self._delete_pieces(txn, *K.decode_claim(cur.value()))
+                self._rows.delete_pieces(txn, *K.decode_claim(cur.value()))
                 cur.delete()
 
     def sync(self) -> None:
         self._check_open()
         self._env.sync(True)
 
+    # --- rows written or encoded ahead of their records (kept_data.KeptData) ------------
+
+    keeps_values_ahead = True
+
+    def expect_ahead(self, text: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_ahead(text, row_key, pieces)
+
+    def expect_encoded(self, data: Any, row: bytes) -> None:
+        self._kept.expect_encoded(data, row)
+
+    def release_ahead(self, text: Any) -> None:
+        self._kept.release_ahead(text)
+
+    def expect_result(self, result: Any, row: bytes) -> None:
+        self._kept.expect_result(result, row)
+
+    def release_result(self, result: Any) -> None:
+        self._kept.release_result(result)
+
+    def expect_progress(self, text: str, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_progress(text, row_key, pieces)
+
+    def release_progress(self, text: str) -> None:
+        self._kept.release_progress(text)
+
+    def keep_encoded(self, data: Any, encoded: bytes) -> None:
+        self._kept.keep_encoded(data, encoded)
+
+    def drop_encoded(self, data: Any) -> None:
+        self._kept.drop_encoded(data)
+
+    def encoded_of(self, data: Any) -> bytes | None:
+        return self._kept.encoded_of(data)
+
+    def expect_outcome(self, result: Any, row_key: bytes, pieces: int) -> None:
+        self._kept.expect_outcome(result, row_key, pieces)
+
+    def release_outcome(self, result: Any) -> None:
+        self._kept.release_outcome(result)
+
+    def set_graveyard(self, graveyard: Graveyard) -> None:
+        self._kept.set_graveyard(graveyard)
+
+    def let_go(self, value: Any) -> None:
+        self._kept.let_go(value)
+
+    # --- reads (reads.LmdbReads; listings: keyed_reads.KeyedFinishedReads) ------
+
+    def load(self) -> Recovered:
+        self._check_open()
+        return self._reads.load()
+
+    def get_finished(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self._reads.finished(job_id, None)
+
+    def get_finished_packed(self, job_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self._reads.finished(job_id, PACKED_MIN_BYTES)
+
+    def queues_of_finished(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self._check_open()
+        return self._reads.queues_of_finished(job_ids)
+
+    def get_result(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, None)
+
+    def get_result_packed(self, job_id: str) -> tuple[bool, Any]:
+        self._check_open()
+        return self._reads.result(job_id, PACKED_MIN_BYTES)
+
+    def count_finished(self, queue: str, state: str) -> int:
+        self._check_open()
+        return self._listings.count_finished(queue, state)
+
+    def list_finished(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        self._check_open()
+        return self._listings.list_finished(queue, state, asc=asc, offset=offset,
+                                            limit=limit)
+
+    def list_finished_packed(
+        self, queue: str, state: str, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]] | PackedRecords:
+        self._check_open()
+        return self._listings.list_finished_packed(queue, state, asc=asc, offset=offset,
+                                                   limit=limit)
+
+    def finished_ranks(
+        self, queue: str, state: str, positions: Sequence[int], others: Sequence[str]
+    ) -> list[tuple[int, str, tuple[int, ...]]]:
+        self._check_open()
+        return self._listings.finished_ranks(queue, state, positions, others)
+
+    def finished_ids_page(
+        self, queue: str, state: str, *, after: FinishedCursor | None, limit: int
+    ) -> FinishedPage:
+        self._check_open()
+        return self._reads.finished_ids_page(queue, state, after=after, limit=limit)
+
+    def dep_outcomes(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, None)
+
+    def dep_outcomes_packed(self, parent_id: str) -> dict[str, Any]:
+        self._check_open()
+        return self._reads.dep_outcomes(parent_id, PACKED_MIN_BYTES)
+
     # --- lifecycle ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("storage is closed")
 
     def close(self) -> None:
         if not self._closed:

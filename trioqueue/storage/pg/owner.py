@@ -3,15 +3,15 @@
 Brokers started on one database without ``--cluster`` each rebuild every queue from
 it and then commit from what they hold in memory, overwriting and deleting each
 other's jobs, so acknowledged work is lost. So a broker holds a session-level advisory
-lock (:data:`.pg_layout.OWNER_LOCK_KEY`) for its life: exclusive without
+lock (:data:`.layout.OWNER_LOCK_KEY`) for its life: exclusive without
 ``--cluster``, shared with it. A single broker then keeps every other broker out, and a
 cluster's brokers keep a single one out but not each other. The server drops the lock
 with the session, so a broker killed by SIGKILL (its socket closed by the kernel) never
 keeps the next one out; a broker whose host vanished is noticed by TCP keepalives that
-the lock's session asks the server for (:data:`.pg_layout.OWNER_KEEPALIVES`).
+the lock's session asks the server for (:data:`.layout.OWNER_KEEPALIVES`).
 
 **The lock is held by the writer's session**, the one every commit goes through
-(:class:`.pg_connection.PgLink`), and taken again whenever that session is opened
+(:class:`.connection.PgLink`), and taken again whenever that session is opened
 again (after an outage, a restart of PostgreSQL): so a batch can only ever commit on a
 session that holds the lock, and there is never a moment with two owners writing. If
 another broker took the store while the connection was down, the lock is not granted
@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from . import pg_layout as L
-from .owners import owner_words, since_words
-from .port import Fenced, StoreInUse
+from ..owners import owner_words, since_words
+from ..port import Fenced, StoreInUse
+from . import layout as L
 
 _EXCLUSIVE = "ExclusiveLock"  # pg_locks' mode of a broker without --cluster
 _RETRY_FIRST_S = 0.02
@@ -92,7 +92,7 @@ class PgOwner:
 
     def take(self, conn: psycopg.Connection[Any]) -> None:
         """Take the lock on ``conn``, a fresh autocommit session (the writer's), and
-        record this broker in it. Raises :class:`~.port.StoreInUse` when another
+        record this broker in it. Raises :class:`~..port.StoreInUse` when another
         broker holds the store, or :class:`StoreLost` if this broker had held it."""
         conn.execute(L.OWNER_KEEPALIVES)
         ask = L.TAKE_OWNER_LOCK_SHARED if self.cluster else L.TAKE_OWNER_LOCK

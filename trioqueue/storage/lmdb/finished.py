@@ -1,9 +1,9 @@
 """The LMDB adapter's finished-job index reads: by position and by cursor.
 
 ``finished_idx`` keys sort by (queue, state, createdAt, id), so one queue and state is
-one key range (see :mod:`.keys`). Reading a page at an offset needs the key at that
+one key range (see :mod:`..keys`). Reading a page at an offset needs the key at that
 position: for every range of four blocks of keys (4,096) or more, :class:`FinishedIndex`
-keeps a :class:`~.positions.Positions` (anchors and block counts, in memory), built from
+keeps a :class:`~..positions.Positions` (anchors and block counts, in memory), built from
 the store when it opens and kept in step with each commit by the adapter
 (:meth:`FinishedIndex.after_commit`). Smaller ranges are simply walked from their start:
 at most a few thousand keys, skipped in C.
@@ -21,9 +21,9 @@ from typing import Any
 
 import lmdb
 
-from . import keys as K
-from .port import FinishedCursor, FinishedPage
-from .positions import BLOCK, Positions
+from .. import keys as K
+from ..port import FinishedCursor, FinishedPage
+from ..positions import BLOCK, Positions
 
 
 class Moves:
@@ -131,7 +131,7 @@ class FinishedIndex:
 
 class RangeRanks:
     """Keys by position and positions by key in ``finished_idx`` ranges, for one read
-    transaction (:meth:`~.port.Storage.finished_ranks`).
+    transaction (:meth:`~..port.Storage.finished_ranks`).
 
     LMDB finds a key, not a rank: a key's rank is its block's start (the positions'
     Fenwick tree) plus its place among the block's keys, so each block (or a whole

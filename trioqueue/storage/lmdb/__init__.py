@@ -1,0 +1,1 @@
+"""The LMDB store: one environment, a fixed handful of named sub-databases."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL store: its tables and statements, connections, owner lock and migrations."""
