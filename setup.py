@@ -8,7 +8,8 @@ strings of a large frame made a piece at a time; see transport/long_strings.py).
 Optional: where they cannot be built the package uses the same algorithms in Python,
 which are correct but cost a broker more per job (about 12% for the split dict);
 tests/core/test_split_dict.py, test_data_walk.py and test_job_slots.py fail then, so CI
-tells.
+tells. TRIOQUEUE_PURE_PYTHON=1 makes the package load none of them even where built
+(trioqueue/core/native.py): CI runs the suite once more so.
 """
 
 from setuptools import Extension, setup

@@ -11,13 +11,15 @@ string (an ASCII string *is* its UTF-8 bytes; any other caches it on first use),
 The view holds a reference to the string, so the buffer lives as long as the view
 does (a reply still queued keeps its job's text). Only CPython has the C API this uses
 (through ``ctypes.pythonapi``, which keeps the GIL and raises the call's error);
-elsewhere, and for a string with lone surrogates (no UTF-8 form),
-:func:`utf8_view` returns None and callers encode as before.
+elsewhere, under ``TRIOQUEUE_PURE_PYTHON`` (the rule of ``trioqueue.core.native``, read
+here too because this module imports nothing of ours) and for a string with lone
+surrogates (no UTF-8 form), :func:`utf8_view` returns None and callers encode as before.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,8 @@ __all__ = ["utf8_view"]
 def _as_utf8() -> Callable[..., Any] | None:
     if sys.implementation.name != "cpython":
         return None
+    if os.environ.get("TRIOQUEUE_PURE_PYTHON", "") not in ("", "0"):
+        return None  # no reach into the interpreter's internals: callers encode
     func = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
     func.restype = ctypes.c_void_p
     func.argtypes = (ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t))

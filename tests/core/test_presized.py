@@ -12,7 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from trioqueue.core import presized
+from trioqueue.core import native, presized
 from trioqueue.transport.large_msgpack import msgpack_steps
 from trioqueue.transport.slicing import Slicer, run_steps
 
@@ -23,6 +23,8 @@ Made = Callable[[int], dict[Any, Any]]
 def made(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
     """``presized_dict`` with the extension, and with its Python path alone."""
     if request.param == "C":
+        if native.PURE_PYTHON:
+            pytest.skip("TRIOQUEUE_PURE_PYTHON is set: the package loads no extension")
         if presized.IMPLEMENTATION != "C":
             pytest.fail("trioqueue.core._presized is not built (python setup.py build_ext)")
     else:
@@ -58,6 +60,8 @@ def test_a_presized_dict_is_a_dict_like_any_other(made: Made, count: int) -> Non
 
 
 def test_the_c_form_takes_its_count_without_growing() -> None:
+    if native.PURE_PYTHON:
+        pytest.skip("TRIOQUEUE_PURE_PYTHON is set: the package loads no extension")
     if presized.IMPLEMENTATION != "C":
         pytest.fail("trioqueue.core._presized is not built (python setup.py build_ext)")
     for count in (presized.MIN_PRESIZED, 87_382, 600_000, 1_000_000):

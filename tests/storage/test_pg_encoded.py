@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from trioqueue.core import native
 from trioqueue.core.graveyard import Graveyard
 from trioqueue.core.writes import FinishJob, PutJob
 from trioqueue.storage.keys import decode_value, encode_value
@@ -29,6 +30,9 @@ def _ahead(encoded: EncodedData, data: Any) -> None:
     key = secrets.token_bytes(16)
     if type(data) is str:
         view = utf8_view(data)
+        if native.PURE_PYTHON:  # no view of the string's own bytes: a copy of them
+            assert view is None
+            view = memoryview(data.encode())
         assert view is not None
         pieces: list[Any] = [view[i:i + 65536] for i in range(0, len(view), 65536)]
     else:

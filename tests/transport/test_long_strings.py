@@ -43,7 +43,8 @@ def helper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     if request.param == "python":
         monkeypatch.setattr(long_strings, "HAVE_PIECES", False)
     elif not long_strings.HAVE_PIECES:
-        pytest.skip("trioqueue.transport._pieces is not built here")
+        pytest.skip("trioqueue.transport._pieces is not built here, or TRIOQUEUE_PURE_PYTHON "
+                    "is set")
     return str(request.param)
 
 
@@ -81,7 +82,8 @@ def test_a_long_string_cut_short_is_refused() -> None:
 
 def test_the_helper_fills_only_what_it_made() -> None:
     if not long_strings.HAVE_PIECES:
-        pytest.skip("trioqueue.transport._pieces is not built here")
+        pytest.skip("trioqueue.transport._pieces is not built here, or TRIOQUEUE_PURE_PYTHON "
+                    "is set")
     from trioqueue.transport._pieces import fill, new_ascii
 
     shared = "".join(["q"] * 10)

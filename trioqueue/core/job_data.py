@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from trioqueue.core import native
 from trioqueue.core.errors import Refused
 
 MAX_DATA_CHARS = 10 * 1024 * 1024
@@ -109,14 +110,13 @@ _json_bound: Callable[[Any, int], int]
 the same values, at no bytecode per value; the Python function stays the rule (the C
 form also hands it a bound past 64 bits)."""
 
-try:
-    from trioqueue.core._data_walk import configure_json_bound, json_bound
-except ImportError:  # no compiler where the package was installed
+_c_walk = native.extension("trioqueue.core._data_walk")
+if _c_walk is None:
     _json_bound = _json_bound_py
     IMPLEMENTATION = "Python"
 else:
-    configure_json_bound(_Unsure, _json_bound_py, _FAST_DEPTH)
-    _json_bound = json_bound
+    _c_walk.configure_json_bound(_Unsure, _json_bound_py, _FAST_DEPTH)
+    _json_bound = _c_walk.json_bound
     IMPLEMENTATION = "C"
 
 

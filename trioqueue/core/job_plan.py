@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import native
+
 ALWAYS: str = "always"  # d[key] = self.attr
 IS_NOT: str = "is_not"  # if self.attr is not default: d[key] = self.attr
 IS_NOT_NE: str = "is_not_ne"  # ... is not default and self.attr != default: ...
@@ -28,10 +30,7 @@ Step = tuple[str, str, str, Any]
 # (attribute, index of the admit argument it takes or -1, default): one slot of admit.
 AdmitSlot = tuple[str, int, Any]
 
-try:
-    from ._job_slots import admit_function, record_method, wire_method
-except ImportError:  # no compiler where the package was installed
-    admit_function = record_method = wire_method = None
+_c = native.extension("trioqueue.core._job_slots")
 
 
 def install(cls: type, *, record_steps: tuple[Step, ...], wire_steps: tuple[Step, ...],
@@ -40,16 +39,16 @@ def install(cls: type, *, record_steps: tuple[Step, ...], wire_steps: tuple[Step
     """Put the C forms of ``cls.to_record``, ``cls.to_wire`` and ``cls.admit`` in place,
     each falling back on the Python method it replaces; "C", or "Python" where the
     extension is not built (the methods stay as they are)."""
-    if record_method is None:
+    if _c is None:
         return "Python"
     slots = vars(cls)
 
     def planned(steps: tuple[Step, ...]) -> tuple[tuple[Any, str, str, Any], ...]:
         return tuple((slots[attr], key, kind, default) for key, attr, kind, default in steps)
 
-    record = record_method(cls, slots["to_record"], planned(record_steps))
-    wire = wire_method(cls, slots["to_wire"], planned(wire_steps), wire_cls, wire_defaults)
-    admit = admit_function(
+    record = _c.record_method(cls, slots["to_record"], planned(record_steps))
+    wire = _c.wire_method(cls, slots["to_wire"], planned(wire_steps), wire_cls, wire_defaults)
+    admit = _c.admit_function(
         cls, slots["admit"].__func__,
         tuple((slots[attr], arg, default) for attr, arg, default in admit_slots),
         admit_args, list_attrs, slots["name"])

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from . import native
+
 __all__ = ["IMPLEMENTATION", "MAX_PRESIZED", "MIN_PRESIZED", "entries_bound",
            "merge_into", "presized_dict"]
 
@@ -36,13 +38,12 @@ def _plain(count: int) -> dict[Any, Any]:
 
 
 _made: Callable[[int], dict[Any, Any]]
-try:
-    from trioqueue.core._presized import presized_dict as _c_presized
-except ImportError:  # no compiler where the package was installed
+_c = native.extension("trioqueue.core._presized")
+if _c is None:
     _made = _plain
     IMPLEMENTATION = "Python"
 else:
-    _made = _c_presized
+    _made = _c.presized_dict
     IMPLEMENTATION = "C"
 
 

@@ -32,6 +32,8 @@ import sys
 from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import native
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -146,10 +148,8 @@ class PySplitDict:
         self._buckets = list(fresh)
 
 
-try:
-    from ._split_dict import SplitDictBase
-except ImportError:  # no compiler where the package was installed
-    SplitDictBase = None
+_c = native.extension("trioqueue.core._split_dict")
+SplitDictBase = _c.SplitDictBase if _c is not None else None
 
 _Base: Any = SplitDictBase if SplitDictBase is not None else PySplitDict
 IMPLEMENTATION = "C" if SplitDictBase is not None else "Python"

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import cbor2
 
+from ..core import native
 from .slicing import Slicer, Steps
 
 #: Deepest container nesting a decoded payload may have; a top-level map is depth 1.
@@ -172,15 +173,13 @@ is ``trioqueue.core._data_walk.validated``: C settles the trees that need no cha
 hands any container that does (or that it refuses) to :func:`_clean_map` or
 :func:`_clean_list`, so the rules and texts are only those of the Python walk."""
 
-try:
-    from ..core._data_walk import configure_validated
-    from ..core._data_walk import validated as _c_validated
-except ImportError:  # no compiler where the package was installed
+_c_walk = native.extension("trioqueue.core._data_walk")
+if _c_walk is None:
     validated = validated_py
     IMPLEMENTATION = "Python"
 else:
-    configure_validated(_clean_map, _clean_list, validated_py, MAX_DEPTH)
-    validated = _c_validated
+    _c_walk.configure_validated(_clean_map, _clean_list, validated_py, MAX_DEPTH)
+    validated = _c_walk.validated
     IMPLEMENTATION = "C"
 
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 import codecs
 from typing import Final
 
+from ..core import native
 from .slicing import CHECK_EVERY, Slicer, Steps
 
-try:
-    from ._pieces import fill, new_ascii, new_bytes
-except ImportError:  # no compiler where the package was installed
-    HAVE_PIECES = False
-else:
-    HAVE_PIECES = True
+_c = native.extension("trioqueue.transport._pieces")
+HAVE_PIECES = _c is not None
+if _c is not None:
+    fill, new_ascii, new_bytes = _c.fill, _c.new_ascii, _c.new_bytes
 
 __all__ = ["HAVE_PIECES", "PIECE_BYTES", "bytes_steps", "joined_bytes_steps", "text_steps"]
 
