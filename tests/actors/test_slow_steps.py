@@ -52,10 +52,10 @@ async def test_a_step_over_the_threshold_is_logged_with_its_cpu_time(
 async def test_short_steps_that_add_up_in_one_pass_are_logged_as_a_slow_pass(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Four steps of 6 ms of CPU each, runnable together: no step reaches 20 ms, but
-    # the pass that runs them holds every socket for 24 ms. (6 ms leaves room for a
-    # busy machine, where a step of 12 ms of CPU took up to 29 ms of wall time.)
-    watch, lines = await _watched(caplog, {f"part-{i}": 0.006 for i in range(4)})
+    # Twelve steps of 2 ms of CPU each, runnable together: no step reaches 20 ms, but
+    # the pass that runs them holds every socket for at least 24 ms. (2 ms leaves room
+    # for a busy machine, where a step of 6 ms of CPU took up to 28 ms of wall time.)
+    watch, lines = await _watched(caplog, {f"part-{i}": 0.002 for i in range(12)})
     assert watch.slow == 0, lines
     passes = [line for line in lines if line.startswith("slow pass: ")]
     assert watch.slow_passes == len(passes) >= 1, lines
