@@ -29,13 +29,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "core": ("trioqueue.core", "trioqueue"),
     "storage": ("trioqueue.storage", "trioqueue.core", "trioqueue.utf8_views"),
     "actors": ("trioqueue.actors", "trioqueue.core", "trioqueue.storage", "trioqueue.config",
-               "trioqueue.utf8_views"),
+               "trioqueue.utf8_views", "trioqueue.turns"),
     "transport": ("trioqueue.transport", "trioqueue.core", "trioqueue.config",
                   "trioqueue.actors.request", "trioqueue.dashboard", "trioqueue.utf8_views",
-                  "trioqueue"),
+                  "trioqueue.turns", "trioqueue"),
 }
 # The modules every layer may lean on import nothing of ours.
-LEAVES = ("trioqueue", "trioqueue.config", "trioqueue.utf8_views", "trioqueue.dashboard")
+LEAVES = ("trioqueue", "trioqueue.config", "trioqueue.utf8_views", "trioqueue.dashboard",
+          "trioqueue.turns")
 # The core modules storage uses (the page names them).
 STORAGE_USES_OF_CORE = frozenset({
     "trioqueue.core.writes", "trioqueue.core.job", "trioqueue.core.queue.finished",
@@ -76,11 +77,6 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
     ("trioqueue.transport.websocket", "trioqueue.actors.broker"): "listener given Broker",
     # ... a session holds the cluster's clients of peers.
     ("trioqueue.transport.session", "trioqueue.actors.cluster_clients"): "cluster in session",
-    # ... the shared turn-taking helper lives in actors/.
-    ("trioqueue.transport.http_app", "trioqueue.actors.passes"): "give_way",
-    ("trioqueue.transport.tcp", "trioqueue.actors.passes"): "give_way",
-    ("trioqueue.transport.websocket", "trioqueue.actors.passes"): "give_way",
-    ("trioqueue.transport.ws_socket", "trioqueue.actors.passes"): "give_way",
     # transport reaches up to a top-level module: the process numbers for /health, Stats.
     ("trioqueue.transport.http_health", "trioqueue.process_numbers"): "process numbers",
     ("trioqueue.transport.rest_admin_routes", "trioqueue.process_numbers"): "process numbers",

@@ -33,10 +33,10 @@ from urllib.parse import parse_qs
 
 import trio
 
-from ..actors.passes import give_way
 from ..config import Config
 from ..core.broker_events import broker_event
 from ..dashboard import STATIC_DIR
+from ..turns import give_way
 from .codec import JSON
 from .dashboard_assets import DashboardAssets
 from .http_auth import RequestBudget, authorized

@@ -43,7 +43,7 @@ from typing import Any
 
 import trio
 
-from ..actors.passes import give_way
+from ..turns import give_way
 from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .doors import EVICTED
 from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload

@@ -24,9 +24,9 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from ..actors.passes import give_way
 from ..core import fields
 from ..core.errors import Refused
+from ..turns import give_way
 from .codec import CBOR, JSON, Codec, DecodeError
 from .event_names import event_data, event_name, is_dashboard, matches, parse_patterns
 from .framing import Payload

@@ -49,7 +49,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from ..actors.passes import give_way
+from ..turns import give_way
 from .framing import Payload
 from .large_frames import unmap_soon
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from trioqueue.actors.passes import give_way
+from trioqueue.turns import give_way
 
 
 class PassCounter(trio.abc.Instrument):
