@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from .. import __version__
 from ..core.broker_stats import ConnectionCounts, mib
-from ..process_numbers import process_numbers
+from ..process_numbers import resident_bytes
 from .rest_api import Response, RunCommand
 
 
@@ -41,7 +41,7 @@ class Health:
             "queues": {k: stats.get(k, 0) for k in ("waiting", "active", "delayed",
                                                      "completed", "dlq")},
             "connections": dict(self._connections.open_by_kind),
-            "memory": {"rss": mib(process_numbers().rss_bytes)},
+            "memory": {"rss": mib(resident_bytes())},
         }
         if problem is not None:
             body["storage"] = problem

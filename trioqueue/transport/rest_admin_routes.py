@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.broker_stats import mib
-from ..process_numbers import process_numbers
+from ..process_numbers import resident_bytes
 from .rest_api import Call, Response, Route, RunCommand, command, error_body, reply_status
 from .rest_requests import forward, query_ints
 
@@ -83,7 +83,7 @@ async def _heapstats(call: Call, run: RunCommand) -> Response:
     generations = gc.get_stats()
     return Response(200, {
         "ok": True,
-        "memory": {"rss": mib(process_numbers().rss_bytes)},
+        "memory": {"rss": mib(resident_bytes())},
         "gc": {
             "enabled": gc.isenabled(),
             "pending": list(gc.get_count()),
