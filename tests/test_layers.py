@@ -67,13 +67,8 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
     ("trioqueue.actors.peer_wire", "trioqueue.transport.codec"): "peer wire codec",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.framing"): "peer wire frames",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.large_frames"): "peer wire frames",
-    # transport imports of actors only actors.request: listeners are given the Broker (a
-    # type-only import) instead of the narrow capabilities they use.
-    ("trioqueue.transport.http_front", "trioqueue.actors.broker"): "listener given Broker",
-    ("trioqueue.transport.http_server", "trioqueue.actors.broker"): "listener given Broker",
-    ("trioqueue.transport.tcp_listener", "trioqueue.actors.broker"): "listener given Broker",
-    ("trioqueue.transport.websocket", "trioqueue.actors.broker"): "listener given Broker",
-    # ... a session holds the cluster's clients of peers.
+    # transport imports of actors only actors.request: a session holds the cluster's
+    # clients of peers.
     ("trioqueue.transport.session", "trioqueue.actors.cluster_clients"): "cluster in session",
 }
 

@@ -22,6 +22,7 @@ from .config import Config
 from .core.broker_events import broker_event
 from .gc_passes import FullCollections
 from .process_heap import keep_freed_heap
+from .transport.context import ListenerContext
 from .transport.http_front import HttpPort, serve_http
 from .transport.limits import Shell
 from .transport.tcp_listener import serve_tcp
@@ -75,16 +76,18 @@ class Server:
             # The connections' deadlines run beside them, and stop with them.
             await sessions.start(self.shell.timers.run)
 
+            context = listener_context(self.broker)
+
             async def listen(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 with listeners_scope:
                     async with trio.open_nursery() as nursery:
                         tcp = await nursery.start(
                             partial(serve_tcp, shell=self.shell, handler_nursery=sessions),
-                            self.broker, config.host, config.tcp_port)
+                            context, config.host, config.tcp_port)
                         self.tcp_port = tcp[0].socket.getsockname()[1]
                         ws = await nursery.start(
                             partial(serve_http, shell=self.shell, handler_nursery=sessions),
-                            self.broker, config.host, config.ws_port)
+                            context, config.host, config.ws_port)
                         self.http = ws
                         self.ws_port = ws.port
                         task_status.started()
@@ -131,6 +134,13 @@ class Server:
             broker_event("server:started", now, tcpPort=self.tcp_port, httpPort=self.ws_port),
             broker_event("server:recovered", now, queues=len(router.actors),
                          jobs=router.live_jobs)])
+
+
+def listener_context(broker: Broker) -> ListenerContext:
+    """What the listeners use of ``broker`` (transport/context.py), not the broker."""
+    return ListenerContext(session_host=broker, connection_slots=broker.connections,
+                           open_connections=broker.open_connections, stats=broker.router,
+                           now_ms=lambda: broker.clock.now_ms())
 
 
 def auth_state(config: Config) -> str:

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import h11
 import trio
 
+from .context import ListenerContext
 from .doors import client_address, too_many_from_address
 from .limits import Shell
 
 if TYPE_CHECKING:
-    from ..actors.broker import Broker
     from .http_app import HttpApp
     from .live_frames import LiveFrames
 
@@ -155,7 +155,7 @@ _HEAD_TOO_LARGE = plain_response("431 Request Header Fields Too Large",
                                  "Request headers too large")
 
 
-async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
+async def serve_http(context: ListenerContext, host: str, port: int, *, shell: Shell,
                      handler_nursery: trio.Nursery | None = None,
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Accept connections on the HTTP port until cancelled; each runs in
@@ -168,21 +168,21 @@ async def serve_http(broker: Broker, host: str, port: int, *, shell: Shell,
     from .sse import SseHub
     from .websocket import WsEndpoint
 
-    config = broker.config
+    config = context.config
     listeners = await trio.open_tcp_listeners(port, host=host)
-    runner = CommandRunner(broker, shell.graveyard)
+    runner = CommandRunner(context.session_host, shell.graveyard)
 
-    live = LiveFrames(broker.events, config, runner.run, broker.router,
-                      lambda: broker.clock.now_ms())
-    sse = SseHub(live, broker.open_connections, max_clients=config.sse_max_clients,
+    live = LiveFrames(context.session_host.events, config, runner.run, context.stats,
+                      context.now_ms)
+    sse = SseHub(live, context.open_connections, max_clients=config.sse_max_clients,
                  heartbeat_s=config.sse_heartbeat_s, replay_events=config.sse_replay_events,
                  max_unsent_bytes=config.sse_max_unsent_bytes, senders=shell.senders,
                  graveyard=shell.graveyard)
-    app = HttpApp(config, runner, Health(runner.run, broker.open_connections), sse,
+    app = HttpApp(config, runner, Health(runner.run, context.open_connections), sse,
                   shell.http_bodies)
-    app.announce = broker.router.announce
-    ws = WsEndpoint(broker, shell, live)
-    http = HttpServer(broker, shell, app)
+    app.announce = context.session_host.router.announce
+    ws = WsEndpoint(context, shell, live)
+    http = HttpServer(context, shell, app)
     guard = app.guard
 
     doors = shell.doors

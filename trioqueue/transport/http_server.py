@@ -17,19 +17,19 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
+from ..config import Config
+from .context import ListenerContext
 from .http_app import HttpApp
 from .http_front import answer_and_close, plain_response
 from .limits import Shell
 
 if TYPE_CHECKING:
-    from ..actors.broker import Broker
     from .http_front import ReplayedStream
 
 _TOO_MANY = plain_response("503 Service Unavailable", "Too many connections")
 
 
-def hypercorn_config(broker: Broker) -> HypercornConfig:
-    config = broker.config
+def hypercorn_config(config: Config) -> HypercornConfig:
     hc = HypercornConfig()
     hc.keep_alive_timeout = config.http_keep_alive_timeout_s
     hc.h11_max_incomplete_size = config.http_max_header_bytes
@@ -54,15 +54,15 @@ class _ConnectionApp:
 
 
 class HttpServer:
-    def __init__(self, broker: Broker, shell: Shell, app: HttpApp) -> None:
-        self._broker = broker
+    def __init__(self, context: ListenerContext, shell: Shell, app: HttpApp) -> None:
+        self._slots = context.connection_slots
         self._shell = shell
         self.app = app
-        self._config = hypercorn_config(broker)
+        self._config = hypercorn_config(context.config)
         self._context = WorkerContext(None)
 
     async def serve_stream(self, stream: ReplayedStream) -> None:
-        limit = self._broker.connections
+        limit = self._slots
         if not await self._shell.doors.slot(limit):
             self._shell.refusals.note("HTTP")
             await answer_and_close(stream, _TOO_MANY)

@@ -3,18 +3,16 @@ their address's cap (:mod:`.doors`), and serves each as a :class:`~.tcp.TcpConne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from .codec import MSGPACK, encode_frames
+from .context import ListenerContext
 from .doors import client_address, too_many_from_address
 from .limits import Shell, too_many_connections
 from .sockio import discard_unread, write_now
 from .tcp import DISCARD_ON_CLOSE_BYTES, TcpConnection
-
-if TYPE_CHECKING:
-    from ..actors.broker import Broker
 
 
 async def _refuse(stream: trio.SocketStream, error: str) -> None:
@@ -28,7 +26,7 @@ async def _refuse(stream: trio.SocketStream, error: str) -> None:
 
 
 async def serve_tcp(
-    broker: Broker,
+    context: ListenerContext,
     host: str,
     port: int,
     *,
@@ -45,7 +43,7 @@ async def serve_tcp(
     timers run here).
     """
     listeners = await trio.open_tcp_listeners(port, host=host)
-    limit = broker.connections
+    limit = context.connection_slots
 
     async def serve(shell: Shell) -> None:
         doors = shell.doors
@@ -60,11 +58,11 @@ async def serve_tcp(
                     shell.refusals.note("TCP")
                     await _refuse(stream, too_many_connections(shell.limits.max_connections))
                     return
-                client_id = broker.open_connections.open("tcp")
+                client_id = context.open_connections.open("tcp")
                 try:
-                    await TcpConnection(broker, stream, shell).serve()
+                    await TcpConnection(context.session_host, stream, shell).serve()
                 finally:
-                    broker.open_connections.close("tcp", client_id)
+                    context.open_connections.close("tcp", client_id)
                     limit.release()
             finally:
                 doors.leave(address)
@@ -75,7 +73,7 @@ async def serve_tcp(
     if shell is not None:
         await serve(shell)
         return
-    own = Shell(broker.config)
+    own = Shell(context.config)
     async with trio.open_nursery() as nursery:
         await nursery.start(own.timers.run)
         await serve(own)

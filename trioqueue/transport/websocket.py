@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import trio
@@ -28,6 +28,7 @@ from ..core import fields
 from ..core.errors import Refused
 from ..turns import give_way
 from .codec import CBOR, JSON, Codec, DecodeError
+from .context import ListenerContext
 from .event_names import event_data, event_name, is_dashboard, matches, parse_patterns
 from .framing import Payload
 from .http_auth import bearer_token
@@ -40,9 +41,6 @@ from .req_ids import salvage_req_id
 from .session import Session, SessionHost, token_accepted
 from .value_slices import SlicedValue, heavy
 from .ws_socket import MessageTooLarge, Upgrade, WsClosed, WsSocket
-
-if TYPE_CHECKING:
-    from ..actors.broker import Broker
 
 log = logging.getLogger("trioqueue.websocket")
 
@@ -395,13 +393,14 @@ class WsEndpoint:
     then the close handshake within ``ws_close_timeout_s`` (:mod:`.ws_socket`).
     """
 
-    def __init__(self, broker: Broker, shell: Shell, live: LiveFrames | None = None) -> None:
-        self._broker = broker
+    def __init__(self, context: ListenerContext, shell: Shell,
+                 live: LiveFrames | None = None) -> None:
+        self._context = context
         self._shell = shell
         self._live = live
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
-        config = self._broker.config
+        config = self._context.config
         socket = WsSocket(stream)
         try:
             upgrade: Upgrade | None = None
@@ -420,7 +419,7 @@ class WsEndpoint:
             await stream.aclose()
 
     async def _handle(self, socket: WsSocket, upgrade: Upgrade) -> None:
-        broker, shell = self._broker, self._shell
+        context, shell = self._context, self._shell
         path, _, query = upgrade.target.partition("?")
         path = path.rstrip("/") or "/"
         queue: str | None = None
@@ -435,23 +434,24 @@ class WsEndpoint:
             await socket.reject(404, b"Not found")
             return
         bearer = bearer_token(upgrade.headers)
-        if bearer is not None and not token_accepted(broker.config.auth_tokens, bearer):
+        if bearer is not None and not token_accepted(context.config.auth_tokens, bearer):
             # A wrong token on the upgrade is refused there, as bunqueue does; none at
             # all leaves the session to authenticate with ``Auth`` (our clients do).
             await socket.reject(401, b"Unauthorized")
             return
         event_codec = CBOR if parse_qs(query).get("format") == ["cbor"] else JSON
-        if not await shell.doors.slot(broker.connections):
+        if not await shell.doors.slot(context.connection_slots):
             shell.refusals.note("WebSocket")
             await socket.reject(503, b"Too many connections")
             return
-        client_id = broker.open_connections.open("websocket")
+        client_id = context.open_connections.open("websocket")
         try:
             await socket.accept()
-            connection = WsConnection(broker, socket, shell, queue, event_codec, self._live)
+            connection = WsConnection(context.session_host, socket, shell, queue, event_codec,
+                                      self._live)
             if bearer is not None:
                 connection.authenticated_by_bearer()
             await connection.serve()
         finally:
-            broker.open_connections.close("websocket", client_id)
-            broker.connections.release()
+            context.open_connections.close("websocket", client_id)
+            context.connection_slots.release()
