@@ -58,14 +58,14 @@ STATED_EXCEPTIONS: dict[tuple[str, str], str] = {
 BREAKS_TODAY: dict[tuple[str, str], str] = {
     # actors never import transport: peer links reach the wire through transport/'s codec,
     # framing and large frames, not through a codec port of their own.
-    ("trioqueue.actors.peer_events", "trioqueue.transport.codec"): "peer wire codec",
-    ("trioqueue.actors.peer_events", "trioqueue.transport.framing"): "peer wire frames",
+    ("trioqueue.actors.peer_events", "trioqueue.transport.wire.codec"): "peer wire codec",
+    ("trioqueue.actors.peer_events", "trioqueue.transport.wire.framing"): "peer wire frames",
     ("trioqueue.actors.peer_events", "trioqueue.transport.large_frames"): "peer wire frames",
-    ("trioqueue.actors.peer_links", "trioqueue.transport.codec"): "peer wire codec",
-    ("trioqueue.actors.peer_links", "trioqueue.transport.framing"): "peer wire frames",
+    ("trioqueue.actors.peer_links", "trioqueue.transport.wire.codec"): "peer wire codec",
+    ("trioqueue.actors.peer_links", "trioqueue.transport.wire.framing"): "peer wire frames",
     ("trioqueue.actors.peer_links", "trioqueue.transport.large_frames"): "peer wire frames",
-    ("trioqueue.actors.peer_wire", "trioqueue.transport.codec"): "peer wire codec",
-    ("trioqueue.actors.peer_wire", "trioqueue.transport.framing"): "peer wire frames",
+    ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.codec"): "peer wire codec",
+    ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.framing"): "peer wire frames",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.large_frames"): "peer wire frames",
     # transport imports of actors only actors.request: a session holds the cluster's
     # clients of peers.

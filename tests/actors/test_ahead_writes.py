@@ -23,7 +23,7 @@ from trioqueue.storage.keys import encode_value
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -20,7 +20,7 @@ from trioqueue.config import Config
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.framing import FrameDecoder
 
 PING = [{"cmd": "Ping"}]
 LONG_PULL_MS = 60_000

@@ -16,8 +16,8 @@ from trio_websocket import open_websocket_url
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import steps_watched
-from trioqueue.transport.codec import CBOR, MSGPACK
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.codec import CBOR, MSGPACK
+from trioqueue.transport.wire.framing import FrameDecoder
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -18,7 +18,7 @@ from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import steps_watched
 from trioqueue.testing.wire import websocket_upgrade
-from trioqueue.transport.codec import CBOR
+from trioqueue.transport.wire.codec import CBOR
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from trioqueue.transport import large_json
-from trioqueue.transport.codec import JSON, DecodeError
 from trioqueue.transport.data_sizes import DataTooLarge
 from trioqueue.transport.slicing import Slicer, run_steps
+from trioqueue.transport.wire.codec import JSON, DecodeError
 
 TRICKY = ["a", ",", "]", "}", '"', "\\", "\u00e9", "\U0001F600", "\n", " ", "u", "\ud83d"]
 EDITS = [",", "]", "}", '"', "\\", "x", " ", "\\u12", "\\ud83d", "NaN", "1e400", "[", '{"a":']

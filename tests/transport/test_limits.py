@@ -19,9 +19,9 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import limits
-from trioqueue.transport.codec import MSGPACK
-from trioqueue.transport.framing import encode_frame
 from trioqueue.transport.limits import ByteBudget, Teardowns, Timers
+from trioqueue.transport.wire.codec import MSGPACK
+from trioqueue.transport.wire.framing import encode_frame
 
 StartServer = Callable[..., Any]
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from trioqueue.transport import long_strings
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec, DecodeError
 from trioqueue.transport.large_frames import decode_steps
 from trioqueue.transport.long_strings import PIECE_BYTES
 from trioqueue.transport.slicing import Slicer
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, DecodeError
 
 NO_BOUND = 0
 SIZE = 8 * PIECE_BYTES + 5

@@ -13,8 +13,8 @@ from trio_websocket import open_websocket_url
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import tcp
-from trioqueue.transport.codec import JSON
 from trioqueue.transport.read_pacing import BadFrameClock
+from trioqueue.transport.wire.codec import JSON
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -19,7 +19,6 @@ from trioqueue.core.queue import slices
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import reply_slices
-from trioqueue.transport.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 from trioqueue.transport.reply_slices import (
     SlicedFrame,
     SlicedJson,
@@ -28,6 +27,7 @@ from trioqueue.transport.reply_slices import (
     map_header,
 )
 from trioqueue.transport.send_queue import SendQueue
+from trioqueue.transport.wire.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 
 StartServer = Callable[..., Awaitable[Server]]
 CODECS = [CBOR, MSGPACK]

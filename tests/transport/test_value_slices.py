@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 
 from trioqueue.core.job import JobWire
 from trioqueue.transport import value_slices
-from trioqueue.transport.codec import ABSENT, CBOR, JSON, MSGPACK, Codec
-from trioqueue.transport.framing import HEADER_SIZE
 from trioqueue.transport.slicing import Slicer
 from trioqueue.transport.value_slices import (
     SlicedValue,
@@ -22,6 +20,8 @@ from trioqueue.transport.value_slices import (
     heavy,
     weight,
 )
+from trioqueue.transport.wire.codec import ABSENT, CBOR, JSON, MSGPACK, Codec
+from trioqueue.transport.wire.framing import HEADER_SIZE
 
 CODECS = [MSGPACK, CBOR, JSON]
 

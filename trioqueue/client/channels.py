@@ -30,8 +30,8 @@ import sniffio
 import trio
 
 from ..core.backoff import reconnect_delay_s
-from ..transport.codec import CBOR, Codec
-from ..transport.framing import FrameDecoder, encode_frame
+from ..transport.wire.codec import CBOR, Codec
+from ..transport.wire.framing import FrameDecoder, encode_frame
 from .errors import CommandTimeout, ConnectionLost
 from .values import check_message
 

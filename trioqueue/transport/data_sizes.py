@@ -32,8 +32,8 @@ from itertools import chain, islice
 from typing import Any, Final
 
 from ..core.job_data import DATA_TOO_LARGE
-from .datamodel import DecodeError
 from .slicing import Slicer, Steps
+from .wire.datamodel import DecodeError
 
 __all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "job_data_values",
            "measured_steps"]

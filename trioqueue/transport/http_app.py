@@ -37,7 +37,6 @@ from ..config import Config
 from ..core.broker_events import broker_event
 from ..dashboard import STATIC_DIR
 from ..turns import give_way
-from .codec import JSON
 from .dashboard_assets import DashboardAssets
 from .http_auth import RequestBudget, authorized
 from .http_bodies import (
@@ -59,6 +58,7 @@ from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
 from .sse import SseHub
 from .value_slices import SlicedValue, heavy
+from .wire.codec import JSON
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream

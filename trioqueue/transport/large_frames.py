@@ -13,7 +13,7 @@ the transport awaits a checkpoint between two (:func:`decode_large`):
   at every depth, and cbor2 decodes their items in runs that fit in ``WINDOW_BYTES``
   (see :class:`_CborWalk`). Not cut: an indefinite-length item too large for the
   window is decoded whole (no client of ours sends them in bulk).
-- **validation**: :func:`~trioqueue.transport.datamodel.validated_steps`, the rules of
+- **validation**: :func:`~trioqueue.transport.wire.datamodel.validated_steps`, the rules of
   the plain walk, which also bounds the JSON text of the message. With the escapable
   bytes of the payload counted on top (a slice per ``COUNT_BYTES``), that bound lets the
   core skip measuring job data that fits (``core/job_data.py``).
@@ -43,13 +43,13 @@ import trio
 
 from ..core.graveyard import Graveyard
 from ..core.presized import entries_bound, merge_into, presized_dict
-from .codec import CBOR, MSGPACK, Codec, cbor_decoder
 from .data_sizes import OTHER, TOP, DataWatch, data_bound_steps
-from .datamodel import MAX_DEPTH, DecodeError, validated_steps
-from .framing import Payload
 from .large_msgpack import LONG_BYTES, msgpack_steps, walked
 from .long_strings import bytes_steps, text_steps
 from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
+from .wire.codec import CBOR, MSGPACK, Codec, cbor_decoder
+from .wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
+from .wire.framing import Payload
 
 __all__ = ["COUNT_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
            "unmap_soon"]

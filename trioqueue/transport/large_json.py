@@ -46,10 +46,10 @@ from typing import Any, Final, NoReturn
 from ..core.graveyard import Graveyard
 from ..core.presized import MIN_PRESIZED, merge_into, presized_dict
 from .data_sizes import data_bound_steps
-from .datamodel import MAX_DEPTH, DecodeError, validated_steps
-from .framing import Payload
 from .long_strings import joined_text_steps, text_steps
 from .slicing import Slicer, Steps, run_sliced
+from .wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
+from .wire.framing import Payload
 
 __all__ = ["WINDOW_CHARS", "decode_large_json", "json_decode_steps"]
 

@@ -23,12 +23,12 @@ import msgpack
 
 from ..core.msgpack_runs import WindowRuns
 from ..core.presized import entries_bound, presized_dict
-from .codec import msgpack_unpacker
 from .data_sizes import OTHER, TOP, DataWatch
-from .datamodel import MAX_DEPTH, DecodeError
-from .framing import Payload
 from .long_strings import bytes_steps, text_steps
 from .slicing import CHECK_EVERY, Slicer, Steps
+from .wire.codec import msgpack_unpacker
+from .wire.datamodel import MAX_DEPTH, DecodeError
+from .wire.framing import Payload
 
 __all__ = ["msgpack_steps", "walked"]
 

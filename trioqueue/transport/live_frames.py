@@ -27,8 +27,8 @@ from ..core.stats_handlers import (
     stats_snapshot,
     storage_status_frame,
 )
-from .event_names import event_data, event_name
 from .rest_api import RunCommand
+from .wire.event_names import event_data, event_name
 
 log = logging.getLogger("trioqueue.live")
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from urllib.parse import unquote
 
 from ..core.graveyard import Graveyard
-from .codec import JSON, DecodeError
 from .large_json import decode_large_json
+from .wire.codec import JSON, DecodeError
 
 
 class RunCommand(Protocol):

@@ -33,12 +33,12 @@ from ..core import fields
 from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
 from ..core.graveyard import Graveyard
-from .codec import JSON
-from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames
 from .rest_api import Response, error_body
 from .sent_marks import Senders, SentCount
 from .sse_frames import Frame, LargeFrame, make_frame
+from .wire.codec import JSON
+from .wire.event_names import matches, parse_patterns
 
 if TYPE_CHECKING:
     from .http_front import ReplayedStream

@@ -44,13 +44,10 @@ from typing import Any
 import trio
 
 from ..turns import give_way
-from .codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
 from .doors import EVICTED
-from .framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
 from .large_frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
-from .req_ids import salvage_req_id
 from .send_queue import (
     LongFrame,
     SendQueue,
@@ -61,6 +58,9 @@ from .send_queue import (
 )
 from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now, writev_now
+from .wire.codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
+from .wire.framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
+from .wire.req_ids import salvage_req_id
 
 log = logging.getLogger("trioqueue.tcp")
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import trio
 
-from .codec import MSGPACK, encode_frames
 from .context import ListenerContext
 from .doors import client_address, too_many_from_address
 from .limits import Shell, too_many_connections
 from .sockio import discard_unread, write_now
 from .tcp import DISCARD_ON_CLOSE_BYTES, TcpConnection
+from .wire.codec import MSGPACK, encode_frames
 
 
 async def _refuse(stream: trio.SocketStream, error: str) -> None:

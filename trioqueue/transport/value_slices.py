@@ -33,9 +33,9 @@ from ..core.json_slices import MAPS as _MAPS
 from ..core.json_slices import RUN_VALUES, Runs
 from ..core.json_slices import json_steps as walk_json
 from ..core.value_count import weight
-from .codec import CBOR, JSON, Codec
-from .framing import HEADER_SIZE, frame_header
 from .slicing import Slicer, Steps, run_steps
+from .wire.codec import CBOR, JSON, Codec
+from .wire.framing import HEADER_SIZE, frame_header
 
 __all__ = ["HEAVY_VALUES", "RUN_VALUES", "SlicedValue", "SlicedValueFrame", "encode_steps",
            "heavy", "json_steps", "weight"]

@@ -27,19 +27,19 @@ import trio
 from ..core import fields
 from ..core.errors import Refused
 from ..turns import give_way
-from .codec import CBOR, JSON, Codec, DecodeError
 from .context import ListenerContext
-from .event_names import event_data, event_name, is_dashboard, matches, parse_patterns
-from .framing import Payload
 from .http_auth import bearer_token
 from .large_frames import decode_large, unmap_soon
 from .large_json import decode_large_json
 from .limits import Shell
 from .live_frames import LiveFrames
 from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
-from .req_ids import salvage_req_id
 from .session import Session, SessionHost, token_accepted
 from .value_slices import SlicedValue, heavy
+from .wire.codec import CBOR, JSON, Codec, DecodeError
+from .wire.event_names import event_data, event_name, is_dashboard, matches, parse_patterns
+from .wire.framing import Payload
+from .wire.req_ids import salvage_req_id
 from .ws_socket import MessageTooLarge, Upgrade, WsClosed, WsSocket
 
 log = logging.getLogger("trioqueue.websocket")

@@ -50,8 +50,8 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..turns import give_way
-from .framing import Payload
 from .large_frames import unmap_soon
+from .wire.framing import Payload
 
 __all__ = ["PIECE_BYTES", "RECEIVE_BYTES", "MessageTooLarge", "Parts", "Upgrade", "WsClosed",
            "WsSocket"]

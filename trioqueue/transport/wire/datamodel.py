@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import cbor2
 
-from .slicing import Slicer, Steps
+from ..slicing import Slicer, Steps
 
 #: Deepest container nesting a decoded payload may have; a top-level map is depth 1.
 MAX_DEPTH: Final = 64
@@ -31,7 +31,7 @@ class DecodeError(Exception):
     """The payload is not a well-formed message in the connection's codec.
 
     ``req_id``: the frame's ``reqId`` when a lenient reading still found one
-    (:mod:`~trioqueue.transport.req_ids`), so the error is answered on it."""
+    (:mod:`~trioqueue.transport.wire.req_ids`), so the error is answered on it."""
 
     req_id: str | None = None
 
@@ -173,8 +173,8 @@ hands any container that does (or that it refuses) to :func:`_clean_map` or
 :func:`_clean_list`, so the rules and texts are only those of the Python walk."""
 
 try:
-    from ..core._data_walk import configure_validated
-    from ..core._data_walk import validated as _c_validated
+    from ...core._data_walk import configure_validated
+    from ...core._data_walk import validated as _c_validated
 except ImportError:  # no compiler where the package was installed
     validated = validated_py
     IMPLEMENTATION = "Python"

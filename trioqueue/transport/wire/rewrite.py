@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from ..core.job import CLIENT_VALUED, JobWire
+from ...core.job import CLIENT_VALUED, JobWire
 from .datamodel import ABSENT
 
 # bunqueue's JavaScript clients decode msgpack int64/uint64 as BigInt, which their

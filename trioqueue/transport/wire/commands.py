@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from .. import __version__
-from ..core import fields
-from ..core.commands import CORE_COMMANDS
-from ..core.errors import Refused
-from ..core.registry import SESSION, Command, Reply
+from ... import __version__
+from ...core import fields
+from ...core.commands import CORE_COMMANDS
+from ...core.errors import Refused
+from ...core.registry import SESSION, Command, Reply
 
 PROTOCOL_VERSION = 3
 CAPABILITIES = ["pipelining", "separate-job-name"]

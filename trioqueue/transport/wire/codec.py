@@ -1,7 +1,7 @@
 """Payload codecs: msgpack and CBOR on TCP (chosen per connection), JSON on WebSocket text.
 
 Decoding is the broker's main exposure to hostile input, so every codec funnels
-its result through one validating walk (:func:`~trioqueue.transport.datamodel.validated`)
+its result through one validating walk (:func:`~trioqueue.transport.wire.datamodel.validated`)
 that accepts only the JSON-like data model the protocol uses (maps with string keys,
 arrays, strings, bytes, numbers, booleans, null) and nothing a decoder library might
 conjure from tags or extension types. The walk also bounds nesting depth, so later
@@ -15,8 +15,8 @@ to a JavaScript reader) and array slots become null.
 
 Encoding is tuned for the common case: the native packer runs once and its
 output is returned untouched unless a rare condition forces a rewrite
-(:mod:`~trioqueue.transport.rewrite`). ``ABSENT``, ``DecodeError`` and ``MAX_DEPTH``
-live in :mod:`~trioqueue.transport.datamodel` and are importable from here.
+(:mod:`~trioqueue.transport.wire.rewrite`). ``ABSENT``, ``DecodeError`` and ``MAX_DEPTH``
+live in :mod:`~trioqueue.transport.wire.datamodel` and are importable from here.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import IO, Any, Final, NoReturn, cast
 import cbor2
 import msgpack
 
-from trioqueue.transport.framing import Payload, frame_header
+from trioqueue.transport.wire.framing import Payload, frame_header
 
-from ..core.job import JobWire
+from ...core.job import JobWire
 from .datamodel import ABSENT, MAX_DEPTH, DecodeError, validated
 from .rewrite import CBOR_REWRITE, JSON_REWRITE, MSGPACK_REWRITE
 
