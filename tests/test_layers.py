@@ -60,13 +60,13 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
     # framing and large frames, not through a codec port of their own.
     ("trioqueue.actors.peer_events", "trioqueue.transport.wire.codec"): "peer wire codec",
     ("trioqueue.actors.peer_events", "trioqueue.transport.wire.framing"): "peer wire frames",
-    ("trioqueue.actors.peer_events", "trioqueue.transport.large_frames"): "peer wire frames",
+    ("trioqueue.actors.peer_events", "trioqueue.transport.large.frames"): "peer wire frames",
     ("trioqueue.actors.peer_links", "trioqueue.transport.wire.codec"): "peer wire codec",
     ("trioqueue.actors.peer_links", "trioqueue.transport.wire.framing"): "peer wire frames",
-    ("trioqueue.actors.peer_links", "trioqueue.transport.large_frames"): "peer wire frames",
+    ("trioqueue.actors.peer_links", "trioqueue.transport.large.frames"): "peer wire frames",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.codec"): "peer wire codec",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.framing"): "peer wire frames",
-    ("trioqueue.actors.peer_wire", "trioqueue.transport.large_frames"): "peer wire frames",
+    ("trioqueue.actors.peer_wire", "trioqueue.transport.large.frames"): "peer wire frames",
     # transport imports of actors only actors.request: a session holds the cluster's
     # clients of peers.
     ("trioqueue.transport.session", "trioqueue.actors.cluster_clients"): "cluster in session",

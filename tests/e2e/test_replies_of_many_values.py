@@ -1,5 +1,5 @@
 """A reply carrying a job whose data is many small values is encoded in slices: no step
-of the broker holds the loop for its whole encoding (transport/value_slices.py), over
+of the broker holds the loop for its whole encoding (transport/large/value_slices.py), over
 TCP in both codecs, over REST and over WebSocket."""
 
 from __future__ import annotations

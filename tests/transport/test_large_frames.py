@@ -30,8 +30,8 @@ from trioqueue.server import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.healthy import Healthy, latency_report, within_latency_budget
-from trioqueue.transport.data_sizes import DataTooLarge
-from trioqueue.transport.large_frames import decode_large, decode_steps
+from trioqueue.transport.large.data_sizes import DataTooLarge
+from trioqueue.transport.large.frames import decode_large, decode_steps
 from trioqueue.transport.slicing import Slicer, run_steps
 from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, DecodeError
 from trioqueue.transport.wire.framing import FrameDecoder, encode_frame

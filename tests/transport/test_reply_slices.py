@@ -1,4 +1,4 @@
-"""A long reply is encoded in slices, to the same bytes (transport/reply_slices.py), and
+"""A long reply is encoded in slices, to the same bytes (transport/large/reply_slices.py), and
 a large PULLB leases in slices (core/queue/slices.py): other clients are served
 meanwhile."""
 
@@ -18,8 +18,8 @@ from trio_websocket import open_websocket_url
 from trioqueue.core.queue import slices
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport import reply_slices
-from trioqueue.transport.reply_slices import (
+from trioqueue.transport.large import reply_slices
+from trioqueue.transport.large.reply_slices import (
     SlicedFrame,
     SlicedJson,
     SlicedPayload,

@@ -54,7 +54,7 @@ from typing import Any
 import trio
 
 from ..core.backoff import reconnect_delay_s
-from ..transport.large_frames import decode_large, unmap_soon
+from ..transport.large.frames import decode_large, unmap_soon
 from ..transport.wire.codec import CBOR, Codec
 from ..transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload
 from .events import EventHub

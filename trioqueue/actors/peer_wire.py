@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from ..transport.large_frames import unmap_soon
+from ..transport.large.frames import unmap_soon
 from ..transport.wire.codec import Codec
 from ..transport.wire.framing import FrameDecoder, frame_header
 from .request import _NO_REQ_ID, Replier, Request

@@ -52,12 +52,12 @@ from .http_bodies import (
 from .http_commands import CommandRunner
 from .http_health import HEALTH_ROUTES, Health
 from .http_origin import BrowserGuard
+from .large.reply_slices import SlicedJson, is_long
+from .large.value_slices import SlicedValue, heavy
 from .limits import ByteBudget
-from .reply_slices import SlicedJson, is_long
 from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
 from .rest_routes import ROUTES
 from .sse import SseHub
-from .value_slices import SlicedValue, heavy
 from .wire.codec import JSON
 
 if TYPE_CHECKING:

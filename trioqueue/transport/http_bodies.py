@@ -31,8 +31,8 @@ from typing import Any, Final
 
 import trio
 
+from .large.long_strings import joined_bytes_steps
 from .limits import ByteBudget
-from .long_strings import joined_bytes_steps
 from .rest_api import Response, error_body
 from .slicing import Slicer, run_sliced
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote
 
 from ..core.graveyard import Graveyard
-from .large_json import decode_large_json
+from .large.json_text import decode_large_json
 from .wire.codec import JSON, DecodeError
 
 

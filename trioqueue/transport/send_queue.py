@@ -2,7 +2,7 @@
 
 Encoded replies wait here as they were encoded (chunks of whole frames, but for the
 head): never copied into one growing buffer. A long reply waits as a
-:class:`~trioqueue.transport.reply_slices.SlicedFrame`, encoded a slice per
+:class:`~trioqueue.transport.large.reply_slices.SlicedFrame`, encoded a slice per
 :meth:`SendQueue.next_chunk` by the sender task, then sent a piece per call; what
 queues after it waits behind it.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 from ..core.job import JobWire
 from ..utf8_views import utf8_view
-from .reply_slices import LIST_KEY, SlicedFrame, is_long
-from .text_splice import SPLICE_CHARS, spliced
-from .value_slices import SlicedValueFrame, heavy
+from .large.reply_slices import LIST_KEY, SlicedFrame, is_long
+from .large.text_splice import SPLICE_CHARS, spliced
+from .large.value_slices import SlicedValueFrame, heavy
 from .wire.codec import Codec
 from .wire.framing import HEADER_SIZE, frame_header
 

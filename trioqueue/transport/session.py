@@ -29,10 +29,10 @@ from ..core.broker_events import broker_event
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
-from .data_sizes import DataTooLarge
-from .reply_slices import is_long
+from .large.data_sizes import DataTooLarge
+from .large.reply_slices import is_long
+from .large.value_slices import heavy
 from .sent_marks import SentCount
-from .value_slices import heavy
 from .wire.codec import DecodeError
 from .wire.commands import AFTER_RELAYS, COMMANDS
 

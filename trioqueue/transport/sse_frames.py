@@ -25,8 +25,8 @@ import logging
 from typing import Any, Final
 
 from ..core.json_slices import json_bytes_steps
+from .large.value_slices import HEAVY_VALUES, heavy
 from .slicing import Slicer, Steps
-from .value_slices import HEAVY_VALUES, heavy
 from .wire.codec import JSON
 
 __all__ = ["Frame", "LargeFrame", "UNMADE_BYTES", "make_frame"]

@@ -9,7 +9,7 @@ replies with one ``send_all``. Abuse limits come from :class:`~trioqueue.config.
   connection is closed before the body is read; before authentication (tokens set) the
   cap is ``max_preauth_frame_bytes``;
 - a frame of at least ``large_frame_bytes`` is decoded and validated in slices, with the
-  other connections served between two (``large_frames.py``); the connection reads on
+  other connections served between two (``large/frames.py``); the connection reads on
   only after it, so its later frames never overtake it; the frames of one read are
   decoded in steps of ``max_read_step_ms``, and a read with bad frames pauses the
   connection (``read_pacing.py``);
@@ -45,7 +45,7 @@ import trio
 
 from ..turns import give_way
 from .doors import EVICTED
-from .large_frames import decode_large, unmap_soon
+from .large.frames import decode_large, unmap_soon
 from .limits import Shell
 from .read_pacing import FRAMES_PER_LOOK, ReadPacer
 from .send_queue import (

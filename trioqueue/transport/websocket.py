@@ -29,13 +29,13 @@ from ..core.errors import Refused
 from ..turns import give_way
 from .context import ListenerContext
 from .http_auth import bearer_token
-from .large_frames import decode_large, unmap_soon
-from .large_json import decode_large_json
+from .large.frames import decode_large, unmap_soon
+from .large.json_text import decode_large_json
+from .large.reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
+from .large.value_slices import SlicedValue, heavy
 from .limits import Shell
 from .live_frames import LiveFrames
-from .reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
 from .session import Session, SessionHost, token_accepted
-from .value_slices import SlicedValue, heavy
 from .wire.codec import CBOR, JSON, Codec, DecodeError
 from .wire.event_names import event_data, event_name, is_dashboard, matches, parse_patterns
 from .wire.framing import Payload
@@ -164,7 +164,7 @@ class WsConnection:
 
     @staticmethod
     def _encode_later(codec: Any, reply: dict[str, Any]) -> SlicedMessage:
-        # A long reply, encoded a slice per pass by _send (transport/reply_slices.py).
+        # A long reply, encoded a slice per pass by _send (transport/large/reply_slices.py).
         if not is_long(reply) or heavy(reply):  # many values (value_slices.py)
             return SlicedValue(codec, reply)
         return SlicedJson(reply) if codec is JSON else SlicedPayload(codec, reply)
@@ -358,7 +358,7 @@ class WsConnection:
 
     async def _decode_large_json(self, raw: Payload) -> tuple[Any, int | None]:
         """A large JSON text message, decoded in slices as a large REST body is
-        (transport/large_json.py): its text made from its bytes a piece at a time."""
+        (transport/large/json_text.py): its text made from its bytes a piece at a time."""
         try:
             return await decode_large_json(raw, bound_up_to=self._limits.max_data_bytes,
                                            graveyard=self._shell.graveyard)

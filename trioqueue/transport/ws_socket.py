@@ -50,7 +50,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..turns import give_way
-from .large_frames import unmap_soon
+from .large.frames import unmap_soon
 from .wire.framing import Payload
 
 __all__ = ["PIECE_BYTES", "RECEIVE_BYTES", "MessageTooLarge", "Parts", "Upgrade", "WsClosed",

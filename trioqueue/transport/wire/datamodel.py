@@ -211,7 +211,7 @@ def validated_steps(value: Any, slicer: Slicer) -> Steps[tuple[Any, int]]:
 
     Returns the value and a bound of its JSON text in which every string counts its
     length plus its quotes: its escapes are left out (the caller adds them from the
-    payload's bytes, see ``large_frames.py``). The rules, errors and in-place changes
+    payload's bytes, see ``large/frames.py``). The rules, errors and in-place changes
     are those of :func:`validated`; the walk is written again here because the plain
     one must stay as cheap as it is on every small frame.
     """

@@ -3,7 +3,7 @@
 msgpack's ``Unpacker`` is resumable but makes each string in one call, once all of it
 has been fed: a long string held the loop while it was made. Here arrays and maps are
 opened by this walk, at every depth, and their items decoded by msgpack in runs that
-fit in ``WINDOW_BYTES`` (as :class:`~trioqueue.transport.large_frames._CborWalk` does
+fit in ``WINDOW_BYTES`` (as :class:`~trioqueue.transport.large.frames._CborWalk` does
 for CBOR: a head for ``batch`` items put in front of the next window, halved while the
 items do not fit, and sized after each run from its bytes per item). An item too large
 for the window is walked into if it is an array or a map; a long string or byte string
@@ -21,14 +21,14 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
-from ..core.msgpack_runs import WindowRuns
-from ..core.presized import entries_bound, presized_dict
+from ...core.msgpack_runs import WindowRuns
+from ...core.presized import entries_bound, presized_dict
+from ..slicing import CHECK_EVERY, Slicer, Steps
+from ..wire.codec import msgpack_unpacker
+from ..wire.datamodel import MAX_DEPTH, DecodeError
+from ..wire.framing import Payload
 from .data_sizes import OTHER, TOP, DataWatch
 from .long_strings import bytes_steps, text_steps
-from .slicing import CHECK_EVERY, Slicer, Steps
-from .wire.codec import msgpack_unpacker
-from .wire.datamodel import MAX_DEPTH, DecodeError
-from .wire.framing import Payload
 
 __all__ = ["msgpack_steps", "walked"]
 
@@ -164,7 +164,7 @@ def msgpack_steps(payload: Payload, slicer: Slicer, watch: DataWatch | None = No
                   made: list[Any] | None = None) -> Steps[Any]:
     """The value of a large msgpack payload, decoded as :func:`MsgpackCodec.decode`
     would, in slices; with a ``watch``, job data over its limit is refused (raising
-    :class:`~trioqueue.transport.data_sizes.DataTooLarge`) as soon as that is certain.
+    :class:`~trioqueue.transport.large.data_sizes.DataTooLarge`) as soon as that is certain.
     ``made``: where the containers being made are kept while open (on a failure, what
     was made so far, for the caller to free in slices)."""
     walk = _MsgpackWalk(payload, slicer, watch, made)
@@ -179,7 +179,7 @@ class _Walk(Protocol):
 def walked(walk: _Walk, top: Steps[Any], what: str) -> Steps[Any]:
     """``top``, a walk's one item, run to its end: it must be the whole payload, and any
     failure is a :class:`DecodeError` naming ``what`` (the codec); the walk's view of
-    the payload is released however it ends. (The CBOR walk's too: large_frames.py.)"""
+    the payload is released however it ends. (The CBOR walk's too: large/frames.py.)"""
     try:
         value = yield from top
         if walk.pos != len(walk.view):

@@ -1,5 +1,5 @@
 """Large JSON texts (a REST body, a WebSocket text message) decoded in slices, so that
-other connections are served meanwhile, as a large TCP frame is (``large_frames.py``).
+other connections are served meanwhile, as a large TCP frame is (``large/frames.py``).
 
 ``json`` has no resumable decoder, and one call over a text of many small values (a
 few megabytes of ``[1,1,1,...]``) holds the event loop for as long as it parses. Here
@@ -43,13 +43,13 @@ import re
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final, NoReturn
 
-from ..core.graveyard import Graveyard
-from ..core.presized import MIN_PRESIZED, merge_into, presized_dict
+from ...core.graveyard import Graveyard
+from ...core.presized import MIN_PRESIZED, merge_into, presized_dict
+from ..slicing import Slicer, Steps, run_sliced
+from ..wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
+from ..wire.framing import Payload
 from .data_sizes import data_bound_steps
 from .long_strings import joined_text_steps, text_steps
-from .slicing import Slicer, Steps, run_sliced
-from .wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
-from .wire.framing import Payload
 
 __all__ = ["WINDOW_CHARS", "decode_large_json", "json_decode_steps"]
 

@@ -41,15 +41,15 @@ from typing import Any, Final
 import cbor2
 import trio
 
-from ..core.graveyard import Graveyard
-from ..core.presized import entries_bound, merge_into, presized_dict
+from ...core.graveyard import Graveyard
+from ...core.presized import entries_bound, merge_into, presized_dict
+from ..slicing import CHECK_EVERY, Slicer, Steps, run_sliced
+from ..wire.codec import CBOR, MSGPACK, Codec, cbor_decoder
+from ..wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
+from ..wire.framing import Payload
 from .data_sizes import OTHER, TOP, DataWatch, data_bound_steps
-from .large_msgpack import LONG_BYTES, msgpack_steps, walked
 from .long_strings import bytes_steps, text_steps
-from .slicing import CHECK_EVERY, Slicer, Steps, run_sliced
-from .wire.codec import CBOR, MSGPACK, Codec, cbor_decoder
-from .wire.datamodel import MAX_DEPTH, DecodeError, validated_steps
-from .wire.framing import Payload
+from .msgpack_steps import LONG_BYTES, msgpack_steps, walked
 
 __all__ = ["COUNT_BYTES", "LONG_STRING_BYTES", "decode_large", "decode_steps",
            "unmap_soon"]
@@ -252,7 +252,7 @@ class _CborWalk:
         watch = self.watch
         if watch is not None:
             watch.opened(role, major == 5, left)  # (before any of its items is made)
-        # a map sized for its count, as in large_msgpack.py (never resized as it fills)
+        # a map sized for its count, as in large/msgpack_steps.py (never resized as it fills)
         out: Any = (presized_dict(entries_bound(left, len(self.buf) - self.pos))
                     if major == 5 else [])
         self.made.append(out)

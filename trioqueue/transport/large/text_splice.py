@@ -18,7 +18,7 @@ import secrets
 import struct
 from typing import Any, Final
 
-from .wire.codec import CBOR, MSGPACK, Codec
+from ..wire.codec import CBOR, MSGPACK, Codec
 
 __all__ = ["SPLICE_CHARS", "spliced"]
 

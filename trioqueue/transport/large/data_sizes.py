@@ -7,7 +7,7 @@ costly to hold: its values are made one by one, and the core's size check
 measure them: one step of more than a second for 7.5 MB of integers. Two things here:
 
 - :class:`DataWatch`, asked by the sliced walks of msgpack and CBOR
-  (``large_msgpack.py``, ``large_frames.py``) each time they open an array or a map too
+  (``large/msgpack_steps.py``, ``large/frames.py``) each time they open an array or a map too
   large to decode in one run: when it is (in) the job data of a ``PUSH`` or a ``Cron``
   (``data``) or of a ``PUSHB`` (``jobs[i].data``), its item count gives a floor of the data's JSON
   text, every item taking at least one character and a comma (an entry of a map four
@@ -31,9 +31,9 @@ from collections.abc import Iterator
 from itertools import chain, islice
 from typing import Any, Final
 
-from ..core.job_data import DATA_TOO_LARGE
-from .slicing import Slicer, Steps
-from .wire.datamodel import DecodeError
+from ...core.job_data import DATA_TOO_LARGE
+from ..slicing import Slicer, Steps
+from ..wire.datamodel import DecodeError
 
 __all__ = ["DataTooLarge", "DataWatch", "data_bound_steps", "job_data_values",
            "measured_steps"]

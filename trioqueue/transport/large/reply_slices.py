@@ -25,10 +25,10 @@ import sys
 from collections import deque
 from typing import Any
 
+from ..wire.codec import CBOR, JSON, Codec
+from ..wire.datamodel import ABSENT
+from ..wire.framing import HEADER_SIZE, frame_header
 from .value_slices import SlicedValue
-from .wire.codec import CBOR, JSON, Codec
-from .wire.datamodel import ABSENT
-from .wire.framing import HEADER_SIZE, frame_header
 
 # A reply whose ``jobs`` list is longer than this is encoded in slices (below it the
 # whole reply takes at most a few milliseconds).

@@ -20,10 +20,10 @@ from __future__ import annotations
 import codecs
 from typing import Final
 
-from .slicing import CHECK_EVERY, Slicer, Steps
+from ..slicing import CHECK_EVERY, Slicer, Steps
 
 try:
-    from ._pieces import fill, new_ascii, new_bytes
+    from .._pieces import fill, new_ascii, new_bytes
 except ImportError:  # no compiler where the package was installed
     HAVE_PIECES = False
 else:

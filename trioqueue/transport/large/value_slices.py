@@ -27,15 +27,15 @@ from collections import deque
 from itertools import compress, repeat
 from typing import Any, Final
 
-from ..core.job import CLIENT_VALUED, JobWire
-from ..core.json_slices import CONTAINERS as _CONTAINERS
-from ..core.json_slices import MAPS as _MAPS
-from ..core.json_slices import RUN_VALUES, Runs
-from ..core.json_slices import json_steps as walk_json
-from ..core.value_count import weight
-from .slicing import Slicer, Steps, run_steps
-from .wire.codec import CBOR, JSON, Codec
-from .wire.framing import HEADER_SIZE, frame_header
+from ...core.job import CLIENT_VALUED, JobWire
+from ...core.json_slices import CONTAINERS as _CONTAINERS
+from ...core.json_slices import MAPS as _MAPS
+from ...core.json_slices import RUN_VALUES, Runs
+from ...core.json_slices import json_steps as walk_json
+from ...core.value_count import weight
+from ..slicing import Slicer, Steps, run_steps
+from ..wire.codec import CBOR, JSON, Codec
+from ..wire.framing import HEADER_SIZE, frame_header
 
 __all__ = ["HEAVY_VALUES", "RUN_VALUES", "SlicedValue", "SlicedValueFrame", "encode_steps",
            "heavy", "json_steps", "weight"]
@@ -199,7 +199,7 @@ def encoded_whole(codec: Codec, value: Any) -> bytes:
 
 class SlicedValue:
     """A heavy reply on its way to bytes, for a WebSocket sender (the interface of
-    :class:`~trioqueue.transport.reply_slices.SlicedPayload`): :meth:`step` runs the
+    :class:`~trioqueue.transport.large.reply_slices.SlicedPayload`): :meth:`step` runs the
     walk a slice per call and returns the whole message once it is done (None before).
 
     ``estimate_bytes`` is what it is counted for before it is encoded: a value's
@@ -235,7 +235,7 @@ class SlicedValue:
 
 class SlicedValueFrame:
     """A heavy reply on its way to the wire as one TCP frame (the interface of
-    :class:`~trioqueue.transport.reply_slices.SlicedFrame` that the send queue uses):
+    :class:`~trioqueue.transport.large.reply_slices.SlicedFrame` that the send queue uses):
     :meth:`step` runs the walk a slice per call (None), then gives the frame a piece of
     about :data:`PIECE_BYTES` per call, its length header in front of the first.
 
