@@ -25,7 +25,7 @@ from .process_heap import keep_freed_heap
 from .transport.context import ListenerContext
 from .transport.http_front import HttpPort, serve_http
 from .transport.limits import Shell
-from .transport.tcp_listener import serve_tcp
+from .transport.tcp.listener import serve_tcp
 
 log = logging.getLogger("trioqueue")
 

@@ -12,8 +12,8 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport import tcp
 from trioqueue.transport.read_pacing import BadFrameClock
+from trioqueue.transport.tcp import connection as tcp
 from trioqueue.transport.wire.codec import JSON
 
 StartServer = Callable[..., Awaitable[Server]]

@@ -26,7 +26,7 @@ from trioqueue.transport.large.reply_slices import (
     array_header,
     map_header,
 )
-from trioqueue.transport.send_queue import SendQueue
+from trioqueue.transport.tcp.send_queue import SendQueue
 from trioqueue.transport.wire.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 
 StartServer = Callable[..., Awaitable[Server]]

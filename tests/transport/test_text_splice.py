@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from trioqueue.core.job import JobWire
 from trioqueue.transport.large.text_splice import SPLICE_CHARS, spliced
-from trioqueue.transport.send_queue import frame_parts
+from trioqueue.transport.tcp.send_queue import frame_parts
 from trioqueue.transport.wire.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 from trioqueue.utf8_views import utf8_view
 

@@ -13,13 +13,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.job import JobWire
-from ..utf8_views import utf8_view
-from .large.reply_slices import LIST_KEY, SlicedFrame, is_long
-from .large.text_splice import SPLICE_CHARS, spliced
-from .large.value_slices import SlicedValueFrame, heavy
-from .wire.codec import Codec
-from .wire.framing import HEADER_SIZE, frame_header
+from ...core.job import JobWire
+from ...utf8_views import utf8_view
+from ..large.reply_slices import LIST_KEY, SlicedFrame, is_long
+from ..large.text_splice import SPLICE_CHARS, spliced
+from ..large.value_slices import SlicedValueFrame, heavy
+from ..wire.codec import Codec
+from ..wire.framing import HEADER_SIZE, frame_header
 
 # A reply the sender encodes in slices: a long list of jobs, or one holding many values.
 LongFrame = SlicedFrame | SlicedValueFrame

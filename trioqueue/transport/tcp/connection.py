@@ -43,11 +43,15 @@ from typing import Any
 
 import trio
 
-from ..turns import give_way
-from .doors import EVICTED
-from .large.frames import decode_large, unmap_soon
-from .limits import Shell
-from .read_pacing import FRAMES_PER_LOOK, ReadPacer
+from ...turns import give_way
+from ..doors import EVICTED
+from ..large.frames import decode_large, unmap_soon
+from ..limits import Shell
+from ..read_pacing import FRAMES_PER_LOOK, ReadPacer
+from ..session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
+from ..wire.codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
+from ..wire.framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
+from ..wire.req_ids import salvage_req_id
 from .send_queue import (
     LongFrame,
     SendQueue,
@@ -56,11 +60,7 @@ from .send_queue import (
     rest_of_parts,
     unsent_parts,
 )
-from .session import KEPT, SENT, Message, Session, SessionHost, overflow_notice
 from .sockio import DirectReader, discard_unread, write_now, writev_now
-from .wire.codec import MSGPACK, Codec, DecodeError, detect_codec, encode_frames
-from .wire.framing import MAX_WIRE_LENGTH, FrameDecoder, FrameTooLarge, Payload
-from .wire.req_ids import salvage_req_id
 
 log = logging.getLogger("trioqueue.tcp")
 

@@ -1,5 +1,5 @@
 """The TCP listener: accepts connections, refuses those past ``max_connections`` or past
-their address's cap (:mod:`.doors`), and serves each as a :class:`~.tcp.TcpConnection`."""
+their address's cap (:mod:`.doors`), and serves each as a :class:`~.connection.TcpConnection`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 import trio
 
-from .context import ListenerContext
-from .doors import client_address, too_many_from_address
-from .limits import Shell, too_many_connections
+from ..context import ListenerContext
+from ..doors import client_address, too_many_from_address
+from ..limits import Shell, too_many_connections
+from ..wire.codec import MSGPACK, encode_frames
+from .connection import DISCARD_ON_CLOSE_BYTES, TcpConnection
 from .sockio import discard_unread, write_now
-from .tcp import DISCARD_ON_CLOSE_BYTES, TcpConnection
-from .wire.codec import MSGPACK, encode_frames
 
 
 async def _refuse(stream: trio.SocketStream, error: str) -> None:
