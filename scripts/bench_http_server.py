@@ -21,7 +21,7 @@ import trio
 
 from trioqueue.config import Config
 from trioqueue.server import Server
-from trioqueue.transport import http_app
+from trioqueue.transport.http import app as http_app
 
 CLIENT = """
 import httpx, sys

@@ -223,7 +223,7 @@ class Config:
     http_rate_limit_window_ms: float = 60_000.0
     http_rate_limit_max_requests: int = 10_000
     cors_allow_origins: list[str] = field(default_factory=list)  # "*" allows any
-    # What a web page may do (transport/http_origin.py, docs/http.md "Browsers"): the
+    # What a web page may do (transport/http/origin.py, docs/http.md "Browsers"): the
     # Host names answered besides IP literals, localhost and the bound host ("*": any),
     # and the origins besides the broker's own (and cors_allow_origins) whose pages may
     # change state or open a WebSocket ("*": any).

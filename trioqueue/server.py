@@ -23,7 +23,7 @@ from .core.broker_events import broker_event
 from .gc_passes import FullCollections
 from .process_heap import keep_freed_heap
 from .transport.context import ListenerContext
-from .transport.http_front import HttpPort, serve_http
+from .transport.http.front import HttpPort, serve_http
 from .transport.limits import Shell
 from .transport.tcp.listener import serve_tcp
 

@@ -52,7 +52,7 @@ from trioqueue.testing.healthy import (
     within_latency_budget,
 )
 from trioqueue.testing.tasks import count_tasks, wait_for_task_count
-from trioqueue.transport import websocket
+from trioqueue.transport.http import websocket
 from trioqueue.transport.session import OVERFLOW_NOTICE, Message, Session
 from trioqueue.transport.tcp import connection as tcp
 from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, detect_codec

@@ -22,7 +22,7 @@ import trio
 from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
 from trioqueue.server import Server
-from trioqueue.transport.http_auth import authorized, bearer_token
+from trioqueue.transport.http.auth import authorized, bearer_token
 
 from .rest_client import push
 

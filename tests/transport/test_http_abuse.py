@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from trioqueue.config import Config
 from trioqueue.server import Server
-from trioqueue.transport.rest_api import Call, Response, RunCommand
+from trioqueue.transport.http.rest.api import Call, Response, RunCommand
 
 StartServer = Callable[..., Any]
 

@@ -12,7 +12,7 @@ import trio
 
 from trioqueue.server import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport.sse import SseHub
+from trioqueue.transport.http.sse import SseHub
 
 StartServer = Callable[..., Any]
 

@@ -6,7 +6,7 @@ frame takes: a thread would not help. Here the work of a frame of at least
 ``Config.large_frame_bytes`` is cut into slices of about ``slicing.SLICE_S`` each, and
 the transport awaits a checkpoint between two (:func:`decode_large`):
 
-- **msgpack**: arrays and maps are opened by :mod:`.large_msgpack`, at every depth, and
+- **msgpack**: arrays and maps are opened by :mod:`.msgpack_steps`, at every depth, and
   msgpack decodes their items in runs that fit in a window (sized so that its worst
   content, empty maps, is still one short step).
 - **CBOR**: cbor2 is not resumable, so definite-length arrays and maps are opened here,

@@ -1,5 +1,5 @@
 """The TCP listener: accepts connections, refuses those past ``max_connections`` or past
-their address's cap (:mod:`.doors`), and serves each as a :class:`~.connection.TcpConnection`."""
+their address's cap (:mod:`..doors`), and serves each as a :class:`~.connection.TcpConnection`."""
 
 from __future__ import annotations
 

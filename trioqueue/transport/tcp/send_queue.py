@@ -31,8 +31,8 @@ Chunk = bytes | memoryview
 
 def long_frame(codec: Codec, reply: dict[str, Any]) -> LongFrame | None:
     """The reply as a frame the sender encodes in slices, or None for one encoded at
-    once: a long list of jobs (:mod:`.reply_slices`), or a reply holding many values
-    (a job whose data is a million small maps: :mod:`.value_slices`)."""
+    once: a long list of jobs (:mod:`..large.reply_slices`), or a reply holding many values
+    (a job whose data is a million small maps: :mod:`..large.value_slices`)."""
     if LIST_KEY in reply and is_long(reply):  # (the `in` first: the hot path)
         # (a list holding a heavy job too: a slice of jobs would encode it in one call)
         return SlicedValueFrame(codec, reply) if heavy(reply) else SlicedFrame(codec, reply)
@@ -46,7 +46,7 @@ def frame_parts(codec: Codec, objs: Iterable[dict[str, Any]]) -> list[Chunk]:
     of them, commonly: one buffer, as before), a payload of ``COALESCE_BYTES`` or more
     left as it is behind its header (joining it would copy it once more, on the
     event loop), a job's long data string as a view of its own
-    bytes (:mod:`.text_splice`). A frame header is never cut across two chunks."""
+    bytes (:mod:`..large.text_splice`). A frame header is never cut across two chunks."""
     parts: list[Chunk] = []
     run: list[bytes] = []
     append = run.append

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .rest_api import Response, error_body
+from .rest.api import Response, error_body
 
 PREFIX = "/ui/"
 INDEX = "index.html"

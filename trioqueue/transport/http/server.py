@@ -1,4 +1,4 @@
-"""hypercorn, driven one connection at a time by :mod:`.http_front`.
+"""hypercorn, driven one connection at a time by :mod:`.front`.
 
 hypercorn's trio worker owns its listening sockets; the HTTP port's are ours (a
 connection's first request decides between WebSocket and HTTP), so each HTTP connection
@@ -17,14 +17,14 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
-from ..config import Config
-from .context import ListenerContext
-from .http_app import HttpApp
-from .http_front import answer_and_close, plain_response
-from .limits import Shell
+from ...config import Config
+from ..context import ListenerContext
+from ..limits import Shell
+from .app import HttpApp
+from .front import answer_and_close, plain_response
 
 if TYPE_CHECKING:
-    from .http_front import ReplayedStream
+    from .front import ReplayedStream
 
 _TOO_MANY = plain_response("503 Service Unavailable", "Too many connections")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .session import token_accepted
+from ..session import token_accepted
 
 
 def bearer_token(headers: Iterable[tuple[Any, Any]]) -> str | None:

@@ -29,19 +29,19 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from ..core import fields
-from ..core.broker_stats import ConnectionCounts
-from ..core.errors import Refused
-from ..core.graveyard import Graveyard
+from ...core import fields
+from ...core.broker_stats import ConnectionCounts
+from ...core.errors import Refused
+from ...core.graveyard import Graveyard
+from ..sent_marks import Senders, SentCount
+from ..wire.codec import JSON
+from ..wire.event_names import matches, parse_patterns
 from .live_frames import LiveFrames
-from .rest_api import Response, error_body
-from .sent_marks import Senders, SentCount
+from .rest.api import Response, error_body
 from .sse_frames import Frame, LargeFrame, make_frame
-from .wire.codec import JSON
-from .wire.event_names import matches, parse_patterns
 
 if TYPE_CHECKING:
-    from .http_front import ReplayedStream
+    from .front import ReplayedStream
 
 log = logging.getLogger("trioqueue.sse")
 

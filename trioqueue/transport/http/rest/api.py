@@ -4,7 +4,7 @@ A route is a method, a path pattern (``/jobs/{id}/state``: each ``{name}`` one
 URL-decoded segment) and an async handler ``(Call, RunCommand) -> Response``. Most
 handlers build one command message and answer its reply (:func:`command`); a few run
 several commands (a summary of every queue). The table of bunqueue's routes is
-:mod:`.rest_routes`; the ASGI app (:mod:`.http_app`) does auth, limits and errors
+:mod:`.routes`; the ASGI app (:mod:`..app`) does auth, limits and errors
 around it.
 """
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from ..core.graveyard import Graveyard
-from .large.json_text import decode_large_json
-from .wire.codec import JSON, DecodeError
+from ....core.graveyard import Graveyard
+from ...large.json_text import decode_large_json
+from ...wire.codec import JSON, DecodeError
 
 
 class RunCommand(Protocol):
@@ -146,7 +146,7 @@ class Route:
     pattern: str
     handler: Handler
     # A GET that changes state (a pull claims a job): checked as a write against
-    # cross-site pages (transport/http_origin.py), though browsers send it unasked.
+    # cross-site pages (transport/http/origin.py), though browsers send it unasked.
     changes_state: bool = False
 
 

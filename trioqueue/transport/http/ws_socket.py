@@ -49,9 +49,9 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from ..turns import give_way
-from .large.frames import unmap_soon
-from .wire.framing import Payload
+from ...turns import give_way
+from ..large.frames import unmap_soon
+from ..wire.framing import Payload
 
 __all__ = ["PIECE_BYTES", "RECEIVE_BYTES", "MessageTooLarge", "Parts", "Upgrade", "WsClosed",
            "WsSocket"]

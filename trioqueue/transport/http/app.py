@@ -1,6 +1,6 @@
 """The HTTP port's ASGI app: bunqueue's REST API, SSE and health probes.
 
-First of all, what a web page may send (:mod:`.http_origin`, beyond bunqueue): a
+First of all, what a web page may send (:mod:`.origin`, beyond bunqueue): a
 ``Host`` this broker does not answer is 403, two ``Authorization`` headers 400, a
 write from another ``Origin`` 403, a body not declared ``application/json`` 415.
 Then around every route, in this order (as bunqueue):
@@ -11,15 +11,15 @@ Then around every route, in this order (as bunqueue):
 3. the health probes ``/health``, ``/healthz``, ``/live``, ``/ready``, never gated;
 4. bearer-token auth when tokens are set (401 ``Unauthorized``); ``/prometheus`` only
    with ``metrics_auth`` (503 when that is on with no tokens to check);
-5. the route: SSE streams, or a REST route of :mod:`.rest_routes` with its body read
+5. the route: SSE streams, or a REST route of :mod:`.rest.routes` with its body read
    up to ``http_max_body_bytes`` (413 past it), within ``http_body_timeout_s`` (408)
-   and the broker-wide ``http_max_body_total_bytes`` (503; :mod:`.http_bodies`);
+   and the broker-wide ``http_max_body_total_bytes`` (503; :mod:`.bodies`);
    malformed JSON is 400 ``Invalid JSON body``, an unknown path 404, an exception 500
    ``Internal server error``. A 401 is answered before the body is read, and closes.
 
 A request whose client goes away before its answer (a long-polled ``PULL``) is
 cancelled: its command's session closes, so nothing is claimed for it (see
-:mod:`.http_commands`).
+:mod:`.commands`).
 """
 
 from __future__ import annotations
@@ -33,13 +33,16 @@ from urllib.parse import parse_qs
 
 import trio
 
-from ..config import Config
-from ..core.broker_events import broker_event
-from ..dashboard import STATIC_DIR
-from ..turns import give_way
-from .dashboard_assets import DashboardAssets
-from .http_auth import RequestBudget, authorized
-from .http_bodies import (
+from ...config import Config
+from ...core.broker_events import broker_event
+from ...dashboard import STATIC_DIR
+from ...turns import give_way
+from ..large.reply_slices import SlicedJson, is_long
+from ..large.value_slices import SlicedValue, heavy
+from ..limits import ByteBudget
+from ..wire.codec import JSON
+from .auth import RequestBudget, authorized
+from .bodies import (
     CLOSE_UNREAD,
     BodyCut,
     BodyTimeout,
@@ -49,19 +52,16 @@ from .http_bodies import (
     answer_and_close,
     body_refused,
 )
-from .http_commands import CommandRunner
-from .http_health import HEALTH_ROUTES, Health
-from .http_origin import BrowserGuard
-from .large.reply_slices import SlicedJson, is_long
-from .large.value_slices import SlicedValue, heavy
-from .limits import ByteBudget
-from .rest_api import Call, InvalidBody, Response, RouteTable, error_body
-from .rest_routes import ROUTES
+from .commands import CommandRunner
+from .dashboard_assets import DashboardAssets
+from .health import HEALTH_ROUTES, Health
+from .origin import BrowserGuard
+from .rest.api import Call, InvalidBody, Response, RouteTable, error_body
+from .rest.routes import ROUTES
 from .sse import SseHub
-from .wire.codec import JSON
 
 if TYPE_CHECKING:
-    from .http_front import ReplayedStream
+    from .front import ReplayedStream
 
 log = logging.getLogger("trioqueue.http")
 
@@ -73,12 +73,12 @@ class HttpApp:
     def __init__(self, config: Config, runner: CommandRunner, health: Health, sse: SseHub,
                  body_budget: ByteBudget | None = None) -> None:
         self._config = config
-        # request bodies still arriving, broker-wide (the shell's: http_bodies.py)
+        # request bodies still arriving, broker-wide (the shell's: bodies.py)
         self.body_budget = body_budget or ByteBudget(config.http_max_body_total_bytes,
                                                      "http_max_body_total_bytes")
         self.runner = runner
         self.routes = RouteTable(ROUTES)
-        self.guard = BrowserGuard(config)  # Host, Origin, Content-Type (http_origin.py)
+        self.guard = BrowserGuard(config)  # Host, Origin, Content-Type (origin.py)
         self.budget = RequestBudget(config.http_rate_limit_window_ms,
                                     config.http_rate_limit_max_requests)
         self.health = health

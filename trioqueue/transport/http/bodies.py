@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import trio
 
-from .large.long_strings import joined_bytes_steps
-from .limits import ByteBudget
-from .rest_api import Response, error_body
-from .slicing import Slicer, run_sliced
+from ..large.long_strings import joined_bytes_steps
+from ..limits import ByteBudget
+from ..slicing import Slicer, run_sliced
+from .rest.api import Response, error_body
 
 Receive = Any
 

@@ -31,7 +31,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..config import Config, normal_origin
+from ...config import Config, normal_origin
 
 _CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site of another origin
 _SHOWN_CHARS = 100  # of a refused Host or Origin, in the error text

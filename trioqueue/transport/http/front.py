@@ -3,7 +3,7 @@
 bunqueue serves its WebSocket routes, its REST API, SSE and the health probes on one
 port (6790). We serve WebSocket ourselves on wsproto (:mod:`.ws_socket`: large messages
 are sent in fragments, a piece a step) and everything else with hypercorn, a well-kept
-HTTP/1.1 server, driving our ASGI app (:mod:`.http_app`).
+HTTP/1.1 server, driving our ASGI app (:mod:`.app`).
 
 Which of the two gets a connection is decided by its first request's head, parsed with
 h11 (never by hand): a WebSocket upgrade goes to :mod:`.websocket`, anything else to
@@ -12,7 +12,7 @@ decide are handed back in front of the stream (:class:`ReplayedStream`). A conne
 that sends no complete head within ``http_header_timeout_s``, or a head larger than
 ``http_max_header_bytes``, is closed (431 for the latter) before either sees it. A
 connection counts for its client address from the accept (``max_connections_per_address``,
-:mod:`.doors`); one past the cap is answered 503 and closed.
+:mod:`..doors`); one past the cap is answered 503 and closed.
 
 A later request on a kept-alive HTTP connection stays with hypercorn: browsers and
 WebSocket libraries open a fresh connection for an upgrade, so an upgrade there is
@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 import h11
 import trio
 
-from .context import ListenerContext
-from .doors import client_address, too_many_from_address
-from .limits import Shell
+from ..context import ListenerContext
+from ..doors import client_address, too_many_from_address
+from ..limits import Shell
 
 if TYPE_CHECKING:
-    from .http_app import HttpApp
+    from .app import HttpApp
     from .live_frames import LiveFrames
 
 log = logging.getLogger("trioqueue.http")
@@ -160,11 +160,11 @@ async def serve_http(context: ListenerContext, host: str, port: int, *, shell: S
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Accept connections on the HTTP port until cancelled; each runs in
     ``handler_nursery`` (see serve_tcp: shutdown stops accepting before it cuts)."""
-    from .http_app import HttpApp
-    from .http_commands import CommandRunner
-    from .http_health import Health
-    from .http_server import HttpServer
+    from .app import HttpApp
+    from .commands import CommandRunner
+    from .health import Health
     from .live_frames import LiveFrames
+    from .server import HttpServer
     from .sse import SseHub
     from .websocket import WsEndpoint
 

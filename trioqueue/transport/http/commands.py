@@ -18,11 +18,11 @@ from typing import Any
 
 import trio
 
-from ..core.graveyard import Graveyard
-from .large.data_sizes import DataTooLarge, data_bound_steps, job_data_values
-from .rest_api import Call, decoded_call
-from .session import SENT, Session, SessionHost
-from .slicing import Slicer, run_sliced
+from ...core.graveyard import Graveyard
+from ..large.data_sizes import DataTooLarge, data_bound_steps, job_data_values
+from ..session import SENT, Session, SessionHost
+from ..slicing import Slicer, run_sliced
+from .rest.api import Call, decoded_call
 
 
 class _Reply:

@@ -1,9 +1,9 @@
 """bunqueue's REST routes (reference section 7.1), each built on the command it runs.
 
 This module holds the ``/jobs`` routes and collects every route into :data:`ROUTES`
-(the queue routes are :mod:`.rest_queue_routes`, the cron, webhook, worker and
-monitoring routes :mod:`.rest_admin_routes`); :mod:`.rest_api` says what a route is and
-:mod:`.rest_requests` how one reads its request.
+(the queue routes are :mod:`.queue_routes`, the cron, webhook, worker and
+monitoring routes :mod:`.admin_routes`); :mod:`.api` says what a route is and
+:mod:`.requests` how one reads its request.
 
 Statuses follow bunqueue: 200, 400 when the command answers ``ok: false``, and 404
 when a GET looks a job up and the command says it is not found. Commands that act on
@@ -13,10 +13,10 @@ refusal names the state the job was in as often as its absence.
 
 from __future__ import annotations
 
-from .rest_admin_routes import ADMIN_ROUTES
-from .rest_api import Route, command
-from .rest_queue_routes import QUEUE_ROUTES
-from .rest_requests import forward
+from .admin_routes import ADMIN_ROUTES
+from .api import Route, command
+from .queue_routes import QUEUE_ROUTES
+from .requests import forward
 
 _JOB = "/jobs/{id}"
 

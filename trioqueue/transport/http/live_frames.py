@@ -20,15 +20,15 @@ from typing import Any, Protocol
 
 import trio
 
-from ..config import Config
-from ..core.stats_handlers import (
+from ...config import Config
+from ...core.stats_handlers import (
     StatsScope,
     health_status,
     stats_snapshot,
     storage_status_frame,
 )
-from .rest_api import RunCommand
-from .wire.event_names import event_data, event_name
+from ..wire.event_names import event_data, event_name
+from .rest.api import RunCommand
 
 log = logging.getLogger("trioqueue.live")
 

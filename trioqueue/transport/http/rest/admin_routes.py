@@ -2,7 +2,7 @@
 section 7.1): each runs one command, except ``/heapstats`` (the process's own numbers)
 and ``/prometheus`` (the ``Prometheus`` command's text, sent as text).
 
-The health probes, SSE and WebSocket are the app's (:mod:`.http_app`), not routes; so
+The health probes, SSE and WebSocket are the app's (:mod:`..app`), not routes; so
 is the auth of ``/prometheus`` (``metrics_auth``) and of ``/gc`` and ``/heapstats``
 (gated whenever tokens are set, as every route but the probes).
 """
@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..core.broker_stats import mib
-from ..process_numbers import resident_bytes
-from .rest_api import Call, Response, Route, RunCommand, command, error_body, reply_status
-from .rest_requests import forward, query_ints
+from ....core.broker_stats import mib
+from ....process_numbers import resident_bytes
+from .api import Call, Response, Route, RunCommand, command, error_body, reply_status
+from .requests import forward, query_ints
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

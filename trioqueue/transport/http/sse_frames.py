@@ -7,7 +7,7 @@ more than :data:`~.value_slices.HEAVY_VALUES` values is not encoded there: it is
 :class:`LargeFrame`, queued for each client and kept in the replay ring as it is, and
 made by the first client's pump that comes to it, one slice per call of
 :meth:`LargeFrame.step`, with the loop given back between two. Every client and the
-ring share that one text (pieces of about :data:`~..core.json_slices.PIECE_CHARS`, handed
+ring share that one text (pieces of about :data:`~...core.json_slices.PIECE_CHARS`, handed
 to the socket one at a time); once made, the frame lets go of the values.
 
 A frame no pump ever made (no client took it) lets go of its values when the replay
@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ..core.json_slices import json_bytes_steps
-from .large.value_slices import HEAVY_VALUES, heavy
-from .slicing import Slicer, Steps
-from .wire.codec import JSON
+from ...core.json_slices import json_bytes_steps
+from ..large.value_slices import HEAVY_VALUES, heavy
+from ..slicing import Slicer, Steps
+from ..wire.codec import JSON
 
 __all__ = ["Frame", "LargeFrame", "UNMADE_BYTES", "make_frame"]
 

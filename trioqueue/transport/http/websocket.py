@@ -24,22 +24,22 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from ..core import fields
-from ..core.errors import Refused
-from ..turns import give_way
-from .context import ListenerContext
-from .http_auth import bearer_token
-from .large.frames import decode_large, unmap_soon
-from .large.json_text import decode_large_json
-from .large.reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
-from .large.value_slices import SlicedValue, heavy
-from .limits import Shell
+from ...core import fields
+from ...core.errors import Refused
+from ...turns import give_way
+from ..context import ListenerContext
+from ..large.frames import decode_large, unmap_soon
+from ..large.json_text import decode_large_json
+from ..large.reply_slices import SlicedJson, SlicedMessage, SlicedPayload, is_long
+from ..large.value_slices import SlicedValue, heavy
+from ..limits import Shell
+from ..session import Session, SessionHost, token_accepted
+from ..wire.codec import CBOR, JSON, Codec, DecodeError
+from ..wire.event_names import event_data, event_name, is_dashboard, matches, parse_patterns
+from ..wire.framing import Payload
+from ..wire.req_ids import salvage_req_id
+from .auth import bearer_token
 from .live_frames import LiveFrames
-from .session import Session, SessionHost, token_accepted
-from .wire.codec import CBOR, JSON, Codec, DecodeError
-from .wire.event_names import event_data, event_name, is_dashboard, matches, parse_patterns
-from .wire.framing import Payload
-from .wire.req_ids import salvage_req_id
 from .ws_socket import MessageTooLarge, Upgrade, WsClosed, WsSocket
 
 log = logging.getLogger("trioqueue.websocket")
@@ -387,7 +387,7 @@ class WsConnection:
 
 class WsEndpoint:
     """The HTTP port's WebSocket side: takes a connection whose first request is an
-    upgrade (see :mod:`.http_front`), does the handshake and serves the session.
+    upgrade (see :mod:`.front`), does the handshake and serves the session.
 
     Per connection: the handshake within ``ws_handshake_timeout_s``, then the session,
     then the close handshake within ``ws_close_timeout_s`` (:mod:`.ws_socket`).

@@ -5,7 +5,7 @@ Each route runs the command bunqueue's runs with the fields bunqueue's forwards,
 answers bunqueue's status: its pull, listing, count and queue-control routes answer
 200 whatever the reply (a refusal reads ``ok: false`` in the body), the push routes
 and the DLQ, limit and settings routes 400 on ``ok: false``. HTTP pulls are not tied
-to the request's connection (see :mod:`.http_commands`).
+to the request's connection (see :mod:`..commands`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..core.caller_options import push_fields
-from ..core.errors import Refused
-from .rest_api import Call, InvalidBody, Response, Route, RunCommand, command
-from .rest_requests import forward, parse_int, picked, query_ints
+from ....core.caller_options import push_fields
+from ....core.errors import Refused
+from .api import Call, InvalidBody, Response, Route, RunCommand, command
+from .requests import forward, parse_int, picked, query_ints
 
 _Q = "/queues/{queue}"
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .rest_api import Call
+from .api import Call
 
 Build = Callable[[Call], dict[str, Any]]
 
