@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.transport.http import app as http_app
 
 CLIENT = """

@@ -18,7 +18,7 @@ from typing import Any
 
 from .cluster_flags import add_cluster_flags, cluster_settings
 from .config import FSYNC_POLICIES, Config, visible_chars
-from .serve_exit import (  # (re-exported: how serve ends)
+from .server.serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_LISTEN,
     EXIT_CANNOT_OPEN_STORAGE,
     EXIT_LOST_OWNERSHIP,

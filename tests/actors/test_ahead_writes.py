@@ -18,7 +18,7 @@ from trioqueue.actors.ahead_writes import (
 )
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.keys import encode_value
 from trioqueue.storage.lmdb_store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage

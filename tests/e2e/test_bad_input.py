@@ -10,7 +10,7 @@ import cbor2
 import msgpack
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport.wire.framing import encode_frame
 

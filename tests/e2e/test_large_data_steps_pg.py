@@ -27,7 +27,7 @@ import trio
 
 from tests.conftest import StoreEngine, make_config
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 from trioqueue.transport.wire.framing import FrameDecoder

@@ -14,7 +14,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import steps_watched
 from trioqueue.testing.wire import websocket_upgrade

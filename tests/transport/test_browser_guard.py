@@ -21,7 +21,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.transport.http.auth import authorized, bearer_token
 
 from .rest_client import push

@@ -23,7 +23,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.wire import websocket_upgrade

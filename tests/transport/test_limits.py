@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import limits
 from trioqueue.transport.limits import ByteBudget, Teardowns, Timers

@@ -10,7 +10,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport.read_pacing import BadFrameClock
 from trioqueue.transport.tcp import connection as tcp

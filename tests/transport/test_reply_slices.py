@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 from trioqueue.core.queue import slices
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport.large import reply_slices
 from trioqueue.transport.large.reply_slices import (

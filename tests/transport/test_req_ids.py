@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport.wire.codec import CBOR, MSGPACK
 from trioqueue.transport.wire.framing import encode_frame

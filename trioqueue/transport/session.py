@@ -519,7 +519,7 @@ class Session:
         # transport's callbacks and the tagged repliers can go: they are the cycles
         # between a session and its transport (send_now is the transport's bound
         # method), which would otherwise wait for a full collection of the cyclic GC,
-        # a pause that grows with every live job (see server.py, young_gc).
+        # a pause that grows with every live job (see server/run.py, young_gc).
         self._send_now = None
         self._encode = None
         self._on_overflow = None

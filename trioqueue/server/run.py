@@ -16,16 +16,16 @@ from typing import Any
 
 import trio
 
-from .actors.broker import Broker
-from .actors.slow_steps import SlowSteps
-from .config import Config
-from .core.broker_events import broker_event
+from ..actors.broker import Broker
+from ..actors.slow_steps import SlowSteps
+from ..config import Config
+from ..core.broker_events import broker_event
+from ..transport.context import ListenerContext
+from ..transport.http.front import HttpPort, serve_http
+from ..transport.limits import Shell
+from ..transport.tcp.listener import serve_tcp
 from .gc_passes import FullCollections
 from .process_heap import keep_freed_heap
-from .transport.context import ListenerContext
-from .transport.http.front import HttpPort, serve_http
-from .transport.limits import Shell
-from .transport.tcp.listener import serve_tcp
 
 log = logging.getLogger("trioqueue")
 
@@ -174,7 +174,7 @@ def tune_gc(config: Config) -> bool:
     counting, and ``tests/test_server_gc.py`` checks that a full collection after the
     broker's paths (connections that close or are closed, errors, flows, WebSocket)
     finds nothing. Cyclic garbage from elsewhere (a crashed actor's traceback, a
-    library) is freed by the passes of :class:`~trioqueue.gc_passes.FullCollections`
+    library) is freed by the passes of :class:`~trioqueue.server.gc_passes.FullCollections`
     every ``gc_full_interval_s``, which ``serve`` runs when this returns True. An
     embedded broker leaves the host program's GC settings alone;
     ``gc_gen0_threshold = 0`` keeps Python's own policy (and returns False).

@@ -13,8 +13,8 @@ from typing import Any
 
 import trio
 
-from .config import Config
-from .storage.port import StorageOpenError, StoreInUse
+from ..config import Config
+from ..storage.port import StorageOpenError, StoreInUse
 
 EXIT_STORAGE_FAILURE = 3
 EXIT_CANNOT_LISTEN = 1
@@ -41,9 +41,9 @@ def run_serve(config: Config, broker: Any = None) -> int:
     a new member. So does a broker whose PostgreSQL store another broker took while
     its connection was down (``StoreLost``, a kind of ``Fenced``).
     """
-    from .actors.cluster import LostMembership
-    from .actors.writer import StorageFailure
-    from .server import serve
+    from ..actors.cluster import LostMembership
+    from ..actors.writer import StorageFailure
+    from .run import serve
 
     try:
         trio.run(serve, config, broker)
@@ -78,8 +78,8 @@ def run_serve(config: Config, broker: Any = None) -> int:
 
 
 def _status(exc: BaseException) -> int:
-    from .actors.cluster import LostMembership
-    from .storage.port import Fenced
+    from ..actors.cluster import LostMembership
+    from ..storage.port import Fenced
 
     if isinstance(exc, (LostMembership, Fenced)) or isinstance(exc.__cause__, Fenced):
         return EXIT_LOST_OWNERSHIP
