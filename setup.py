@@ -1,9 +1,9 @@
 """The C extensions: trioqueue.core._split_dict (see trioqueue/core/split_dict.py),
-trioqueue.core._data_walk (the common case of transport/datamodel.py's validated and of
+trioqueue.core._data_walk (the common case of transport/wire/datamodel.py's validated and of
 core/job_data.py's _json_bound) and trioqueue.core._job_slots (a job's record, wire dict
 and admission; see trioqueue/core/job_plan.py), trioqueue.core._presized (an empty
 dict sized for a known count; see trioqueue/core/presized.py) and trioqueue.transport._pieces (long
-strings of a large frame made a piece at a time; see transport/long_strings.py).
+strings of a large frame made a piece at a time; see transport/large/long_strings.py).
 
 Optional: where they cannot be built the package uses the same algorithms in Python,
 which are correct but cost a broker more per job (about 12% for the split dict);

@@ -20,8 +20,8 @@ from typing import Any
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
-from trioqueue.transport import http_app
+from trioqueue.server.run import Server
+from trioqueue.transport.http import app as http_app
 
 CLIENT = """
 import httpx, sys

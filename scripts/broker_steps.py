@@ -46,7 +46,7 @@ from types import FrameType
 import trio
 
 from trioqueue.cli import build_parser, config_from
-from trioqueue.server import serve
+from trioqueue.server.run import serve
 
 
 class StepClock(trio.abc.Instrument):

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trioqueue.core import job_data
-from trioqueue.transport import datamodel
+from trioqueue.transport.wire import datamodel
 
 MODES: dict[str, Callable[..., Any] | None] = {
     "build": None, "validated": datamodel.validated, "validated_py": datamodel.validated_py,

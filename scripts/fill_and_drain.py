@@ -28,7 +28,7 @@ import tempfile
 import trio
 
 from trioqueue.config import MIB, Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 STACK = [f"  File \"worker.py\", line {n}, in step_{n}" for n in range(10)]

@@ -33,8 +33,8 @@ from mem_scale import Driver  # noqa: E402
 
 from trioqueue.actors.broker import Broker  # noqa: E402
 from trioqueue.config import Config  # noqa: E402
-from trioqueue.gc_passes import FullCollections  # noqa: E402
-from trioqueue.server import tune_gc  # noqa: E402
+from trioqueue.server.gc_passes import FullCollections  # noqa: E402
+from trioqueue.server.run import tune_gc  # noqa: E402
 
 
 class CpuTimed(FullCollections):

@@ -32,7 +32,7 @@ import trio
 from trioqueue.actors.broker import Broker
 from trioqueue.config import Config
 from trioqueue.transport import session
-from trioqueue.transport.codec import MSGPACK
+from trioqueue.transport.wire.codec import MSGPACK
 
 QUEUE = "q"
 

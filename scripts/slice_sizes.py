@@ -27,7 +27,7 @@ import trio
 
 from trioqueue.actors import queue_actor
 from trioqueue.config import Config
-from trioqueue.server import Server, tune_gc
+from trioqueue.server.run import Server, tune_gc
 from trioqueue.testing import RawClient
 
 

@@ -28,7 +28,7 @@ from trioqueue.config import Config
 from trioqueue.core import handlers
 from trioqueue.storage.lmdb import store as lmdb_store
 from trioqueue.transport import session
-from trioqueue.transport.codec import MSGPACK
+from trioqueue.transport.wire.codec import MSGPACK
 
 spent: collections.Counter[str] = collections.Counter()
 clock = time.perf_counter_ns

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server, tune_gc
+from trioqueue.server.run import Server, tune_gc
 from trioqueue.testing import RawClient
 from trioqueue.testing import postgres as pg
 from trioqueue.testing.cluster import BrokerCluster

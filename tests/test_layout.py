@@ -37,7 +37,7 @@ def test_no_function_is_over_complexity_15() -> None:
 FIELD_TABLES: dict[str, str] = {
     "trioqueue/core/job.py:JobRecord": "slots filled by the methods generated from the table",
     "trioqueue/sync/job.py:SyncJob": "a read-only mirror filled field by field from a Job",
-    "trioqueue/transport/codec.py:Codec": "each codec class states its name",
+    "trioqueue/transport/wire/codec.py:Codec": "each codec class states its name",
 }
 # Classes that annotate attributes they never assign today: mixins re-declaring their
 # host's fields (the composed owners replace them). The list only shrinks.

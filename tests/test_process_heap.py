@@ -1,5 +1,5 @@
 """``heap_keep_bytes``: the standalone broker reuses freed memory for large buffers
-instead of faulting in fresh pages for each (trioqueue/process_heap.py).
+instead of faulting in fresh pages for each (trioqueue/server/process_heap.py).
 
 Page faults are counted by the kernel (``ru_minflt``, ``/proc/PID/stat``), so these
 tests read what the setting is for, not a proxy. Each runs in a process of its own: the
@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.process_heap import _glibc_mallopt, keep_freed_heap
+from trioqueue.server.process_heap import _glibc_mallopt, keep_freed_heap
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 
@@ -26,7 +26,7 @@ needs_glibc = pytest.mark.skipif(not GLIBC, reason="heap_keep_bytes tunes glibc'
 # Three 8.5 MB buffers alive at once, then freed: what one large job costs the broker.
 FAULTS_PER_ROUND = """
 import resource, sys
-from trioqueue.process_heap import _glibc_mallopt, keep_freed_heap
+from trioqueue.server.process_heap import _glibc_mallopt, keep_freed_heap
 print(keep_freed_heap(int(sys.argv[1])))
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

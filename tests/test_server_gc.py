@@ -28,8 +28,8 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
 from trioqueue.core import handlers
-from trioqueue.gc_passes import FullCollections
-from trioqueue.server import Server, tune_gc
+from trioqueue.server.gc_passes import FullCollections
+from trioqueue.server.run import Server, tune_gc
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
 

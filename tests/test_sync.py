@@ -29,7 +29,7 @@ from trioqueue.client import (
     WaitTimeout,
 )
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.sync import SyncConnection, SyncFlowNode, SyncJob, SyncQueue
 
 BOUND_S = 20.0  # no step of these tests may hang longer than this

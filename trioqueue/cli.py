@@ -18,7 +18,7 @@ from typing import Any
 
 from .cluster_flags import add_cluster_flags, cluster_settings
 from .config import FSYNC_POLICIES, Config, visible_chars
-from .serve_exit import (  # (re-exported: how serve ends)
+from .server.serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_LISTEN,
     EXIT_CANNOT_OPEN_STORAGE,
     EXIT_LOST_OWNERSHIP,
@@ -378,7 +378,7 @@ def _switch(flag: bool, env: Mapping[str, str], setting: str) -> bool:
 def _browser_lists(config: Config, args: argparse.Namespace,
                    env: Mapping[str, str]) -> None:
     """The Host names and origins a web page may use the HTTP port from
-    (transport/http_origin.py): comma-separated, blanks dropped."""
+    (transport/http/origin.py): comma-separated, blanks dropped."""
     for setting in ("http_allowed_hosts", "http_allowed_origins"):
         raw = getattr(args, setting)
         if raw is None:

@@ -144,7 +144,7 @@ class Config:
     # Freed memory the standalone broker keeps for reuse (glibc's trim threshold; its
     # mmap threshold is fixed at 32 MiB and no block is mapped on its own), so a large
     # job's buffers do not fault in fresh pages each time, nor are unmapped on the loop:
-    # trioqueue/process_heap.py. 0: the allocator's defaults.
+    # trioqueue/server/process_heap.py. 0: the allocator's defaults.
     heap_keep_bytes: int = 64 * 1024 * 1024
     # OpenTelemetry spans for PUSH/PULL/ACK (actors/tracing.py, docs/tracing.md); needs
     # opentelemetry-api (the ``otel`` extra). Off: OpenTelemetry is never imported.
@@ -223,7 +223,7 @@ class Config:
     http_rate_limit_window_ms: float = 60_000.0
     http_rate_limit_max_requests: int = 10_000
     cors_allow_origins: list[str] = field(default_factory=list)  # "*" allows any
-    # What a web page may do (transport/http_origin.py, docs/http.md "Browsers"): the
+    # What a web page may do (transport/http/origin.py, docs/http.md "Browsers"): the
     # Host names answered besides IP literals, localhost and the bound host ("*": any),
     # and the origins besides the broker's own (and cors_allow_origins) whose pages may
     # change state or open a WebSocket ("*": any).
@@ -281,7 +281,7 @@ class Config:
     gc_gen0_threshold: int = 2_000
     # With that policy, a collection of every generation this often, what survives it
     # then frozen, so each pass looks only at what was made since the last (standalone
-    # broker only; see gc_passes.py): cyclic garbage is freed within this long. 0: never.
+    # broker only; see server/gc_passes.py): cyclic garbage is freed within this long. 0: never.
     gc_full_interval_s: float = 60.0
     # ... or sooner, once the young collections have moved about this many objects on
     # since the last pass (a burst of new jobs): it bounds a pass's pause. 0: never sooner.

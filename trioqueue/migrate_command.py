@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .serve_exit import EXIT_CANNOT_OPEN_STORAGE
+from .server.serve_exit import EXIT_CANNOT_OPEN_STORAGE
 
 
 def add_command(sub: Any) -> None:

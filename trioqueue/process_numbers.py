@@ -1,6 +1,8 @@
 """This process's memory and CPU, read from the OS for the broker's numbers (``Stats``,
 ``Prometheus``, the dashboard, ``/health``): the reading is I/O, so it lives here and the
-broker hands it to the sans-IO core (``BrokerStats.process``)."""
+broker hands it to the sans-IO core (``BrokerStats.process``). A leaf: it imports
+nothing of ours and gives plain numbers, so the actors and the transport both may use it.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +11,32 @@ import resource
 import sys
 import time
 
-from .core.broker_stats import ProcessNumbers
 
-
-def process_numbers() -> ProcessNumbers:
-    """This process's memory and CPU (``resource``; the resident set from
-    ``/proc/self/statm`` where there is one, else the peak)."""
+def process_numbers() -> tuple[int, int, float, float]:
+    """This process's resident set and its peak (bytes), its CPU time (seconds) and
+    when it started (epoch seconds), in the order of the core's ``ProcessNumbers``."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak = _peak_bytes(usage)
+    return _resident_bytes(peak), peak, usage.ru_utime + usage.ru_stime, _START_TIME_S
+
+
+def resident_bytes() -> int:
+    """This process's resident set (``/proc/self/statm`` where there is one, else the
+    peak)."""
+    return _resident_bytes(_peak_bytes(resource.getrusage(resource.RUSAGE_SELF)))
+
+
+def _peak_bytes(usage: resource.struct_rusage) -> int:
     # ru_maxrss: KiB on Linux, bytes on macOS
-    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    rss = peak
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _resident_bytes(peak: int) -> int:
     try:
         with open("/proc/self/statm", "rb") as statm:
-            rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        pass
-    return ProcessNumbers(rss, peak, usage.ru_utime + usage.ru_stime, _START_TIME_S)
+        return peak
 
 
 def _process_start_s() -> float:

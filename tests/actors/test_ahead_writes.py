@@ -19,12 +19,12 @@ from trioqueue.actors.ahead_writes import (
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
 from trioqueue.core import native
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.keys import encode_value
 from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -13,7 +13,7 @@ import trio.testing
 
 from trioqueue.actors.events import EventHub
 from trioqueue.actors.peer_events import PeerEvents
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
 

@@ -17,10 +17,10 @@ from trioqueue.actors.peer_links import PeerLinks
 from trioqueue.actors.peer_wire import PeerBroken, lost_error, relay
 from trioqueue.actors.request import Request
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.framing import FrameDecoder
 
 PING = [{"cmd": "Ping"}]
 LONG_PULL_MS = 60_000

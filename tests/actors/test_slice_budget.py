@@ -60,7 +60,7 @@ async def test_slices_over_a_tiny_budget_take_fewer_jobs_each_with_the_same_repl
 ) -> None:
     fixed = await _pullb_steps(start_server, 0)  # SLICE_JOBS a slice: a handful
     tight = await _pullb_steps(start_server, 0.001)  # every slice is over: the floor
-    # Two steps a slice: the slice, then the pass it sits out (actors/passes.py).
+    # Two steps a slice: the slice, then the pass it sits out (turns.py).
     assert fixed <= 2 * (500 // MOST + 2)
     assert tight >= 4 * fixed, (fixed, tight)
 

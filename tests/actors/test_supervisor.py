@@ -17,7 +17,7 @@ import trio
 from trioqueue.config import Config
 from trioqueue.core import handlers
 from trioqueue.core.errors import INTERNAL_ERROR
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 StartServer = Callable[..., Any]

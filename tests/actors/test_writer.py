@@ -22,7 +22,7 @@ from trioqueue.actors.writer import StorageFailure, StorageWriter
 from trioqueue.config import Config
 from trioqueue.core.job import JobRecord
 from trioqueue.core.writes import PutJob, Writes
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.port import Fenced
 from trioqueue.testing import RawClient

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from trioqueue.cli import main
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from trioqueue.client import open_connection
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing.process import BrokerProcess
 
 from .conftest import Cli

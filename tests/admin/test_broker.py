@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from trioqueue.admin.broker import STATS_FIELDS, storage_problem
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 from .conftest import Cli

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 from .conftest import Cli
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 from .conftest import Cli

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 from .conftest import Cli

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 from .conftest import Cli

@@ -33,7 +33,7 @@ import trio
 
 from trioqueue.client import Connection, open_connection
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 MODES = ["tcp-lmdb", "tcp-memory", "embedded-lmdb", "embedded-memory"]
 BACKENDS = ["trio", "asyncio"]

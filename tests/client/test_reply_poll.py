@@ -18,8 +18,8 @@ import anyio.abc
 import pytest
 
 from trioqueue.client import open_connection
-from trioqueue.transport.codec import CBOR
-from trioqueue.transport.framing import FrameDecoder, encode_frame
+from trioqueue.transport.wire.codec import CBOR
+from trioqueue.transport.wire.framing import FrameDecoder, encode_frame
 
 pytestmark = pytest.mark.anyio
 

@@ -30,8 +30,8 @@ from trioqueue.client import (
     open_connection,
 )
 from trioqueue.client import channels as client_channels
-from trioqueue.transport.codec import MSGPACK
-from trioqueue.transport.framing import FrameDecoder, encode_frame
+from trioqueue.transport.wire.codec import MSGPACK
+from trioqueue.transport.wire.framing import FrameDecoder, encode_frame
 
 pytestmark = pytest.mark.anyio
 

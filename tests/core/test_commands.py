@@ -31,7 +31,7 @@ from trioqueue.core.registry import (
     MultiId,
     not_found,
 )
-from trioqueue.transport.commands import COMMANDS, PULLS, ROUTES
+from trioqueue.transport.wire.commands import COMMANDS, PULLS, ROUTES
 
 
 def handler(*args: Any) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core import job_data, native
-from trioqueue.transport import datamodel
-from trioqueue.transport.datamodel import ABSENT, MAX_DEPTH, DecodeError
+from trioqueue.transport.wire import datamodel
+from trioqueue.transport.wire.datamodel import ABSENT, MAX_DEPTH, DecodeError
 
 
 class MyInt(int):

@@ -27,7 +27,8 @@ for info in pkgutil.walk_packages(trioqueue.__path__, "trioqueue."):
     if source.endswith(".py") and not info.name.endswith("__main__"):
         importlib.import_module(info.name)
 from trioqueue.core import job, job_data, presized, split_dict
-from trioqueue.transport import datamodel, long_strings
+from trioqueue.transport.wire import datamodel
+from trioqueue.transport.large import long_strings
 from trioqueue.utf8_views import utf8_view
 loaded = sorted(name for name, module in sys.modules.items()
                 if name.startswith("trioqueue.")

@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from trioqueue.core import native, presized
-from trioqueue.transport.large_msgpack import msgpack_steps
+from trioqueue.transport.large.msgpack_steps import msgpack_steps
 from trioqueue.transport.slicing import Slicer, run_steps
 
 Made = Callable[[int], dict[Any, Any]]

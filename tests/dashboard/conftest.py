@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 # The pictures of docs/dashboard.md, refreshed on request only (``SCREENSHOTS_VARIABLE``).
 DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"

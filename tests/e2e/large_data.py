@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import measured
 

@@ -23,7 +23,7 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.config import MIB
 from trioqueue.core.errors import STORAGE_FULL
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 

@@ -10,9 +10,9 @@ import cbor2
 import msgpack
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport.framing import encode_frame
+from trioqueue.transport.wire.framing import encode_frame
 
 
 async def test_undecodable_payload(connect: Callable[..., Any]) -> None:

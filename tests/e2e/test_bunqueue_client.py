@@ -13,7 +13,7 @@ import pytest
 import trio
 from bunqueue import Queue, Worker
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 # on both stores (the representative PostgreSQL run in CI; tests/conftest.py)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 SOURCE_VARIABLE = "TRIOQUEUE_BUNQUEUE_CLIENT_SOURCE"

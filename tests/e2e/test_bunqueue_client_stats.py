@@ -8,7 +8,7 @@ from typing import Any
 import trio
 from bunqueue import Queue
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 
 def _numbers(port: int) -> dict[str, Any]:

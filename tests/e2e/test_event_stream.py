@@ -13,7 +13,7 @@ import httpx
 import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.webhook_receiver import WebhookReceiver
 

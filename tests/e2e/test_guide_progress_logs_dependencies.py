@@ -15,7 +15,7 @@ from typing import Any
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 

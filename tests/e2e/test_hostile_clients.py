@@ -26,7 +26,7 @@ import trio
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.process import BrokerProcess
-from trioqueue.transport.framing import frame_header
+from trioqueue.transport.wire.framing import frame_header
 
 wait_until = partial(_wait_until, timeout_s=30.0)  # this file's deadline
 

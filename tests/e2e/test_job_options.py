@@ -15,7 +15,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.cli import main
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 from .test_websocket import next_json

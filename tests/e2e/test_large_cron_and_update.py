@@ -20,7 +20,7 @@ import httpx
 import pytest
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import measured
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import measured
 

@@ -27,10 +27,10 @@ import trio
 
 from tests.conftest import StoreEngine, make_config
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.framing import FrameDecoder
 
 from .large_data import pushb_around, refused_push_of_many_values, until_freed
 

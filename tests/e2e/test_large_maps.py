@@ -1,8 +1,8 @@
 """A map of many keys in a large frame, made and let go of without one long step of the
 event loop: sized beforehand from its header's count (core/presized.py), its keys not
-interned by msgpack (large_msgpack.py), and, refused, its values taken apart a slice at
+interned by msgpack (large/msgpack_steps.py), and, refused, its values taken apart a slice at
 a time (core/graveyard.py) rather than freed in one call; with the broker's own garbage
-collector settings, its passes of every generation (gc_passes.py) running meanwhile.
+collector settings, its passes of every generation (server/gc_passes.py) running meanwhile.
 
 Steps are measured in the broker's thread CPU time, per task, leaving out the test's own
 task (it encodes the frame and decodes the reply), as in test_large_data_steps.py.
@@ -21,7 +21,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import LongestStep
 

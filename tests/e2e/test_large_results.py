@@ -30,7 +30,7 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
 from trioqueue.core import graveyard as graveyard_module
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.keys import DB_AHEAD
 from trioqueue.testing import RawClient
 from trioqueue.testing.served import served

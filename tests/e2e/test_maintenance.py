@@ -14,7 +14,7 @@ import trio
 from tests.conftest import make_config
 from trioqueue.actors.broker import Broker
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing import RawClient
 from trioqueue.testing.faults import FaultyStorage

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 

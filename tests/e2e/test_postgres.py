@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import StoreEngine
 from trioqueue.cli import build_parser, config_from
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.pg.layout import LATEST_VERSION
 from trioqueue.testing import RawClient
 

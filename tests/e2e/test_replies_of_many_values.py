@@ -1,5 +1,5 @@
 """A reply carrying a job whose data is many small values is encoded in slices: no step
-of the broker holds the loop for its whole encoding (transport/value_slices.py), over
+of the broker holds the loop for its whole encoding (transport/large/value_slices.py), over
 TCP in both codecs, over REST and over WebSocket."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import steps_watched
-from trioqueue.transport.codec import CBOR, MSGPACK
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.codec import CBOR, MSGPACK
+from trioqueue.transport.wire.framing import FrameDecoder
 
 StartServer = Callable[..., Awaitable[Server]]
 

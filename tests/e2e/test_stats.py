@@ -11,7 +11,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import StoreEngine
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 

@@ -33,7 +33,7 @@ import trio
 from trioqueue.cli import build_parser, config_from
 from trioqueue.config import DEFAULT_LMDB_MAX_BYTES, MIB, Config, default_reserve_bytes
 from trioqueue.core.errors import STORAGE_FULL
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.small_disk import CannotMount, small_tmpfs
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP, EXIT_STORE_IN_USE
+from trioqueue.server.serve_exit import EXIT_LOST_OWNERSHIP, EXIT_STORE_IN_USE
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 

@@ -21,7 +21,7 @@ from trioqueue.actors import webhook_delivery
 from trioqueue.actors.broker import open_postgres
 from trioqueue.config import Config
 from trioqueue.core.writes import Writes
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.storage.lmdb.store import LmdbStorage
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, queue_served_by

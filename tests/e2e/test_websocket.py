@@ -9,7 +9,7 @@ import cbor2
 import pytest
 from trio_websocket import ConnectionRejected, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 
 async def next_json(ws: Any) -> Any:

@@ -14,11 +14,11 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.tasks import steps_watched
 from trioqueue.testing.wire import websocket_upgrade
-from trioqueue.transport.codec import CBOR
+from trioqueue.transport.wire.codec import CBOR
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("served_gc")  # (tests/conftest.py)
 
 MIB = 1024 * 1024
 # 200,000 small maps: 7.8 MB as JSON text, 7 MB as CBOR; many values, so that the reply
-# is encoded in slices (transport/value_slices.py). Sent whole, one step took 23-27 ms of
+# is encoded in slices (transport/large/value_slices.py). Sent whole, one step took 23-27 ms of
 # CPU for the JSON text, 7 ms for the CBOR (the WebSocket library's copies).
 DATA = [{"k": "v" * 30}] * 200_000
 # the broker's longest step of CPU while it sends or takes a large message

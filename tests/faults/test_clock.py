@@ -21,7 +21,7 @@ import trio
 from trioqueue.actors.broker import Broker
 from trioqueue.actors.clock import TrioClock
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.faults import step_wall_clock
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP
+from trioqueue.server.serve_exit import EXIT_LOST_OWNERSHIP
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, queue_served_by, queues_served_by
 from trioqueue.testing.history import ADD, OK, History, check, two_live_holders

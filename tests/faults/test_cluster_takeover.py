@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP
+from trioqueue.server.serve_exit import EXIT_LOST_OWNERSHIP
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, cluster_status, queue_served_by
 

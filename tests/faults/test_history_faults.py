@@ -265,7 +265,7 @@ class ClusterFaults:
         await broker.start(timeout_s=60)  # it rejoins under its id
 
     async def pause_one_past_its_lease(self) -> None:
-        from trioqueue.serve_exit import EXIT_LOST_OWNERSHIP
+        from trioqueue.server.serve_exit import EXIT_LOST_OWNERSHIP
 
         broker = self.rng.choice(self.cluster.running())
         broker.pause()

@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core.job import TIMELINE_MAX
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
 from trioqueue.testing.healthy import (
@@ -52,10 +52,11 @@ from trioqueue.testing.healthy import (
     within_latency_budget,
 )
 from trioqueue.testing.tasks import count_tasks, wait_for_task_count
-from trioqueue.transport import tcp, websocket
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec, detect_codec
-from trioqueue.transport.framing import FrameDecoder, Payload, encode_frame
+from trioqueue.transport.http import websocket
 from trioqueue.transport.session import OVERFLOW_NOTICE, Message, Session
+from trioqueue.transport.tcp import connection as tcp
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, detect_codec
+from trioqueue.transport.wire.framing import FrameDecoder, Payload, encode_frame
 
 StartServer = Callable[..., Awaitable[Server]]
 
@@ -724,7 +725,7 @@ def cbor_cases() -> list[Case]:
 def check_answer(name: str, reply: dict[str, Any], expected: str) -> None:
     assert is_clear_answer(reply), f"{name}: {reply}"
     if expected == "format":
-        # on the frame's own reqId when a lenient reading finds one (transport/req_ids.py)
+        # on the frame's own reqId when a lenient reading finds one (transport/wire/req_ids.py)
         assert reply.get("reqId") in (None, "hostile"), f"{name}: {reply}"
         rest = {key: value for key, value in reply.items() if key != "reqId"}
         assert rest == {"ok": False, "error": FORMAT}, f"{name}: {reply}"
@@ -837,7 +838,7 @@ def json_like(big_ints: bool) -> st.SearchStrategy[Any]:
 
 def commands(codec: Codec) -> st.SearchStrategy[dict[str, Any]]:
     """A map with a real (or random) ``cmd`` and fields of any type, real names mostly."""
-    from trioqueue.transport.commands import ROUTES
+    from trioqueue.transport.wire.commands import ROUTES
 
     cmd = st.sampled_from(sorted(ROUTES)) | st.text(max_size=10)
     names = st.sampled_from(FIELD_NAMES) | st.text(max_size=8)

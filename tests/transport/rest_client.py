@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 
 
 @asynccontextmanager

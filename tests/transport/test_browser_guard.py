@@ -21,8 +21,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
-from trioqueue.server import Server
-from trioqueue.transport.http_auth import authorized, bearer_token
+from trioqueue.server.run import Server
+from trioqueue.transport.http.auth import authorized, bearer_token
 
 from .rest_client import push
 

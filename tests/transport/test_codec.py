@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trioqueue.core.job import JobRecord
-from trioqueue.transport.codec import (
+from trioqueue.transport.wire.codec import (
     ABSENT,
     CBOR,
     JSON,
@@ -28,7 +28,7 @@ from trioqueue.transport.codec import (
     detect_codec,
     encode_frames,
 )
-from trioqueue.transport.framing import FrameDecoder
+from trioqueue.transport.wire.framing import FrameDecoder
 
 ALL_CODECS = [MSGPACK, CBOR, JSON]
 BINARY_CODECS = [MSGPACK, CBOR]

@@ -13,7 +13,7 @@ import struct
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 

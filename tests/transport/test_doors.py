@@ -20,7 +20,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.healthy import Healthy, latency_report, within_latency_budget

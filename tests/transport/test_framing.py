@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trioqueue.transport.framing import (
+from trioqueue.transport.wire.framing import (
     FrameDecoder,
     FrameTooLarge,
     encode_frame,

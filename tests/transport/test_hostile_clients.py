@@ -23,13 +23,13 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.wire import websocket_upgrade
-from trioqueue.transport.codec import MSGPACK
-from trioqueue.transport.framing import encode_frame, frame_header
 from trioqueue.transport.limits import ByteBudget
+from trioqueue.transport.wire.codec import MSGPACK
+from trioqueue.transport.wire.framing import encode_frame, frame_header
 
 wait_until = partial(_wait_until, timeout_s=10.0)  # this file's deadline
 

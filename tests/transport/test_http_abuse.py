@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trioqueue.config import Config
-from trioqueue.server import Server
-from trioqueue.transport.rest_api import Call, Response, RunCommand
+from trioqueue.server.run import Server
+from trioqueue.transport.http.rest.api import Call, Response, RunCommand
 
 StartServer = Callable[..., Any]
 

@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 
 StartServer = Callable[..., Any]

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from trioqueue.config import Config
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
 from trioqueue.transport.idle_spin import IdleSpin

@@ -26,15 +26,15 @@ from trio_websocket import open_websocket_url
 
 from trioqueue.core.errors import Refused
 from trioqueue.core.job_data import validate_job_data
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until as _wait_until
 from trioqueue.testing.healthy import Healthy, latency_report, within_latency_budget
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec, DecodeError
-from trioqueue.transport.data_sizes import DataTooLarge
-from trioqueue.transport.framing import FrameDecoder, encode_frame
-from trioqueue.transport.large_frames import decode_large, decode_steps
+from trioqueue.transport.large.data_sizes import DataTooLarge
+from trioqueue.transport.large.frames import decode_large, decode_steps
 from trioqueue.transport.slicing import Slicer, run_steps
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, DecodeError
+from trioqueue.transport.wire.framing import FrameDecoder, encode_frame
 
 from .test_long_strings import paused_decode
 
@@ -458,7 +458,7 @@ async def test_a_ping_is_answered_while_a_push_of_millions_of_integers_is_handle
     await hog.send_raw(frame[cut:])
     await wait_until(lambda: partial.total == 0, "the broker to read the whole frame")
     # The in-process broker shares this process's collector, left to Python's own
-    # policy (the standalone broker's collections are its own: gc_passes.py); a pass of
+    # policy (the standalone broker's collections are its own: server/gc_passes.py); a pass of
     # the oldest generation over this test's objects is no step of the broker's.
     gc.disable()
     try:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from trioqueue.transport import large_json
-from trioqueue.transport.codec import JSON, DecodeError
-from trioqueue.transport.data_sizes import DataTooLarge
+from trioqueue.transport.large import json_text
+from trioqueue.transport.large.data_sizes import DataTooLarge
 from trioqueue.transport.slicing import Slicer, run_steps
+from trioqueue.transport.wire.codec import JSON, DecodeError
 
 TRICKY = ["a", ",", "]", "}", '"', "\\", "\u00e9", "\U0001F600", "\n", " ", "u", "\ud83d"]
 EDITS = [",", "]", "}", '"', "\\", "x", " ", "\\u12", "\\ud83d", "NaN", "1e400", "[", '{"a":']
@@ -21,15 +21,15 @@ EDITS = [",", "]", "}", '"', "\\", "x", " ", "\\u12", "\\ud83d", "NaN", "1e400",
 
 @pytest.fixture(autouse=True)
 def tiny_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(large_json, "WINDOW_CHARS", 40)
-    monkeypatch.setattr(large_json, "PIECE_CHARS", 7)
-    monkeypatch.setattr(large_json, "MIN_RUN_CHARS", 2)
-    monkeypatch.setattr(large_json, "FIRST_PIECE_CHARS", 3)
+    monkeypatch.setattr(json_text, "WINDOW_CHARS", 40)
+    monkeypatch.setattr(json_text, "PIECE_CHARS", 7)
+    monkeypatch.setattr(json_text, "MIN_RUN_CHARS", 2)
+    monkeypatch.setattr(json_text, "FIRST_PIECE_CHARS", 3)
 
 
 def decoded(text: str) -> tuple[str, Any]:
     try:
-        return "ok", run_steps(large_json.json_decode_steps(
+        return "ok", run_steps(json_text.json_decode_steps(
             text.encode("utf-8", "surrogatepass"), text, Slicer(), 1 << 30))[0]
     except DecodeError:
         return "refused", None
@@ -74,7 +74,7 @@ def test_the_bound_covers_the_json_of_the_value() -> None:
     texts = ["[" + ",".join(["1e15"] * 100) + "]", "[1e400,-1e400,1E5,0.1e1]",
              json.dumps({"k": "\u00e9\n" * 50}), json.dumps(["\n\u2028\U0001F600"] * 9)]
     for text in texts:
-        parsed, bound = run_steps(large_json.json_decode_steps(
+        parsed, bound = run_steps(json_text.json_decode_steps(
             text.encode(), None, Slicer(), 1 << 30))
         assert bound is not None
         written = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
@@ -85,7 +85,7 @@ def test_objects_made_from_kept_members_are_those_of_one_json_call(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every object made in a dict sized for its members, merged run by run: the same
     keys in the same order, a later member of a key winning, as one json call."""
-    monkeypatch.setattr(large_json, "MIN_PRESIZED", 0)
+    monkeypatch.setattr(json_text, "MIN_PRESIZED", 0)
     rnd = random.Random(7)
     for _ in range(1000):
         text = json.dumps(random_value(rnd), ensure_ascii=rnd.random() < 0.5)
@@ -107,7 +107,7 @@ class Graves:
 
 
 def _command_steps(text: str, limit: int, graves: Graves) -> Any:
-    return run_steps(large_json.json_decode_steps(
+    return run_steps(json_text.json_decode_steps(
         text.encode(), text, Slicer(), limit, graves))  # type: ignore[arg-type]
 
 

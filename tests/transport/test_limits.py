@@ -16,12 +16,12 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.transport import limits
-from trioqueue.transport.codec import MSGPACK
-from trioqueue.transport.framing import encode_frame
 from trioqueue.transport.limits import ByteBudget, Teardowns, Timers
+from trioqueue.transport.wire.codec import MSGPACK
+from trioqueue.transport.wire.framing import encode_frame
 
 StartServer = Callable[..., Any]
 

@@ -1,5 +1,5 @@
-"""Long strings of a large frame are made a piece at a time (transport/long_strings.py,
-large_msgpack.py, the CBOR walk): the same values as the codecs give, with a pause
+"""Long strings of a large frame are made a piece at a time (transport/large/long_strings.py,
+large/msgpack_steps.py, the CBOR walk): the same values as the codecs give, with a pause
 possible after every piece, with and without the compiled helper."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from trioqueue.transport import long_strings
-from trioqueue.transport.codec import CBOR, MSGPACK, Codec, DecodeError
-from trioqueue.transport.large_frames import decode_steps
-from trioqueue.transport.long_strings import PIECE_BYTES
+from trioqueue.transport.large import long_strings
+from trioqueue.transport.large.frames import decode_steps
+from trioqueue.transport.large.long_strings import PIECE_BYTES
 from trioqueue.transport.slicing import Slicer
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, Codec, DecodeError
 
 NO_BOUND = 0
 SIZE = 8 * PIECE_BYTES + 5

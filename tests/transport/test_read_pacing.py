@@ -10,11 +10,11 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport import tcp
-from trioqueue.transport.codec import JSON
 from trioqueue.transport.read_pacing import BadFrameClock
+from trioqueue.transport.tcp import connection as tcp
+from trioqueue.transport.wire.codec import JSON
 
 StartServer = Callable[..., Awaitable[Server]]
 

@@ -1,4 +1,4 @@
-"""A long reply is encoded in slices, to the same bytes (transport/reply_slices.py), and
+"""A long reply is encoded in slices, to the same bytes (transport/large/reply_slices.py), and
 a large PULLB leases in slices (core/queue/slices.py): other clients are served
 meanwhile."""
 
@@ -16,18 +16,18 @@ from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 from trioqueue.core.queue import slices
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport import reply_slices
-from trioqueue.transport.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
-from trioqueue.transport.reply_slices import (
+from trioqueue.transport.large import reply_slices
+from trioqueue.transport.large.reply_slices import (
     SlicedFrame,
     SlicedJson,
     SlicedPayload,
     array_header,
     map_header,
 )
-from trioqueue.transport.send_queue import SendQueue
+from trioqueue.transport.tcp.send_queue import SendQueue
+from trioqueue.transport.wire.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 
 StartServer = Callable[..., Awaitable[Server]]
 CODECS = [CBOR, MSGPACK]

@@ -9,11 +9,11 @@ import msgpack
 import pytest
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport.codec import CBOR, MSGPACK
-from trioqueue.transport.framing import encode_frame
-from trioqueue.transport.req_ids import salvage_req_id
+from trioqueue.transport.wire.codec import CBOR, MSGPACK
+from trioqueue.transport.wire.framing import encode_frame
+from trioqueue.transport.wire.req_ids import salvage_req_id
 
 
 async def connect(server: Server, codec_name: str) -> RawClient:

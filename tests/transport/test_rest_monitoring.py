@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trioqueue.transport.commands import ROUTES as COMMAND_ROUTES
+from trioqueue.transport.wire.commands import ROUTES as COMMAND_ROUTES
 
 from .rest_client import http_fixture, push, rest_client
 

@@ -1,4 +1,4 @@
-"""Replies framed as parts (transport/send_queue.py): a large payload is sent as it was
+"""Replies framed as parts (transport/tcp/send_queue.py): a large payload is sent as it was
 encoded, not copied into one buffer with the rest, and a write the socket took part of
 leaves exactly the bytes after it, with the end of the frame it began."""
 
@@ -9,14 +9,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trioqueue.transport.codec import CBOR, MSGPACK, encode_frames
-from trioqueue.transport.framing import HEADER_SIZE
-from trioqueue.transport.send_queue import (
+from trioqueue.transport.tcp.send_queue import (
     COALESCE_BYTES,
     frame_parts,
     rest_of_parts,
     unsent_parts,
 )
+from trioqueue.transport.wire.codec import CBOR, MSGPACK, encode_frames
+from trioqueue.transport.wire.framing import HEADER_SIZE
 
 SIZES = st.lists(st.sampled_from([0, 10, 300, COALESCE_BYTES - 40, COALESCE_BYTES, 200_000]),
                  min_size=1, max_size=6)

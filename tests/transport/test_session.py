@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from trioqueue.config import Config
-from trioqueue.transport.codec import CBOR, JSON, DecodeError
+from trioqueue.transport.http.websocket import WsConnection
 from trioqueue.transport.session import SENT, Session
-from trioqueue.transport.websocket import WsConnection
+from trioqueue.transport.wire.codec import CBOR, JSON, DecodeError
 
 
 class _Host:

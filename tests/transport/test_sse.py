@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import trio
 
-from trioqueue.server import Server
+from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
-from trioqueue.transport.sse import SseHub
+from trioqueue.transport.http.sse import SseHub
 
 StartServer = Callable[..., Any]
 

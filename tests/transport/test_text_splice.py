@@ -1,5 +1,5 @@
 """Replies whose job data is a long string are framed around that string's own bytes
-(transport/text_splice.py) and put exactly the bytes of the whole encoding on the wire."""
+(transport/large/text_splice.py) and put exactly the bytes of the whole encoding on the wire."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from trioqueue.core import native
 from trioqueue.core.job import JobWire
-from trioqueue.transport.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
-from trioqueue.transport.send_queue import frame_parts
-from trioqueue.transport.text_splice import SPLICE_CHARS, spliced
+from trioqueue.transport.large.text_splice import SPLICE_CHARS, spliced
+from trioqueue.transport.tcp.send_queue import frame_parts
+from trioqueue.transport.wire.codec import CBOR, JSON, MSGPACK, Codec, encode_frames
 from trioqueue.utf8_views import utf8_view
 
 

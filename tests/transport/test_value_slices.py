@@ -1,5 +1,5 @@
 """A reply holding many values is encoded a run of values at a time, to the bytes the
-codec's own encode gives (transport/value_slices.py)."""
+codec's own encode gives (transport/large/value_slices.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trioqueue.core.job import JobWire
-from trioqueue.transport import value_slices
-from trioqueue.transport.codec import ABSENT, CBOR, JSON, MSGPACK, Codec
-from trioqueue.transport.framing import HEADER_SIZE
-from trioqueue.transport.slicing import Slicer
-from trioqueue.transport.value_slices import (
+from trioqueue.transport.large import value_slices
+from trioqueue.transport.large.value_slices import (
     SlicedValue,
     SlicedValueFrame,
     encode_steps,
@@ -22,6 +19,9 @@ from trioqueue.transport.value_slices import (
     heavy,
     weight,
 )
+from trioqueue.transport.slicing import Slicer
+from trioqueue.transport.wire.codec import ABSENT, CBOR, JSON, MSGPACK, Codec
+from trioqueue.transport.wire.framing import HEADER_SIZE
 
 CODECS = [MSGPACK, CBOR, JSON]
 

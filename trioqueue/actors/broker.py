@@ -24,6 +24,7 @@ from ..config import Config
 from ..core.broker_stats import (
     RATE_SAMPLE_MS,
     ConnectionCounts,
+    ProcessNumbers,
     StorageHealth,
     StorageUsage,
 )
@@ -34,7 +35,7 @@ from ..core.recovery import rebuild
 from ..core.resource_watch import ResourceWatch
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
-from ..process_numbers import process_numbers
+from ..process_numbers import process_numbers, resident_bytes
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse
 from .admission import Admission, StoreLimit, admit_estimate
 from .ahead_writes import AheadWriter
@@ -152,7 +153,7 @@ class Broker(ClusterMember):
             self._wire_inbox()
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
-        stats.process = process_numbers
+        stats.process = lambda: ProcessNumbers._make(process_numbers())
         stats.storage_usage = self.storage_usage
         # Open connections per transport: each transport opens and closes its own.
         self.open_connections: ConnectionCounts = stats.connections
@@ -446,7 +447,7 @@ class Broker(ClusterMember):
 
     @staticmethod
     def _rss_bytes() -> int:
-        return process_numbers().rss_bytes
+        return resident_bytes()
 
     async def settle(self) -> None:
         """Wait until every accepted command is applied and committed (bounded by grace)."""

@@ -59,9 +59,9 @@ from typing import Any
 import trio
 
 from ..core.backoff import reconnect_delay_s
-from ..transport.codec import CBOR, Codec
-from ..transport.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
-from ..transport.large_frames import decode_large, unmap_soon
+from ..transport.large.frames import decode_large, unmap_soon
+from ..transport.wire.codec import CBOR, Codec
+from ..transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
 from .peer_wire import (
     ORIGIN,
     RECEIVE_BYTES,

@@ -15,9 +15,9 @@ from typing import Any
 
 import trio
 
-from ..transport.codec import Codec
-from ..transport.framing import FrameDecoder, frame_header
-from ..transport.large_frames import unmap_soon
+from ..transport.large.frames import unmap_soon
+from ..transport.wire.codec import Codec
+from ..transport.wire.framing import FrameDecoder, frame_header
 from .request import _NO_REQ_ID, Replier, Request
 
 __all__ = ["ORIGIN", "PeerBroken", "departed_error", "exchange_hello", "holds",

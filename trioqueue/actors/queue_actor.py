@@ -42,10 +42,10 @@ from ..core.queue.room import UNLIMITED
 from ..core.queue.watch import QueueWatch
 from ..core.recovery import rebuild
 from ..storage.port import Storage
+from ..turns import give_way
 from .clock import PauseWatch
 from .events import EventRelease
 from .notices import Notices, QueuePoster
-from .passes import give_way
 from .ports import ActorIndex, AdmissionFactory, Committer, EventSink, NoticePoster, QueueLimits
 from .request import Request
 from .slice_budget import SliceBudget

@@ -42,6 +42,7 @@ from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
 from ..storage.port import OURS
+from ..turns import give_way
 from .cluster_clients import StandIns
 from .cluster_crons import ClusterRecords
 from .cluster_fanout import ClusterReads
@@ -63,7 +64,6 @@ from .events import EventHub, EventRelease
 from .fan_out import Gather
 from .flow_admission import FlowAdmission
 from .joins import Join
-from .passes import give_way
 from .ports import AdmissionFactory, Committer, Notice, RouterLimits
 from .queue_actor import QueueActor
 from .request import Replier, Request

@@ -5,7 +5,7 @@ with that id. The waiting and the socket I/O are the one place where the client 
 written twice, once per event loop, because they are its hot path:
 
 - **trio** (:mod:`.trio_tcp`): the socket's file descriptor is written at once
-  (:mod:`trioqueue.transport.sockio`, shared with the broker) and read directly by a
+  (:mod:`trioqueue.transport.tcp.sockio`, shared with the broker) and read directly by a
   waiting command, which reschedules the others waiting beside it itself;
 - **asyncio**: an :class:`asyncio.Protocol`, whose ``data_received`` settles the
   waiting commands' futures itself, so a reply wakes its caller without a reader task
@@ -31,8 +31,8 @@ import sniffio
 import trio
 
 from ..core.backoff import reconnect_delay_s
-from ..transport.codec import CBOR, Codec
-from ..transport.framing import FrameDecoder, encode_frame
+from ..transport.wire.codec import CBOR, Codec
+from ..transport.wire.framing import FrameDecoder, encode_frame
 from .errors import CommandTimeout, ConnectionLost
 from .values import check_message
 

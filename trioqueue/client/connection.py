@@ -40,7 +40,7 @@ import anyio
 import anyio.abc
 
 from ..config import Config
-from ..transport.codec import CBOR, MSGPACK
+from ..transport.wire.codec import CBOR, MSGPACK
 from .channels import (
     EMBEDDED_NEEDS_TRIO,
     Channel,

@@ -37,9 +37,9 @@ from typing import Any
 
 import trio
 
-from ..transport.codec import Codec
-from ..transport.framing import FrameDecoder, encode_frame
-from ..transport.sockio import write_now
+from ..transport.tcp.sockio import write_now
+from ..transport.wire.codec import Codec
+from ..transport.wire.framing import FrameDecoder, encode_frame
 from .channels import MAX_FRAME_BYTES, _abort_wait, _reply_decoder, _TrioChannel, _TrioSlot
 from .errors import ConnectionLost
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..transport.datamodel import MAX_DEPTH
+from ..transport.wire.datamodel import MAX_DEPTH
 from .errors import ValidationError
 
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})

@@ -181,7 +181,7 @@ def validate_job_data(
     """
     if json_bound is not None and (max_chars is None or json_bound <= max_chars):
         # The transport's walk that bounded it also checked every value's type (a
-        # large frame's: transport/large_frames.py): no walk here at all, which for
+        # large frame's: transport/large/frames.py): no walk here at all, which for
         # data of millions of values would be one long step. (Without a size limit,
         # as for ``Update``, any bound says the types were checked.)
         return

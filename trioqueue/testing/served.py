@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from ..config import Config
-from ..server import Server
+from ..server.run import Server
 from .wire import RawClient
 
 

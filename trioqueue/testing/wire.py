@@ -17,8 +17,8 @@ from typing import Any
 
 import trio
 
-from ..transport.codec import CBOR, MSGPACK, Codec
-from ..transport.framing import FrameDecoder, encode_frame
+from ..transport.wire.codec import CBOR, MSGPACK, Codec
+from ..transport.wire.framing import FrameDecoder, encode_frame
 
 
 class RawClient:

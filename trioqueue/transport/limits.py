@@ -317,7 +317,7 @@ class Shell:
                                          "max_partial_frame_total_bytes")
         self.replies = ByteBudget(config.max_write_queue_total_bytes,
                                   "max_write_queue_total_bytes")
-        # request bodies still arriving on the HTTP port (http_bodies.py)
+        # request bodies still arriving on the HTTP port (http/bodies.py)
         self.http_bodies = ByteBudget(config.http_max_body_total_bytes,
                                       "http_max_body_total_bytes")
         # connections per client address, and those not yet authenticated (doors.py)

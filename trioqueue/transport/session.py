@@ -29,12 +29,12 @@ from ..core.broker_events import broker_event
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
 from ..core.registry import SESSION, Command
-from .codec import DecodeError
-from .commands import AFTER_RELAYS, COMMANDS
-from .data_sizes import DataTooLarge
-from .reply_slices import is_long
+from .large.data_sizes import DataTooLarge
+from .large.reply_slices import is_long
+from .large.value_slices import heavy
 from .sent_marks import SentCount
-from .value_slices import heavy
+from .wire.codec import DecodeError
+from .wire.commands import AFTER_RELAYS, COMMANDS
 
 log = logging.getLogger("trioqueue.session")
 
@@ -519,7 +519,7 @@ class Session:
         # transport's callbacks and the tagged repliers can go: they are the cycles
         # between a session and its transport (send_now is the transport's bound
         # method), which would otherwise wait for a full collection of the cyclic GC,
-        # a pause that grows with every live job (see server.py, young_gc).
+        # a pause that grows with every live job (see server/run.py, young_gc).
         self._send_now = None
         self._encode = None
         self._on_overflow = None

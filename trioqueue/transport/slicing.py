@@ -1,6 +1,6 @@
 """Long work on the event loop, cut in slices with a checkpoint between two.
 
-A large frame's decoding and validation (``large_frames.py``, ``datamodel.py``) is
+A large frame's decoding and validation (``large/frames.py``, ``datamodel.py``) is
 written as a generator that ``yield``s when its slice's time is up: it asks a
 :class:`Slicer` once per value it handles. :func:`run_sliced` drives it from a trio
 task, letting every other task run between two slices, so the frame holds the event
