@@ -183,7 +183,7 @@ class Broker(ClusterMember):
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)
-        self.router.graveyard = self.dismantler.graveyard
+        self.router.results.graveyard = self.dismantler.graveyard
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +81,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex, FlowAdmission, RetainedResults):
+class Router(DependentsIndex, FlowAdmission):
     def __init__(self, *, committer: Committer,
                  find_queue: Callable[[str], str | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -134,9 +133,10 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         # the cron scheduler (actors/scheduler.py), set by the broker when it runs
         self.crons: Any = None
         self.webhooks = WebhookRegistry()
-        # job id -> (expires at, queue, has result, result)
-        self._retained = OrderedDict()
-        self.graveyard = None  # (set by the broker: dropped results go there)
+        # Results of removed-on-complete jobs kept for a late WaitJob (its graveyard
+        # set by the broker).
+        self.results = RetainedResults(limits.removed_result_retention_s,
+                                       limits.max_removed_results)
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
@@ -165,11 +165,22 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
-        if self._retained:  # a new generation: the old result is gone
-            self._let_go(self._retained.pop(job_id, None))
+        results = self.results
+        if results.kept:  # a new generation: the old result is gone
+            results.forget(job_id)
 
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
+
+    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
+                      now: int) -> None:
+        self.results.retain(job_id, queue, has_result, result, now)
+
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        return self.results.get(job_id, now)
+
+    def forget_retained(self, queue: str) -> None:
+        self.results.forget_queue(queue)
 
     def compact(self) -> None:
         """Copy the index once most of it is gone: a dict never shrinks on deletes, so
@@ -240,6 +251,9 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         if cluster is None:
             return []
         return [q for q in cluster.queue_names() if q not in cluster.owned]
+
+    def forget_expired_retained(self, now: int) -> int:
+        return self.results.forget_expired(now)
 
     def compact_index(self) -> int:
         before = sys.getsizeof(self._index)
