@@ -31,7 +31,7 @@ from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
-from ..core.flows import Dependents, DependentsIndex
+from ..core.flows import Dependents
 from ..core.job import FINISHED_STATES
 from ..core.maintenance import FanOut
 from ..core.queue import QueueState
@@ -81,7 +81,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex, FlowAdmission):
+class Router(FlowAdmission):
     def __init__(self, *, committer: Committer,
                  find_queue: Callable[[str], str | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -162,6 +162,15 @@ class Router(DependentsIndex, FlowAdmission):
                 # (a dependency another broker serves: it must tell this parent)
                 self._release_messages(
                     depend_writes(child_id, parent_id, parent_queue, child_queue), None)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.drop(child_id, parent_id)
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        return self.dependents.take(child_id)
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self.dependents
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
