@@ -74,8 +74,6 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
     ("trioqueue.transport.http_server", "trioqueue.actors.broker"): "listener given Broker",
     ("trioqueue.transport.tcp_listener", "trioqueue.actors.broker"): "listener given Broker",
     ("trioqueue.transport.websocket", "trioqueue.actors.broker"): "listener given Broker",
-    # ... a session holds the cluster's clients of peers.
-    ("trioqueue.transport.session", "trioqueue.actors.cluster_clients"): "cluster in session",
     # ... the shared turn-taking helper lives in actors/.
     ("trioqueue.transport.http_app", "trioqueue.actors.passes"): "give_way",
     ("trioqueue.transport.tcp", "trioqueue.actors.passes"): "give_way",

@@ -16,11 +16,9 @@ from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.states import visible_state
 from ..core.writes import Writes
-from .cluster_messages import RemoteJobs, flow_across
-from .cluster_routes import ClusterRouting, remote_address
-from .ports import AdmissionFactory, Committer, RouterLimits
+from .ports import AdmissionFactory, Committer, Placement, RouterLimits
 from .queue_actor import QueueActor
-from .request import Replier, Request
+from .request import Request
 
 
 class FlowAdmission:
@@ -29,8 +27,7 @@ class FlowAdmission:
     _limits: RouterLimits
     _admission: AdmissionFactory | None
     _committer: Committer
-    cluster: ClusterRouting | None
-    remote_parents: RemoteJobs
+    placement: Placement
     actors: dict[str, QueueActor]
     _now_ms: Callable[[], int]
 
@@ -45,9 +42,6 @@ class FlowAdmission:
 
         def add_dependent(self, child_id: str, parent_id: str) -> None: ...
 
-        def _release_messages(self, writes: Writes,
-                              then: tuple[Replier, dict[str, Any]] | None) -> None: ...
-
     def _check_flow(self, req: Request, items: list[FlowItem],
                     found: dict[str, str | None] | None, now: int) -> set[str]:
         """Refuse a flow before any change (a refused flow leaves no trace); return the
@@ -58,9 +52,8 @@ class FlowAdmission:
             if self._queue_of(item.id, found) is not None or (
                     self.retained_result(item.id, now) is not None):
                 raise Refused(f"Job {item.id} already exists")
-        remote = set() if self.cluster is None else {
-            item.queue for item in items
-            if remote_address(self.cluster, item.queue, req) is not None}
+        address = self.placement.address
+        remote = {item.queue for item in items if address(item.queue, req) is not None}
         new_queues = {item.queue for item in items} - self.actors.keys() - remote
         if len(self.actors) + len(new_queues) > limits.max_queues:
             raise Refused(f"Too many queues (max {limits.max_queues})")
@@ -134,8 +127,6 @@ class FlowAdmission:
             self.actors[name].post((ADOPT, queue_jobs))
         reply = (req.replier, req.reply({"data": {"jobs": snapshots}}))
         if remote:
-            across = flow_across(jobs, remote, self.remote_parents)
-            across.cluster.claims_held.extend(held)
-            self._release_messages(across, reply)
+            self.placement.admit_across(jobs, remote, held, reply)
         else:
             self._committer.release([reply])
