@@ -70,7 +70,7 @@ log = logging.getLogger("trioqueue.router")
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(FlowAdmission):
+class Router:
     def __init__(self, *, committer: Committer,
                  find_queue: Callable[[str], str | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -114,6 +114,10 @@ class Router(FlowAdmission):
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
         self.stats = BrokerStats()
         self._timer = BatchTimer(self.stats.timings)
+        # PUSHF: flows admitted across queues, all or nothing
+        self.flows = FlowAdmission(self, limits=limits, admission=admission,
+                                   committer=committer, placement=self.placement,
+                                   now_ms=now_ms)
         # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled
         self.tracing: BrokerTracing | None = None
 
@@ -243,7 +247,7 @@ class Router(FlowAdmission):
                 self.announce([broker_event("queue:created", self._now_ms(), queue=name)])
         return actor
 
-    def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
+    def queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
         """A job's queue: the live index first, then storage for finished jobs (what
         :meth:`_look_up_finished` found, when it ran)."""
         queue = self._index.get(job_id)
@@ -388,12 +392,12 @@ class Router(FlowAdmission):
                 if address is not None:
                     remote.setdefault(address, []).append(req)
                     return
-            self._push_flow(req, found, claims)
+            self.flows.push(req, found, claims)
             return
         # An id route: its name is the field that holds the id. No length check: an
         # over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
-        queue = self._queue_of(job_id, found)
+        queue = self.queue_of(job_id, found)
         if queue is None and self.placement.forgotten(job_id, found):
             raise Moving(job_id)
         if queue is None:
