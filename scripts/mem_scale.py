@@ -55,7 +55,7 @@ def structures(broker: Broker) -> dict[str, int]:
     """Entry counts of every per-job structure (queue state, router)."""
     router = broker.router
     out: dict[str, int] = {"router._index": len(router._index),
-                           "router._retained": len(router._retained),
+                           "router._retained": len(router.results.kept),
                            "router.dependents": len(router.dependents._parents)}
     actor = router.actors.get(QUEUE)
     if actor is not None:

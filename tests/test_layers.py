@@ -67,9 +67,6 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
     ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.codec"): "peer wire codec",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.wire.framing"): "peer wire frames",
     ("trioqueue.actors.peer_wire", "trioqueue.transport.large.frames"): "peer wire frames",
-    # transport imports of actors only actors.request: a session holds the cluster's
-    # clients of peers.
-    ("trioqueue.transport.session", "trioqueue.actors.cluster_clients"): "cluster in session",
 }
 
 # Lines ``name = module.function`` in class bodies, per file, today: the count may only

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from trioqueue.actors.cluster import Cluster, HeldLeases
+from trioqueue.actors.cluster_placement import ClusterPlacement
 from trioqueue.actors.ports import RouterLimits
 from trioqueue.actors.request import Request
 from trioqueue.actors.router import Router
@@ -101,12 +102,14 @@ class BrokerA:
         limits = RouterLimits(max_queues=100, max_data_bytes=1 << 20,
                               removed_result_retention_s=0, max_removed_results=0,
                               slice_budget_ms=4.0)
+        placement = ClusterPlacement(self.cluster, self.links.forward,
+                                     Committer(),  # type: ignore[arg-type]
+                                     lambda *a: None, claim_ids=self._claim_ids)
         self.router = Router(committer=Committer(),  # type: ignore[arg-type]
                              find_queue=lambda job_id: None, now_ms=lambda: 1000,
                              limits=limits, admission=None, new_actor=Actor,  # type: ignore[arg-type]
                              spawn=lambda *a: None, finished_queues=self._look_up,
-                             cluster=self.cluster, forward=self.links.forward,
-                             claim_ids=self._claim_ids)
+                             placement=placement)
 
     def _adopt(self, recovered: Recovered, names: list[str],
                waits: list[tuple[str, str, str]]) -> None:

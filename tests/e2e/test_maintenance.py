@@ -255,7 +255,7 @@ async def test_compact_memory_frees_expired_results_and_stale_entries(
     # A removed-on-complete result is retained for its window, then only takes room.
     await client.ok("PUSH", queue="m", name="n", data=1, removeOnComplete=True)
     done = await finish(client, "m")
-    assert done in router._retained
+    assert done in router.results.kept
     # Cancelled jobs leave their ready-heap entries (deleted lazily) and empty slots.
     ids = (await client.ok("PUSHB", queue="m", jobs=[{"name": "n", "data": i}
                                                       for i in range(3000)]))["ids"]
@@ -267,7 +267,7 @@ async def test_compact_memory_frees_expired_results_and_stale_entries(
     assert len(state._ready) >= 3000
     reply = await client.ok("CompactMemory")
     freed = reply["freed"]
-    assert freed["retainedResults"] == 1 and done not in router._retained
+    assert freed["retainedResults"] == 1 and done not in router.results.kept
     assert freed["heapEntries"] >= 3000 and len(state._ready) == 0
     assert freed["bytes"] > 0 and freed["queues"] == len(router.actors)
     assert freed["gcObjects"] == 0  # no collection unless asked for

@@ -29,7 +29,7 @@ from ..core.broker_stats import (
     StorageUsage,
 )
 from ..core.clock import Clock
-from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
+from ..core.crons import CRON_KIND, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.resource_watch import ResourceWatch
@@ -41,14 +41,19 @@ from .admission import Admission, StoreLimit, admit_estimate
 from .ahead_writes import AheadWriter
 from .broker_cluster import ClusterMember
 from .clock import PauseWatch, TrioClock
-from .cluster import Cluster, HeldLeases, new_broker_id
-from .cluster_clients import ClusterClients
-from .cluster_fanout import ClusterReads
+from .cluster import HeldLeases, new_broker_id
 from .dismantler import Dismantler
 from .events import EventHub
 from .large_values import LargeValues
-from .peer_links import PeerLinks
-from .ports import AdmissionFactory, QueueLimits, RouterLimits, limits_from
+from .ports import (
+    AdmissionFactory,
+    LocalMembership,
+    Membership,
+    Placement,
+    QueueLimits,
+    RouterLimits,
+    limits_from,
+)
 from .queue_actor import QueueActor
 from .router import Router
 from .scheduler import CronScheduler
@@ -100,7 +105,7 @@ def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Stor
         raise StorageOpenError(f"cannot open the PostgreSQL store: {why}") from None
 
 
-class Broker(ClusterMember):
+class Broker:
     def __init__(self, config: Config, storage: Storage | None = None,
                  clock: Clock | None = None) -> None:
         config.validate()
@@ -128,29 +133,26 @@ class Broker(ClusterMember):
             refusal_grace_s=config.cluster_fenced_grace_s if config.cluster else 0.0)
         self.events = EventHub()
         self.queue_limits = limits_from(config, QueueLimits)
-        self.cluster: Cluster | None = None
-        self.peers: PeerLinks | None = None
-        self.scheduler_role = self.firings = self.webhook_sync = None
-        clients: ClusterClients | None = None
+        # The broker's part in a cluster (docs/scale-out.md), and the placement the
+        # router asks: a single broker's own, or the member's.
         finished_queues = self._finished_queues if self.storage.apply_blocks else None
-        reads: ClusterReads | None = None
+        placement: Placement | None = None
+        self.membership: Membership
         if held is not None:
-            self.cluster, self.peers, clients = self._join_cluster(held)
-            finished_queues = self._cluster_queues
-            reads = ClusterReads(self.cluster, self.peers.forward, self.spawn,
-                                 config.cluster_read_timeout_s)
+            member = ClusterMember(config, self.storage, self.writer, self.events, held,
+                                   spawn=self.spawn, rebuild=self._adopt)
+            self.membership, placement = member, member.placement
+            finished_queues = member.queues_of
+        else:
+            self.membership = LocalMembership(self.storage)
         self.router = Router(
             committer=self.writer, find_queue=self._find_queue,
             now_ms=self._now_ms, limits=limits_from(config, RouterLimits),
             admission=self.admission_factory, new_actor=self._new_actor, spawn=self.spawn,
             count_stored=self._count_stored, finished_queues=finished_queues,
-            cluster=self.cluster, forward=None if clients is None else clients.forward,
-            reads=reads, claim_ids=None if held is None else self._claim_ids)
-        if clients is not None:
-            self.router.clients = clients
+            placement=placement)
         self.router.hub = self.events
-        if self.cluster is not None:
-            self._wire_inbox()
+        self.membership.attach(self.router)
         stats = self.router.stats
         stats.metrics_max_queues = config.metrics_max_queues
         stats.process = lambda: ProcessNumbers._make(process_numbers())
@@ -184,7 +186,7 @@ class Broker(ClusterMember):
         # Large data the store lets go of is taken apart a slice at a time.
         self.dismantler = Dismantler()
         self.storage.set_graveyard(self.dismantler.graveyard)
-        self.router.graveyard = self.dismantler.graveyard
+        self.router.results.graveyard = self.dismantler.graveyard
         # One limit for TCP and WebSocket connections together.
         self.connections = trio.CapacityLimiter(config.max_connections)
         self._nursery: trio.Nursery | None = None
@@ -330,8 +332,7 @@ class Broker(ClusterMember):
         the notices recovery makes are applied within it, so queues start settled).
         In a cluster no queue is rebuilt here: each is claimed and rebuilt by the
         broker that wins it (:meth:`_adopt`); the webhooks alone are loaded."""
-        recovered = (self._cluster_records() if self.cluster is not None
-                     else self.storage.load())
+        recovered = self.membership.load()
         router = self.router
         router.webhooks.load(recovered.broker_records.get(WEBHOOK_RECORDS, {}).values())
         self._rebuild(recovered, None, charge_active=True)
@@ -339,6 +340,18 @@ class Broker(ClusterMember):
         self.recovered_jobs = len(recovered.live_jobs)
         assert self.scheduler is not None
         self.scheduler.load(recovered.broker_records.get(CRON_KIND, {}), self.clock.now_ms())
+
+    def _adopt(self, recovered: Recovered, names: set[str]) -> None:
+        """In a cluster: rebuild queues this broker just claimed. Their active jobs stay
+        active with their locks; only a lock that then expires is charged."""
+        self._rebuild(recovered, names, charge_active=False)
+        self.recovered_jobs += len(recovered.live_jobs)
+
+    async def join_cluster(self, tcp_port: int) -> None:
+        """The TCP listener is bound (``tcp_port``: the port it got): in a cluster,
+        join it; the tasks are the broker's, so they stop with it."""
+        assert self._nursery is not None
+        await self.membership.join(tcp_port, self._nursery)
 
     def _rebuild(self, recovered: Recovered, names: set[str] | None, *,
                  charge_active: bool) -> None:
@@ -379,18 +392,16 @@ class Broker(ClusterMember):
         if self._clock is None:
             self._clock = TrioClock()
         self.router.stats.started_ms = self._clock.now_ms()
-        firings = self.firings  # (a cluster's: see actors/cluster_crons.py)
+        fire, lease = self.membership.cron_firing()  # (a cluster's: cluster_crons.py)
         self.scheduler = CronScheduler(
             self._clock, self.router.workers, self.router.post, self._store_soon,
-            fire=None if firings is None else firings.fire,
-            lease=None if firings is None else SCHEDULER_LEASE,
+            fire=fire, lease=lease,
             full_retry_ms=self.config.cron_full_retry_ms,
             retry_max_ms=self.config.cron_retry_max_ms,
             limits=CronLimits(self.config.cron_min_interval_ms,
                               self.config.max_cron_schedules, self.config.max_data_bytes),
             store=self.storage)
-        if self.scheduler_role is not None:
-            self.scheduler_role.scheduler = self.scheduler
+        self.membership.scheduler_made(self.scheduler)
         self.router.crons = self.scheduler
         self.scheduler.announce = self.router.announce
         if self.config.lease_grace_after_pause_s > 0:
@@ -420,7 +431,7 @@ class Broker(ClusterMember):
                 except Exception:
                     log.exception("final flush failed")
                 else:
-                    await self._leave_cluster()
+                    await self.membership.leave()
             self.storage.close()
 
     async def _sample_rates(self) -> None:

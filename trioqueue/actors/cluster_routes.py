@@ -28,7 +28,7 @@ from .request import Request
 
 # Forward requests to the broker at an address (PeerLinks.forward).
 Forward = Callable[[str, list[Request]], None]
-# Claim a batch's new custom ids and look them up (Broker._claim_ids).
+# Claim a batch's new custom ids and look them up (ClusterMember._claim_ids).
 ClaimIds = Callable[["Wanted"], Awaitable[dict[str, Claimed]]]
 
 

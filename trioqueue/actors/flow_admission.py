@@ -1,5 +1,5 @@
 """PUSHF: how the router admits a flow graph across queues, all or nothing, in one
-commit (a mixin of :class:`~trioqueue.actors.router.Router`, kept apart for its size).
+commit (the router's ``flows``).
 
 In a cluster the flow's jobs in queues other brokers serve become inbox messages of the
 same commit (actors/cluster_messages.py).
@@ -8,7 +8,7 @@ same commit (actors/cluster_messages.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import FlowItem, new_flow_job, parse_flow
@@ -16,37 +16,38 @@ from ..core.job import JobRecord
 from ..core.queue import ADOPT
 from ..core.states import visible_state
 from ..core.writes import Writes
-from .cluster_messages import RemoteJobs, flow_across
-from .cluster_routes import ClusterRouting, remote_address
-from .ports import AdmissionFactory, Committer, RouterLimits
+from .ports import AdmissionFactory, Committer, Placement, RouterLimits
 from .queue_actor import QueueActor
-from .request import Replier, Request
+from .request import Request
+
+
+class FlowIndex(Protocol):
+    """What admitting a flow reads and changes of the router: its job index and its
+    queues' actors."""
+
+    actors: dict[str, QueueActor]
+
+    def queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None: ...
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None: ...
+    def actor(self, name: str, *, recovering: bool = False) -> QueueActor: ...
+    def add(self, job_id: str, queue: str) -> None: ...
+    def add_dependent(self, child_id: str, parent_id: str) -> None: ...
 
 
 class FlowAdmission:
-    """What admitting a flow needs of the router (its own attributes and methods)."""
+    """Admits PUSHF flows for the router (``index``), given what it uses."""
 
-    _limits: RouterLimits
-    _admission: AdmissionFactory | None
-    _committer: Committer
-    cluster: ClusterRouting | None
-    remote_parents: RemoteJobs
-    actors: dict[str, QueueActor]
-    _now_ms: Callable[[], int]
+    __slots__ = ("_index", "_limits", "_admission", "_committer", "_placement", "_now_ms")
 
-    if TYPE_CHECKING:  # (the class that mixes this in has them)
-        def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None: ...
-
-        def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None: ...
-
-        def actor(self, name: str, *, recovering: bool = False) -> QueueActor: ...
-
-        def add(self, job_id: str, queue: str) -> None: ...
-
-        def add_dependent(self, child_id: str, parent_id: str) -> None: ...
-
-        def _release_messages(self, writes: Writes,
-                              then: tuple[Replier, dict[str, Any]] | None) -> None: ...
+    def __init__(self, index: FlowIndex, *, limits: RouterLimits,
+                 admission: AdmissionFactory | None, committer: Committer,
+                 placement: Placement, now_ms: Callable[[], int]) -> None:
+        self._index = index
+        self._limits = limits
+        self._admission = admission
+        self._committer = committer
+        self._placement = placement
+        self._now_ms = now_ms
 
     def _check_flow(self, req: Request, items: list[FlowItem],
                     found: dict[str, str | None] | None, now: int) -> set[str]:
@@ -54,15 +55,16 @@ class FlowAdmission:
         queues of its jobs that other brokers serve (in a cluster: their jobs become
         messages)."""
         limits = self._limits
+        index = self._index
         for item in items:
-            if self._queue_of(item.id, found) is not None or (
-                    self.retained_result(item.id, now) is not None):
+            if index.queue_of(item.id, found) is not None or (
+                    index.retained_result(item.id, now) is not None):
                 raise Refused(f"Job {item.id} already exists")
-        remote = set() if self.cluster is None else {
-            item.queue for item in items
-            if remote_address(self.cluster, item.queue, req) is not None}
-        new_queues = {item.queue for item in items} - self.actors.keys() - remote
-        if len(self.actors) + len(new_queues) > limits.max_queues:
+        address = self._placement.address
+        remote = {item.queue for item in items if address(item.queue, req) is not None}
+        actors = index.actors
+        new_queues = {item.queue for item in items} - actors.keys() - remote
+        if len(actors) + len(new_queues) > limits.max_queues:
             raise Refused(f"Too many queues (max {limits.max_queues})")
         # Last of the checks: the room in the store.
         if self._admission is not None and self._admission().refuses(
@@ -70,8 +72,8 @@ class FlowAdmission:
             raise Refused(STORAGE_FULL)
         return remote
 
-    def _push_flow(self, req: Request, found: dict[str, str | None] | None,
-                   claims: dict[str, str] | None = None) -> None:
+    def push(self, req: Request, found: dict[str, str | None] | None,
+             claims: dict[str, str] | None = None) -> None:
         """PUSHF: an atomic flow graph across queues, all or nothing, in one commit.
 
         Queue actors each own their jobs, so no single actor can admit a flow that
@@ -90,6 +92,7 @@ class FlowAdmission:
                            frame_bytes=req.frame_bytes, json_bound=req.json_bound)
         now = self._now_ms()
         remote = self._check_flow(req, items, found, now)
+        index = self._index
         # One Writes per queue, submitted together: one commit all the same, and in a
         # cluster each is fenced by its own queue's lease.
         writes: dict[str, Writes] = {}
@@ -110,16 +113,16 @@ class FlowAdmission:
                 # (admitted by the broker that serves it: flow_across; its children
                 # served here tell it how they end, through its queue's inbox)
                 for child_id in job.pending or ():
-                    self.add_dependent(child_id, job.id)
+                    index.add_dependent(child_id, job.id)
                 if claimed:
                     held.append((job.id, job.queue))
                 continue
             # The one place the router touches a queue's state (its admission
             # counter): synchronous, on the one trio thread, so no actor is midway.
-            job.seq = self.actor(job.queue).state.reserve_seq()
-            self.add(job.id, job.queue)
+            job.seq = index.actor(job.queue).state.reserve_seq()
+            index.add(job.id, job.queue)
             for child_id in job.pending or ():
-                self.add_dependent(child_id, job.id)
+                index.add_dependent(child_id, job.id)
             queue_writes = writes.get(job.queue)
             if queue_writes is None:
                 queue_writes = writes[job.queue] = Writes(job.queue)
@@ -131,11 +134,9 @@ class FlowAdmission:
         for queue_writes in writes.values():
             self._committer.submit(queue_writes)
         for name, queue_jobs in per_queue.items():
-            self.actors[name].post((ADOPT, queue_jobs))
+            index.actors[name].post((ADOPT, queue_jobs))
         reply = (req.replier, req.reply({"data": {"jobs": snapshots}}))
         if remote:
-            across = flow_across(jobs, remote, self.remote_parents)
-            across.cluster.claims_held.extend(held)
-            self._release_messages(across, reply)
+            self._placement.admit_across(jobs, remote, held, reply)
         else:
             self._committer.release([reply])

@@ -10,20 +10,24 @@ actor from in-memory fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
 from ..config import Config
 from ..core.flows import Dependents
 from ..core.queue import JobIndex
+from ..core.registry import Command
 from ..core.writes import Writes
-from .request import Replier
+from ..storage.port import Recovered, Storage
+from .cluster_clients import PeerClients, StandIns
+from .request import Replier, Request
 
 Notice = tuple[str, tuple[Any, ...]]  # (target job id, notice)
 L = TypeVar("L", "QueueLimits", "RouterLimits")
 T = TypeVar("T")
 NoticePoster = Callable[[list[Notice]], None]
+Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 
 
 class Committer(Protocol):
@@ -97,3 +101,187 @@ class RouterLimits:
 def limits_from(config: Config, kind: type[L]) -> L:
     """A limits record read from ``config``: each field is the config field of its name."""
     return kind(**{f.name: getattr(config, f.name) for f in fields(kind)})
+
+
+Routed = list[tuple[Command, Request]]
+Found = dict[str, str | None]  # job id -> its queue (None: no such job), as looked up
+
+
+class Placement(Protocol):
+    """Where queues are served, as the router asks it: all here on one broker (the
+    :class:`LocalPlacement` below), here or on another broker in a cluster
+    (actors/cluster_placement.py). The router has one question per step of routing
+    and never asks whether it is in a cluster."""
+
+    # A batch is routed whole (its claims and look-ups are made for all of it), not
+    # cut at the slice budget.
+    whole_batches: bool
+    # Multi-id commands' ids are looked up too (another broker's queues hold most jobs).
+    looks_up_many: bool
+
+    async def prepare(self, routed: Routed, found: Found | None, known: Mapping[str, str]
+                      ) -> tuple[Found | None, dict[str, str] | None]:
+        """Before a batch is routed: what must be claimed or looked up first. Returns
+        ``found`` (completed) and the custom ids claimed (id -> queue), or None."""
+    def where(self, queue: str, req: Request) -> str | None:
+        """The address of the broker ``req`` for ``queue`` goes to; None: this one.
+        Raises Moving while the queue is handed over, Refused when nobody serves it."""
+    def address(self, queue: str, req: Request) -> str | None:
+        """As :meth:`where`, without waiting for a queue handed over."""
+    def flow_address(self, req: Request) -> str | None:
+        """Where a whole flow is admitted (None: here)."""
+    def serves(self, queue: str) -> bool:
+        """Whether this broker may start queue ``queue``'s actor."""
+    def forward(self, address: str, reqs: list[Request]) -> None: ...
+    def forgotten(self, job_id: str, found: Found | None) -> bool:
+        """Whether ``job_id`` was live here when its batch was looked up and its queue
+        has been handed over since (the batch is routed again)."""
+    async def moved(self) -> None:
+        """Wait for the handovers that made a batch's requests unroutable."""
+    def settle_claims(self, claims: dict[str, str],
+                      groups: dict[str, list[Request]]) -> None: ...
+    def remote_queue(self, job_id: str) -> str | None:
+        """The queue of another broker's live job that a request here named."""
+    def depend(self, child_id: str, parent_id: str, parent_queue: str) -> None:
+        """A parent here waits for a child that is not: tell the child's broker."""
+    def tell(self, notices: list[Notice]) -> None:
+        """Notices for jobs no queue here holds."""
+    def admit_across(self, jobs: list[Any], remote: set[str],
+                     held: list[tuple[str, str]],
+                     reply: tuple[Replier, dict[str, Any]]) -> None:
+        """Commit a flow's jobs of queues served elsewhere, then answer it."""
+    def queues_elsewhere(self) -> list[str]: ...
+    def take(self, command: Command, req: Request,
+             remote: dict[str, list[Request]]) -> bool:
+        """A broker command that another broker answers (added to ``remote``)."""
+    def merged(self, req: Request, answer: Any) -> bool:
+        """A broker-wide read answered with every broker's (it answers ``req``)."""
+    def poked(self, queues: list[str], req: Request) -> None:
+        """Apply the messages other brokers committed for ``queues``; answer ``req``."""
+    def closed(self, router: Any, conn: Any) -> None:
+        """A connection closed: its peer stand-ins close, what it holds elsewhere goes."""
+    def peer_clients(self, broker_id: str) -> PeerClients:
+        """The stand-ins of a peer link's clients (its session's, made by ClusterPeer)."""
+    def status(self) -> dict[str, Any] | None:
+        """The cluster as ClusterStatus shows it (None: not in one)."""
+
+
+class LocalPlacement:
+    """One broker: every queue is served here, nothing is forwarded or claimed, and a
+    notice for a job no queue holds is dropped (whatever it was about is gone). A peer
+    link's session may still connect (ClusterPeer): its stand-ins close with it."""
+
+    whole_batches = False
+    looks_up_many = False
+
+    def __init__(self) -> None:
+        self._stand_ins = StandIns()
+
+    async def prepare(self, routed: Routed, found: Found | None, known: Mapping[str, str]
+                      ) -> tuple[Found | None, dict[str, str] | None]:
+        return found, None
+
+    def where(self, queue: str, req: Request) -> str | None:
+        return None
+
+    def address(self, queue: str, req: Request) -> str | None:
+        return None
+
+    def flow_address(self, req: Request) -> str | None:
+        return None
+
+    def serves(self, queue: str) -> bool:
+        return True
+
+    def forward(self, address: str, reqs: list[Request]) -> None:
+        raise AssertionError("one broker forwards nothing")
+
+    def forgotten(self, job_id: str, found: Found | None) -> bool:
+        return False
+
+    async def moved(self) -> None:
+        raise AssertionError("one broker's queues never move")
+
+    def settle_claims(self, claims: dict[str, str],
+                      groups: dict[str, list[Request]]) -> None:
+        raise AssertionError("one broker claims no ids")
+
+    def remote_queue(self, job_id: str) -> str | None:
+        return None
+
+    def depend(self, child_id: str, parent_id: str, parent_queue: str) -> None:
+        pass  # (the child is gone, or will be pushed here)
+
+    def tell(self, notices: list[Notice]) -> None:
+        pass
+
+    def admit_across(self, jobs: list[Any], remote: set[str],
+                     held: list[tuple[str, str]],
+                     reply: tuple[Replier, dict[str, Any]]) -> None:
+        raise AssertionError("one broker serves every queue of a flow")
+
+    def queues_elsewhere(self) -> list[str]:
+        return []
+
+    def take(self, command: Command, req: Request,
+             remote: dict[str, list[Request]]) -> bool:
+        return False
+
+    def merged(self, req: Request, answer: Any) -> bool:
+        return False
+
+    def poked(self, queues: list[str], req: Request) -> None:
+        req.ok({})
+
+    def closed(self, router: Any, conn: Any) -> None:
+        self._stand_ins.closed(router, conn)
+
+    def peer_clients(self, broker_id: str) -> PeerClients:
+        return PeerClients(broker_id)
+
+    def status(self) -> dict[str, Any] | None:
+        return None
+
+
+class Membership(Protocol):
+    """The broker's part in a cluster as the broker drives it (actors/broker_cluster.py),
+    or none (:class:`LocalMembership`)."""
+
+    def attach(self, router: Any) -> None:
+        """The router is made (it asks the member's placement)."""
+    def load(self) -> Recovered:
+        """What the broker rebuilds at its start."""
+    def cron_firing(self) -> tuple[Callable[[Any], None] | None, str | None]:
+        """How the scheduler fires a schedule, and the lease it fires under (None,
+        None: into a queue here, always)."""
+    def scheduler_made(self, scheduler: Any) -> None: ...
+    async def join(self, tcp_port: int, nursery: Any) -> None:
+        """The TCP listener is bound (``tcp_port``): join, in the broker's nursery."""
+    async def leave(self) -> None:
+        """The last commit is in: give the leases back."""
+
+
+class LocalMembership:
+    """One broker: every queue is rebuilt from its store at the start; nothing to join
+    or leave."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def attach(self, router: Any) -> None:
+        pass
+
+    def load(self) -> Recovered:
+        return self._storage.load()
+
+    def cron_firing(self) -> tuple[Callable[[Any], None] | None, str | None]:
+        return None, None
+
+    def scheduler_made(self, scheduler: Any) -> None:
+        pass
+
+    async def join(self, tcp_port: int, nursery: Any) -> None:
+        pass
+
+    async def leave(self) -> None:
+        pass

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +27,11 @@ import trio
 from ..core import fields
 from ..core.broker_events import broker_event
 from ..core.broker_stats import BrokerStats
-from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
+from ..core.cluster_handlers import InboxPoke
 from ..core.commands import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
-from ..core.flows import Dependents, DependentsIndex
+from ..core.flows import Dependents
 from ..core.job import FINISHED_STATES
 from ..core.maintenance import FanOut
 from ..core.queue import QueueState
@@ -40,33 +39,24 @@ from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
-from ..core.writes import Writes
-from ..storage.port import OURS
 from ..turns import give_way
-from .cluster_clients import StandIns
-from .cluster_crons import ClusterRecords
-from .cluster_fanout import ClusterReads
-from .cluster_inbox import ClusterInbox
-from .cluster_messages import RemoteJobs, depend_writes, release_with_pokes, remote_notices
-from .cluster_routes import (
-    ClaimIds,
-    ClusterRouting,
-    Forward,
-    Moving,
-    claims_wanted,
-    flow_address,
-    from_peer,
-    ids_to_look_up,
-    queues_named,
-    remote_address,
-)
+from .cluster_clients import PeerClients
+from .cluster_routes import Moving, ids_to_look_up
 from .events import EventHub, EventRelease
 from .fan_out import Gather
 from .flow_admission import FlowAdmission
 from .joins import Join
-from .ports import AdmissionFactory, Committer, Notice, RouterLimits
+from .ports import (
+    AdmissionFactory,
+    Committer,
+    LocalPlacement,
+    Notice,
+    Placement,
+    RouterLimits,
+    Spawn,
+)
 from .queue_actor import QueueActor
-from .request import Replier, Request
+from .request import Request
 from .retained import RetainedResults
 from .timings import BatchTimer
 
@@ -75,14 +65,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioqueue.router")
 
-Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
-
 
 # The queues of finished jobs by id, read off the trio thread (Router's finished_queues).
 FinishedQueues = Callable[[list[str]], Awaitable[dict[str, str | None]]]
 
 
-class Router(DependentsIndex, FlowAdmission, RetainedResults):
+class Router:
     def __init__(self, *, committer: Committer,
                  find_queue: Callable[[str], str | None],
                  now_ms: Callable[[], int], limits: RouterLimits,
@@ -90,31 +78,14 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                  new_actor: Callable[[str], QueueActor], spawn: Spawn,
                  count_stored: Callable[[str, str], int] | None = None,
                  finished_queues: FinishedQueues | None = None,
-                 cluster: ClusterRouting | None = None,
-                 forward: Forward | None = None,
-                 reads: ClusterReads | None = None,
-                 claim_ids: ClaimIds | None = None) -> None:
+                 placement: Placement | None = None) -> None:
         self._committer = committer
-        # In a cluster (docs/scale-out.md): which queues are served here, and how a
-        # command for one served elsewhere goes there (actors/cluster_routes.py).
-        self.cluster = cluster
-        self._forward = forward
-        # ... and how the custom ids its pushes and flows admit are claimed (one round
-        # trip per batch, with their look-up), so no other broker admits them too
-        self._claim_ids = claim_ids
-        # In a cluster: the queues of parents served elsewhere of this broker's children,
-        # and the reader of this broker's queues' inboxes (set by the broker)
-        self.remote_parents = RemoteJobs()
-        # ... and the live jobs of other brokers that this broker's pushes name (custom
-        # ids, dependencies), as the batch's look-up found them (Broker._cluster_queues)
-        self.remote_live = RemoteJobs()
-        self.inbox: ClusterInbox | None = None
-        # ... and how the broker-wide reads (Stats, ListWorkers...) ask every broker
-        self.reads = reads
-        self.records: ClusterRecords | None = None  # cron, webhook commands (set later)
+        # Which queues are served here, and how a request for one served elsewhere
+        # goes there: all here on one broker; a cluster's (docs/scale-out.md) answers
+        # from its view (actors/cluster_placement.py).
+        self.placement: Placement = LocalPlacement() if placement is None else placement
         # Where the dashboard events of broker commands go (the broker's event hub).
         self.hub: EventHub | None = None
-        self.clients = StandIns()  # (a cluster's set by the broker: cluster_clients.py)
         # A finished job's record, seeing every write already submitted.
         self._find_queue = find_queue
         # For a store whose reads block: the queues of a batch's finished ids, looked
@@ -134,14 +105,19 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         # the cron scheduler (actors/scheduler.py), set by the broker when it runs
         self.crons: Any = None
         self.webhooks = WebhookRegistry()
-        # job id -> (expires at, queue, has result, result)
-        self._retained = OrderedDict()
-        self.graveyard = None  # (set by the broker: dropped results go there)
+        # Results of removed-on-complete jobs kept for a late WaitJob (its graveyard
+        # set by the broker).
+        self.results = RetainedResults(limits.removed_result_retention_s,
+                                       limits.max_removed_results)
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
         # The broker's numbers (core.broker_stats); the broker fills in what it measures.
         self.stats = BrokerStats()
         self._timer = BatchTimer(self.stats.timings)
+        # PUSHF: flows admitted across queues, all or nothing
+        self.flows = FlowAdmission(self, limits=limits, admission=admission,
+                                   committer=committer, placement=self.placement,
+                                   now_ms=now_ms)
         # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled
         self.tracing: BrokerTracing | None = None
 
@@ -149,27 +125,44 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
 
     def locate(self, job_id: str) -> str | None:
         queue = self._index.get(job_id)
-        if queue is None and self.cluster is not None:  # (another broker's live job)
-            queue = self.remote_live.queue_of(job_id)
+        if queue is None:  # (in a cluster, another broker's live job)
+            queue = self.placement.remote_queue(job_id)
         return queue
 
     def add_dependent(self, child_id: str, parent_id: str) -> None:
         self.dependents.add(child_id, parent_id)
-        if self.cluster is not None and child_id not in self._index:
-            child_queue = self.remote_live.queue_of(child_id)
+        if child_id not in self._index:
             parent_queue = self._index.get(parent_id)
-            if child_queue is not None and parent_queue is not None:
-                # (a dependency another broker serves: it must tell this parent)
-                self._release_messages(
-                    depend_writes(child_id, parent_id, parent_queue, child_queue), None)
+            if parent_queue is not None:  # (a child elsewhere must tell this parent)
+                self.placement.depend(child_id, parent_id, parent_queue)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.drop(child_id, parent_id)
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        return self.dependents.take(child_id)
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self.dependents
 
     def add(self, job_id: str, queue: str) -> None:
         self._index[job_id] = queue
-        if self._retained:  # a new generation: the old result is gone
-            self._let_go(self._retained.pop(job_id, None))
+        results = self.results
+        if results.kept:  # a new generation: the old result is gone
+            results.forget(job_id)
 
     def remove(self, job_id: str) -> None:
         self._index.pop(job_id, None)
+
+    def retain_result(self, job_id: str, queue: str, has_result: bool, result: Any,
+                      now: int) -> None:
+        self.results.retain(job_id, queue, has_result, result, now)
+
+    def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
+        return self.results.get(job_id, now)
+
+    def forget_retained(self, queue: str) -> None:
+        self.results.forget_queue(queue)
 
     def compact(self) -> None:
         """Copy the index once most of it is gone: a dict never shrinks on deletes, so
@@ -177,31 +170,20 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self._index.compact()
 
     def post_notices(self, notices: list[Notice]) -> None:
-        """Hand each notice to the queue that holds its target job (dropped when the
-        job is gone: whatever it was about no longer matters). In a cluster, a notice
-        for a job another broker serves goes there as an inbox message, committed with
-        the batch that made it (actors/cluster_messages.py)."""
+        """Hand each notice to the queue that holds its target job; the placement
+        takes the rest (on one broker they are dropped: whatever they were about no
+        longer matters; in a cluster they go to the job's broker)."""
         elsewhere: list[Notice] | None = None
         for job_id, notice in notices:
             queue = self._index.get(job_id)
             if queue is not None:
                 self.actors[queue].post(notice)
-            elif self.cluster is not None:
+            else:
                 if elsewhere is None:
                     elsewhere = []
                 elsewhere.append((job_id, notice))
         if elsewhere:
-            writes = remote_notices(self.remote_parents, elsewhere)
-            if writes is not None:
-                self._release_messages(writes, None)
-
-    def _release_messages(self, writes: Writes,
-                          then: tuple[Replier, dict[str, Any]] | None) -> None:
-        """Commit a cluster's inbox messages, then poke the brokers they are for."""
-        assert self.cluster is not None and self._forward is not None
-        release_with_pokes(self._committer, writes,
-                           [queue for queue, _ in writes.cluster.messages],
-                           self.cluster.route, self._forward, then)
+            self.placement.tell(elsewhere)
 
     def post_to(self, queue: str, notice: tuple[Any, ...]) -> bool:
         """Hand a notice to queue ``queue``; False when there is no such queue."""
@@ -236,10 +218,10 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         return 0 if self._count_stored is None else self._count_stored(queue, state)
 
     def queues_elsewhere(self) -> list[str]:
-        cluster = self.cluster
-        if cluster is None:
-            return []
-        return [q for q in cluster.queue_names() if q not in cluster.owned]
+        return self.placement.queues_elsewhere()
+
+    def forget_expired_retained(self, now: int) -> int:
+        return self.results.forget_expired(now)
 
     def compact_index(self) -> int:
         before = sys.getsizeof(self._index)
@@ -256,8 +238,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         """
         actor = self.actors.get(name)
         if actor is None:
-            if self.cluster is not None and not recovering and (
-                    name not in self.cluster.owned):  # (a cluster: served elsewhere)
+            if not recovering and not self.placement.serves(name):
                 raise Refused(f"Queue {name} is served by another broker; retry")
             if not recovering and len(self.actors) >= self._limits.max_queues:
                 raise Refused(f"Too many queues (max {self._limits.max_queues})")
@@ -266,7 +247,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 self.announce([broker_event("queue:created", self._now_ms(), queue=name)])
         return actor
 
-    def _queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
+    def queue_of(self, job_id: str, found: dict[str, str | None] | None) -> str | None:
         """A job's queue: the live index first, then storage for finished jobs (what
         :meth:`_look_up_finished` found, when it ran)."""
         queue = self._index.get(job_id)
@@ -304,21 +285,13 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         found = None
         if self._finished_queues is not None:
             found = await self._look_up_finished(routed, self._finished_queues)
-        if self.cluster is not None:
-            asked = queues_named([(c, r) for c, r in routed if from_peer(r)],
-                                 self._index.get, found)
-            await self.cluster.prepare(queues_named(routed, self._index.get, found),
-                                       set(asked))
-            if self.records is not None:
-                await self.records.prepare(routed)
-            found, claims = await self._claim(routed, found)
-        else:
-            claims = None
+        placement = self.placement
+        found, claims = await placement.prepare(routed, found, self._index)
         groups: dict[str, list[Request]] = {}
         remote: dict[str, list[Request]] = {}
         again: list[tuple[Command, Request]] = []
         # (a cluster's claims and look-ups are made for the whole batch: not split)
-        until = None if self.cluster is not None else (
+        until = None if placement.whole_batches else (
             time.perf_counter() + self._limits.slice_budget_ms / 1000)
         rest: list[tuple[Command, Request]] = []
         for at, (command, req) in enumerate(routed):
@@ -333,16 +306,13 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 rest = routed[at + 1:]
                 break
         if claims:
-            self._settle_claims(claims, groups)
-        if remote:
-            assert self._forward is not None  # (a cluster has its peer links)
-            for address, reqs in remote.items():
-                self._forward(address, reqs)
+            placement.settle_claims(claims, groups)
+        for address, reqs in remote.items():
+            placement.forward(address, reqs)
         for name, reqs in groups.items():
             await self.send(name, reqs)
         if again:
-            assert self.cluster is not None  # (only a cluster's queues move)
-            await self.cluster.moved()
+            await placement.moved()
             return again, False
         return rest, bool(rest)
 
@@ -382,69 +352,20 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         """The queues of the batch's ids that no live job has, in one read off the
         trio thread (a store whose reads block), so routing never waits on the store
         in the event loop. Each id asked maps to its queue or None."""
-        ids = ids_to_look_up(routed, self._index, multi=self.cluster is not None)
+        ids = ids_to_look_up(routed, self._index, multi=self.placement.looks_up_many)
         if not ids:
             return None
         return await finished_queues(ids)
-
-    async def _claim(self, routed: list[tuple[Command, Request]],
-                     found: dict[str, str | None] | None
-                     ) -> tuple[dict[str, str | None] | None, dict[str, str] | None]:
-        """In a cluster: claim the new custom ids of the pushes and flows this broker
-        admits, and look them up (and the pushes' dependencies), in one read. Returns
-        ``found`` with each flow id's queue where it is taken (None: free, and claimed
-        here for its queue), and the claims made (id -> queue) that the batch must
-        settle (:meth:`_settle_claims`). Where another broker's job or claim has an id,
-        a push of it gets the duplicate answer (``remote_live``, set by the claimer)."""
-        if self._claim_ids is None:
-            return found, None
-        assert self.cluster is not None
-        wanted = claims_wanted(routed, self.cluster, self._index)
-        if not wanted:
-            return found, None
-        where = await self._claim_ids(wanted)
-        # (every id sent was claimed, if only until its push is answered as existing)
-        claims = {job_id: queue for job_id, queue in wanted.claims.items()
-                  if job_id in where}
-        if wanted.flows:
-            found = {} if found is None else found
-            for job_id, queue in wanted.flows.items():
-                seen = where.get(job_id)
-                taken = seen is not None and (seen.kind != OURS or seen.queue != queue)
-                found[job_id] = seen.queue if taken and seen is not None else None
-        return found, claims
-
-    def _settle_claims(self, claims: dict[str, str], groups: dict[str, list[Request]]
-                       ) -> None:
-        """The claims a batch made and its flows did not settle: each queue's go in
-        the commit after its pushes (a request of its own, after them); those of pushes
-        forwarded or refused here go now."""
-        by_queue: dict[str, list[str]] = {}
-        rest: list[tuple[str, str]] = []
-        for job_id, queue in claims.items():
-            if queue in groups:
-                by_queue.setdefault(queue, []).append(job_id)
-            else:
-                rest.append((job_id, queue))
-        for queue, ids in by_queue.items():
-            groups[queue].append(Request(RELEASE_CLAIMS, {"ids": ids}, _NoReply()))
-        if rest:
-            writes = Writes()
-            writes.cluster.claims_done.extend(rest)
-            self._committer.submit(writes)
-            self._committer.release([])
 
     def _group(self, name: str, req: Request, groups: dict[str, list[Request]],
                remote: dict[str, list[Request]] | None) -> None:
         """Add ``req`` to queue ``name``'s part of the batch: its actor's here, or (in
         a cluster) the part forwarded to the broker that serves the queue."""
-        if self.cluster is not None and remote is not None:
-            address = remote_address(self.cluster, name, req)
+        if remote is not None:
+            address = self.placement.where(name, req)
             if address is not None:
                 remote.setdefault(address, []).append(req)
                 return
-            if self.cluster.moving(name):  # (its actor may be retired already)
-                raise Moving(name)
         self.actor(name)
         groups.setdefault(name, []).append(req)
 
@@ -466,18 +387,18 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             self._broker(command, req, remote)
             return
         if how == FLOW:
-            if self.cluster is not None and remote is not None:
-                address = flow_address(self.cluster, req)
+            if remote is not None:
+                address = self.placement.flow_address(req)
                 if address is not None:
                     remote.setdefault(address, []).append(req)
                     return
-            self._push_flow(req, found, claims)
+            self.flows.push(req, found, claims)
             return
         # An id route: its name is the field that holds the id. No length check: an
         # over-long id can never exist, so it reads as not found.
         job_id = fields.job_id(msg.get(how), how, check_length=False)
-        queue = self._queue_of(job_id, found)
-        if queue is None and self._forgotten(job_id, found):
+        queue = self.queue_of(job_id, found)
+        if queue is None and self.placement.forgotten(job_id, found):
             raise Moving(job_id)
         if queue is None:
             if command.retained is not None:
@@ -490,13 +411,6 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             return
         self._group(queue, req, groups, remote)
 
-    def _forgotten(self, job_id: str, found: dict[str, str | None] | None) -> bool:
-        """In a cluster: whether ``job_id`` was a live job of this broker when the batch
-        was looked up (so it was not looked up), and its queue was handed over since:
-        where it is now, only a new look-up can tell."""
-        return (self.cluster is not None and self._finished_queues is not None
-                and (found is None or job_id not in found))
-
     def _broker(self, command: Command, req: Request,
                 remote: dict[str, list[Request]] | None) -> None:
         """Broker-wide state (workers, queues, memory): answered here; with writes to
@@ -507,7 +421,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 self._admission().refuses(req.frame_bytes, command.admits(req.msg), req)):
             req.error(STORAGE_FULL)
             return
-        if self.records is not None and self.records.take(command, req, remote):
+        if remote is not None and self.placement.take(command, req, remote):
             return
         assert command.handler is not None
         if command.sized:
@@ -515,7 +429,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                                      req.frame_bytes, req.json_bound)
         else:
             answer = command.handler(self, req.msg, self._now_ms(), req.conn)
-        if self.reads is not None and self.reads.take(req, answer):
+        if self.placement.merged(req, answer):
             return  # (a cluster: the other brokers' answers merged with this one)
         if isinstance(answer, FanOut):
             gather = Gather(req, answer.combine, len(self.actors))
@@ -523,10 +437,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
                 self._post(name, Request(answer.command, {}, gather))
         elif isinstance(answer, InboxPoke):
             # (another broker committed messages for these queues: apply them now)
-            if self.inbox is not None:
-                self._spawn(self.inbox.poked, answer.queues, req)
-            else:
-                req.ok({})
+            self.placement.poked(answer.queues, req)
         elif isinstance(answer, Committed):
             # The broker's own records: the reply leaves once they are committed, and
             # so do the dashboard events of the change.
@@ -560,16 +471,16 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
             if queue is None and found is not None:  # (a cluster: another broker's)
                 queue = found.get(job_id)
             if queue is None:
-                if self._forgotten(job_id, found):
+                if self.placement.forgotten(job_id, found):
                     raise Moving(job_id)
                 unknown.append(i)
             else:
                 by_queue.setdefault(queue, []).append(i)
-        if self.cluster is not None and remote is not None:
-            for queue in by_queue:  # (refused whole, before any part is routed)
-                if remote_address(self.cluster, queue, req) is None and (
-                        self.cluster.moving(queue)):
-                    raise Moving(queue)  # (routed again whole, once it moved)
+        if remote is not None:
+            # (refused whole, before any part is routed: a queue handed over raises
+            # Moving, and the request is routed again whole once it moved)
+            for queue in by_queue:
+                self.placement.where(queue, req)
         if len(by_queue) == 1 and not unknown:
             self._group(next(iter(by_queue)), req, groups, remote)
             return
@@ -590,7 +501,14 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         for name in queues:
             if name in self.actors:
                 self._post(name, Request(RELEASE_CONNECTION, {}, _NoReply(), conn=conn))
-        self.clients.closed(self, conn)  # (a peer link's stand-ins; what it pulled elsewhere)
+        self.placement.closed(self, conn)  # (a peer link's stand-ins; pulls elsewhere)
+
+    def peer_clients(self, broker_id: str) -> PeerClients:
+        """The stand-ins of a peer link's clients (ClusterPeer, on the link's session)."""
+        return self.placement.peer_clients(broker_id)
+
+    def cluster_status(self) -> dict[str, Any] | None:
+        return self.placement.status()
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)

@@ -151,8 +151,8 @@ def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
 
 class Dependents:
     """child id -> ids of the live jobs waiting for it: the reverse of every waiting
-    job's ``pending`` list. The router keeps one for the broker (the JobIndex methods
-    of the same names delegate here), the test harness one for its queue."""
+    job's ``pending`` list. The router keeps one for the broker (its JobIndex
+    dependency methods answer from it), the test harness one for its queue."""
 
     __slots__ = ("_parents",)
 
@@ -195,25 +195,6 @@ class Dependents:
         for record in records:
             for child_id in record.get("pending") or ():
                 self.add(child_id, record["id"])
-
-
-class DependentsIndex:
-    """The dependency half of :class:`~trioqueue.core.queue.JobIndex`, over a
-    :class:`Dependents` map in ``self.dependents`` (the router's, or a test index's)."""
-
-    dependents: Dependents
-
-    def add_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.add(child_id, parent_id)
-
-    def drop_dependent(self, child_id: str, parent_id: str) -> None:
-        self.dependents.drop(child_id, parent_id)
-
-    def take_dependents(self, child_id: str) -> list[str]:
-        return self.dependents.take(child_id)
-
-    def has_dependents(self, child_id: str) -> bool:
-        return child_id in self.dependents
 
 
 @dataclass(slots=True)

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import Refused
-from ..core.flows import Dependents, DependentsIndex
+from ..core.flows import Dependents
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..storage.memory import MemoryStorage
 from ..storage.reads import direct_view
 
 
-class DictIndex(dict[str, str], DependentsIndex):
+class DictIndex(dict[str, str]):
     """The broker-wide job index (job id -> queue), as the router keeps it."""
 
     def __init__(self) -> None:
@@ -47,6 +47,18 @@ class DictIndex(dict[str, str], DependentsIndex):
 
     def retained_result(self, job_id: str, now: int) -> tuple[bool, Any] | None:
         return self.retained.get(job_id)
+
+    def add_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.add(child_id, parent_id)
+
+    def drop_dependent(self, child_id: str, parent_id: str) -> None:
+        self.dependents.drop(child_id, parent_id)
+
+    def take_dependents(self, child_id: str) -> list[str]:
+        return self.dependents.take(child_id)
+
+    def has_dependents(self, child_id: str) -> bool:
+        return child_id in self.dependents
 
 
 

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 import trio
 
-from ..actors.cluster_clients import PeerClients
 from ..actors.request import OnReply, Request
 from ..config import Config
 from ..core.broker_events import broker_event
@@ -63,12 +62,17 @@ class SessionRouter(Protocol):
     def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
     def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
     def announce(self, events: list[dict[str, Any]]) -> None: ...
+    # A peer link's clients (ClusterPeer): their stand-ins on this broker.
+    def peer_clients(self, broker_id: str) -> PeerClients: ...
+    # The cluster as ClusterStatus shows it (None: not in one).
+    def cluster_status(self) -> dict[str, Any] | None: ...
 
 
-class ClusterView(Protocol):
-    """A cluster as ClusterStatus shows it (actors/cluster.py)."""
+class PeerClients(Protocol):
+    """The stand-ins of a peer link's clients (the router's, actors/cluster_clients.py)."""
 
-    def status(self) -> dict[str, Any]: ...
+    def conn_of(self, session: Any, msg: dict[str, Any]) -> Any: ...
+    def hold_jobs(self, router: Any) -> bool: ...
 
 
 class EventSource(Protocol):  # (the broker's EventHub, actors/events.py)
@@ -464,7 +468,8 @@ class Session:
     def become_peer(self, broker_id: str) -> None:
         """ClusterPeer: this connection carries another broker's forwarded commands."""
         self.peer_broker = broker_id
-        self.peer_clients = self.peer_clients or PeerClients(broker_id)  # (kept if sent again)
+        # (kept if sent again)
+        self.peer_clients = self.peer_clients or self.router.peer_clients(broker_id)
 
     def stream_cluster_events(self, replier: Any) -> None:
         """ClusterEvents: the events of this broker's own queues, as SubscribeEvents'
@@ -476,9 +481,7 @@ class Session:
             self.events.subscribe(self._cluster_stream, stream=True)
 
     def cluster_status(self) -> dict[str, Any]:
-        # (the router's, in a cluster; a router of tests may have none)
-        cluster: ClusterView | None = getattr(self.router, "cluster", None)
-        return {"cluster": None if cluster is None else cluster.status()}
+        return {"cluster": self.router.cluster_status()}
 
     def subscribe(self, queue: str, replier: Any) -> None:
         """Push every event of ``queue`` to this connection as ``{type: "event", event}``.
