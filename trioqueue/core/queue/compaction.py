@@ -54,9 +54,12 @@ def _compact(q: QueueState) -> Steps:
         for _ in range(len(heap.chunk_lengths())):
             dropped += heap.sweep(keep)  # type: ignore[arg-type]
             yield None
-    maps: list[Any] = [q.jobs, q.locks, q.owner_conn, q.dedup, *q.conn_jobs.values()]
+    maps: list[Any] = [q.jobs, q.dedup]
     before = sum(map(sys.getsizeof, maps))
     for table in maps:
         table.compact()
     after = sum(map(sys.getsizeof, maps))
+    leases_before, leases_after = q.leases.compact()
+    before += leases_before
+    after += leases_after
     return {"heapEntries": dropped, "bytes": before - after}

@@ -11,12 +11,10 @@ from .. import flows
 from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..errors import Refused
-from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
-from ..split_dict import SplitDict
 from ..traces import fail_trace
 from .dlq import new_entry
-from .leases import Lock, lease_deadline
+from .leases import lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
 from .repeats import may_follow
@@ -74,6 +72,8 @@ def pull(
     if settings.gated:
         count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
+    grant = q.leases.grant
+    held_by = None if detach and owner is None else conn  # (None: no connection holds it)
     while len(jobs) < count:
         job = q._next_ready(now)
         if job is None:
@@ -82,17 +82,7 @@ def pull(
         job.started_at = job.last_heartbeat = now
         q._transition(job, st.PULL, now)
         job.add_timeline("active", now)
-        token = ""
-        if owner is not None:
-            token = uuid7(now)
-            q.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
-            q._lock_heap.push((expires, job.id, token))
-        if conn is not None and not (detach and owner is None):
-            q.owner_conn[job.id] = conn
-            held = q.conn_jobs.get(conn)
-            if held is None:
-                held = q.conn_jobs[conn] = SplitDict()
-            held[job.id] = None
+        token = grant(job.id, owner, held_by, now, expires, lock_ttl)
         q._persist(job)
         if q._next_stall_check is None or job.timeout:  # (the calls only when they act)
             q._watch(job, now)
@@ -153,10 +143,10 @@ def ack(
             refuse_unless_room(q)  # its successor is a new live job
         q._transition(job, st.RECLAIM, now)
         job = q._active_job(job_id)
-        q._check_token(job, token)
+        q.leases.check(job, token)
     else:
         job = q._active_job(job_id)
-        q._check_token(job, token)
+        q.leases.check(job, token)
         if may_follow(job):
             refuse_unless_room(q)
     q._complete(job, now, has_result, result, remove)
@@ -218,6 +208,7 @@ def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
     checked: list[tuple[int, JobRecord]] = []
     ignored: list[int] = []
     seen: set[str] = set()
+    check = q.leases.check
     for i, job_id in enumerate(ids):
         if job_id in seen:  # the same job twice in one batch: ACKed once
             ignored.append(i)
@@ -230,7 +221,7 @@ def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
                 continue
             ignored.append(i)
             continue
-        q._check_token(job, tokens[i] if tokens is not None else None)
+        check(job, tokens[i] if tokens is not None else None)
         checked.append((i, job))
     successors = sum(1 for _, job in checked if job.repeat is not None and may_follow(job))
     if successors:
@@ -279,7 +270,7 @@ def fail(
     if job is not None and job.state == QUEUED and job.attempts > 0:
         return False
     job = q._active_job(job_id)
-    q._check_token(job, token)
+    q.leases.check(job, token)
     decision = at.charge(job, at.Cause.FAIL, q.max_stalls, unrecoverable=unrecoverable,
                          error=error)
     if stack is not None:
@@ -307,7 +298,7 @@ def fail(
 
 def _retry_later(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued after a charged attempt, back after the job's backoff."""
-    q._release_resources(job)
+    q.leases.release(job.id)
     q._count(job, -1, now)
     q._move(job, st.RETRY)
     job.started_at = None

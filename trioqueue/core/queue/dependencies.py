@@ -310,10 +310,10 @@ def move_to_waiting_children(q: QueueState, job_id: str, now: int, token: str | 
     """Active -> waiting-children while it has dependencies left (BullMQ's rule:
     False, and the job stays active, when there is nothing to wait for)."""
     job = q._active_for_progress(job_id, now)
-    q._check_token(job, token)
+    q.leases.check(job, token)
     if not job.pending:
         return False
-    q._release_resources(job)
+    q.leases.release(job.id)
     q._transition(job, st.PARK, now)
     job.started_at = None
     job.add_timeline(WAITING_CHILDREN, now)

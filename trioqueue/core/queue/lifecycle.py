@@ -212,7 +212,7 @@ def _pop_delayed(q: QueueState) -> JobRecord | None:
 def _remove_live(q: QueueState, job: JobRecord, now: int) -> None:
     """Forget a live job entirely (memory side; the caller records the storage side)."""
     q._count(job, -1, now)
-    q._release_resources(job)
+    q.leases.release(job.id)
     q._release_key(job)
     del q.jobs[job.id]
     q.index.remove(job.id)

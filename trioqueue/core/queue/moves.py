@@ -105,8 +105,8 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
             raise Refused(JOB_NOT_FOUND)
         raise Refused(f"Job is not active (current state: {record['state']})")
     if job.state == ACTIVE:
-        q._check_token(job, token)
-        q._release_resources(job)
+        q.leases.check(job, token)
+        q.leases.release(job.id)
         q._count(job, -1, now)
         q._move(job, st.RELEASE)
         job.started_at = None
@@ -137,7 +137,7 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
         q._revive(record, now)
         return
     if job.state == ACTIVE:
-        q._check_token(job, token)
+        q.leases.check(job, token)
         job.run_at = now
         q._requeue(job, now)
         q._emit("waiting", job_id, now, prev="active")
@@ -187,6 +187,6 @@ def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:
     if job is None or job.state not in (QUEUED, ACTIVE):
         raise Refused(JOB_NOT_FOUND)
     if job.state == ACTIVE:
-        q._check_token(job, token)
+        q.leases.check(job, token)
     q._bury(job, now, "unknown", None)
 

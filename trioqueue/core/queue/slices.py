@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import STORAGE_FULL, Refused
 from ..job import COMPLETED, FAILED
-from ..split_heap import SplitHeap
 from .finished import GET, NeedData
 
 if TYPE_CHECKING:
@@ -286,7 +285,13 @@ def _drop_places(q: QueueState, orders: tuple[Any, ...], now: int
     return removed
 
 
-def _trim(heap: SplitHeap[Any]) -> Steps:
+class Trimmable(Protocol):
+    """A heap, or the owner of one, that drops its stale entries a few at a time."""
+
+    def trim(self, entries: int) -> bool: ...
+
+
+def _trim(heap: Trimmable) -> Steps:
     """Empty a heap whose entries are all stale, a slice at a time."""
     while heap.trim(TRIM_ENTRIES):
         yield None
@@ -315,7 +320,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
         q, (places.waiting, places.prioritized, places.delayed, places.active,
             places.waiting_children), now)
     _compact(q, removed)
-    for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
+    for heap in (q._ready, q._delayed, q.leases, q._timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):
         after: Any = None

@@ -59,7 +59,7 @@ from .dead_letters import DeadLetters
 from .dedup import DedupKey
 from .finished import FinishedView
 from .groups import Groups
-from .leases import Lock, stored_lock
+from .leases import Leases, stored_lock
 from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
@@ -77,9 +77,9 @@ class QueueState:
     __slots__ = (
         "name", "index", "finished", "jobs", "settings", "groups", "writes", "events",
         "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
-        "slice_over", "_seq", "locks", "_lock_heap", "_expiry_held_until", "rate_wake",
-        "owner_conn", "conn_jobs", "dedup", "dlq", "parked", "logs", "stall_watch",
-        "_next_stall_check", "_timeouts", "notices", "c", "places", "room", "watch",
+        "slice_over", "_seq", "leases", "rate_wake", "dedup", "dlq", "parked", "logs",
+        "stall_watch", "_next_stall_check", "_timeouts", "notices", "c", "places", "room",
+        "watch",
     )
 
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
@@ -108,16 +108,10 @@ class QueueState:
         # every few jobs (slices.SliceFill); None: no clock, slices go by count alone.
         self.slice_over: Callable[[], bool] | None = None
         self._seq = 0
-        self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
-        self._lock_heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
-        self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
+        self.leases = Leases()  # locks, their expiry, the jobs each connection holds
         # When the rate limit next has a token for the jobs waiting for one (set by each
         # pull the limit cut short: limits.allowance); None: no job waits for a token.
         self.rate_wake: int | None = None
-        # job id -> connection it was delivered to, and each connection's job ids (a map
-        # to None: one connection may hold a million, and a set grows as a dict does)
-        self.owner_conn: SplitDict[str, Any] = SplitDict()
-        self.conn_jobs: dict[Any, SplitDict[str, None]] = {}
         # uniqueKey -> holder; a SplitDict, as jobs and locks are: one entry per live
         # job when every job has a uniqueKey
         self.dedup: SplitDict[str, DedupKey] = SplitDict()
@@ -180,7 +174,7 @@ class QueueState:
     def _persist(self, job: JobRecord) -> None:
         record = job.to_record()
         if job.state == ACTIVE:  # (its lock, if any, goes with it: leases.stored_lock)
-            lock = self.locks.get(job.id)
+            lock = self.leases.locks.get(job.id)
             if lock is not None:
                 record["lock"] = stored_lock(lock)
         self.writes.put_job(record)
@@ -197,13 +191,9 @@ class QueueState:
         at: int | None
         if self.settings.timed:
             best = self.settings.next_wakeup()
-        lock_top = self._lock_heap.first()
-        if lock_top is not None:
-            at = lock_top[0]
-            if at < self._expiry_held_until:
-                at = self._expiry_held_until
-            if best is None or at < best:
-                best = at
+        at = self.leases.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
         parked = self.parked
         if parked._deadlines:
             at = parked.next_deadline()
@@ -247,8 +237,8 @@ class QueueState:
 
     def tick(self, now: int) -> list[WaiterAnswer]:
         # Every batch ticks: each part is called only when its heap's head is due.
-        lock_top = self._lock_heap.first()
-        if lock_top is not None and lock_top[0] <= now:
+        at = self.leases.next_wakeup()
+        if at is not None and at <= now:
             self.expire_locks(now)
         timeout_top = self._timeouts.first()
         if timeout_top is not None and timeout_top[0] <= now:
@@ -330,8 +320,6 @@ class QueueState:
     _settle_gone = waiting._settle_gone
 
     # leases.py: locks, renewal, expiry, jobs per connection
-    _check_token = leases._check_token
-    _release_resources = leases._release_resources
     extend_lock = leases.extend_lock
     heartbeat = leases.heartbeat
     expire_locks = leases.expire_locks
