@@ -24,8 +24,8 @@ import gc
 import sys
 import tempfile
 import time
-from operator import attrgetter
 import tracemalloc
+from operator import attrgetter
 from typing import Any
 
 import trio
