@@ -62,7 +62,7 @@ def structures(broker: Broker) -> dict[str, int]:
     if actor is not None:
         q = actor.state
         for name in ("jobs", "_ready", "_delayed", "leases.locks", "leases._heap",
-                     "leases.owner_conn", "leases.conn_jobs", "dedup", "logs", "_timeouts"):
+                     "leases.owner_conn", "leases.conn_jobs", "dedup", "logs", "timeouts"):
             out[f"q.{name}"] = len(attrgetter(name)(q))
         parked = q.parked
         out["q.parked.pulls"] = len(parked.pulls)

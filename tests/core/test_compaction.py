@@ -45,6 +45,6 @@ def test_timeout_entries_of_jobs_that_left_are_swept() -> None:
     push(h, 3, timeout=60_000)
     jobs, tokens = h.call("pull", T, count=3, owner="w", lock_ttl=30_000, conn=None)
     h.call("ack", jobs[0]["id"], T, token=tokens[0])
-    assert len(h.q._timeouts) == 3
+    assert len(h.q.timeouts) == 3
     assert h.q.compact_work().run()["heapEntries"] == 1
-    assert len(h.q._timeouts) == 2  # the two still active keep their deadlines
+    assert len(h.q.timeouts) == 2  # the two still active keep their deadlines

@@ -73,6 +73,7 @@ def pull(
         count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
     grant = q.leases.grant
+    timeouts = q.timeouts
     held_by = None if detach and owner is None else conn  # (None: no connection holds it)
     while len(jobs) < count:
         job = q._next_ready(now)
@@ -84,8 +85,8 @@ def pull(
         job.add_timeline("active", now)
         token = grant(job.id, owner, held_by, now, expires, lock_ttl)
         q._persist(job)
-        if q._next_stall_check is None or job.timeout:  # (the calls only when they act)
-            q._watch(job, now)
+        if timeouts.stall_check_at is None or job.timeout:  # (called only when it acts)
+            timeouts.watch(job, now)
         if q.events_enabled:
             q._emit("pulled", job.id, now)
         jobs.append(job.to_wire())

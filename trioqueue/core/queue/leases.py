@@ -312,8 +312,7 @@ def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
     """
     until = resumed_at + grace_ms
     q.leases.hold_expiry(until)
-    if q._next_stall_check is not None and q._next_stall_check < until:
-        q._next_stall_check = until
+    q.timeouts.hold(until)
 
 
 def _requeue(q: QueueState, job: JobRecord, now: int) -> None:

@@ -11,7 +11,6 @@ from ..backoff import backoff_delay_ms
 from ..job import ACTIVE, QUEUED, JobRecord
 from .dedup import DedupKey
 from .leases import is_overlap_job, restore_lock
-from .stalls import STALL_CHECK_MS
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -62,8 +61,7 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
             # clocks restart with it (the stall watch is ordered by arrival), so each
             # worker has a full stall interval to show life again.
             job.last_heartbeat = now
-            if q._next_stall_check is None:
-                q._next_stall_check = now + STALL_CHECK_MS
+            q.timeouts.arm_stall_check(now)
             lock = record.get("lock")
             if lock is not None:
                 restore_lock(q, job, lock, now)

@@ -320,7 +320,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
         q, (places.waiting, places.prioritized, places.delayed, places.active,
             places.waiting_children), now)
     _compact(q, removed)
-    for heap in (q._ready, q._delayed, q.leases, q._timeouts):
+    for heap in (q._ready, q._delayed, q.leases, q.timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):
         after: Any = None

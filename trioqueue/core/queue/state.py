@@ -65,7 +65,7 @@ from .order import Places
 from .ports import JobIndex
 from .room import UNLIMITED, Room
 from .settings import QueueSettings
-from .stalls import STALL_CHECK_MS, StallWatch
+from .stalls import StallWatch, Timeouts
 from .waiters import Parked, PullWaiter, WaiterAnswer
 from .watch import QueueWatch
 
@@ -78,7 +78,7 @@ class QueueState:
         "name", "index", "finished", "jobs", "settings", "groups", "writes", "events",
         "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
         "slice_over", "_seq", "leases", "rate_wake", "dedup", "dlq", "parked", "logs",
-        "stall_watch", "_next_stall_check", "_timeouts", "notices", "c", "places", "room",
+        "stall_watch", "timeouts", "notices", "c", "places", "room",
         "watch",
     )
 
@@ -118,8 +118,7 @@ class QueueState:
         self.parked = Parked()
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.stall_watch = StallWatch()
-        self._next_stall_check: int | None = None
-        self._timeouts: SplitHeap[tuple[int, str, int]] = SplitHeap()  # (deadline, id, startedAt)
+        self.timeouts = Timeouts()  # processing deadlines and the stall sweep's time
         # Messages for other jobs' queues (target job id, notice), posted by the caller
         # after the batch: how a child's outcome reaches a parent in another queue.
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
@@ -204,14 +203,9 @@ class QueueState:
             at = self._ready_wakeup(wanted)
             if at is not None and (best is None or at < best):
                 best = at
-        at = self._next_stall_check
+        at = self.timeouts.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        timeout_top = self._timeouts.first()
-        if timeout_top is not None:
-            at = timeout_top[0]
-            if best is None or at < best:
-                best = at
         if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
             at = self.dlq.next_wakeup(self.settings.dlq)
             if at is not None and (best is None or at < best):
@@ -240,16 +234,15 @@ class QueueState:
         at = self.leases.next_wakeup()
         if at is not None and at <= now:
             self.expire_locks(now)
-        timeout_top = self._timeouts.first()
-        if timeout_top is not None and timeout_top[0] <= now:
+        timeouts = self.timeouts
+        if timeouts.timeout_due(now):
             self.expire_timeouts(now)
         if self._due_left:
             self._promote_slice(now)
-        if self._next_stall_check is not None and now >= self._next_stall_check:
+        if timeouts.stall_check_due(now):
             more = self.check_stalls(now)
             # More stale jobs than one sweep takes: the next slice in a later step.
-            self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
-                                      if self.c.active else None)
+            timeouts.stall_checked(now, more, bool(self.c.active))
         release = self.groups.next_release()
         if release is not None and release <= now:
             self.groups.release_due(now)  # used up, or a queue at its limit would spin
@@ -342,7 +335,6 @@ class QueueState:
     def stall(self) -> dict[str, Any]:
         return self.settings.stall
     set_stall_config = stalls.set_stall_config
-    _watch = stalls._watch
     check_stalls = stalls.check_stalls
     expire_timeouts = stalls.expire_timeouts
 
