@@ -352,7 +352,7 @@ def test_unique_key_ttl_expires(h: Harness) -> None:
     assert h.push(NOW + 99, uniqueKey="k") == a
     b = h.push(NOW + 100, uniqueKey="k")
     assert b != a
-    assert h.q.dedup["k"].owner == b
+    assert h.q.dedup.holders["k"].owner == b
     assert h.counts(NOW + 100) == counts_of(waiting=2)
 
 
@@ -382,7 +382,7 @@ def test_unique_key_replace_active_owner_transfers_key(h: Harness) -> None:
     b = h.push(NOW + 1, uniqueKey="k", dedup={"replace": True})
     assert b != a
     assert h.state(a, NOW + 1) == "active" and h.state(b, NOW + 1) == "waiting"
-    assert h.q.dedup["k"].owner == b
+    assert h.q.dedup.holders["k"].owner == b
     h.ack(a, NOW + 2)  # the old owner's outcome must not release the new owner's key
     assert h.push(NOW + 3, uniqueKey="k") == b
 

@@ -636,7 +636,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert locks == {i: j.token for i, j in self.live.items() if j.token is not None}
         for job_id in q.leases.locks:
             assert q.jobs[job_id].state == "active", "a lock on a job that is not active"
-        assert {k: (d.owner, d.expires_at) for k, d in q.dedup.items()} == self.dedup
+        assert {k: (d.owner, d.expires_at) for k, d in q.dedup.holders.items()} == self.dedup
 
     @invariant()
     def every_unique_key_has_one_holder(self) -> None:

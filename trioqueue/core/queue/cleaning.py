@@ -164,5 +164,5 @@ def _finished_at(record: dict[str, Any], state: str) -> float:
 
 def _drop_finished(q: QueueState, job_id: str) -> None:
     """Remove a completed job with its result, logs and outcome rows (DeleteJob)."""
-    q.logs.pop(job_id, None)
+    q.logs.drop(job_id)
     q.writes.delete_job(job_id)

@@ -57,12 +57,10 @@ def _compact(q: QueueState) -> Steps:
     for swept in q.timeouts.sweep(timed):
         dropped += swept
         yield None
-    maps: list[Any] = [q.jobs, q.dedup]
-    before = sum(map(sys.getsizeof, maps))
-    for table in maps:
-        table.compact()
-    after = sum(map(sys.getsizeof, maps))
-    leases_before, leases_after = q.leases.compact()
-    before += leases_before
-    after += leases_after
+    before = sys.getsizeof(q.jobs)
+    q.jobs.compact()
+    after = sys.getsizeof(q.jobs)
+    for part_before, part_after in (q.leases.compact(), q.dedup.compact()):
+        before += part_before
+        after += part_after
     return {"heapEntries": dropped, "bytes": before - after}

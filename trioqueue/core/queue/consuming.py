@@ -160,7 +160,7 @@ def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result:
     if job.repeat is not None:  # the next generation, named in the completed record
         follow_repeat(q, job, now)
     if remove or job.remove_on_complete:
-        q.logs.pop(job.id, None)
+        q.logs.drop(job.id)
         q.writes.delete_job(job.id)
     else:
         q._move(job, st.ACK)
@@ -287,7 +287,7 @@ def fail(
     if remove_on_fail or job.remove_on_fail:
         q._remove_live(job, now)
         count_failed(q, now)
-        q.logs.pop(job.id, None)
+        q.logs.drop(job.id)
         q.writes.delete_job(job.id)
         q._child_failed(job, error)
         q._settle(job.id, failed_reply(error))
@@ -318,7 +318,7 @@ def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | Non
     else:
         q.jobs.pop(job.id, None)
         q.index.remove(job.id)
-        q._release_key(job)
+        q.dedup.release(job)
         for child_id in job.pending or ():
             q.index.drop_dependent(child_id, job.id)
     q._move(job, st.BURY)

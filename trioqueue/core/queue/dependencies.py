@@ -26,7 +26,7 @@ def _drop_queued(q: QueueState, job: JobRecord, now: int) -> None:
     """Remove a job that never ran to the end (cancelled, expired, replaced, removed
     as an unprocessed child): its parents stop waiting for it, its waits end."""
     q._remove_live(job, now)
-    q.logs.pop(job.id, None)
+    q.logs.drop(job.id)
     q.writes.delete_job(job.id)
     q._settle_dependents(job.id, flows.DETACHED)
     q._settle_gone(job.id)

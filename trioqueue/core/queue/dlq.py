@@ -76,7 +76,7 @@ def drop_entry(q: QueueState, mark: Mark, now: int, event: str | None = None) ->
     q.dlq.discard(job_id)
     if q.index.locate(job_id) is None:  # else its id now names a live job elsewhere
         q.writes.delete_job(job_id)
-        q.logs.pop(job_id, None)
+        q.logs.drop(job_id)
         if q.index.has_dependents(job_id):
             q._settle_dependents(job_id, flows.DETACHED)
     if event is not None and q.events_enabled:

@@ -213,7 +213,7 @@ def _remove_live(q: QueueState, job: JobRecord, now: int) -> None:
     """Forget a live job entirely (memory side; the caller records the storage side)."""
     q._count(job, -1, now)
     q.leases.release(job.id)
-    q._release_key(job)
+    q.dedup.release(job)
     del q.jobs[job.id]
     q.index.remove(job.id)
     if job.pending:

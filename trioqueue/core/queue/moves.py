@@ -10,7 +10,6 @@ from .. import states as st
 from ..errors import JOB_NOT_FOUND, Refused
 from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, JobRecord
 from . import slices
-from .dedup import DedupKey
 from .repeats import pending_successor
 from .room import refuse_unless_room
 from .slices import Sliced
@@ -175,7 +174,7 @@ def _revive(q: QueueState, record: dict[str, Any], now: int,
     if job.unique_key is not None:
         ttl = job.deduplication_ttl
         job.dedup_expires_at = None if ttl is None else now + ttl
-        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+        q.dedup.claim(job.unique_key, job)
     q._enqueue(job, now)
     q._persist(job)
     q._emit("waiting", job.id, now, prev="failed")

@@ -71,7 +71,7 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
-        q.logs.pop(job_id, None)
+        q.logs.drop(job_id)
         q.dlq.discard(job_id)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)

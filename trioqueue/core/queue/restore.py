@@ -9,7 +9,6 @@ from .. import attempts as at
 from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..job import ACTIVE, QUEUED, JobRecord
-from .dedup import DedupKey
 from .leases import is_overlap_job, restore_lock
 
 if TYPE_CHECKING:
@@ -33,12 +32,12 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
     q.jobs[job.id] = job
     q.index.add(job.id, q.name)
     if job.unique_key is not None and not job.dedup_lost:
-        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+        q.dedup.claim(job.unique_key, job)
     if job.state == ACTIVE and charge_active and is_overlap_job(job):
         # a cron's job whose worker the crash lost: deleted, the next firing replaces it
         del q.jobs[job.id]
         q.index.remove(job.id)
-        q._release_key(job)
+        q.dedup.release(job)
         q.writes.delete_job(job.id)
         return job
     if job.state == ACTIVE and charge_active:

@@ -56,13 +56,14 @@ from . import (
 )
 from . import waiters as waiting
 from .dead_letters import DeadLetters
-from .dedup import DedupKey
+from .dedup import Dedup
 from .finished import FinishedView
 from .groups import Groups
 from .leases import Leases, stored_lock
 from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
+from .progress import Logs
 from .room import UNLIMITED, Room
 from .settings import QueueSettings
 from .stalls import StallWatch, Timeouts
@@ -112,11 +113,9 @@ class QueueState:
         # When the rate limit next has a token for the jobs waiting for one (set by each
         # pull the limit cut short: limits.allowance); None: no job waits for a token.
         self.rate_wake: int | None = None
-        # uniqueKey -> holder; a SplitDict, as jobs and locks are: one entry per live
-        # job when every job has a uniqueKey
-        self.dedup: SplitDict[str, DedupKey] = SplitDict()
+        self.dedup = Dedup()  # uniqueKey -> the live job that holds it
         self.parked = Parked()
-        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.logs = Logs()
         self.stall_watch = StallWatch()
         self.timeouts = Timeouts()  # processing deadlines and the stall sweep's time
         # Messages for other jobs' queues (target job id, notice), posted by the caller
@@ -403,7 +402,6 @@ class QueueState:
     clear_logs = progress.clear_logs
 
     # dedup.py: uniqueKey holders and the push policy
-    _release_key = dedup._release_key
     dedup_owner = dedup.dedup_owner
     release_dedup_key = dedup.release_dedup_key
     _dedup_admit = dedup._dedup_admit
