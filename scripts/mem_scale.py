@@ -61,7 +61,7 @@ def structures(broker: Broker) -> dict[str, int]:
     actor = router.actors.get(QUEUE)
     if actor is not None:
         q = actor.state
-        for name in ("jobs", "_ready", "_delayed", "leases.locks", "leases._heap",
+        for name in ("jobs", "order._ready", "order._delayed", "leases.locks", "leases._heap",
                      "leases.owner_conn", "leases.conn_jobs", "dedup", "logs", "timeouts"):
             out[f"q.{name}"] = len(attrgetter(name)(q))
         parked = q.parked

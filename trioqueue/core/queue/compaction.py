@@ -49,11 +49,9 @@ def _compact(q: QueueState) -> Steps:
         return job is not None and job.state == ACTIVE and job.started_at == entry[2]
 
     dropped = 0
-    for heap, keep in ((q._ready, queued), (q._delayed, queued)):
-        # Every list once: the sealed chunks and the tail (sweep goes round in turn).
-        for _ in range(len(heap.chunk_lengths())):
-            dropped += heap.sweep(keep)  # type: ignore[arg-type]
-            yield None
+    for swept in q.order.sweep(queued):
+        dropped += swept
+        yield None
     for swept in q.timeouts.sweep(timed):
         dropped += swept
         yield None

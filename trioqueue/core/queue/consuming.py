@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def _next_ready(q: QueueState, now: int) -> JobRecord | None:
     """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
     q._promote_due(now)
-    pop = q._ready.pop
+    pop = q.order.pop_ready
     while (entry := pop()) is not None:
         *_, seq, job_id = entry
         job = q.jobs.get(job_id)

@@ -53,7 +53,7 @@ def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
             # A due job may still sit in the delayed heap (and count): promote first,
             # so the counter it leaves is the one it was added to.
             q._promote_due(now)
-        if job.run_at > now or (q._due_left
+        if job.run_at > now or (q.order.due_left
                                 and places.delayed.holds(job.created_at, job.id)):
             c.delayed += delta
             place = places.delayed
@@ -119,28 +119,23 @@ def _enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False)
     ``keep_seq`` (restart only) keeps the stored admission number, so the order
     survives any number of restarts; new numbers then continue above it.
     """
+    order = q.order
     if keep_seq and job.seq > 0:
-        q._seq = max(q._seq, job.seq)
+        order.keep_seq(job.seq)
     else:
-        job.seq = q._next_seq()
+        job.seq = order.next_seq()
     if job.run_at > now:
-        q._delayed.push((job.run_at, job.seq, job.id))
+        order.push_delayed(job)
     else:
-        q._push_ready(job)
+        _push_ready(q, job)
     q._count(job, +1, now)
 
 
 def _push_ready(q: QueueState, job: JobRecord) -> None:
     if job.group_id is not None:
         q.groups.push(job)  # its group's heap: served round robin (groups.py)
-        return
-    if job.lifo:
-        key = (-job.priority, 0, -job.seq, job.seq, job.id)
     else:
-        # Ints, not floats: within one priority lifo and fifo entries differ in the
-        # second element, so the third is only compared within one kind.
-        key = (-job.priority, 1, job.run_at, job.seq, job.id)
-    q._ready.push(key)
+        q.order.push_ready(job)
 
 
 def _promote_due(q: QueueState, now: int) -> None:
@@ -148,10 +143,9 @@ def _promote_due(q: QueueState, now: int) -> None:
     at most ``PROMOTE_MAX_JOBS`` a call (see :func:`_promote_slice`).
 
     Callers run per pull and per job that leaves the queue; while a backlog is left
-    (``q._due_left``) they promote nothing, or a PULLB of 200 jobs would promote 200
+    (``q.order.due_left``) they promote nothing, or a PULLB of 200 jobs would promote 200
     slices in one step: the queue's tick promotes one slice a step instead."""
-    top = q._delayed.first()
-    if top is not None and top[0] <= now and not q._due_left:
+    if q.order.promotion_due(now):
         _promote_slice(q, now)
 
 
@@ -160,19 +154,20 @@ def _promote_slice(q: QueueState, now: int) -> None:
 
     A million jobs delayed to one instant fall due together; promoting them in one call
     would hold the loop for seconds. So a call stops at the bound and sets
-    ``q._due_left``: the queue's next wake-up is then at once (``next_deadline``) and
+    ``q.order.due_left``: the queue's next wake-up is then at once (``next_deadline``) and
     each tick promotes the next slice, with other queues served between. Until then a
     job that fell due but is not promoted yet still sits in the delayed place and
     counter (``_count`` asks the place), and pulls take from what is promoted.
     """
-    first = q._delayed.first
+    order = q.order
+    next_due = order.next_due
     places = q.places
     budget = capped(q.promote_cap, PROMOTE_MAX_JOBS)
     over = q.slice_over  # the driver's clock (slices.SliceFill), asked every few jobs
     look = LOOK_EVERY_JOBS
-    while (top := first()) is not None and top[0] <= now:
+    while (at := next_due()) is not None and at <= now:
         if not budget:
-            q._due_left = True
+            order.promote_stopped()
             return
         budget -= 1
         look -= 1
@@ -180,7 +175,7 @@ def _promote_slice(q: QueueState, now: int) -> None:
             look = LOOK_EVERY_JOBS
             if over is not None and over():
                 budget = 0  # the tick's time is up: the next due job waits for the next
-        job = q._pop_delayed()
+        job = _pop_delayed(q)
         if job is None:
             continue
         job_id = job.id
@@ -192,14 +187,14 @@ def _promote_slice(q: QueueState, now: int) -> None:
         else:
             q.c.waiting += 1
             places.waiting.add(job.created_at, job_id)
-        q._push_ready(job)
-    q._due_left = False
+        _push_ready(q, job)
+    order.promote_done()
 
 
 def _pop_delayed(q: QueueState) -> JobRecord | None:
     """Pop the earliest entry of the delayed heap: its job, or None for a stale entry
     (or an empty heap)."""
-    entry = q._delayed.pop()
+    entry = q.order.pop_delayed()
     if entry is None:
         return None
     _, seq, job_id = entry

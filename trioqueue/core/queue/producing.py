@@ -28,10 +28,11 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     if any("group_max_size" in spec for spec in specs):
         q.groups.admit(specs)  # all or none, before anything is admitted
     depends = any(spec.get("depends_on") for spec in specs)
-    seq = q._seq
+    order = q.order
+    seq = order.seq
     for spec in specs:
         ids.append(q._push_one(spec, now))
-    q.c.pushed += q._seq - seq  # each admitted job took one number; a duplicate none
+    q.c.pushed += order.seq - seq  # each admitted job took one number; a duplicate none
     if depends:
         settle_failed_dependencies(q, ids, seq, now)
     return ids
@@ -64,9 +65,8 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     run_at = created if not delay else int(created + delay)  # shares created's int
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
-    q._seq += 1
     job = JobRecord.admit(
-        job_id, q.name, created, run_at, q._seq,
+        job_id, q.name, created, run_at, q.order.next_seq(),
         [timeline_entry("delayed" if delayed else "waiting", now)], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
@@ -100,14 +100,11 @@ def _enqueue_new(q: QueueState, job: JobRecord, delayed: bool) -> None:
     priority = job.priority
     job_id = job.id
     if delayed:
-        q._delayed.push((job.run_at, job.seq, job_id))
+        q.order.push_delayed(job)
         c.delayed += 1
         q.places.delayed.add(job.created_at, job_id)
     else:
-        if job.lifo:
-            q._ready.push((-priority, 0, -job.seq, job.seq, job_id))
-        else:
-            q._ready.push((-priority, 1, job.run_at, job.seq, job_id))
+        q.order.push_ready(job)
         if priority > 0:
             c.prioritized += 1
             q.places.prioritized.add(job.created_at, job_id)

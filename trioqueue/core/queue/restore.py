@@ -54,7 +54,7 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
     elif job.state == QUEUED:
         q._enqueue(job, now, keep_seq=True)
     else:
-        q._seq = max(q._seq, job.seq)
+        q.order.keep_seq(job.seq)
         if job.state == ACTIVE:
             # Only the queue's actor restarted; its workers live on. Their heartbeat
             # clocks restart with it (the stall watch is ordered by arrival), so each

@@ -304,8 +304,7 @@ def drain(q: QueueState, now: int) -> Steps:
     removed = yield from _drop_places(
         q, (places.waiting, places.prioritized, places.delayed), now)
     # Nothing is queued now, so every heap entry left is stale.
-    yield from _trim(q._ready)
-    yield from _trim(q._delayed)
+    yield from _trim(q.order)
     _compact(q, removed)
     q._announce("queue:drained", now, count=removed)
     return removed
@@ -320,7 +319,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
         q, (places.waiting, places.prioritized, places.delayed, places.active,
             places.waiting_children), now)
     _compact(q, removed)
-    for heap in (q._ready, q._delayed, q.leases, q.timeouts):
+    for heap in (q.order, q.leases, q.timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):
         after: Any = None
@@ -344,17 +343,17 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     """Delayed jobs become ready now, earliest runAt first (``count`` of them, or all).
     Returns how many were promoted."""
     q._promote_due(now)  # what is due already is not "delayed"
-    heap = q._delayed
+    order = q.order
     promoted = 0
     # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
     # a listing move and a put), so a slice takes half as many (in process at 200k jobs, a
     # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms): each counts
     # two in the slice's fill.
     fill = SliceFill(q)
-    while heap and (count is None or promoted < count):
+    while order.delayed_left() and (count is None or promoted < count):
         piece = max(1, fill.room() // 2)
         for _ in range(piece):
-            if not heap or (count is not None and promoted >= count):
+            if not order.delayed_left() or (count is not None and promoted >= count):
                 break
             job = q._pop_delayed()
             if job is not None:

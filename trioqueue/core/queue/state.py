@@ -31,7 +31,6 @@ from typing import Any
 
 from ..job import ACTIVE, JobRecord
 from ..split_dict import SplitDict
-from ..split_heap import SplitHeap
 from ..writes import Writes
 from . import (
     cleaning,
@@ -64,6 +63,7 @@ from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
 from .progress import Logs
+from .ready import ReadyOrder
 from .room import UNLIMITED, Room
 from .settings import QueueSettings
 from .stalls import StallWatch, Timeouts
@@ -77,10 +77,9 @@ class QueueState:
     # lookup each time: +3.5% of a PUSHB's instructions at 32 attributes, callgrind).
     __slots__ = (
         "name", "index", "finished", "jobs", "settings", "groups", "writes", "events",
-        "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
-        "slice_over", "_seq", "leases", "rate_wake", "dedup", "dlq", "parked", "logs",
-        "stall_watch", "timeouts", "notices", "c", "places", "room",
-        "watch",
+        "events_enabled", "order", "slice_cap", "promote_cap", "slice_over", "leases",
+        "rate_wake", "dedup", "dlq", "parked", "logs", "stall_watch", "timeouts",
+        "notices", "c", "places", "room", "watch",
     )
 
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
@@ -95,11 +94,7 @@ class QueueState:
         self.events: list[dict[str, Any]] = []
         # Events cost a dict per transition; nobody pays for them until someone listens.
         self.events_enabled = False
-        # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
-        self._ready: SplitHeap[tuple[float, int, int, int, str]] = SplitHeap()
-        # delayed heap: (runAt, seq, id); moved to ready when due
-        self._delayed: SplitHeap[tuple[int, int, str]] = SplitHeap()
-        self._due_left = False  # due jobs past one promotion's bound: lifecycle
+        self.order = ReadyOrder()  # the ready and delayed heaps, admission numbers
         # Set by the driver from what slices cost (0: not measured): the most jobs a
         # slice of long work takes (slices.slice_jobs) and a promotion of due jobs
         # (lifecycle._promote_slice). The core only obeys them.
@@ -108,7 +103,6 @@ class QueueState:
         # The driver's word that the slice (or tick) under way has used its time, asked
         # every few jobs (slices.SliceFill); None: no clock, slices go by count alone.
         self.slice_over: Callable[[], bool] | None = None
-        self._seq = 0
         self.leases = Leases()  # locks, their expiry, the jobs each connection holds
         # When the rate limit next has a token for the jobs waiting for one (set by each
         # pull the limit cut short: limits.allowance); None: no job waits for a token.
@@ -160,14 +154,10 @@ class QueueState:
             self.events.append({"eventType": event_type, "queue": self.name,
                                 "timestamp": float(now), **data})
 
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
     def reserve_seq(self) -> int:
         """An admission number for a job another party writes (a PUSHF, admitted by the
         router): it is stored with the job, so the queue need not write it again."""
-        return self._next_seq()
+        return self.order.next_seq()
 
     def _persist(self, job: JobRecord) -> None:
         record = job.to_record()
@@ -197,11 +187,17 @@ class QueueState:
             at = parked.next_deadline()
             if at is not None and (best is None or at < best):
                 best = at
-        wanted = bool(parked.pulls) and not self.settings.paused
-        if wanted or self._due_left:
-            at = self._ready_wakeup(wanted)
-            if at is not None and (best is None or at < best):
-                best = at
+        # Due jobs past a promotion's bound; with pulls parked (``wanted``) also the
+        # delayed heap's head, the rate limit's next token and the first group held by
+        # time: when jobs may become ready for them.
+        order = self.order
+        at = order.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        if parked.pulls and not self.settings.paused:
+            for at in (order.next_due(), self.rate_wake, self.groups.next_release()):
+                if at is not None and (best is None or at < best):
+                    best = at
         at = self.timeouts.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
@@ -214,20 +210,6 @@ class QueueState:
             best = at
         return best
 
-    def _ready_wakeup(self, wanted: bool) -> int | None:
-        """When jobs may become ready: the delayed heap's head (a promotion's next
-        slice, or a parked pull wants it); with pulls parked (``wanted``) also the rate
-        limit's next token and the first group held by time."""
-        best: int | None = None
-        delayed_top = self._delayed.first()
-        if delayed_top is not None:
-            best = delayed_top[0]
-        if wanted:
-            for at in (self.rate_wake, self.groups.next_release()):
-                if at is not None and (best is None or at < best):
-                    best = at
-        return best
-
     def tick(self, now: int) -> list[WaiterAnswer]:
         # Every batch ticks: each part is called only when its heap's head is due.
         at = self.leases.next_wakeup()
@@ -236,8 +218,8 @@ class QueueState:
         timeouts = self.timeouts
         if timeouts.timeout_due(now):
             self.expire_timeouts(now)
-        if self._due_left:
-            self._promote_slice(now)
+        if self.order.due_left:
+            lifecycle._promote_slice(self, now)
         if timeouts.stall_check_due(now):
             more = self.check_stalls(now)
             # More stale jobs than one sweep takes: the next slice in a later step.
@@ -273,9 +255,7 @@ class QueueState:
     _move = lifecycle._move
     _transition = lifecycle._transition
     _enqueue = lifecycle._enqueue
-    _push_ready = lifecycle._push_ready
     _promote_due = lifecycle._promote_due
-    _promote_slice = lifecycle._promote_slice
     _pop_delayed = lifecycle._pop_delayed
     _remove_live = lifecycle._remove_live
 
