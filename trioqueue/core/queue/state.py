@@ -170,44 +170,47 @@ class QueueState:
             self.writes.durable = True
 
     def next_deadline(self) -> int | None:
-        """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
+        """The earliest wall time at which :meth:`tick` has work: the earliest of its
+        parts' wake-ups (settings, leases, parked waits, promotion, timeouts and stall
+        sweeps, DLQ timer, queue:idle), and when a parked pull may be served.
 
         Stale heap entries may make this early; a tick then simply finds nothing.
         Asked after every step: a running minimum, no list of candidates.
         """
-        best: int | None = None
-        at: int | None
-        if self.settings.timed:
-            best = self.settings.next_wakeup()
+        settings = self.settings
+        best = settings.next_wakeup() if settings.timed else None
         at = self.leases.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        parked = self.parked
-        if parked._deadlines:
-            at = parked.next_deadline()
-            if at is not None and (best is None or at < best):
-                best = at
-        # Due jobs past a promotion's bound; with pulls parked (``wanted``) also the
-        # delayed heap's head, the rate limit's next token and the first group held by
-        # time: when jobs may become ready for them.
-        order = self.order
-        at = order.next_wakeup()
+        at = self.parked.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        if parked.pulls and not self.settings.paused:
-            for at in (order.next_due(), self.rate_wake, self.groups.next_release()):
-                if at is not None and (best is None or at < best):
-                    best = at
+        at = self.order.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        if self.parked.pulls and not settings.paused:
+            at = self._pull_wakeup()
+            if at is not None and (best is None or at < best):
+                best = at
         at = self.timeouts.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
         if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
-            at = self.dlq.next_wakeup(self.settings.dlq)
+            at = self.dlq.next_wakeup(settings.dlq)
             if at is not None and (best is None or at < best):
                 best = at
-        at = self.watch.idle_at  # queue:idle (watch.py)
+        at = self.watch.next_wakeup()  # queue:idle (watch.py)
         if at is not None and (best is None or at < best):
             best = at
+        return best
+
+    def _pull_wakeup(self) -> int | None:
+        """When jobs may become ready for the parked pulls: the delayed heap's head, the
+        rate limit's next token, the first group held by time."""
+        best: int | None = None
+        for at in (self.order.next_due(), self.rate_wake, self.groups.next_release()):
+            if at is not None and (best is None or at < best):
+                best = at
         return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
@@ -227,7 +230,7 @@ class QueueState:
         release = self.groups.next_release()
         if release is not None and release <= now:
             self.groups.release_due(now)  # used up, or a queue at its limit would spin
-        out = self.expire_waits(now) if self.parked._deadlines else []
+        out = self.expire_waits(now) if self.parked.timed() else []
         if self.dlq.marks and dlq.dlq_due(self, now):
             timer_work = dlq.dlq_tick(self, now)
             if timer_work is not None:

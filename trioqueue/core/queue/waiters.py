@@ -166,6 +166,14 @@ class Parked:
             if not holds:
                 del self.by_conn[waiter.conn]
 
+    def next_wakeup(self) -> int | None:
+        """When a parked request's wait next runs out (None: none waits with a limit)."""
+        return self.next_deadline() if self._deadlines else None
+
+    def timed(self) -> bool:
+        """Whether some parked request waits with a limit (stale entries included)."""
+        return bool(self._deadlines)
+
     def next_deadline(self) -> int | None:
         heap = self._deadlines
         top = heap.first()

@@ -34,6 +34,10 @@ class QueueWatch:
         self.idle_at: int | None = None  # when queue:idle is due (None: told, or busy)
         self.over = False  # queue:threshold told, the ready jobs not below it since
 
+    def next_wakeup(self) -> int | None:
+        """When queue:idle is due (None: told already, or the queue is busy)."""
+        return self.idle_at
+
     def look(self, q: QueueState, now: int) -> None:
         """After a step: tell what the counters crossed (O(1))."""
         c = q.c
