@@ -90,7 +90,6 @@ BREAKS_TODAY: dict[tuple[str, str], str] = {
 # fall (the composed owners of issue "Composed owners" replace these tables).
 ALIASES_TODAY: dict[str, int] = {
     "trioqueue/client/worker.py": 23,
-    "trioqueue/core/queue/state.py": 110,
 }
 
 

@@ -158,12 +158,9 @@ class Looks:
 
 @pytest.fixture
 def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slices of 12 jobs, looked at every 3."""
-    from trioqueue.core.queue import lifecycle
-
+    """Slices of 12 jobs, looked at every 3 (promotions too: lifecycle reads it here)."""
     monkeypatch.setattr(slices, "SLICE_JOBS", 12)
     monkeypatch.setattr(slices, "LOOK_EVERY_JOBS", 3)
-    monkeypatch.setattr(lifecycle, "LOOK_EVERY_JOBS", 3)
 
 
 def _removed_per_step(h: QueueHarness, work: slices.Sliced) -> list[int]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Refused
 from ..job import QUEUED, WAITING_CHILDREN, JobRecord
 from ..split_dict import SplitDict
+from . import dependencies
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -91,7 +92,7 @@ def dedup_owner(q: QueueState, unique_key: str, now: int) -> str | None:
     return holder.owner if holder.owner in q.jobs else None
 
 
-def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
+def dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
                  now: int) -> tuple[str | None, JobRecord | None]:
     """A push names a held key: ``(holder id, None)`` answers the push with the holder
     (plain dedup, or an extended TTL); ``(None, job)`` replaces that queued job;
@@ -117,11 +118,11 @@ def _dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
     return owner.id, None
 
 
-def _dedup_claim(q: QueueState, job: JobRecord, unique_key: str, replaced: JobRecord | None,
+def dedup_claim(q: QueueState, job: JobRecord, unique_key: str, replaced: JobRecord | None,
                  now: int) -> None:
     """The admitted job takes the key (the replaced holder, if any, is dropped)."""
     if replaced is not None:
-        q._drop_queued(replaced, now)
+        dependencies.drop_queued(q, replaced, now)
     else:
         holder = q.dedup.get(unique_key)
         old_owner = q.jobs.get(holder.owner) if holder is not None else None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import flows
 from ..job import FAILED, JobRecord
+from . import dependencies
 from .dead_letters import Mark
 from .slices import slice_jobs
 from .views import finished_wire
@@ -78,7 +79,7 @@ def drop_entry(q: QueueState, mark: Mark, now: int, event: str | None = None) ->
         q.writes.delete_job(job_id)
         q.logs.drop(job_id)
         if q.index.has_dependents(job_id):
-            q._settle_dependents(job_id, flows.DETACHED)
+            dependencies.settle_dependents(q, job_id, flows.DETACHED)
     if event is not None and q.events_enabled:
         q._emit(event, job_id, now, reason=mark.reason)
 

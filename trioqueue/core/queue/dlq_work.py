@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Refused
 from ..job import COMPLETED, FAILED
+from . import moves
 from .dead_letters import Key, Mark
 from .dlq import drop_entry, entry_wire
 from .slices import Sliced, Steps, _ids_page, slice_jobs, want_records
@@ -116,7 +117,7 @@ def _retry_one(q: QueueState, mark: Mark, now: int, *, auto: bool = False) -> bo
         return False
     carry = ({"retryCount": mark.retry_count + 1, "lastRetryAt": float(now)} if auto
              else None)
-    q._revive(record, now, carry=carry)
+    moves.revive(q, record, now, carry=carry)
     return True
 
 
@@ -248,7 +249,7 @@ def retry_completed(q: QueueState, count: int | None, cutoff: float | None,
                     or cutoff is not None and (record.get("completedAt") or 0) > cutoff
                     or not can_revive(q, record, now)):
                 continue
-            q._revive(record, now)
+            moves.revive(q, record, now)
             revived += 1
             if count is not None and revived >= count:
                 break

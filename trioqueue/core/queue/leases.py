@@ -17,7 +17,7 @@ from ..ids import uuid7
 from ..job import ACTIVE, JobRecord
 from ..split_dict import SplitDict
 from ..split_heap import SplitHeap
-from . import slices
+from . import consuming, dependencies, lifecycle, slices
 from .slices import Sliced, Steps
 
 if TYPE_CHECKING:
@@ -280,16 +280,16 @@ def expire_locks(q: QueueState, now: int) -> None:
     for job_id, lock in q.leases.expired(now):
         job = q.jobs[job_id]
         if is_overlap_job(job):
-            q._drop_queued(job, now)  # a cron's next firing replaces it
+            dependencies.drop_queued(q, job, now)  # a cron's next firing replaces it
             continue
         decision = at.charge(job, at.Cause.LOCK_EXPIRY, q.max_stalls,
                              renewals=lock.renewals)
         q.leases.release(job.id)
         q._emit("stalled", job.id, now)
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error)
+            consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
-            q._requeue(job, now)
+            requeue(q, job, now)
         q._announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
 
 
@@ -315,14 +315,14 @@ def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
     q.timeouts.hold(until)
 
 
-def _requeue(q: QueueState, job: JobRecord, now: int) -> None:
+def requeue(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued with no attempt charged and runAt unchanged (so it goes first)."""
     q.leases.release(job.id)
-    q._count(job, -1, now)
-    q._move(job, st.RELEASE)
+    lifecycle.count(q, job, -1, now)
+    lifecycle.move(q, job, st.RELEASE)
     job.started_at = None
     job.add_timeline("waiting", now)
-    q._enqueue(job, now)
+    lifecycle.enqueue(q, job, now)
     q._persist(job)
 
 
@@ -350,7 +350,7 @@ def release_connection_work(q: QueueState, conn: Any, now: int, *,
         fill = slices.SliceFill(q)
         leases = q.leases
         while (held := leases.held_by(conn)):
-            # a piece of the ids, copied before they leave the set (_requeue removes
+            # a piece of the ids, copied before they leave the set (requeue removes
             # each from it, and drops the set once empty)
             piece = list(islice(held, fill.room()))
             for job_id in piece:
@@ -361,9 +361,9 @@ def release_connection_work(q: QueueState, conn: Any, now: int, *,
                     leases.forget(conn, job_id)  # left to lock expiry (or gone already)
                     continue
                 if is_overlap_job(job):
-                    q._drop_queued(job, now)
+                    dependencies.drop_queued(q, job, now)
                     continue
-                q._requeue(job, now)
+                requeue(q, job, now)
                 released += 1
             if held and fill.took(len(piece)):
                 yield None

@@ -7,7 +7,7 @@ pull by :func:`~.consuming.pull`), not in the workers:
 - the **concurrency cap** is the queue's active count against the limit. A slot is held
   from pull until the job leaves ``active`` by any path (ACK, FAIL, retry, dead letter,
   MoveToWait, lock expiry, release on disconnect, Obliterate...) without any
-  bookkeeping of its own: the active counter (``lifecycle._count``) is already exact on
+  bookkeeping of its own: the active counter (``lifecycle.count``) is already exact on
   every one of those paths, so no path can forget to give a slot back;
 - the **rate limit** is a sliding window: at most ``max`` jobs leased in any
   ``duration`` ms, the first window included (a token bucket that starts full and

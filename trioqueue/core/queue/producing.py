@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..ids import uuid7
 from ..job import JobRecord, timeline_entry
 from ..writes import PutJob
-from .dependencies import settle_failed_dependencies
-from .repeats import first_delay
+from . import dedup, dependencies, lifecycle, repeats
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -31,14 +30,14 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     order = q.order
     seq = order.seq
     for spec in specs:
-        ids.append(q._push_one(spec, now))
+        ids.append(push_one(q, spec, now))
     q.c.pushed += order.seq - seq  # each admitted job took one number; a duplicate none
     if depends:
-        settle_failed_dependencies(q, ids, seq, now)
+        dependencies.settle_failed_dependencies(q, ids, seq, now)
     return ids
 
 
-def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
+def push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     """Admit one job. Consumes ``spec`` (a fresh dict from parse_job_input).
 
     This is the hot path of every producer: the common case (no custom id, no
@@ -56,12 +55,12 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     unique_key = spec.get("unique_key")
     replaced: JobRecord | None = None
     if unique_key is not None:
-        duplicate, replaced = q._dedup_admit(spec, unique_key, now)
+        duplicate, replaced = dedup.dedup_admit(q, spec, unique_key, now)
         if duplicate is not None:
             return duplicate
     created = int(timestamp) if timestamp is not None else now
     if "repeat" in spec:  # a repeat chain's first generation runs at its first slot
-        delay = first_delay(spec["repeat"], created, delay)
+        delay = repeats.first_delay(spec["repeat"], created, delay)
     run_at = created if not delay else int(created + delay)  # shares created's int
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
@@ -76,14 +75,14 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
     if unique_key is not None:
-        q._dedup_claim(job, unique_key, replaced, now)
+        dedup.dedup_claim(q, job, unique_key, replaced, now)
     if job.depends_on:
-        pending = q._open_dependencies(job, job.depends_on, now)
+        pending = dependencies.open_dependencies(q, job, job.depends_on, now)
         if pending:
-            q._park_new(job, pending, now)
+            dependencies.park_new(q, job, pending, now)
             return job_id
     if job.group_id is not None:
-        q._enqueue(job, now, keep_seq=True)  # into its group (groups.py)
+        lifecycle.enqueue(q, job, now, keep_seq=True)  # into its group (groups.py)
     else:
         _enqueue_new(q, job, delayed)
     q.writes.ops.append(_new(PutJob, (job_id, job.to_record())))

@@ -70,7 +70,7 @@ class Logs:
         return len(self._by_job)
 
 
-def _active_for_progress(q: QueueState, job_id: str, now: int) -> JobRecord:
+def active_for_progress(q: QueueState, job_id: str, now: int) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None:
         record = q.finished.get(job_id)
@@ -85,7 +85,7 @@ def _active_for_progress(q: QueueState, job_id: str, now: int) -> JobRecord:
 
 def set_progress(q: QueueState, job_id: str, now: int, progress: Any, message: Any,
                  has_message: bool) -> None:
-    job = q._active_for_progress(job_id, now)
+    job = active_for_progress(q, job_id, now)
     value, text = fields.normalise_progress(progress)
     if has_message:
         text = message if isinstance(message, str) or message is None else str(message)
@@ -100,16 +100,16 @@ def set_progress(q: QueueState, job_id: str, now: int, progress: Any, message: A
 
 
 def get_progress(q: QueueState, job_id: str, now: int) -> dict[str, Any]:
-    job = q._active_for_progress(job_id, now)
+    job = active_for_progress(q, job_id, now)
     return {"progress": job.progress, "message": job.progress_message}
 
 
-def _known(q: QueueState, job_id: str) -> bool:
+def known(q: QueueState, job_id: str) -> bool:
     return job_id in q.jobs or q.finished.get(job_id) is not None
 
 
 def add_log(q: QueueState, job_id: str, now: int, message: str, level: str) -> None:
-    if not q._known(job_id):
+    if not known(q, job_id):
         raise Refused(JOB_NOT_FOUND)
     q.logs.add(job_id, now, message, level)
 

@@ -18,7 +18,7 @@ DelayedEntry = tuple[int, int, str]
 class ReadyOrder:
     """The ready and delayed heaps (stale entries stay and are skipped by ``seq``), the
     queue's last admission number, and ``due_left``: due jobs past one promotion's bound
-    (see ``lifecycle._promote_slice``). The only writer of them; grouped jobs are ordered
+    (see ``lifecycle.promote_slice``). The only writer of them; grouped jobs are ordered
     by :class:`~.groups.Groups` instead."""
 
     __slots__ = ("_ready", "_delayed", "due_left", "seq")
@@ -67,7 +67,7 @@ class ReadyOrder:
 
     def promotion_due(self, now: int) -> bool:
         """Whether a pull (or a job leaving) should promote: a delayed job is due and
-        no backlog of due jobs is left for the ticks (see ``lifecycle._promote_due``)."""
+        no backlog of due jobs is left for the ticks (see ``lifecycle.promote_due``)."""
         top = self._delayed.first()
         return top is not None and top[0] <= now and not self.due_left
 

@@ -9,6 +9,7 @@ from .. import attempts as at
 from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..job import ACTIVE, QUEUED, JobRecord
+from . import consuming, lifecycle
 from .leases import is_overlap_job, restore_lock
 
 if TYPE_CHECKING:
@@ -44,15 +45,15 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
         decision = at.charge(job, at.Cause.RECOVERY, q.max_stalls)
         job.started_at = None
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error, counted=False)
+            consuming.bury(q, job, now, decision.reason or "", decision.error, counted=False)
             return job
-        q._move(job, st.RETRY)
+        lifecycle.move(q, job, st.RETRY)
         job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
         job.add_timeline("waiting", now)
-        q._enqueue(job, now)
+        lifecycle.enqueue(q, job, now)
         q._persist(job)
     elif job.state == QUEUED:
-        q._enqueue(job, now, keep_seq=True)
+        lifecycle.enqueue(q, job, now, keep_seq=True)
     else:
         q.order.keep_seq(job.seq)
         if job.state == ACTIVE:
@@ -64,5 +65,5 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
             lock = record.get("lock")
             if lock is not None:
                 restore_lock(q, job, lock, now)
-        q._count(job, +1, now)
+        lifecycle.count(q, job, +1, now)
     return job

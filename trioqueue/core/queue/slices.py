@@ -260,12 +260,14 @@ def _batches(order: CreationOrder, fill: SliceFill) -> Iterator[list[str]]:
 def _drop(q: QueueState, ids: list[str], now: int) -> int:
     """Remove these jobs (those still live: a removal may have taken another with it);
     how many went."""
+    from . import dependencies  # (here: the queue's rule modules import this one)
+
     jobs = q.jobs
     n = 0
     for job_id in ids:
         job = jobs.get(job_id)
         if job is not None:
-            q._drop_queued(job, now)
+            dependencies.drop_queued(q, job, now)
             n += 1
     return n
 
@@ -342,7 +344,9 @@ def obliterate(q: QueueState, now: int) -> Steps:
 def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     """Delayed jobs become ready now, earliest runAt first (``count`` of them, or all).
     Returns how many were promoted."""
-    q._promote_due(now)  # what is due already is not "delayed"
+    from . import lifecycle, moves  # (here: the queue's rule modules import this one)
+
+    lifecycle.promote_due(q, now)  # what is due already is not "delayed"
     order = q.order
     promoted = 0
     # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
@@ -355,9 +359,9 @@ def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
         for _ in range(piece):
             if not order.delayed_left() or (count is not None and promoted >= count):
                 break
-            job = q._pop_delayed()
+            job = lifecycle.pop_delayed(q)
             if job is not None:
-                q._reschedule(job, now, run_at=now)
+                moves.reschedule(q, job, now, run_at=now)
                 promoted += 1
         if fill.took(2 * piece):
             yield None

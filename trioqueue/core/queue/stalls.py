@@ -19,6 +19,7 @@ from .. import attempts as at
 from ..chained_order import ChainedOrder
 from ..job import ACTIVE, JobRecord
 from ..split_heap import SplitHeap
+from . import consuming, dependencies
 from .leases import is_overlap_job, lease_deadline
 
 if TYPE_CHECKING:
@@ -202,17 +203,17 @@ def check_stalls(q: QueueState, now: int) -> bool:
                 suspects[job_id] = now
     for job in stalled:
         if is_overlap_job(job):
-            q._drop_queued(job, now)  # a cron's next firing replaces it
+            dependencies.drop_queued(q, job, now)  # a cron's next firing replaces it
             continue
         decision = at.charge(job, at.Cause.STALL, q.max_stalls)
         if decision.action == at.BURY:
             q._emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "failed"})
-            q._bury(job, now, decision.reason or "", decision.error, emit=False)
+            consuming.bury(q, job, now, decision.reason or "", decision.error, emit=False)
         else:
             q._emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "retried"})
-            q._retry_later(job, now)
+            consuming.retry_later(q, job, now)
     return budget <= 0
 
 
@@ -248,9 +249,9 @@ def expire_timeouts(q: QueueState, now: int) -> None:
         error = at.RULES[at.Cause.TIMEOUT].out_of_attempts[1]
         job.add_timeline("failed", now, error=error, attempt=job.attempts)
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error)
+            consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
-            q._retry_later(job, now)
+            consuming.retry_later(q, job, now)
             q._emit("failed", job_id, now, error=error, data=job.data, terminal=False)
             q._emit("retried", job_id, now, prev="failed")
 
