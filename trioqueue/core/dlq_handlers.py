@@ -72,7 +72,7 @@ def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
         if not dw.can_revive(q, record, ctx.now):
             return {"count": 0}
         moves.revive(q, record, ctx.now)
-        q._emit("dlq-retried", job_id, ctx.now)
+        q.emit("dlq-retried", job_id, ctx.now)
         return {"count": 1}
     flt = _filter(msg.get("filter"))
     count = _count(msg.get("count"), "count")

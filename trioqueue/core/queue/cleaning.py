@@ -60,7 +60,7 @@ def _announced(q: QueueState, steps: Steps, state: str | None, now: int) -> Step
     event per job)."""
     removed: list[str] = yield from steps
     if removed:
-        q._emit("cleaned", "", now, count=len(removed), state=state or "wait")
+        q.emit("cleaned", "", now, count=len(removed), state=state or "wait")
     return removed
 
 

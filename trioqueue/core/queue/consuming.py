@@ -40,7 +40,7 @@ def next_ready(q: QueueState, now: int) -> JobRecord | None:
             # ttl bounds time in the queue: an expired job is dropped (no job event;
             # the dashboard hears of it)
             dependencies.drop_queued(q, job, now)
-            q._announce("job:expired", now, jobId=job.id, ttl=job.ttl,
+            q.announce("job:expired", now, jobId=job.id, ttl=job.ttl,
                         age=now - job.created_at)
             continue
         return job
@@ -85,11 +85,11 @@ def pull(
         lifecycle.transition(q, job, st.PULL, now)
         job.add_timeline("active", now)
         token = grant(job.id, owner, held_by, now, expires, lock_ttl)
-        q._persist(job)
+        q.persist(job)
         if timeouts.stall_check_at is None or job.timeout:  # (called only when it acts)
             timeouts.watch(job, now)
         if q.events_enabled:
-            q._emit("pulled", job.id, now)
+            q.emit("pulled", job.id, now)
         jobs.append(job.to_wire())
         tokens.append(token)
     if settings.gated:
@@ -97,7 +97,7 @@ def pull(
     if jobs:
         q.c.pulled += len(jobs)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
-        q._emit("drained", "", now)
+        q.emit("drained", "", now)
     return jobs, tokens
 
 
@@ -109,7 +109,7 @@ def pull_reply(
     told to the dashboard as ``batch:pulled``)."""
     if batch:
         if now is not None and len(jobs) > 1:
-            q._announce("batch:pulled", now, count=len(jobs))
+            q.announce("batch:pulled", now, count=len(jobs))
         reply: dict[str, Any] = {"jobs": jobs}
         if owner is not None:
             reply["tokens"] = tokens
@@ -180,7 +180,7 @@ def complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: 
     if job.id in q.parked.by_job:
         waiters.settle(q, job.id, completed_reply(has_result, result))
     if q.events_enabled:
-        q._emit("completed", job.id, now, data=result if has_result else None)
+        q.emit("completed", job.id, now, data=result if has_result else None)
 
 
 def ackb(
@@ -282,8 +282,8 @@ def fail(
     job.add_timeline("failed", now, error=error, attempt=job.attempts)
     if decision.action != at.BURY:
         retry_later(q, job, now)
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
-        q._emit("retried", job.id, now, prev="failed")
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=False)
+        q.emit("retried", job.id, now, prev="failed")
         return True
     if remove_on_fail or job.remove_on_fail:
         lifecycle.remove_live(q, job, now)
@@ -292,7 +292,7 @@ def fail(
         q.writes.delete_job(job.id)
         dependencies.child_failed(q, job, error)
         waiters.settle(q, job.id, failed_reply(error))
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=True)
         return True
     bury(q, job, now, decision.reason or "", decision.error, trace=fail_trace(trace))
     return True
@@ -307,7 +307,7 @@ def retry_later(q: QueueState, job: JobRecord, now: int) -> None:
     job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
     job.add_timeline("waiting", now)
     lifecycle.enqueue(q, job, now)
-    q._persist(job)
+    q.persist(job)
 
 
 def bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None,
@@ -332,5 +332,5 @@ def bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None
     dependencies.child_failed(q, job, error)
     waiters.settle(q, job.id, failed_reply(error))
     if emit:
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=True)
 

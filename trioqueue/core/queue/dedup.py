@@ -80,7 +80,7 @@ def release_dedup_key(q: QueueState, unique_key: str, now: int,
     if owner is None or (holder.expires_at is not None and holder.expires_at <= now):
         return False
     owner.dedup_lost = True
-    q._persist(owner)
+    q.persist(owner)
     return True
 
 
@@ -113,8 +113,8 @@ def dedup_admit(q: QueueState, spec: dict[str, Any], unique_key: str,
     if spec.get("deduplication_extend") and spec.get("deduplication_ttl"):
         q.dedup.extend(holder, now + spec["deduplication_ttl"])
         owner.dedup_expires_at = holder.expires_at
-        q._persist(owner)  # the extension must survive a restart
-    q._emit("duplicated", owner.id, now)
+        q.persist(owner)  # the extension must survive a restart
+    q.emit("duplicated", owner.id, now)
     return owner.id, None
 
 
@@ -130,7 +130,7 @@ def dedup_claim(q: QueueState, job: JobRecord, unique_key: str, replaced: JobRec
             # replace of an active owner: it keeps running but no longer owns the
             # key, and remembers that across a restart
             old_owner.dedup_lost = True
-            q._persist(old_owner)
+            q.persist(old_owner)
     ttl = job.deduplication_ttl
     job.dedup_expires_at = None if ttl is None else now + ttl
     q.dedup.claim(unique_key, job)

@@ -183,9 +183,9 @@ def park_new(q: QueueState, job: JobRecord, pending: list[str], now: int) -> Non
     for dep in pending:
         q.index.add_dependent(dep, job.id)
     q.c.waiting_children += 1
-    q._persist(job)
-    q._emit("pushed", job.id, now)
-    q._emit("waiting-children", job.id, now)
+    q.persist(job)
+    q.emit("pushed", job.id, now)
+    q.emit("waiting-children", job.id, now)
 
 
 def adopt(q: QueueState, job: JobRecord, now: int) -> None:
@@ -200,11 +200,11 @@ def adopt(q: QueueState, job: JobRecord, now: int) -> None:
         lifecycle.count(q, job, +1, now)
     else:
         lifecycle.enqueue(q, job, now, keep_seq=True)
-    q._emit("pushed", job.id, now)
+    q.emit("pushed", job.id, now)
     if job.state == WAITING_CHILDREN:
-        q._emit("waiting-children", job.id, now)
+        q.emit("waiting-children", job.id, now)
     elif job.run_at > now:
-        q._emit("delayed", job.id, now, delay=float(job.run_at - now))
+        q.emit("delayed", job.id, now, delay=float(job.run_at - now))
 
 
 def apply_notice(q: QueueState, notice: tuple[Any, ...], now: int) -> None:
@@ -218,7 +218,7 @@ def apply_notice(q: QueueState, notice: tuple[Any, ...], now: int) -> None:
         job = q.jobs.get(notice[1])
         if job is not None and job.state in (QUEUED, WAITING_CHILDREN):
             drop_queued(q, job, now)
-            q._emit("removed", job.id, now, prev="waiting")
+            q.emit("removed", job.id, now, prev="waiting")
     elif kind == ADOPT:
         for job in notice[1]:
             q.adopt(job, now)
@@ -248,7 +248,7 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
         if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
             consuming.bury(q, job, now, "unknown",
                        f"Child job {child_id} failed: {outcome.get('error')}")
-            q._announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
+            q.announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
                         error=outcome.get("error") or "Child job failed")
             return
         if policy == flows.CONTINUE_PARENT:
@@ -271,15 +271,15 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
             lifecycle.move(q, job, st.RESOLVE)
             job.add_timeline("waiting", now)
             lifecycle.enqueue(q, job, now)
-            q._persist(job)
-            q._emit("waiting", job.id, now, prev="waiting-children")
-            q._announce("job:dependencies-resolved", now, jobId=job.id)
+            q.persist(job)
+            q.emit("waiting", job.id, now, prev="waiting-children")
+            q.announce("job:dependencies-resolved", now, jobId=job.id)
             children = len(job.children_ids)
             if children and job.children_completed >= children:
-                q._announce("flow:completed", now, parentJobId=job.id,
+                q.announce("flow:completed", now, parentJobId=job.id,
                             childrenCount=children)
             return
-    q._persist(job)
+    q.persist(job)
 
 
 def _forget_child(job: JobRecord, child_id: str) -> None:
@@ -318,8 +318,8 @@ def move_to_waiting_children(q: QueueState, job_id: str, now: int, token: str | 
     lifecycle.transition(q, job, st.PARK, now)
     job.started_at = None
     job.add_timeline(WAITING_CHILDREN, now)
-    q._persist(job)
-    q._emit("waiting-children", job.id, now)
+    q.persist(job)
+    q.emit("waiting-children", job.id, now)
     return True
 
 
@@ -365,11 +365,11 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
             if parent.state == QUEUED:
                 lifecycle.transition(q, parent, st.LINK, now)
                 parent.add_timeline(WAITING_CHILDREN, now)
-                q._emit("waiting-children", parent_id, now)
+                q.emit("waiting-children", parent_id, now)
         elif new_edge:
             # Already completed: record its outcome, as admission does.
             open_dependencies(q, parent, (child_id,), now)
-        q._persist(parent)
+        q.persist(parent)
         if wait:
             settle_failed_children(q, parent_id, (child_id,), now)
     q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
@@ -402,7 +402,7 @@ def set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue
             data["__parentId"] = parent_id
             data["__parentQueue"] = parent_queue
         job.data = data
-    q._persist(job)
+    q.persist(job)
 
 
 def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:

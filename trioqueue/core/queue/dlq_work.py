@@ -171,7 +171,7 @@ def retry_dlq(q: QueueState, flt: DlqFilter, count: int | None, now: int) -> Ste
             break
         yield None
     if retried:
-        q._emit("dlq-retry-all", "", now, count=retried)
+        q.emit("dlq-retry-all", "", now, count=retried)
     return retried
 
 
@@ -212,7 +212,7 @@ def auto_retry(q: QueueState, now: int) -> Steps:
                 return retried
             if revived:
                 retried += 1
-                q._emit("dlq-auto-retried", mark.job_id, now)
+                q.emit("dlq-auto-retried", mark.job_id, now)
         yield None
     return retried
 
@@ -229,7 +229,7 @@ def purge_dlq(q: QueueState, now: int) -> Steps:
             purged += 1
         yield None
     if purged:
-        q._emit("dlq-purged", "", now, count=purged)
+        q.emit("dlq-purged", "", now, count=purged)
     return purged
 
 

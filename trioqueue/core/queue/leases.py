@@ -254,7 +254,7 @@ def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
     q.stall_watch.beat(job, now)
     if duration > lock.ttl and duration > lock.longest:
         lock.longest = duration  # a longer promise: stored, see stored_lock
-        q._persist(job)
+        q.persist(job)
     return True
 
 
@@ -285,12 +285,12 @@ def expire_locks(q: QueueState, now: int) -> None:
         decision = at.charge(job, at.Cause.LOCK_EXPIRY, q.max_stalls,
                              renewals=lock.renewals)
         q.leases.release(job.id)
-        q._emit("stalled", job.id, now)
+        q.emit("stalled", job.id, now)
         if decision.action == at.BURY:
             consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
             requeue(q, job, now)
-        q._announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
+        q.announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
 
 
 def is_overlap_job(job: JobRecord) -> bool:
@@ -323,7 +323,7 @@ def requeue(q: QueueState, job: JobRecord, now: int) -> None:
     job.started_at = None
     job.add_timeline("waiting", now)
     lifecycle.enqueue(q, job, now)
-    q._persist(job)
+    q.persist(job)
 
 
 def release_connection(q: QueueState, conn: Any, now: int) -> int:

@@ -34,7 +34,7 @@ def reschedule(q: QueueState, job: JobRecord, now: int, **changes: Any) -> None:
     for attr, value in changes.items():
         setattr(job, attr, value)
     lifecycle.enqueue(q, job, now)
-    q._persist(job)
+    q.persist(job)
 
 
 def cancel(q: QueueState, job_id: str, now: int) -> None:
@@ -43,7 +43,7 @@ def cancel(q: QueueState, job_id: str, now: int) -> None:
     if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
         raise Refused("Job not found or cannot be cancelled")
     dependencies.drop_queued(q, job, now)
-    q._emit("removed", job_id, now, prev="waiting")
+    q.emit("removed", job_id, now, prev="waiting")
 
 
 def update_data(q: QueueState, job_id: str, data: Any) -> None:
@@ -60,7 +60,7 @@ def update_data(q: QueueState, job_id: str, data: Any) -> None:
             data = {k: v for k, v in data.items() if k not in flows.FLOW_DATA_KEYS}
             data.update(kept)
     job.data = data
-    q._persist(job)
+    q.persist(job)
 
 
 def change_priority(q: QueueState, job_id: str, now: int, priority: float,
@@ -112,8 +112,8 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
         job.run_at = int(now + delay)
         job.add_timeline("delayed", now)
         lifecycle.enqueue(q, job, now)
-        q._persist(job)
-        q._emit("delayed", job_id, now, delay=float(delay))
+        q.persist(job)
+        q.emit("delayed", job_id, now, delay=float(delay))
         return
     if job.state != QUEUED:
         if active_only:
@@ -121,7 +121,7 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
             raise Refused(f"Job is not active (current state: {state})")
         raise Refused("Job not found or cannot change delay")
     reschedule(q, job, now, run_at=int(now + delay))
-    q._emit("delayed", job_id, now, delay=float(delay))
+    q.emit("delayed", job_id, now, delay=float(delay))
 
 
 def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> None:
@@ -139,7 +139,7 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
         q.leases.check(job, token)
         job.run_at = now
         leases.requeue(q, job, now)
-        q._emit("waiting", job_id, now, prev="active")
+        q.emit("waiting", job_id, now, prev="active")
     elif job.state == QUEUED:
         if job.run_at > now:
             reschedule(q, job, now, run_at=now)
@@ -176,8 +176,8 @@ def revive(q: QueueState, record: dict[str, Any], now: int,
         job.dedup_expires_at = None if ttl is None else now + ttl
         q.dedup.claim(job.unique_key, job)
     lifecycle.enqueue(q, job, now)
-    q._persist(job)
-    q._emit("waiting", job.id, now, prev="failed")
+    q.persist(job)
+    q.emit("waiting", job.id, now, prev="failed")
 
 
 def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:

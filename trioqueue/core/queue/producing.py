@@ -116,6 +116,6 @@ def _enqueue_new(q: QueueState, job: JobRecord, delayed: bool) -> None:
 
 def _emit_pushed(q: QueueState, job_id: str, now: int, run_at: int) -> None:
     if run_at > now:
-        q._emit("delayed", job_id, now, delay=float(run_at - now))
-    q._emit("pushed", job_id, now)
+        q.emit("delayed", job_id, now, delay=float(run_at - now))
+    q.emit("pushed", job_id, now)
 

@@ -94,8 +94,8 @@ def set_progress(q: QueueState, job_id: str, now: int, progress: Any, message: A
     job.progress = value
     job.progress_message = text
     q.stall_watch.beat(job, now)
-    q._persist(job)
-    q._emit("progress", job.id, now, progress=value,
+    q.persist(job)
+    q.emit("progress", job.id, now, progress=value,
                data={"progress": value, "message": text})
 
 

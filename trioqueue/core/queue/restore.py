@@ -51,7 +51,7 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
         job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
         job.add_timeline("waiting", now)
         lifecycle.enqueue(q, job, now)
-        q._persist(job)
+        q.persist(job)
     elif job.state == QUEUED:
         lifecycle.enqueue(q, job, now, keep_seq=True)
     else:

@@ -308,7 +308,7 @@ def drain(q: QueueState, now: int) -> Steps:
     # Nothing is queued now, so every heap entry left is stale.
     yield from _trim(q.order)
     _compact(q, removed)
-    q._announce("queue:drained", now, count=removed)
+    q.announce("queue:drained", now, count=removed)
     return removed
 
 
@@ -337,8 +337,8 @@ def obliterate(q: QueueState, now: int) -> Steps:
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.reset_settings()
-    q._announce("queue:obliterated", now)
-    q._announce("queue:removed", now)  # (as bunqueue: the queue's name is gone too)
+    q.announce("queue:obliterated", now)
+    q.announce("queue:removed", now)  # (as bunqueue: the queue's name is gone too)
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
@@ -509,6 +509,6 @@ def batch_pushed(q: QueueState, total: int, pushed_before: int, ids: list[str], 
     (``batch:pushed``: the jobs new to the queue, and those it already had)."""
     inserted = q.c.pushed - pushed_before
     if total > 1 and inserted > 0:
-        q._announce("batch:pushed", now, total=total, inserted=inserted,
+        q.announce("batch:pushed", now, total=total, inserted=inserted,
                     duplicates=total - inserted)
     return {"ids": ids}

@@ -207,11 +207,11 @@ def check_stalls(q: QueueState, now: int) -> bool:
             continue
         decision = at.charge(job, at.Cause.STALL, q.max_stalls)
         if decision.action == at.BURY:
-            q._emit("stalled", job.id, now,
+            q.emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "failed"})
             consuming.bury(q, job, now, decision.reason or "", decision.error, emit=False)
         else:
-            q._emit("stalled", job.id, now,
+            q.emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "retried"})
             consuming.retry_later(q, job, now)
     return budget <= 0
@@ -244,7 +244,7 @@ def expire_timeouts(q: QueueState, now: int) -> None:
         job = q.jobs.get(job_id)
         if job is None or job.state != ACTIVE or job.started_at != started_at:
             continue  # finished, or a later delivery with its own deadline
-        q._announce("job:timeout", now, jobId=job_id, timeout=job.timeout)
+        q.announce("job:timeout", now, jobId=job_id, timeout=job.timeout)
         decision = at.charge(job, at.Cause.TIMEOUT, q.max_stalls)
         error = at.RULES[at.Cause.TIMEOUT].out_of_attempts[1]
         job.add_timeline("failed", now, error=error, attempt=job.attempts)
@@ -252,6 +252,6 @@ def expire_timeouts(q: QueueState, now: int) -> None:
             consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
             consuming.retry_later(q, job, now)
-            q._emit("failed", job_id, now, error=error, data=job.data, terminal=False)
-            q._emit("retried", job_id, now, prev="failed")
+            q.emit("failed", job_id, now, error=error, data=job.data, terminal=False)
+            q.emit("retried", job_id, now, prev="failed")
 

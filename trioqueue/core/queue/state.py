@@ -144,7 +144,9 @@ class QueueState:
         notices, self.notices = self.notices, []
         return notices
 
-    def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+    def emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+        """A job event (SubscribeEvents, webhooks, the dashboard), recorded for the
+        caller to deliver after the batch; nothing while nobody listens."""
         if not self.events_enabled:
             return
         event: dict[str, Any] = {"eventType": event_type, "queue": self.name, "jobId": job_id}
@@ -152,7 +154,7 @@ class QueueState:
         event.update(extra)
         self.events.append(event)
 
-    def _announce(self, event_type: str, now: int, /, **data: Any) -> None:
+    def announce(self, event_type: str, now: int, /, **data: Any) -> None:
         """A dashboard event (``job:promoted``, ``queue:drained``...), for WebSocket
         pattern subscribers and SSE streams only: its type is the name they know it by
         (a colon in it keeps it from SubscribeEvents, legacy WebSocket clients and
@@ -166,7 +168,8 @@ class QueueState:
         router): it is stored with the job, so the queue need not write it again."""
         return self.order.next_seq()
 
-    def _persist(self, job: JobRecord) -> None:
+    def persist(self, job: JobRecord) -> None:
+        """Record the job's stored form (with its lock while active) in ``writes``."""
         record = job.to_record()
         if job.state == ACTIVE:  # (its lock, if any, goes with it: leases.stored_lock)
             lock = self.leases.locks.get(job.id)

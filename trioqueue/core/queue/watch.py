@@ -47,7 +47,7 @@ class QueueWatch:
                 self.over = False
             elif not self.over:
                 self.over = True
-                q._announce("queue:threshold", now, size=ready, threshold=self.size_jobs)
+                q.announce("queue:threshold", now, size=ready, threshold=self.size_jobs)
         if not self.idle_ms:
             return
         if ready or c.active:
@@ -57,4 +57,4 @@ class QueueWatch:
             self.idle_at = now + self.idle_ms
         elif self.idle_at is not None and now >= self.idle_at:
             self.idle_at = None
-            q._announce("queue:idle", now, idleSeconds=(now - self.idle_since) // 1000)
+            q.announce("queue:idle", now, idleSeconds=(now - self.idle_since) // 1000)
