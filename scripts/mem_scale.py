@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from operator import attrgetter
 from typing import Any
 
 import trio
@@ -60,9 +61,9 @@ def structures(broker: Broker) -> dict[str, int]:
     actor = router.actors.get(QUEUE)
     if actor is not None:
         q = actor.state
-        for name in ("jobs", "_ready", "_delayed", "locks", "_lock_heap", "owner_conn",
-                     "conn_jobs", "dedup", "logs", "_timeouts"):
-            out[f"q.{name}"] = len(getattr(q, name))
+        for name in ("jobs", "order._ready", "order._delayed", "leases.locks", "leases._heap",
+                     "leases.owner_conn", "leases.conn_jobs", "dedup", "logs", "timeouts"):
+            out[f"q.{name}"] = len(attrgetter(name)(q))
         parked = q.parked
         out["q.parked.pulls"] = len(parked.pulls)
         out["q.parked.by_job"] = len(parked.by_job)

@@ -25,7 +25,7 @@ def test_stale_entries_go_live_ones_stay_in_order() -> None:
     delayed = push(h, 50, delay=60_000)
     for job_id in ids[10:] + delayed[5:]:
         h.call("cancel", job_id, T)
-    assert len(h.q._ready) == len(ids) and len(h.q._delayed) == len(delayed)
+    assert h.q.order.sizes() == (len(ids), len(delayed))
     work = h.q.compact_work()
     steps = 1
     while not work.step():
@@ -34,7 +34,7 @@ def test_stale_entries_go_live_ones_stay_in_order() -> None:
     assert freed["heapEntries"] == len(ids) - 10 + len(delayed) - 5
     assert freed["bytes"] > 0  # the jobs map had thousands of empty slots
     assert steps >= 3  # two lists of the ready heap, one of each of the others
-    assert len(h.q._ready) == 10 and len(h.q._delayed) == 5
+    assert h.q.order.sizes() == (10, 5)
     jobs, _ = h.call("pull", T, count=20, owner=None, lock_ttl=30_000, conn=None)
     assert [j["id"] for j in jobs] == ids[:10]  # FIFO as before
     assert h.q.compact_work().run() == {"heapEntries": 0, "bytes": 0}
@@ -45,6 +45,6 @@ def test_timeout_entries_of_jobs_that_left_are_swept() -> None:
     push(h, 3, timeout=60_000)
     jobs, tokens = h.call("pull", T, count=3, owner="w", lock_ttl=30_000, conn=None)
     h.call("ack", jobs[0]["id"], T, token=tokens[0])
-    assert len(h.q._timeouts) == 3
+    assert len(h.q.timeouts) == 3
     assert h.q.compact_work().run()["heapEntries"] == 1
-    assert len(h.q._timeouts) == 2  # the two still active keep their deadlines
+    assert len(h.q.timeouts) == 2  # the two still active keep their deadlines

@@ -20,9 +20,10 @@ def test_the_per_job_maps_of_a_queue_are_growth_safe() -> None:
     h.call("push", [spec], NOW)
     h.call("pull", NOW, count=1, owner=None, lock_ttl=30_000, conn="conn")
     q = h.q
-    for name in ("jobs", "locks", "owner_conn", "dedup"):
-        assert isinstance(getattr(q, name), SplitDict), name
-    assert all(isinstance(m, SplitDict) for m in q.conn_jobs.values())
+    for name, table in (("jobs", q.jobs), ("locks", q.leases.locks),
+                        ("owner_conn", q.leases.owner_conn), ("dedup", q.dedup.holders)):
+        assert isinstance(table, SplitDict), name
+    assert all(isinstance(m, SplitDict) for m in q.leases.conn_jobs.values())
     assert all(isinstance(o, ChainedOrder) for o in q.stall_watch.by_limit.values())
     assert isinstance(q.stall_watch.suspects, ChainedOrder)
     assert isinstance(h.index.dependents._parents, SplitDict)

@@ -168,7 +168,7 @@ def test_a_large_pullb_leases_in_slices_in_priority_order() -> None:
     reply = work.reply()
     assert [job["data"] for job in reply["jobs"]] == expected[:n - 2]
     assert len(set(reply["tokens"])) == n - 2
-    assert len({h.q.locks[job["id"]].expires_at for job in reply["jobs"]}) == 1
+    assert len({h.q.leases.locks[job["id"]].expires_at for job in reply["jobs"]}) == 1
     # what is left (2 jobs) cannot fill a slice: one plain step
     rest = QUEUE_HANDLERS["PULLB"](h.q, {**msg, "count": SLICE_JOBS + 1}, Ctx(T0))
     assert isinstance(rest, dict)

@@ -352,7 +352,7 @@ def test_unique_key_ttl_expires(h: Harness) -> None:
     assert h.push(NOW + 99, uniqueKey="k") == a
     b = h.push(NOW + 100, uniqueKey="k")
     assert b != a
-    assert h.q.dedup["k"].owner == b
+    assert h.q.dedup.holders["k"].owner == b
     assert h.counts(NOW + 100) == counts_of(waiting=2)
 
 
@@ -382,7 +382,7 @@ def test_unique_key_replace_active_owner_transfers_key(h: Harness) -> None:
     b = h.push(NOW + 1, uniqueKey="k", dedup={"replace": True})
     assert b != a
     assert h.state(a, NOW + 1) == "active" and h.state(b, NOW + 1) == "waiting"
-    assert h.q.dedup["k"].owner == b
+    assert h.q.dedup.holders["k"].owner == b
     h.ack(a, NOW + 2)  # the old owner's outcome must not release the new owner's key
     assert h.push(NOW + 3, uniqueKey="k") == b
 
@@ -553,7 +553,7 @@ def test_lock_expiry_requeues_then_buries_at_max_stalls(h: Harness) -> None:
         j = h.q.jobs[job]
         assert (j.attempts, j.stall_count) == (stall, stall)
         assert j.run_at == NOW and j.started_at is None  # runAt unchanged: no backoff
-        assert job not in h.q.locks
+        assert job not in h.q.leases.locks
         assert h.live()[job]["state"] == "queued"
         assert h.state(job, t + 1001) == "waiting"
         t += 1001
@@ -685,13 +685,13 @@ def test_extend_lock_and_heartbeat_rules(h: Harness) -> None:
     _, token = h.pull_one(NOW, owner="w", lock_ttl=1000)
     assert not h.call("extend_lock", job, NOW + 10, token="bad", duration=5000)
     assert h.call("extend_lock", job, NOW + 10, token=None, duration=5000)  # administrative
-    assert h.q.locks[job].expires_at == NOW + 5011  # due 1 ms past its nominal end
+    assert h.q.leases.locks[job].expires_at == NOW + 5011  # due 1 ms past its nominal end
     assert not h.call("heartbeat", job, NOW + 20, token="bad", duration=None)
     assert h.call("heartbeat", job, NOW + 20, token=None, duration=None)
     assert h.q.jobs[job].last_heartbeat == NOW + 20
-    assert h.q.locks[job].expires_at == NOW + 5011  # tokenless heartbeat: no renewal
+    assert h.q.leases.locks[job].expires_at == NOW + 5011  # tokenless heartbeat: no renewal
     assert h.call("heartbeat", job, NOW + 30, token=token, duration=None)
-    assert h.q.locks[job].expires_at == NOW + 1031  # the lock's own ttl
+    assert h.q.leases.locks[job].expires_at == NOW + 1031  # the lock's own ttl
     h.tick(NOW + 1030)  # the first expiry (NOW+1001) was superseded: nothing happens
     assert h.state(job, NOW + 1030) == "active"
     h.tick(NOW + 1031)
@@ -722,7 +722,7 @@ def test_release_connection_requeues_unrenewed_jobs_only(h: Harness) -> None:
         assert h.state(job, NOW + 2) == "waiting"
         assert (j.attempts, j.stall_count, j.started_at) == (0, 0, None)
         assert h.live()[job]["state"] == "queued"
-        assert job not in h.q.locks
+        assert job not in h.q.leases.locks
     for job in (renewed, detached, elsewhere):
         assert h.state(job, NOW + 2) == "active"
     assert h.call("release_connection", conn, NOW + 3) == 0
@@ -759,7 +759,7 @@ def test_a_connection_holding_many_jobs_is_released_in_slices(
     assert len(steps) == 3 and all(0 <= b - a <= 4 for a, b in steps), waiting
     assert work.result == 10 and h.counts(NOW + 2)["waiting"] == 10
     assert h.state(renewed, NOW + 2) == h.state(elsewhere, NOW + 2) == "active"
-    assert conn not in h.q.conn_jobs and other in h.q.conn_jobs
+    assert conn not in h.q.leases.conn_jobs and other in h.q.leases.conn_jobs
     # a few jobs: one plain step
     few = h.take(NOW + 3, conn=conn)[0]
     assert QUEUE_HANDLERS[RELEASE_CONNECTION](h.q, {}, handlers.Ctx(NOW + 3, conn=conn)) == {}
@@ -795,7 +795,7 @@ def test_waiters_served_in_arrival_order(h: Harness) -> None:
     assert out[0].reply["job"]["id"] == a and "token" not in out[0].reply
     assert [j["id"] for j in out[1].reply["jobs"]] == [b, c]
     assert len(out[1].reply["tokens"]) == 2 and all(out[1].reply["tokens"])
-    assert set(h.q.locks) == {b, c}
+    assert set(h.q.leases.locks) == {b, c}
     assert h.live()[a]["state"] == "active"  # a delivery is committed like a pull
     assert h.tick(NOW + 1999) == []
     out = h.tick(NOW + 2000)
@@ -1058,7 +1058,7 @@ def test_restore_charges_interrupted_active_job_and_retries(h: Harness) -> None:
     assert (j.attempts, j.stall_count, j.started_at) == (1, 1, None)
     assert 1000 <= j.run_at - (NOW + 100) <= 3000  # backoff 1000 * 2^1 * U(0.5, 1.5)
     assert h.state(job, NOW + 100) == "delayed"
-    assert not h.q.locks
+    assert not h.q.leases.locks
     record = h.live()[job]
     assert (record["state"], record["attempts"], record["stallCount"]) == ("queued", 1, 1)
     assert h.counts(NOW + 100) == counts_of(delayed=1)
@@ -1102,7 +1102,7 @@ def test_restore_without_charge_keeps_active(h: Harness) -> None:
     assert (j.state, j.attempts, j.stall_count) == ("active", 0, 0)
     assert h.counts(NOW + 100) == counts_of(active=1, delayed=1)
     # the lock is kept, with its token (a worker that holds the job lives on)
-    assert [(k, lock.token) for k, lock in h.q.locks.items()] == [(job, token)]
+    assert [(k, lock.token) for k, lock in h.q.leases.locks.items()] == [(job, token)]
     with pytest.raises(Refused, match="Lock token required"):
         h.ack(job, NOW + 101)
     h.ack(job, NOW + 101, token=token)

@@ -632,11 +632,11 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def locks_and_keys_match(self) -> None:
         q = self.h.q
-        locks = {i: lock.token for i, lock in q.locks.items()}
+        locks = {i: lock.token for i, lock in q.leases.locks.items()}
         assert locks == {i: j.token for i, j in self.live.items() if j.token is not None}
-        for job_id in q.locks:
+        for job_id in q.leases.locks:
             assert q.jobs[job_id].state == "active", "a lock on a job that is not active"
-        assert {k: (d.owner, d.expires_at) for k, d in q.dedup.items()} == self.dedup
+        assert {k: (d.owner, d.expires_at) for k, d in q.dedup.holders.items()} == self.dedup
 
     @invariant()
     def every_unique_key_has_one_holder(self) -> None:

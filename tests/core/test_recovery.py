@@ -278,7 +278,7 @@ def test_a_kept_lock_keeps_the_longest_renewal_granted() -> None:
     h.q.tick(T0 + 1_000 + 59_000)
     h.commit()
     assert state(h, a) == ACTIVE
-    assert h.q.locks[a].expires_at == T0 + 1_000 + 60_001
+    assert h.q.leases.locks[a].expires_at == T0 + 1_000 + 60_001
 
 
 def test_a_restart_of_the_broker_still_charges_active_jobs() -> None:
@@ -288,4 +288,4 @@ def test_a_restart_of_the_broker_still_charges_active_jobs() -> None:
     push(h, "a")
     _pull_locked(h, 1, T0)
     h.restart(T0 + 1_000)
-    assert "a" not in h.q.locks and state(h, "a") == FAILED  # (maxAttempts 1)
+    assert "a" not in h.q.leases.locks and state(h, "a") == FAILED  # (maxAttempts 1)

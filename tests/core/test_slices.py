@@ -42,7 +42,7 @@ def test_drain_removes_at_most_a_slice_per_step() -> None:
     assert all(a - b <= slices.SLICE_JOBS for a, b in zip(seen, seen[1:], strict=False))
     assert work.reply() == {"count": 18}
     assert h.q.counts(NOW)["waiting"] == h.q.counts(NOW)["delayed"] == 0
-    assert len(h.q._ready) == len(h.q._delayed) == 0  # stale heap entries trimmed too
+    assert h.q.order.sizes() == (0, 0)  # stale heap entries trimmed too
 
 
 def test_promote_jobs_in_slices_keeps_runat_order_and_count() -> None:
@@ -158,12 +158,9 @@ class Looks:
 
 @pytest.fixture
 def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slices of 12 jobs, looked at every 3."""
-    from trioqueue.core.queue import lifecycle
-
+    """Slices of 12 jobs, looked at every 3 (promotions too: lifecycle reads it here)."""
     monkeypatch.setattr(slices, "SLICE_JOBS", 12)
     monkeypatch.setattr(slices, "LOOK_EVERY_JOBS", 3)
-    monkeypatch.setattr(lifecycle, "LOOK_EVERY_JOBS", 3)
 
 
 def _removed_per_step(h: QueueHarness, work: slices.Sliced) -> list[int]:

@@ -14,6 +14,7 @@ from trioqueue.core import states as st
 from trioqueue.core.errors import Refused
 from trioqueue.core.job import ACTIVE, COMPLETED, FAILED, QUEUED, WAITING_CHILDREN
 from trioqueue.core.options import parse_job_input
+from trioqueue.core.queue import lifecycle
 from trioqueue.testing.queue import QueueHarness
 
 NOW = 1_700_000_000_000
@@ -73,10 +74,10 @@ def test_a_wrong_move_raises_where_it_is_attempted_and_changes_nothing() -> None
     job_id = _push(h)
     job = h.q.jobs[job_id]
     with pytest.raises(Refused, match="Cannot apply ack to a job in state queued"):
-        h.q._move(job, st.ACK)
+        lifecycle.move(h.q, job, st.ACK)
     assert job.state == QUEUED
     with pytest.raises(Refused, match="Cannot apply park to a job in state queued"):
-        h.q._transition(job, st.PARK, NOW)
+        lifecycle.transition(h.q, job, st.PARK, NOW)
     assert job.state == QUEUED
     assert h.q.counts(NOW)["waiting"] == 1 and h.q.counts(NOW)["waiting-children"] == 0
 
@@ -88,7 +89,7 @@ def test_moves_follow_the_job_not_the_caller() -> None:
     h.call("pull", NOW, count=1, owner=None, lock_ttl=30_000, conn=None)
     job = h.q.jobs[job_id]
     assert job.state == ACTIVE
-    h.q._move(job, st.RELEASE)  # ACTIVE -> QUEUED
+    lifecycle.move(h.q, job, st.RELEASE)  # ACTIVE -> QUEUED
     assert job.state == QUEUED
     with pytest.raises(Refused, match="Cannot apply release to a job in state queued"):
-        h.q._move(job, st.RELEASE)
+        lifecycle.move(h.q, job, st.RELEASE)

@@ -264,11 +264,11 @@ async def test_compact_memory_frees_expired_results_and_stale_entries(
     for _ in ids:
         assert (await client.receive())["ok"] is True
     state = router.actors["m"].state
-    assert len(state._ready) >= 3000
+    assert state.order.sizes()[0] >= 3000
     reply = await client.ok("CompactMemory")
     freed = reply["freed"]
     assert freed["retainedResults"] == 1 and done not in router.results.kept
-    assert freed["heapEntries"] >= 3000 and len(state._ready) == 0
+    assert freed["heapEntries"] >= 3000 and state.order.sizes()[0] == 0
     assert freed["bytes"] > 0 and freed["queues"] == len(router.actors)
     assert freed["gcObjects"] == 0  # no collection unless asked for
     # Nothing left to free: a second call frees nothing of the kind.

@@ -273,7 +273,7 @@ async def assert_torn_connections_left_nothing(server: Server, observer: RawClie
             await trio.sleep(0.01)
     assert counts["waiting"] == work, counts
     state = broker.router.actors["work"].state
-    assert state.conn_jobs == {} and state.owner_conn == {}
+    assert state.leases.conn_jobs == {} and state.leases.owner_conn == {}
     assert "partial" not in broker.router.actors, "a PUSH cut in its frame was applied"
     await wait_for_task_count(tasks_before, timeout_s=5)
     assert live_sessions() == sessions_before

@@ -394,7 +394,7 @@ class QueueActor(StoreReads):
     def holds_jobs_of(self, conn: Any) -> bool:
         """Whether a job delivered over ``conn`` is still active here (a read on the one
         trio thread, between steps: for the idle timeout of that connection)."""
-        return bool(self.state.conn_jobs.get(conn))
+        return bool(self.state.leases.held_by(conn))
 
     @property
     def backlog_size(self) -> int:

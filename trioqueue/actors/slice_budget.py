@@ -93,10 +93,10 @@ class SliceBudget:
         """A tick is about to run. Only one that follows a tick which left due jobs is
         sure to promote a full slice, so only that one is timed: every other step
         pays no clock read (a system call for a thread's CPU time)."""
-        self._began = time.thread_time() if self.budget_s and q._due_left else 0.0
+        self._began = time.thread_time() if self.budget_s and q.order.due_left else 0.0
 
     def promoted(self, q: QueueState) -> None:
         """The tick begun at :meth:`begin_tick` ran."""
-        if self._began and q._due_left:
+        if self._began and q.order.due_left:
             q.promote_cap = resized(q.promote_cap, lifecycle.PROMOTE_MAX_JOBS,
                                     time.thread_time() - self._began, self.budget_s)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import __version__
 from .broker_events import broker_event
+from .queue import lifecycle
 
 if TYPE_CHECKING:
     from .queue import QueueState
@@ -275,7 +276,7 @@ def queue_totals(states: Iterable[tuple[str, QueueState]], now: int,
     ``completed_total`` those completed since the broker started."""
     t = QueueTotals()
     for name, q in states:
-        q._promote_due(now)
+        lifecycle.promote_due(q, now)
         c = q.c
         t.waiting += c.waiting
         t.prioritized += c.prioritized

@@ -212,7 +212,7 @@ def cluster_release(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sli
         raise Refused(f"{CLUSTER_RELEASE} is for another broker's peer link, naming one "
                       "of its clients")
     work = q.release_connection_work(ctx.conn, ctx.now, answer_parked=True)
-    if slices.is_long(len(q.conn_jobs.get(ctx.conn, ()))):
+    if slices.is_long(len(q.leases.held_by(ctx.conn) or ())):
         return work  # long work: a slice a step (queue/leases.py)
     work.run()
     return {}

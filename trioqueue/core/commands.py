@@ -56,7 +56,7 @@ RELEASE_CONNECTION = "__release_connection__"
 
 def _release_connection(q: QueueState, msg: dict[str, Any], ctx: h.Ctx) -> Reply | Sliced:
     work = q.release_connection_work(ctx.conn, ctx.now)
-    if slices.is_long(len(q.conn_jobs.get(ctx.conn, ()))):
+    if slices.is_long(len(q.leases.held_by(ctx.conn) or ())):
         return work  # long work: a slice a step (queue/leases.py)
     work.run()
     return {}

@@ -130,5 +130,5 @@ def cron_fire(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
                            json_bound=ctx.json_bound)
     [job_id] = q.push([spec], ctx.now)
     q.writes.put_broker_record(CRON_KIND, name, record)
-    q._announce("cron:fired", ctx.now, name=name, jobId=job_id)
+    q.announce("cron:fired", ctx.now, name=name, jobId=job_id)
     return {"id": job_id}

@@ -13,7 +13,7 @@ from .broker_stats import DURATION_BUCKETS_S, Histogram, mib
 from .context import Ctx, Reply
 from .job import ACTIVE
 from .maintenance import queue_listed
-from .queue import QueueState, Sliced
+from .queue import QueueState, Sliced, lifecycle
 from .queue import dlq_work as dw
 from .stats_handlers import StatsScope, cron_count, stats, storage_fields
 
@@ -76,7 +76,7 @@ def queue_row(name: str, q: QueueState, now: int) -> dict[str, Any]:
     """A queue's row: bunqueue's counts and paused flag, and ours, its limits
     (``rateLimit`` ``{max, duration}`` or None, ``concurrency`` or None). A rate limit
     past its ttl reads as None here; the queue drops it itself at its next use."""
-    q._promote_due(now)
+    lifecycle.promote_due(q, now)
     c = q.c
     rate = q.settings.rate
     if rate is not None and rate.expired(now):

@@ -10,7 +10,7 @@ from . import fields
 from .context import Ctx, Reply
 from .errors import Refused
 from .job import COMPLETED, FAILED
-from .queue import QueueState, Sliced
+from .queue import QueueState, Sliced, moves
 from .queue import dlq_work as dw
 
 
@@ -71,8 +71,8 @@ def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
             return {"count": 0}
         if not dw.can_revive(q, record, ctx.now):
             return {"count": 0}
-        q._revive(record, ctx.now)
-        q._emit("dlq-retried", job_id, ctx.now)
+        moves.revive(q, record, ctx.now)
+        q.emit("dlq-retried", job_id, ctx.now)
         return {"count": 1}
     flt = _filter(msg.get("filter"))
     count = _count(msg.get("count"), "count")
@@ -102,7 +102,7 @@ def retry_completed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sli
                 or cutoff is not None and (record.get("completedAt") or 0) > cutoff
                 or not dw.can_revive(q, record, ctx.now)):
             return {"count": 0}
-        q._revive(record, ctx.now)
+        moves.revive(q, record, ctx.now)
         return {"count": 1}
     count = _count(msg.get("count"), "count")
     return dw.work(dw.retry_completed(q, count, cutoff, ctx.now), "count")

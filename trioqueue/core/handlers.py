@@ -324,7 +324,7 @@ def update(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     # transport's decode checked its types (a large frame's bound)
     validate_job_data(data, max_chars=None, json_bound=ctx.json_bound)
     q.update_data(job_id, data)
-    q._announce("job:data-updated", ctx.now, jobId=job_id)
+    q.announce("job:data-updated", ctx.now, jobId=job_id)
     return {}
 
 
@@ -334,14 +334,14 @@ def change_priority(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     lifo = msg.get("lifo")
     q.change_priority(job_id, ctx.now, priority,
                       None if lifo is None else fields.lenient_bool(lifo))
-    q._announce("job:priority-changed", ctx.now, jobId=job_id, newPriority=priority)
+    q.announce("job:priority-changed", ctx.now, jobId=job_id, newPriority=priority)
     return {}
 
 
 def promote(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     q.promote(job_id, ctx.now)
-    q._announce("job:promoted", ctx.now, jobId=job_id)
+    q.announce("job:promoted", ctx.now, jobId=job_id)
     return {}
 
 
@@ -354,7 +354,7 @@ def change_delay(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     delay = fields.delay_required(msg.get("delay"))
     q.change_delay(job_id, ctx.now, delay, _token(msg))
-    q._announce("job:delay-changed", ctx.now, jobId=job_id, newDelay=delay)
+    q.announce("job:delay-changed", ctx.now, jobId=job_id, newDelay=delay)
     return {}
 
 
@@ -362,7 +362,7 @@ def move_to_delayed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     delay = fields.delay_required(msg.get("delay"))
     q.change_delay(job_id, ctx.now, delay, _token(msg), active_only=True)
-    q._announce("job:moved-to-delayed", ctx.now, jobId=job_id, delay=delay)
+    q.announce("job:moved-to-delayed", ctx.now, jobId=job_id, delay=delay)
     return {}
 
 
@@ -378,7 +378,7 @@ def move_to_wait(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
 def discard(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     job_id = fields.job_id(msg.get("id"))
     q.discard(job_id, ctx.now, _token(msg))
-    q._announce("job:discarded", ctx.now, jobId=job_id)
+    q.announce("job:discarded", ctx.now, jobId=job_id)
     return {}
 
 
@@ -411,7 +411,7 @@ def set_stall_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
             assert number is not None
             update[key] = int(number)
     q.set_stall_config(update)
-    q._announce("config:stall-changed", ctx.now, config=dict(q.stall))
+    q.announce("config:stall-changed", ctx.now, config=dict(q.stall))
     return {}
 
 

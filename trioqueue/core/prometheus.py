@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .broker_stats import Histogram, ProcessNumbers
+from .queue import lifecycle
 
 if TYPE_CHECKING:
     from .stats_handlers import StatsScope
@@ -150,7 +151,7 @@ def _per_queue(out: Exposition, scope: StatsScope, now: int) -> None:
             len(states) - len(exported))
     rows = []
     for name, q in exported:
-        q._promote_due(now)
+        lifecycle.promote_due(q, now)
         c = q.c
         rows.append((name, {"waiting": c.waiting, "prioritized": c.prioritized,
                             "delayed": c.delayed, "active": c.active,

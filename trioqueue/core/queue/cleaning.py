@@ -60,7 +60,7 @@ def _announced(q: QueueState, steps: Steps, state: str | None, now: int) -> Step
     event per job)."""
     removed: list[str] = yield from steps
     if removed:
-        q._emit("cleaned", "", now, count=len(removed), state=state or "wait")
+        q.emit("cleaned", "", now, count=len(removed), state=state or "wait")
     return removed
 
 
@@ -164,5 +164,5 @@ def _finished_at(record: dict[str, Any], state: str) -> float:
 
 def _drop_finished(q: QueueState, job_id: str) -> None:
     """Remove a completed job with its result, logs and outcome rows (DeleteJob)."""
-    q.logs.pop(job_id, None)
+    q.logs.drop(job_id)
     q.writes.delete_job(job_id)

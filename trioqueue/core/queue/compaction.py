@@ -49,14 +49,16 @@ def _compact(q: QueueState) -> Steps:
         return job is not None and job.state == ACTIVE and job.started_at == entry[2]
 
     dropped = 0
-    for heap, keep in ((q._ready, queued), (q._delayed, queued), (q._timeouts, timed)):
-        # Every list once: the sealed chunks and the tail (sweep goes round in turn).
-        for _ in range(len(heap.chunk_lengths())):
-            dropped += heap.sweep(keep)  # type: ignore[arg-type]
-            yield None
-    maps: list[Any] = [q.jobs, q.locks, q.owner_conn, q.dedup, *q.conn_jobs.values()]
-    before = sum(map(sys.getsizeof, maps))
-    for table in maps:
-        table.compact()
-    after = sum(map(sys.getsizeof, maps))
+    for swept in q.order.sweep(queued):
+        dropped += swept
+        yield None
+    for swept in q.timeouts.sweep(timed):
+        dropped += swept
+        yield None
+    before = sys.getsizeof(q.jobs)
+    q.jobs.compact()
+    after = sys.getsizeof(q.jobs)
+    for part_before, part_after in (q.leases.compact(), q.dedup.compact()):
+        before += part_before
+        after += part_after
     return {"heapEntries": dropped, "bytes": before - after}

@@ -11,12 +11,11 @@ from .. import flows
 from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..errors import Refused
-from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
-from ..split_dict import SplitDict
 from ..traces import fail_trace
+from . import dependencies, dlq, lifecycle, waiters
 from .dlq import new_entry
-from .leases import Lock, lease_deadline
+from .leases import lease_deadline
 from .limits import allowance, spent
 from .repeats import follow as follow_repeat
 from .repeats import may_follow
@@ -28,10 +27,10 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 
-def _next_ready(q: QueueState, now: int) -> JobRecord | None:
+def next_ready(q: QueueState, now: int) -> JobRecord | None:
     """Pop the best ready job; drops jobs whose ttl ran out while they waited."""
-    q._promote_due(now)
-    pop = q._ready.pop
+    lifecycle.promote_due(q, now)
+    pop = q.order.pop_ready
     while (entry := pop()) is not None:
         *_, seq, job_id = entry
         job = q.jobs.get(job_id)
@@ -40,8 +39,8 @@ def _next_ready(q: QueueState, now: int) -> JobRecord | None:
         if job.ttl is not None and now > job.created_at + job.ttl:
             # ttl bounds time in the queue: an expired job is dropped (no job event;
             # the dashboard hears of it)
-            q._drop_queued(job, now)
-            q._announce("job:expired", now, jobId=job.id, ttl=job.ttl,
+            dependencies.drop_queued(q, job, now)
+            q.announce("job:expired", now, jobId=job.id, ttl=job.ttl,
                         age=now - job.created_at)
             continue
         return job
@@ -74,30 +73,23 @@ def pull(
     if settings.gated:
         count = allowance(q, count, now)
     expires = lease_deadline(now, lock_ttl)  # the same for every job of the pull
+    grant = q.leases.grant
+    timeouts = q.timeouts
+    held_by = None if detach and owner is None else conn  # (None: no connection holds it)
     while len(jobs) < count:
-        job = q._next_ready(now)
+        job = next_ready(q, now)
         if job is None:
             break
         # Stamped before the move, so the job enters the stall watch at its fresh end.
         job.started_at = job.last_heartbeat = now
-        q._transition(job, st.PULL, now)
+        lifecycle.transition(q, job, st.PULL, now)
         job.add_timeline("active", now)
-        token = ""
-        if owner is not None:
-            token = uuid7(now)
-            q.locks[job.id] = Lock(token, owner, now, expires, lock_ttl)
-            q._lock_heap.push((expires, job.id, token))
-        if conn is not None and not (detach and owner is None):
-            q.owner_conn[job.id] = conn
-            held = q.conn_jobs.get(conn)
-            if held is None:
-                held = q.conn_jobs[conn] = SplitDict()
-            held[job.id] = None
-        q._persist(job)
-        if q._next_stall_check is None or job.timeout:  # (the calls only when they act)
-            q._watch(job, now)
+        token = grant(job.id, owner, held_by, now, expires, lock_ttl)
+        q.persist(job)
+        if timeouts.stall_check_at is None or job.timeout:  # (called only when it acts)
+            timeouts.watch(job, now)
         if q.events_enabled:
-            q._emit("pulled", job.id, now)
+            q.emit("pulled", job.id, now)
         jobs.append(job.to_wire())
         tokens.append(token)
     if settings.gated:
@@ -105,7 +97,7 @@ def pull(
     if jobs:
         q.c.pulled += len(jobs)
     if jobs and q.events_enabled and not (q.c.waiting or q.c.prioritized):
-        q._emit("drained", "", now)
+        q.emit("drained", "", now)
     return jobs, tokens
 
 
@@ -117,7 +109,7 @@ def pull_reply(
     told to the dashboard as ``batch:pulled``)."""
     if batch:
         if now is not None and len(jobs) > 1:
-            q._announce("batch:pulled", now, count=len(jobs))
+            q.announce("batch:pulled", now, count=len(jobs))
         reply: dict[str, Any] = {"jobs": jobs}
         if owner is not None:
             reply["tokens"] = tokens
@@ -128,7 +120,7 @@ def pull_reply(
     return reply
 
 
-def _active_job(q: QueueState, job_id: str) -> JobRecord:
+def active_job(q: QueueState, job_id: str) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None or job.state != ACTIVE:
         raise Refused(f"Job not found or not in processing state: {job_id}")
@@ -151,28 +143,28 @@ def ack(
         # so complete the queued copy instead of running it a second time.
         if may_follow(job):
             refuse_unless_room(q)  # its successor is a new live job
-        q._transition(job, st.RECLAIM, now)
-        job = q._active_job(job_id)
-        q._check_token(job, token)
+        lifecycle.transition(q, job, st.RECLAIM, now)
+        job = active_job(q, job_id)
+        q.leases.check(job, token)
     else:
-        job = q._active_job(job_id)
-        q._check_token(job, token)
+        job = active_job(q, job_id)
+        q.leases.check(job, token)
         if may_follow(job):
             refuse_unless_room(q)
-    q._complete(job, now, has_result, result, remove)
+    complete(q, job, now, has_result, result, remove)
     count_completed(q.c, 1, now, now - (job.started_at or now))
 
 
-def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
+def complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result: Any,
               remove: bool | None) -> None:
-    q._remove_live(job, now)
+    lifecycle.remove_live(q, job, now)
     if job.repeat is not None:  # the next generation, named in the completed record
         follow_repeat(q, job, now)
     if remove or job.remove_on_complete:
-        q.logs.pop(job.id, None)
+        q.logs.drop(job.id)
         q.writes.delete_job(job.id)
     else:
-        q._move(job, st.ACK)
+        lifecycle.move(q, job, st.ACK)
         job.completed_at = now
         job.add_timeline("completed", now)
         q.writes.finish_job(job.to_record(), has_result, result)
@@ -183,12 +175,12 @@ def _complete(q: QueueState, job: JobRecord, now: int, has_result: bool, result:
     # The outcome and the waiters' reply are built only for jobs that have them:
     # this runs once per acknowledged job.
     if q.index.has_dependents(job.id):
-        q._settle_dependents(job.id, flows.completed_outcome(q.name, has_result,
+        dependencies.settle_dependents(q, job.id, flows.completed_outcome(q.name, has_result,
                                                                 result))
     if job.id in q.parked.by_job:
-        q._settle(job.id, completed_reply(has_result, result))
+        waiters.settle(q, job.id, completed_reply(has_result, result))
     if q.events_enabled:
-        q._emit("completed", job.id, now, data=result if has_result else None)
+        q.emit("completed", job.id, now, data=result if has_result else None)
 
 
 def ackb(
@@ -218,6 +210,7 @@ def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
     checked: list[tuple[int, JobRecord]] = []
     ignored: list[int] = []
     seen: set[str] = set()
+    check = q.leases.check
     for i, job_id in enumerate(ids):
         if job_id in seen:  # the same job twice in one batch: ACKed once
             ignored.append(i)
@@ -230,7 +223,7 @@ def ackb_check(q: QueueState, ids: list[str], tokens: list[Any] | None
                 continue
             ignored.append(i)
             continue
-        q._check_token(job, tokens[i] if tokens is not None else None)
+        check(job, tokens[i] if tokens is not None else None)
         checked.append((i, job))
     successors = sum(1 for _, job in checked if job.repeat is not None and may_follow(job))
     if successors:
@@ -245,11 +238,11 @@ def ackb_apply(q: QueueState, checked: Sequence[tuple[int, JobRecord]], now: int
     started = 0  # the jobs' pull times summed (tallies: their run time, once a batch)
     for i, job in checked:
         if job.state == QUEUED:
-            q._transition(job, st.RECLAIM, now)
+            lifecycle.transition(q, job, st.RECLAIM, now)
         has_result = results is not None
         result = results[i] if results is not None else None
         remove = bool(removes[i]) if removes is not None and removes[i] is True else None
-        q._complete(job, now, has_result, result, remove)
+        complete(q, job, now, has_result, result, remove)
         started += job.started_at or now
     if checked:
         count_completed(q.c, len(checked), now, len(checked) * now - started)
@@ -278,8 +271,8 @@ def fail(
     job = q.jobs.get(job_id)
     if job is not None and job.state == QUEUED and job.attempts > 0:
         return False
-    job = q._active_job(job_id)
-    q._check_token(job, token)
+    job = active_job(q, job_id)
+    q.leases.check(job, token)
     decision = at.charge(job, at.Cause.FAIL, q.max_stalls, unrecoverable=unrecoverable,
                          error=error)
     if stack is not None:
@@ -288,56 +281,56 @@ def fail(
         job.stacktrace = lines[:limit] if limit > 0 else None
     job.add_timeline("failed", now, error=error, attempt=job.attempts)
     if decision.action != at.BURY:
-        q._retry_later(job, now)
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=False)
-        q._emit("retried", job.id, now, prev="failed")
+        retry_later(q, job, now)
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=False)
+        q.emit("retried", job.id, now, prev="failed")
         return True
     if remove_on_fail or job.remove_on_fail:
-        q._remove_live(job, now)
+        lifecycle.remove_live(q, job, now)
         count_failed(q, now)
-        q.logs.pop(job.id, None)
+        q.logs.drop(job.id)
         q.writes.delete_job(job.id)
-        q._child_failed(job, error)
-        q._settle(job.id, failed_reply(error))
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        dependencies.child_failed(q, job, error)
+        waiters.settle(q, job.id, failed_reply(error))
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=True)
         return True
-    q._bury(job, now, decision.reason or "", decision.error, trace=fail_trace(trace))
+    bury(q, job, now, decision.reason or "", decision.error, trace=fail_trace(trace))
     return True
 
 
-def _retry_later(q: QueueState, job: JobRecord, now: int) -> None:
+def retry_later(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued after a charged attempt, back after the job's backoff."""
-    q._release_resources(job)
-    q._count(job, -1, now)
-    q._move(job, st.RETRY)
+    q.leases.release(job.id)
+    lifecycle.count(q, job, -1, now)
+    lifecycle.move(q, job, st.RETRY)
     job.started_at = None
     job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
     job.add_timeline("waiting", now)
-    q._enqueue(job, now)
-    q._persist(job)
+    lifecycle.enqueue(q, job, now)
+    q.persist(job)
 
 
-def _bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None,
+def bury(q: QueueState, job: JobRecord, now: int, reason: str, error: str | None,
           counted: bool = True, emit: bool = True, trace: list[str] | None = None) -> None:
     """Move a job to the dead-letter queue (state FAILED, kept in storage); ``trace``:
     the whole stack of a failing FAIL, for the entry (see :func:`.dlq.new_entry`)."""
     if counted:
-        q._remove_live(job, now)
+        lifecycle.remove_live(q, job, now)
     else:
         q.jobs.pop(job.id, None)
         q.index.remove(job.id)
-        q._release_key(job)
+        q.dedup.release(job)
         for child_id in job.pending or ():
             q.index.drop_dependent(child_id, job.id)
-    q._move(job, st.BURY)
+    lifecycle.move(q, job, st.BURY)
     count_failed(q, now)
     job.dlq = new_entry(job, now, reason, error, trace)
     job.add_timeline("failed", now, error=error)
     job.pending = None
     q.writes.finish_job(job.to_record(), False)
-    q._dlq_enter(job, now)
-    q._child_failed(job, error)
-    q._settle(job.id, failed_reply(error))
+    dlq.dlq_enter(q, job, now)
+    dependencies.child_failed(q, job, error)
+    waiters.settle(q, job.id, failed_reply(error))
     if emit:
-        q._emit("failed", job.id, now, error=error, data=job.data, terminal=True)
+        q.emit("failed", job.id, now, error=error, data=job.data, terminal=True)
 

@@ -47,7 +47,7 @@ def set_paused(q: QueueState, paused: bool, now: int) -> None:
     if q.settings.paused != paused:
         q.settings.paused = paused
         q.store_settings()
-        q._emit("paused" if paused else "resumed", "", now)
+        q.emit("paused" if paused else "resumed", "", now)
 
 
 def load_meta(q: QueueState, meta: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from .. import fields, flows
 from .. import states as st
 from ..errors import JOB_NOT_FOUND, Refused
 from ..job import COMPLETED, FAILED, QUEUED, WAITING_CHILDREN, JobRecord, new_timeline
+from . import consuming, lifecycle, progress, waiters
 from . import finished as fin
 
 if TYPE_CHECKING:
@@ -22,17 +23,17 @@ REMOVE_CHILD = "remove_child"  # (child id, parent id): remove it if it has not 
 ADOPT = "adopt"  # (jobs,): jobs of an atomic flow, committed by the router
 
 
-def _drop_queued(q: QueueState, job: JobRecord, now: int) -> None:
+def drop_queued(q: QueueState, job: JobRecord, now: int) -> None:
     """Remove a job that never ran to the end (cancelled, expired, replaced, removed
     as an unprocessed child): its parents stop waiting for it, its waits end."""
-    q._remove_live(job, now)
-    q.logs.pop(job.id, None)
+    lifecycle.remove_live(q, job, now)
+    q.logs.drop(job.id)
     q.writes.delete_job(job.id)
-    q._settle_dependents(job.id, flows.DETACHED)
-    q._settle_gone(job.id)
+    settle_dependents(q, job.id, flows.DETACHED)
+    waiters.settle_gone(q, job.id)
 
 
-def _settle_dependents(q: QueueState, child_id: str, outcome: dict[str, Any]) -> list[str]:
+def settle_dependents(q: QueueState, child_id: str, outcome: dict[str, Any]) -> list[str]:
     """Tell every job waiting for ``child_id`` how it ended; returns their ids.
 
     The outcome row is written in this batch, with the child's own change, so a
@@ -45,12 +46,12 @@ def _settle_dependents(q: QueueState, child_id: str, outcome: dict[str, Any]) ->
     return parents
 
 
-def _child_failed(q: QueueState, job: JobRecord, error: str | None) -> None:
+def child_failed(q: QueueState, job: JobRecord, error: str | None) -> None:
     """A terminal failure settles the job's parents only under a failure policy;
     without one they keep waiting (a retry from the DLQ may still complete it)."""
     policy = flows.failure_policy(job)
     if policy is not None:
-        q._settle_dependents(job.id, flows.failed_outcome(q.name, error, policy))
+        settle_dependents(q, job.id, flows.failed_outcome(q.name, error, policy))
 
 
 def dependency_exists(q: QueueState, dep_id: str, now: int) -> bool:
@@ -110,7 +111,7 @@ def check_push_dependencies(q: QueueState, specs: Sequence[dict[str, Any]], now:
         raise Refused(f"Dependency cycle: {' -> '.join(cycle)}")
 
 
-def _open_dependencies(q: QueueState, job: JobRecord, deps: Iterable[str], now: int) -> list[str]:
+def open_dependencies(q: QueueState, job: JobRecord, deps: Iterable[str], now: int) -> list[str]:
     """Which of ``deps`` the job must wait for; completed ones are recorded now."""
     pending: list[str] = []
     for dep in dict.fromkeys(deps):
@@ -175,16 +176,16 @@ def _failed_outcome(q: QueueState, child_id: str) -> dict[str, Any] | None:
     return flows.failed_outcome(record["queue"], error, policy)
 
 
-def _park_new(q: QueueState, job: JobRecord, pending: list[str], now: int) -> None:
-    q._move(job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
+def park_new(q: QueueState, job: JobRecord, pending: list[str], now: int) -> None:
+    lifecycle.move(q, job, st.LINK)  # admitted as QUEUED, never placed: it waits at once
     job.pending = pending
     job.timeline = new_timeline(WAITING_CHILDREN, now)
     for dep in pending:
         q.index.add_dependent(dep, job.id)
     q.c.waiting_children += 1
-    q._persist(job)
-    q._emit("pushed", job.id, now)
-    q._emit("waiting-children", job.id, now)
+    q.persist(job)
+    q.emit("pushed", job.id, now)
+    q.emit("waiting-children", job.id, now)
 
 
 def adopt(q: QueueState, job: JobRecord, now: int) -> None:
@@ -196,14 +197,14 @@ def adopt(q: QueueState, job: JobRecord, now: int) -> None:
     q.jobs[job.id] = job
     q.c.pushed += 1  # (a flow's job: admitted by the router, not by push)
     if job.state == WAITING_CHILDREN:
-        q._count(job, +1, now)
+        lifecycle.count(q, job, +1, now)
     else:
-        q._enqueue(job, now, keep_seq=True)
-    q._emit("pushed", job.id, now)
+        lifecycle.enqueue(q, job, now, keep_seq=True)
+    q.emit("pushed", job.id, now)
     if job.state == WAITING_CHILDREN:
-        q._emit("waiting-children", job.id, now)
+        q.emit("waiting-children", job.id, now)
     elif job.run_at > now:
-        q._emit("delayed", job.id, now, delay=float(job.run_at - now))
+        q.emit("delayed", job.id, now, delay=float(job.run_at - now))
 
 
 def apply_notice(q: QueueState, notice: tuple[Any, ...], now: int) -> None:
@@ -212,12 +213,12 @@ def apply_notice(q: QueueState, notice: tuple[Any, ...], now: int) -> None:
     if kind == SETTLED:
         q.apply_outcome(notice[1], notice[2], notice[3], now)
     elif kind == SET_PARENT:
-        q._set_parent(notice[1], notice[2], notice[3])
+        set_parent(q, notice[1], notice[2], notice[3])
     elif kind == REMOVE_CHILD:
         job = q.jobs.get(notice[1])
         if job is not None and job.state in (QUEUED, WAITING_CHILDREN):
-            q._drop_queued(job, now)
-            q._emit("removed", job.id, now, prev="waiting")
+            drop_queued(q, job, now)
+            q.emit("removed", job.id, now, prev="waiting")
     elif kind == ADOPT:
         for job in notice[1]:
             q.adopt(job, now)
@@ -245,9 +246,9 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
     if kind == flows.FAILED:
         policy = outcome.get("policy")
         if policy == flows.FAIL_PARENT and job.state == WAITING_CHILDREN:
-            q._bury(job, now, "unknown",
+            consuming.bury(q, job, now, "unknown",
                        f"Child job {child_id} failed: {outcome.get('error')}")
-            q._announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
+            q.announce("flow:failed", now, parentJobId=job.id, failedChildId=child_id,
                         error=outcome.get("error") or "Child job failed")
             return
         if policy == flows.CONTINUE_PARENT:
@@ -266,19 +267,19 @@ def apply_outcome(q: QueueState, parent_id: str, child_id: str, outcome: dict[st
     if not job.pending:
         job.pending = None
         if job.state == WAITING_CHILDREN:
-            q._count(job, -1, now)
-            q._move(job, st.RESOLVE)
+            lifecycle.count(q, job, -1, now)
+            lifecycle.move(q, job, st.RESOLVE)
             job.add_timeline("waiting", now)
-            q._enqueue(job, now)
-            q._persist(job)
-            q._emit("waiting", job.id, now, prev="waiting-children")
-            q._announce("job:dependencies-resolved", now, jobId=job.id)
+            lifecycle.enqueue(q, job, now)
+            q.persist(job)
+            q.emit("waiting", job.id, now, prev="waiting-children")
+            q.announce("job:dependencies-resolved", now, jobId=job.id)
             children = len(job.children_ids)
             if children and job.children_completed >= children:
-                q._announce("flow:completed", now, parentJobId=job.id,
+                q.announce("flow:completed", now, parentJobId=job.id,
                             childrenCount=children)
             return
-    q._persist(job)
+    q.persist(job)
 
 
 def _forget_child(job: JobRecord, child_id: str) -> None:
@@ -309,16 +310,16 @@ def replay_outcomes(q: QueueState, now: int) -> None:
 def move_to_waiting_children(q: QueueState, job_id: str, now: int, token: str | None) -> bool:
     """Active -> waiting-children while it has dependencies left (BullMQ's rule:
     False, and the job stays active, when there is nothing to wait for)."""
-    job = q._active_for_progress(job_id, now)
-    q._check_token(job, token)
+    job = progress.active_for_progress(q, job_id, now)
+    q.leases.check(job, token)
     if not job.pending:
         return False
-    q._release_resources(job)
-    q._transition(job, st.PARK, now)
+    q.leases.release(job.id)
+    lifecycle.transition(q, job, st.PARK, now)
     job.started_at = None
     job.add_timeline(WAITING_CHILDREN, now)
-    q._persist(job)
-    q._emit("waiting-children", job.id, now)
+    q.persist(job)
+    q.emit("waiting-children", job.id, now)
     return True
 
 
@@ -362,13 +363,13 @@ def update_parent(q: QueueState, child_id: str, parent_id: str, now: int) -> Non
             # (an outcome row of an earlier link, since detached, no longer stands)
             q.writes.put_dep_outcome(parent_id, child_id, flows.WAITING)
             if parent.state == QUEUED:
-                q._transition(parent, st.LINK, now)
+                lifecycle.transition(q, parent, st.LINK, now)
                 parent.add_timeline(WAITING_CHILDREN, now)
-                q._emit("waiting-children", parent_id, now)
+                q.emit("waiting-children", parent_id, now)
         elif new_edge:
             # Already completed: record its outcome, as admission does.
-            q._open_dependencies(parent, (child_id,), now)
-        q._persist(parent)
+            open_dependencies(q, parent, (child_id,), now)
+        q.persist(parent)
         if wait:
             settle_failed_children(q, parent_id, (child_id,), now)
     q.notices.append((child_id, (SET_PARENT, child_id, parent_id, q.name)))
@@ -389,7 +390,7 @@ def _child_to_wait_for(q: QueueState, child_id: str, now: int) -> bool:
     return False
 
 
-def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue: str) -> None:
+def set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queue: str) -> None:
     job = q.jobs.get(child_id)
     if job is None or job.parent_id == parent_id:
         return
@@ -401,7 +402,7 @@ def _set_parent(q: QueueState, child_id: str, parent_id: str | None, parent_queu
             data["__parentId"] = parent_id
             data["__parentQueue"] = parent_queue
         job.data = data
-    q._persist(job)
+    q.persist(job)
 
 
 def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
@@ -412,10 +413,10 @@ def remove_child_dependency(q: QueueState, child_id: str, now: int) -> bool:
         if q.finished.get(child_id) is None:
             raise Refused(JOB_NOT_FOUND)
         return False
-    parents = q._settle_dependents(child_id, flows.UNLINKED)
+    parents = settle_dependents(q, child_id, flows.UNLINKED)
     had_parent = job.parent_id is not None
     if had_parent:
-        q._set_parent(child_id, None, q.name)
+        set_parent(q, child_id, None, q.name)
     return bool(parents) or had_parent
 
 
@@ -436,7 +437,7 @@ def remove_unprocessed_children(q: QueueState, parent_id: str) -> frozenset[str]
     return frozenset(queues)
 
 
-def _child_queue(q: QueueState, child_id: str) -> str | None:
+def child_queue(q: QueueState, child_id: str) -> str | None:
     queue = q.index.locate(child_id)
     if queue is None:
         record = q.finished.get_any(child_id)
@@ -444,8 +445,8 @@ def _child_queue(q: QueueState, child_id: str) -> str | None:
     return queue
 
 
-def _want_children(q: QueueState, child_ids: Iterable[str]) -> None:
-    """The finished records :meth:`_child_queue` will read, asked for at once."""
+def want_children(q: QueueState, child_ids: Iterable[str]) -> None:
+    """The finished records :meth:`child_queue` will read, asked for at once."""
     q.finished.want([(fin.GET, c) for c in child_ids if q.index.locate(c) is None])
 
 
@@ -455,11 +456,11 @@ def children_outcomes(q: QueueState, parent_id: str, kind: str,
     ``<queue>:<id>`` while the child exists and by bare id once it is gone."""
     out: dict[str, Any] = {}
     rows = q.finished.dep_outcomes(parent_id)
-    q._want_children(rows)
+    want_children(q, rows)
     for child_id, outcome in rows.items():
         if outcome.get("kind") != kind:
             continue
-        key = flows.child_key(q._child_queue(child_id), child_id)
+        key = flows.child_key(child_queue(q, child_id), child_id)
         if kind == flows.COMPLETED:
             out[key] = outcome.get("result")
         elif outcome.get("policy") == policy:
@@ -474,10 +475,10 @@ def dependencies(q: QueueState, parent_id: str) -> dict[str, Any]:
     if job is None and q.finished.get(parent_id) is None:
         raise Refused(JOB_NOT_FOUND)
     pending = (job.pending or []) if job is not None else []
-    q._want_children(pending)
+    want_children(q, pending)
     return {
         "processed": q.children_outcomes(parent_id, flows.COMPLETED),
-        "unprocessed": [flows.child_key(q._child_queue(c), c) for c in pending],
+        "unprocessed": [flows.child_key(child_queue(q, c), c) for c in pending],
         "failed": q.children_outcomes(parent_id, flows.FAILED, flows.CONTINUE_PARENT),
         "ignored": q.children_outcomes(parent_id, flows.FAILED,
                                           flows.IGNORE_DEPENDENCY),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import flows
 from ..job import FAILED, JobRecord
+from . import dependencies
 from .dead_letters import Mark
 from .slices import slice_jobs
 from .views import finished_wire
@@ -60,7 +61,7 @@ def dlq_enter(q: QueueState, job: JobRecord, now: int) -> None:
     reason = str(entry.get("reason") or "unknown")
     q.dlq.add(job.id, now, reason, int(entry.get("retryCount", 0)))
     if q.events_enabled:
-        q._emit("dlq-added", job.id, now, reason=reason, error=entry.get("error"))
+        q.emit("dlq-added", job.id, now, reason=reason, error=entry.get("error"))
     if len(q.dlq) > q.settings.dlq.max_entries:
         _evict(q, now, EVICT_AT_BURY)
 
@@ -76,11 +77,11 @@ def drop_entry(q: QueueState, mark: Mark, now: int, event: str | None = None) ->
     q.dlq.discard(job_id)
     if q.index.locate(job_id) is None:  # else its id now names a live job elsewhere
         q.writes.delete_job(job_id)
-        q.logs.pop(job_id, None)
+        q.logs.drop(job_id)
         if q.index.has_dependents(job_id):
-            q._settle_dependents(job_id, flows.DETACHED)
+            dependencies.settle_dependents(q, job_id, flows.DETACHED)
     if event is not None and q.events_enabled:
-        q._emit(event, job_id, now, reason=mark.reason)
+        q.emit(event, job_id, now, reason=mark.reason)
 
 
 def _evict(q: QueueState, now: int, most: int) -> None:
@@ -229,7 +230,7 @@ def dlq_stats(q: QueueState, now: int) -> dict[str, Any]:
 def set_dlq_config(q: QueueState, config: dict[str, Any], now: int) -> None:
     q.settings.dlq.update(config)
     q.store_settings()
-    q._emit("dlq-config-changed", "", now, config=q.settings.dlq.to_wire())
+    q.emit("dlq-config-changed", "", now, config=q.settings.dlq.to_wire())
 
 
 def load_dlq(q: QueueState) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Refused
 from ..job import COMPLETED, FAILED
+from . import moves
 from .dead_letters import Key, Mark
 from .dlq import drop_entry, entry_wire
 from .slices import Sliced, Steps, _ids_page, slice_jobs, want_records
@@ -116,7 +117,7 @@ def _retry_one(q: QueueState, mark: Mark, now: int, *, auto: bool = False) -> bo
         return False
     carry = ({"retryCount": mark.retry_count + 1, "lastRetryAt": float(now)} if auto
              else None)
-    q._revive(record, now, carry=carry)
+    moves.revive(q, record, now, carry=carry)
     return True
 
 
@@ -170,7 +171,7 @@ def retry_dlq(q: QueueState, flt: DlqFilter, count: int | None, now: int) -> Ste
             break
         yield None
     if retried:
-        q._emit("dlq-retry-all", "", now, count=retried)
+        q.emit("dlq-retry-all", "", now, count=retried)
     return retried
 
 
@@ -211,7 +212,7 @@ def auto_retry(q: QueueState, now: int) -> Steps:
                 return retried
             if revived:
                 retried += 1
-                q._emit("dlq-auto-retried", mark.job_id, now)
+                q.emit("dlq-auto-retried", mark.job_id, now)
         yield None
     return retried
 
@@ -228,7 +229,7 @@ def purge_dlq(q: QueueState, now: int) -> Steps:
             purged += 1
         yield None
     if purged:
-        q._emit("dlq-purged", "", now, count=purged)
+        q.emit("dlq-purged", "", now, count=purged)
     return purged
 
 
@@ -248,7 +249,7 @@ def retry_completed(q: QueueState, count: int | None, cutoff: float | None,
                     or cutoff is not None and (record.get("completedAt") or 0) > cutoff
                     or not can_revive(q, record, now)):
                 continue
-            q._revive(record, now)
+            moves.revive(q, record, now)
             revived += 1
             if count is not None and revived >= count:
                 break

@@ -11,7 +11,7 @@ place, :attr:`Group.where`:
 
 - ``ROTATION``: it may have a job to hand out; it is in the rotation deque;
 - ``FULL``: at its concurrency limit; back in the rotation when one of its jobs leaves
-  ``active`` (``lifecycle._count`` tells :meth:`Groups.left_active`);
+  ``active`` (``lifecycle.count`` tells :meth:`Groups.left_active`);
 - ``TIMED``: out of its rate window or under ``RateLimitGroup``'s deadline; in a heap
   by the time it may run again, released by the first claim after that time (and the
   queue wakes then while pulls are parked: ``next_deadline``);
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Refused
 from ..job import QUEUED
+from . import dependencies
 from .limits import RateLimit
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class Groups:
 
     def counted(self, job: JobRecord, delta: int, active: bool) -> None:
         """A grouped job entered (+1) or left (-1) the queued or active place
-        (``lifecycle._count``, the one choke point)."""
+        (``lifecycle.count``, the one choke point)."""
         g = self.group(job.group_id)  # type: ignore[arg-type]
         if active:
             g.active += delta
@@ -189,7 +190,7 @@ class Groups:
             if job is None or job.state != QUEUED or job.seq != seq:
                 continue  # stale: the job moved or left since
             if job.ttl is not None and now > job.created_at + job.ttl:
-                q._drop_queued(job, now)  # expired waiting, as in the ready heap
+                dependencies.drop_queued(q, job, now)  # expired waiting, as in the ready heap
                 continue
             return job
         return None

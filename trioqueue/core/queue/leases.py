@@ -4,6 +4,8 @@ jobs a connection holds."""
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -11,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 from .. import attempts as at
 from .. import states as st
 from ..errors import Refused
+from ..ids import uuid7
 from ..job import ACTIVE, JobRecord
+from ..split_dict import SplitDict
 from ..split_heap import SplitHeap
-from . import slices
+from . import consuming, dependencies, lifecycle, slices
 from .slices import Sliced, Steps
 
 if TYPE_CHECKING:
@@ -62,8 +66,7 @@ def restore_lock(q: QueueState, job: JobRecord, stored: Any, now: int) -> bool:
         return False
     span = max(ttl, longest)
     expires = max(int(expires_at), lease_deadline(now, span))
-    q.locks[job.id] = Lock(token, owner, now, expires, ttl, longest=longest)
-    q._lock_heap.push((expires, job.id, token))
+    q.leases.restore(job.id, Lock(token, owner, now, expires, ttl, longest=longest))
     return True
 
 
@@ -87,17 +90,6 @@ def lease_deadline(now: int, duration: float) -> int:
     return math.ceil(now + duration) + 1
 
 
-def _check_token(q: QueueState, job: JobRecord, token: Any) -> None:
-    """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
-    lock = q.locks.get(job.id)
-    if lock is None:
-        return
-    if token is None:
-        raise Refused(f"Lock token required for job {job.id}")
-    if token != lock.token:
-        raise Refused(f"Invalid or expired lock token for job {job.id}")
-
-
 # Rebuild the lock heap once it holds this many entries more than twice the live locks,
 # and only while it is small enough to rebuild and free in a few milliseconds (a larger
 # one loses its dead entries at their expiry instead: freeing a million-entry heap in
@@ -108,44 +100,161 @@ LOCK_HEAP_REBUILD_MAX = 16_384
 LOCK_EXPIRY_MAX_ENTRIES = 20_000
 
 
-def _release_resources(q: QueueState, job: JobRecord) -> None:
-    if q.locks.pop(job.id, None) is not None:
-        # A released lock's heap entry stays until its expiry (30 s by default): at
-        # 30k acks/s that is 900k dead entries, each keeping its token and job id.
-        # Rebuild from the live locks once most entries are dead (amortised O(1)).
-        heap = q._lock_heap
-        if (LOCK_HEAP_SLACK < len(heap) <= 4 * LOCK_HEAP_REBUILD_MAX
-                and len(heap) > 2 * len(q.locks)):
-            q._lock_heap = SplitHeap((lock.expires_at, job_id, lock.token)
-                                     for job_id, lock in q.locks.items())
-    conn = q.owner_conn.pop(job.id, None)
-    if conn is not None:
-        jobs = q.conn_jobs.get(conn)
-        if jobs is not None:
-            jobs.pop(job.id, None)
-            if not jobs:
-                del q.conn_jobs[conn]
+class Leases:
+    """The leases of a queue's active jobs: each job's lock, the heap of their expiries,
+    the hold on expiry after the broker's own pause, and which connection holds which
+    jobs. The only writer of those fields, so a lock, its heap entry and its connection
+    can never disagree."""
+
+    __slots__ = ("locks", "_heap", "_held_until", "owner_conn", "conn_jobs")
+
+    def __init__(self) -> None:
+        self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
+        self._heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
+        self._held_until = 0  # no lock expires before (ms): hold_expiry
+        # job id -> connection it was delivered to, and each connection's job ids (a map
+        # to None: one connection may hold a million, and a set grows as a dict does)
+        self.owner_conn: SplitDict[str, Any] = SplitDict()
+        self.conn_jobs: dict[Any, SplitDict[str, None]] = {}
+
+    def grant(self, job_id: str, owner: str | None, conn: Any, now: int, expires: int,
+              ttl: float) -> str:
+        """Lease a job just pulled: a lock (and its token) for an ``owner``, and the
+        job remembered against ``conn`` (None: against no connection). Returns the
+        token ("" without an owner)."""
+        token = ""
+        if owner is not None:
+            token = uuid7(now)
+            self.locks[job_id] = Lock(token, owner, now, expires, ttl)
+            self._heap.push((expires, job_id, token))
+        if conn is not None:
+            self.owner_conn[job_id] = conn
+            held = self.conn_jobs.get(conn)
+            if held is None:
+                held = self.conn_jobs[conn] = SplitDict()
+            held[job_id] = None
+        return token
+
+    def restore(self, job_id: str, lock: Lock) -> None:
+        """A lock rebuilt from a job's record (:func:`restore_lock`)."""
+        self.locks[job_id] = lock
+        self._heap.push((lock.expires_at, job_id, lock.token))
+
+    def check(self, job: JobRecord, token: Any) -> None:
+        """bunqueue's token rule: a lock demands its exact token; no lock, no check."""
+        lock = self.locks.get(job.id)
+        if lock is None:
+            return
+        if token is None:
+            raise Refused(f"Lock token required for job {job.id}")
+        if token != lock.token:
+            raise Refused(f"Invalid or expired lock token for job {job.id}")
+
+    def release(self, job_id: str) -> Lock | None:
+        """The job is no longer leased: its lock and its connection go."""
+        lock = self.locks.pop(job_id, None)
+        if lock is not None:
+            # A released lock's heap entry stays until its expiry (30 s by default): at
+            # 30k acks/s that is 900k dead entries, each keeping its token and job id.
+            # Rebuild from the live locks once most entries are dead (amortised O(1)).
+            heap = self._heap
+            if (LOCK_HEAP_SLACK < len(heap) <= 4 * LOCK_HEAP_REBUILD_MAX
+                    and len(heap) > 2 * len(self.locks)):
+                self._heap = SplitHeap((held.expires_at, held_id, held.token)
+                                       for held_id, held in self.locks.items())
+        conn = self.owner_conn.pop(job_id, None)
+        if conn is not None:
+            jobs = self.conn_jobs.get(conn)
+            if jobs is not None:
+                jobs.pop(job_id, None)
+                if not jobs:
+                    del self.conn_jobs[conn]
+        return lock
+
+    def renewable(self, lock: Lock, now: int) -> bool:
+        """Whether a renewal comes in time (or the broker's own pause is forgiven, see
+        :meth:`hold_expiry`); a lock too late stays so the expiry sweep requeues its job."""
+        return lock.expires_at > now or now < self._held_until
+
+    def renew(self, job_id: str, lock: Lock, now: int, duration: float) -> None:
+        lock.expires_at = lease_deadline(now, duration)
+        lock.renewals += 1
+        self._heap.push((lock.expires_at, job_id, lock.token))
+
+    def hold_expiry(self, until: int) -> None:
+        """No lock expires before ``until`` (see the module's :func:`hold_expiry`)."""
+        if until > self._held_until:
+            self._held_until = until
+
+    def expired(self, now: int) -> Iterator[tuple[str, Lock]]:
+        """The locks that ran out by ``now``, earliest first, each popped from the heap
+        (at most ``LOCK_EXPIRY_MAX_ENTRIES`` heap entries, live or dead, per call: the
+        rest next step, the heap top still due). None while the expiry is held."""
+        if now < self._held_until:
+            return
+        heap = self._heap
+        locks = self.locks
+        budget = LOCK_EXPIRY_MAX_ENTRIES
+        while budget and (top := heap.first()) is not None and top[0] <= now:
+            budget -= 1
+            heap.pop()
+            _, job_id, token = top
+            lock = locks.get(job_id)
+            if lock is None or lock.token != token or lock.expires_at > now:
+                continue
+            yield job_id, lock
+
+    def next_wakeup(self) -> int | None:
+        """When a lock may next run out (stale heap entries may make this early)."""
+        top = self._heap.first()
+        if top is None:
+            return None
+        at = top[0]
+        return at if at >= self._held_until else self._held_until
+
+    def held_by(self, conn: Any) -> SplitDict[str, None] | None:
+        """The ids of the jobs delivered over ``conn`` (None: none); read-only."""
+        return self.conn_jobs.get(conn)
+
+    def forget(self, conn: Any, job_id: str) -> None:
+        """``conn`` no longer answers for the job (left to lock expiry, or gone)."""
+        held = self.conn_jobs.get(conn)
+        if held is not None:
+            held.pop(job_id, None)
+
+    def forget_conn(self, conn: Any) -> None:
+        self.conn_jobs.pop(conn, None)
+
+    def trim(self, entries: int) -> bool:
+        """Drop up to ``entries`` of an all-stale heap (after an Obliterate); True while
+        some are left."""
+        return self._heap.trim(entries)
+
+    def compact(self) -> tuple[int, int]:
+        """Give back the maps' unused room; (bytes before, bytes after)."""
+        maps: list[Any] = [self.locks, self.owner_conn, *self.conn_jobs.values()]
+        before = sum(map(sys.getsizeof, maps))
+        for table in maps:
+            table.compact()
+        return before, sum(map(sys.getsizeof, maps))
 
 
 def extend_lock(q: QueueState, job_id: str, now: int, *, token: str | None,
                 duration: float) -> bool:
-    lock = q.locks.get(job_id)
+    leases = q.leases
+    lock = leases.locks.get(job_id)
     job = q.jobs.get(job_id)
     if lock is None or job is None or job.state != ACTIVE:
         return False
     if token is not None and token != lock.token:
         return False
-    if lock.expires_at <= now and now >= q._expiry_held_until:
-        # Too late to renew (unless the broker's own pause is being forgiven, see
-        # hold_expiry); the lock stays so the expiry sweep requeues the job.
+    if not leases.renewable(lock, now):
         return False
-    lock.expires_at = lease_deadline(now, duration)
-    lock.renewals += 1
+    leases.renew(job_id, lock, now, duration)
     q.stall_watch.beat(job, now)
-    q._lock_heap.push((lock.expires_at, job_id, lock.token))
     if duration > lock.ttl and duration > lock.longest:
         lock.longest = duration  # a longer promise: stored, see stored_lock
-        q._persist(job)
+        q.persist(job)
     return True
 
 
@@ -155,7 +264,7 @@ def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
     if job is None or job.state != ACTIVE:
         return False
     if token is not None:
-        lock = q.locks.get(job_id)
+        lock = q.leases.locks.get(job_id)
         if lock is None or lock.token != token:
             return False
         if duration is not None and duration != 0:
@@ -167,30 +276,21 @@ def heartbeat(q: QueueState, job_id: str, now: int, *, token: str | None,
 
 def expire_locks(q: QueueState, now: int) -> None:
     """Requeue (or bury) jobs whose lease ran out: the worker is presumed gone."""
-    if now < q._expiry_held_until:
-        return  # the broker was paused: holders may still renew (see hold_expiry)
-    heap = q._lock_heap
-    budget = LOCK_EXPIRY_MAX_ENTRIES  # the rest next step: the heap top is still due
-    while budget and (top := heap.first()) is not None and top[0] <= now:
-        budget -= 1
-        heap.pop()
-        _, job_id, token = top
-        lock = q.locks.get(job_id)
-        if lock is None or lock.token != token or lock.expires_at > now:
-            continue
+    # (none while the broker's own pause is forgiven: holders may still renew)
+    for job_id, lock in q.leases.expired(now):
         job = q.jobs[job_id]
         if is_overlap_job(job):
-            q._drop_queued(job, now)  # a cron's next firing replaces it
+            dependencies.drop_queued(q, job, now)  # a cron's next firing replaces it
             continue
         decision = at.charge(job, at.Cause.LOCK_EXPIRY, q.max_stalls,
                              renewals=lock.renewals)
-        q._release_resources(job)
-        q._emit("stalled", job.id, now)
+        q.leases.release(job.id)
+        q.emit("stalled", job.id, now)
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error)
+            consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
-            q._requeue(job, now)
-        q._announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
+            requeue(q, job, now)
+        q.announce("job:lock-expired", now, jobId=job.id, renewalCount=lock.renewals)
 
 
 def is_overlap_job(job: JobRecord) -> bool:
@@ -211,21 +311,19 @@ def hold_expiry(q: QueueState, resumed_at: int, grace_ms: int) -> None:
     job: ``expire_locks`` checks the hold once per tick.
     """
     until = resumed_at + grace_ms
-    if until > q._expiry_held_until:
-        q._expiry_held_until = until
-    if q._next_stall_check is not None and q._next_stall_check < until:
-        q._next_stall_check = until
+    q.leases.hold_expiry(until)
+    q.timeouts.hold(until)
 
 
-def _requeue(q: QueueState, job: JobRecord, now: int) -> None:
+def requeue(q: QueueState, job: JobRecord, now: int) -> None:
     """Active -> queued with no attempt charged and runAt unchanged (so it goes first)."""
-    q._release_resources(job)
-    q._count(job, -1, now)
-    q._move(job, st.RELEASE)
+    q.leases.release(job.id)
+    lifecycle.count(q, job, -1, now)
+    lifecycle.move(q, job, st.RELEASE)
     job.started_at = None
     job.add_timeline("waiting", now)
-    q._enqueue(job, now)
-    q._persist(job)
+    lifecycle.enqueue(q, job, now)
+    q.persist(job)
 
 
 def release_connection(q: QueueState, conn: Any, now: int) -> int:
@@ -250,25 +348,26 @@ def release_connection_work(q: QueueState, conn: Any, now: int, *,
         q.drop_waiters(conn, answer=answer_parked)
         released = 0
         fill = slices.SliceFill(q)
-        while (held := q.conn_jobs.get(conn)):
-            # a piece of the ids, copied before they leave the set (_requeue removes
+        leases = q.leases
+        while (held := leases.held_by(conn)):
+            # a piece of the ids, copied before they leave the set (requeue removes
             # each from it, and drops the set once empty)
             piece = list(islice(held, fill.room()))
             for job_id in piece:
                 job = q.jobs.get(job_id)
-                lock = q.locks.get(job_id)
+                lock = leases.locks.get(job_id)
                 if (job is None or job.state != ACTIVE
                         or (lock is not None and lock.renewals > 0)):
-                    held.pop(job_id, None)  # left to lock expiry (or gone already)
+                    leases.forget(conn, job_id)  # left to lock expiry (or gone already)
                     continue
                 if is_overlap_job(job):
-                    q._drop_queued(job, now)
+                    dependencies.drop_queued(q, job, now)
                     continue
-                q._requeue(job, now)
+                requeue(q, job, now)
                 released += 1
             if held and fill.took(len(piece)):
                 yield None
-        q.conn_jobs.pop(conn, None)  # (emptied by skips alone, it is still there)
+        leases.forget_conn(conn)  # (emptied by skips alone, it is still there)
         return released
 
     return Sliced(steps(), _released_reply)

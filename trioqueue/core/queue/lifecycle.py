@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from .. import states as st
 from ..job import ACTIVE, QUEUED, WAITING_CHILDREN, JobRecord
-from .slices import LOOK_EVERY_JOBS, capped
+from . import slices
 from .tallies import MinuteHistory
 
-# Delayed jobs promoted per call at most (see _promote_slice); the queue actor lowers it
+# Delayed jobs promoted per call at most (see promote_slice); the queue actor lowers it
 # for a queue where that many take longer than Config.slice_budget_ms. A promotion
 # costs about 7 us in process at 100k delayed jobs (two heap operations, two listing
 # moves) and 30 us at a million: the first slice of a million jobs falling due, before
@@ -42,7 +42,7 @@ class Counters:
     minutes: MinuteHistory = field(default_factory=MinuteHistory)
 
 
-def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
+def count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
     """Keep the per-state counters and listing orders right; called when a job enters
     (``delta`` +1) or leaves (-1) a place. The choke point every live move passes."""
     c = q.c
@@ -52,8 +52,8 @@ def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
         if delta < 0:
             # A due job may still sit in the delayed heap (and count): promote first,
             # so the counter it leaves is the one it was added to.
-            q._promote_due(now)
-        if job.run_at > now or (q._due_left
+            promote_due(q, now)
+        if job.run_at > now or (q.order.due_left
                                 and places.delayed.holds(job.created_at, job.id)):
             c.delayed += delta
             place = places.delayed
@@ -90,10 +90,10 @@ def _count(q: QueueState, job: JobRecord, delta: int, now: int) -> None:
         place.discard(job.created_at, job.id)
 
 
-def _move(q: QueueState, job: JobRecord, event: str) -> None:
+def move(q: QueueState, job: JobRecord, event: str) -> None:
     """The one write of ``job.state`` for a move: the table is asked with the job's
     CURRENT state, so a move the rules do not allow raises where it is attempted
-    (h11's ``_state.py`` discipline). Counters are the caller's (see :func:`_transition`).
+    (h11's ``_state.py`` discipline). Counters are the caller's (see :func:`transition`).
 
     Jobs get their first state where they are made (``Job.admit``, ``Job.from_record``,
     a flow's jobs); every later change of state goes through here.
@@ -101,86 +101,81 @@ def _move(q: QueueState, job: JobRecord, event: str) -> None:
     job.state = st.next_state(job.state, event)
 
 
-def _transition(q: QueueState, job: JobRecord, event: str, now: int) -> None:
+def transition(q: QueueState, job: JobRecord, event: str, now: int) -> None:
     """A move between two live places: leave one counter, move, enter the other.
 
     The table is asked before anything changes, so a refused move leaves the counters
     as they were."""
     # the table asked inline (next_state only to refuse): this runs per pull and ack
     state = st.TRANSITIONS.get((job.state, event)) or st.next_state(job.state, event)
-    q._count(job, -1, now)
+    count(q, job, -1, now)
     job.state = state
-    q._count(job, +1, now)
+    count(q, job, +1, now)
 
 
-def _enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False) -> None:
+def enqueue(q: QueueState, job: JobRecord, now: int, *, keep_seq: bool = False) -> None:
     """Put a QUEUED job in the right heap. Stale heap entries are skipped by seq.
 
     ``keep_seq`` (restart only) keeps the stored admission number, so the order
     survives any number of restarts; new numbers then continue above it.
     """
+    order = q.order
     if keep_seq and job.seq > 0:
-        q._seq = max(q._seq, job.seq)
+        order.keep_seq(job.seq)
     else:
-        job.seq = q._next_seq()
+        job.seq = order.next_seq()
     if job.run_at > now:
-        q._delayed.push((job.run_at, job.seq, job.id))
+        order.push_delayed(job)
     else:
-        q._push_ready(job)
-    q._count(job, +1, now)
+        _push_ready(q, job)
+    count(q, job, +1, now)
 
 
 def _push_ready(q: QueueState, job: JobRecord) -> None:
     if job.group_id is not None:
         q.groups.push(job)  # its group's heap: served round robin (groups.py)
-        return
-    if job.lifo:
-        key = (-job.priority, 0, -job.seq, job.seq, job.id)
     else:
-        # Ints, not floats: within one priority lifo and fifo entries differ in the
-        # second element, so the third is only compared within one kind.
-        key = (-job.priority, 1, job.run_at, job.seq, job.id)
-    q._ready.push(key)
+        q.order.push_ready(job)
 
 
-def _promote_due(q: QueueState, now: int) -> None:
+def promote_due(q: QueueState, now: int) -> None:
     """Move delayed jobs whose runAt has come into the ready heap (and the counters),
-    at most ``PROMOTE_MAX_JOBS`` a call (see :func:`_promote_slice`).
+    at most ``PROMOTE_MAX_JOBS`` a call (see :func:`promote_slice`).
 
     Callers run per pull and per job that leaves the queue; while a backlog is left
-    (``q._due_left``) they promote nothing, or a PULLB of 200 jobs would promote 200
+    (``q.order.due_left``) they promote nothing, or a PULLB of 200 jobs would promote 200
     slices in one step: the queue's tick promotes one slice a step instead."""
-    top = q._delayed.first()
-    if top is not None and top[0] <= now and not q._due_left:
-        _promote_slice(q, now)
+    if q.order.promotion_due(now):
+        promote_slice(q, now)
 
 
-def _promote_slice(q: QueueState, now: int) -> None:
+def promote_slice(q: QueueState, now: int) -> None:
     """Promote up to ``PROMOTE_MAX_JOBS`` due jobs, earliest runAt first.
 
     A million jobs delayed to one instant fall due together; promoting them in one call
     would hold the loop for seconds. So a call stops at the bound and sets
-    ``q._due_left``: the queue's next wake-up is then at once (``next_deadline``) and
+    ``q.order.due_left``: the queue's next wake-up is then at once (``next_deadline``) and
     each tick promotes the next slice, with other queues served between. Until then a
     job that fell due but is not promoted yet still sits in the delayed place and
-    counter (``_count`` asks the place), and pulls take from what is promoted.
+    counter (``count`` asks the place), and pulls take from what is promoted.
     """
-    first = q._delayed.first
+    order = q.order
+    next_due = order.next_due
     places = q.places
-    budget = capped(q.promote_cap, PROMOTE_MAX_JOBS)
+    budget = slices.capped(q.promote_cap, PROMOTE_MAX_JOBS)
     over = q.slice_over  # the driver's clock (slices.SliceFill), asked every few jobs
-    look = LOOK_EVERY_JOBS
-    while (top := first()) is not None and top[0] <= now:
+    look = every = slices.LOOK_EVERY_JOBS
+    while (at := next_due()) is not None and at <= now:
         if not budget:
-            q._due_left = True
+            order.promote_stopped()
             return
         budget -= 1
         look -= 1
         if not look:
-            look = LOOK_EVERY_JOBS
+            look = every
             if over is not None and over():
                 budget = 0  # the tick's time is up: the next due job waits for the next
-        job = q._pop_delayed()
+        job = pop_delayed(q)
         if job is None:
             continue
         job_id = job.id
@@ -192,14 +187,14 @@ def _promote_slice(q: QueueState, now: int) -> None:
         else:
             q.c.waiting += 1
             places.waiting.add(job.created_at, job_id)
-        q._push_ready(job)
-    q._due_left = False
+        _push_ready(q, job)
+    order.promote_done()
 
 
-def _pop_delayed(q: QueueState) -> JobRecord | None:
+def pop_delayed(q: QueueState) -> JobRecord | None:
     """Pop the earliest entry of the delayed heap: its job, or None for a stale entry
     (or an empty heap)."""
-    entry = q._delayed.pop()
+    entry = q.order.pop_delayed()
     if entry is None:
         return None
     _, seq, job_id = entry
@@ -209,11 +204,11 @@ def _pop_delayed(q: QueueState) -> JobRecord | None:
     return job
 
 
-def _remove_live(q: QueueState, job: JobRecord, now: int) -> None:
+def remove_live(q: QueueState, job: JobRecord, now: int) -> None:
     """Forget a live job entirely (memory side; the caller records the storage side)."""
-    q._count(job, -1, now)
-    q._release_resources(job)
-    q._release_key(job)
+    count(q, job, -1, now)
+    q.leases.release(job.id)
+    q.dedup.release(job)
     del q.jobs[job.id]
     q.index.remove(job.id)
     if job.pending:

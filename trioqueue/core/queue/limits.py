@@ -7,7 +7,7 @@ pull by :func:`~.consuming.pull`), not in the workers:
 - the **concurrency cap** is the queue's active count against the limit. A slot is held
   from pull until the job leaves ``active`` by any path (ACK, FAIL, retry, dead letter,
   MoveToWait, lock expiry, release on disconnect, Obliterate...) without any
-  bookkeeping of its own: the active counter (``lifecycle._count``) is already exact on
+  bookkeeping of its own: the active counter (``lifecycle.count``) is already exact on
   every one of those paths, so no path can forget to give a slot back;
 - the **rate limit** is a sliding window: at most ``max`` jobs leased in any
   ``duration`` ms, the first window included (a token bucket that starts full and
@@ -149,12 +149,12 @@ def allowance(q: QueueState, count: int, now: int) -> int:
     if cap is not None:
         count = min(count, max(0, cap - q.c.active))
         if not count and ready:  # work was there; the cap kept it
-            q._announce("concurrency:rejected", now)
+            q.announce("concurrency:rejected", now)
             return 0
     if rate is not None:
         count = min(count, rate.available(now))
         if not count and ready:
-            q._announce("ratelimit:rejected", now)
+            q.announce("ratelimit:rejected", now)
     return count
 
 
@@ -176,7 +176,7 @@ def set_rate_limit(q: QueueState, limit: float, duration: int, ttl: int | None,
     q.settings.rate = RateLimit.new(limit, duration, ttl, now, before=q.settings.rate)
     q.settings.regate()
     q.store_settings()
-    q._emit("ratelimit-set", "", now, max=limit, duration=duration, ttl=ttl)
+    q.emit("ratelimit-set", "", now, max=limit, duration=duration, ttl=ttl)
 
 
 def clear_rate_limit(q: QueueState, now: int) -> None:
@@ -186,7 +186,7 @@ def clear_rate_limit(q: QueueState, now: int) -> None:
         q.settings.rate = None
         q.settings.regate()
         q.store_settings()
-        q._emit("ratelimit-cleared", "", now)
+        q.emit("ratelimit-cleared", "", now)
 
 
 def set_concurrency(q: QueueState, limit: int | None, now: int) -> None:
@@ -195,9 +195,9 @@ def set_concurrency(q: QueueState, limit: int | None, now: int) -> None:
         q.settings.regate()
         q.store_settings()
         if limit is None:
-            q._emit("concurrency-cleared", "", now)
+            q.emit("concurrency-cleared", "", now)
         else:
-            q._emit("concurrency-set", "", now, limit=limit)
+            q.emit("concurrency-set", "", now, limit=limit)
 
 
 def limits_reply(q: QueueState, now: int, max_jobs: int | None) -> dict[str, Any]:

@@ -9,8 +9,7 @@ from .. import flows
 from .. import states as st
 from ..errors import JOB_NOT_FOUND, Refused
 from ..job import ACTIVE, FAILED, QUEUED, WAITING_CHILDREN, JobRecord
-from . import slices
-from .dedup import DedupKey
+from . import consuming, dependencies, leases, lifecycle, slices
 from .repeats import pending_successor
 from .room import refuse_unless_room
 from .slices import Sliced
@@ -19,23 +18,23 @@ if TYPE_CHECKING:
     from .state import QueueState
 
 
-def _queued(q: QueueState, job_id: str, error: str) -> JobRecord:
+def queued(q: QueueState, job_id: str, error: str) -> JobRecord:
     job = q.jobs.get(job_id)
     if job is None or job.state != QUEUED:
         raise Refused(error)
     return job
 
 
-def _reschedule(q: QueueState, job: JobRecord, now: int, **changes: Any) -> None:
+def reschedule(q: QueueState, job: JobRecord, now: int, **changes: Any) -> None:
     """Change how a QUEUED job sorts (priority, lifo, runAt) and put it back.
 
     Its old heap entries go stale (a new seq), exactly as after a requeue.
     """
-    q._count(job, -1, now)
+    lifecycle.count(q, job, -1, now)
     for attr, value in changes.items():
         setattr(job, attr, value)
-    q._enqueue(job, now)
-    q._persist(job)
+    lifecycle.enqueue(q, job, now)
+    q.persist(job)
 
 
 def cancel(q: QueueState, job_id: str, now: int) -> None:
@@ -43,8 +42,8 @@ def cancel(q: QueueState, job_id: str, now: int) -> None:
     job = q.jobs.get(job_id)
     if job is None or job.state not in (QUEUED, WAITING_CHILDREN):
         raise Refused("Job not found or cannot be cancelled")
-    q._drop_queued(job, now)
-    q._emit("removed", job_id, now, prev="waiting")
+    dependencies.drop_queued(q, job, now)
+    q.emit("removed", job_id, now, prev="waiting")
 
 
 def update_data(q: QueueState, job_id: str, data: Any) -> None:
@@ -61,13 +60,13 @@ def update_data(q: QueueState, job_id: str, data: Any) -> None:
             data = {k: v for k, v in data.items() if k not in flows.FLOW_DATA_KEYS}
             data.update(kept)
     job.data = data
-    q._persist(job)
+    q.persist(job)
 
 
 def change_priority(q: QueueState, job_id: str, now: int, priority: float,
                     lifo: bool | None) -> None:
-    job = q._queued(job_id, "Job not found or not in queue")
-    q._reschedule(job, now, priority=priority,
+    job = queued(q, job_id, "Job not found or not in queue")
+    reschedule(q, job, now, priority=priority,
                      lifo=job.lifo if lifo is None else lifo)
 
 
@@ -75,7 +74,7 @@ def promote(q: QueueState, job_id: str, now: int) -> None:
     job = q.jobs.get(job_id)
     if job is None or job.state != QUEUED or job.run_at <= now:
         raise Refused("Job not found or not delayed")
-    q._reschedule(job, now, run_at=now)
+    reschedule(q, job, now, run_at=now)
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> int:
@@ -105,24 +104,24 @@ def change_delay(q: QueueState, job_id: str, now: int, delay: float, token: str 
             raise Refused(JOB_NOT_FOUND)
         raise Refused(f"Job is not active (current state: {record['state']})")
     if job.state == ACTIVE:
-        q._check_token(job, token)
-        q._release_resources(job)
-        q._count(job, -1, now)
-        q._move(job, st.RELEASE)
+        q.leases.check(job, token)
+        q.leases.release(job.id)
+        lifecycle.count(q, job, -1, now)
+        lifecycle.move(q, job, st.RELEASE)
         job.started_at = None
         job.run_at = int(now + delay)
         job.add_timeline("delayed", now)
-        q._enqueue(job, now)
-        q._persist(job)
-        q._emit("delayed", job_id, now, delay=float(delay))
+        lifecycle.enqueue(q, job, now)
+        q.persist(job)
+        q.emit("delayed", job_id, now, delay=float(delay))
         return
     if job.state != QUEUED:
         if active_only:
             state = st.visible_state(job.state, job.run_at, job.priority, now)
             raise Refused(f"Job is not active (current state: {state})")
         raise Refused("Job not found or cannot change delay")
-    q._reschedule(job, now, run_at=int(now + delay))
-    q._emit("delayed", job_id, now, delay=float(delay))
+    reschedule(q, job, now, run_at=int(now + delay))
+    q.emit("delayed", job_id, now, delay=float(delay))
 
 
 def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> None:
@@ -134,22 +133,22 @@ def move_to_wait(q: QueueState, job_id: str, now: int, token: str | None) -> Non
         if record["state"] != FAILED:
             raise Refused(
                 f"Cannot move job from state '{record['state']}' to waiting")
-        q._revive(record, now)
+        revive(q, record, now)
         return
     if job.state == ACTIVE:
-        q._check_token(job, token)
+        q.leases.check(job, token)
         job.run_at = now
-        q._requeue(job, now)
-        q._emit("waiting", job_id, now, prev="active")
+        leases.requeue(q, job, now)
+        q.emit("waiting", job_id, now, prev="active")
     elif job.state == QUEUED:
         if job.run_at > now:
-            q._reschedule(job, now, run_at=now)
+            reschedule(q, job, now, run_at=now)
     else:
         state = st.visible_state(job.state, job.run_at, job.priority, now)
         raise Refused(f"Cannot move job from state '{state}' to waiting")
 
 
-def _revive(q: QueueState, record: dict[str, Any], now: int,
+def revive(q: QueueState, record: dict[str, Any], now: int,
             carry: dict[str, Any] | None = None) -> None:
     """A dead-lettered (or completed) job becomes a fresh waiting job with the same id
     (bunqueue's DLQ retry, RetryCompleted, MoveToWait of a failed job, the DLQ's
@@ -161,7 +160,7 @@ def _revive(q: QueueState, record: dict[str, Any], now: int,
         raise Refused(f"Unique key {job.unique_key} is held by another job")
     # A live job again: it needs room to be pulled and finished, as a push does.
     refuse_unless_room(q)
-    q._move(job, st.REVIVE)
+    lifecycle.move(q, job, st.REVIVE)
     job.attempts = job.stall_count = 0
     job.run_at = job.last_heartbeat = now
     job.started_at = job.completed_at = None
@@ -175,10 +174,10 @@ def _revive(q: QueueState, record: dict[str, Any], now: int,
     if job.unique_key is not None:
         ttl = job.deduplication_ttl
         job.dedup_expires_at = None if ttl is None else now + ttl
-        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
-    q._enqueue(job, now)
-    q._persist(job)
-    q._emit("waiting", job.id, now, prev="failed")
+        q.dedup.claim(job.unique_key, job)
+    lifecycle.enqueue(q, job, now)
+    q.persist(job)
+    q.emit("waiting", job.id, now, prev="failed")
 
 
 def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:
@@ -187,6 +186,6 @@ def discard(q: QueueState, job_id: str, now: int, token: str | None) -> None:
     if job is None or job.state not in (QUEUED, ACTIVE):
         raise Refused(JOB_NOT_FOUND)
     if job.state == ACTIVE:
-        q._check_token(job, token)
-    q._bury(job, now, "unknown", None)
+        q.leases.check(job, token)
+    consuming.bury(q, job, now, "unknown", None)
 

@@ -235,7 +235,7 @@ def _merged(sorted_lists: Iterator[Sequence[int]] | Iterator[list[int]]) -> list
 
 class Places:
     """One :class:`CreationOrder` per listable place of a queue, kept by
-    :func:`~trioqueue.core.queue.lifecycle._count` as jobs enter and leave."""
+    :func:`~trioqueue.core.queue.lifecycle.count` as jobs enter and leave."""
 
     __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children")
 

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..ids import uuid7
 from ..job import JobRecord, timeline_entry
 from ..writes import PutJob
-from .dependencies import settle_failed_dependencies
-from .repeats import first_delay
+from . import dedup, dependencies, lifecycle, repeats
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -28,16 +27,17 @@ def push(q: QueueState, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
     if any("group_max_size" in spec for spec in specs):
         q.groups.admit(specs)  # all or none, before anything is admitted
     depends = any(spec.get("depends_on") for spec in specs)
-    seq = q._seq
+    order = q.order
+    seq = order.seq
     for spec in specs:
-        ids.append(q._push_one(spec, now))
-    q.c.pushed += q._seq - seq  # each admitted job took one number; a duplicate none
+        ids.append(push_one(q, spec, now))
+    q.c.pushed += order.seq - seq  # each admitted job took one number; a duplicate none
     if depends:
-        settle_failed_dependencies(q, ids, seq, now)
+        dependencies.settle_failed_dependencies(q, ids, seq, now)
     return ids
 
 
-def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
+def push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     """Admit one job. Consumes ``spec`` (a fresh dict from parse_job_input).
 
     This is the hot path of every producer: the common case (no custom id, no
@@ -55,35 +55,34 @@ def _push_one(q: QueueState, spec: dict[str, Any], now: int) -> str:
     unique_key = spec.get("unique_key")
     replaced: JobRecord | None = None
     if unique_key is not None:
-        duplicate, replaced = q._dedup_admit(spec, unique_key, now)
+        duplicate, replaced = dedup.dedup_admit(q, spec, unique_key, now)
         if duplicate is not None:
             return duplicate
     created = int(timestamp) if timestamp is not None else now
     if "repeat" in spec:  # a repeat chain's first generation runs at its first slot
-        delay = first_delay(spec["repeat"], created, delay)
+        delay = repeats.first_delay(spec["repeat"], created, delay)
     run_at = created if not delay else int(created + delay)  # shares created's int
     delayed = run_at > now
     job_id = custom_id if custom_id is not None else uuid7(now)
-    q._seq += 1
     job = JobRecord.admit(
-        job_id, q.name, created, run_at, q._seq,
+        job_id, q.name, created, run_at, q.order.next_seq(),
         [timeline_entry("delayed" if delayed else "waiting", now)], spec)
     if retire_finished:
         # The finished generation with this id is replaced in the same commit.
         q.writes.delete_job(job_id)
-        q.logs.pop(job_id, None)
+        q.logs.drop(job_id)
         q.dlq.discard(job_id)
     q.jobs[job_id] = job
     q.index.add(job_id, q.name)
     if unique_key is not None:
-        q._dedup_claim(job, unique_key, replaced, now)
+        dedup.dedup_claim(q, job, unique_key, replaced, now)
     if job.depends_on:
-        pending = q._open_dependencies(job, job.depends_on, now)
+        pending = dependencies.open_dependencies(q, job, job.depends_on, now)
         if pending:
-            q._park_new(job, pending, now)
+            dependencies.park_new(q, job, pending, now)
             return job_id
     if job.group_id is not None:
-        q._enqueue(job, now, keep_seq=True)  # into its group (groups.py)
+        lifecycle.enqueue(q, job, now, keep_seq=True)  # into its group (groups.py)
     else:
         _enqueue_new(q, job, delayed)
     q.writes.ops.append(_new(PutJob, (job_id, job.to_record())))
@@ -100,14 +99,11 @@ def _enqueue_new(q: QueueState, job: JobRecord, delayed: bool) -> None:
     priority = job.priority
     job_id = job.id
     if delayed:
-        q._delayed.push((job.run_at, job.seq, job_id))
+        q.order.push_delayed(job)
         c.delayed += 1
         q.places.delayed.add(job.created_at, job_id)
     else:
-        if job.lifo:
-            q._ready.push((-priority, 0, -job.seq, job.seq, job_id))
-        else:
-            q._ready.push((-priority, 1, job.run_at, job.seq, job_id))
+        q.order.push_ready(job)
         if priority > 0:
             c.prioritized += 1
             q.places.prioritized.add(job.created_at, job_id)
@@ -120,6 +116,6 @@ def _enqueue_new(q: QueueState, job: JobRecord, delayed: bool) -> None:
 
 def _emit_pushed(q: QueueState, job_id: str, now: int, run_at: int) -> None:
     if run_at > now:
-        q._emit("delayed", job_id, now, delay=float(run_at - now))
-    q._emit("pushed", job_id, now)
+        q.emit("delayed", job_id, now, delay=float(run_at - now))
+    q.emit("pushed", job_id, now)
 

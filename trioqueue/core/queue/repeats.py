@@ -38,6 +38,7 @@ from ..cron_expr import parse_cron
 from ..errors import Refused
 from ..job import JobRecord
 from ..repeat_options import SUCCESSOR_KEY
+from . import producing
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -149,7 +150,7 @@ def follow(q: QueueState, job: JobRecord, now: int) -> None:
     spec["delay"] = float(max(0, slot - now))
     spec["timestamp"] = now
     try:
-        successor = q._push_one(spec, now)
+        successor = producing.push_one(q, spec, now)
     except Refused:
         # Only a uniqueKey replace whose holder has dependents refuses, and before it
         # changes anything: the chain ends there rather than failing the ACK.

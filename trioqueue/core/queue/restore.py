@@ -9,9 +9,8 @@ from .. import attempts as at
 from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..job import ACTIVE, QUEUED, JobRecord
-from .dedup import DedupKey
+from . import consuming, lifecycle
 from .leases import is_overlap_job, restore_lock
-from .stalls import STALL_CHECK_MS
 
 if TYPE_CHECKING:
     from .state import QueueState
@@ -34,38 +33,37 @@ def restore(q: QueueState, record: dict[str, Any], now: int, *,
     q.jobs[job.id] = job
     q.index.add(job.id, q.name)
     if job.unique_key is not None and not job.dedup_lost:
-        q.dedup[job.unique_key] = DedupKey(job.id, job.dedup_expires_at)
+        q.dedup.claim(job.unique_key, job)
     if job.state == ACTIVE and charge_active and is_overlap_job(job):
         # a cron's job whose worker the crash lost: deleted, the next firing replaces it
         del q.jobs[job.id]
         q.index.remove(job.id)
-        q._release_key(job)
+        q.dedup.release(job)
         q.writes.delete_job(job.id)
         return job
     if job.state == ACTIVE and charge_active:
         decision = at.charge(job, at.Cause.RECOVERY, q.max_stalls)
         job.started_at = None
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error, counted=False)
+            consuming.bury(q, job, now, decision.reason or "", decision.error, counted=False)
             return job
-        q._move(job, st.RETRY)
+        lifecycle.move(q, job, st.RETRY)
         job.run_at = now + backoff_delay_ms(job.backoff, job.backoff_config, job.attempts)
         job.add_timeline("waiting", now)
-        q._enqueue(job, now)
-        q._persist(job)
+        lifecycle.enqueue(q, job, now)
+        q.persist(job)
     elif job.state == QUEUED:
-        q._enqueue(job, now, keep_seq=True)
+        lifecycle.enqueue(q, job, now, keep_seq=True)
     else:
-        q._seq = max(q._seq, job.seq)
+        q.order.keep_seq(job.seq)
         if job.state == ACTIVE:
             # Only the queue's actor restarted; its workers live on. Their heartbeat
             # clocks restart with it (the stall watch is ordered by arrival), so each
             # worker has a full stall interval to show life again.
             job.last_heartbeat = now
-            if q._next_stall_check is None:
-                q._next_stall_check = now + STALL_CHECK_MS
+            q.timeouts.arm_stall_check(now)
             lock = record.get("lock")
             if lock is not None:
                 restore_lock(q, job, lock, now)
-        q._count(job, +1, now)
+        lifecycle.count(q, job, +1, now)
     return job

@@ -5,7 +5,7 @@ more still fits beside what the jobs already accepted may write; the core only a
 at the one point each rule creates a live job, before it changes anything: a push
 (through ``Ctx.storage_full``, asked by the actor for the commands that declare
 ``admits``), a revived dead-lettered or completed job (:func:`refuse_unless_room`,
-from ``moves._revive``) and a repeat job's successor (asked before the ACK).
+from ``moves.revive``) and a repeat job's successor (asked before the ACK).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import STORAGE_FULL, Refused
 from ..job import COMPLETED, FAILED
-from ..split_heap import SplitHeap
 from .finished import GET, NeedData
 
 if TYPE_CHECKING:
@@ -261,12 +260,14 @@ def _batches(order: CreationOrder, fill: SliceFill) -> Iterator[list[str]]:
 def _drop(q: QueueState, ids: list[str], now: int) -> int:
     """Remove these jobs (those still live: a removal may have taken another with it);
     how many went."""
+    from . import dependencies  # (here: the queue's rule modules import this one)
+
     jobs = q.jobs
     n = 0
     for job_id in ids:
         job = jobs.get(job_id)
         if job is not None:
-            q._drop_queued(job, now)
+            dependencies.drop_queued(q, job, now)
             n += 1
     return n
 
@@ -286,7 +287,13 @@ def _drop_places(q: QueueState, orders: tuple[Any, ...], now: int
     return removed
 
 
-def _trim(heap: SplitHeap[Any]) -> Steps:
+class Trimmable(Protocol):
+    """A heap, or the owner of one, that drops its stale entries a few at a time."""
+
+    def trim(self, entries: int) -> bool: ...
+
+
+def _trim(heap: Trimmable) -> Steps:
     """Empty a heap whose entries are all stale, a slice at a time."""
     while heap.trim(TRIM_ENTRIES):
         yield None
@@ -299,10 +306,9 @@ def drain(q: QueueState, now: int) -> Steps:
     removed = yield from _drop_places(
         q, (places.waiting, places.prioritized, places.delayed), now)
     # Nothing is queued now, so every heap entry left is stale.
-    yield from _trim(q._ready)
-    yield from _trim(q._delayed)
+    yield from _trim(q.order)
     _compact(q, removed)
-    q._announce("queue:drained", now, count=removed)
+    q.announce("queue:drained", now, count=removed)
     return removed
 
 
@@ -315,7 +321,7 @@ def obliterate(q: QueueState, now: int) -> Steps:
         q, (places.waiting, places.prioritized, places.delayed, places.active,
             places.waiting_children), now)
     _compact(q, removed)
-    for heap in (q._ready, q._delayed, q._lock_heap, q._timeouts):
+    for heap in (q.order, q.leases, q.timeouts):
         yield from _trim(heap)
     for state in (COMPLETED, FAILED):
         after: Any = None
@@ -331,29 +337,31 @@ def obliterate(q: QueueState, now: int) -> Steps:
     q.logs.clear()
     q.index.forget_retained(q.name)
     q.reset_settings()
-    q._announce("queue:obliterated", now)
-    q._announce("queue:removed", now)  # (as bunqueue: the queue's name is gone too)
+    q.announce("queue:obliterated", now)
+    q.announce("queue:removed", now)  # (as bunqueue: the queue's name is gone too)
 
 
 def promote_jobs(q: QueueState, now: int, count: int | None) -> Steps:
     """Delayed jobs become ready now, earliest runAt first (``count`` of them, or all).
     Returns how many were promoted."""
-    q._promote_due(now)  # what is due already is not "delayed"
-    heap = q._delayed
+    from . import lifecycle, moves  # (here: the queue's rule modules import this one)
+
+    lifecycle.promote_due(q, now)  # what is due already is not "delayed"
+    order = q.order
     promoted = 0
     # A promotion costs a job about twice a removal (its record is rewritten: a heap push,
     # a listing move and a put), so a slice takes half as many (in process at 200k jobs, a
     # 200-job slice with its commit took p50 1.9 ms, a Drain slice 1.0 ms): each counts
     # two in the slice's fill.
     fill = SliceFill(q)
-    while heap and (count is None or promoted < count):
+    while order.delayed_left() and (count is None or promoted < count):
         piece = max(1, fill.room() // 2)
         for _ in range(piece):
-            if not heap or (count is not None and promoted >= count):
+            if not order.delayed_left() or (count is not None and promoted >= count):
                 break
-            job = q._pop_delayed()
+            job = lifecycle.pop_delayed(q)
             if job is not None:
-                q._reschedule(job, now, run_at=now)
+                moves.reschedule(q, job, now, run_at=now)
                 promoted += 1
         if fill.took(2 * piece):
             yield None
@@ -501,6 +509,6 @@ def batch_pushed(q: QueueState, total: int, pushed_before: int, ids: list[str], 
     (``batch:pushed``: the jobs new to the queue, and those it already had)."""
     inserted = q.c.pushed - pushed_before
     if total > 1 and inserted > 0:
-        q._announce("batch:pushed", now, total=total, inserted=inserted,
+        q.announce("batch:pushed", now, total=total, inserted=inserted,
                     duplicates=total - inserted)
     return {"ids": ids}

@@ -12,12 +12,14 @@ served in between) rather than after ``STALL_CHECK_MS``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import attempts as at
 from ..chained_order import ChainedOrder
 from ..job import ACTIVE, JobRecord
+from ..split_heap import SplitHeap
+from . import consuming, dependencies
 from .leases import is_overlap_job, lease_deadline
 
 if TYPE_CHECKING:
@@ -37,13 +39,76 @@ def set_stall_config(q: QueueState, config: dict[str, Any]) -> None:
     q.store_settings()
 
 
-def _watch(q: QueueState, job: JobRecord, now: int) -> None:
-    """A job just became active: arm the stall sweep and its processing deadline."""
-    if q._next_stall_check is None:
-        q._next_stall_check = now + STALL_CHECK_MS
-    if job.timeout:
-        # As a lease: never before ``timeout`` ms have passed on the ms clock
-        q._timeouts.push((lease_deadline(now, job.timeout), job.id, now))
+class Timeouts:
+    """When the queue next looks at its active jobs: the processing deadlines of jobs
+    with a ``timeout`` (a heap with stale entries, skipped by their start time) and the
+    next sweep of the stall detector. The only writer of both."""
+
+    __slots__ = ("_heap", "stall_check_at")
+
+    def __init__(self) -> None:
+        self._heap: SplitHeap[tuple[int, str, int]] = SplitHeap()  # (deadline, id, startedAt)
+        self.stall_check_at: int | None = None  # None: nothing active to sweep
+
+    def watch(self, job: JobRecord, now: int) -> None:
+        """A job just became active: arm the stall sweep and its processing deadline."""
+        if self.stall_check_at is None:
+            self.stall_check_at = now + STALL_CHECK_MS
+        if job.timeout:
+            # As a lease: never before ``timeout`` ms have passed on the ms clock
+            self._heap.push((lease_deadline(now, job.timeout), job.id, now))
+
+    def arm_stall_check(self, now: int) -> None:
+        """An active job came back (a restart): the sweep runs a check interval on."""
+        if self.stall_check_at is None:
+            self.stall_check_at = now + STALL_CHECK_MS
+
+    def hold(self, until: int) -> None:
+        """The broker's own pause is forgiven until ``until``: the sweep waits as long."""
+        if self.stall_check_at is not None and self.stall_check_at < until:
+            self.stall_check_at = until
+
+    def stall_check_due(self, now: int) -> bool:
+        return self.stall_check_at is not None and now >= self.stall_check_at
+
+    def stall_checked(self, now: int, more: bool, active: bool) -> None:
+        """After a sweep: the next one at once with work left (in a later step), a check
+        interval on while jobs are active, else none."""
+        self.stall_check_at = (now + 1 if more else now + STALL_CHECK_MS
+                               if active else None)
+
+    def timeout_due(self, now: int) -> bool:
+        top = self._heap.first()
+        return top is not None and top[0] <= now
+
+    def expired(self, now: int) -> Iterator[tuple[str, int]]:
+        """The deadlines that came by ``now``, each popped: (job id, its startedAt)."""
+        heap = self._heap
+        while (top := heap.first()) is not None and top[0] <= now:
+            heap.pop()
+            yield top[1], top[2]
+
+    def next_wakeup(self) -> int | None:
+        at = self.stall_check_at
+        top = self._heap.first()
+        if top is not None and (at is None or top[0] < at):
+            return top[0]
+        return at
+
+    def sweep(self, keep: Callable[[tuple[int, str, int]], bool]) -> Iterator[int]:
+        """Drop the deadlines ``keep`` refuses, a list of the heap at a time (Compact
+        Memory); yields how many each dropped."""
+        heap = self._heap
+        for _ in range(len(heap.chunk_lengths())):
+            yield heap.sweep(keep)
+
+    def trim(self, entries: int) -> bool:
+        """Drop up to ``entries`` of an all-stale heap (after an Obliterate)."""
+        return self._heap.trim(entries)
+
+    def __len__(self) -> int:
+        """The deadlines held, stale ones included."""
+        return len(self._heap)
 
 
 class StallWatch:
@@ -138,17 +203,17 @@ def check_stalls(q: QueueState, now: int) -> bool:
                 suspects[job_id] = now
     for job in stalled:
         if is_overlap_job(job):
-            q._drop_queued(job, now)  # a cron's next firing replaces it
+            dependencies.drop_queued(q, job, now)  # a cron's next firing replaces it
             continue
         decision = at.charge(job, at.Cause.STALL, q.max_stalls)
         if decision.action == at.BURY:
-            q._emit("stalled", job.id, now,
+            q.emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "failed"})
-            q._bury(job, now, decision.reason or "", decision.error, emit=False)
+            consuming.bury(q, job, now, decision.reason or "", decision.error, emit=False)
         else:
-            q._emit("stalled", job.id, now,
+            q.emit("stalled", job.id, now,
                     data={"stallCount": job.stall_count, "action": "retried"})
-            q._retry_later(job, now)
+            consuming.retry_later(q, job, now)
     return budget <= 0
 
 
@@ -175,21 +240,18 @@ def _unsuspect_all(q: QueueState, watch: StallWatch) -> None:
 
 def expire_timeouts(q: QueueState, now: int) -> None:
     """Fail jobs still active past ``startedAt + timeout`` (reason ``timeout``)."""
-    heap = q._timeouts
-    while (top := heap.first()) is not None and top[0] <= now:
-        heap.pop()
-        _, job_id, started_at = top
+    for job_id, started_at in q.timeouts.expired(now):
         job = q.jobs.get(job_id)
         if job is None or job.state != ACTIVE or job.started_at != started_at:
             continue  # finished, or a later delivery with its own deadline
-        q._announce("job:timeout", now, jobId=job_id, timeout=job.timeout)
+        q.announce("job:timeout", now, jobId=job_id, timeout=job.timeout)
         decision = at.charge(job, at.Cause.TIMEOUT, q.max_stalls)
         error = at.RULES[at.Cause.TIMEOUT].out_of_attempts[1]
         job.add_timeline("failed", now, error=error, attempt=job.attempts)
         if decision.action == at.BURY:
-            q._bury(job, now, decision.reason or "", decision.error)
+            consuming.bury(q, job, now, decision.reason or "", decision.error)
         else:
-            q._retry_later(job, now)
-            q._emit("failed", job_id, now, error=error, data=job.data, terminal=False)
-            q._emit("retried", job_id, now, prev="failed")
+            consuming.retry_later(q, job, now)
+            q.emit("failed", job_id, now, error=error, data=job.data, terminal=False)
+            q.emit("retried", job_id, now, prev="failed")
 

@@ -17,21 +17,21 @@ Finished jobs (completed, failed) live in storage; the queue reads them only thr
 its :class:`~.finished.FinishedView`, which answers from what the actor fetched and
 raises :class:`~.finished.NeedData` otherwise, so the core never performs I/O.
 
-The class body below is the table of owners: each method is a function of the module
-that owns its concern (see ``docs/architecture.md``, "The queue core"). The transition
-rules themselves are in :mod:`trioqueue.core.states`, the attempt rules in
-:mod:`trioqueue.core.attempts`.
+Each concern is an owner this class composes (the ready order, leases, timeouts, dedup
+keys, logs, parked requests...), the only writer of its fields; the commands below are
+thin methods over the rule modules that own them (see ``docs/architecture.md``, "The
+queue core"). The transition rules themselves are in :mod:`trioqueue.core.states`, the
+attempt rules in :mod:`trioqueue.core.attempts`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..job import ACTIVE, JobRecord
 from ..split_dict import SplitDict
-from ..split_heap import SplitHeap
 from ..writes import Writes
 from . import (
     cleaning,
@@ -47,27 +47,35 @@ from . import (
     limits,
     moves,
     producing,
-    progress,
     stalls,
     views,
+)
+from . import (
+    progress as progressing,
 )
 from . import (
     restore as restoring,
 )
 from . import waiters as waiting
 from .dead_letters import DeadLetters
-from .dedup import DedupKey
+from .dedup import Dedup
 from .finished import FinishedView
 from .groups import Groups
-from .leases import Lock, stored_lock
+from .leases import Leases, stored_lock
 from .lifecycle import Counters
 from .order import Places
 from .ports import JobIndex
+from .progress import Logs
+from .ready import ReadyOrder
 from .room import UNLIMITED, Room
 from .settings import QueueSettings
-from .stalls import STALL_CHECK_MS, StallWatch
+from .stalls import StallWatch, Timeouts
 from .waiters import Parked, PullWaiter, WaiterAnswer
 from .watch import QueueWatch
+
+if TYPE_CHECKING:
+    from .slices import Sliced
+    from .waiters import JobWaiter
 
 
 class QueueState:
@@ -76,10 +84,9 @@ class QueueState:
     # lookup each time: +3.5% of a PUSHB's instructions at 32 attributes, callgrind).
     __slots__ = (
         "name", "index", "finished", "jobs", "settings", "groups", "writes", "events",
-        "events_enabled", "_ready", "_delayed", "_due_left", "slice_cap", "promote_cap",
-        "slice_over", "_seq", "locks", "_lock_heap", "_expiry_held_until", "rate_wake",
-        "owner_conn", "conn_jobs", "dedup", "dlq", "parked", "logs", "stall_watch",
-        "_next_stall_check", "_timeouts", "notices", "c", "places", "room", "watch",
+        "events_enabled", "order", "slice_cap", "promote_cap", "slice_over", "leases",
+        "rate_wake", "dedup", "dlq", "parked", "logs", "stall_watch", "timeouts",
+        "notices", "c", "places", "room", "watch",
     )
 
     def __init__(self, name: str, index: JobIndex, finished: FinishedView) -> None:
@@ -94,38 +101,24 @@ class QueueState:
         self.events: list[dict[str, Any]] = []
         # Events cost a dict per transition; nobody pays for them until someone listens.
         self.events_enabled = False
-        # ready heap: (-priority, 0 lifo / 1 fifo, -seq or runAt, seq, id)
-        self._ready: SplitHeap[tuple[float, int, int, int, str]] = SplitHeap()
-        # delayed heap: (runAt, seq, id); moved to ready when due
-        self._delayed: SplitHeap[tuple[int, int, str]] = SplitHeap()
-        self._due_left = False  # due jobs past one promotion's bound: lifecycle
+        self.order = ReadyOrder()  # the ready and delayed heaps, admission numbers
         # Set by the driver from what slices cost (0: not measured): the most jobs a
         # slice of long work takes (slices.slice_jobs) and a promotion of due jobs
-        # (lifecycle._promote_slice). The core only obeys them.
+        # (lifecycle.promote_slice). The core only obeys them.
         self.slice_cap = 0
         self.promote_cap = 0
         # The driver's word that the slice (or tick) under way has used its time, asked
         # every few jobs (slices.SliceFill); None: no clock, slices go by count alone.
         self.slice_over: Callable[[], bool] | None = None
-        self._seq = 0
-        self.locks: SplitDict[str, Lock] = SplitDict()  # one per active job
-        self._lock_heap: SplitHeap[tuple[int, str, str]] = SplitHeap()  # (expires_at, id, token)
-        self._expiry_held_until = 0  # no lock expires before (ms): leases.hold_expiry
+        self.leases = Leases()  # locks, their expiry, the jobs each connection holds
         # When the rate limit next has a token for the jobs waiting for one (set by each
         # pull the limit cut short: limits.allowance); None: no job waits for a token.
         self.rate_wake: int | None = None
-        # job id -> connection it was delivered to, and each connection's job ids (a map
-        # to None: one connection may hold a million, and a set grows as a dict does)
-        self.owner_conn: SplitDict[str, Any] = SplitDict()
-        self.conn_jobs: dict[Any, SplitDict[str, None]] = {}
-        # uniqueKey -> holder; a SplitDict, as jobs and locks are: one entry per live
-        # job when every job has a uniqueKey
-        self.dedup: SplitDict[str, DedupKey] = SplitDict()
+        self.dedup = Dedup()  # uniqueKey -> the live job that holds it
         self.parked = Parked()
-        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.logs = Logs()
         self.stall_watch = StallWatch()
-        self._next_stall_check: int | None = None
-        self._timeouts: SplitHeap[tuple[int, str, int]] = SplitHeap()  # (deadline, id, startedAt)
+        self.timeouts = Timeouts()  # processing deadlines and the stall sweep's time
         # Messages for other jobs' queues (target job id, notice), posted by the caller
         # after the batch: how a child's outcome reaches a parent in another queue.
         self.notices: list[tuple[str, tuple[Any, ...]]] = []
@@ -151,7 +144,9 @@ class QueueState:
         notices, self.notices = self.notices, []
         return notices
 
-    def _emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+    def emit(self, event_type: str, job_id: str, now: int, **extra: Any) -> None:
+        """A job event (SubscribeEvents, webhooks, the dashboard), recorded for the
+        caller to deliver after the batch; nothing while nobody listens."""
         if not self.events_enabled:
             return
         event: dict[str, Any] = {"eventType": event_type, "queue": self.name, "jobId": job_id}
@@ -159,7 +154,7 @@ class QueueState:
         event.update(extra)
         self.events.append(event)
 
-    def _announce(self, event_type: str, now: int, /, **data: Any) -> None:
+    def announce(self, event_type: str, now: int, /, **data: Any) -> None:
         """A dashboard event (``job:promoted``, ``queue:drained``...), for WebSocket
         pattern subscribers and SSE streams only: its type is the name they know it by
         (a colon in it keeps it from SubscribeEvents, legacy WebSocket clients and
@@ -168,19 +163,16 @@ class QueueState:
             self.events.append({"eventType": event_type, "queue": self.name,
                                 "timestamp": float(now), **data})
 
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
     def reserve_seq(self) -> int:
         """An admission number for a job another party writes (a PUSHF, admitted by the
         router): it is stored with the job, so the queue need not write it again."""
-        return self._next_seq()
+        return self.order.next_seq()
 
-    def _persist(self, job: JobRecord) -> None:
+    def persist(self, job: JobRecord) -> None:
+        """Record the job's stored form (with its lock while active) in ``writes``."""
         record = job.to_record()
         if job.state == ACTIVE:  # (its lock, if any, goes with it: leases.stored_lock)
-            lock = self.locks.get(job.id)
+            lock = self.leases.locks.get(job.id)
             if lock is not None:
                 record["lock"] = stored_lock(lock)
         self.writes.put_job(record)
@@ -188,82 +180,67 @@ class QueueState:
             self.writes.durable = True
 
     def next_deadline(self) -> int | None:
-        """The earliest wall time at which :meth:`tick` has work (locks, delays, waiters).
+        """The earliest wall time at which :meth:`tick` has work: the earliest of its
+        parts' wake-ups (settings, leases, parked waits, promotion, timeouts and stall
+        sweeps, DLQ timer, queue:idle), and when a parked pull may be served.
 
         Stale heap entries may make this early; a tick then simply finds nothing.
         Asked after every step: a running minimum, no list of candidates.
         """
-        best: int | None = None
-        at: int | None
-        if self.settings.timed:
-            best = self.settings.next_wakeup()
-        lock_top = self._lock_heap.first()
-        if lock_top is not None:
-            at = lock_top[0]
-            if at < self._expiry_held_until:
-                at = self._expiry_held_until
-            if best is None or at < best:
-                best = at
-        parked = self.parked
-        if parked._deadlines:
-            at = parked.next_deadline()
-            if at is not None and (best is None or at < best):
-                best = at
-        wanted = bool(parked.pulls) and not self.settings.paused
-        if wanted or self._due_left:
-            at = self._ready_wakeup(wanted)
-            if at is not None and (best is None or at < best):
-                best = at
-        at = self._next_stall_check
+        settings = self.settings
+        best = settings.next_wakeup() if settings.timed else None
+        at = self.leases.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        timeout_top = self._timeouts.first()
-        if timeout_top is not None:
-            at = timeout_top[0]
-            if best is None or at < best:
-                best = at
-        if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
-            at = self.dlq.next_wakeup(self.settings.dlq)
+        at = self.parked.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        at = self.order.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        if self.parked.pulls and not settings.paused:
+            at = self._pull_wakeup()
             if at is not None and (best is None or at < best):
                 best = at
-        at = self.watch.idle_at  # queue:idle (watch.py)
+        at = self.timeouts.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        if self.dlq.marks:  # eviction, expiry, auto-retry (dlq.py)
+            at = self.dlq.next_wakeup(settings.dlq)
+            if at is not None and (best is None or at < best):
+                best = at
+        at = self.watch.next_wakeup()  # queue:idle (watch.py)
         if at is not None and (best is None or at < best):
             best = at
         return best
 
-    def _ready_wakeup(self, wanted: bool) -> int | None:
-        """When jobs may become ready: the delayed heap's head (a promotion's next
-        slice, or a parked pull wants it); with pulls parked (``wanted``) also the rate
-        limit's next token and the first group held by time."""
+    def _pull_wakeup(self) -> int | None:
+        """When jobs may become ready for the parked pulls: the delayed heap's head, the
+        rate limit's next token, the first group held by time."""
         best: int | None = None
-        delayed_top = self._delayed.first()
-        if delayed_top is not None:
-            best = delayed_top[0]
-        if wanted:
-            for at in (self.rate_wake, self.groups.next_release()):
-                if at is not None and (best is None or at < best):
-                    best = at
+        for at in (self.order.next_due(), self.rate_wake, self.groups.next_release()):
+            if at is not None and (best is None or at < best):
+                best = at
         return best
 
     def tick(self, now: int) -> list[WaiterAnswer]:
         # Every batch ticks: each part is called only when its heap's head is due.
-        lock_top = self._lock_heap.first()
-        if lock_top is not None and lock_top[0] <= now:
-            self.expire_locks(now)
-        timeout_top = self._timeouts.first()
-        if timeout_top is not None and timeout_top[0] <= now:
-            self.expire_timeouts(now)
-        if self._due_left:
-            self._promote_slice(now)
-        if self._next_stall_check is not None and now >= self._next_stall_check:
-            more = self.check_stalls(now)
+        at = self.leases.next_wakeup()
+        if at is not None and at <= now:
+            leases.expire_locks(self, now)
+        timeouts = self.timeouts
+        if timeouts.timeout_due(now):
+            stalls.expire_timeouts(self, now)
+        if self.order.due_left:
+            lifecycle.promote_slice(self, now)
+        if timeouts.stall_check_due(now):
+            more = stalls.check_stalls(self, now)
             # More stale jobs than one sweep takes: the next slice in a later step.
-            self._next_stall_check = (now + 1 if more else now + STALL_CHECK_MS
-                                      if self.c.active else None)
+            timeouts.stall_checked(now, more, bool(self.c.active))
         release = self.groups.next_release()
         if release is not None and release <= now:
             self.groups.release_due(now)  # used up, or a queue at its limit would spin
-        out = self.expire_waits(now) if self.parked._deadlines else []
+        out = self.expire_waits(now) if self.parked.timed() else []
         if self.dlq.marks and dlq.dlq_due(self, now):
             timer_work = dlq.dlq_tick(self, now)
             if timer_work is not None:
@@ -272,7 +249,7 @@ class QueueState:
             # Due jobs are promoted here, not only by a pull: a pull the queue's limits
             # stop never reaches them, and the wake-up next_deadline named for them
             # would stay in the past (the actor spinning on it).
-            self._promote_due(now)
+            lifecycle.promote_due(self, now)
             out.extend(self.serve_waiters(now))
         if self.parked.settled:
             out.extend(self.parked.take_settled())
@@ -285,60 +262,94 @@ class QueueState:
         """The parked pulls, in arrival order (read-only view for the actor and tests)."""
         return self.parked.pulls
 
-
-    # lifecycle.py: places, counters, heaps, the only writes of job.state
-    _count = lifecycle._count
-    _move = lifecycle._move
-    _transition = lifecycle._transition
-    _enqueue = lifecycle._enqueue
-    _push_ready = lifecycle._push_ready
-    _promote_due = lifecycle._promote_due
-    _promote_slice = lifecycle._promote_slice
-    _pop_delayed = lifecycle._pop_delayed
-    _remove_live = lifecycle._remove_live
-
     # producing.py: PUSH and PUSHB admission
-    push = producing.push
-    _push_one = producing._push_one
+    def push(self, specs: Sequence[dict[str, Any]], now: int) -> list[str]:
+        return producing.push(self, specs, now)
 
     # restore.py: one stored job back into the queue after a restart
-    restore = restoring.restore
+    def restore(self, record: dict[str, Any], now: int, *, charge_active: bool = True) -> JobRecord:
+        return restoring.restore(self, record, now, charge_active=charge_active)
 
     # consuming.py: PULL, ACK, ACKB, FAIL and the way into the DLQ
-    _next_ready = consuming._next_ready
-    pull = consuming.pull
-    pull_reply = consuming.pull_reply
-    _active_job = consuming._active_job
-    ack = consuming.ack
-    _complete = consuming._complete
-    ackb = consuming.ackb
-    ackb_check = consuming.ackb_check
-    ackb_apply = consuming.ackb_apply
-    fail = consuming.fail
-    _retry_later = consuming._retry_later
-    _bury = consuming._bury
+    def pull(
+            self, now: int, *, count: int, owner: str | None, lock_ttl: float, conn: Any,
+            detach: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+        return consuming.pull(self, now, count=count, owner=owner, lock_ttl=lock_ttl, conn=conn,
+                              detach=detach)
+
+    def pull_reply(
+            self, jobs: list[dict[str, Any]], tokens: list[str], *, batch: bool,
+            owner: str | None, now: int | None = None) -> dict[str, Any]:
+        return consuming.pull_reply(self, jobs, tokens, batch=batch, owner=owner, now=now)
+
+    def ack(
+            self, job_id: str, now: int, *, token: str | None = None,
+            has_result: bool = False, result: Any = None, remove: bool | None = None) -> None:
+        consuming.ack(self, job_id, now, token=token, has_result=has_result, result=result,
+                      remove=remove)
+
+    def ackb(
+            self, ids: list[str], now: int, *, tokens: list[Any] | None,
+            results: list[Any] | None, removes: list[Any] | None) -> list[int]:
+        return consuming.ackb(self, ids, now, tokens=tokens, results=results, removes=removes)
+
+    def ackb_check(
+            self, ids: list[str], tokens: list[Any] | None
+    ) -> tuple[list[tuple[int, JobRecord]], list[int]]:
+        return consuming.ackb_check(self, ids, tokens)
+
+    def ackb_apply(
+            self, checked: Sequence[tuple[int, JobRecord]], now: int, *,
+            results: list[Any] | None, removes: list[Any] | None) -> None:
+        consuming.ackb_apply(self, checked, now, results=results, removes=removes)
+
+    def fail(
+            self, job_id: str, now: int, *, token: str | None = None,
+            error: str | None = None, stack: list[str] | None = None, trace: Any = None,
+            unrecoverable: bool = False, remove_on_fail: bool | None = None) -> bool:
+        return consuming.fail(self, job_id, now, token=token, error=error, stack=stack,
+                              trace=trace, unrecoverable=unrecoverable,
+                              remove_on_fail=remove_on_fail)
 
     # waiters.py: parked pulls and WaitJob holds (owned by Parked)
-    park = waiting.park
-    expire_waits = waiting.expire_waits
-    serve_waiters = waiting.serve_waiters
-    drop_waiters = waiting.drop_waiters
-    abandon_pulls = waiting.abandon_pulls
-    park_job_waiter = waiting.park_job_waiter
-    held_waits = waiting.held_waits
-    _settle = waiting._settle
-    _settle_gone = waiting._settle_gone
+    def park(self, waiter: PullWaiter) -> None:
+        waiting.park(self, waiter)
+
+    def expire_waits(self, now: int) -> list[WaiterAnswer]:
+        return waiting.expire_waits(self, now)
+
+    def serve_waiters(self, now: int) -> list[WaiterAnswer]:
+        return waiting.serve_waiters(self, now)
+
+    def drop_waiters(self, conn: Any, *, answer: bool = False) -> None:
+        waiting.drop_waiters(self, conn, answer=answer)
+
+    def abandon_pulls(self) -> list[WaiterAnswer]:
+        return waiting.abandon_pulls(self)
+
+    def park_job_waiter(self, waiter: JobWaiter) -> None:
+        waiting.park_job_waiter(self, waiter)
+
+    def held_waits(self, conn: Any) -> int:
+        return waiting.held_waits(self, conn)
 
     # leases.py: locks, renewal, expiry, jobs per connection
-    _check_token = leases._check_token
-    _release_resources = leases._release_resources
-    extend_lock = leases.extend_lock
-    heartbeat = leases.heartbeat
-    expire_locks = leases.expire_locks
-    hold_expiry = leases.hold_expiry
-    _requeue = leases._requeue
-    release_connection = leases.release_connection
-    release_connection_work = leases.release_connection_work
+    def extend_lock(self, job_id: str, now: int, *, token: str | None, duration: float) -> bool:
+        return leases.extend_lock(self, job_id, now, token=token, duration=duration)
+
+    def heartbeat(
+            self, job_id: str, now: int, *, token: str | None, duration: float | None) -> bool:
+        return leases.heartbeat(self, job_id, now, token=token, duration=duration)
+
+    def hold_expiry(self, resumed_at: int, grace_ms: int) -> None:
+        leases.hold_expiry(self, resumed_at, grace_ms)
+
+    def release_connection(self, conn: Any, now: int) -> int:
+        return leases.release_connection(self, conn, now)
+
+    def release_connection_work(
+            self, conn: Any, now: int, *, answer_parked: bool = False) -> Sliced:
+        return leases.release_connection_work(self, conn, now, answer_parked=answer_parked)
 
     # stalls.py: the stall detector (StallWatch) and processing timeouts
     @property
@@ -353,94 +364,183 @@ class QueueState:
     @property
     def stall(self) -> dict[str, Any]:
         return self.settings.stall
-    set_stall_config = stalls.set_stall_config
-    _watch = stalls._watch
-    check_stalls = stalls.check_stalls
-    expire_timeouts = stalls.expire_timeouts
+
+    def set_stall_config(self, config: dict[str, Any]) -> None:
+        stalls.set_stall_config(self, config)
 
     # moves.py: manual moves
-    _queued = moves._queued
-    _reschedule = moves._reschedule
-    cancel = moves.cancel
-    update_data = moves.update_data
-    change_priority = moves.change_priority
-    promote = moves.promote
-    promote_jobs = moves.promote_jobs
-    promote_jobs_work = moves.promote_jobs_work
-    change_delay = moves.change_delay
-    move_to_wait = moves.move_to_wait
-    _revive = moves._revive
-    discard = moves.discard
+    def cancel(self, job_id: str, now: int) -> None:
+        moves.cancel(self, job_id, now)
+
+    def update_data(self, job_id: str, data: Any) -> None:
+        moves.update_data(self, job_id, data)
+
+    def change_priority(self, job_id: str, now: int, priority: float, lifo: bool | None) -> None:
+        moves.change_priority(self, job_id, now, priority, lifo)
+
+    def promote(self, job_id: str, now: int) -> None:
+        moves.promote(self, job_id, now)
+
+    def promote_jobs(self, now: int, count: int | None) -> int:
+        return moves.promote_jobs(self, now, count)
+
+    def promote_jobs_work(self, now: int, count: int | None) -> Sliced:
+        return moves.promote_jobs_work(self, now, count)
+
+    def change_delay(
+            self, job_id: str, now: int, delay: float, token: str | None, *,
+            active_only: bool = False) -> None:
+        moves.change_delay(self, job_id, now, delay, token, active_only=active_only)
+
+    def move_to_wait(self, job_id: str, now: int, token: str | None) -> None:
+        moves.move_to_wait(self, job_id, now, token)
+
+    def discard(self, job_id: str, now: int, token: str | None) -> None:
+        moves.discard(self, job_id, now, token)
 
     # dependencies.py: parents, children, outcomes, notices between queues
-    _drop_queued = dependencies._drop_queued
-    _settle_dependents = dependencies._settle_dependents
-    _child_failed = dependencies._child_failed
-    dependency_exists = dependencies.dependency_exists
-    check_push_dependencies = dependencies.check_push_dependencies
-    _open_dependencies = dependencies._open_dependencies
-    _park_new = dependencies._park_new
-    adopt = dependencies.adopt
-    apply_notice = dependencies.apply_notice
-    apply_outcome = dependencies.apply_outcome
-    replay_outcomes = dependencies.replay_outcomes
-    move_to_waiting_children = dependencies.move_to_waiting_children
-    update_parent = dependencies.update_parent
-    _set_parent = dependencies._set_parent
-    remove_child_dependency = dependencies.remove_child_dependency
-    remove_unprocessed_children = dependencies.remove_unprocessed_children
-    _child_queue = dependencies._child_queue
-    _want_children = dependencies._want_children
-    children_outcomes = dependencies.children_outcomes
-    dependencies = dependencies.dependencies
+    def dependency_exists(self, dep_id: str, now: int) -> bool:
+        return dependencies.dependency_exists(self, dep_id, now)
+
+    def check_push_dependencies(
+            self, specs: Sequence[dict[str, Any]], now: int, *, batch: bool) -> None:
+        dependencies.check_push_dependencies(self, specs, now, batch=batch)
+
+    def adopt(self, job: JobRecord, now: int) -> None:
+        dependencies.adopt(self, job, now)
+
+    def apply_notice(self, notice: tuple[Any, ...], now: int) -> None:
+        dependencies.apply_notice(self, notice, now)
+
+    def apply_outcome(
+            self, parent_id: str, child_id: str, outcome: dict[str, Any], now: int) -> None:
+        dependencies.apply_outcome(self, parent_id, child_id, outcome, now)
+
+    def replay_outcomes(self, now: int) -> None:
+        dependencies.replay_outcomes(self, now)
+
+    def move_to_waiting_children(self, job_id: str, now: int, token: str | None) -> bool:
+        return dependencies.move_to_waiting_children(self, job_id, now, token)
+
+    def update_parent(self, child_id: str, parent_id: str, now: int) -> None:
+        dependencies.update_parent(self, child_id, parent_id, now)
+
+    def remove_child_dependency(self, child_id: str, now: int) -> bool:
+        return dependencies.remove_child_dependency(self, child_id, now)
+
+    def remove_unprocessed_children(self, parent_id: str) -> frozenset[str]:
+        return dependencies.remove_unprocessed_children(self, parent_id)
+
+    def children_outcomes(
+            self, parent_id: str, kind: str, policy: str | None = None) -> dict[str, Any]:
+        return dependencies.children_outcomes(self, parent_id, kind, policy)
+
+    def dependencies(self, parent_id: str) -> dict[str, Any]:
+        return dependencies.dependencies(self, parent_id)
 
     # control.py: pause, drain, obliterate (long work in slices.py), settings
-    drain = control.drain
-    obliterate = control.obliterate
-    drain_work = control.drain_work
-    obliterate_work = control.obliterate_work
-    reset_settings = control.reset_settings
-    store_settings = control.store_settings
-    set_paused = control.set_paused
-    load_meta = control.load_meta
+    def drain(self, now: int) -> int:
+        return control.drain(self, now)
+
+    def obliterate(self, now: int) -> None:
+        control.obliterate(self, now)
+
+    def drain_work(self, now: int) -> Sliced:
+        return control.drain_work(self, now)
+
+    def obliterate_work(self, now: int) -> Sliced:
+        return control.obliterate_work(self, now)
+
+    def reset_settings(self) -> None:
+        control.reset_settings(self)
+
+    def store_settings(self) -> None:
+        control.store_settings(self)
+
+    def set_paused(self, paused: bool, now: int) -> None:
+        control.set_paused(self, paused, now)
+
+    def load_meta(self, meta: dict[str, Any]) -> None:
+        control.load_meta(self, meta)
 
     # limits.py: the rate limit and the concurrency cap
-    set_rate_limit = limits.set_rate_limit
-    clear_rate_limit = limits.clear_rate_limit
-    set_concurrency = limits.set_concurrency
-    limits_reply = limits.limits_reply
+    def set_rate_limit(self, limit: float, duration: int, ttl: int | None, now: int) -> None:
+        limits.set_rate_limit(self, limit, duration, ttl, now)
+
+    def clear_rate_limit(self, now: int) -> None:
+        limits.clear_rate_limit(self, now)
+
+    def set_concurrency(self, limit: int | None, now: int) -> None:
+        limits.set_concurrency(self, limit, now)
+
+    def limits_reply(self, now: int, max_jobs: int | None) -> dict[str, Any]:
+        return limits.limits_reply(self, now, max_jobs)
+
     # cleaning.py, compaction.py: Clean and CompactMemory (long work)
-    clean_work = cleaning.clean_work
-    compact_work = compaction.compact_work
+    def clean_work(self, state: str | None, grace: float, limit: int, now: int) -> Sliced:
+        return cleaning.clean_work(self, state, grace, limit, now)
+
+    def compact_work(self) -> Sliced:
+        return compaction.compact_work(self)
 
     # progress.py: progress and logs
-    _active_for_progress = progress._active_for_progress
-    set_progress = progress.set_progress
-    get_progress = progress.get_progress
-    _known = progress._known
-    add_log = progress.add_log
-    get_logs = progress.get_logs
-    clear_logs = progress.clear_logs
+    def set_progress(
+            self, job_id: str, now: int, progress: Any, message: Any, has_message: bool) -> None:
+        progressing.set_progress(self, job_id, now, progress, message, has_message)
+
+    def get_progress(self, job_id: str, now: int) -> dict[str, Any]:
+        return progressing.get_progress(self, job_id, now)
+
+    def add_log(self, job_id: str, now: int, message: str, level: str) -> None:
+        progressing.add_log(self, job_id, now, message, level)
+
+    def get_logs(self, job_id: str, start: int | None, end: int | None) -> dict[str, Any]:
+        return progressing.get_logs(self, job_id, start, end)
+
+    def clear_logs(self, job_id: str, keep: int) -> None:
+        progressing.clear_logs(self, job_id, keep)
 
     # dedup.py: uniqueKey holders and the push policy
-    _release_key = dedup._release_key
-    dedup_owner = dedup.dedup_owner
-    release_dedup_key = dedup.release_dedup_key
-    _dedup_admit = dedup._dedup_admit
-    _dedup_claim = dedup._dedup_claim
+    def dedup_owner(self, unique_key: str, now: int) -> str | None:
+        return dedup.dedup_owner(self, unique_key, now)
+
+    def release_dedup_key(self, unique_key: str, now: int, owner_id: str | None = None) -> bool:
+        return dedup.release_dedup_key(self, unique_key, now, owner_id)
 
     # dlq.py, dlq_work.py: the dead-letter queue (entries, timer, admin commands)
-    _dlq_enter = dlq.dlq_enter
-    remove_dlq_job = dlq.remove_dlq_job
-    dlq_stats = dlq.dlq_stats
-    set_dlq_config = dlq.set_dlq_config
-    load_dlq = dlq.load_dlq
-    auto_retry_work = dlq_work.auto_retry_work
+    def remove_dlq_job(self, job_id: str, now: int) -> bool:
+        return dlq.remove_dlq_job(self, job_id, now)
+
+    def dlq_stats(self, now: int) -> dict[str, Any]:
+        return dlq.dlq_stats(self, now)
+
+    def set_dlq_config(self, config: dict[str, Any], now: int) -> None:
+        dlq.set_dlq_config(self, config, now)
+
+    def load_dlq(self) -> None:
+        dlq.load_dlq(self)
+
+    def auto_retry_work(self, now: int) -> Sliced:
+        return dlq_work.auto_retry_work(self, now)
 
     # views.py: read-only queries
-    job_wire = views.job_wire
-    state_of = views.state_of
-    counts = views.counts
-    queued_count = views.queued_count
-    counts_per_priority = views.counts_per_priority
-    list_jobs = views.list_jobs
+    def job_wire(self, job_id: str, now: int) -> dict[str, Any] | None:
+        return views.job_wire(self, job_id, now)
+
+    def state_of(self, job_id: str, now: int) -> str:
+        return views.state_of(self, job_id, now)
+
+    def counts(self, now: int) -> dict[str, int]:
+        return views.counts(self, now)
+
+    def queued_count(self, now: int) -> int:
+        return views.queued_count(self, now)
+
+    def counts_per_priority(self) -> dict[str, int]:
+        return views.counts_per_priority(self)
+
+    def list_jobs(
+            self, states: Iterable[str], now: int, *, asc: bool, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        return views.list_jobs(self, states, now, asc=asc, offset=offset, limit=limit)
+

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import states as st
 from ..job import ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN, JobRecord
+from . import lifecycle
 from .finished import COUNT
 from .listing import mixed_page, window
 from .order import page
@@ -36,7 +37,7 @@ def state_of(q: QueueState, job_id: str, now: int) -> str:
 
 
 def counts(q: QueueState, now: int) -> dict[str, int]:
-    q._promote_due(now)
+    lifecycle.promote_due(q, now)
     c = q.c
     waiting, prioritized, paused = c.waiting, c.prioritized, 0
     if q.settings.paused:
@@ -54,7 +55,7 @@ def counts(q: QueueState, now: int) -> dict[str, int]:
 
 
 def queued_count(q: QueueState, now: int) -> int:
-    q._promote_due(now)
+    lifecycle.promote_due(q, now)
     return q.c.waiting + q.c.prioritized + q.c.delayed
 
 
@@ -86,7 +87,7 @@ def list_jobs(
         wanted.discard(st.PRIORITIZED)
         if listed_paused:
             wanted.update((st.WAITING, st.PRIORITIZED))
-    q._promote_due(now)  # the places follow time: a due delayed job lists as waiting
+    lifecycle.promote_due(q, now)  # the places follow time: a due delayed job lists as waiting
     live = [order for state in LIVE_LISTED if state in wanted
             if (order := q.places.of(state)).size]
     finished = [state for state in (COMPLETED, FAILED) if state in wanted]

@@ -166,6 +166,14 @@ class Parked:
             if not holds:
                 del self.by_conn[waiter.conn]
 
+    def next_wakeup(self) -> int | None:
+        """When a parked request's wait next runs out (None: none waits with a limit)."""
+        return self.next_deadline() if self._deadlines else None
+
+    def timed(self) -> bool:
+        """Whether some parked request waits with a limit (stale entries included)."""
+        return bool(self._deadlines)
+
     def next_deadline(self) -> int | None:
         heap = self._deadlines
         top = heap.first()
@@ -312,11 +320,11 @@ def held_waits(q: QueueState, conn: Any) -> int:
     return q.parked.holds(conn)
 
 
-def _settle(q: QueueState, job_id: str, reply: dict[str, Any],
+def settle(q: QueueState, job_id: str, reply: dict[str, Any],
             error: str | None = None) -> None:
     """Answer every WaitJob on a job that reached its final outcome."""
     q.parked.settle(job_id, reply, error)
 
 
-def _settle_gone(q: QueueState, job_id: str) -> None:
-    q._settle(job_id, {}, error=f"Job {job_id} not found")
+def settle_gone(q: QueueState, job_id: str) -> None:
+    settle(q, job_id, {}, error=f"Job {job_id} not found")

@@ -34,6 +34,10 @@ class QueueWatch:
         self.idle_at: int | None = None  # when queue:idle is due (None: told, or busy)
         self.over = False  # queue:threshold told, the ready jobs not below it since
 
+    def next_wakeup(self) -> int | None:
+        """When queue:idle is due (None: told already, or the queue is busy)."""
+        return self.idle_at
+
     def look(self, q: QueueState, now: int) -> None:
         """After a step: tell what the counters crossed (O(1))."""
         c = q.c
@@ -43,7 +47,7 @@ class QueueWatch:
                 self.over = False
             elif not self.over:
                 self.over = True
-                q._announce("queue:threshold", now, size=ready, threshold=self.size_jobs)
+                q.announce("queue:threshold", now, size=ready, threshold=self.size_jobs)
         if not self.idle_ms:
             return
         if ready or c.active:
@@ -53,4 +57,4 @@ class QueueWatch:
             self.idle_at = now + self.idle_ms
         elif self.idle_at is not None and now >= self.idle_at:
             self.idle_at = None
-            q._announce("queue:idle", now, idleSeconds=(now - self.idle_since) // 1000)
+            q.announce("queue:idle", now, idleSeconds=(now - self.idle_since) // 1000)
