@@ -6,8 +6,7 @@ itself are declared beside their handlers in :mod:`trioqueue.transport.commands`
 adds them to this table to make the whole wire table.
 
 The names below the table (``QUEUE_HANDLERS``, ``MISSING_JOB``, ...) are views of it,
-built once at import, for the queue actor and the router; ``trioqueue.core.handlers``
-still answers to them too.
+built once at import, for the queue actor and the router.
 """
 
 from __future__ import annotations

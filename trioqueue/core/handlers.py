@@ -430,16 +430,3 @@ def obliterate(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
 def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"paused": q.paused}
 
-
-# The command tables moved to core.commands (one declaration per command); the old
-# names still resolve here, lazily, because core.commands imports this module.
-_MOVED = frozenset({"QUEUE_HANDLERS", "MISSING_JOB", "MULTI_ARGS", "PARALLEL_ARRAYS",
-                    "ADMITTING"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from . import commands
-
-        return getattr(commands, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
