@@ -27,8 +27,8 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
-from trioqueue.core import commands
-from trioqueue.core.context import Ctx
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.gc_passes import FullCollections
 from trioqueue.server import Server, tune_gc
 from trioqueue.testing import RawClient
@@ -172,7 +172,7 @@ async def test_cyclic_garbage_of_a_crashed_actor_is_freed_within_the_interval(
         del node  # garbage, in a generation only the passes collect
         raise RuntimeError("crashed")
 
-    monkeypatch.setitem(commands.QUEUE_HANDLERS, "Count", crash)
+    monkeypatch.setitem(QUEUE_HANDLERS, "Count", crash)
     client = await RawClient.connect(server.tcp_port)
     reply = await client.call("Count", queue="q")
     assert reply["ok"] is False

@@ -21,7 +21,7 @@ from trioqueue.actors.cluster import Cluster, HeldLeases
 from trioqueue.actors.ports import RouterLimits
 from trioqueue.actors.request import Request
 from trioqueue.actors.router import Router
-from trioqueue.core.commands import CORE_COMMANDS
+from trioqueue.core.commands.table import CORE_COMMANDS
 from trioqueue.core.placement import preferred_owner
 from trioqueue.storage.memory_cluster import MemoryCluster
 from trioqueue.storage.port import Claimed, Recovered

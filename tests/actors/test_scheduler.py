@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from trioqueue.actors.request import Request
 from trioqueue.actors.scheduler import CronScheduler
-from trioqueue.core.cron_handlers import CRON_FIRE
+from trioqueue.core.commands.crons import CRON_FIRE
 from trioqueue.core.crons import SCHEDULER_LEASE, parse_cron_command
 from trioqueue.core.errors import STORAGE_FULL
 from trioqueue.core.workers import WorkerRegistry

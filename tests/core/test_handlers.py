@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trioqueue.core.commands import QUEUE_HANDLERS
-from trioqueue.core.context import Ctx
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.core.errors import Refused
 from trioqueue.core.flows import parse_flow
 from trioqueue.core.options import parse_job_input

@@ -46,9 +46,9 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from ..core.cluster_handlers import push_message
+from ..core.commands.registry import Command
 from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronDef
 from ..core.errors import Refused
-from ..core.registry import Command
 from ..core.writes import Writes
 from .cluster_routes import Forward, from_peer
 from .cluster_webhooks import Records, WebhookSync

@@ -9,7 +9,7 @@ retire jobs; that is safe because every actor runs on the one trio thread and ne
 awaits between checking and claiming an id.
 
 How each command is routed, and how an id no queue knows is answered, is read from the
-command's declaration (:mod:`trioqueue.core.registry`), which the session hands over
+command's declaration (:mod:`trioqueue.core.commands.registry`), which the session hands over
 with each request. What the router needs of the broker is passed in as the narrow
 interfaces of :mod:`trioqueue.actors.ports`.
 """
@@ -29,14 +29,14 @@ from ..core import fields
 from ..core.broker_events import broker_event
 from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
-from ..core.commands import RELEASE_CONNECTION
+from ..core.commands.maintenance import FanOut
+from ..core.commands.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
+from ..core.commands.table import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex
 from ..core.job import FINISHED_STATES
-from ..core.maintenance import FanOut
 from ..core.queue import QueueState
-from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
 from ..core.webhooks import WebhookRegistry
 from ..core.workers import WorkerRegistry
@@ -220,7 +220,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         return len(self._index)
 
     # ------------------------------------------------------------------ BrokerScope
-    # (what the broker-wide commands use: core.maintenance)
+    # (what the broker-wide commands use: core.commands.maintenance)
 
     def queue_states(self) -> list[tuple[str, QueueState]]:
         return [(name, actor.state) for name, actor in self.actors.items()]

@@ -49,7 +49,7 @@ import trio
 from ..core import crons as cr
 from ..core.broker_events import broker_event
 from ..core.clock import Clock
-from ..core.cron_handlers import CRON_FIRE, stored
+from ..core.commands.crons import CRON_FIRE, stored
 from ..core.errors import Refused
 from ..core.json_slices import json_steps
 from ..core.slicing import Slicer, run_paused

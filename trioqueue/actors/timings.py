@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..core.broker_stats import Histogram
-from ..core.registry import Command
+from ..core.commands.registry import Command
 from .request import OnReply, Request
 
 TIMED_EVERY_BATCHES = 16

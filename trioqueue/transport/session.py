@@ -26,9 +26,9 @@ from ..actors.cluster_clients import PeerClients
 from ..actors.request import OnReply, Request
 from ..config import Config
 from ..core.broker_events import broker_event
+from ..core.commands.registry import SESSION, Command
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
-from ..core.registry import SESSION, Command
 from .codec import DecodeError
 from .commands import AFTER_RELAYS, COMMANDS
 from .data_sizes import DataTooLarge

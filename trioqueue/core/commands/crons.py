@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .broker_events import broker_event
-from .committed import Committed
+from ..broker_events import broker_event
+from ..committed import Committed
+from ..crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
+from ..errors import Refused
+from ..options import parse_job_input
+from ..queue import QueueState
+from ..writes import Writes
 from .context import Ctx, Reply, _refuse_if_full
-from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
-from .errors import Refused
-from .options import parse_job_input
-from .queue import QueueState
-from .writes import Writes
 
 CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the record
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields
-from . import states as st
-from .broker_stats import DURATION_BUCKETS_S, Histogram, mib
+from .. import fields
+from .. import states as st
+from ..broker_stats import DURATION_BUCKETS_S, Histogram, mib
+from ..job import ACTIVE
+from ..queue import QueueState, Sliced
+from ..queue import dlq_work as dw
 from .context import Ctx, Reply
-from .job import ACTIVE
 from .maintenance import queue_listed
-from .queue import QueueState, Sliced
-from .queue import dlq_work as dw
-from .stats_handlers import StatsScope, cron_count, stats, storage_fields
+from .stats import StatsScope, cron_count, stats, storage_fields
 
 JOBS_LIMIT_DEFAULT = 10
 JOBS_LIMIT_MAX = 50

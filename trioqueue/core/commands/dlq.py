@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..job import COMPLETED, FAILED
+from ..queue import QueueState, Sliced
+from ..queue import dlq_work as dw
 from .context import Ctx, Reply
-from .errors import Refused
-from .job import COMPLETED, FAILED
-from .queue import QueueState, Sliced
-from .queue import dlq_work as dw
 
 
 def _count(value: Any, field: str) -> int | None:

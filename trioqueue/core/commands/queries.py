@@ -1,16 +1,16 @@
 """Queue handlers of the read side: waiting for a job, jobs, states, results,
-children and dependencies, listings and counts (see :mod:`trioqueue.core.handlers`)."""
+children and dependencies, listings and counts (see :mod:`.jobs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import fields, flows
-from . import states as st
+from .. import fields, flows
+from .. import states as st
+from ..errors import JOB_NOT_FOUND, Refused
+from ..job import COMPLETED
+from ..queue import AfterQueues, JobWaiter, QueueState, completed_reply, failed_reply
 from .context import Ctx, Reply, _opt_int, _token
-from .errors import JOB_NOT_FOUND, Refused
-from .job import COMPLETED
-from .queue import AfterQueues, JobWaiter, QueueState, completed_reply, failed_reply
 
 # ------------------------------------------------------------------ queries
 
