@@ -154,7 +154,7 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
     "sse_heartbeat_s": ("seconds", "heartbeat comment on a quiet SSE stream (default 30)"),
     "sse_replay_events": ("count", "frames kept for Last-Event-ID (default 1000)"),
 }
-# The bounds on cron schedules (core/crons.py, actors/scheduler.py), parsed as the
+# The bounds on cron schedules (core/repeating/crons.py, actors/scheduler.py), parsed as the
 # limits are.
 CRON_FLAGS: dict[str, tuple[str, str]] = {
     "cron_min_interval_ms": ("ms", "shortest period of a schedule (repeatEvery, or the "

@@ -28,9 +28,9 @@ from ..core.broker_stats import (
     StorageUsage,
 )
 from ..core.clock import Clock
-from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
+from ..core.repeating.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.resource_watch import ResourceWatch
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes

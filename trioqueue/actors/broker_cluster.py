@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..config import Config
-from ..core.crons import SCHEDULER_LEASE
+from ..core.repeating.crons import SCHEDULER_LEASE
 from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
 from .cluster import Cluster, HeldLeases

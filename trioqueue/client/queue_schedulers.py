@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.crons import JOB_OPTIONS  # the job options a schedule passes on
+from ..core.repeating.crons import JOB_OPTIONS  # the job options a schedule passes on
 from .errors import CommandError
 from .options import check_flag, check_int, job_options
 from .queue_commands import QueueCommands
