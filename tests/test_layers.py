@@ -48,7 +48,7 @@ CORE_LIBRARIES = frozenset({"cronsim", "httpx", "msgpack", "typing_extensions", 
 CORE_NEVER = frozenset({"socket", "ssl", "select", "selectors", "asyncio"})
 # Exceptions the page states, kept for good (not a debt): (module, imported) -> why.
 STATED_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trioqueue.core.webhook_urls", "socket"):
+    ("trioqueue.core.webhooks.urls", "socket"):
         "socket.inet_aton only, a pure parse of IPv4's legacy forms (127.1, 0x7f.1)",
 }
 

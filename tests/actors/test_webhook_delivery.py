@@ -19,7 +19,7 @@ from trioqueue.actors.router import Router
 from trioqueue.actors.webhook_delivery import AddressRefused, WebhookDelivery
 from trioqueue.config import Config
 from trioqueue.core.commands.table import CORE_COMMANDS
-from trioqueue.core.webhooks import WebhookRegistry
+from trioqueue.core.webhooks.registry import WebhookRegistry
 from trioqueue.core.writes import Writes
 
 

@@ -11,7 +11,7 @@ from tests.core.test_queue import Harness
 from trioqueue.core.broker_stats import BrokerStats
 from trioqueue.core.prometheus import Exposition, escape_label, exposition
 from trioqueue.core.queue import QueueState
-from trioqueue.core.webhooks import WebhookRegistry
+from trioqueue.core.webhooks.registry import WebhookRegistry
 from trioqueue.core.workers import WorkerRegistry
 
 NOW = 1_700_000_000_000

@@ -19,8 +19,8 @@ from trioqueue.core.commands.webhooks import (
 )
 from trioqueue.core.committed import Committed
 from trioqueue.core.errors import Refused
-from trioqueue.core.webhook_urls import address_literal, check_url, refused_address
-from trioqueue.core.webhooks import Webhook, WebhookRegistry, webhook_payload
+from trioqueue.core.webhooks.registry import Webhook, WebhookRegistry, webhook_payload
+from trioqueue.core.webhooks.urls import address_literal, check_url, refused_address
 from trioqueue.core.writes import PutBrokerRecord
 
 NOW = 1_700_000_000_000

@@ -32,7 +32,7 @@ from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.repeating.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits
 from ..core.resource_watch import ResourceWatch
-from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse

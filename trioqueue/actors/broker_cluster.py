@@ -13,7 +13,7 @@ import trio
 
 from ..config import Config
 from ..core.repeating.crons import SCHEDULER_LEASE
-from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
 from .cluster import Cluster, HeldLeases
 from .cluster_clients import ClusterClients

@@ -38,7 +38,7 @@ from ..core.flows import Dependents, DependentsIndex
 from ..core.job import FINISHED_STATES
 from ..core.queue import QueueState
 from ..core.split_dict import SplitDict
-from ..core.webhooks import WebhookRegistry
+from ..core.webhooks.registry import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..core.writes import Writes
 from ..storage.port import OURS

@@ -15,7 +15,7 @@ from .. import fields
 from ..broker_stats import BrokerStats, QueueTotals, StorageUsage, mib, queue_totals
 from ..errors import Refused
 from ..queue.tallies import COMPLETED_KIND, FAILED_KIND, minute_series
-from ..webhooks import WebhookRegistry
+from ..webhooks.registry import WebhookRegistry
 from .context import Reply
 from .maintenance import BrokerScope
 

@@ -16,8 +16,8 @@ from .. import fields
 from ..broker_events import broker_event
 from ..committed import Committed
 from ..errors import Refused
-from ..webhook_urls import check_url
-from ..webhooks import RECORD_KIND, WEBHOOK_EVENTS, Webhook, WebhookRegistry
+from ..webhooks.registry import RECORD_KIND, WEBHOOK_EVENTS, Webhook, WebhookRegistry
+from ..webhooks.urls import check_url
 from ..writes import Writes
 
 Reply = dict[str, Any]
