@@ -229,6 +229,18 @@ def test_only_broker_py_imports_the_broker_within_actors() -> None:
     assert not holders, "actors/ modules importing the Broker: " + ", ".join(holders)
 
 
+
+def test_the_admin_commands_do_not_import_the_command_line() -> None:
+    """cli.py imports the admin commands; what both read of the environment (the
+    broker's address and tokens) is trioqueue.environment, so no import goes back."""
+    back = sorted(
+        f"{MODULES[name]}:{line}" for name in MODULES
+        if name == "trioqueue.admin" or name.startswith("trioqueue.admin.")
+        for target, line in imports_of(name, *parsed(name))
+        if target == "trioqueue.cli")
+    assert not back, "admin/ modules importing cli.py: " + ", ".join(back)
+
+
 def module_names_bound(name: str, tree: ast.AST, is_package: bool) -> set[str]:
     """Names an import binds to a module (``import x``, ``from . import mod``)."""
     bound: set[str] = set()
