@@ -1,9 +1,9 @@
 """The package's shape limits, checked in every test run so CI enforces them: no function
 over cyclomatic complexity 15, no class annotating attributes it never assigns, at most
 20 public methods per class, no module-level ``__getattr__`` keeping moved names alive.
-A module is as long as its one concern needs: a line cap
-only made modules split where no concern ends, while the risk it stood for is a class
-that grows without owning what it uses."""
+A module is as long as its one concern needs: a line cap only made modules split where
+no concern ends, while the risk it stood for is a class that grows without owning what
+it uses."""
 
 from __future__ import annotations
 
