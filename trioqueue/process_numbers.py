@@ -9,7 +9,7 @@ import resource
 import sys
 import time
 
-from .core.broker_stats import ProcessNumbers
+from .core.metrics.broker_stats import ProcessNumbers
 
 
 def process_numbers() -> ProcessNumbers:

@@ -21,13 +21,13 @@ from typing import Any
 import trio
 
 from ..config import Config
-from ..core.broker_stats import (
+from ..core.clock import Clock
+from ..core.metrics.broker_stats import (
     RATE_SAMPLE_MS,
     ConnectionCounts,
     StorageHealth,
     StorageUsage,
 )
-from ..core.clock import Clock
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
 from ..core.repeating.crons import CRON_KIND, SCHEDULER_LEASE, CronLimits

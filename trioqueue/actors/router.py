@@ -27,7 +27,6 @@ import trio
 
 from ..core import fields
 from ..core.broker_events import broker_event
-from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import RELEASE_CLAIMS, InboxPoke
 from ..core.commands.maintenance import FanOut
 from ..core.commands.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
@@ -36,6 +35,7 @@ from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents, DependentsIndex
 from ..core.job import FINISHED_STATES
+from ..core.metrics.broker_stats import BrokerStats
 from ..core.queue import QueueState
 from ..core.split_dict import SplitDict
 from ..core.webhooks.registry import WebhookRegistry
@@ -139,7 +139,7 @@ class Router(DependentsIndex, FlowAdmission, RetainedResults):
         self.graveyard = None  # (set by the broker: dropped results go there)
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
-        # The broker's numbers (core.broker_stats); the broker fills in what it measures.
+        # The broker's numbers (core.metrics.broker_stats); the broker fills in what it measures.
         self.stats = BrokerStats()
         self._timer = BatchTimer(self.stats.timings)
         # OpenTelemetry spans (actors/tracing.py), set by the broker when enabled

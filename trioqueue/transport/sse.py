@@ -30,9 +30,9 @@ from urllib.parse import parse_qs, unquote
 import trio
 
 from ..core import fields
-from ..core.broker_stats import ConnectionCounts
 from ..core.errors import Refused
 from ..core.graveyard import Graveyard
+from ..core.metrics.broker_stats import ConnectionCounts
 from .codec import JSON
 from .event_names import matches, parse_patterns
 from .live_frames import LiveFrames

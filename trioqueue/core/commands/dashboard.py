@@ -9,8 +9,8 @@ from typing import Any
 
 from .. import fields
 from .. import states as st
-from ..broker_stats import DURATION_BUCKETS_S, Histogram, mib
 from ..job import ACTIVE
+from ..metrics.broker_stats import DURATION_BUCKETS_S, Histogram, mib
 from ..queue import QueueState, Sliced
 from ..queue import dlq_work as dw
 from .context import Ctx, Reply

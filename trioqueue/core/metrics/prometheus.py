@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .broker_stats import Histogram, ProcessNumbers
 
 if TYPE_CHECKING:
-    from .commands.stats import StatsScope
+    from ..commands.stats import StatsScope
 
 Sample = tuple[str, dict[str, str], float]  # (name suffix, labels, value)
 
@@ -71,7 +71,7 @@ class Exposition:
 
 def exposition(scope: StatsScope, now: int) -> str:
     """The whole scrape."""
-    from .commands.stats import cron_count, storage_fields, totals, uptime_ms
+    from ..commands.stats import cron_count, storage_fields, totals, uptime_ms
 
     stats = scope.stats
     t = totals(scope, now)
