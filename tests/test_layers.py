@@ -39,8 +39,8 @@ LEAVES = ("trioqueue", "trioqueue.config", "trioqueue.utf8_views", "trioqueue.da
 # The core modules storage uses (the page names them).
 STORAGE_USES_OF_CORE = frozenset({
     "trioqueue.core.writes", "trioqueue.core.job", "trioqueue.core.queue.finished",
-    "trioqueue.core.graveyard", "trioqueue.core.value_count", "trioqueue.core.presized",
-    "trioqueue.core.msgpack_runs",
+    "trioqueue.core.large_values.graveyard", "trioqueue.core.large_values.value_count",
+    "trioqueue.core.presized", "trioqueue.core.large_values.msgpack_runs",
 })
 # Of other libraries, the core imports only parsers (and typing helpers).
 CORE_LIBRARIES = frozenset({"cronsim", "httpx", "msgpack", "typing_extensions", "_typeshed"})

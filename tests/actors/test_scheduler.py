@@ -207,7 +207,7 @@ async def test_a_template_stored_without_its_size_is_measured_once_when_loaded()
     measured a slice at a time with its encoding (before it fires), so no firing
     measures it in one step; the size is that of its compact JSON text."""
     from trioqueue.actors.scheduler import TemplateBytes
-    from trioqueue.core.json_slices import compact_json
+    from trioqueue.core.large_values.json_slices import compact_json
     from trioqueue.core.repeating.crons import CronDef, CronRegistry
     from trioqueue.storage.memory import MemoryStorage
 

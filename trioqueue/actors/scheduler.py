@@ -50,10 +50,10 @@ from ..core.broker_events import broker_event
 from ..core.clock import Clock
 from ..core.commands.crons import CRON_FIRE, stored
 from ..core.errors import Refused
-from ..core.json_slices import json_steps
+from ..core.large_values.json_slices import json_steps
+from ..core.large_values.slicing import Slicer, run_paused
+from ..core.large_values.value_count import holds_many
 from ..core.repeating import crons as cr
-from ..core.slicing import Slicer, run_paused
-from ..core.value_count import holds_many
 from ..core.workers import WorkerRegistry
 from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
 from ..storage.port import Storage, StorageFullError

@@ -59,8 +59,8 @@ import trio
 
 from ..config import Config
 from ..core.broker_events import broker_event
-from ..core.json_slices import json_bytes_steps
-from ..core.slicing import Slicer, run_paused
+from ..core.large_values.json_slices import json_bytes_steps
+from ..core.large_values.slicing import Slicer, run_paused
 from ..core.webhooks.registry import Webhook, WebhookRegistry, webhook_payload
 from ..core.webhooks.urls import delivery_url, refused_address
 from .events import EventHub

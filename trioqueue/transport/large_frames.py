@@ -41,7 +41,7 @@ from typing import Any, Final
 import cbor2
 import trio
 
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 from ..core.presized import entries_bound, merge_into, presized_dict
 from .codec import CBOR, MSGPACK, Codec, cbor_decoder
 from .data_sizes import OTHER, TOP, DataWatch, data_bound_steps

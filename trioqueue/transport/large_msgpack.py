@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
-from ..core.msgpack_runs import WindowRuns
+from ..core.large_values.msgpack_runs import WindowRuns
 from ..core.presized import entries_bound, presized_dict
 from .codec import msgpack_unpacker
 from .data_sizes import OTHER, TOP, DataWatch

@@ -31,7 +31,7 @@ import trio
 
 from ..core import fields
 from ..core.errors import Refused
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 from ..core.metrics.broker_stats import ConnectionCounts
 from .codec import JSON
 from .event_names import matches, parse_patterns
