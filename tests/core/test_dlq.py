@@ -18,7 +18,7 @@ from trioqueue.core.errors import Refused
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import Sliced
 from trioqueue.core.queue.dlq import TimerWaiter
-from trioqueue.core.traces import TRACE_KEEP_BYTES, trace_tail
+from trioqueue.core.stack_traces import TRACE_KEEP_BYTES, trace_tail
 from trioqueue.testing.queue import QueueHarness
 
 NOW = 1_700_000_000_000

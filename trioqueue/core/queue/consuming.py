@@ -14,7 +14,7 @@ from ..errors import Refused
 from ..ids import uuid7
 from ..job import ACTIVE, QUEUED, JobRecord
 from ..split_dict import SplitDict
-from ..traces import fail_trace
+from ..stack_traces import fail_trace
 from .dlq import new_entry
 from .leases import Lock, lease_deadline
 from .limits import allowance, spent
