@@ -25,7 +25,7 @@ import trio
 from trioqueue.actors import queue_actor, router, writer
 from trioqueue.actors.broker import Broker
 from trioqueue.config import Config
-from trioqueue.core import handlers
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.storage.lmdb import store as lmdb_store
 from trioqueue.transport import session
 from trioqueue.transport.wire.codec import MSGPACK
@@ -57,7 +57,7 @@ def timed(owner: Any, name: str, label: str) -> None:
 
 
 def time_handler(cmd: str) -> None:
-    original: Callable[..., Any] = handlers.QUEUE_HANDLERS[cmd]
+    original: Callable[..., Any] = QUEUE_HANDLERS[cmd]
 
     def wrapped(*args: Any) -> Any:
         start = clock()
@@ -65,7 +65,7 @@ def time_handler(cmd: str) -> None:
             return original(*args)
         finally:
             spent[f"handler {cmd}"] += clock() - start
-    handlers.QUEUE_HANDLERS[cmd] = wrapped
+    QUEUE_HANDLERS[cmd] = wrapped
 
 
 async def drive(n: int, what: str) -> None:

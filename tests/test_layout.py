@@ -1,8 +1,9 @@
 """The package's shape limits, checked in every test run so CI enforces them: no function
 over cyclomatic complexity 15, no class annotating attributes it never assigns, at most
-20 public methods per class. A module is as long as its one concern needs: a line cap
-only made modules split where no concern ends, while the risk it stood for is a class
-that grows without owning what it uses."""
+20 public methods per class, no module-level ``__getattr__`` keeping moved names alive.
+A module is as long as its one concern needs: a line cap only made modules split where
+no concern ends, while the risk it stood for is a class that grows without owning what
+it uses."""
 
 from __future__ import annotations
 
@@ -149,3 +150,18 @@ def test_public_methods_per_class_are_bounded() -> None:
     assert not lower, ("fewer public methods than WIDE_TODAY says (good): lower or delete "
                        "these entries: " + ", ".join(
                            f"{w} {was} -> {now}" for w, (was, now) in sorted(lower.items())))
+
+
+def module_getattrs(package: Path) -> list[str]:
+    """Modules defining a module-level ``__getattr__``: what keeps a moved name resolving
+    at its old address."""
+    return sorted(path.relative_to(package.parent).as_posix()
+                  for path in sorted(package.rglob("*.py"))
+                  if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+                         for node in ast.parse(path.read_text(encoding="utf-8")).body))
+
+
+def test_moved_names_are_imported_from_their_new_home() -> None:
+    shims = module_getattrs(PACKAGE)
+    assert not shims, ("a module-level __getattr__ keeps old import paths alive (update "
+                       "the importers instead): " + ", ".join(shims))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from trioqueue.core.broker_stats import ProcessNumbers
+from trioqueue.core.metrics.broker_stats import ProcessNumbers
 from trioqueue.process_numbers import process_numbers, resident_bytes
 
 

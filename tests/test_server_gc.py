@@ -27,7 +27,8 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
-from trioqueue.core import handlers
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.server.gc_passes import FullCollections
 from trioqueue.server.run import Server, tune_gc
 from trioqueue.testing import RawClient
@@ -164,14 +165,14 @@ async def test_cyclic_garbage_of_a_crashed_actor_is_freed_within_the_interval(
     nursery.start_soon(server.collections.run)  # as serve() starts it, beside the broker
     left: list[weakref.ref[Node]] = []
 
-    def crash(q: Any, msg: dict[str, Any], ctx: handlers.Ctx) -> Any:
+    def crash(q: Any, msg: dict[str, Any], ctx: Ctx) -> Any:
         node = Node()
         left.append(weakref.ref(node))
         gc.collect(0)  # a young collection while it is held: it moves on, then
         del node  # garbage, in a generation only the passes collect
         raise RuntimeError("crashed")
 
-    monkeypatch.setitem(handlers.QUEUE_HANDLERS, "Count", crash)
+    monkeypatch.setitem(QUEUE_HANDLERS, "Count", crash)
     client = await RawClient.connect(server.tcp_port)
     reply = await client.call("Count", queue="q")
     assert reply["ok"] is False

@@ -18,6 +18,7 @@ from typing import Any
 
 from .cluster_flags import add_cluster_flags, cluster_settings
 from .config import FSYNC_POLICIES, Config, visible_chars
+from .environment import SHARED_ENV_NAMES, first_set, parse_port, parse_tokens
 from .server.serve_exit import (  # (re-exported: how serve ends)
     EXIT_CANNOT_LISTEN,
     EXIT_CANNOT_OPEN_STORAGE,
@@ -29,11 +30,9 @@ from .server.serve_exit import (  # (re-exported: how serve ends)
 
 # setting -> environment names, most specific first
 ENV_NAMES: dict[str, tuple[str, ...]] = {
-    "host": ("TRIOQUEUE_HOST", "HOST"),
-    "tcp_port": ("TRIOQUEUE_TCP_PORT", "TCP_PORT"),
+    **SHARED_ENV_NAMES,  # host, tcp_port, auth_tokens
     "ws_port": ("TRIOQUEUE_WS_PORT", "HTTP_PORT"),
     "data_dir": ("TRIOQUEUE_DATA_DIR", "BUNQUEUE_DATA_PATH", "BQ_DATA_PATH", "DATA_PATH"),
-    "auth_tokens": ("TRIOQUEUE_AUTH_TOKENS", "AUTH_TOKENS"),
     "auth_token_min_chars": ("TRIOQUEUE_AUTH_TOKEN_MIN_CHARS",),
     "fsync": ("TRIOQUEUE_FSYNC",),
     "log_level": ("TRIOQUEUE_LOG_LEVEL", "LOG_LEVEL"),
@@ -154,7 +153,7 @@ HTTP_FLAGS: dict[str, tuple[str, str]] = {
     "sse_heartbeat_s": ("seconds", "heartbeat comment on a quiet SSE stream (default 30)"),
     "sse_replay_events": ("count", "frames kept for Last-Event-ID (default 1000)"),
 }
-# The bounds on cron schedules (core/crons.py, actors/scheduler.py), parsed as the
+# The bounds on cron schedules (core/repeating/crons.py, actors/scheduler.py), parsed as the
 # limits are.
 CRON_FLAGS: dict[str, tuple[str, str]] = {
     "cron_min_interval_ms": ("ms", "shortest period of a schedule (repeatEvery, or the "
@@ -216,20 +215,7 @@ def env_value(env: Mapping[str, str], setting: str) -> str | None:
 
 def env_named(env: Mapping[str, str], setting: str) -> tuple[str, str] | None:
     """The first of the setting's variables that is set: (its name, its value)."""
-    for name in ENV_NAMES[setting]:
-        if name in env:
-            return name, env[name]
-    return None
-
-
-def parse_port(value: str, name: str) -> int:
-    try:
-        port = int(value.strip())
-    except ValueError:
-        raise SystemExit(f"Invalid {name}: {value!r} (expected a port number)") from None
-    if not 0 <= port <= 65535:
-        raise SystemExit(f"Invalid {name}: {value!r} (expected 0-65535)")
-    return port
+    return first_set(env, ENV_NAMES[setting])
 
 
 _BYTE_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
@@ -252,20 +238,6 @@ def _bytes(value: str, name: str) -> int:
     if unit is None or number < 0:
         raise SystemExit(f"Invalid {name}: {value!r} (expected bytes, e.g. 1073741824 or 1GiB)")
     return number * unit
-
-
-def parse_tokens(value: str, source: str) -> list[str]:
-    """Comma-separated tokens, trimmed. A blank entry is an error, never "auth off":
-    ``AUTH_TOKENS=""`` or ``","`` silently serving everyone is how auth fails open."""
-    tokens = [t.strip() for t in value.split(",")]
-    if not all(tokens):
-        raise SystemExit(f"Invalid {source}: {value!r} has a blank token (comma-separated "
-                         f"non-blank tokens; leave {source} unset to run without auth)")
-    for n, token in enumerate(tokens, 1):
-        if not visible_chars(token):
-            raise SystemExit(f"Invalid {source}: token {n} has no visible character (only "
-                             f"spaces, zero-width or format characters such as U+200B)")
-    return tokens
 
 
 def check_token_lengths(config: Config, source: str) -> None:

@@ -337,7 +337,7 @@ class Config:
     # much later, twice as long after each further refusal, up to cron_retry_max_ms.
     cron_full_retry_ms: int = 1000
 
-    # --- cron schedules (core/crons.py, actors/scheduler.py): the shortest period a
+    # --- cron schedules (core/repeating/crons.py, actors/scheduler.py): the shortest period a
     # schedule may have (repeatEvery, or the closest two firings of a cron expression;
     # bunqueue takes 1 ms, but a thousand schedules of 1 ms hold a broker's CPU, and the
     # finest cron expression fires once a second); how many schedules the broker keeps

@@ -14,10 +14,10 @@ import pytest
 
 from trioqueue.actors.admission import Admission, StoreLimit, admit_estimate, disk_limit_bytes
 from trioqueue.config import MIB, Config
-from trioqueue.core.commands import ADMITTING, QUEUE_HANDLERS
-from trioqueue.core.cron_handlers import CRON_FIRE
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.crons import CRON_FIRE
+from trioqueue.core.commands.table import ADMITTING, QUEUE_HANDLERS
 from trioqueue.core.errors import STORAGE_FULL, Refused
-from trioqueue.core.handlers import Ctx
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import Sliced
 from trioqueue.testing.queue import QueueHarness

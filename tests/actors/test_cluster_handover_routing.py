@@ -22,7 +22,7 @@ from trioqueue.actors.cluster_placement import ClusterPlacement
 from trioqueue.actors.ports import RouterLimits
 from trioqueue.actors.request import Request
 from trioqueue.actors.router import Router
-from trioqueue.core.commands import CORE_COMMANDS
+from trioqueue.core.commands.table import CORE_COMMANDS
 from trioqueue.core.placement import preferred_owner
 from trioqueue.storage.memory_cluster import MemoryCluster
 from trioqueue.storage.port import Claimed, Recovered

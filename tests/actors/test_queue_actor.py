@@ -16,7 +16,7 @@ from trioqueue.actors.ports import QueueLimits, limits_from
 from trioqueue.actors.queue_actor import QueueActor
 from trioqueue.actors.request import Replier, Request, deliver_all
 from trioqueue.config import Config
-from trioqueue.core.commands import QUEUE_HANDLERS
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.core.writes import Writes
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.testing.queue import DictIndex

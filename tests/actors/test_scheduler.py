@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 from trioqueue.actors.request import Request
 from trioqueue.actors.scheduler import CronScheduler
-from trioqueue.core.cron_handlers import CRON_FIRE
-from trioqueue.core.crons import SCHEDULER_LEASE, parse_cron_command
+from trioqueue.core.commands.crons import CRON_FIRE
 from trioqueue.core.errors import STORAGE_FULL
+from trioqueue.core.repeating.crons import SCHEDULER_LEASE, parse_cron_command
 from trioqueue.core.workers import WorkerRegistry
 from trioqueue.core.writes import PutBrokerRecord, Writes
 
@@ -207,8 +207,8 @@ async def test_a_template_stored_without_its_size_is_measured_once_when_loaded()
     measured a slice at a time with its encoding (before it fires), so no firing
     measures it in one step; the size is that of its compact JSON text."""
     from trioqueue.actors.scheduler import TemplateBytes
-    from trioqueue.core.crons import CronDef, CronRegistry
-    from trioqueue.core.json_slices import compact_json
+    from trioqueue.core.large_values.json_slices import compact_json
+    from trioqueue.core.repeating.crons import CronDef, CronRegistry
     from trioqueue.storage.memory import MemoryStorage
 
     data = [{"a": i % 10} for i in range(20_000)]

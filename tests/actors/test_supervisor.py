@@ -15,7 +15,8 @@ import pytest
 import trio
 
 from trioqueue.config import Config
-from trioqueue.core import handlers
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.core.errors import INTERNAL_ERROR
 from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
@@ -29,9 +30,9 @@ class InjectedCrash(RuntimeError):
 
 def crash_on_marker(monkeypatch: pytest.MonkeyPatch, cmd: str, *, after: bool = False) -> None:
     """Make ``cmd`` raise on ``crash: true``; ``after``: only once the real handler ran."""
-    real = handlers.QUEUE_HANDLERS[cmd]
+    real = QUEUE_HANDLERS[cmd]
 
-    def wrapper(q: Any, msg: dict[str, Any], ctx: handlers.Ctx) -> Any:
+    def wrapper(q: Any, msg: dict[str, Any], ctx: Ctx) -> Any:
         if msg.get("crash") is True and not after:
             raise InjectedCrash(f"injected crash in {cmd}")
         result = real(q, msg, ctx)
@@ -39,7 +40,7 @@ def crash_on_marker(monkeypatch: pytest.MonkeyPatch, cmd: str, *, after: bool = 
             raise InjectedCrash(f"injected crash in {cmd} after it changed the queue")
         return result
 
-    monkeypatch.setitem(handlers.QUEUE_HANDLERS, cmd, wrapper)
+    monkeypatch.setitem(QUEUE_HANDLERS, cmd, wrapper)
 
 
 async def connect(server: Server) -> RawClient:

@@ -18,8 +18,8 @@ from trioqueue.actors.request import Replier, Request
 from trioqueue.actors.router import Router
 from trioqueue.actors.webhook_delivery import AddressRefused, WebhookDelivery
 from trioqueue.config import Config
-from trioqueue.core.commands import CORE_COMMANDS
-from trioqueue.core.webhooks import WebhookRegistry
+from trioqueue.core.commands.table import CORE_COMMANDS
+from trioqueue.core.webhooks.registry import WebhookRegistry
 from trioqueue.core.writes import Writes
 
 

@@ -1,9 +1,9 @@
-"""The broker-wide numbers (core/broker_stats.py): connection gauges, the rate window,
+"""The broker-wide numbers (core/metrics/broker_stats.py): connection gauges, the rate window,
 histograms, the storage's health; explicit ``now``."""
 
 from __future__ import annotations
 
-from trioqueue.core.broker_stats import (
+from trioqueue.core.metrics.broker_stats import (
     DURATION_BUCKETS_S,
     HISTORY_POINTS,
     HISTORY_STEP_MS,

@@ -17,10 +17,10 @@ from trioqueue.core.cluster_merge import (
     merge_stats,
     merged_history,
 )
-from trioqueue.core.dashboard import dashboard_overview, dashboard_queues
+from trioqueue.core.commands.dashboard import dashboard_overview, dashboard_queues
+from trioqueue.core.commands.stats import metrics, stats
+from trioqueue.core.commands.webhooks import list_webhooks
 from trioqueue.core.queue import QueueState
-from trioqueue.core.stats_handlers import metrics, stats
-from trioqueue.core.webhook_handlers import list_webhooks
 
 THREE = Answered(["b0", "b1", "b2"], [])
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core import commands, handlers
-from trioqueue.core.registry import (
+from trioqueue.core.commands import jobs
+from trioqueue.core.commands import table as core_table
+from trioqueue.core.commands.registry import (
     BROKER,
     BY_CUSTOM_ID,
     BY_ID,
@@ -49,13 +50,13 @@ MISSING = not_found("Job not found")
 def test_every_routed_command_is_declared_in_every_table_it_needs() -> None:
     queue_routed = {c for c, r in ROUTES.items() if r not in (SESSION, BROKER, FLOW)}
     internal = {c.name for c in COMMANDS.commands.values() if c.route == INTERNAL}
-    assert queue_routed | internal == commands.QUEUE_HANDLERS.keys()
+    assert queue_routed | internal == core_table.QUEUE_HANDLERS.keys()
     by_id = {c for c, r in ROUTES.items() if r in (BY_ID, BY_CUSTOM_ID, BY_PARENT_ID)}
-    assert by_id == commands.MISSING_JOB.keys()
+    assert by_id == core_table.MISSING_JOB.keys()
     by_ids = {c for c, r in ROUTES.items() if r == BY_IDS}
-    assert by_ids == commands.MULTI_ARGS.keys() == commands.PARALLEL_ARRAYS.keys()
-    assert commands.ADMITTING <= commands.QUEUE_HANDLERS.keys()
-    assert PULLS <= commands.QUEUE_HANDLERS.keys()
+    assert by_ids == core_table.MULTI_ARGS.keys() == core_table.PARALLEL_ARRAYS.keys()
+    assert core_table.ADMITTING <= core_table.QUEUE_HANDLERS.keys()
+    assert PULLS <= core_table.QUEUE_HANDLERS.keys()
     assert PULLS == {"PULL", "PULLB"}
 
 
@@ -73,21 +74,23 @@ def test_every_wire_command_has_what_its_route_needs() -> None:
 
 
 def test_internal_commands_are_not_on_the_wire() -> None:
-    assert commands.RELEASE_CONNECTION in commands.QUEUE_HANDLERS
-    assert commands.RELEASE_CONNECTION not in ROUTES
-    assert commands.RELEASE_CONNECTION not in COMMANDS.wire
+    assert core_table.RELEASE_CONNECTION in core_table.QUEUE_HANDLERS
+    assert core_table.RELEASE_CONNECTION not in ROUTES
+    assert core_table.RELEASE_CONNECTION not in COMMANDS.wire
 
 
-def test_the_old_names_are_views_of_the_one_table() -> None:
+def test_the_tables_are_views_of_the_one_table() -> None:
     # The queue actor dispatches through this very dict (tests and scripts wrap it).
-    assert handlers.QUEUE_HANDLERS is commands.QUEUE_HANDLERS
-    assert handlers.MISSING_JOB is commands.MISSING_JOB
-    assert handlers.ADMITTING is commands.ADMITTING
-    for name, command in commands.CORE_COMMANDS.commands.items():
+    for name, command in core_table.CORE_COMMANDS.commands.items():
         if command.route in QUEUE_ROUTES:
-            assert commands.QUEUE_HANDLERS[name] is command.handler
-    with pytest.raises(AttributeError):
-        handlers.NO_SUCH_TABLE  # noqa: B018
+            assert core_table.QUEUE_HANDLERS[name] is command.handler
+
+
+def test_the_tables_have_one_home() -> None:
+    # The jobs' handlers answer no table names: callers import them from the table.
+    for name in ("QUEUE_HANDLERS", "MISSING_JOB", "MULTI_ARGS", "PARALLEL_ARRAYS",
+                 "ADMITTING"):
+        assert not hasattr(jobs, name), name
 
 
 @pytest.mark.parametrize(("command", "complaint"), [
@@ -131,7 +134,7 @@ def test_names_are_declared_once_and_routes_are_known() -> None:
         CommandTable([Command("", BY_QUEUE, handler)])
     # Another layer cannot re-declare one of the core's commands either.
     with pytest.raises(IncompleteCommand, match="PUSH: declared twice"):
-        commands.CORE_COMMANDS.extended([Command("PUSH", SESSION, handler)])
+        core_table.CORE_COMMANDS.extended([Command("PUSH", SESSION, handler)])
 
 
 def test_a_complete_declaration_reaches_every_view() -> None:

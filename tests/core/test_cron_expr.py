@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from trioqueue.core.cron_expr import parse_cron
 from trioqueue.core.errors import Refused
+from trioqueue.core.repeating.expressions import parse_cron
 
 ROME = ZoneInfo("Europe/Rome")
 

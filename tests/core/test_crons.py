@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core import crons as cr
-from trioqueue.core.cron_expr import parse_cron
 from trioqueue.core.errors import Refused
+from trioqueue.core.repeating import crons as cr
+from trioqueue.core.repeating.expressions import parse_cron
 
 NOW = 1_700_000_000_000
 

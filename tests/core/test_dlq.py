@@ -1,7 +1,7 @@
 """The dead-letter queue's rules in the core: entries, the admin commands, and what the
 config promises (eviction, expiry, auto-retry) run by the queue's own timer.
 
-Commands go through their handlers (``core.commands``) on a :class:`QueueHarness`,
+Commands go through their handlers (``core.commands.table``) on a :class:`QueueHarness`,
 whose store is a real MemoryStorage committed after every command and every slice of
 long work, as the queue actor does. Time is explicit: the core takes ``now``.
 """
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core.commands import QUEUE_HANDLERS
-from trioqueue.core.context import Ctx
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.core.errors import Refused
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import Sliced
 from trioqueue.core.queue.dlq import TimerWaiter
-from trioqueue.core.traces import TRACE_KEEP_BYTES, trace_tail
+from trioqueue.core.stack_traces import TRACE_KEEP_BYTES, trace_tail
 from trioqueue.testing.queue import QueueHarness
 
 NOW = 1_700_000_000_000

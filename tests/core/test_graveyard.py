@@ -1,4 +1,4 @@
-"""Large values let go of are taken apart a slice at a time (core/graveyard.py), never
+"""Large values let go of are taken apart a slice at a time (core/large_values/graveyard.py), never
 while something else still holds them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core.graveyard import HELD_TRIES, Graveyard
+from trioqueue.core.large_values.graveyard import HELD_TRIES, Graveyard
 
 
 def _past(deadline: float) -> bool:

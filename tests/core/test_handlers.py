@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trioqueue.core.commands.context import Ctx
+from trioqueue.core.commands.table import QUEUE_HANDLERS
 from trioqueue.core.errors import Refused
 from trioqueue.core.flows import parse_flow
-from trioqueue.core.handlers import QUEUE_HANDLERS, Ctx
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import JobWaiter, PullWaiter, Sliced
 from trioqueue.testing.queue import QueueHarness

@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from trioqueue.core import group_handlers as gh
-from trioqueue.core.context import Ctx
+from trioqueue.core.commands import groups
+from trioqueue.core.commands.context import Ctx
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import PullWaiter
 from trioqueue.testing.queue import QueueHarness
@@ -194,22 +194,22 @@ class LimitsMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from(GROUPS), cap=st.one_of(st.none(), st.integers(1, 2)))
     def set_group_concurrency(self, group: str, cap: int | None) -> None:
         if cap is None:
-            self._cmd(gh.remove_group_concurrency, groupId=group)
+            self._cmd(groups.remove_group_concurrency, groupId=group)
             self.group_cap.pop(group, None)
         else:
-            self._cmd(gh.set_group_concurrency, groupId=group, concurrency=cap)
+            self._cmd(groups.set_group_concurrency, groupId=group, concurrency=cap)
             self.group_cap[group] = cap
         self._tick()
 
     @rule(group=st.sampled_from(GROUPS), paused=st.booleans())
     def pause_group(self, group: str, paused: bool) -> None:
-        self._cmd(gh.pause_group if paused else gh.resume_group, groupId=group)
+        self._cmd(groups.pause_group if paused else groups.resume_group, groupId=group)
         (self.paused.add if paused else self.paused.discard)(group)
         self._tick()
 
     @rule(cap=st.one_of(st.none(), st.integers(1, 2)))
     def set_default_group_concurrency(self, cap: int | None) -> None:
-        gh.pull_group(self.h.q, {} if cap is None else {"concurrency": cap})
+        groups.pull_group(self.h.q, {} if cap is None else {"concurrency": cap})
         self.h.commit()
         self.default_cap = cap
 
@@ -268,8 +268,8 @@ class LimitsMachine(RuleBasedStateMachine):
         for group in GROUPS:
             pending = sum(1 for j in self.live.values()
                           if j["group"] == group and j["state"] == "queued")
-            assert self._cmd(gh.get_group_jobs_count, groupId=group)["data"]["count"] == pending
-            active = self._cmd(gh.get_group_active_count, groupId=group)["data"]["count"]
+            assert self._cmd(groups.get_group_jobs_count, groupId=group)["data"]["count"] == pending
+            active = self._cmd(groups.get_group_active_count, groupId=group)["data"]["count"]
             assert active == self._active(group)
 
     @invariant()
@@ -280,9 +280,9 @@ class LimitsMachine(RuleBasedStateMachine):
         assert q.settings.concurrency == self.concurrency
         assert (q.settings.rate is None) == (self.rate is None)
         for group in GROUPS:
-            paused = self._cmd(gh.is_group_paused, groupId=group)["data"]["paused"]
+            paused = self._cmd(groups.is_group_paused, groupId=group)["data"]["paused"]
             assert paused == (group in self.paused)
-            own = self._cmd(gh.get_group_concurrency, groupId=group)["data"]["concurrency"]
+            own = self._cmd(groups.get_group_concurrency, groupId=group)["data"]["concurrency"]
             assert own == self.group_cap.get(group)
         assert q.groups.defaults.concurrency == self.default_cap
 

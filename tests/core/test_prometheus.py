@@ -1,4 +1,4 @@
-"""The text exposition (core/prometheus.py): escaping, HELP/TYPE lines, the per-queue
+"""The text exposition (core/metrics/prometheus.py): escaping, HELP/TYPE lines, the per-queue
 cap and its order, parsed back by prometheus_client's parser."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.core.test_queue import Harness
-from trioqueue.core.broker_stats import BrokerStats
-from trioqueue.core.prometheus import Exposition, escape_label, exposition
+from trioqueue.core.metrics.broker_stats import BrokerStats
+from trioqueue.core.metrics.prometheus import Exposition, escape_label, exposition
 from trioqueue.core.queue import QueueState
-from trioqueue.core.webhooks import WebhookRegistry
+from trioqueue.core.webhooks.registry import WebhookRegistry
 from trioqueue.core.workers import WorkerRegistry
 
 NOW = 1_700_000_000_000

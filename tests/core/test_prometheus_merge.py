@@ -8,9 +8,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.core.test_prometheus import NOW, Scope, _queues
-from trioqueue.core.broker_stats import ProcessNumbers
 from trioqueue.core.cluster_merge import Answered
-from trioqueue.core.prometheus import Exposition, exposition
+from trioqueue.core.metrics.broker_stats import ProcessNumbers
+from trioqueue.core.metrics.prometheus import Exposition, exposition
 from trioqueue.core.prometheus_merge import merge_prometheus, parse
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from trioqueue.core import handlers
 from trioqueue.core import queue as queue_mod
+from trioqueue.core.commands import jobs as handlers
 from trioqueue.core.errors import Refused
 from trioqueue.core.options import parse_job_input
 from trioqueue.core.queue import PullWaiter, normalise_progress
@@ -737,7 +737,7 @@ def test_a_connection_holding_many_jobs_is_released_in_slices(
     """RELEASE_CONNECTION of more than SLICE_JOBS jobs is long work: each step requeues
     at most SLICE_JOBS of them; renewed locks and other connections' jobs stay active,
     and the connection is forgotten at the end."""
-    from trioqueue.core.commands import QUEUE_HANDLERS, RELEASE_CONNECTION
+    from trioqueue.core.commands.table import QUEUE_HANDLERS, RELEASE_CONNECTION
     from trioqueue.core.queue import Sliced, slices
 
     monkeypatch.setattr(slices, "SLICE_JOBS", 4)

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioqueue.core.committed import Committed
-from trioqueue.core.errors import Refused
-from trioqueue.core.webhook_handlers import (
+from trioqueue.core.commands.webhooks import (
     add_webhook,
     list_webhooks,
     remove_webhook,
     set_webhook_enabled,
 )
-from trioqueue.core.webhook_urls import address_literal, check_url, refused_address
-from trioqueue.core.webhooks import Webhook, WebhookRegistry, webhook_payload
+from trioqueue.core.committed import Committed
+from trioqueue.core.errors import Refused
+from trioqueue.core.webhooks.registry import Webhook, WebhookRegistry, webhook_payload
+from trioqueue.core.webhooks.urls import address_literal, check_url, refused_address
 from trioqueue.core.writes import PutBrokerRecord
 
 NOW = 1_700_000_000_000

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from trioqueue.core.crons import SCHEDULER_LEASE
 from trioqueue.core.placement import preferred_owner
+from trioqueue.core.repeating.crons import SCHEDULER_LEASE
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, cluster_status, queue_served_by
 from trioqueue.testing.webhook_receiver import WebhookReceiver

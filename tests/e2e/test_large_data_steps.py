@@ -2,7 +2,7 @@
 without one long step of the event loop: its row encoded and written ahead a slice at a
 time (actors/ahead_writes.py, storage/value_pieces.py), read back from the store and
 decoded a slice at a time (actors/store_reads.py), its values taken apart a slice at a
-time when the job goes (core/graveyard.py).
+time when the job goes (core/large_values/graveyard.py).
 
 The steps are measured in the broker's thread CPU time, per task, leaving out the
 test's own task (it encodes the frame and decodes the replies in the same loop), with

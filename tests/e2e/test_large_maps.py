@@ -1,7 +1,7 @@
 """A map of many keys in a large frame, made and let go of without one long step of the
 event loop: sized beforehand from its header's count (core/presized.py), its keys not
 interned by msgpack (large/msgpack_steps.py), and, refused, its values taken apart a slice at
-a time (core/graveyard.py) rather than freed in one call; with the broker's own garbage
+a time (core/large_values/graveyard.py) rather than freed in one call; with the broker's own garbage
 collector settings, its passes of every generation (server/gc_passes.py) running meanwhile.
 
 Steps are measured in the broker's thread CPU time, per task, leaving out the test's own

@@ -3,7 +3,7 @@ stored, read back, freed and sent as events without one long step of the event l
 made into their row or text a slice at a time before the command runs
 (actors/large_values.py), decoded a slice at a time when read back
 (actors/store_reads.py), taken apart a slice at a time when let go of
-(core/graveyard.py), and the completed event that carries a large result encoded in
+(core/large_values/graveyard.py), and the completed event that carries a large result encoded in
 slices for WebSocket and SSE subscribers and for a webhook's body.
 
 Over real sockets to an in-process broker; steps measured in the broker's thread CPU
@@ -29,7 +29,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.config import Config
-from trioqueue.core import graveyard as graveyard_module
+from trioqueue.core.large_values import graveyard as graveyard_module
 from trioqueue.server.run import Server
 from trioqueue.storage.keys import DB_AHEAD
 from trioqueue.testing import RawClient

@@ -217,11 +217,7 @@ async def test_connection_gauges_and_snapshot_bodies(client: RawClient,
                                                      server: Server) -> None:
     from trio_websocket import open_websocket_url
 
-    from trioqueue.core.stats_handlers import (
-        health_status,
-        stats_snapshot,
-        storage_status_frame,
-    )
+    from trioqueue.core.commands.stats import health_status, stats_snapshot, storage_status_frame
     from trioqueue.testing.deadline import wait_until
 
     await _work(client)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trioqueue.core import native
-from trioqueue.core.graveyard import Graveyard
+from trioqueue.core.large_values.graveyard import Graveyard
 from trioqueue.core.writes import FinishJob, PutJob
 from trioqueue.storage.keys import decode_value, encode_value
 from trioqueue.storage.pg.encoded import EncodedData, packed_record

@@ -23,7 +23,7 @@ Data of more than :data:`ENCODE_MIN_VALUES` values that is not written ahead (a
 one commit) has its row encoded here instead, a slice at a time when it holds many,
 and handed to the store (``expect_encoded``): the commit that takes the job puts that
 row as it is, encoding none of the data. Whether data is worth it is decided by how
-many values it holds (``core/value_count.py``), looked at no further than the
+many values it holds (``core/large_values/value_count.py``), looked at no further than the
 threshold, so a small push costs one comparison of its frame's size.
 
 Nothing is lost either way: a push refused (a full store, a duplicate id, bad input)
@@ -48,7 +48,7 @@ from typing import Any, Final
 import trio
 
 from ..core.job_data import MAX_DATA_CHARS
-from ..core.value_count import weight
+from ..core.large_values.value_count import weight
 from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
 from ..storage.port import Storage, StorageFullError
 from ..storage.value_pieces import value_pieces

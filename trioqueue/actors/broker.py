@@ -21,19 +21,19 @@ from typing import Any
 import trio
 
 from ..config import Config
-from ..core.broker_stats import (
+from ..core.clock import Clock
+from ..core.metrics.broker_stats import (
     RATE_SAMPLE_MS,
     ConnectionCounts,
     ProcessNumbers,
     StorageHealth,
     StorageUsage,
 )
-from ..core.clock import Clock
-from ..core.crons import CRON_KIND, CronLimits
 from ..core.queue import QueueState
 from ..core.recovery import rebuild
+from ..core.repeating.crons import CRON_KIND, CronLimits
 from ..core.resource_watch import ResourceWatch
-from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..core.writes import Writes
 from ..process_numbers import process_numbers, resident_bytes
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse

@@ -15,8 +15,8 @@ from typing import Any
 import trio
 
 from ..config import Config
-from ..core.crons import SCHEDULER_LEASE, CronDef
-from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.repeating.crons import SCHEDULER_LEASE, CronDef
+from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
 from .cluster import Cluster, HeldLeases
 from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from weakref import WeakKeyDictionary, WeakValueDictionary
 
 from ..core.cluster_handlers import CLUSTER_RELEASE
-from ..core.commands import CORE_COMMANDS
+from ..core.commands.table import CORE_COMMANDS
 from .cluster_routes import Forward
 from .peer_wire import ORIGIN
 from .request import Request

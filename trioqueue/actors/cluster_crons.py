@@ -2,7 +2,7 @@
 and the router's hook for the broker records' commands.
 
 **One scheduler.** The schedules are run by one live broker: the holder of the lease
-:data:`~trioqueue.core.crons.SCHEDULER_LEASE`, a name no client queue can have. It is
+:data:`~trioqueue.core.repeating.crons.SCHEDULER_LEASE`, a name no client queue can have. It is
 a role of the cluster (actors/cluster.py, "Roles") and moves as a queue does: the
 rendezvous winner claims it, a broker that joins and wins it gets it handed over, the
 survivors take it over once its holder's heartbeat is older than the lease. The holder
@@ -46,9 +46,9 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from ..core.cluster_handlers import push_message
-from ..core.crons import CRON_KIND, SCHEDULER_LEASE, CronDef
+from ..core.commands.registry import Command
 from ..core.errors import Refused
-from ..core.registry import Command
+from ..core.repeating.crons import CRON_KIND, SCHEDULER_LEASE, CronDef
 from ..core.writes import Writes
 from .cluster_routes import Forward, from_peer
 from .cluster_webhooks import Records, WebhookSync

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from typing import Any, Protocol
 
 from ..core import fields
+from ..core.commands.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, SESSION, Command
 from ..core.errors import Refused
-from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, SESSION, Command
 from ..storage.port import Claimed
 from .request import Request
 

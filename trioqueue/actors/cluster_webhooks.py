@@ -29,8 +29,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..core.webhooks import RECORD_KIND as WEBHOOK_RECORDS
-from ..core.webhooks import WebhookRegistry
+from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
+from ..core.webhooks.registry import WebhookRegistry
 
 log = logging.getLogger("trioqueue.webhooks")
 

@@ -1,4 +1,4 @@
-"""The broker's task that takes large let-go values apart (core/graveyard.py).
+"""The broker's task that takes large let-go values apart (core/large_values/graveyard.py).
 
 A slice of :data:`SLICE_S` at a time, the loop given back between two, so freeing a
 finished job's million small values never holds every other client for the whole of
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import trio
 
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 
 __all__ = ["Dismantler"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.registry import MultiId
+from ..core.commands.registry import MultiId
 from .request import Request
 
 

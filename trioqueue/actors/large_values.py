@@ -17,7 +17,7 @@ first:
   when a parent waits for the job, the result's bytes are also written ahead into the
   store, a piece a transaction, for the parent's outcome row to take rather than copy
   in the ``ACK``'s commit (``Storage.expect_outcome``, storage/kept_outcomes.py);
-* a progress's JSON text is made a slice at a time (``core/json_slices.py``, the
+* a progress's JSON text is made a slice at a time (``core/large_values/json_slices.py``, the
   encoder the core uses) and put in the command in its place: the core makes the same
   message of that text as of the value (text that is not a number is the message);
   that message (or a long one the command names itself) is then written ahead into
@@ -47,9 +47,9 @@ from typing import Any, Final
 
 import trio
 
-from ..core.json_slices import json_steps
-from ..core.slicing import Slicer, run_paused
-from ..core.value_count import holds_many
+from ..core.large_values.json_slices import json_steps
+from ..core.large_values.slicing import Slicer, run_paused
+from ..core.large_values.value_count import holds_many
 from ..storage.keys import AHEAD_ROW_KEY_BYTES
 from ..storage.port import Storage, StorageFullError
 from ..storage.value_pieces import member_pieces, value_pieces

@@ -15,9 +15,9 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
 from ..config import Config
+from ..core.commands.registry import Command
 from ..core.flows import Dependents
 from ..core.queue import JobIndex
-from ..core.registry import Command
 from ..core.writes import Writes
 from ..storage.port import Recovered, Storage
 from .cluster_clients import PeerClients, StandIns

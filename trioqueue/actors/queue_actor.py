@@ -17,7 +17,7 @@ crash with a store whose calls block (PostgreSQL), whose rebuild a restart does.
 Full storage: whatever creates a live job is refused with ``Storage full`` while the
 store is nearly full. The actor gives each step one :class:`Admission` (the core's
 ``q.room``), which measures the store at most once; commands that declare ``admits``
-in core.commands (PUSH, PUSHB, a cron firing) get its answer in ``Ctx``, and the core
+in core.commands.table (PUSH, PUSHB, a cron firing) get its answer in ``Ctx``, and the core
 asks it itself where it revives a job or admits a repeat job's successor. Both refuse
 before they change anything: a refused job leaves no trace. What the actor
 needs of the broker comes as the narrow interfaces of :mod:`trioqueue.actors.ports`.
@@ -33,9 +33,9 @@ from typing import Any
 import trio
 
 from ..core.clock import Clock
-from ..core.commands import ADMITS, QUEUE_HANDLERS
+from ..core.commands.context import Ctx
+from ..core.commands.table import ADMITS, QUEUE_HANDLERS
 from ..core.errors import INTERNAL_ERROR, Refused
-from ..core.handlers import Ctx
 from ..core.queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced, WaiterAnswer
 from ..core.queue.finished import FinishedView, NeedData
 from ..core.queue.room import UNLIMITED

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 
 
 class RetainedResults:

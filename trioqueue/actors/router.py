@@ -9,7 +9,7 @@ retire jobs; that is safe because every actor runs on the one trio thread and ne
 awaits between checking and claiming an id.
 
 How each command is routed, and how an id no queue knows is answered, is read from the
-command's declaration (:mod:`trioqueue.core.registry`), which the session hands over
+command's declaration (:mod:`trioqueue.core.commands.registry`), which the session hands over
 with each request. What the router needs of the broker is passed in as the narrow
 interfaces of :mod:`trioqueue.actors.ports`.
 """
@@ -26,18 +26,18 @@ import trio
 
 from ..core import fields
 from ..core.broker_events import broker_event
-from ..core.broker_stats import BrokerStats
 from ..core.cluster_handlers import InboxPoke
-from ..core.commands import RELEASE_CONNECTION
+from ..core.commands.maintenance import FanOut
+from ..core.commands.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
+from ..core.commands.table import RELEASE_CONNECTION
 from ..core.committed import Committed
 from ..core.errors import STORAGE_FULL, Refused
 from ..core.flows import Dependents
 from ..core.job import FINISHED_STATES
-from ..core.maintenance import FanOut
+from ..core.metrics.broker_stats import BrokerStats
 from ..core.queue import QueueState
-from ..core.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, Command, MultiId
 from ..core.split_dict import SplitDict
-from ..core.webhooks import WebhookRegistry
+from ..core.webhooks.registry import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..turns import give_way
 from .cluster_clients import PeerClients
@@ -111,7 +111,7 @@ class Router:
                                        limits.max_removed_results)
         # so that a child's queue finds the jobs waiting for it in any queue
         self.dependents = Dependents()
-        # The broker's numbers (core.broker_stats); the broker fills in what it measures.
+        # The broker's numbers (core.metrics.broker_stats); the broker fills in what it measures.
         self.stats = BrokerStats()
         self._timer = BatchTimer(self.stats.timings)
         # PUSHF: flows admitted across queues, all or nothing
@@ -202,7 +202,7 @@ class Router:
         return len(self._index)
 
     # ------------------------------------------------------------------ BrokerScope
-    # (what the broker-wide commands use: core.maintenance)
+    # (what the broker-wide commands use: core.commands.maintenance)
 
     def queue_states(self) -> list[tuple[str, QueueState]]:
         return [(name, actor.state) for name, actor in self.actors.items()]

@@ -1,9 +1,9 @@
 """The cron scheduler: one task and one timer for every schedule of the broker.
 
-It owns the registry (:class:`~trioqueue.core.crons.CronRegistry`, loaded from the
+It owns the registry (:class:`~trioqueue.core.repeating.crons.CronRegistry`, loaded from the
 store's ``cron`` records at startup) and sleeps until the earliest ``nextRun`` (or until
 a ``Cron``/``CronDelete`` changes the registry). A due schedule is decided
-(:func:`~trioqueue.core.crons.decide`), advanced in memory, and, when it fires, sent to
+(:func:`~trioqueue.core.repeating.crons.decide`), advanced in memory, and, when it fires, sent to
 its queue's actor as ``__cron_fire__`` with the job and the advanced record, which the
 queue commits together. The scheduler does not wait for that commit: the registry in
 memory runs ahead of the store by at most the firings in flight, and a crash before
@@ -46,14 +46,14 @@ from typing import Any
 
 import trio
 
-from ..core import crons as cr
 from ..core.broker_events import broker_event
 from ..core.clock import Clock
-from ..core.cron_handlers import CRON_FIRE, stored
+from ..core.commands.crons import CRON_FIRE, stored
 from ..core.errors import Refused
-from ..core.json_slices import json_steps
-from ..core.slicing import Slicer, run_paused
-from ..core.value_count import holds_many
+from ..core.large_values.json_slices import json_steps
+from ..core.large_values.slicing import Slicer, run_paused
+from ..core.large_values.value_count import holds_many
+from ..core.repeating import crons as cr
 from ..core.workers import WorkerRegistry
 from ..storage.keys import AHEAD_ROW_KEY_BYTES, encode_value
 from ..storage.port import Storage, StorageFullError
@@ -72,7 +72,7 @@ FIRINGS_PER_STEP = 4
 
 class RefusedFirings:
     """The schedules whose firings are being refused, each with how many in a row:
-    how long until each is tried again (:func:`~trioqueue.core.crons.retry_delay_ms`),
+    how long until each is tried again (:func:`~trioqueue.core.repeating.crons.retry_delay_ms`),
     and one log line when a schedule starts being refused and one when it fires again.
     A firing refused at every slot used to be tried at the schedule's own rate and
     logged each time: a line a millisecond, forever."""

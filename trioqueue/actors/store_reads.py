@@ -21,10 +21,10 @@ from typing import Any, Final
 
 import trio
 
+from ..core.large_values.slicing import SLICE_S
+from ..core.large_values.young_collections import collect_young
 from ..core.queue import QueueState
 from ..core.queue.finished import OUTCOMES, FinishedView, NeedData, Read
-from ..core.slicing import SLICE_S
-from ..core.young_collections import collect_young
 from ..storage.keys import decode_value
 from ..storage.port import Storage
 from ..storage.reads import fetch

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..core.broker_stats import Histogram
-from ..core.registry import Command
+from ..core.commands.registry import Command
+from ..core.metrics.broker_stats import Histogram
 from .request import OnReply, Request
 
 TIMED_EVERY_BATCHES = 16

@@ -34,7 +34,7 @@ from ..core.trace_context import trace_context
 from .request import OnReply, Request
 
 if TYPE_CHECKING:
-    from ..core.registry import Command
+    from ..core.commands.registry import Command
     from .router import Router
 
 OTEL_MISSING = ("OpenTelemetry is enabled (--otel / TRIOQUEUE_OTEL) but opentelemetry-api "

@@ -23,14 +23,14 @@ then counted in ``failureCount``; a 2xx counts in ``successCount``. Redirects ar
 followed (one could lead to an internal address).
 
 Before each attempt the URL's host is resolved here and every address it resolves to
-is checked by the SSRF guard (:func:`~trioqueue.core.webhook_urls.refused_address`);
+is checked by the SSRF guard (:func:`~trioqueue.core.webhooks.urls.refused_address`);
 the request then goes to that checked address (Host header and TLS name kept), so a
 name cannot resolve to a public address for the check and a private one for the
 connection. A refused address fails the delivery at once (no retry). With
 ``webhook_allow_private`` (development) neither check is made.
 
 A delivery never stops the broker. The URL is parsed as AddWebhook parsed it
-(:func:`~trioqueue.core.webhook_urls.delivery_url`), once per webhook task; a URL
+(:func:`~trioqueue.core.webhooks.urls.delivery_url`), once per webhook task; a URL
 stored before AddWebhook refused what this parser refuses makes each of that webhook's
 events a failure, said once in the log. Any error of an attempt other than the
 transport's fails that delivery (counted, not retried), and an error escaping a
@@ -59,10 +59,10 @@ import trio
 
 from ..config import Config
 from ..core.broker_events import broker_event
-from ..core.json_slices import json_bytes_steps
-from ..core.slicing import Slicer, run_paused
-from ..core.webhook_urls import delivery_url, refused_address
-from ..core.webhooks import Webhook, WebhookRegistry, webhook_payload
+from ..core.large_values.json_slices import json_bytes_steps
+from ..core.large_values.slicing import Slicer, run_paused
+from ..core.webhooks.registry import Webhook, WebhookRegistry, webhook_payload
+from ..core.webhooks.urls import delivery_url, refused_address
 from .events import EventHub
 
 log = logging.getLogger("trioqueue.webhooks")

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
-from ..cli import env_named, env_value, parse_port, parse_tokens
 from ..client.connection import DEFAULT_PORT, Connection, open_connection
 from ..client.errors import CommandError, ConnectionLost
+from ..environment import SHARED_ENV_NAMES, first_set, parse_port, parse_tokens
 from .output import EXIT_NOT_DONE, CliError, Output
 
 DEFAULT_HOST = "127.0.0.1"
@@ -60,8 +60,8 @@ class Target:
     """The broker's address and the token to present."""
 
     def __init__(self, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-        self.host: str = args.host or env_value(env, "host") or DEFAULT_HOST
-        raw_port = args.port if args.port is not None else env_value(env, "tcp_port")
+        self.host: str = args.host or _env_value(env, "host") or DEFAULT_HOST
+        raw_port = args.port if args.port is not None else _env_value(env, "tcp_port")
         try:
             self.port = DEFAULT_PORT if raw_port is None else parse_port(str(raw_port), "port")
             self.token = _token(args.token, env)
@@ -76,8 +76,13 @@ def _token(flag: str | None, env: Mapping[str, str]) -> str | None:
     for name in TOKEN_ENV_NAMES:
         if env.get(name):
             return env[name]
-    found = env_named(env, "auth_tokens")
+    found = first_set(env, SHARED_ENV_NAMES["auth_tokens"])
     return parse_tokens(found[1], found[0])[0] if found is not None else None
+
+
+def _env_value(env: Mapping[str, str], setting: str) -> str | None:
+    found = first_set(env, SHARED_ENV_NAMES[setting])
+    return None if found is None else found[1]
 
 
 class Session:

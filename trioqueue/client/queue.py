@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.errors import Refused
 from ..core.fields import queue_name as check_queue_name
-from ..core.traces import trace_tail
+from ..core.stack_traces import trace_tail
 from . import dlq, tracing
 from .errors import CommandError, JobNotFound, ValidationError
 from .job import Job

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.crons import JOB_OPTIONS  # the job options a schedule passes on
+from ..core.repeating.crons import JOB_OPTIONS  # the job options a schedule passes on
 from .options import job_options
 
 

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import fields, flows
+from .commands.context import Ctx
+from .commands.registry import Reply
 from .errors import Refused
-from .handlers import Ctx
 from .job import COMPLETED, JobRecord
 from .options import parse_job_input
 from .queue import QueueState, Sliced, slices
 from .queue import finished as fin
 from .queue.dependencies import SETTLED
-from .registry import Reply
 
 log = logging.getLogger("trioqueue.cluster")
 

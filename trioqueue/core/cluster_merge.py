@@ -38,7 +38,7 @@ STATS_SUMMED = ("waiting", "prioritized", "active", "delayed", "dlq", "completed
 # The legacy Metrics form's summed fields; memory and storage sizes are the asker's.
 METRICS_SUMMED = ("totalPushed", "totalPulled", "totalCompleted", "totalFailed",
                   "activeConnections")
-HISTORY_STEP_MS = 10_000  # the throughput history's step (core/broker_stats.py)
+HISTORY_STEP_MS = 10_000  # the throughput history's step (core/metrics/broker_stats.py)
 
 
 class Answered(NamedTuple):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 from trioqueue.core.errors import Refused
-from trioqueue.core.json_slices import compact_json
+from trioqueue.core.large_values.json_slices import compact_json
 
 MAX_NAME_LENGTH = 256
 """Queue names, job names, groupIds and job ids: at most 256 (UTF-16) characters."""

@@ -52,9 +52,9 @@ from trioqueue.core.job_data import JSON_CHARS_PER_WIRE_BYTE as JSON_CHARS_PER_W
 from trioqueue.core.job_data import MAX_DATA_CHARS, validate_job_data
 from trioqueue.core.job_data import _json_bound as _json_bound
 from trioqueue.core.job_data import _json_text as _json_text
-from trioqueue.core.repeat_options import NO_CUSTOM_ID as REPEAT_CUSTOM_ID
-from trioqueue.core.repeat_options import SUCCESSOR_KEY
-from trioqueue.core.repeat_options import validate as validate_repeat
+from trioqueue.core.repeating.job_option import NO_CUSTOM_ID as REPEAT_CUSTOM_ID
+from trioqueue.core.repeating.job_option import SUCCESSOR_KEY
+from trioqueue.core.repeating.job_option import validate as validate_repeat
 from trioqueue.core.trace_context import trace_context
 
 DEFAULT_MAX_ATTEMPTS = 3

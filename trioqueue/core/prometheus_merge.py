@@ -1,6 +1,6 @@
 """The ``Prometheus`` scrape of a cluster: each broker's exposition merged into one.
 
-Each broker writes its own text (core/prometheus.py); the broker asked parses them back
+Each broker writes its own text (core/metrics/prometheus.py); the broker asked parses them back
 and writes one valid exposition (format 0.0.4), each series (name and labels) once:
 
 * **per-queue series** (``bunqueue_queue_jobs_*``) are joined: each queue is served by
@@ -20,7 +20,7 @@ and writes one valid exposition (format 0.0.4), each series (name and labels) on
 from __future__ import annotations
 
 from .cluster_merge import Answered, Reply
-from .prometheus import Exposition, Sample
+from .metrics.prometheus import Exposition, Sample
 
 JOINED = ("bunqueue_queue_jobs_",)
 ASKERS_OWN = ("bunqueue_uptime_seconds", "bunqueue_storage_", "bunqueue_build_info",

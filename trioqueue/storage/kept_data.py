@@ -33,7 +33,7 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 from ..utf8_views import utf8_view
 from .kept_outcomes import KeptOutcomes, OutcomeClaim
 from .kept_progress import PROGRESS_FIELD, PROGRESS_KEPT, KeptProgress, ProgressClaim

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 from ..core.writes import Writes
 from . import encoding as E
 from . import keys as K

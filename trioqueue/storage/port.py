@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from ..core.graveyard import Graveyard
 from ..core.job import FINISHED_STATES
+from ..core.large_values.graveyard import Graveyard
 from ..core.writes import Writes
 
 if TYPE_CHECKING:

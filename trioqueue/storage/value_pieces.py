@@ -9,7 +9,7 @@ members packed as an array, its header cut off, is those members' bytes exactly 
 map's run as the array of its keys and values in turn). Containers of more than
 members are packed whole in runs whose length follows the time the last run took, so
 each piece is about a slice of work, and that hold at most :data:`RUN_MAX_VALUES`
-values (counted by ``core/value_count.py``'s weight): a member holding more is opened
+values (counted by ``core/large_values/value_count.py``'s weight): a member holding more is opened
 so, however small its containers (31 lists of 31 lists of 31 ... hold a million).
 
 What msgpack cannot hold (an integer past 64 bits, a type it does not know) raises as
@@ -32,9 +32,9 @@ from typing import Any, Final
 
 import msgpack
 
-from ..core.msgpack_runs import WindowRuns
+from ..core.large_values.msgpack_runs import WindowRuns
+from ..core.large_values.value_count import RUN_MAX_VALUES, run_values
 from ..core.presized import entries_bound, presized_dict
-from ..core.value_count import RUN_MAX_VALUES, run_values
 from .keys import decode_value
 
 __all__ = ["RUN_MAX_VALUES", "Packed", "PackedRecords", "member_pieces", "unpacked_steps",

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import trio
 
 from ..config import Config
-from ..core.broker_stats import ConnectionCounts
-from ..core.stats_handlers import StatsScope
+from ..core.commands.stats import StatsScope
+from ..core.metrics.broker_stats import ConnectionCounts
 from .session import SessionHost
 
 

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import trio
 
 from ..config import Config
-from ..core.graveyard import Graveyard
+from ..core.large_values.graveyard import Graveyard
 from .doors import Doors
 from .idle_spin import IdleSpin
 from .read_pacing import BadFrameClock

@@ -25,9 +25,9 @@ import trio
 from ..actors.request import OnReply, Request
 from ..config import Config
 from ..core.broker_events import broker_event
+from ..core.commands.registry import SESSION, Command
 from ..core.errors import Refused
 from ..core.job_data import DATA_TOO_LARGE
-from ..core.registry import SESSION, Command
 from .large.data_sizes import DataTooLarge
 from .large.reply_slices import is_long
 from .large.value_slices import heavy

@@ -12,7 +12,7 @@ from .. import states as st
 from ..backoff import backoff_delay_ms
 from ..errors import Refused
 from ..job import ACTIVE, QUEUED, JobRecord
-from ..traces import fail_trace
+from ..stack_traces import fail_trace
 from . import dependencies, dlq, lifecycle, waiters
 from .dlq import new_entry
 from .leases import lease_deadline

@@ -34,10 +34,10 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..cron_expr import parse_cron
 from ..errors import Refused
 from ..job import JobRecord
-from ..repeat_options import SUCCESSOR_KEY
+from ..repeating.expressions import parse_cron
+from ..repeating.job_option import SUCCESSOR_KEY
 from . import producing
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from typing import Any
 
 import lmdb
 
-from ...core.graveyard import Graveyard
+from ...core.large_values.graveyard import Graveyard
 from ...core.writes import Writes
 from .. import encoding as E
 from .. import keys as K

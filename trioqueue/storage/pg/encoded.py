@@ -34,8 +34,8 @@ from typing import Any, Final
 
 import msgpack
 
-from ...core.graveyard import Graveyard
-from ...core.value_count import holds_many
+from ...core.large_values.graveyard import Graveyard
+from ...core.large_values.value_count import holds_many
 from ..kept_data import PACKED_MIN_BYTES, Row
 from ..keys import decode_value, encode_value
 from ..value_pieces import EncodedValues, Packed, joined_map, member_pieces, value_pieces

@@ -37,9 +37,9 @@ from typing import Any
 
 import psycopg
 
-from ...core.graveyard import Graveyard
 from ...core.job import FINISHED_STATES
-from ...core.value_count import RUN_MAX_VALUES, holds_many
+from ...core.large_values.graveyard import Graveyard
+from ...core.large_values.value_count import RUN_MAX_VALUES, holds_many
 from ...core.writes import Writes
 from .. import keys as K
 from ..kept_data import PACKED_MIN_BYTES, read_result, read_row

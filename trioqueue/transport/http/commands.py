@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from ...core.graveyard import Graveyard
+from ...core.large_values.graveyard import Graveyard
 from ..large.data_sizes import DataTooLarge, data_bound_steps, job_data_values
 from ..session import SENT, Session, SessionHost
 from ..slicing import Slicer, run_sliced

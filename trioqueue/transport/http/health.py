@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ... import __version__
-from ...core.broker_stats import ConnectionCounts, mib
+from ...core.metrics.broker_stats import ConnectionCounts, mib
 from ...process_numbers import resident_bytes
 from .rest.api import Response, RunCommand
 

@@ -21,12 +21,7 @@ from typing import Any, Protocol
 import trio
 
 from ...config import Config
-from ...core.stats_handlers import (
-    StatsScope,
-    health_status,
-    stats_snapshot,
-    storage_status_frame,
-)
+from ...core.commands.stats import StatsScope, health_status, stats_snapshot, storage_status_frame
 from ..wire.event_names import event_data, event_name
 from .rest.api import RunCommand
 
@@ -132,7 +127,7 @@ class LiveFrames:
 
     # ------------------------------------------------------------------ the frames
 
-    # The frames' bodies are the broker's numbers (core/stats_handlers.py), read on
+    # The frames' bodies are the broker's numbers (core/commands/stats.py), read on
     # this thread between two steps of the queues: O(queues), never O(jobs).
 
     async def stats_snapshot(self) -> dict[str, Any]:

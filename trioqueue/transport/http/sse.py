@@ -30,9 +30,9 @@ from urllib.parse import parse_qs, unquote
 import trio
 
 from ...core import fields
-from ...core.broker_stats import ConnectionCounts
 from ...core.errors import Refused
-from ...core.graveyard import Graveyard
+from ...core.large_values.graveyard import Graveyard
+from ...core.metrics.broker_stats import ConnectionCounts
 from ..sent_marks import Senders, SentCount
 from ..wire.codec import JSON
 from ..wire.event_names import matches, parse_patterns

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ...core.json_slices import json_bytes_steps
+from ...core.large_values.json_slices import json_bytes_steps
 from ..large.value_slices import HEAVY_VALUES, heavy
 from ..slicing import Slicer, Steps
 from ..wire.codec import JSON

@@ -319,7 +319,7 @@ class WsConnection:
                         continue
                     await session.handle([(decoded, size, bound)], tag=codec)
                     # (not held until the next message: a large value let go of is
-                    # taken apart in slices once nothing holds it, core/graveyard.py)
+                    # taken apart in slices once nothing holds it, core/large_values/graveyard.py)
                     decoded = None
                     if not self._authenticated and session.authenticated:
                         self._authenticated = True

@@ -41,7 +41,7 @@ from typing import Any, Final
 import cbor2
 import trio
 
-from ...core.graveyard import Graveyard
+from ...core.large_values.graveyard import Graveyard
 from ...core.presized import entries_bound, merge_into, presized_dict
 from ..slicing import CHECK_EVERY, Slicer, Steps, run_sliced
 from ..wire.codec import CBOR, MSGPACK, Codec, cbor_decoder

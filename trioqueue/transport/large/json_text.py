@@ -43,7 +43,7 @@ import re
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final, NoReturn
 
-from ...core.graveyard import Graveyard
+from ...core.large_values.graveyard import Graveyard
 from ...core.presized import MIN_PRESIZED, merge_into, presized_dict
 from ..slicing import Slicer, Steps, run_sliced
 from ..wire.datamodel import MAX_DEPTH, DecodeError, validated_steps

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
-from ...core.msgpack_runs import WindowRuns
+from ...core.large_values.msgpack_runs import WindowRuns
 from ...core.presized import entries_bound, presized_dict
 from ..slicing import CHECK_EVERY, Slicer, Steps
 from ..wire.codec import msgpack_unpacker

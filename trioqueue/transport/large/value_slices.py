@@ -28,11 +28,11 @@ from itertools import compress, repeat
 from typing import Any, Final
 
 from ...core.job import CLIENT_VALUED, JobWire
-from ...core.json_slices import CONTAINERS as _CONTAINERS
-from ...core.json_slices import MAPS as _MAPS
-from ...core.json_slices import RUN_VALUES, Runs
-from ...core.json_slices import json_steps as walk_json
-from ...core.value_count import weight
+from ...core.large_values.json_slices import CONTAINERS as _CONTAINERS
+from ...core.large_values.json_slices import MAPS as _MAPS
+from ...core.large_values.json_slices import RUN_VALUES, Runs
+from ...core.large_values.json_slices import json_steps as walk_json
+from ...core.large_values.value_count import weight
 from ..slicing import Slicer, Steps, run_steps
 from ..wire.codec import CBOR, JSON, Codec
 from ..wire.framing import HEADER_SIZE, frame_header
@@ -183,7 +183,7 @@ def encode_steps(codec: Codec, value: Any, slicer: Slicer) -> Steps[list[bytes |
 
 def json_steps(value: Any, slicer: Slicer) -> Steps[list[str]]:
     """``JSON.encode_text(value)`` as parts to join, in slices (the core's walk,
-    core/json_slices.py, with the JSON codec's rules)."""
+    core/large_values/json_slices.py, with the JSON codec's rules)."""
     return walk_json(value, slicer, JSON.encode_text)
 
 

@@ -1,7 +1,7 @@
 """The wire's command table: the core's commands plus the ones a session answers itself.
 
 The session commands are declared here, beside their handlers, and added to
-:data:`~trioqueue.core.commands.CORE_COMMANDS`, so every command a client may send is in
+:data:`~trioqueue.core.commands.table.CORE_COMMANDS`, so every command a client may send is in
 :data:`COMMANDS`, declared once, and checked by the same registry.
 """
 
@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 from ... import __version__
 from ...core import fields
-from ...core.commands import CORE_COMMANDS
+from ...core.commands.registry import SESSION, Command, Reply
+from ...core.commands.table import CORE_COMMANDS
 from ...core.errors import Refused
-from ...core.registry import SESSION, Command, Reply
 
 PROTOCOL_VERSION = 3
 CAPABILITIES = ["pipelining", "separate-job-name"]

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ....core.broker_stats import mib
+from ....core.metrics.broker_stats import mib
 from ....process_numbers import resident_bytes
 from .api import Call, Response, Route, RunCommand, command, error_body, reply_status
 from .requests import forward, query_ints

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from ....core.graveyard import Graveyard
+from ....core.large_values.graveyard import Graveyard
 from ...large.json_text import decode_large_json
 from ...wire.codec import JSON, DecodeError
 

@@ -7,21 +7,21 @@ and ``reqId``) exactly as bunqueue shapes it (see the reference's section 2.13),
 as :class:`~trioqueue.core.errors.Refused` with bunqueue's texts.
 
 Which command each handler answers, and everything else about the command, is declared
-once in :mod:`trioqueue.core.commands`.
+once in :mod:`trioqueue.core.commands.table`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..options import parse_job_input, validate_job_data
+from ..queue import PullWaiter, QueueState, Sliced, slices
+from ..queue.dependencies import push_reads
+from ..queue.slices import ackb_sliced, admit_batch, pushb_sliced
 from .context import Ctx, Reply, _opt_int, _refuse_if_full, _token
-from .errors import Refused
-from .group_handlers import pull_group
-from .options import parse_job_input, validate_job_data
-from .queue import PullWaiter, QueueState, Sliced, slices
-from .queue.dependencies import push_reads
-from .queue.slices import ackb_sliced, admit_batch, pushb_sliced
+from .groups import pull_group
 
 # ------------------------------------------------------------------ producing
 
@@ -430,16 +430,3 @@ def obliterate(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
 def is_paused(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
     return {"paused": q.paused}
 
-
-# The command tables moved to core.commands (one declaration per command); the old
-# names still resolve here, lazily, because core.commands imports this module.
-_MOVED = frozenset({"QUEUE_HANDLERS", "MISSING_JOB", "MULTI_ARGS", "PARALLEL_ARRAYS",
-                    "ADMITTING"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from . import commands
-
-        return getattr(commands, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

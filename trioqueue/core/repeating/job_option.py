@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .cron_expr import parse_cron
-from .errors import Refused
-from .fields import MAX_SAFE_INTEGER, is_finite, is_number
+from ..errors import Refused
+from ..fields import MAX_SAFE_INTEGER, is_finite, is_number
+from .expressions import parse_cron
 
 # bunqueue's texts for what a repeat chain cannot be.
 NEEDS_ONE = "repeat requires exactly one of every or pattern"

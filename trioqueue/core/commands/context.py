@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import fields
-from .errors import STORAGE_FULL, Refused
-from .options import MAX_DATA_CHARS
-from .queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced
+from .. import fields
+from ..errors import STORAGE_FULL, Refused
+from ..options import MAX_DATA_CHARS
+from ..queue import AfterQueues, JobWaiter, PullWaiter, QueueState, Sliced
 
 Reply = dict[str, Any]
 
@@ -31,7 +31,7 @@ class Ctx:
     max_wait_holds: int = 40
     # The store is nearly full: commands that would create a job must refuse (before
     # they change anything). Measured by the I/O shell, which owns the storage; only
-    # the commands that admit jobs (``admits`` in core.commands) look at it.
+    # the commands that admit jobs (``admits`` in core.commands.table) look at it.
     storage_full: bool = False
 
 

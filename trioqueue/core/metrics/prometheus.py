@@ -14,11 +14,11 @@ import platform
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..queue import lifecycle
 from .broker_stats import Histogram, ProcessNumbers
-from .queue import lifecycle
 
 if TYPE_CHECKING:
-    from .stats_handlers import StatsScope
+    from ..commands.stats import StatsScope
 
 Sample = tuple[str, dict[str, str], float]  # (name suffix, labels, value)
 
@@ -72,7 +72,7 @@ class Exposition:
 
 def exposition(scope: StatsScope, now: int) -> str:
     """The whole scrape."""
-    from .stats_handlers import cron_count, storage_fields, totals, uptime_ms
+    from ..commands.stats import cron_count, storage_fields, totals, uptime_ms
 
     stats = scope.stats
     t = totals(scope, now)

@@ -2,7 +2,7 @@
 schedule is, when it fires next, and what a firing pushes. Sans-IO: the scheduler task
 (:mod:`trioqueue.actors.scheduler`) owns the timer, the queues push and store.
 
-A schedule is a cron expression (:mod:`.cron_expr`, in ``timezone``) or ``repeatEvery``
+A schedule is a cron expression (:mod:`.expressions`, in ``timezone``) or ``repeatEvery``
 ms; ``repeatEvery`` slots are anchored to the schedule (``anchor + k * every``), not to
 the moment of the last firing, so a late firing does not shift the next slots. A
 firing advances ``executions`` and ``nextRun`` and pushes one job; both are committed
@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import fields
-from .cron_expr import CronSchedule, parse_cron, zone
-from .errors import Refused
-from .job_data import MAX_DATA_CHARS
-from .options import parse_job_input
+from .. import fields
+from ..errors import Refused
+from ..job_data import MAX_DATA_CHARS
+from ..options import parse_job_input
+from .expressions import CronSchedule, parse_cron, zone
 
 CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
 # In a cluster, the lease whose holder runs every schedule (actors/cluster_crons.py):

@@ -1,6 +1,6 @@
 """The cron commands: ``Cron``, ``CronGet``, ``CronList``, ``CronDelete`` (broker-wide,
 answered by the router from the scheduler's registry), and the internal queue command
-that fires a schedule (rules: :mod:`trioqueue.core.crons`).
+that fires a schedule (rules: :mod:`trioqueue.core.repeating.crons`).
 
 A change of a schedule is a broker record, answered once committed (:class:`Committed`);
 a firing is the queue's ``__cron_fire__``: the job pushed and the schedule's new
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .broker_events import broker_event
-from .committed import Committed
+from ..broker_events import broker_event
+from ..committed import Committed
+from ..errors import Refused
+from ..options import parse_job_input
+from ..queue import QueueState
+from ..repeating.crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
+from ..writes import Writes
 from .context import Ctx, Reply, _refuse_if_full
-from .crons import CRON_KIND, CRON_NOT_FOUND, CronDef, CronLimits, parse_cron_command
-from .errors import Refused
-from .options import parse_job_input
-from .queue import QueueState
-from .writes import Writes
 
 CRON_FIRE = "__cron_fire__"  # {name, record, job}: push the job, store the record
 

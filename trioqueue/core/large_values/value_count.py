@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import chain, compress
 from typing import Any, Final
 
-from .job import JobWire
+from ..job import JobWire
 
 _LISTS: Final = frozenset({list, tuple})
 _MAPS: Final = frozenset({dict, JobWire})

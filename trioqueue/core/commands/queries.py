@@ -1,16 +1,15 @@
 """Queue handlers of the read side: waiting for a job, jobs, states, results,
-children and dependencies, listings and counts (see :mod:`trioqueue.core.handlers`)."""
+children and dependencies, listings and counts (see :mod:`.jobs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import fields, flows
-from . import states as st
+from .. import fields, flows, states
+from ..errors import JOB_NOT_FOUND, Refused
+from ..job import COMPLETED
+from ..queue import AfterQueues, JobWaiter, QueueState, completed_reply, failed_reply
 from .context import Ctx, Reply, _opt_int, _token
-from .errors import JOB_NOT_FOUND, Refused
-from .job import COMPLETED
-from .queue import AfterQueues, JobWaiter, QueueState, completed_reply, failed_reply
 
 # ------------------------------------------------------------------ queries
 
@@ -139,13 +138,13 @@ def move_to_waiting_children(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Re
 
 def _states(value: Any) -> list[str]:
     if value is None:
-        return list(st.VISIBLE_STATES)
+        return list(states.VISIBLE_STATES)
     items = value if isinstance(value, list) else [value]
     out = []
     for item in items:
         if not isinstance(item, str):
             raise Refused("state must be a string or an array of strings")
-        out.append(st.STATE_ALIASES.get(item, item))
+        out.append(states.STATE_ALIASES.get(item, item))
     return out
 
 

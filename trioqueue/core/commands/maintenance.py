@@ -1,7 +1,7 @@
 """Queue maintenance commands: Clean, ListQueues, TrimEvents and CompactMemory.
 
 ``Clean`` is a queue command (long work in the queue's actor, see
-:mod:`.queue.cleaning`). The other three are broker-wide: the router answers them with
+:mod:`..queue.cleaning`). The other three are broker-wide: the router answers them with
 what it owns (:class:`BrokerScope`), and CompactMemory also asks every queue to compact
 itself (:class:`FanOut`, answered once all queues replied).
 """
@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..queue import QueueSettings, QueueState, Sliced
+from ..workers import WorkerRegistry
 from .context import Ctx, Reply
-from .errors import Refused
-from .queue import QueueSettings, QueueState, Sliced
-from .workers import WorkerRegistry
 
 log = logging.getLogger("trioqueue.maintenance")
 

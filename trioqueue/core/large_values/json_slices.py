@@ -21,7 +21,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, Final
 
-from .job import JobWire
+from ..job import JobWire
 from .slicing import Slicer, Steps
 from .value_count import weight
 

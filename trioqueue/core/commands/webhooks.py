@@ -1,7 +1,7 @@
 """AddWebhook, RemoveWebhook, ListWebhooks and SetWebhookEnabled: broker commands.
 
-Answered by the router with its :class:`~.webhooks.WebhookRegistry`. The three that
-change a webhook return :class:`~.committed.Committed`: the webhook's broker record
+Answered by the router with its :class:`~..webhooks.WebhookRegistry`. The three that
+change a webhook return :class:`~..committed.Committed`: the webhook's broker record
 (kind ``webhook``) is written, and the reply leaves once it is committed. The registry
 is changed at once, before the commit: the router runs on the one trio thread, so no
 command can see the change before its reply but those of the same batch, and a failed
@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from . import fields
-from .broker_events import broker_event
-from .committed import Committed
-from .errors import Refused
-from .webhook_urls import check_url
-from .webhooks import RECORD_KIND, WEBHOOK_EVENTS, Webhook, WebhookRegistry
-from .writes import Writes
+from .. import fields
+from ..broker_events import broker_event
+from ..committed import Committed
+from ..errors import Refused
+from ..webhooks.registry import RECORD_KIND, WEBHOOK_EVENTS, Webhook, WebhookRegistry
+from ..webhooks.urls import check_url
+from ..writes import Writes
 
 Reply = dict[str, Any]
 NOT_FOUND = "Webhook not found"
 
 
 class WebhookScope(Protocol):
-    """What these handlers use of the router (core.maintenance.BrokerScope's part)."""
+    """What these handlers use of the router (maintenance.BrokerScope's part)."""
 
     @property
     def webhooks(self) -> WebhookRegistry: ...

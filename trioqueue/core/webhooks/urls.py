@@ -29,7 +29,7 @@ import socket
 
 import httpx
 
-from .errors import Refused
+from ..errors import Refused
 
 MAX_URL_LENGTH = 2048
 SCHEMES = ("http", "https")

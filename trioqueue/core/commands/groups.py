@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..queue import QueueState
+from ..queue.groups import GroupSettings
 from .context import Ctx, Reply
-from .errors import Refused
-from .queue import QueueState
-from .queue.groups import GroupSettings
 
 
 def _positive(msg: dict[str, Any], key: str) -> int:

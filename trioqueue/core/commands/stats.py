@@ -11,19 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from . import fields
-from .broker_stats import (
-    BrokerStats,
-    QueueTotals,
-    StorageUsage,
-    mib,
-    queue_totals,
-)
+from .. import fields
+from ..errors import Refused
+from ..metrics.broker_stats import BrokerStats, QueueTotals, StorageUsage, mib, queue_totals
+from ..queue.tallies import COMPLETED_KIND, FAILED_KIND, minute_series
+from ..webhooks.registry import WebhookRegistry
 from .context import Reply
-from .errors import Refused
 from .maintenance import BrokerScope
-from .queue.tallies import COMPLETED_KIND, FAILED_KIND, minute_series
-from .webhooks import WebhookRegistry
 
 
 class StatsScope(BrokerScope, Protocol):
@@ -138,7 +132,7 @@ def storage_fields(scope: StatsScope, now: int) -> dict[str, Any]:
 
 
 def prometheus(scope: StatsScope, msg: dict[str, Any], now: int, conn: Any) -> Reply:
-    from .prometheus import exposition
+    from ..metrics.prometheus import exposition
 
     return {"data": {"metrics": exposition(scope, now)}}
 

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .errors import Refused
+from ..errors import Refused
 
 SHORTCUTS = {
     "@yearly": "0 0 1 1 *",

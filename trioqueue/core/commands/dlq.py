@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..job import COMPLETED, FAILED
+from ..queue import QueueState, Sliced, dlq_work, moves
 from .context import Ctx, Reply
-from .errors import Refused
-from .job import COMPLETED, FAILED
-from .queue import QueueState, Sliced, moves
-from .queue import dlq_work as dw
 
 
 def _count(value: Any, field: str) -> int | None:
@@ -22,9 +21,9 @@ def _count(value: Any, field: str) -> int | None:
     return max(int(number), 0) if fields.is_finite(number) else None
 
 
-def _filter(value: Any) -> dw.DlqFilter:
+def _filter(value: Any) -> dlq_work.DlqFilter:
     """The ``filter`` map; a value of the wrong kind is dropped, as bunqueue does."""
-    flt = dw.DlqFilter()
+    flt = dlq_work.DlqFilter()
     if not isinstance(value, dict):
         return flt
     if isinstance(value.get("reason"), str):
@@ -46,12 +45,12 @@ def _filter(value: Any) -> dw.DlqFilter:
 def dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
     flt = _filter(msg.get("filter"))
     limit = flt.limit if flt.limit is not None else _count(msg.get("count"), "count")
-    limit = dw.DEFAULT_DLQ_PAGE if limit is None else min(limit, dw.MAX_DLQ_PAGE)
+    limit = dlq_work.DEFAULT_DLQ_PAGE if limit is None else min(limit, dlq_work.MAX_DLQ_PAGE)
 
     def reply(entries: list[dict[str, Any]]) -> Reply:
         return {"jobs": [entry["job"] for entry in entries], "entries": entries}
 
-    return Sliced(dw.list_dlq(q, flt, limit, ctx.now), reply)
+    return Sliced(dlq_work.list_dlq(q, flt, limit, ctx.now), reply)
 
 
 def get_dlq_stats(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -69,7 +68,7 @@ def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
         if record is None or record.get("state") != FAILED:
             q.dlq.discard(job_id)  # its id went to another job meanwhile
             return {"count": 0}
-        if not dw.can_revive(q, record, ctx.now):
+        if not dlq_work.can_revive(q, record, ctx.now):
             return {"count": 0}
         moves.revive(q, record, ctx.now)
         q.emit("dlq-retried", job_id, ctx.now)
@@ -78,11 +77,11 @@ def retry_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sliced:
     count = _count(msg.get("count"), "count")
     if count is None:
         count = flt.limit
-    return dw.work(dw.retry_dlq(q, flt, count, ctx.now), "count")
+    return dlq_work.work(dlq_work.retry_dlq(q, flt, count, ctx.now), "count")
 
 
 def purge_dlq(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
-    return dw.work(dw.purge_dlq(q, ctx.now), "count")
+    return dlq_work.work(dlq_work.purge_dlq(q, ctx.now), "count")
 
 
 def remove_dlq_job(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:
@@ -100,12 +99,12 @@ def retry_completed(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sli
         record = q.finished.get(job_id)
         if (record is None or record.get("state") != COMPLETED
                 or cutoff is not None and (record.get("completedAt") or 0) > cutoff
-                or not dw.can_revive(q, record, ctx.now)):
+                or not dlq_work.can_revive(q, record, ctx.now)):
             return {"count": 0}
         moves.revive(q, record, ctx.now)
         return {"count": 1}
     count = _count(msg.get("count"), "count")
-    return dw.work(dw.retry_completed(q, count, cutoff, ctx.now), "count")
+    return dlq_work.work(dlq_work.retry_completed(q, count, cutoff, ctx.now), "count")
 
 
 def set_dlq_config(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply:

@@ -1,7 +1,7 @@
 """The broker-wide numbers behind ``Stats``, ``Metrics``, ``Prometheus``,
 ``StorageStatus`` and the dashboard: what the queues do not keep themselves.
 
-The per-queue tallies are the queues' own (:mod:`.queue.tallies`, summed here over the
+The per-queue tallies are the queues' own (:mod:`..queue.tallies`, summed here over the
 queues: O(queues) per read, never O(jobs)). What is broker-wide lives in one
 :class:`BrokerStats` the router holds: open connections per transport, the push and pull
 rate over a sliding window, the push/pull/ack latency histograms, and the storage's
@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import __version__
-from .broker_events import broker_event
-from .queue import lifecycle
+from ... import __version__
+from ..broker_events import broker_event
+from ..queue import lifecycle
 
 if TYPE_CHECKING:
-    from .queue import QueueState
+    from ..queue import QueueState
 
 TRANSPORTS = ("tcp", "websocket", "sse")
 # Seconds: bunqueue's buckets for the push/pull/ack histograms (+Inf is implied).

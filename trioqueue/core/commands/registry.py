@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import Refused
+from ..errors import Refused
 
 Reply = dict[str, Any]
 
@@ -41,13 +41,13 @@ FLOW = "flow"  # PUSHF: admitted by the router itself, across queues, in one com
 INTERNAL = "internal"  # sent by the broker to a queue; never accepted from a client
 
 BY_ONE_ID = frozenset({BY_ID, BY_CUSTOM_ID, BY_PARENT_ID})
-# Routes whose commands a queue actor applies with a handler of core.handlers' shape.
+# Routes whose commands a queue actor applies with a handler of commands.jobs' shape.
 QUEUE_ROUTES = BY_ONE_ID | {BY_QUEUE, BY_IDS, INTERNAL}
 
 # Per route: the facets a declaration must have, and the optional ones it may have.
 # ``handler`` is a queue handler (QueueState, msg, Ctx) on the queue routes, a session
 # handler (session, msg, replier) on SESSION and a broker handler (scope, msg, now,
-# conn) on BROKER (scope: core.maintenance.BrokerScope, the router's state; it answers
+# conn) on BROKER (scope: maintenance.BrokerScope, the router's state; it answers
 # a reply, or a FanOut to every queue). FLOW has one handler, the router's own.
 _NEEDS: dict[str, frozenset[str]] = {
     BY_QUEUE: frozenset({"handler"}),

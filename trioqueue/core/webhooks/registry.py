@@ -1,7 +1,7 @@
 """The webhook registry: who wants which job events, and what each delivery payload is.
 
 Sans-IO, owned by the router (broker-wide, like the workers registry). The commands
-(:mod:`.webhook_handlers`) change it and return the broker records to commit; the
+(:mod:`..commands.webhooks`) change it and return the broker records to commit; the
 delivery component (:mod:`trioqueue.actors.webhook_delivery`) asks it which webhooks an
 event goes to and counts each delivery's outcome on the webhook.
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .ids import uuid7
+from ..ids import uuid7
 
 RECORD_KIND = "webhook"  # the broker records' kind (Writes.put_broker_record)
 

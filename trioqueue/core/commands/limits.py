@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import fields
+from .. import fields
+from ..errors import Refused
+from ..queue import QueueState
+from ..queue.limits import DEFAULT_RATE_DURATION_MS
 from .context import Ctx, Reply
-from .errors import Refused
-from .queue import QueueState
-from .queue.limits import DEFAULT_RATE_DURATION_MS
 
 
 def _limit(value: Any) -> int | float:

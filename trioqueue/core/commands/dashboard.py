@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fields
-from . import states as st
-from .broker_stats import DURATION_BUCKETS_S, Histogram, mib
+from .. import fields, states
+from ..job import ACTIVE
+from ..metrics.broker_stats import DURATION_BUCKETS_S, Histogram, mib
+from ..queue import QueueState, Sliced, dlq_work, lifecycle
 from .context import Ctx, Reply
-from .job import ACTIVE
 from .maintenance import queue_listed
-from .queue import QueueState, Sliced, lifecycle
-from .queue import dlq_work as dw
-from .stats_handlers import StatsScope, cron_count, stats, storage_fields
+from .stats import StatsScope, cron_count, stats, storage_fields
 
 JOBS_LIMIT_DEFAULT = 10
 JOBS_LIMIT_MAX = 50
@@ -53,7 +51,7 @@ def dashboard_overview(scope: StatsScope, msg: dict[str, Any], now: int,
     overview = stats(scope, msg, now, conn)["stats"]
     proc = scope.stats.process()
     workers = scope.workers.list(now)["data"]
-    states = list(scope.queue_states())
+    queues = list(scope.queue_states())
     return {"data": {
         "stats": overview,
         "throughput": {"pushPerSec": overview["pushPerSec"],
@@ -63,7 +61,7 @@ def dashboard_overview(scope: StatsScope, msg: dict[str, Any], now: int,
         "latency": _latency(scope),
         "memory": {"heapUsed": mib(proc.rss_bytes), "heapTotal": mib(proc.peak_rss_bytes),
                    "rss": mib(proc.rss_bytes)},
-        "collections": {"queues": len(states), "liveJobs": sum(len(q.jobs) for _, q in states)},
+        "collections": {"queues": len(queues), "liveJobs": sum(len(q.jobs) for _, q in queues)},
         "workers": {"total": workers["stats"]["total"],
                     "active": workers["stats"]["active"], "list": workers["workers"]},
         "crons": {"total": cron_count(scope)},
@@ -109,10 +107,10 @@ def dashboard_queue(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
     counts = q.counts(now)  # (the finished counts: a stored read, NeedData first)
     jobs = None
     if include:
-        jobs = {"waiting": q.list_jobs((st.WAITING, st.PRIORITIZED, st.PAUSED), now,
+        jobs = {"waiting": q.list_jobs((states.WAITING, states.PRIORITIZED, states.PAUSED), now,
                                        asc=True, offset=0, limit=limit),
                 "active": q.list_jobs((ACTIVE,), now, asc=True, offset=0, limit=limit),
-                "delayed": q.list_jobs((st.DELAYED,), now, asc=True, offset=0, limit=limit)}
+                "delayed": q.list_jobs((states.DELAYED,), now, asc=True, offset=0, limit=limit)}
 
     def reply(entries: list[dict[str, Any]]) -> Reply:
         preview = [{"id": e["job"]["id"], "data": e["job"].get("data"),
@@ -126,4 +124,4 @@ def dashboard_queue(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Sliced:
             body["jobs"] = jobs
         return {"data": body}
 
-    return Sliced(dw.list_dlq(q, dw.DlqFilter(), DLQ_PREVIEW_MAX, now), reply)
+    return Sliced(dlq_work.list_dlq(q, dlq_work.DlqFilter(), DLQ_PREVIEW_MAX, now), reply)
