@@ -224,7 +224,13 @@ def shared_three_brokers(tmp_path_factory: pytest.TempPathFactory, module_pg_dsn
     pytest-trio runs each test in a trio run of its own and allows async fixtures of one
     test only, so the brokers are started and stopped by runs of their own here; a
     broker process outlives the run that started it."""
-    cluster = BrokerCluster(module_pg_dsn, 3, tmp_path_factory.mktemp("cluster"))
+    yield from shared_cluster(BrokerCluster(module_pg_dsn, 3,
+                                            tmp_path_factory.mktemp("cluster")))
+
+
+def shared_cluster(cluster: BrokerCluster) -> Iterator[BrokerCluster]:
+    """``cluster`` started and stopped by trio runs of their own, for a module-scoped
+    fixture (as ``shared_three_brokers``) of a module whose brokers take other flags."""
     trio.run(cluster.__aenter__)
     try:
         yield cluster

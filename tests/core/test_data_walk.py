@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -23,6 +24,10 @@ from hypothesis import strategies as st
 from trioqueue.core import job_data, native
 from trioqueue.transport.wire import datamodel
 from trioqueue.transport.wire.datamodel import ABSENT, MAX_DEPTH, DecodeError
+
+# The C and Python walks compared on 300 generated values by default;
+# TRIOQUEUE_MODEL_SCALE=10 compares ten times as many (README).
+EXAMPLES = 300 * int(os.environ.get("TRIOQUEUE_MODEL_SCALE", "1"))
 
 
 class MyInt(int):
@@ -170,7 +175,7 @@ def test_the_c_form_is_built() -> None:
     assert job_data._json_bound is not job_data._json_bound_py
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(value=values)
 def test_validated_in_c_is_the_python_walk(value: Any) -> None:
     assert_same_outcome(outcome(datamodel.validated, fresh(value)),
@@ -184,7 +189,7 @@ def bound_or_unsure(fn: Callable[[Any, int], int], value: Any, depth: int) -> in
         return "unsure"
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(value=values, depth=st.one_of(st.just(0), st.integers(-3, 70)))
 def test_json_bound_in_c_is_the_python_bound(value: Any, depth: int) -> None:
     c = bound_or_unsure(job_data._json_bound, value, depth)

@@ -131,7 +131,7 @@ LISTED = {
 }
 
 
-@pytest.mark.parametrize("codec", ["msgpack", "cbor"])
+@pytest.mark.parametrize("codec", ["msgpack", pytest.param("cbor", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shape", sorted(LISTED))
 async def test_a_listing_of_finished_jobs_of_many_values_holds_no_long_step(
         start_server: StartServer, shape: str, codec: str) -> None:
@@ -206,7 +206,9 @@ NESTS = {
 }
 
 
-@pytest.mark.parametrize("shape", sorted(NESTS))
+# (maps31 by default: maps down to lists; the lists-only shapes under -m slow)
+@pytest.mark.parametrize("shape", [shape if shape == "maps31" else pytest.param(
+    shape, marks=pytest.mark.slow) for shape in sorted(NESTS)])
 async def test_data_of_a_million_values_in_small_containers_holds_no_long_step(
         start_server: StartServer, shape: str) -> None:
     server = await start_server()

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from tests.conftest import shared_cluster
 from trioqueue.core.placement import preferred_owner
 from trioqueue.core.repeating.crons import SCHEDULER_LEASE
 from trioqueue.testing import RawClient
@@ -32,16 +33,29 @@ WITHIN_A_BEAT_S = 2 * LEASE_S / 5 + 0.5
 NOT_FOUND = "Cron job not found"
 
 
+# (the receivers listen on loopback, which webhooks may reach only when allowed)
+EXTRA_ARGS = ("--webhook-allow-private",)
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
-    # (the receivers listen on loopback, which webhooks may reach only when allowed)
-    brokers = BrokerCluster(pg_dsn, 3, tmp_path, lease_s=LEASE_S,
-                            extra_args=("--webhook-allow-private",))
+    brokers = BrokerCluster(pg_dsn, 3, tmp_path, lease_s=LEASE_S, extra_args=EXTRA_ARGS)
     try:
         await brokers.start()
         yield brokers
     finally:
         await brokers.stop()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, module_pg_dsn: str
+           ) -> Iterator[BrokerCluster]:
+    """``cluster``, started once for the module: for the tests that neither stop nor
+    kill a broker, and whose schedules and webhooks are of their own kind (the one
+    lists the schedules, the other the webhooks)."""
+    yield from shared_cluster(BrokerCluster(
+        module_pg_dsn, 3, tmp_path_factory.mktemp("cluster"), lease_s=LEASE_S,
+        extra_args=EXTRA_ARGS))
 
 
 async def _clients(cluster: BrokerCluster) -> dict[str, RawClient]:
@@ -93,8 +107,8 @@ async def _until_exhausted(ask: RawClient, count: RawClient, queue: str, name: s
 
 
 async def test_one_scheduler_fires_each_period_once_into_another_brokers_queue(
-        cluster: BrokerCluster) -> None:
-    clients = await _clients(cluster)
+        shared: BrokerCluster) -> None:
+    clients = await _clients(shared)
     scheduler = _scheduler(IDS)
     via, server = (b for b in IDS if b != scheduler)
     queue = queue_served_by(server, "cron-q")
@@ -180,8 +194,8 @@ def _delivered(receiver: WebhookReceiver) -> set[str]:
 
 
 async def test_a_webhook_added_anywhere_delivers_where_its_queue_is_served(
-        cluster: BrokerCluster, nursery: trio.Nursery) -> None:
-    clients = await _clients(cluster)
+        shared: BrokerCluster, nursery: trio.Nursery) -> None:
+    clients = await _clients(shared)
     queue = queue_served_by("b1", "hooked-")
     control = await nursery.start(WebhookReceiver().run)
     watched = await nursery.start(WebhookReceiver().run)

@@ -27,6 +27,9 @@ from .test_events import next_event
 IDS = ["b0", "b1", "b2"]
 
 
+# The tests that start, stop or count connections of brokers take a cluster of their
+# own (``cluster``); those that use queues of their own share the module's
+# (``shared_three_brokers``).
 @pytest.fixture
 async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
     brokers = BrokerCluster(pg_dsn, 3, tmp_path)
@@ -39,6 +42,11 @@ async def cluster(tmp_path: Path, pg_dsn: str) -> AsyncIterator[BrokerCluster]:
 async def started(cluster: BrokerCluster) -> list[RawClient]:
     """Every broker started, each seeing the three: a client of each."""
     await cluster.start()
+    return await connected(cluster)
+
+
+async def connected(cluster: BrokerCluster) -> list[RawClient]:
+    """A client of each broker of a running cluster, once each sees the three."""
     clients = [await RawClient.connect(broker.tcp_port) for broker in cluster.brokers]
     await until_all(clients, lambda s: len(s["live"]) == 3, "every broker to see three")
     return clients
@@ -72,8 +80,9 @@ def lifecycle(job_id: str, marker: str) -> list[tuple[str, str]]:
 
 
 async def test_subscribers_on_any_broker_see_each_event_once_in_order(
-        cluster: BrokerCluster) -> None:
-    b0, b1, b2 = await started(cluster)
+        shared_three_brokers: BrokerCluster) -> None:
+    cluster = shared_three_brokers
+    b0, b1, b2 = await connected(cluster)
     queue = queue_served_by("b1", "tcp")
     # one subscriber through another broker, one through the queue's own
     listeners = [await RawClient.connect(cluster[i].tcp_port) for i in (0, 1)]
@@ -88,8 +97,9 @@ async def test_subscribers_on_any_broker_see_each_event_once_in_order(
 
 
 async def test_websocket_and_sse_subscribers_see_a_queue_another_broker_serves(
-        cluster: BrokerCluster) -> None:
-    b0, _, b2 = await started(cluster)
+        shared_three_brokers: BrokerCluster) -> None:
+    cluster = shared_three_brokers
+    b0, _, b2 = await connected(cluster)
     queue = queue_served_by("b1", "ws")
     port = cluster[0].ws_port
     async with open_websocket_url(f"ws://127.0.0.1:{port}/ws/queues/{queue}") as ws, \
@@ -112,8 +122,9 @@ async def test_websocket_and_sse_subscribers_see_a_queue_another_broker_serves(
 
 
 async def test_queue_events_through_one_broker_sees_a_job_another_serves_complete(
-        cluster: BrokerCluster) -> None:
-    _, b1, _ = await started(cluster)
+        shared_three_brokers: BrokerCluster) -> None:
+    cluster = shared_three_brokers
+    _, b1, _ = await connected(cluster)
     queue = queue_served_by("b2", "qe")
     async with open_connection(port=cluster[0].tcp_port) as conn, \
             QueueEvents(queue, conn) as events:

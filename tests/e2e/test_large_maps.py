@@ -73,6 +73,7 @@ async def _longest_step(client: RawClient, frame: bytes, server: Server
     return reply, steps
 
 
+@pytest.mark.parametrize("codec", ["msgpack", pytest.param("cbor", marks=pytest.mark.slow)])
 async def test_a_push_of_a_map_of_600k_keys_holds_no_long_step(
         served: Server, codec: str) -> None:
     client = await RawClient.connect(served.tcp_port, codec)
@@ -93,6 +94,7 @@ async def test_a_push_of_a_map_of_600k_keys_holds_no_long_step(
     await client.aclose()
 
 
+@pytest.mark.parametrize("codec", ["msgpack", pytest.param("cbor", marks=pytest.mark.slow)])
 async def test_a_refused_push_of_a_map_of_a_million_keys_holds_no_long_step(
         served: Server, codec: str) -> None:
     client = await RawClient.connect(served.tcp_port, codec)
@@ -176,7 +178,12 @@ def json_transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "indented"])
+# each transport and each layout once by default; the other two pairs under -m slow
+@pytest.mark.parametrize(("json_transport", "indent"), [
+    ("rest", None), ("websocket", 2),
+    pytest.param("rest", 2, marks=pytest.mark.slow),
+    pytest.param("websocket", None, marks=pytest.mark.slow)],
+    ids=["rest-compact", "websocket-indented", "rest-indented", "websocket-compact"])
 async def test_a_json_push_of_an_object_of_700k_keys_holds_no_long_step(
         served: Server, json_transport: str, indent: int | None) -> None:
     # (700,000 keys: a dict grown to them copies 700,000 entries at its last resize)
@@ -197,6 +204,8 @@ async def test_a_json_push_of_an_object_of_700k_keys_holds_no_long_step(
     await client.aclose()
 
 
+@pytest.mark.parametrize("json_transport", [
+    "websocket", pytest.param("rest", marks=pytest.mark.slow)])
 async def test_a_refused_json_push_of_a_million_keys_holds_no_long_step(
         served: Server, json_transport: str) -> None:
     # 11M characters of JSON: over the data limit

@@ -285,6 +285,10 @@ async def test_compact_memory_with_no_queues(client: RawClient) -> None:
     assert reply["freed"]["queues"] == 0 and reply["freed"]["heapEntries"] == 0
 
 
+# (the collection is the broker process's, whatever the codec or store: one pair by
+# default, each a full collection of this long-lived process; the others under -m slow)
+@pytest.mark.parametrize("codec", ["msgpack", pytest.param("cbor", marks=pytest.mark.slow)])
+@pytest.mark.engines("lmdb", pytest.param("postgres", marks=pytest.mark.slow))
 async def test_compact_memory_collects_cyclic_garbage_when_asked(client: RawClient) -> None:
     # The broker runs in this process: garbage made here is the broker's garbage.
     gc.collect()
