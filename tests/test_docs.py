@@ -134,3 +134,33 @@ def test_every_section_a_page_points_at_exists(page: Path) -> None:
             if not target.is_file() or not _names_section(target, match[2]):
                 missing.append(f'{number}: {match[1]}, "{match[2]}"')
     assert not missing, f"{page.name} points at sections that do not exist: {missing}"
+
+
+# A source file named in a code span: `core/queue/leases.py`, `transport/_pieces.c`.
+SOURCE_FILE = re.compile(r"(?<![\w/.-])((?:\.\./)*(?:[\w-]+/)*[\w-]+\.(?:py|c))\b")
+
+
+def _missing_sources(page: Path) -> list[str]:
+    """Each source file named in backticks on ``page`` that the repository lacks: a
+    path with a folder is taken from ``trioqueue/`` or from the root, a bare name must
+    be some file of the package or the tests."""
+    missing = []
+    for number, line in _lines(page):
+        for span in re.findall(r"`([^`]+)`", line):
+            for name in SOURCE_FILE.findall(span):
+                if "/" in name:
+                    found = (REPO / "trioqueue" / name).is_file() or (REPO / name).is_file()
+                else:
+                    found = any(Path(file).name == name for file in _repo_files()
+                                if file.startswith(("trioqueue/", "tests/")))
+                if not found:
+                    missing.append(f"{number}: {name}")
+    return missing
+
+
+def test_the_architecture_page_names_only_files_that_exist() -> None:
+    """The contributors' map: every module it names is where it says, so a file that
+    moved takes the page's line with it."""
+    missing = _missing_sources(DOCS / "architecture.md")
+    assert not missing, ("docs/architecture.md names source files that do not exist "
+                         f"(paths are from trioqueue/ or the repository's root): {missing}")
