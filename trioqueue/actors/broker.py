@@ -219,7 +219,7 @@ class Broker:
 
         Left synchronous (PUSHF's lookup of ids not in the live index): with a store
         whose calls block, this read may miss a commit still in flight and takes the
-        trio thread for one read; see docs/architecture.md, "Storage"."""
+        trio thread for one read; see docs/architecture.md, "Known gaps"."""
         self.commit_if_inline()
         return self.storage.queues_of_finished([job_id]).get(job_id)
 
