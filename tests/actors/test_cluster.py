@@ -1,4 +1,4 @@
-"""The cluster runtime's rules (actors/cluster.py) on the in-memory membership and lease
+"""The cluster runtime's rules (cluster/view.py) on the in-memory membership and lease
 tables (storage/memory_cluster.py): who serves which queue, claims on first use,
 failover to the survivors, and a broker that finds itself dead stopping.
 (The same operations on PostgreSQL: tests/storage/test_pg_cluster.py; three real
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.actors.cluster import Cluster, HeldLeases, LostMembership
-from trioqueue.core.placement import preferred_owner
+from trioqueue.cluster.rendezvous import preferred_owner
+from trioqueue.cluster.view import Cluster, HeldLeases, LostMembership
 from trioqueue.core.writes import Writes
 from trioqueue.storage.memory import MemoryStorage
 from trioqueue.storage.memory_cluster import MemoryCluster

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ..actors.request import Request
 from ..core import fields
 from ..core.cluster_merge import (
     Answered,
@@ -35,8 +36,7 @@ from ..core.cluster_merge import (
     merge_stats,
 )
 from ..core.prometheus_merge import merge_prometheus
-from .cluster_routes import Forward, from_peer
-from .request import Request
+from .routes import Forward, from_peer
 
 log = logging.getLogger("trioqueue.cluster")
 
@@ -57,7 +57,7 @@ CLUSTER_READS: dict[str, Merge] = {
 
 
 class Members(Protocol):
-    """What the fan-out reads of the cluster (actors/cluster.py): this broker's id and
+    """What the fan-out reads of the cluster (cluster/view.py): this broker's id and
     the live brokers (id -> address) as of the last beat."""
 
     broker_id: str

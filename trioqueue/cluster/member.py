@@ -1,5 +1,6 @@
 """The broker's part in a cluster (docs/scale-out.md), held by
-:class:`~trioqueue.actors.broker.Broker` as its membership: joining once the listener
+:class:`~trioqueue.actors.broker.Broker` as its membership (made through
+:class:`Joining`, given to the broker from above): joining once the listener
 is bound, the peer links, claiming and rebuilding queues, handing them over, reading
 the inboxes, the cron scheduler's lease and the webhooks that follow the table, and
 leaving at shutdown. On one broker the broker holds a
@@ -14,29 +15,25 @@ from typing import Any
 
 import trio
 
+from ..actors.events import EventHub
+from ..actors.ports import Rebuild, Spawn
+from ..actors.router import Router
+from ..actors.writer import StorageWriter
 from ..config import Config
 from ..core.repeating.crons import SCHEDULER_LEASE, CronDef
 from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
-from .cluster import Cluster, HeldLeases
-from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole
-from .cluster_fanout import ClusterReads
-from .cluster_inbox import ClusterInbox
-from .cluster_placement import ClusterPlacement
-from .cluster_routes import Wanted
-from .cluster_webhooks import WebhookSync
-from .events import EventHub
-from .peer_events import PeerEvents
-from .peer_links import PeerLinks
-from .ports import Spawn
-from .router import Router
-from .writer import StorageWriter
+from .crons import ClusterRecords, CronFirings, SchedulerRole
+from .fanout import ClusterReads
+from .inbox import ClusterInbox
+from .peers.events import PeerEvents
+from .peers.links import PeerLinks
+from .placement import ClusterPlacement
+from .routes import Wanted
+from .view import Cluster, HeldLeases, new_broker_id
+from .webhooks import WebhookSync
 
 log = logging.getLogger("trioqueue.broker")
-
-
-# Rebuild the queues just claimed from what was read of them (Broker.adopt).
-Rebuild = Callable[[Recovered, set[str]], None]
 
 
 class ClusterMember:
@@ -242,7 +239,7 @@ class ClusterMember:
     async def _drop_departed(cluster: Cluster, peers: PeerLinks) -> None:
         """Give up the link to each broker that left the live set (dead, or frozen
         past its lease), at the beat that sees it gone: what was forwarded to it is
-        answered with an error that says to retry (peer_links.py), instead of waiting
+        answered with an error that says to retry (peers/links.py), instead of waiting
         for a broker that will never answer or, frozen, will find itself fenced off
         when it wakes. Its queues are the survivors' from that beat on."""
         while True:
@@ -289,3 +286,18 @@ class ClusterMember:
             await trio.to_thread.run_sync(cluster.leave_now)
         except Exception as exc:  # (a database gone: the lease runs out instead)
             log.warning("could not leave the cluster: %s", exc)
+
+
+class Joining:
+    """How a broker joins its cluster, given to :class:`~trioqueue.actors.broker.Broker`
+    (which imports nothing of the cluster): the leases it holds, which fence every
+    commit of its store, and its :class:`ClusterMember`, made once the broker's parts
+    are."""
+
+    def __init__(self, config: Config) -> None:
+        self.fence = HeldLeases(config.broker_id or new_broker_id())
+
+    def member(self, config: Config, storage: Storage, writer: StorageWriter,
+               events: EventHub, *, spawn: Spawn, rebuild: Rebuild) -> ClusterMember:
+        return ClusterMember(config, storage, writer, events, self.fence, spawn=spawn,
+                             rebuild=rebuild)
