@@ -6,7 +6,7 @@ broker-wide read (:data:`CLUSTER_READS`) that a client sends to one broker is an
 by that broker from its own state *and* forwarded, unchanged, to every other live
 broker over the peer links; a broker answers a request from a peer (or one sent with
 ``local: true``) from its own state alone, as without a cluster. The replies are
-merged (core/cluster_merge.py, core/prometheus_merge.py) and the client gets one.
+merged (cluster/merge.py, cluster/prometheus.py) and the client gets one.
 
 A broker that has not answered within ``cluster_read_timeout_s`` (paused, cut off,
 overloaded), or that answered an error (unreachable, shutting down), is left out: the
@@ -25,7 +25,7 @@ import trio
 
 from ..actors.request import Request
 from ..core import fields
-from ..core.cluster_merge import (
+from .merge import (
     Answered,
     Merge,
     merge_dashboard_overview,
@@ -35,7 +35,7 @@ from ..core.cluster_merge import (
     merge_metrics,
     merge_stats,
 )
-from ..core.prometheus_merge import merge_prometheus
+from .prometheus import merge_prometheus
 from .routes import Forward, from_peer
 
 log = logging.getLogger("trioqueue.cluster")
