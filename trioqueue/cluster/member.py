@@ -30,10 +30,20 @@ from .peers.events import PeerEvents
 from .peers.links import PeerLinks
 from .placement import ClusterPlacement
 from .routes import Wanted
-from .view import Cluster, HeldLeases, new_broker_id
+from .view import Cluster, ClusterStore, HeldLeases, new_broker_id
 from .webhooks import WebhookSync
 
 log = logging.getLogger("trioqueue.broker")
+
+
+def cluster_tables(storage: Storage) -> ClusterStore:
+    """The cluster's membership and lease operations, composed around the broker's
+    PostgreSQL store (on its connections): a cluster needs one."""
+    if getattr(storage, "link", None) is None:
+        raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+    from .pg import tables_of  # (psycopg is optional: imported for a cluster only)
+
+    return tables_of(storage)  # type: ignore[arg-type]  # (a PgStorage, or one wrapping it)
 
 
 class ClusterMember:
@@ -45,9 +55,7 @@ class ClusterMember:
     def __init__(self, config: Config, storage: Storage, writer: StorageWriter,
                  events: EventHub, held: HeldLeases, *, spawn: Spawn,
                  rebuild: Rebuild) -> None:
-        cluster_of = getattr(storage, "cluster", None)
-        if cluster_of is None:
-            raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+        tables = cluster_tables(storage)
         self.config = config
         self.storage = storage
         self.writer = writer
@@ -55,7 +63,7 @@ class ClusterMember:
         self._spawn = spawn
         self._rebuild = rebuild
         self.scheduler_role = SchedulerRole(writer, config.cluster_lease_s)
-        self.cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
+        self.cluster = Cluster(tables, held=held, address=config.advertised(),
                                lease_s=config.cluster_lease_s, adopt=self._adopt,
                                retire=self._retire_queue, forget=self._forget_queue,
                                roles={SCHEDULER_LEASE: self.scheduler_role},
@@ -150,8 +158,8 @@ class ClusterMember:
 
     async def _claim_ids(self, wanted: Wanted) -> dict[str, Claimed]:
         """In a cluster: claim the new custom ids a batch admits here and look them and
-        its pushes' dependencies up, in one read in a worker thread (storage/
-        pg_cluster.py). An id another broker's live job or claim has is noted for the
+        its pushes' dependencies up, in one read in a worker thread
+        (cluster/pg.py). An id another broker's live job or claim has is noted for the
         batch's queues (Router.locate): a push of it gets the duplicate answer, as for a
         live job on one broker."""
         cluster = self.cluster

@@ -110,8 +110,8 @@ class Role(Protocol):
 
 
 class ClusterStore(Protocol):
-    """The named membership and lease operations (storage/pg_cluster.py, and
-    storage/memory_cluster.py for tests); each blocks for one round trip."""
+    """The named membership and lease operations (cluster/pg.py, and
+    cluster/memory.py for tests); each blocks for one round trip."""
 
     def join(self, broker_id: str, address: str) -> None: ...
     def beat(self, broker_id: str, lease_s: float) -> BeatView | None: ...
