@@ -988,12 +988,12 @@ def row_function(row: str) -> Callable[[Ctx, str, RunResult], None]:
 
 def queue_for(ctx: Ctx, row: str) -> str:
     """A fresh queue name for a row; with ``ctx.place``, one the rendezvous gives to
-    the named broker (the same rule the brokers use: trioqueue.core.placement)."""
+    the named broker (the same rule the brokers use: trioqueue.cluster.rendezvous)."""
     while True:
         q = f"bench-{row}-{secrets.token_hex(4)}"
         if ctx.place is None:
             return q
-        from trioqueue.core.placement import preferred_owner
+        from trioqueue.cluster.rendezvous import preferred_owner
 
         if preferred_owner(q, ctx.place[1]) == ctx.place[0]:
             return q

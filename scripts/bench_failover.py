@@ -30,7 +30,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trioqueue.core.placement import preferred_owner  # noqa: E402
+from trioqueue.cluster.rendezvous import preferred_owner  # noqa: E402
 from trioqueue.testing import RawClient  # noqa: E402
 from trioqueue.testing.cluster import BrokerCluster  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""``trioqueue serve``'s cluster flags and variables (trioqueue/cluster_flags.py)."""
+"""``trioqueue serve``'s cluster flags and variables (trioqueue/cluster/flags.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from trioqueue.cluster_flags import add_cluster_flags, cluster_settings
+from trioqueue.cluster.flags import add_cluster_flags, cluster_settings
 from trioqueue.config import Config
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .cluster_flags import add_cluster_flags, cluster_settings
+from .cluster.flags import add_cluster_flags, cluster_settings
 from .config import FSYNC_POLICIES, Config, visible_chars
 from .environment import SHARED_ENV_NAMES, first_set, parse_port, parse_tokens
 from .server.serve_exit import (  # (re-exported: how serve ends)

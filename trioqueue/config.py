@@ -115,7 +115,7 @@ class Config:
     cluster_lease_s: float = 5.0
     # How long a broker-wide read (Stats, Metrics, Prometheus, the dashboard's,
     # ListWorkers) waits for the other brokers' answers; one that has not answered by
-    # then is left out, and the reply names it (actors/cluster_fanout.py).
+    # then is left out, and the reply names it (cluster/fanout.py).
     cluster_read_timeout_s: float = 2.0
     auth_tokens: list[str] = field(default_factory=list)
     # The fewest visible characters ``trioqueue serve`` takes in a token (AUTH_TOKENS,
@@ -302,7 +302,7 @@ class Config:
     # SSRF guard refuses them at AddWebhook and at each delivery).
     webhook_allow_private: bool = False
 
-    # --- broker-to-broker links in a cluster (actors/peer_links.py): a connection to
+    # --- broker-to-broker links in a cluster (cluster/peers/links.py): a connection to
     # another broker, its hello included, must be up within this long, or the commands
     # waiting for it fail (retriable); at most this many forwarded commands wait for one
     # broker (sent or not), more are refused (retriable).

@@ -1,5 +1,5 @@
-"""The cluster runtime's rules (actors/cluster.py) on the in-memory membership and lease
-tables (storage/memory_cluster.py): who serves which queue, claims on first use,
+"""The cluster runtime's rules (cluster/view.py) on the in-memory membership and lease
+tables (cluster/memory.py): who serves which queue, claims on first use,
 failover to the survivors, and a broker that finds itself dead stopping.
 (The same operations on PostgreSQL: tests/storage/test_pg_cluster.py; three real
 brokers: tests/e2e/test_cluster.py.)"""
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import trio
 
-from trioqueue.actors.cluster import Cluster, HeldLeases, LostMembership
-from trioqueue.core.placement import preferred_owner
+from trioqueue.cluster.memory import MemoryCluster
+from trioqueue.cluster.rendezvous import preferred_owner
+from trioqueue.cluster.view import Cluster, HeldLeases, LostMembership
 from trioqueue.core.writes import Writes
 from trioqueue.storage.memory import MemoryStorage
-from trioqueue.storage.memory_cluster import MemoryCluster
 from trioqueue.storage.port import Recovered
 
 LEASE_S = 5.0

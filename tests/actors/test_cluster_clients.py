@@ -1,4 +1,4 @@
-"""Clients across a peer link (actors/cluster_clients.py), against a real broker in
+"""Clients across a peer link (cluster/clients.py), against a real broker in
 process: each forwarding client's pulls are its own on the receiving broker, released
 when it leaves (ClusterRelease) or when the link closes, and every command the link
 sent is still answered."""
@@ -9,9 +9,9 @@ from typing import Any
 
 import trio
 
-from trioqueue.actors.cluster_clients import ClusterClients
-from trioqueue.actors.peer_links import PeerLinks
 from trioqueue.actors.request import Request
+from trioqueue.cluster.clients import ClusterClients
+from trioqueue.cluster.peers.links import PeerLinks
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until
 

@@ -1,4 +1,4 @@
-"""Broker-wide reads across a cluster (actors/cluster_fanout.py): the read forwarded to
+"""Broker-wide reads across a cluster (cluster/fanout.py): the read forwarded to
 every other live broker, their answers merged with this broker's own, a broker that
 does not answer within the bound left out and named. Peer links are a fake here that
 records what is forwarded; tests/e2e/test_cluster_reads.py runs three real brokers.
@@ -11,8 +11,8 @@ from typing import Any
 import trio
 import trio.testing
 
-from trioqueue.actors.cluster_fanout import ClusterReads
 from trioqueue.actors.request import Request
+from trioqueue.cluster.fanout import ClusterReads
 
 TIMEOUT_S = 2.0
 

@@ -17,14 +17,14 @@ from typing import Any
 import trio
 import trio.testing
 
-from trioqueue.actors.cluster import Cluster, HeldLeases
-from trioqueue.actors.cluster_placement import ClusterPlacement
 from trioqueue.actors.ports import RouterLimits
 from trioqueue.actors.request import Request
 from trioqueue.actors.router import Router
+from trioqueue.cluster.memory import MemoryCluster
+from trioqueue.cluster.placement import ClusterPlacement
+from trioqueue.cluster.rendezvous import preferred_owner
+from trioqueue.cluster.view import Cluster, HeldLeases
 from trioqueue.core.commands.table import CORE_COMMANDS
-from trioqueue.core.placement import preferred_owner
-from trioqueue.storage.memory_cluster import MemoryCluster
 from trioqueue.storage.port import Claimed, Recovered
 
 LEASE_S = 5.0

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from trioqueue.actors.events import EventHub
-from trioqueue.actors.peer_events import PeerEvents
+from trioqueue.cluster.peers.events import PeerEvents
 from trioqueue.server.run import Server
 from trioqueue.testing import RawClient
 from trioqueue.testing.deadline import wait_until

@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from trioqueue.actors.peer_links import PeerLinks
-from trioqueue.actors.peer_wire import PeerBroken, lost_error, relay
 from trioqueue.actors.request import Request
+from trioqueue.cluster.peers.links import PeerLinks
+from trioqueue.cluster.peers.wire import PeerBroken, lost_error, relay
 from trioqueue.config import Config
 from trioqueue.server.run import Server
 from trioqueue.testing import RawClient

@@ -8,10 +8,10 @@ import ast
 from pathlib import Path
 
 from trioqueue.actors.broker import Broker
-from trioqueue.actors.broker_cluster import ClusterMember
 from trioqueue.actors.flow_admission import FlowAdmission
 from trioqueue.actors.retained import RetainedResults
 from trioqueue.actors.router import Router
+from trioqueue.cluster.member import ClusterMember
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trioqueue"
 # The modules that run on one broker as on many: none asks for the cluster itself.

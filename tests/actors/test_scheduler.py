@@ -136,7 +136,7 @@ def test_refusals_are_logged_not_raised(caplog: Any) -> None:
 
 
 def test_in_a_cluster_the_holder_fires_through_its_hook_under_the_lease() -> None:
-    """A cluster's scheduler (actors/cluster_crons.py): each firing goes to ``fire``
+    """A cluster's scheduler (cluster/crons.py): each firing goes to ``fire``
     (the queue may be another broker's), every write names the scheduler's lease, and
     the registry is the one loaded when the lease was taken, until it is dropped."""
     clock = HandClock(1_000_000)

@@ -1,4 +1,4 @@
-"""The merges of a cluster's broker-wide reads (core/cluster_merge.py): each broker's
+"""The merges of a cluster's broker-wide reads (cluster/merge.py): each broker's
 real answer (the handlers over queues of the core), merged as the asking broker does."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.core.test_prometheus import NOW, Scope
 from tests.core.test_queue import Harness
-from trioqueue.core.cluster_merge import (
+from trioqueue.cluster.merge import (
     Answered,
     merge_dashboard_overview,
     merge_dashboard_queues,

@@ -1,4 +1,4 @@
-"""The cluster's Prometheus scrape (core/prometheus_merge.py): the brokers' real
+"""The cluster's Prometheus scrape (cluster/prometheus.py): the brokers' real
 expositions merged, parsed back by prometheus_client's parser."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.core.test_prometheus import NOW, Scope, _queues
-from trioqueue.core.cluster_merge import Answered
+from trioqueue.cluster.merge import Answered
+from trioqueue.cluster.prometheus import merge_prometheus, parse
 from trioqueue.core.metrics.broker_stats import ProcessNumbers
 from trioqueue.core.metrics.prometheus import Exposition, exposition
-from trioqueue.core.prometheus_merge import merge_prometheus, parse
 
 
 def _scrape(*scopes: Scope, missing: tuple[str, ...] = ()) -> dict[str, Any]:

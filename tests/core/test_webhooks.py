@@ -292,7 +292,7 @@ def test_refused_add_changes_nothing() -> None:
 
 
 def test_a_reload_from_the_table_keeps_the_webhooks_still_there() -> None:
-    """A cluster's reload (actors/cluster_webhooks.py): a webhook still stored keeps its
+    """A cluster's reload (cluster/webhooks.py): a webhook still stored keeps its
     object, so its delivery task and counters go on; one gone is removed, with its
     deliveries; a new one is added; ``enabled`` is the table's. Only the commands'
     own changes count as this broker's changes."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import trio
 
-from trioqueue.core.placement import preferred_owner
+from trioqueue.cluster.rendezvous import preferred_owner
 from trioqueue.testing.cluster import (
     BrokerCluster,
     cluster_status,

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from tests.conftest import shared_cluster
-from trioqueue.core.placement import preferred_owner
+from trioqueue.cluster.rendezvous import preferred_owner
 from trioqueue.core.repeating.crons import SCHEDULER_LEASE
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, cluster_status, queue_served_by

@@ -18,7 +18,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from trioqueue.client import QueueEvents, open_connection
-from trioqueue.core.placement import preferred_owner
+from trioqueue.cluster.rendezvous import preferred_owner
 from trioqueue.testing import RawClient
 from trioqueue.testing.cluster import BrokerCluster, queue_served_by
 

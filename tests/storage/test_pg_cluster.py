@@ -1,6 +1,6 @@
 """A cluster's storage: membership, queue leases and fenced commits on PostgreSQL
-(storage/pg_cluster.py, tq_fence), and the same operations in memory
-(storage/memory_cluster.py), held to the same rules by the same tests.
+(cluster/pg.py, tq_fence), and the same operations in memory
+(cluster/memory.py), held to the same rules by the same tests.
 
 The PostgreSQL tests need a server (``pg_dsn``); skipped with the reason without one.
 """
@@ -19,14 +19,14 @@ import pytest
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL storage needs psycopg: "
                                                 "pip install -e '.[test]'")
 
+from trioqueue.cluster.memory import MemoryCluster  # noqa: E402
+from trioqueue.cluster.pg import PgCluster, tables_of  # noqa: E402
 from trioqueue.core.writes import Writes  # noqa: E402
 from trioqueue.storage import keys as K  # noqa: E402
 from trioqueue.storage.memory import MemoryStorage  # noqa: E402
-from trioqueue.storage.memory_cluster import MemoryCluster  # noqa: E402
 from trioqueue.storage.pg import layout as L  # noqa: E402
 from trioqueue.storage.pg.schema import migrate, schema_version  # noqa: E402
 from trioqueue.storage.pg.store import PgStorage  # noqa: E402
-from trioqueue.storage.pg_cluster import PgCluster  # noqa: E402
 from trioqueue.storage.port import (  # noqa: E402
     FINISHED,
     LIVE,
@@ -91,7 +91,7 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
         return
     dsn = request.getfixturevalue("pg_dsn")
     with closing(PgStorage(dsn, outage_s=5)) as pg:
-        yield Setup(pg.cluster(), pg, lambda broker_id: _age(dsn, broker_id))
+        yield Setup(tables_of(pg), pg, lambda broker_id: _age(dsn, broker_id))
 
 
 def _age(dsn: str, broker_id: str) -> None:
@@ -211,7 +211,7 @@ def test_a_broker_that_lost_a_queue_commits_nothing_more_of_it(pg_dsn: str) -> N
     held = Held("a", {})
     with closing(PgStorage(pg_dsn, outage_s=5, fence=held)) as first, \
             closing(PgStorage(pg_dsn, outage_s=5)) as second:
-        a, b = first.cluster(), second.cluster()
+        a, b = tables_of(first), tables_of(second)
         a.join("a", "A")
         epoch = a.claim("q", "a", LEASE_S)
         assert epoch == 1
@@ -252,7 +252,7 @@ def test_the_check_comes_before_any_row_is_touched(pg_dsn: str) -> None:
     held = Held("a", {"q": 1})
     with closing(PgStorage(pg_dsn + "?options=-clock_timeout%3D200", outage_s=1,
                            fence=held)) as stale:
-        cluster = stale.cluster()
+        cluster = tables_of(stale)
         cluster.join("a", "A")
         cluster.join("b", "B")
         assert cluster.claim("q", "a", LEASE_S) == 1
@@ -283,7 +283,7 @@ def test_a_claim_waits_for_a_commit_that_holds_the_fence(pg_dsn: str) -> None:
     waits for it (here: gives up after lock_timeout), and once the commit is over, the
     claim goes through and the old owner's next check fails."""
     with closing(PgStorage(pg_dsn, outage_s=5)) as store:
-        cluster = store.cluster()
+        cluster = tables_of(store)
         cluster.join("a", "A")
         cluster.join("b", "B")
         assert cluster.claim("q", "a", LEASE_S) == 1
@@ -309,7 +309,7 @@ def test_a_claim_in_a_thread_goes_through_once_the_commit_ends(pg_dsn: str) -> N
     transaction holding the fence has committed, and the commit's rows are there for
     the new owner to load."""
     with closing(PgStorage(pg_dsn, outage_s=5)) as store:
-        cluster = store.cluster()
+        cluster = tables_of(store)
         cluster.join("a", "A")
         cluster.join("b", "B")
         assert cluster.claim("q", "a", LEASE_S) == 1
@@ -350,7 +350,7 @@ def test_a_queue_taken_over_gets_exact_counts(pg_dsn: str) -> None:
         old.apply([queue_writes("q", *(finish(rec(f"d{i}", state="completed"))
                                        for i in range(3)))])
         assert new.count_finished("q", "completed") == 0  # (its copy, from load())
-        new.cluster().load_queues(["q"])
+        tables_of(new).load_queues(["q"])
         assert new.count_finished("q", "completed") == 3
         new.forget_queue("q")
         assert new.count_finished("q", "completed") == 0
@@ -380,7 +380,7 @@ def test_a_commit_that_changes_webhooks_raises_their_version_in_the_beat(
     one (a fenced batch of a cluster's broker), and each beat returns it: how every
     broker learns within a beat that another changed the webhooks."""
     with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {}))) as store:
-        cluster = store.cluster()
+        cluster = tables_of(store)
         cluster.join("a", "A")
         beat = cluster.beat("a", LEASE_S)
         assert beat is not None and dict(beat.versions) == {}
@@ -422,7 +422,7 @@ def test_a_single_brokers_database_becomes_a_clusters(pg_dsn: str) -> None:
                               " ORDER BY queue").fetchall()
     assert leases == [("busy", None, 0), ("done", None, 0), ("paused", None, 0)]
     with closing(PgStorage(pg_dsn, outage_s=5)) as store:
-        cluster = store.cluster()
+        cluster = tables_of(store)
         cluster.join("a", "A")
         assert cluster.claim("busy", "a", LEASE_S) == 1
         assert cluster.claim("emptied", "a", LEASE_S) == 1
@@ -437,18 +437,18 @@ def test_a_live_row_of_another_brokers_queue_is_never_replaced_or_deleted(
             closing(PgStorage(pg_dsn, outage_s=5, fence=Held("b", {"qb": 1}),
                               migrate_schema=False)) as b:
         for store, broker, queue in ((a, "a", "qa"), (b, "b", "qb")):
-            store.cluster().join(broker, broker.upper())
-            assert store.cluster().claim(queue, broker, LEASE_S) == 1
+            tables_of(store).join(broker, broker.upper())
+            assert tables_of(store).claim(queue, broker, LEASE_S) == 1
         a.apply([queue_writes("qa", put(rec("x", queue="qa", data="first")))])
         b.apply([queue_writes("qb", put(rec("x", queue="qb", data="second")))])
         b.apply([queue_writes("qb", finish(rec("x", queue="qb", state="completed"), 1))])
-        loaded = a.cluster().load_queues(["qa"])
+        loaded = tables_of(a).load_queues(["qa"])
         assert [(r["id"], r["data"]) for r in loaded.live_jobs] == [("x", "first")]
         # a batch of a's own queues may still replace and delete its rows
         a.apply([queue_writes("qa", put(rec("x", queue="qa", data="again")))])
-        assert [r["data"] for r in a.cluster().load_queues(["qa"]).live_jobs] == ["again"]
+        assert [r["data"] for r in tables_of(a).load_queues(["qa"]).live_jobs] == ["again"]
         a.apply([queue_writes("qa", finish(rec("x", queue="qa", state="completed"), 2))])
-        assert a.cluster().load_queues(["qa"]).live_jobs == []
+        assert tables_of(a).load_queues(["qa"]).live_jobs == []
 
 
 def test_a_batch_with_inbox_messages_wakes_the_listeners_once(pg_dsn: str) -> None:
@@ -456,9 +456,9 @@ def test_a_batch_with_inbox_messages_wakes_the_listeners_once(pg_dsn: str) -> No
     what wakes a broker to read its queues' inboxes (LISTEN/NOTIFY)."""
     with closing(PgStorage(pg_dsn, outage_s=5, fence=Held("a", {"qa": 1}))) as a, \
             closing(PgStorage(pg_dsn, outage_s=5, migrate_schema=False)) as b:
-        a.cluster().join("a", "A")
-        assert a.cluster().claim("qa", "a", LEASE_S) == 1
-        listener = b.cluster()
+        tables_of(a).join("a", "A")
+        assert tables_of(a).claim("qa", "a", LEASE_S) == 1
+        listener = tables_of(b)
         assert listener.wait_inbox(0.05) is False  # (listening from now on)
         a.apply([queue_writes("qa", put(rec("plain", queue="qa")))])
         assert listener.wait_inbox(0.2) is False
@@ -502,14 +502,14 @@ def owners(pg_dsn: str) -> Iterator[Owners]:
             closing(PgStorage(pg_dsn, outage_s=5, fence=Held("b", {"qb": 1}),
                               migrate_schema=False)) as b:
         for store, broker, queue in ((a, "a", "qa"), (b, "b", "qb")):
-            store.cluster().join(broker, broker.upper())
-            assert store.cluster().claim(queue, broker, LEASE_S) == 1
+            tables_of(store).join(broker, broker.upper())
+            assert tables_of(store).claim(queue, broker, LEASE_S) == 1
         yield Owners(a, b, pg_dsn)
 
 
 def test_one_new_id_is_claimed_by_one_queue_until_its_admission_settles(
         owners: Owners) -> None:
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
     assert owners.claims() == [("x", "qa", "a", 1)]  # tied to a's lease of qa
     # claimed again for the same queue (another push of it, in flight): still a's
@@ -527,7 +527,7 @@ def test_one_new_id_is_claimed_by_one_queue_until_its_admission_settles(
 
 
 def test_a_claim_whose_push_was_refused_frees_the_id_in_its_commit(owners: Owners) -> None:
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
     # (b settling a claim it does not hold changes nothing)
     owners.b.apply([_settle("qb", [("x", "qa")])])
@@ -540,10 +540,10 @@ def test_a_finished_job_of_the_id_is_found_and_the_claim_is_made(owners: Owners)
     """A new job of an id whose job finished replaces it (as on one broker): claimed,
     so one queue only does."""
     owners.a.apply([queue_writes("qa", finish(rec("x", queue="qa", state="completed")))])
-    assert owners.b.cluster().claim_ids("b", LEASE_S, [("x", "qb")], []) == {
+    assert tables_of(owners.b).claim_ids("b", LEASE_S, [("x", "qb")], []) == {
         "x": Claimed("qa", FINISHED)}
     assert owners.claims() == [("x", "qb", "b", 1)]
-    assert owners.a.cluster().claim_ids("a", LEASE_S, [("x", "qa")], []) == {
+    assert tables_of(owners.a).claim_ids("a", LEASE_S, [("x", "qa")], []) == {
         "x": Claimed("qb", THEIRS)}
 
 
@@ -551,7 +551,7 @@ def test_a_dead_brokers_claim_is_taken_once_its_queue_is(owners: Owners) -> None
     """A claim left by a broker killed before its commit holds while the lease it was
     made under does (the broker may be paused, and commit yet), and is taken over once
     another broker has taken the queue (a new epoch: that broker can commit no more)."""
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     assert ca.claim_ids("a", LEASE_S, [("x", "qa")], []) == {"x": Claimed("qa", OURS)}
     _age(owners.dsn, "a")
     assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qa", THEIRS)}
@@ -561,14 +561,14 @@ def test_a_dead_brokers_claim_is_taken_once_its_queue_is(owners: Owners) -> None
 
 
 def test_a_claim_of_a_broker_that_gave_its_queue_back_is_free(owners: Owners) -> None:
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     ca.claim_ids("a", LEASE_S, [("x", "qa")], [])
     ca.leave("a")  # (a SIGTERM: its last commit is in, its leases freed)
     assert cb.claim_ids("b", LEASE_S, [("x", "qb")], []) == {"x": Claimed("qb", OURS)}
 
 
 def test_a_broker_that_joins_again_drops_its_old_claims(owners: Owners) -> None:
-    ca = owners.a.cluster()
+    ca = tables_of(owners.a)
     ca.claim_ids("a", LEASE_S, [("x", "qa"), ("y", "qr")], [])
     assert len(owners.claims()) == 2
     ca.join("a", "A")
@@ -580,7 +580,7 @@ def test_a_flows_claim_for_another_brokers_queue_is_held_by_its_message(
     """A flow admitted by a for qr (a queue a does not serve): claimed while a is live,
     then held by the inbox message a's commit writes, whatever becomes of a, until the
     broker serving qr applies the message."""
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     assert ca.claim_ids("a", LEASE_S, [("z", "qr")], []) == {"z": Claimed("qr", OURS)}
     assert owners.claims() == [("z", "qr", "a", None)]
     assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qr", THEIRS)}
@@ -599,7 +599,7 @@ def test_a_flows_claim_for_another_brokers_queue_is_held_by_its_message(
 def test_a_flows_commit_fails_if_its_claim_was_taken_meanwhile(owners: Owners) -> None:
     """a was dead to the others (paused past its lease) between its claim and its
     flow's commit, and b took the id: a's commit is refused whole, as a lost lease's."""
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     ca.claim_ids("a", LEASE_S, [("z", "qr")], [])
     _age(owners.dsn, "a")
     assert cb.claim_ids("b", LEASE_S, [("z", "qb")], []) == {"z": Claimed("qb", OURS)}
@@ -613,7 +613,7 @@ def test_a_claim_waits_for_a_commit_that_settles_one_and_then_sees_its_job(
     """A claim made while another broker's commit admitting the id is in flight waits
     for that commit, then finds its job (a fresh look after the claim): never an id
     free in an old snapshot while its job is being committed."""
-    ca, cb = owners.a.cluster(), owners.b.cluster()
+    ca, cb = tables_of(owners.a), tables_of(owners.b)
     ca.claim_ids("a", LEASE_S, [("x", "qa")], [])
     found: list[dict[str, Claimed]] = []
     with psycopg.connect(owners.dsn) as committing:  # a's commit, left open

@@ -39,14 +39,13 @@ from ..process_numbers import process_numbers, resident_bytes
 from ..storage.port import Fence, Recovered, Storage, StorageOpenError, StoreInUse
 from .admission import Admission, StoreLimit, admit_estimate
 from .ahead_writes import AheadWriter
-from .broker_cluster import ClusterMember
 from .clock import PauseWatch, TrioClock
-from .cluster import HeldLeases, new_broker_id
 from .dismantler import Dismantler
 from .events import EventHub
 from .large_values import LargeValues
 from .ports import (
     AdmissionFactory,
+    Joining,
     LocalMembership,
     Membership,
     Placement,
@@ -107,11 +106,14 @@ def open_postgres(url: str, outage_s: float, fence: Fence | None = None) -> Stor
 
 class Broker:
     def __init__(self, config: Config, storage: Storage | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, *, joining: Joining | None = None) -> None:
         config.validate()
+        if config.cluster and joining is None:
+            raise ValueError("a cluster's broker joins through trioqueue.cluster "
+                             "(server.run.new_broker)")
         self.config = config
         # In a cluster (docs/scale-out.md): the leases held, which fence every commit.
-        held = HeldLeases(config.broker_id or new_broker_id()) if config.cluster else None
+        held = joining.fence if joining is not None else None
         self.storage = storage if storage is not None else open_storage(config, held)
         # New jobs are refused past this many used bytes (None: the store has no
         # limit). Taken from the store itself, so an injected store's limit counts.
@@ -138,9 +140,9 @@ class Broker:
         finished_queues = self._finished_queues if self.storage.apply_blocks else None
         placement: Placement | None = None
         self.membership: Membership
-        if held is not None:
-            member = ClusterMember(config, self.storage, self.writer, self.events, held,
-                                   spawn=self.spawn, rebuild=self._adopt)
+        if joining is not None:
+            member = joining.member(config, self.storage, self.writer, self.events,
+                                    spawn=self.spawn, rebuild=self._adopt)
             self.membership, placement = member, member.placement
             finished_queues = member.queues_of
         else:
@@ -392,7 +394,7 @@ class Broker:
         if self._clock is None:
             self._clock = TrioClock()
         self.router.stats.started_ms = self._clock.now_ms()
-        fire, lease = self.membership.cron_firing()  # (a cluster's: cluster_crons.py)
+        fire, lease = self.membership.cron_firing()  # (a cluster's: cluster/crons.py)
         self.scheduler = CronScheduler(
             self._clock, self.router.workers, self.router.post, self._store_soon,
             fire=fire, lease=lease,

@@ -8,7 +8,7 @@ In a cluster (docs/scale-out.md, "Events across brokers") the hub has two kinds 
 subscribers and two kinds of events. *Local* subscribers are this broker's clients
 (SubscribeEvents, WebSocket, SSE); *streams* are other brokers' ``ClusterEvents``
 connections. The events of the queues this broker serves (:meth:`EventHub.publish`)
-go to both; the events another broker served and :mod:`.peer_events` relays here
+go to both; the events another broker served and cluster/peers/events.py relays here
 (:meth:`EventHub.publish_relayed`) go to the local subscribers only, so an event is
 never sent back to a broker, nor on to a third one: each broker's stream carries its
 own queues' events once, and a subscriber gets each event once, from its owner.

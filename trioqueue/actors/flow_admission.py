@@ -2,7 +2,7 @@
 commit (the router's ``flows``).
 
 In a cluster the flow's jobs in queues other brokers serve become inbox messages of the
-same commit (actors/cluster_messages.py).
+same commit (cluster/messages.py).
 """
 
 from __future__ import annotations

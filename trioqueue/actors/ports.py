@@ -19,9 +19,9 @@ from ..core.commands.registry import Command
 from ..core.flows import Dependents
 from ..core.queue import JobIndex
 from ..core.writes import Writes
-from ..storage.port import Recovered, Storage
-from .cluster_clients import PeerClients, StandIns
+from ..storage.port import Fence, Recovered, Storage
 from .request import Replier, Request
+from .stand_ins import PeerClients, StandIns
 
 Notice = tuple[str, tuple[Any, ...]]  # (target job id, notice)
 L = TypeVar("L", "QueueLimits", "RouterLimits")
@@ -110,7 +110,7 @@ Found = dict[str, str | None]  # job id -> its queue (None: no such job), as loo
 class Placement(Protocol):
     """Where queues are served, as the router asks it: all here on one broker (the
     :class:`LocalPlacement` below), here or on another broker in a cluster
-    (actors/cluster_placement.py). The router has one question per step of routing
+    (cluster/placement.py). The router has one question per step of routing
     and never asks whether it is in a cluster."""
 
     # A batch is routed whole (its claims and look-ups are made for all of it), not
@@ -244,8 +244,8 @@ class LocalPlacement:
 
 
 class Membership(Protocol):
-    """The broker's part in a cluster as the broker drives it (actors/broker_cluster.py),
-    or none (:class:`LocalMembership`)."""
+    """The broker's part in a cluster as the broker drives it (cluster/member.py), or
+    none (:class:`LocalMembership`)."""
 
     def attach(self, router: Any) -> None:
         """The router is made (it asks the member's placement)."""
@@ -285,3 +285,27 @@ class LocalMembership:
 
     async def leave(self) -> None:
         pass
+
+
+class Member(Membership, Protocol):
+    """A cluster's membership, which also says where queues are served and looks up
+    jobs no local queue holds (cluster/member.py)."""
+
+    @property
+    def placement(self) -> Placement: ...
+    async def queues_of(self, job_ids: list[str]) -> dict[str, str | None]: ...
+
+
+# Rebuild the queues a member just claimed from what was read of them (Broker.adopt).
+Rebuild = Callable[[Recovered, set[str]], None]
+
+
+class Joining(Protocol):
+    """How a broker joins its cluster, handed to it from above (cluster/member.py), so
+    that the broker knows of no cluster: the leases it will hold, which fence every
+    commit of its store, and its member, made once the broker's parts are."""
+
+    @property
+    def fence(self) -> Fence: ...
+    def member(self, config: Config, storage: Storage, writer: Any, events: Any, *,
+               spawn: Spawn, rebuild: Rebuild) -> Member: ...

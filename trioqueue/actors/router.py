@@ -40,12 +40,11 @@ from ..core.split_dict import SplitDict
 from ..core.webhooks.registry import WebhookRegistry
 from ..core.workers import WorkerRegistry
 from ..turns import give_way
-from .cluster_clients import PeerClients
-from .cluster_routes import Moving, ids_to_look_up
 from .events import EventHub, EventRelease
 from .fan_out import Gather
 from .flow_admission import FlowAdmission
 from .joins import Join
+from .lookups import Moving, ids_to_look_up
 from .ports import (
     AdmissionFactory,
     Committer,
@@ -58,6 +57,7 @@ from .ports import (
 from .queue_actor import QueueActor
 from .request import Request
 from .retained import RetainedResults
+from .stand_ins import PeerClients
 from .timings import BatchTimer
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class Router:
         self._committer = committer
         # Which queues are served here, and how a request for one served elsewhere
         # goes there: all here on one broker; a cluster's (docs/scale-out.md) answers
-        # from its view (actors/cluster_placement.py).
+        # from its view (cluster/placement.py).
         self.placement: Placement = LocalPlacement() if placement is None else placement
         # Where the dashboard events of broker commands go (the broker's event hub).
         self.hub: EventHub | None = None
@@ -512,7 +512,7 @@ class Router:
 
     def post(self, name: str, request: Request) -> None:
         """Hand the broker's own request to queue ``name`` (its actor made if needed)
-        without waiting: a single broker's cron firings (a cluster's: cluster_crons)."""
+        without waiting: a single broker's cron firings (a cluster's: cluster/crons.py)."""
         self.actor(name)
         self._post(name, request)
 

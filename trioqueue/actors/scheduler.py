@@ -28,7 +28,7 @@ a firing is admitted by their size; the template's measured JSON size
 (``data_chars``) rides with each firing, so the queue does not measure it again.
 
 In a cluster (docs/scale-out.md) one broker runs the schedules, the holder of the
-scheduler's lease (actors/cluster_crons.py): its registry is loaded when it takes the
+scheduler's lease (cluster/crons.py): its registry is loaded when it takes the
 lease (:meth:`CronScheduler.take`) and emptied when it hands it over
 (:meth:`CronScheduler.drop`), every write of a schedule is fenced by that lease
 (:attr:`CronScheduler.lease`), and a firing is handed to ``fire`` instead of a queue's

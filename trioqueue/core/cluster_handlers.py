@@ -18,7 +18,7 @@ Two kinds, as lists (they cross the store's encoding):
 * ``["depend", child id, parent id, parent's queue]``: a parent admitted elsewhere waits
   for this queue's job: told when it settles, or at once if it already has.
 * ``["push", schedule name, PUSH message]``: a cron firing of the broker that runs the
-  schedules (actors/cluster_crons.py), committed with the schedule's new count, pushed
+  schedules (cluster/crons.py), committed with the schedule's new count, pushed
   here as its job (the queue's rules apply: a preventOverlap key, a deduplication). It
   was admitted by that commit, as a flow's jobs for another broker are by theirs; a push
   the queue refuses (a template gone bad) is logged and consumed, never retried.
@@ -206,7 +206,7 @@ def cluster_release(q: QueueState, msg: dict[str, Any], ctx: Ctx) -> Reply | Sli
     reply). Routed by queue, so it comes after that client's commands sent before it.
 
     Only for the stand-in of such a client (``ctx.conn``: the frame's origin, see
-    actors/cluster_clients.py), never for a connection of its own: a client's
+    cluster/clients.py), never for a connection of its own: a client's
     connection releases its jobs by closing."""
     if getattr(ctx.conn, "origin", None) is None:
         raise Refused(f"{CLUSTER_RELEASE} is for another broker's peer link, naming one "

@@ -18,8 +18,11 @@ import trio
 
 from ..actors.broker import Broker
 from ..actors.slow_steps import SlowSteps
+from ..cluster.member import Joining
 from ..config import Config
 from ..core.broker_events import broker_event
+from ..core.clock import Clock
+from ..storage.port import Storage
 from ..transport.context import ListenerContext
 from ..transport.http.front import HttpPort, serve_http
 from ..transport.limits import Shell
@@ -30,10 +33,18 @@ from .process_heap import keep_freed_heap
 log = logging.getLogger("trioqueue")
 
 
+def new_broker(config: Config, storage: Storage | None = None,
+               clock: Clock | None = None) -> Broker:
+    """The broker ``config`` describes: with ``cluster``, a member of its cluster
+    (trioqueue.cluster, wired in here, above the broker, which knows of no cluster)."""
+    joining = Joining(config) if config.cluster else None
+    return Broker(config, storage, clock, joining=joining)
+
+
 class Server:
     def __init__(self, config: Config, broker: Broker | None = None) -> None:
         self.config = config
-        self.broker = broker or Broker(config)
+        self.broker = broker or new_broker(config)
         self.tcp_port: int | None = None
         self.ws_port: int | None = None  # the HTTP port (WebSocket, REST, SSE)
         self.http: HttpPort | None = None

@@ -41,8 +41,8 @@ def run_serve(config: Config, broker: Any = None) -> int:
     a new member. So does a broker whose PostgreSQL store another broker took while
     its connection was down (``StoreLost``, a kind of ``Fenced``).
     """
-    from ..actors.cluster import LostMembership
     from ..actors.writer import StorageFailure
+    from ..cluster.view import LostMembership
     from .run import serve
 
     try:
@@ -78,7 +78,7 @@ def run_serve(config: Config, broker: Any = None) -> int:
 
 
 def _status(exc: BaseException) -> int:
-    from ..actors.cluster import LostMembership
+    from ..cluster.view import LostMembership
     from ..storage.port import Fenced
 
     if isinstance(exc, (LostMembership, Fenced)) or isinstance(exc.__cause__, Fenced):

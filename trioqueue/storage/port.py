@@ -443,7 +443,7 @@ class Fence(Protocol):
 
 class Claimed(NamedTuple):
     """Where a job id is, as a cluster's look-up and claim of custom ids found it
-    (storage/pg_cluster.py): ``kind`` is LIVE or FINISHED (a job of ``queue``), OURS
+    (cluster/pg.py): ``kind`` is LIVE or FINISHED (a job of ``queue``), OURS
     (this broker's claim for ``queue``: none of its admissions of the id has settled
     yet) or THEIRS (another broker's valid claim: the id is being admitted there)."""
 

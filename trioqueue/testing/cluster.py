@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from ..core.placement import preferred_owner
+from ..cluster.rendezvous import preferred_owner
 from .process import BrokerProcess
 from .wire import RawClient
 

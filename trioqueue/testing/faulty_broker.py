@@ -18,8 +18,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..actors.broker import Broker, open_storage
+from ..actors.broker import open_storage
 from ..cli import build_parser, config_from, run_serve
+from ..server.run import new_broker
 from .faults import FaultyStorage
 
 
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     storage = FaultyStorage(open_storage(config), fail_commit_at=injected.fail_commit_at,
                             fail_sync_at=injected.fail_sync_at,
                             commit_delay_s=injected.commit_delay_s)
-    return run_serve(config, Broker(config, storage=storage))
+    return run_serve(config, new_broker(config, storage))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ class SessionRouter(Protocol):
 
 
 class PeerClients(Protocol):
-    """The stand-ins of a peer link's clients (the router's, actors/cluster_clients.py)."""
+    """The stand-ins of a peer link's clients (the router's, actors/stand_ins.py)."""
 
     def conn_of(self, session: Any, msg: dict[str, Any]) -> Any: ...
     def hold_jobs(self, router: Any) -> bool: ...
@@ -155,8 +155,8 @@ class Session:
         # Which transport carries it, as the dashboard's auth:failed tells it.
         self.transport = "tcp"
         # In a cluster, when this connection is another broker's peer link (ClusterPeer):
-        # that broker's id (its commands are never forwarded on: actors/cluster_routes.py)
-        # and the stand-ins of its clients (actors/cluster_clients.py).
+        # that broker's id (its commands are never forwarded on: cluster/routes.py)
+        # and the stand-ins of its clients (actors/stand_ins.py).
         self.peer_broker: str | None = None
         self.peer_clients: PeerClients | None = None
         # A transport that can write without blocking (TCP) answers in the same pass of

@@ -305,7 +305,7 @@ def abandon_pulls(q: QueueState) -> list[WaiterAnswer]:
 def drop_waiters(q: QueueState, conn: Any, *, answer: bool = False) -> None:
     """A closed connection's parked pulls claim nothing and its waits end. ``answer``:
     each is answered as at its deadline, for a connection still open that carried them
-    (a peer link, for one of its broker's clients that left: actors/cluster_clients.py),
+    (a peer link, for one of its broker's clients that left: cluster/clients.py),
     whose in-flight commands must all be answered."""
     dropped = q.parked.drop(conn)
     if answer and dropped:

@@ -26,7 +26,7 @@ from ..options import parse_job_input
 from .expressions import CronSchedule, parse_cron, zone
 
 CRON_KIND = "cron"  # the kind of the broker records that hold the schedules
-# In a cluster, the lease whose holder runs every schedule (actors/cluster_crons.py):
+# In a cluster, the lease whose holder runs every schedule (cluster/crons.py):
 # '#' is no character of a queue name (fields.queue_name), so no client queue has it.
 SCHEDULER_LEASE = "#cron-scheduler"
 CRON_NOT_FOUND = "Cron job not found"

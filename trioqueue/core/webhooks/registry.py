@@ -80,7 +80,7 @@ class WebhookRegistry:
         # The broker's flag (webhook_allow_private): private addresses allowed (dev).
         self.allow_private = False
         # Changes made by this broker's commands (a cluster's reload from the table
-        # that one overtook is not applied: actors/cluster_webhooks.py)
+        # that one overtook is not applied: cluster/webhooks.py)
         self.changes = 0
 
     # ------------------------------------------------------------------ changes

@@ -507,7 +507,7 @@ TABLE_BYTES = """SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
     FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'tq\\_%%'
     AND pg_table_is_visible(c.oid)"""
 
-# --- a cluster (storage/pg_cluster.py): each operation one statement ----------------
+# --- a cluster (cluster/pg.py): each operation one statement ----------------
 #
 # Every time is the database's (now(): the statement's start, the same in every part of
 # it); a lease length comes as float seconds (%(lease)s). A broker is live while its

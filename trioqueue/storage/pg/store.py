@@ -26,7 +26,7 @@ runs the same step alone.
 of every queue whose writes it carries, checked by the batch's own statement
 (:data:`.layout.WRITE_BATCH_CLUSTER`, which also writes the cluster's own rows:
 inbox messages, dependencies across brokers); otherwise :class:`~..port.Fenced` is raised
-and nothing is applied. The membership and lease operations are :meth:`PgStorage.cluster`'s.
+and nothing is applied. The membership and lease operations are the cluster's (cluster/pg.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from ...core.writes import Writes
 from .. import keys as K
 from ..kept_data import PACKED_MIN_BYTES, read_result, read_row
 from ..ops import validate_writes
-from ..pg_cluster import PgCluster
 from ..port import Fence, Fenced, FinishedCursor, FinishedPage, Recovered, Space, Storage
 from ..positions import check_page_limit, page_window
 from . import layout as L
@@ -87,7 +86,7 @@ class PgStorage(Storage):
         # (queue, state) -> finished jobs stored: filled by load(), then kept current
         # from the totals each commit returns (this broker is the only writer; in a
         # cluster, the only writer of the queues it owns, so only their counts are
-        # exact: a queue taken over gets its counts from PgCluster.load_queues).
+        # exact: a queue taken over gets its counts from the cluster's load_queues).
         self._counts: dict[tuple[str, str], int] = {}
         self._counts_loaded = False
         self._used_bytes = 0
@@ -181,10 +180,11 @@ class PgStorage(Storage):
 
     # --- a cluster ------------------------------------------------------------------
 
-    def cluster(self) -> PgCluster:
-        """The membership and lease operations, on this store's connections; a queue
-        it loads (``load_queues``) gets its finished counts here."""
-        return PgCluster(self._link, on_counts=self.replace_counts)
+    @property
+    def link(self) -> PgLink:
+        """This store's connections, which a cluster's membership and lease operations
+        share (cluster/pg.py composes them around the store)."""
+        return self._link
 
     def forget_queue(self, queue: str) -> None:
         """Drop the finished counts of a queue this broker no longer owns: its new

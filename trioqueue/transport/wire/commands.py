@@ -77,7 +77,7 @@ def _cluster_peer(session: SessionOps, msg: dict[str, Any], replier: Any) -> Rep
 
 
 def _cluster_events(session: SessionOps, msg: dict[str, Any], replier: Any) -> Reply:
-    """A peer broker's events connection (actors/peer_events.py): after this, every job
+    """A peer broker's events connection (cluster/peers/events.py): after this, every job
     event of the queues this broker serves follows as an event frame, never one it
     only relayed from another broker (so none goes round or twice)."""
     if session.peer_broker is None:

@@ -19,8 +19,8 @@ and writes one valid exposition (format 0.0.4), each series (name and labels) on
 
 from __future__ import annotations
 
-from .cluster_merge import Answered, Reply
-from .metrics.prometheus import Exposition, Sample
+from ..core.metrics.prometheus import Exposition, Sample
+from .merge import Answered, Reply
 
 JOINED = ("bunqueue_queue_jobs_",)
 ASKERS_OWN = ("bunqueue_uptime_seconds", "bunqueue_storage_", "bunqueue_build_info",

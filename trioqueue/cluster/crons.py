@@ -3,7 +3,7 @@ and the router's hook for the broker records' commands.
 
 **One scheduler.** The schedules are run by one live broker: the holder of the lease
 :data:`~trioqueue.core.repeating.crons.SCHEDULER_LEASE`, a name no client queue can have. It is
-a role of the cluster (actors/cluster.py, "Roles") and moves as a queue does: the
+a role of the cluster (cluster/view.py, "Roles") and moves as a queue does: the
 rendezvous winner claims it, a broker that joins and wins it gets it handed over, the
 survivors take it over once its holder's heartbeat is older than the lease. The holder
 loads the schedules from the table after its claim committed (:class:`SchedulerRole`),
@@ -36,7 +36,7 @@ by the holder, they would race its firings: the holder's registry runs ahead of 
 table by the firings in flight, and a Cron keeps the schedule's ``executions``, which a
 write from another broker would take from a stale row (a count lost, a slot fired
 again after a takeover). A forward costs one hop for a command that is rare. The
-webhook commands reload the webhooks from the table first (actors/cluster_webhooks.py).
+webhook commands reload the webhooks from the table first (cluster/webhooks.py).
 """
 
 from __future__ import annotations
@@ -45,16 +45,16 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
+from ..actors.ports import Committer
+from ..actors.request import Request
+from ..actors.scheduler import CronScheduler
 from ..core.cluster_handlers import push_message
 from ..core.commands.registry import Command
 from ..core.errors import Refused
 from ..core.repeating.crons import CRON_KIND, SCHEDULER_LEASE, CronDef
 from ..core.writes import Writes
-from .cluster_routes import Forward, from_peer
-from .cluster_webhooks import Records, WebhookSync
-from .ports import Committer
-from .request import Request
-from .scheduler import CronScheduler
+from .routes import Forward, from_peer
+from .webhooks import Records, WebhookSync
 
 log = logging.getLogger("trioqueue.cron")
 
@@ -68,7 +68,7 @@ Spawn = Callable[..., None]  # start fn(*args) as a task of the broker's nursery
 
 
 class SchedulerRouting(Protocol):
-    """What this module asks of the cluster (actors/cluster.py)."""
+    """What this module asks of the cluster (cluster/view.py)."""
 
     @property
     def owned(self) -> Collection[str]: ...

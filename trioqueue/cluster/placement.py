@@ -3,7 +3,7 @@ how a request for one served elsewhere goes there, the custom ids a batch claims
 the messages and pokes for jobs other brokers serve.
 
 The router asks :class:`~trioqueue.actors.ports.Placement` the same questions on one
-broker; here the answers come from the cluster's view (actors/cluster.py), its peer
+broker; here the answers come from the cluster's view (cluster/view.py), its peer
 links and the database. What the broker wires in after the router is made (the inbox
 reader, the broker records' hook, the broker-wide reads) is set on this object.
 """
@@ -13,33 +13,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..actors.lookups import Moving
+from ..actors.ports import Committer, Found, Notice, Routed, Spawn
+from ..actors.request import Replier, Request
+from ..actors.stand_ins import PeerClients
 from ..core.cluster_handlers import RELEASE_CLAIMS
 from ..core.writes import Writes
 from ..storage.port import OURS
-from .cluster_clients import ClusterClients, PeerClients
-from .cluster_crons import ClusterRecords
-from .cluster_fanout import ClusterReads
-from .cluster_inbox import ClusterInbox
-from .cluster_messages import (
+from .clients import ClusterClients
+from .crons import ClusterRecords
+from .fanout import ClusterReads
+from .inbox import ClusterInbox
+from .messages import (
     RemoteJobs,
     depend_writes,
     flow_across,
     release_with_pokes,
     remote_notices,
 )
-from .cluster_routes import (
+from .routes import (
     ClaimIds,
     ClusterRouting,
     Forward,
-    Moving,
     claims_wanted,
     flow_address,
     from_peer,
     queues_named,
     remote_address,
 )
-from .ports import Committer, Found, Notice, Routed, Spawn
-from .request import Replier, Request
 
 
 class ClusterPlacement:
@@ -170,7 +171,7 @@ class ClusterPlacement:
 
     def tell(self, notices: list[Notice]) -> None:
         """Each notice goes to its job's broker as an inbox message, committed with the
-        batch that made it (actors/cluster_messages.py)."""
+        batch that made it (cluster/messages.py)."""
         writes = remote_notices(self.remote_parents, notices)
         if writes is not None:
             self._release_messages(writes, None)

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import trio
 
+from ..actors.request import Request
 from ..core.cluster_handlers import ADOPT_MESSAGE, CLUSTER_INBOX, DEPEND_MESSAGE
-from .cluster_messages import RemoteJobs
-from .request import Request
+from .messages import RemoteJobs
 
 log = logging.getLogger("trioqueue.cluster")
 

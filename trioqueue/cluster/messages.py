@@ -24,13 +24,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..actors.ports import Committer
+from ..actors.request import Replier, Request
 from ..core.cluster_handlers import adopt_message, depend_message, notice_message
 from ..core.flows import Dependents
 from ..core.job import JobRecord
 from ..core.queue.dependencies import SETTLED
 from ..core.writes import Writes
-from .ports import Committer
-from .request import Replier, Request
 
 # Forget the oldest remote parent's queue past this many (each a pair of strings); one
 # whose queue is forgotten is told of its child's outcome at its own queue's next

@@ -1,5 +1,6 @@
 """The broker's part in a cluster (docs/scale-out.md), held by
-:class:`~trioqueue.actors.broker.Broker` as its membership: joining once the listener
+:class:`~trioqueue.actors.broker.Broker` as its membership (made through
+:class:`Joining`, given to the broker from above): joining once the listener
 is bound, the peer links, claiming and rebuilding queues, handing them over, reading
 the inboxes, the cron scheduler's lease and the webhooks that follow the table, and
 leaving at shutdown. On one broker the broker holds a
@@ -14,29 +15,35 @@ from typing import Any
 
 import trio
 
+from ..actors.events import EventHub
+from ..actors.ports import Rebuild, Spawn
+from ..actors.router import Router
+from ..actors.writer import StorageWriter
 from ..config import Config
 from ..core.repeating.crons import SCHEDULER_LEASE, CronDef
 from ..core.webhooks.registry import RECORD_KIND as WEBHOOK_RECORDS
 from ..storage.port import LIVE, THEIRS, Claimed, Recovered, Storage
-from .cluster import Cluster, HeldLeases
-from .cluster_crons import ClusterRecords, CronFirings, SchedulerRole
-from .cluster_fanout import ClusterReads
-from .cluster_inbox import ClusterInbox
-from .cluster_placement import ClusterPlacement
-from .cluster_routes import Wanted
-from .cluster_webhooks import WebhookSync
-from .events import EventHub
-from .peer_events import PeerEvents
-from .peer_links import PeerLinks
-from .ports import Spawn
-from .router import Router
-from .writer import StorageWriter
+from .crons import ClusterRecords, CronFirings, SchedulerRole
+from .fanout import ClusterReads
+from .inbox import ClusterInbox
+from .peers.events import PeerEvents
+from .peers.links import PeerLinks
+from .placement import ClusterPlacement
+from .routes import Wanted
+from .view import Cluster, ClusterStore, HeldLeases, new_broker_id
+from .webhooks import WebhookSync
 
 log = logging.getLogger("trioqueue.broker")
 
 
-# Rebuild the queues just claimed from what was read of them (Broker.adopt).
-Rebuild = Callable[[Recovered, set[str]], None]
+def cluster_tables(storage: Storage) -> ClusterStore:
+    """The cluster's membership and lease operations, composed around the broker's
+    PostgreSQL store (on its connections): a cluster needs one."""
+    if getattr(storage, "link", None) is None:
+        raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+    from .pg import tables_of  # (psycopg is optional: imported for a cluster only)
+
+    return tables_of(storage)  # type: ignore[arg-type]  # (a PgStorage, or one wrapping it)
 
 
 class ClusterMember:
@@ -48,9 +55,7 @@ class ClusterMember:
     def __init__(self, config: Config, storage: Storage, writer: StorageWriter,
                  events: EventHub, held: HeldLeases, *, spawn: Spawn,
                  rebuild: Rebuild) -> None:
-        cluster_of = getattr(storage, "cluster", None)
-        if cluster_of is None:
-            raise ValueError("a cluster needs a PostgreSQL store (--storage)")
+        tables = cluster_tables(storage)
         self.config = config
         self.storage = storage
         self.writer = writer
@@ -58,7 +63,7 @@ class ClusterMember:
         self._spawn = spawn
         self._rebuild = rebuild
         self.scheduler_role = SchedulerRole(writer, config.cluster_lease_s)
-        self.cluster = Cluster(cluster_of(), held=held, address=config.advertised(),
+        self.cluster = Cluster(tables, held=held, address=config.advertised(),
                                lease_s=config.cluster_lease_s, adopt=self._adopt,
                                retire=self._retire_queue, forget=self._forget_queue,
                                roles={SCHEDULER_LEASE: self.scheduler_role},
@@ -153,8 +158,8 @@ class ClusterMember:
 
     async def _claim_ids(self, wanted: Wanted) -> dict[str, Claimed]:
         """In a cluster: claim the new custom ids a batch admits here and look them and
-        its pushes' dependencies up, in one read in a worker thread (storage/
-        pg_cluster.py). An id another broker's live job or claim has is noted for the
+        its pushes' dependencies up, in one read in a worker thread
+        (cluster/pg.py). An id another broker's live job or claim has is noted for the
         batch's queues (Router.locate): a push of it gets the duplicate answer, as for a
         live job on one broker."""
         cluster = self.cluster
@@ -242,7 +247,7 @@ class ClusterMember:
     async def _drop_departed(cluster: Cluster, peers: PeerLinks) -> None:
         """Give up the link to each broker that left the live set (dead, or frozen
         past its lease), at the beat that sees it gone: what was forwarded to it is
-        answered with an error that says to retry (peer_links.py), instead of waiting
+        answered with an error that says to retry (peers/links.py), instead of waiting
         for a broker that will never answer or, frozen, will find itself fenced off
         when it wakes. Its queues are the survivors' from that beat on."""
         while True:
@@ -289,3 +294,18 @@ class ClusterMember:
             await trio.to_thread.run_sync(cluster.leave_now)
         except Exception as exc:  # (a database gone: the lease runs out instead)
             log.warning("could not leave the cluster: %s", exc)
+
+
+class Joining:
+    """How a broker joins its cluster, given to :class:`~trioqueue.actors.broker.Broker`
+    (which imports nothing of the cluster): the leases it holds, which fence every
+    commit of its store, and its :class:`ClusterMember`, made once the broker's parts
+    are."""
+
+    def __init__(self, config: Config) -> None:
+        self.fence = HeldLeases(config.broker_id or new_broker_id())
+
+    def member(self, config: Config, storage: Storage, writer: StorageWriter,
+               events: EventHub, *, spawn: Spawn, rebuild: Rebuild) -> ClusterMember:
+        return ClusterMember(config, storage, writer, events, self.fence, spawn=spawn,
+                             rebuild=rebuild)

@@ -13,7 +13,7 @@ whichever broker received the AddWebhook. The registry follows the table
   RemoveWebhook or SetWebhookEnabled through any broker reaches every broker within a
   beat (and a broker that missed a beat still catches up: it compares, never counts);
 * the webhook commands themselves reload it first (the router's hook,
-  actors/cluster_crons.py): a RemoveWebhook through any broker finds a webhook added
+  cluster/crons.py): a RemoveWebhook through any broker finds a webhook added
   through another a moment before, and ListWebhooks lists the table's webhooks.
 
 A reload keeps the objects of the webhooks still there (their delivery task and their
@@ -50,7 +50,7 @@ class RecordStore(Protocol):
 
 
 class Beats(Protocol):
-    """What the sync follows of the cluster (actors/cluster.py)."""
+    """What the sync follows of the cluster (cluster/view.py)."""
 
     @property
     def versions(self) -> Any: ...

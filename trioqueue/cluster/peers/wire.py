@@ -1,4 +1,4 @@
-"""What the broker-to-broker links of :mod:`.peer_links` say on the wire, without state:
+"""What the broker-to-broker links of :mod:`.links` say on the wire, without state:
 peer addresses, the hello a new link starts with, the relay of a peer's reply to the
 client that asked, and the error texts a forwarded command can get.
 
@@ -15,22 +15,17 @@ from typing import Any
 
 import trio
 
-from ..transport.large.frames import unmap_soon
-from ..transport.wire.codec import Codec
-from ..transport.wire.framing import FrameDecoder, frame_header
-from .request import _NO_REQ_ID, Replier, Request
+from ...actors.request import _NO_REQ_ID, Replier, Request
+from ...transport.large.frames import unmap_soon
+from ...transport.wire.codec import Codec
+from ...transport.wire.framing import FrameDecoder, frame_header
 
-__all__ = ["ORIGIN", "PeerBroken", "departed_error", "exchange_hello", "holds",
+__all__ = ["PeerBroken", "departed_error", "exchange_hello", "holds",
            "in_flight_error", "lost_error", "not_sent_error", "relay", "split_address",
            "timed_out_error", "unreachable_error"]
 
 #: What one read of a link's socket takes at most.
 RECEIVE_BYTES = 256 * 1024
-#: The field of a forwarded command that names the client it came from (a number of
-#: the forwarding broker's, one per client connection): the receiving session takes it
-#: off before the command is routed, and gives that client's commands a connection of
-#: their own (actors/cluster_clients.py).
-ORIGIN = "clusterOrigin"
 
 
 def unreachable_error(address: str, reason: str) -> str:

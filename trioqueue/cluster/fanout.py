@@ -6,7 +6,7 @@ broker-wide read (:data:`CLUSTER_READS`) that a client sends to one broker is an
 by that broker from its own state *and* forwarded, unchanged, to every other live
 broker over the peer links; a broker answers a request from a peer (or one sent with
 ``local: true``) from its own state alone, as without a cluster. The replies are
-merged (core/cluster_merge.py, core/prometheus_merge.py) and the client gets one.
+merged (cluster/merge.py, cluster/prometheus.py) and the client gets one.
 
 A broker that has not answered within ``cluster_read_timeout_s`` (paused, cut off,
 overloaded), or that answered an error (unreachable, shutting down), is left out: the
@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 import trio
 
+from ..actors.request import Request
 from ..core import fields
-from ..core.cluster_merge import (
+from .merge import (
     Answered,
     Merge,
     merge_dashboard_overview,
@@ -34,9 +35,8 @@ from ..core.cluster_merge import (
     merge_metrics,
     merge_stats,
 )
-from ..core.prometheus_merge import merge_prometheus
-from .cluster_routes import Forward, from_peer
-from .request import Request
+from .prometheus import merge_prometheus
+from .routes import Forward, from_peer
 
 log = logging.getLogger("trioqueue.cluster")
 
@@ -57,7 +57,7 @@ CLUSTER_READS: dict[str, Merge] = {
 
 
 class Members(Protocol):
-    """What the fan-out reads of the cluster (actors/cluster.py): this broker's id and
+    """What the fan-out reads of the cluster (cluster/view.py): this broker's id and
     the live brokers (id -> address) as of the last beat."""
 
     broker_id: str

@@ -7,14 +7,14 @@ one actor that owns its state; what the cluster decides is which broker runs it:
   clock, renewed every ``lease_s / 5``; a broker whose heartbeat is older than
   ``lease_s`` is dead to the others. No broker trusts its own clock for that.
 * **Placement.** The live broker that should own a queue is the rendezvous winner
-  (:mod:`trioqueue.core.placement`) among the live ones.
+  (:mod:`trioqueue.cluster.rendezvous`) among the live ones.
 * **Ownership.** A queue's lease row names its owner and an epoch, which every commit of
   the queue's writes checks in the same transaction (the store's fence, which asks
   :meth:`Cluster.epoch`). Taking a queue raises its epoch, so a broker that lost it can
   never write for it again, whatever it believes.
 
 **Roles.** A lease may name a task of the cluster's instead of a queue: one live broker
-runs it at a time (the cron scheduler, actors/cluster_crons.py). Its name is one no
+runs it at a time (the cron scheduler, cluster/crons.py). Its name is one no
 client queue can have, and it moves as a queue does (claimed by the rendezvous winner,
 handed over when a broker joins, taken over when its holder dies), with its writes
 fenced by it; instead of a queue's rebuild, the :class:`Role` is given the broker
@@ -52,8 +52,8 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from ..core.placement import preferred_owner
 from ..storage.port import Claimed, Recovered
+from .rendezvous import preferred_owner
 
 log = logging.getLogger("trioqueue.cluster")
 
@@ -110,8 +110,8 @@ class Role(Protocol):
 
 
 class ClusterStore(Protocol):
-    """The named membership and lease operations (storage/pg_cluster.py, and
-    storage/memory_cluster.py for tests); each blocks for one round trip."""
+    """The named membership and lease operations (cluster/pg.py, and
+    cluster/memory.py for tests); each blocks for one round trip."""
 
     def join(self, broker_id: str, address: str) -> None: ...
     def beat(self, broker_id: str, lease_s: float) -> BeatView | None: ...
@@ -199,7 +199,7 @@ class Cluster:
         self.status_extra: Callable[[], dict[str, Any]] | None = None
         self.leases: dict[str, Lease] = {}  # every lease, as of the last beat
         # kind -> version of the broker records, as of the last beat (followed by
-        # actors/cluster_webhooks.py)
+        # cluster/webhooks.py)
         self.versions: Mapping[str, int] = {}
         self._claiming: dict[str, trio.Event] = {}  # claims in flight, by queue
         self._orphans_seen = trio.Event()  # set by a beat that saw queues to take

@@ -3,13 +3,13 @@
 Several brokers share one database. Each is a row of ``tq_brokers`` whose heartbeat the
 database's clock writes; each queue is owned by one live broker, a row of
 ``tq_queue_leases`` with an epoch that every claim raises by one, and that every commit
-of the owner checks in its own statement (``tq_fence``, :mod:`.pg.layout`), so a broker
+of the owner checks in its own statement (``tq_fence``, storage/pg/layout.py), so a broker
 cut off past its lease can never write for that queue again
 (shared/design/scale-out.md).
 
 Each operation here is one statement, one round trip and atomic; all are synchronous
 (the broker calls them from worker threads) and run on the store's read pool
-(:class:`.pg.connection.PgLink`), with its outage rule. Every comparison of times is
+(``PgLink``), with its outage rule. Every comparison of times is
 the database's, so no broker's clock matters.
 """
 
@@ -21,17 +21,24 @@ from typing import Any
 
 import psycopg
 
-from . import keys as K
-from .pg import layout as L
-from .pg.connection import PgLink
-from .port import Beat, Claimed, Recovered, where_claimed
+from ..storage import keys as K
+from ..storage.pg import layout as L
+from ..storage.pg.connection import PgLink
+from ..storage.pg.store import PgStorage
+from ..storage.port import Beat, Claimed, Recovered, where_claimed
 
-__all__ = ["Beat", "PgCluster"]
+__all__ = ["Beat", "PgCluster", "tables_of"]
 
 _LOAD_ROWS = 5000  # live records fetched per round trip of a queue's rebuild
 
 # Told the finished counts of queues just loaded (PgStorage.replace_counts).
 CountsSink = Callable[[Iterable[str], Mapping[tuple[str, str], int]], None]
+
+
+def tables_of(store: PgStorage) -> PgCluster:
+    """The cluster's operations on ``store``'s own connections; a queue they load
+    (``load_queues``) gets its finished counts in the store."""
+    return PgCluster(store.link, on_counts=store.replace_counts)
 
 
 class PgCluster:

@@ -21,10 +21,10 @@ Each link has two tasks in :class:`PeerLinks`' nursery:
 A forwarded message is a copy of the client's with the link's own ``reqId`` (a counter
 shared by all links); the client's ``reqId`` stays on the :class:`Request` and is put
 back on the reply (or taken off, when the client sent none). The copy also names the
-client connection it came from (``origin_of``; :data:`.peer_wire.ORIGIN`), so that the
-peer keeps each client's jobs apart and can release them when it leaves.
+client connection it came from (``origin_of``; actors/stand_ins.py's ``ORIGIN``), so
+that the peer keeps each client's jobs apart and can release them when it leaves.
 
-No request is ever left without an answer (the texts are in :mod:`.peer_wire`). A peer
+No request is ever left without an answer (the texts are in :mod:`.wire`). A peer
 that cannot be reached (refused, timed out, its hello refused) fails the requests
 waiting for it at once with ``unreachable_error`` (not sent: safe to retry). A link that
 breaks with requests in flight fails each with ``lost_error`` (the peer may or may not
@@ -34,7 +34,7 @@ hold too.
 
 **A deadline.** A peer that stops answering without closing its connection (frozen,
 wedged, cut off by the network) would hold what was sent to it for as long as it
-stays so. A command that holds nothing at the peer (:func:`.peer_wire.holds`: not a
+stays so. A command that holds nothing at the peer (:func:`.wire.holds`: not a
 long-poll) is answered within milliseconds by a peer that works; one left unanswered
 for ``reply_timeout_s`` gives its connection up, and every command on it gets
 ``timed_out_error`` (retriable, and ambiguous: the peer may have applied it before it
@@ -45,7 +45,7 @@ lease moved, and a command applied twice is worse than one answered with an erro
 
 Frames from the peer that answer no pending request (event frames) are counted in
 :attr:`PeerLinks.dropped_frames` and dropped: the peers' events travel on connections
-of their own (:mod:`.peer_events`), so a slow events stream never delays a command.
+of their own (:mod:`.events`), so a slow events stream never delays a command.
 """
 
 from __future__ import annotations
@@ -58,12 +58,13 @@ from typing import Any
 
 import trio
 
-from ..core.backoff import reconnect_delay_s
-from ..transport.large.frames import decode_large, unmap_soon
-from ..transport.wire.codec import CBOR, Codec
-from ..transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
-from .peer_wire import (
-    ORIGIN,
+from ...actors.request import Replier, Request, deliver_all
+from ...actors.stand_ins import ORIGIN
+from ...core.backoff import reconnect_delay_s
+from ...transport.large.frames import decode_large, unmap_soon
+from ...transport.wire.codec import CBOR, Codec
+from ...transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload, frame_header
+from .wire import (
     RECEIVE_BYTES,
     PeerBroken,
     decode_now,
@@ -79,7 +80,6 @@ from .peer_wire import (
     timed_out_error,
     unreachable_error,
 )
-from .request import Replier, Request, deliver_all
 
 __all__ = ["PeerLinks"]
 

@@ -1,11 +1,11 @@
 """A cluster's membership and queue leases in dicts, for tests of the broker's cluster
-logic: the operations of :class:`.pg_cluster.PgCluster`, with the same rules, where a
+logic: the operations of :class:`.pg.PgCluster`, with the same rules, where a
 clock given to it (seconds, any origin) stands in for the database's ``now()``.
 
 Several brokers of a test share one :class:`MemoryCluster` as they would share one
-database. It does not fence commits (a :class:`.memory.MemoryStorage` takes no
-:class:`.port.Fence`): the fencing itself is PostgreSQL's, tested against it. The jobs
-it loads and looks up are those of the :class:`.memory.MemoryStorage` given to it, if
+database. It does not fence commits (a ``MemoryStorage`` takes no
+``Fence``): the fencing itself is PostgreSQL's, tested against it. The jobs
+it loads and looks up are those of the ``MemoryStorage`` given to it, if
 any (the one store the test's brokers share); without one, there are none.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .memory import MemoryStorage
-from .port import FINISHED, LIVE, Beat, Claimed, Recovered
+from ..storage.memory import MemoryStorage
+from ..storage.port import FINISHED, LIVE, Beat, Claimed, Recovered
 
 __all__ = ["Member", "MemoryCluster"]
 
@@ -32,7 +32,7 @@ class Member:
 
 
 class MemoryCluster:
-    """:class:`.pg_cluster.PgCluster`'s operations in dicts. ``brokers`` and
+    """:class:`.pg.PgCluster`'s operations in dicts. ``brokers`` and
     ``leases`` are its two tables, open to a test as the database's are (to age a
     heartbeat, for one)."""
 

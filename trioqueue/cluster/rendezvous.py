@@ -4,7 +4,7 @@ Each (broker, queue) pair gets a pseudo-random weight; the queue's preferred own
 the live broker with the highest. Every broker computes the same answer from the same
 list of live brokers, with no coordination, and when a broker joins or leaves only the
 queues it wins or loses change hands (about 1/n of them), unlike ``hash % n``, which
-moves almost all. Pure: the cluster runtime (actors/cluster.py) asks it.
+moves almost all. Pure: the cluster runtime (cluster/view.py) asks it.
 """
 
 from __future__ import annotations

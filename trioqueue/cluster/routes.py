@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from typing import Any, Protocol
 
+from ..actors.lookups import PUSHES
+from ..actors.request import Request
 from ..core import fields
 from ..core.commands.registry import BROKER, BY_IDS, BY_QUEUE, FLOW, SESSION, Command
 from ..core.errors import Refused
 from ..storage.port import Claimed
-from .request import Request
 
 # Forward requests to the broker at an address (PeerLinks.forward).
 Forward = Callable[[str, list[Request]], None]
@@ -33,7 +34,7 @@ ClaimIds = Callable[["Wanted"], Awaitable[dict[str, Claimed]]]
 
 
 class ClusterRouting(Protocol):
-    """What the router asks of the cluster (actors/cluster.py)."""
+    """What the router asks of the cluster (cluster/view.py)."""
 
     @property
     def owned(self) -> Container[str]: ...
@@ -45,12 +46,6 @@ class ClusterRouting(Protocol):
     def queue_names(self) -> Iterable[str]: ...
     def moving(self, queue: str) -> bool: ...
     def moved(self) -> Awaitable[None]: ...
-
-
-class Moving(Exception):
-    """A request that cannot be routed now, because a queue it needs was handed over
-    while its batch waited (for a claim, a look-up, a handover): the router routes it
-    again once the handover is done, from a fresh look-up."""
 
 
 def from_peer(req: Request) -> bool:
@@ -71,36 +66,6 @@ def remote_address(cluster: ClusterRouting, queue: str, req: Request) -> str | N
         # rendezvous would let two brokers whose views differ bounce it)
         raise Refused(f"Queue {queue} is served by another broker; retry")
     return address
-
-
-def ids_to_look_up(routed: list[tuple[Command, Request]], known: Container[str],
-                   *, multi: bool) -> list[str]:
-    """The job ids the batch names that ``known`` (the live index) lacks: single-id
-    commands, a flow's client-given ids, and (``multi``: in a cluster, where another
-    broker's queues hold most jobs) the ids of multi-id commands. A cluster's pushes
-    and flows are looked up later, with their claims (:func:`claims_wanted`)."""
-    ids: list[str] = []
-    for command, req in routed:
-        how = command.route
-        if multi and (how == FLOW or req.cmd in _PUSHES):
-            continue
-        if how == FLOW:  # a flow's ids are the client's: they may exist already
-            jobs = req.msg.get("jobs")
-            named: list[Any] = [j.get("id") for j in jobs if type(j) is dict] if (
-                type(jobs) is list) else []
-        elif how == BY_IDS:
-            if not multi or command.multi is None:
-                continue
-            try:
-                named = list(command.multi.ids(req.msg))
-            except Refused:  # (refused again, with its reply, when it is routed)
-                continue
-        elif how in (BY_QUEUE, BROKER, SESSION):
-            continue
-        else:
-            named = [req.msg.get(how)]
-        ids.extend(i for i in named if type(i) is str and i and i not in known)
-    return ids
 
 
 class Wanted:
@@ -139,7 +104,7 @@ def claims_wanted(routed: list[tuple[Command, Request]], cluster: ClusterRouting
             if command.route == FLOW:
                 if flow_address(cluster, req) is None:
                     _flow_claims(req.msg, wanted, known)
-            elif req.cmd in _PUSHES:
+            elif req.cmd in PUSHES:
                 queue = fields.queue_name(req.msg.get("queue"))
                 if remote_address(cluster, queue, req) is None:
                     _push_claims(req.cmd, req.msg, queue, wanted, known)
@@ -217,7 +182,7 @@ def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
     """Where a flow (PUSHF) is admitted: when one other broker serves all of its queues,
     that broker (the flow is forwarded whole); else here, where the jobs of queues
     other brokers serve become inbox messages in the flow's one commit
-    (actors/cluster_messages.py)."""
+    (cluster/messages.py)."""
     jobs = req.msg.get("jobs")
     names = {j["queue"] for j in jobs if type(j) is dict and type(j.get("queue")) is str
              } if type(jobs) is list else set()
@@ -226,5 +191,3 @@ def flow_address(cluster: ClusterRouting, req: Request) -> str | None:
         return addresses.pop()
     return None
 
-
-_PUSHES = frozenset(("PUSH", "PUSHB"))

@@ -3,7 +3,7 @@
 In a cluster (docs/scale-out.md) each queue is served by one broker and each worker is
 registered on the broker its connection reached, so ``Stats``, ``Metrics``,
 ``Prometheus``, ``DashboardOverview``, ``DashboardQueues``, ``ListWorkers`` and
-``ListWebhooks`` are asked of every live broker (actors/cluster_fanout.py) and their
+``ListWebhooks`` are asked of every live broker (cluster/fanout.py) and their
 replies merged here. Each merge is a pure function of the replies' bodies (``ok``
 and ``reqId`` taken off), the asking broker's first, in bunqueue's shape so that its
 clients still parse the result.

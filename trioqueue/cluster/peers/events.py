@@ -53,13 +53,13 @@ from typing import Any
 
 import trio
 
-from ..core.backoff import reconnect_delay_s
-from ..transport.large.frames import decode_large, unmap_soon
-from ..transport.wire.codec import CBOR, Codec
-from ..transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload
-from .events import EventHub
-from .peer_links import LARGE_REPLY_BYTES, RETRY_FIRST_S, RETRY_MAX_S, Connect
-from .peer_wire import RECEIVE_BYTES, decode_now, exchange_hello, reason_of, split_address
+from ...actors.events import EventHub
+from ...core.backoff import reconnect_delay_s
+from ...transport.large.frames import decode_large, unmap_soon
+from ...transport.wire.codec import CBOR, Codec
+from ...transport.wire.framing import MAX_WIRE_LENGTH, FrameDecoder, Payload
+from .links import LARGE_REPLY_BYTES, RETRY_FIRST_S, RETRY_MAX_S, Connect
+from .wire import RECEIVE_BYTES, decode_now, exchange_hello, reason_of, split_address
 
 __all__ = ["PeerEvents"]
 

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Config
+from ..config import Config
 
 CLUSTER_ENV = {
     "cluster": "TRIOQUEUE_CLUSTER",

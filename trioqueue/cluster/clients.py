@@ -9,12 +9,12 @@ client to each other:
 
 - **A, forwarding.** :class:`ClusterClients` gives each client connection whose commands
   it forwards a number (:meth:`~ClusterClients.origin_of`, which the peer links put in
-  each message they send, :data:`.peer_wire.ORIGIN`), and notes the queues each client
-  pulled from through each peer (:meth:`~ClusterClients.forward`, the router's way
-  out). When the client's connection closes (:meth:`~ClusterClients.closed`, called by
-  the router's ``connection_closed``), each of those peers gets a ``ClusterRelease`` per
-  such queue, fire and forget: one that is lost leaves the jobs to their lock expiry,
-  as before.
+  each message they send, :data:`~trioqueue.actors.stand_ins.ORIGIN`), and notes the
+  queues each client pulled from through each peer (:meth:`~ClusterClients.forward`,
+  the router's way out). When the client's connection closes
+  (:meth:`~ClusterClients.closed`, called by the router's ``connection_closed``), each
+  of those peers gets a ``ClusterRelease`` per such queue, fire and forget: one that is
+  lost leaves the jobs to their lock expiry, as before.
 - **B, receiving.** The peer link's session (its :class:`PeerClients`, made by
   ClusterPeer) takes the origin off each command and gives the command a
   :class:`StandIn` of that client as its connection, so the queues keep each client's
@@ -35,79 +35,18 @@ settled, and A forgets it when it is dropped.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Protocol
-from weakref import WeakKeyDictionary, WeakValueDictionary
+from typing import Any
+from weakref import WeakKeyDictionary
 
+from ..actors.request import Request
+from ..actors.stand_ins import ORIGIN, Connections, StandIns
 from ..core.cluster_handlers import CLUSTER_RELEASE
 from ..core.commands.table import CORE_COMMANDS
-from .cluster_routes import Forward
-from .peer_wire import ORIGIN
-from .request import Request
+from .routes import Forward
 
-__all__ = ["ClusterClients", "PeerClients", "StandIn", "StandIns"]
+__all__ = ["ClusterClients"]
 
 _PULLS = CORE_COMMANDS.pulls
-
-
-class Connections(Protocol):
-    """What the router does with a connection's holdings (actors/router.py)."""
-
-    def connection_closed(self, conn: Any, queues: set[str]) -> None: ...
-    def holds_jobs(self, conn: Any, queues: set[str]) -> bool: ...
-
-
-class StandIn:
-    """A client of another broker, as this broker's queues see it: the connection of
-    the commands that broker forwarded for it."""
-
-    __slots__ = ("peer_broker", "origin", "pulled_queues", "__weakref__")
-
-    def __init__(self, peer_broker: str, origin: int) -> None:
-        # (what came from a peer is never forwarded on, but to a queue's lease holder:
-        # cluster_routes.from_peer)
-        self.peer_broker = peer_broker
-        self.origin = origin
-        self.pulled_queues: set[str] = set()  # (as a session's: the pulls' queues)
-
-    def __repr__(self) -> str:
-        return f"<StandIn {self.origin} of {self.peer_broker}>"
-
-
-class PeerClients:
-    """The stand-ins of the clients of the broker at the other end of a peer link (one
-    per link's session)."""
-
-    __slots__ = ("broker", "_stand_ins")
-
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-        self._stand_ins: WeakValueDictionary[int, StandIn] = WeakValueDictionary()
-
-    def conn_of(self, session: Any, msg: dict[str, Any]) -> Any:
-        """The connection of a command the peer sent: the stand-in of the client its
-        origin names (taken off the message, so no handler sees it), or the link's
-        ``session`` for the peer's own commands (no origin)."""
-        origin = msg.pop(ORIGIN, None)
-        if type(origin) is not int:
-            return session
-        stand_in = self._stand_ins.get(origin)
-        if stand_in is None:
-            stand_in = self._stand_ins[origin] = StandIn(self.broker, origin)
-        return stand_in
-
-    def hold_jobs(self, router: Connections) -> bool:
-        """Whether a stand-in holds a job still active here: the idle timeout spares
-        the link's session then, as it spares a client's connection."""
-        return any(s.pulled_queues and router.holds_jobs(s, s.pulled_queues)
-                   for s in list(self._stand_ins.values()))
-
-    def close(self, router: Connections) -> None:
-        """The link's session closed: each stand-in is closed as a client's connection
-        would be (its jobs go back, its parked pulls and waits end)."""
-        stand_ins = list(self._stand_ins.values())
-        self._stand_ins.clear()
-        for stand_in in stand_ins:
-            router.connection_closed(stand_in, stand_in.pulled_queues)
 
 
 class _Origin:
@@ -131,16 +70,6 @@ class _Ignored:
 
 
 _IGNORED = _Ignored()
-
-
-class StandIns:
-    """What the router does when a connection closes, on any broker: a peer link's
-    stand-ins are closed with it (their jobs back, their parked requests ended)."""
-
-    def closed(self, router: Connections, conn: Any) -> None:
-        peer = getattr(conn, "peer_clients", None)
-        if isinstance(peer, PeerClients):
-            peer.close(router)
 
 
 class ClusterClients(StandIns):
