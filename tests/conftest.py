@@ -52,6 +52,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "engines(*names): run on each of these stores (lmdb, postgres)")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
+    """A skip inside a trio test keeps its reason: pytest-trio finds the one
+    ``Skipped`` in the run's exception group and raises a new one without its message,
+    so ``-rs`` printed only "Skipped"; the original is raised in its place."""
+    try:
+        return (yield)
+    except pytest.skip.Exception as skipped:
+        group = skipped.__context__
+        while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
+            group = group.exceptions[0]
+        if not skipped.msg and isinstance(group, pytest.skip.Exception):
+            raise group from None
+        raise
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("engines")
     if marker is not None and "store_engine" in metafunc.fixturenames:

@@ -8,6 +8,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from trioqueue.core import native
 from trioqueue.storage import keys as K
 from trioqueue.testing import RawClient
 from trioqueue.testing.process import BrokerProcess
@@ -217,7 +218,10 @@ async def test_kill_9_while_large_data_is_written_ahead(
         assert len(acked) <= count <= len(texts)
         for i, job_id in acked.items():
             assert (await client.ok("GetJob", id=job_id))["job"]["data"] == texts[i]
-        assert ahead_rows(tmp_path / "data") == (9 * count, count)
+        # (under TRIOQUEUE_PURE_PYTHON, which the broker's process inherits, there is no
+        # view of a string's bytes: no string is written ahead, so there are no rows)
+        written_ahead = (0, 0) if native.PURE_PYTHON else (9 * count, count)
+        assert ahead_rows(tmp_path / "data") == written_ahead
         await client.aclose()
     finally:
         await broker.stop()
